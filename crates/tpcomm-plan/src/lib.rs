@@ -1,0 +1,1 @@
+//! Planners: KV-cache memory and speculative decoding (see issue "tpcomm plan").

@@ -1,0 +1,243 @@
+//! Element types and reduce operations.
+
+use crate::error::{Error, Result};
+use half::{bf16, f16};
+use std::fmt;
+use std::str::FromStr;
+
+/// The element types tpcomm reduces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl DType {
+    pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+        }
+    }
+
+    /// The name used on the command line and in JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+        }
+    }
+
+    /// Relative tolerance of an all-reduce result against a float64 reference,
+    /// for `world` ranks: partial sums are kept in f32 and rounded once to the
+    /// element type, so the error is one rounding of the type plus the f32
+    /// accumulation error (tiny for the world sizes tpcomm serves).
+    pub fn tolerance(self, world: usize) -> f64 {
+        let eps = match self {
+            DType::F32 => f32::EPSILON as f64,
+            DType::F16 => 1.0 / 1024.0,
+            DType::Bf16 => 1.0 / 128.0,
+        };
+        let acc = f32::EPSILON as f64 * world as f64;
+        eps + acc
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
+            "f16" | "fp16" | "half" | "float16" => Ok(DType::F16),
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            other => Err(Error::invalid(
+                "element type",
+                format!("{other:?} is not one of bf16, f16, f32"),
+            )),
+        }
+    }
+}
+
+/// The reduction applied element-wise across ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+
+    /// Combines two accumulator values.
+    #[inline(always)]
+    pub fn apply(self, a: f32, b: f32) -> f32 {
+        match self {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
+
+    /// The float64 reference of the same operation.
+    pub fn apply_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceOp {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "sum" => Ok(ReduceOp::Sum),
+            "max" => Ok(ReduceOp::Max),
+            "min" => Ok(ReduceOp::Min),
+            other => Err(Error::invalid(
+                "reduce op",
+                format!("{other:?} is not one of sum, max, min"),
+            )),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// A type tpcomm can all-reduce. Values are combined in f32 (exact for f16
+/// and bf16 inputs) and rounded once to the element type.
+pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+    const DTYPE: DType;
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+    /// The raw bits, for bit-identical comparisons across ranks.
+    fn to_bits_u32(self) -> u32;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_aliases() {
+        assert_eq!("bf16".parse::<DType>().unwrap(), DType::Bf16);
+        assert_eq!("FP16".parse::<DType>().unwrap(), DType::F16);
+        assert_eq!("float".parse::<DType>().unwrap(), DType::F32);
+        assert!("int8".parse::<DType>().is_err());
+        assert_eq!("max".parse::<ReduceOp>().unwrap(), ReduceOp::Max);
+        assert!("prod".parse::<ReduceOp>().is_err());
+    }
+
+    #[test]
+    fn sizes_match_the_types() {
+        assert_eq!(DType::Bf16.size(), std::mem::size_of::<bf16>());
+        assert_eq!(DType::F16.size(), std::mem::size_of::<f16>());
+        assert_eq!(DType::F32.size(), std::mem::size_of::<f32>());
+    }
+
+    #[test]
+    fn ops_reduce_as_named() {
+        assert_eq!(ReduceOp::Sum.apply(1.5, 2.0), 3.5);
+        assert_eq!(ReduceOp::Max.apply(1.5, 2.0), 2.0);
+        assert_eq!(ReduceOp::Min.apply(1.5, 2.0), 1.5);
+    }
+}

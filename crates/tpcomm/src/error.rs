@@ -1,0 +1,108 @@
+//! The one error type of the library. Every message says what went wrong and
+//! what the user can do about it.
+
+use crate::units::ByteSize;
+use std::time::Duration;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value given by the user (option, size, configuration) is not valid.
+    #[error("invalid {what}: {detail}")]
+    InvalidArgument { what: String, detail: String },
+
+    /// A byte size could not be parsed.
+    #[error("cannot read {input:?} as a byte size: {reason} (examples: \"4096\", \"8MiB\", \"1.5 GiB\", \"64k\")")]
+    ParseByteSize { input: String, reason: String },
+
+    /// Arithmetic on byte sizes overflowed.
+    #[error("byte size arithmetic overflowed: {0}")]
+    ByteSizeOverflow(String),
+
+    /// A peer rank did not arrive within the timeout.
+    #[error("rank {rank} timed out after {waited:?} waiting for rank {peer} ({what}) at epoch {epoch}; is that rank alive? Raise the timeout if ranks are merely slow")]
+    PeerTimeout {
+        rank: usize,
+        peer: usize,
+        epoch: u64,
+        what: String,
+        waited: Duration,
+    },
+
+    /// Ranks called a collective with different arguments.
+    #[error("rank {rank} called all-reduce with {mine}, but rank {peer} called it with {theirs} at epoch {epoch}: every rank must call the same collective with the same count, type and op")]
+    Mismatch {
+        rank: usize,
+        peer: usize,
+        epoch: u64,
+        mine: String,
+        theirs: String,
+    },
+
+    /// A peer reported a failure, so this communicator can no longer be used.
+    #[error("communicator aborted: {0}; create a new communicator on every rank")]
+    Aborted(String),
+
+    /// Not enough memory for what was asked.
+    #[error(
+        "{what} needs {needed} but only {available} is available; lower the maximum message size"
+    )]
+    OutOfMemory {
+        what: String,
+        needed: ByteSize,
+        available: ByteSize,
+    },
+
+    /// An operating system call failed.
+    #[error("{call} failed: {source}{hint}")]
+    Os {
+        call: String,
+        #[source]
+        source: std::io::Error,
+        hint: String,
+    },
+
+    /// A shared library (CUDA driver, NVRTC, NCCL, NVML) could not be loaded or used.
+    #[error("{library}: {detail}")]
+    Library { library: String, detail: String },
+
+    /// A CUDA call failed.
+    #[error("CUDA error in {call}: {detail}")]
+    Cuda { call: String, detail: String },
+
+    /// A kernel or device-side wait reported an error.
+    #[error("device error on rank {rank}: {detail}")]
+    Device { rank: usize, detail: String },
+
+    /// Something this build or machine does not support.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    pub fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Wraps the last OS error of a failed libc call.
+    pub fn last_os(call: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::Os {
+            call: call.into(),
+            source: std::io::Error::last_os_error(),
+            hint: hint.into(),
+        }
+    }
+
+    pub fn io(call: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Os {
+            call: call.into(),
+            source,
+            hint: String::new(),
+        }
+    }
+}
