@@ -3,6 +3,7 @@
 //! Layers (see DESIGN.md at the repository root of the project): basic types
 //! ([`units`], [`dtype`], [`error`]), transports, algorithms, the communicator.
 
+pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod units;

@@ -1,0 +1,20 @@
+//! The CUDA transport and its all-reduce kernels: receive buffers that peer
+//! GPUs write into directly, kernels compiled by NVRTC at run time.
+//!
+//! `raw` holds every unsafe CUDA call; the rest is safe code on top of it.
+
+mod comm;
+pub mod compile;
+mod memory;
+mod raw;
+mod rendezvous;
+pub mod verify;
+
+pub use comm::{open_context, Algo, CudaCommunicator, CudaConfig, AUTO_ONESHOT_MAX, MAX_WORLD};
+/// The cudarc this crate is built with, so callers use the same types.
+pub use cudarc;
+pub use memory::{MemoryItem, MemoryReport};
+pub use raw::{
+    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc_version, CUdeviceptr, CUstream,
+};
+pub use rendezvous::{Rendezvous, ThreadGroup};

@@ -1,0 +1,478 @@
+//! Every raw CUDA driver and NVRTC call of the library, each behind a safe
+//! function or an owning type. Nothing outside this module calls `sys`.
+//!
+//! The libraries are loaded at run time by cudarc, whose loader panics when a
+//! library is missing; [`ensure_driver`] and [`ensure_nvrtc`] check presence
+//! first so callers get `Error::Library` instead.
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys as cu;
+use cudarc::nvrtc::sys as rtc;
+use std::ffi::{c_void, CStr, CString};
+use std::sync::OnceLock;
+
+pub use cu::{CUcontext, CUdeviceptr, CUstream};
+
+fn check(call: &str, r: cu::CUresult) -> Result<()> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call: call.to_string(),
+            detail: format!("{r:?}"),
+        })
+    }
+}
+
+/// Loads and initialises the CUDA driver once. A missing `libcuda.so` is an
+/// `Error::Library` with advice, never a panic.
+pub fn ensure_driver() -> Result<()> {
+    static INIT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: only tries to dlopen the driver's file names; loads no symbol.
+        if !unsafe { cu::is_culib_present() } {
+            return Err("the CUDA driver (libcuda.so.1) was not found: install the NVIDIA driver, or add its directory to LD_LIBRARY_PATH".to_string());
+        }
+        // SAFETY: the library is present (checked above); cuInit takes a flags word.
+        let r = unsafe { cu::cuInit(0) };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuInit failed ({r:?}): no usable GPU or driver"));
+        }
+        Ok(())
+    })
+    .clone()
+    .map_err(|detail| Error::Library {
+        library: "CUDA driver".into(),
+        detail,
+    })
+}
+
+/// Checks that NVRTC can be loaded (so cudarc's loader will not panic).
+pub fn ensure_nvrtc() -> Result<()> {
+    // SAFETY: only tries to dlopen NVRTC's file names; loads no symbol.
+    if unsafe { rtc::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::Library {
+            library: "NVRTC".into(),
+            detail: "libnvrtc.so was not found. Install it (`pip install 'nvidia-cuda-nvrtc==13.0.*'` for a CUDA 13 driver, `nvidia-cuda-nvrtc-cu12` for CUDA 12) and add its lib directory (site-packages/nvidia/cu13/lib) to LD_LIBRARY_PATH".into(),
+        })
+    }
+}
+
+/// The driver's CUDA version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> Result<(i32, i32)> {
+    ensure_driver()?;
+    let mut v = 0i32;
+    // SAFETY: writes one int through a valid pointer.
+    check("cuDriverGetVersion", unsafe {
+        cu::cuDriverGetVersion(&mut v)
+    })?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// NVRTC's version as (major, minor).
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    ensure_nvrtc()?;
+    let (mut a, mut b) = (0i32, 0i32);
+    // SAFETY: NVRTC is present (checked); writes two ints through valid pointers.
+    let r = unsafe { rtc::nvrtcVersion(&mut a, &mut b) };
+    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Library {
+            library: "NVRTC".into(),
+            detail: format!("nvrtcVersion failed: {r:?}"),
+        });
+    }
+    Ok((a, b))
+}
+
+/// Compiles `src` with NVRTC and returns (cubin, compiler log). The log holds
+/// warnings even when compilation succeeds.
+pub fn nvrtc_compile(src: &str, name: &str, options: &[String]) -> Result<(Vec<u8>, String)> {
+    ensure_nvrtc()?;
+    let lib_err = |what: &str, r: rtc::nvrtcResult| Error::Library {
+        library: "NVRTC".into(),
+        detail: format!("{what} failed: {r:?}"),
+    };
+    let csrc = CString::new(src).map_err(|_| Error::invalid("kernel source", "contains NUL"))?;
+    let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "contains NUL"))?;
+    let copts: Vec<CString> = options
+        .iter()
+        .map(|o| {
+            CString::new(o.as_str()).map_err(|_| Error::invalid("NVRTC option", "contains NUL"))
+        })
+        .collect::<Result<_>>()?;
+    let ptrs: Vec<*const std::ffi::c_char> = copts.iter().map(|c| c.as_ptr()).collect();
+    let mut prog: rtc::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: csrc/cname are NUL-terminated and outlive the call; no headers.
+    let r = unsafe {
+        rtc::nvrtcCreateProgram(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(lib_err("nvrtcCreateProgram", r));
+    }
+    // The program is destroyed on every path below.
+    struct Prog(rtc::nvrtcProgram);
+    impl Drop for Prog {
+        fn drop(&mut self) {
+            // SAFETY: created above and destroyed exactly once, here.
+            unsafe { rtc::nvrtcDestroyProgram(&mut self.0) };
+        }
+    }
+    let prog = Prog(prog);
+    // SAFETY: `ptrs` holds `ptrs.len()` valid C strings that outlive the call.
+    let compiled = unsafe { rtc::nvrtcCompileProgram(prog.0, ptrs.len() as i32, ptrs.as_ptr()) };
+    let mut log_len = 0usize;
+    // SAFETY: valid program handle; writes one usize.
+    unsafe { rtc::nvrtcGetProgramLogSize(prog.0, &mut log_len) };
+    let mut log = vec![0u8; log_len.max(1)];
+    // SAFETY: the buffer holds log_len bytes as NVRTC asked.
+    unsafe { rtc::nvrtcGetProgramLog(prog.0, log.as_mut_ptr() as *mut _) };
+    let log = CStr::from_bytes_until_nul(&log)
+        .map(|c| c.to_string_lossy().trim().to_string())
+        .unwrap_or_default();
+    if compiled != rtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Library {
+            library: "NVRTC".into(),
+            detail: format!("compiling {name} failed ({compiled:?}):\n{log}"),
+        });
+    }
+    let mut size = 0usize;
+    // SAFETY: valid, compiled program; writes one usize.
+    let r = unsafe { rtc::nvrtcGetCUBINSize(prog.0, &mut size) };
+    if r != rtc::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(lib_err(
+            "nvrtcGetCUBINSize (was a real sm_XY architecture given?)",
+            r,
+        ));
+    }
+    let mut cubin = vec![0u8; size];
+    // SAFETY: the buffer holds `size` bytes as NVRTC asked.
+    let r = unsafe { rtc::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut _) };
+    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(lib_err("nvrtcGetCUBIN", r));
+    }
+    Ok((cubin, log))
+}
+
+/// Makes `ctx` current on the calling thread.
+pub fn set_current(ctx: CUcontext) -> Result<()> {
+    // SAFETY: ctx is a live context handle held by the caller's CudaContext.
+    check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) })
+}
+
+/// (free, total) bytes of the current context's device.
+pub fn mem_get_info() -> Result<(usize, usize)> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: writes two usizes; needs a current context (callers bind first).
+    check("cuMemGetInfo", unsafe {
+        cu::cuMemGetInfo_v2(&mut free, &mut total)
+    })?;
+    Ok((free, total))
+}
+
+/// The granularity the driver rounds device allocations of `device` to.
+pub fn allocation_granularity(device: i32) -> Result<usize> {
+    // SAFETY: CUmemAllocationProp is a plain C struct; all-zero is its default.
+    let mut prop: cu::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    let mut g = 0usize;
+    // SAFETY: prop is fully initialised; writes one usize.
+    check("cuMemGetAllocationGranularity", unsafe {
+        cu::cuMemGetAllocationGranularity(
+            &mut g,
+            &prop,
+            cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        )
+    })?;
+    Ok(g)
+}
+
+/// Number of streaming multiprocessors of `device`.
+pub fn sm_count(device: i32) -> Result<i32> {
+    let mut v = 0i32;
+    // SAFETY: writes one int; `device` is an ordinal the caller checked.
+    check("cuDeviceGetAttribute", unsafe {
+        cu::cuDeviceGetAttribute(
+            &mut v,
+            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            device,
+        )
+    })?;
+    Ok(v)
+}
+
+/// Whether `device` can map the memory of `peer`.
+pub fn can_access_peer(device: i32, peer: i32) -> Result<bool> {
+    let mut v = 0i32;
+    // SAFETY: writes one int; both ordinals are devices the caller opened.
+    check("cuDeviceCanAccessPeer", unsafe {
+        cu::cuDeviceCanAccessPeer(&mut v, device, peer)
+    })?;
+    Ok(v != 0)
+}
+
+/// Lets the current context access memory of `peer` (idempotent).
+pub fn enable_peer_access(peer: CUcontext) -> Result<()> {
+    // SAFETY: `peer` is a live context retained by the caller.
+    let r = unsafe { cu::cuCtxEnablePeerAccess(peer, 0) };
+    if r == cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check("cuCtxEnablePeerAccess", r)
+}
+
+/// Device memory from `cuMemAlloc` in the context current at creation; freed
+/// on drop (the owner keeps that context alive and current).
+pub struct DeviceAlloc {
+    ptr: CUdeviceptr,
+    bytes: usize,
+    ctx: CUcontext,
+}
+
+// SAFETY: the allocation is a plain device address; the driver API is thread
+// safe and Drop makes the owning context current before freeing.
+unsafe impl Send for DeviceAlloc {}
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    /// Allocates `bytes` in `ctx` (made current here).
+    pub fn new(ctx: CUcontext, bytes: usize) -> Result<Self> {
+        set_current(ctx)?;
+        let mut ptr = 0;
+        // SAFETY: writes one device pointer; bytes > 0 is checked by callers.
+        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) })?;
+        Ok(Self { ptr, bytes, ctx })
+    }
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    /// Fills `len` bytes at `offset` with `value` and waits for it.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.bytes) {
+            return Err(Error::invalid("fill range", "outside the allocation"));
+        }
+        set_current(self.ctx)?;
+        // SAFETY: the range lies inside this allocation (checked above).
+        check("cuMemsetD8", unsafe {
+            cu::cuMemsetD8_v2(self.ptr + offset as u64, value, len)
+        })?;
+        // SAFETY: no arguments; waits for the memset.
+        check("cuCtxSynchronize", unsafe { cu::cuCtxSynchronize() })
+    }
+    /// A CUDA IPC handle other processes open to map this allocation.
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        set_current(self.ctx)?;
+        // SAFETY: CUipcMemHandle is 64 plain bytes.
+        let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: ptr is the base of a cuMemAlloc allocation, as IPC requires.
+        check("cuIpcGetMemHandle", unsafe {
+            cu::cuIpcGetMemHandle(&mut h, self.ptr)
+        })?;
+        let mut out = [0u8; 64];
+        for (o, b) in out.iter_mut().zip(h.reserved.iter()) {
+            *o = *b as u8;
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if set_current(self.ctx).is_ok() {
+            // SAFETY: allocated by cuMemAlloc in this context, freed once.
+            unsafe { cu::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// A peer process's allocation mapped into the current context by CUDA IPC;
+/// unmapped on drop.
+pub struct IpcMapping {
+    ptr: CUdeviceptr,
+    ctx: CUcontext,
+}
+
+// SAFETY: a device address plus the context it was opened in; see DeviceAlloc.
+unsafe impl Send for IpcMapping {}
+unsafe impl Sync for IpcMapping {}
+
+impl IpcMapping {
+    pub fn open(ctx: CUcontext, handle: &[u8; 64]) -> Result<Self> {
+        set_current(ctx)?;
+        // SAFETY: CUipcMemHandle is 64 plain bytes.
+        let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        for (d, s) in h.reserved.iter_mut().zip(handle.iter()) {
+            *d = *s as _;
+        }
+        let mut ptr = 0;
+        // SAFETY: writes one device pointer; the driver validates the handle.
+        check("cuIpcOpenMemHandle", unsafe {
+            cu::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                h,
+                cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        })?;
+        Ok(Self { ptr, ctx })
+    }
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        if set_current(self.ctx).is_ok() {
+            // SAFETY: opened by cuIpcOpenMemHandle in this context, closed once.
+            unsafe { cu::cuIpcCloseMemHandle(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space: the kernels
+/// write their status here and the host reads it without a copy.
+pub struct HostMapped {
+    host: *mut u8,
+    dev: CUdeviceptr,
+    bytes: usize,
+}
+
+// SAFETY: the memory is pinned and lives until drop; the host reads it with
+// volatile loads only.
+unsafe impl Send for HostMapped {}
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    pub fn new(ctx: CUcontext, bytes: usize) -> Result<Self> {
+        set_current(ctx)?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one host pointer to `bytes` of pinned memory.
+        check("cuMemHostAlloc", unsafe {
+            cu::cuMemHostAlloc(
+                &mut host,
+                bytes,
+                cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        })?;
+        // SAFETY: `host` points to `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
+        let mut dev = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP, so it has a device address.
+        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
+        if let Err(e) = check("cuMemHostGetDevicePointer", r) {
+            // SAFETY: allocated above, freed once on this error path.
+            unsafe { cu::cuMemFreeHost(host) };
+            return Err(e);
+        }
+        Ok(Self {
+            host: host as *mut u8,
+            dev,
+            bytes,
+        })
+    }
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.dev
+    }
+    /// Reads the 32-bit word at byte `offset` as the device last wrote it.
+    pub fn read_u32(&self, offset: usize) -> u32 {
+        assert!(offset.is_multiple_of(4) && offset + 4 <= self.bytes);
+        // SAFETY: aligned and in bounds (asserted); volatile because the
+        // device writes it behind the compiler's back.
+        unsafe { std::ptr::read_volatile(self.host.add(offset) as *const u32) }
+    }
+    pub fn read_u64(&self, offset: usize) -> u64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.bytes);
+        // SAFETY: as read_u32.
+        unsafe { std::ptr::read_volatile(self.host.add(offset) as *const u64) }
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        unsafe { cu::cuMemFreeHost(self.host as *mut c_void) };
+    }
+}
+
+/// A module loaded from a cubin, with its functions looked up by name.
+pub struct Module {
+    module: cu::CUmodule,
+}
+
+// SAFETY: module and function handles are usable from any thread once the
+// owning context is current; the driver API is thread safe.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+#[derive(Clone, Copy)]
+pub struct Function(cu::CUfunction);
+// SAFETY: as Module.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Module {
+    pub fn load(ctx: CUcontext, cubin: &[u8]) -> Result<Self> {
+        set_current(ctx)?;
+        let mut module = std::ptr::null_mut();
+        // SAFETY: `cubin` is a complete image produced by NVRTC; the driver copies it.
+        check("cuModuleLoadData", unsafe {
+            cu::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void)
+        })?;
+        Ok(Self { module })
+    }
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let cname =
+            CString::new(name).map_err(|_| Error::invalid("kernel name", "contains NUL"))?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: valid module handle and NUL-terminated name.
+        check("cuModuleGetFunction", unsafe {
+            cu::cuModuleGetFunction(&mut f, self.module, cname.as_ptr())
+        })?;
+        Ok(Function(f))
+    }
+}
+
+// Modules are cached for the life of the process (one per device), so Module
+// has no Drop: unloading would race with kernels still in flight.
+
+/// Launches `f` with one by-value argument of type `A` on `stream`.
+///
+/// # Safety
+/// `A` must match the kernel's parameter layout, and every device address in
+/// `args` must stay valid until the kernel has finished.
+pub unsafe fn launch<A>(
+    f: Function,
+    grid: u32,
+    block: u32,
+    args: &A,
+    stream: CUstream,
+) -> Result<()> {
+    let mut params = [args as *const A as *mut c_void];
+    // SAFETY: the caller upholds the layout and lifetime contract above; the
+    // driver copies the argument bytes before returning.
+    check("cuLaunchKernel", unsafe {
+        cu::cuLaunchKernel(
+            f.0,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}

@@ -1,0 +1,217 @@
+//! How the ranks of a CUDA communicator swap the addresses (threads) or IPC
+//! handles (processes) of their receive buffers. Every wait is bounded.
+//!
+//! Two forms: ranks that are threads of one process share a [`ThreadGroup`];
+//! ranks that are processes write files into a directory all of them know
+//! (give each communicator a fresh, empty directory).
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the ranks meet.
+#[derive(Clone, Debug)]
+pub enum Rendezvous {
+    /// Ranks are threads of this process, sharing this group.
+    Threads(Arc<ThreadGroup>),
+    /// Ranks are processes; each writes `<dir>/<key>.rank<r>` and reads the others'.
+    Dir(PathBuf),
+}
+
+/// The meeting point of `world` threads.
+#[derive(Debug)]
+pub struct ThreadGroup {
+    world: usize,
+    posted: Mutex<HashMap<String, Vec<Option<Vec<u8>>>>>,
+    changed: Condvar,
+}
+
+impl ThreadGroup {
+    pub fn new(world: usize) -> Arc<Self> {
+        Arc::new(Self {
+            world,
+            posted: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
+        })
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
+}
+
+impl Rendezvous {
+    /// Posts `mine` as rank `rank`'s value for `key` and returns every rank's
+    /// value (index = rank), waiting at most `timeout` for the others.
+    pub fn exchange(
+        &self,
+        key: &str,
+        rank: usize,
+        world: usize,
+        mine: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>> {
+        match self {
+            Rendezvous::Threads(g) => exchange_threads(g, key, rank, world, mine, timeout),
+            Rendezvous::Dir(d) => exchange_dir(d, key, rank, world, mine, timeout),
+        }
+    }
+}
+
+fn missing_error(rank: usize, peer: usize, what: String, waited: Duration) -> Error {
+    Error::PeerTimeout {
+        rank,
+        peer,
+        epoch: 0,
+        what,
+        waited,
+    }
+}
+
+fn exchange_threads(
+    g: &ThreadGroup,
+    key: &str,
+    rank: usize,
+    world: usize,
+    mine: &[u8],
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>> {
+    if g.world != world {
+        return Err(Error::invalid(
+            "thread group",
+            format!("made for {} ranks, used with {world}", g.world),
+        ));
+    }
+    let start = Instant::now();
+    let lock_err = || Error::Aborted("a rank panicked during the rendezvous".into());
+    let mut posted = g.posted.lock().map_err(|_| lock_err())?;
+    posted
+        .entry(key.to_string())
+        .or_insert_with(|| vec![None; world])[rank] = Some(mine.to_vec());
+    g.changed.notify_all();
+    loop {
+        let slots = &posted[key];
+        if let Some(missing) = slots.iter().position(|s| s.is_none()) {
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(missing_error(
+                    rank,
+                    missing,
+                    format!("rendezvous {key:?}"),
+                    waited,
+                ));
+            }
+            posted = g
+                .changed
+                .wait_timeout(posted, timeout - waited)
+                .map_err(|_| lock_err())?
+                .0;
+        } else {
+            return Ok(slots
+                .iter()
+                .map(|s| s.clone().unwrap_or_default())
+                .collect());
+        }
+    }
+}
+
+fn exchange_dir(
+    dir: &std::path::Path,
+    key: &str,
+    rank: usize,
+    world: usize,
+    mine: &[u8],
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
+    let path = |r: usize| dir.join(format!("{key}.rank{r}"));
+    // Written under a temporary name and renamed so readers see whole files.
+    let tmp = dir.join(format!("{key}.rank{rank}.tmp"));
+    std::fs::write(&tmp, mine).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path(rank))
+        .map_err(|e| Error::io(format!("rename {}", tmp.display()), e))?;
+    let start = Instant::now();
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; world];
+    loop {
+        for (r, slot) in out.iter_mut().enumerate() {
+            if slot.is_none() {
+                if let Ok(bytes) = std::fs::read(path(r)) {
+                    *slot = Some(bytes);
+                }
+            }
+        }
+        match out.iter().position(|s| s.is_none()) {
+            None => return Ok(out.into_iter().map(|s| s.unwrap_or_default()).collect()),
+            Some(missing) => {
+                let waited = start.elapsed();
+                if waited >= timeout {
+                    return Err(missing_error(
+                        rank,
+                        missing,
+                        format!("rendezvous file {}", path(missing).display()),
+                        waited,
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_exchange_returns_every_rank_value_in_rank_order() {
+        let g = ThreadGroup::new(3);
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                let rv = Rendezvous::Threads(g.clone());
+                std::thread::spawn(move || {
+                    rv.exchange("k", r, 3, &[r as u8; 2], Duration::from_secs(5))
+                        .unwrap()
+                })
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(
+                h.join().unwrap(),
+                vec![vec![0u8, 0], vec![1, 1], vec![2, 2]]
+            );
+        }
+    }
+
+    #[test]
+    fn dir_exchange_names_the_missing_rank_after_the_timeout() {
+        let d = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::Dir(d.path().to_path_buf());
+        let t0 = Instant::now();
+        let err = rv
+            .exchange("k", 0, 2, b"x", Duration::from_millis(50))
+            .unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        match err {
+            Error::PeerTimeout { rank, peer, .. } => assert_eq!((rank, peer), (0, 1)),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn dir_exchange_between_two_writers() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().to_path_buf();
+        let h = std::thread::spawn(move || {
+            Rendezvous::Dir(p)
+                .exchange("k", 1, 2, b"one", Duration::from_secs(5))
+                .unwrap()
+        });
+        let mine = Rendezvous::Dir(d.path().to_path_buf())
+            .exchange("k", 0, 2, b"zero", Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(mine, vec![b"zero".to_vec(), b"one".to_vec()]);
+        assert_eq!(h.join().unwrap(), mine);
+    }
+}
