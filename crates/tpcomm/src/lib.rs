@@ -5,6 +5,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod nccl;
 pub mod units;
 
 pub use dtype::{DType, Element, ReduceOp};
