@@ -6,6 +6,7 @@
 pub mod dtype;
 pub mod error;
 pub mod nccl;
+pub mod topology;
 pub mod units;
 
 pub use dtype::{DType, Element, ReduceOp};
