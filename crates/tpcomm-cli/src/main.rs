@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod probe;
+
 #[derive(Parser)]
 #[command(
     name = "tpcomm",
@@ -17,11 +19,14 @@ struct Cli {
 enum Command {
     /// Print the version (placeholder until subcommands land).
     Version,
+    /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
+    Probe(probe::ProbeArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
+        Command::Probe(args) => std::process::exit(probe::run(args)),
     }
 }

@@ -6,6 +6,8 @@
 pub mod cuda;
 pub mod dtype;
 pub mod error;
+pub mod nccl;
+pub mod topology;
 pub mod units;
 
 pub use dtype::{DType, Element, ReduceOp};
