@@ -9,4 +9,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== tests"
+# NVRTC from PyPI, so the kernel compile test (tests/nvrtc_compile.rs) runs and cannot skip.
+NVRTC_LIB_DIR="$(./scripts/install_nvrtc.sh)"
+export LD_LIBRARY_PATH="${NVRTC_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TPCOMM_REQUIRE_NVRTC=1
 cargo test --workspace --release

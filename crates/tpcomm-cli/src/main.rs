@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod gpu_bench;
 mod probe;
 
 #[derive(Parser)]
@@ -21,6 +22,8 @@ enum Command {
     Version,
     /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
     Probe(probe::ProbeArgs),
+    /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
+    GpuBench(gpu_bench::GpuBenchArgs),
 }
 
 fn main() {
@@ -28,5 +31,6 @@ fn main() {
     match cli.command {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
         Command::Probe(args) => std::process::exit(probe::run(args)),
+        Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
     }
 }

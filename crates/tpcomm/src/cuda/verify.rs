@@ -108,6 +108,25 @@ pub fn count_wrong(dtype: DType, out: &[u8], reference: &[(f64, f64)], world: us
         .count()
 }
 
+/// [`count_wrong`] with the reference computed element by element from the
+/// ranks' inputs, without holding it in memory (large messages).
+pub fn count_wrong_against(dtype: DType, out: &[u8], inputs: &[&[u8]], world: usize) -> usize {
+    let acc_eps = f32::EPSILON as f64 * world as f64;
+    let type_eps = dtype.tolerance(world) - acc_eps;
+    let n = out.len() / dtype.size();
+    (0..n)
+        .filter(|&i| {
+            let (r, abs) = inputs.iter().fold((0.0f64, 0.0f64), |(s, a), inp| {
+                let v = element(dtype, inp, i);
+                (s + v, a + v.abs())
+            });
+            let v = element(dtype, out, i);
+            let tol = type_eps * r.abs() + acc_eps * abs + f64::MIN_POSITIVE;
+            v.is_nan() || (v - r).abs() > tol
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +167,11 @@ mod tests {
             vals[5] += 0.5;
             vals[70] = f64::NAN;
             assert_eq!(count_wrong(d, &encode(&vals), &r, 2), 2, "{d}");
+            assert_eq!(
+                count_wrong_against(d, &encode(&vals), &[&a, &b], 2),
+                2,
+                "{d}"
+            );
         }
     }
 }

@@ -1,0 +1,602 @@
+//! `tpcomm gpu-bench`: every tpcomm GPU all-reduce algorithm and NCCL, eager
+//! and inside CUDA graphs, in one run, every result checked against a
+//! float64 reference. One process per GPU (the command re-executes itself as
+//! workers) or one thread per GPU (`--launch threads`).
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
+use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
+use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per GPU, buffers shared by CUDA IPC.
+    Procs,
+    /// One thread per GPU in this process, buffers shared by peer access.
+    Threads,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct GpuBenchArgs {
+    /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
+    #[arg(long, value_enum, default_value = "procs")]
+    launch: Launch,
+    /// Number of GPUs (ranks); default: every GPU, at most 8.
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Element type: bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Smallest message.
+    #[arg(long, default_value = "1KiB")]
+    min: ByteSize,
+    /// Largest message (also the communicator's buffer size).
+    #[arg(long, default_value = "64MiB")]
+    max: ByteSize,
+    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl.
+    #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
+    algos: Vec<String>,
+    /// Modes, comma separated: eager, graph.
+    #[arg(long, value_delimiter = ',', default_value = "eager,graph")]
+    modes: Vec<String>,
+    /// Calls per timed repetition (and per captured graph).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Timed repetitions; the median is reported.
+    #[arg(long, default_value_t = 25)]
+    reps: usize,
+    /// Input/output buffer pairs rotated through, so caches do not flatter.
+    #[arg(long, default_value_t = 4)]
+    rotate: usize,
+    /// Bound on every wait, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    timeout_ms: u64,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    worker_rank: Option<usize>,
+    #[arg(long, hide = true)]
+    rendezvous: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+struct Row {
+    bytes: u64,
+    count: usize,
+    dtype: String,
+    algo: String,
+    mode: String,
+    time_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    wrong: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+struct RankInfo {
+    gpu: String,
+    arch: String,
+    nvrtc: String,
+    nccl: Option<String>,
+    memory: String,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct RankOut {
+    info: RankInfo,
+    rows: Vec<Row>,
+}
+
+enum Impl {
+    Tp(Algo),
+    Nccl,
+}
+
+pub fn run(args: GpuBenchArgs) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tpcomm gpu-bench: {e}");
+            1
+        }
+    }
+}
+
+fn run_inner(args: GpuBenchArgs) -> Result<()> {
+    validate(&args)?;
+    if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
+        let world = args
+            .gpus
+            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
+        let out = rank_main(rank, world, &args, Rendezvous::Dir(dir.clone()))?;
+        let path = dir.join(format!("result.rank{rank}.json"));
+        let text =
+            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+        return Ok(());
+    }
+    tpcomm::cuda::ensure_driver()?;
+    let n = CudaContext::device_count().map_err(|e| Error::Cuda {
+        call: "cuDeviceGetCount".into(),
+        detail: e.to_string(),
+    })? as usize;
+    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    if world < 2 || world > n {
+        return Err(Error::invalid(
+            "--gpus",
+            format!(
+                "{world} ranks, but this machine has {n} GPU(s); the GPU bench needs 2 or more"
+            ),
+        ));
+    }
+    let outs: Vec<RankOut> = match args.launch {
+        Launch::Threads => {
+            let group = ThreadGroup::new(world);
+            let hs: Vec<_> = (0..world)
+                .map(|r| {
+                    let (a, rv) = (args.clone(), Rendezvous::Threads(group.clone()));
+                    std::thread::spawn(move || rank_main(r, world, &a, rv))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| Error::Aborted("a rank thread panicked".into()))?
+                })
+                .collect::<Result<_>>()?
+        }
+        Launch::Procs => run_procs(&args, world)?,
+    };
+    report(&args, world, outs)
+}
+
+fn validate(args: &GpuBenchArgs) -> Result<()> {
+    if args.min.bytes() == 0 || args.min > args.max {
+        return Err(Error::invalid(
+            "--min/--max",
+            format!("need 0 < min <= max, got {} and {}", args.min, args.max),
+        ));
+    }
+    if args.iters == 0 || args.reps == 0 || args.rotate == 0 {
+        return Err(Error::invalid(
+            "--iters/--reps/--rotate",
+            "must be at least 1",
+        ));
+    }
+    for a in &args.algos {
+        if a != "nccl" {
+            a.parse::<Algo>()?;
+        }
+    }
+    for m in &args.modes {
+        if m != "eager" && m != "graph" {
+            return Err(Error::invalid(
+                "--modes",
+                format!("{m:?} (expected eager or graph)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("find this executable", e))?;
+    let dir = std::env::temp_dir().join(format!(
+        "tpcomm-gpu-bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    let mut children = Vec::new();
+    for r in 0..world {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("gpu-bench")
+            .args([
+                "--gpus",
+                &world.to_string(),
+                "--worker-rank",
+                &r.to_string(),
+            ])
+            .arg("--rendezvous")
+            .arg(&dir)
+            .args([
+                "--dtype",
+                args.dtype.name(),
+                "--min",
+                &args.min.bytes().to_string(),
+                "--max",
+                &args.max.bytes().to_string(),
+            ])
+            .args([
+                "--algos",
+                &args.algos.join(","),
+                "--modes",
+                &args.modes.join(","),
+            ])
+            .args([
+                "--iters",
+                &args.iters.to_string(),
+                "--reps",
+                &args.reps.to_string(),
+                "--rotate",
+                &args.rotate.to_string(),
+            ])
+            .args(["--timeout-ms", &args.timeout_ms.to_string()]);
+        children.push(
+            cmd.spawn()
+                .map_err(|e| Error::io("start a worker process", e))?,
+        );
+    }
+    let mut failed = Vec::new();
+    for (r, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| Error::io("wait for a worker", e))?;
+        if !status.success() {
+            failed.push(format!("rank {r}: {status}"));
+        }
+    }
+    if !failed.is_empty() {
+        return Err(Error::Aborted(format!(
+            "worker processes failed ({}); their messages are above",
+            failed.join(", ")
+        )));
+    }
+    let outs = (0..world)
+        .map(|r| {
+            let p = dir.join(format!("result.rank{r}.json"));
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
+            serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
+        })
+        .collect::<Result<Vec<RankOut>>>()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(outs)
+}
+
+fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> Result<RankOut> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let ctx = open_context(rank)?;
+    // SAFETY: every buffer here is used on one stream only, so cudarc's
+    // per-buffer events are not needed (and must not be recorded into graphs).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let mut cfg = CudaConfig::new(rank, world, rank);
+    cfg.max_bytes = args.max;
+    cfg.timeout = timeout;
+    let comm = CudaCommunicator::new(&cfg, &rv)?;
+    let (nvrtc, arch) = comm.compiled_with();
+    let mut info = RankInfo {
+        gpu: ctx.name().unwrap_or_default(),
+        arch: format!("sm_{}{}", arch.0, arch.1),
+        nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+        nccl: None,
+        memory: comm.memory_report().to_string(),
+    };
+    let nccl = if args.algos.iter().any(|a| a == "nccl") {
+        nccl_comm(rank, world, &rv, timeout, &mut info)
+    } else {
+        None
+    };
+    let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
+
+    let dtype = args.dtype;
+    let max = args.max.as_usize()?;
+    let max_count = max / dtype.size();
+    let rot = args.rotate;
+    // Every rank makes every rank's inputs (seeded by rank and buffer), so each
+    // can check its results against the float64 reference on its own.
+    let inputs: Vec<Vec<Vec<u8>>> = (0..rot)
+        .map(|k| {
+            (0..world)
+                .map(|p| random_bytes(dtype, max_count, &mut Rng::new(1 + (k * 64 + p) as u64)))
+                .collect()
+        })
+        .collect();
+    let mut ins: Vec<CudaSlice<u8>> = Vec::new();
+    let mut outs: Vec<CudaSlice<u8>> = Vec::new();
+    for input in &inputs {
+        ins.push(
+            stream
+                .clone_htod(&input[rank][..])
+                .map_err(cuda("cuMemcpyHtoD"))?,
+        );
+        outs.push(stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?);
+    }
+    let ptr = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+    let in_ptrs: Vec<u64> = ins.iter().map(ptr).collect();
+    let out_ptrs: Vec<u64> = outs.iter().map(ptr).collect();
+    let poison = vec![0xffu8; max];
+    let ev0 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let ev1 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+
+    let mut sizes = Vec::new();
+    let mut s = args.min.as_usize()?;
+    while s <= max {
+        sizes.push(s);
+        s *= 2;
+    }
+    let mut rows = Vec::new();
+    let mut step = 0usize;
+    for &bytes in &sizes {
+        let count = bytes / dtype.size();
+        if count == 0 {
+            continue;
+        }
+        for algo_name in &args.algos {
+            let imp = if algo_name == "nccl" {
+                match &nccl {
+                    Some(_) => Impl::Nccl,
+                    None => continue,
+                }
+            } else {
+                Impl::Tp(algo_name.parse()?)
+            };
+            let call = |k: usize| -> Result<()> {
+                let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
+                // SAFETY: i and o are `max`-byte buffers of this rank's device
+                // that live until the end of rank_main, after every sync.
+                unsafe {
+                    match &imp {
+                        Impl::Tp(a) => comm
+                            .all_reduce(i, o, count, dtype, ReduceOp::Sum, *a, stream.cu_stream())
+                            .map(|_| ()),
+                        Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
+                            n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
+                        }),
+                    }
+                }
+            };
+            let name = match &imp {
+                Impl::Tp(a) => a.resolve(bytes).name().to_string(),
+                Impl::Nccl => "nccl".to_string(),
+            };
+            let name = if algo_name == "auto" {
+                format!("auto({name})")
+            } else {
+                name
+            };
+            for mode in &args.modes {
+                step += 1;
+                barrier(&format!("b{step}"))?;
+                let graph = mode == "graph";
+                let mut times = Vec::with_capacity(args.reps);
+                let captured = if graph {
+                    stream
+                        .begin_capture(
+                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                        )
+                        .map_err(cuda("cuStreamBeginCapture"))?;
+                    let mut res = Ok(());
+                    for k in 0..args.iters {
+                        res = res.and_then(|_| call(k));
+                    }
+                    let g = stream
+                        .end_capture(sys::CUgraphInstantiate_flags(0))
+                        .map_err(cuda("cuStreamEndCapture"))?;
+                    res?;
+                    let g = g.ok_or_else(|| Error::Cuda {
+                        call: "cuStreamEndCapture".into(),
+                        detail: "empty graph".into(),
+                    })?;
+                    g.upload().map_err(cuda("cuGraphUpload"))?;
+                    g.launch().map_err(cuda("cuGraphLaunch"))?;
+                    Some(g)
+                } else {
+                    for k in 0..2 * rot {
+                        call(k)?;
+                    }
+                    None
+                };
+                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                comm.check()?;
+                barrier(&format!("t{step}"))?;
+                for _ in 0..args.reps {
+                    ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
+                    match &captured {
+                        Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
+                        None => {
+                            for k in 0..args.iters {
+                                call(k)?;
+                            }
+                        }
+                    }
+                    ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+                    ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                    times.push(
+                        ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
+                            / args.iters as f64,
+                    );
+                }
+                // Check: poison every output, run once more, compare each with
+                // the float64 reference.
+                for o in outs.iter_mut() {
+                    stream
+                        .memcpy_htod(&poison[..bytes], &mut o.slice_mut(..bytes))
+                        .map_err(cuda("cuMemcpyHtoD"))?;
+                }
+                match &captured {
+                    Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
+                    None => {
+                        for k in 0..rot.max(args.iters) {
+                            call(k)?;
+                        }
+                    }
+                }
+                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                comm.check()?;
+                let mut wrong = 0;
+                let mut host = vec![0u8; bytes];
+                let written = if captured.is_some() {
+                    rot.min(args.iters)
+                } else {
+                    rot
+                };
+                for (k, o) in outs.iter().enumerate().take(written) {
+                    stream
+                        .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
+                        .map_err(cuda("cuMemcpyDtoH"))?;
+                    stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                    let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
+                    wrong += count_wrong_against(dtype, &host, &ins_k, world);
+                }
+                let t = median(times);
+                let algbw = bytes as f64 / (t * 1e-6) / 1e9;
+                rows.push(Row {
+                    bytes: bytes as u64,
+                    count,
+                    dtype: dtype.name().to_string(),
+                    algo: name.clone(),
+                    mode: mode.clone(),
+                    time_us: t,
+                    algbw_gbps: algbw,
+                    busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
+                    wrong,
+                });
+            }
+        }
+    }
+    barrier("end")?;
+    Ok(RankOut { info, rows })
+}
+
+fn nccl_comm(
+    rank: usize,
+    world: usize,
+    rv: &Rendezvous,
+    timeout: Duration,
+    info: &mut RankInfo,
+) -> Option<NcclComm> {
+    // Every rank learns whether every rank loaded NCCL, so all skip it together.
+    let loaded = Nccl::load();
+    if let Err(e) = &loaded {
+        eprintln!("rank {rank}: NCCL rows skipped: {e}");
+    }
+    let id = match (&loaded, rank) {
+        (Ok(n), 0) => n.unique_id().ok(),
+        _ => None,
+    };
+    let mine: Vec<u8> = match (&loaded, id) {
+        (Ok(_), Some(id)) => id.0.to_vec(),
+        (Ok(_), None) => vec![1],
+        (Err(_), _) => vec![],
+    };
+    let all = rv.exchange("nccl-id", rank, world, &mine, timeout).ok()?;
+    if all.iter().any(|v| v.is_empty()) || all[0].len() != 128 {
+        return None;
+    }
+    let nccl = loaded.ok()?;
+    let mut id = [0u8; 128];
+    id.copy_from_slice(&all[0]);
+    info.nccl = Some(nccl.version().to_string());
+    match nccl.comm_init_rank(world, &UniqueId(id), rank) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("rank {rank}: NCCL rows skipped: {e}");
+            None
+        }
+    }
+}
+
+fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
+    let mut rows = outs[0].rows.clone();
+    // Times are rank 0's; a wrong element on any rank counts.
+    for o in &outs[1..] {
+        for (r, x) in rows.iter_mut().zip(&o.rows) {
+            r.wrong += x.wrong;
+        }
+    }
+    let driver = tpcomm::cuda::driver_version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .unwrap_or_default();
+    eprint!("{}", outs[0].info.memory);
+    println!(
+        "# tpcomm gpu-bench: {world} x {} ({}), driver CUDA {driver}, NVRTC {}, NCCL {}, launch {:?}, median of {} reps x {} calls, {} rotating buffers",
+        outs[0].info.gpu,
+        outs[0].info.arch,
+        outs[0].info.nvrtc,
+        outs[0].info.nccl.clone().unwrap_or_else(|| "not loaded".into()),
+        args.launch,
+        args.reps,
+        args.iters,
+        args.rotate
+    );
+    println!(
+        "{:>12} {:>10} {:>5} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "size(B)", "count", "type", "algo", "mode", "time(us)", "algbw", "busbw", "#wrong"
+    );
+    for r in &rows {
+        println!(
+            "{:>12} {:>10} {:>5} {:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>7}",
+            r.bytes,
+            r.count,
+            r.dtype,
+            r.algo,
+            r.mode,
+            r.time_us,
+            r.algbw_gbps,
+            r.busbw_gbps,
+            r.wrong
+        );
+    }
+    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    println!("# total wrong elements: {wrong}");
+    if let Some(path) = &args.json {
+        let meta = serde_json::json!({
+            "tool": "tpcomm gpu-bench",
+            "transport": "cuda",
+            "launch": args.launch,
+            "machine": hostname(),
+            "world": world,
+            "gpus": outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
+            "arch": outs[0].info.arch,
+            "driver": driver,
+            "nvrtc": outs[0].info.nvrtc,
+            "nccl": outs[0].info.nccl,
+            "iters": args.iters,
+            "reps": args.reps,
+            "rotate": args.rotate,
+            "timing": "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters)",
+        });
+        let doc = serde_json::json!({"meta": meta, "rows": rows});
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| Error::invalid("json", e.to_string()))?;
+        std::fs::write(path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    }
+    if wrong > 0 {
+        return Err(Error::Aborted(format!("{wrong} wrong elements")));
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
