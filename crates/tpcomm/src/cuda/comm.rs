@@ -67,7 +67,8 @@ impl std::str::FromStr for Algo {
 
 /// Messages up to this size go one-shot under `Algo::Auto`, a size rule until
 /// tuning tables exist. For 2 ranks: on 2 x H200 one-shot was faster up to
-/// 1 MiB and two-shot from 2 MiB (bench/results/2026-11-30-h200x2-v2-*).
+/// 1 MiB, even at 2 MiB, and two-shot faster from 4 MiB
+/// (bench/results/2026-11-30-h200x2-v4-*).
 /// One-shot moves (world - 1) times the message out of each rank, so with more
 /// ranks the crossing comes sooner; the 256 KiB used there is a guess, not a
 /// measurement (only 2-GPU machines were available).
@@ -172,6 +173,8 @@ impl Layout {
 /// The compiled kernels of one device, loaded once per process.
 struct Kernels {
     oneshot: [Function; 3],
+    /// One-shot for at most one vector per thread of the grid.
+    oneshot_small: [Function; 3],
     twoshot: [Function; 3],
     /// Threads per block: BLOCK, or less if a kernel cannot take that many.
     block: u32,
@@ -218,13 +221,18 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
         f("tpcomm_oneshot_f16")?,
         f("tpcomm_oneshot_bf16")?,
     ];
+    let oneshot_small = [
+        f("tpcomm_oneshot_small_f32")?,
+        f("tpcomm_oneshot_small_f16")?,
+        f("tpcomm_oneshot_small_bf16")?,
+    ];
     let twoshot = [
         f("tpcomm_twoshot_f32")?,
         f("tpcomm_twoshot_f16")?,
         f("tpcomm_twoshot_bf16")?,
     ];
     let mut block = BLOCK;
-    for k in oneshot.iter().chain(twoshot.iter()) {
+    for k in oneshot.iter().chain(&oneshot_small).chain(&twoshot) {
         // Rounded down to whole warps; the kernels work with any block size.
         block = block.min(k.max_threads_per_block()? / 32 * 32);
     }
@@ -236,6 +244,7 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
     }
     let k = Arc::new(Kernels {
         oneshot,
+        oneshot_small,
         twoshot,
         block,
         nvrtc: compiled.nvrtc,
@@ -510,8 +519,10 @@ impl CudaCommunicator {
         let block = (self.kernels.block as usize).min(nvec.div_ceil(32) * 32) as u32;
         let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
         let d = dtype_index(dtype);
+        let one_vector_per_thread = nvec <= block as usize * blocks as usize;
         let f = match algo {
             Algo::TwoShot => self.kernels.twoshot[d],
+            _ if one_vector_per_thread => self.kernels.oneshot_small[d],
             _ => self.kernels.oneshot[d],
         };
         let args = KernelArgs {
