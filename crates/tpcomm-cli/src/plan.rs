@@ -15,10 +15,10 @@ use tpcomm_plan::{PlanError, Result};
 pub enum PlanCommand {
     /// Memory per GPU: weights, communication buffers, CUDA graphs,
     /// activations, draft, and what is left for the KV cache.
-    Memory(MemoryArgs),
+    Memory(Box<MemoryArgs>),
     /// Speculative decoding: plain vs speculative tok/s over draft steps,
     /// the best setting, the break-even all-reduce latency.
-    Spec(SpecArgs),
+    Spec(Box<SpecArgs>),
     /// List the catalog's models, GPUs, machines and drafts.
     List(CatalogArg),
 }
@@ -192,8 +192,8 @@ pub struct SpecArgs {
 
 pub fn run(cmd: PlanCommand) -> Result<()> {
     match cmd {
-        PlanCommand::Memory(a) => memory(a),
-        PlanCommand::Spec(a) => spec(a),
+        PlanCommand::Memory(a) => memory(*a),
+        PlanCommand::Spec(a) => spec(*a),
         PlanCommand::List(a) => list(a),
     }
 }
