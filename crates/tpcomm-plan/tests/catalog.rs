@@ -305,3 +305,23 @@ fn catalog_directory_is_read_and_missing_files_reported() {
         "{e}"
     );
 }
+
+/// Drafts whose rates were derived from a published average acceptance
+/// length reproduce it (to the rounding of the rates, 0.1%).
+#[test]
+fn derived_acceptance_rates_reproduce_published_tau() {
+    use tpcomm_plan::spec::expected_tokens;
+    let c = Catalog::builtin().unwrap();
+    for (draft, tau) in [
+        ("llama-3.1-8b-eagle3", 2.77),
+        ("llama-3.3-70b-eagle3", 3.89),
+        ("kimi-k2.5-eagle3", 2.77),
+    ] {
+        let d = c.draft(draft).unwrap();
+        let got = expected_tokens(&d.acceptance, 7);
+        assert!((got / tau - 1.0).abs() < 1e-3, "{draft}: {got} vs {tau}");
+    }
+    // DeepSeek-V3's MTP: one extra token accepted 85% of the time.
+    let d = c.draft("deepseek-v3-mtp").unwrap();
+    assert_eq!(expected_tokens(&d.acceptance, 1), 1.85);
+}
