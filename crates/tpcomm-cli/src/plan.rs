@@ -576,16 +576,33 @@ fn print_spec(r: &Resolved, draft: &tpcomm_plan::catalog::Draft, plan: &SpecPlan
         comm,
         100.0 * comm / b.cycle_us
     );
-    match b.break_even {
-        BreakEven::At { mean_us, .. } if b.speedup < 1.0 => println!(
-            "speculation loses here; it wins once the cycle's all-reduces take less than {mean_us:.1} us each{}",
-            if shared { " (plain decoding's scaled with them)" } else { "" }
-        ),
-        BreakEven::At { mean_us, .. } => println!(
-            "speculation wins here, and keeps winning while the cycle's all-reduces stay below {mean_us:.1} us each"
-        ),
-        BreakEven::AlwaysWins => println!("speculation wins at any all-reduce latency"),
-        BreakEven::NeverWins => println!("speculation loses even with free all-reduces"),
+    // The most forgiving setting: the highest latency at which some setting still wins.
+    let most = plan
+        .settings
+        .iter()
+        .filter_map(|s| match s.break_even {
+            BreakEven::At { mean_us, .. } => Some((mean_us, s.steps)),
+            _ => None,
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if plan
+        .settings
+        .iter()
+        .any(|s| s.break_even == BreakEven::AlwaysWins)
+    {
+        println!("speculation wins at any all-reduce latency with some setting");
+    } else if let Some((us, steps)) = most {
+        let verb = if b.speedup < 1.0 {
+            "loses here; it would win"
+        } else {
+            "wins here, and keeps winning"
+        };
+        println!(
+            "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {steps} draft steps){}",
+            if shared { "; plain decoding's all-reduces are scaled with them" } else { "" }
+        );
+    } else {
+        println!("speculation loses even with free all-reduces");
     }
 }
 

@@ -148,12 +148,12 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
         name: "target weights".into(),
         bytes: weight_bytes_per_rank(&params, inp.tp, inp.weights, inp.scope),
         how: format!(
-            "{} params, {} on {} layers, embeddings/norms/router bf16, split over TP {}",
-            params.total(),
+            "{:.1}B params; {} on {}, the rest bf16; split over TP {}",
+            params.total() as f64 / 1e9,
             inp.weights.describe(),
             match inp.scope {
                 QuantScope::Experts => "routed experts",
-                QuantScope::Linear => "all linear",
+                QuantScope::Linear => "all linear layers",
             },
             inp.tp
         ),
@@ -226,9 +226,9 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
             name: "draft weights".into(),
             bytes: weight_bytes_per_rank(&a.params, inp.tp, inp.draft_weights, scope),
             how: format!(
-                "{} ({} params, {})",
+                "{} ({:.2}B params, {})",
                 d.name,
-                a.params.total(),
+                a.params.total() as f64 / 1e9,
                 inp.draft_weights.describe()
             ),
         });
