@@ -2,6 +2,19 @@
 //! on the command line.
 
 use clap::{Args, Subcommand, ValueEnum};
+
+/// Prints a line to stdout; a closed pipe (`tpcomm plan ... | head`) ends
+/// the output quietly instead of panicking as `println!` would.
+macro_rules! outln {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 use std::path::PathBuf;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
@@ -246,9 +259,11 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
     let draft = c.draft.as_deref().map(|d| cat.draft(d)).transpose()?;
     if let Some(d) = draft {
         if !d.target.eq_ignore_ascii_case(&model.name) {
-            eprintln!(
+            eoutln!(
                 "note: draft {} was made for {}, not {}",
-                d.name, d.target, model.name
+                d.name,
+                d.target,
+                model.name
             );
         }
     }
@@ -267,10 +282,14 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
     })
 }
 
+fn lower(x: impl std::fmt::Debug) -> String {
+    format!("{x:?}").to_lowercase()
+}
+
 fn json_out<T: serde::Serialize>(v: &T) -> Result<()> {
     let s = serde_json::to_string_pretty(v)
         .map_err(|e| PlanError::invalid("JSON output", e.to_string()))?;
-    println!("{s}");
+    outln!("{s}");
     Ok(())
 }
 
@@ -332,24 +351,24 @@ fn memory(a: MemoryArgs) -> Result<()> {
             plan: &plan,
         });
     }
-    println!(
-        "{} on {} ({} per GPU), TP {}, weights {:?} ({:?}), KV {:?}{}",
+    outln!(
+        "{} on {} ({} per GPU), TP {}, weights {} ({}), KV {}{}",
         r.model.name,
         r.gpu.name,
         plan.gpu_memory,
         r.tp,
-        r.weights,
-        r.scope,
-        r.kv,
+        lower(r.weights),
+        lower(r.scope),
+        lower(r.kv),
         r.draft
             .map(|d| format!(", draft {}", d.name))
             .unwrap_or_default()
     );
-    println!("per GPU:");
+    outln!("per GPU:");
     for t in &plan.terms {
-        println!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
+        outln!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
     }
-    println!(
+    outln!(
         "  {:<24} {:>12}   {} tokens x ({} target{})",
         "left for the KV cache",
         plan.kv_budget.to_string(),
@@ -361,7 +380,7 @@ fn memory(a: MemoryArgs) -> Result<()> {
             String::new()
         }
     );
-    println!(
+    outln!(
         "KV cache: {} tokens ({} target KV{}) per GPU; with TP every rank holds the same tokens",
         plan.kv_tokens,
         plan.kv_target,
@@ -432,9 +451,21 @@ fn spec(a: SpecArgs) -> Result<()> {
     } else if let Some(t) = &a.table {
         table_of(&cat, machine, t, interp)?
     } else {
+        let tables = match machine {
+            Some(m) => format!(
+                "; machine {m} has tables: {}",
+                cat.machine(m)?
+                    .tables
+                    .iter()
+                    .map(|t| t.name.rsplit('/').next().unwrap_or(&t.name).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        };
         return Err(PlanError::invalid(
             "all-reduce latency",
-            "give --allreduce-us, --bench FILE, or --machine with --table",
+            format!("give --allreduce-us, --bench FILE, or --machine with --table{tables}"),
         ));
     };
     let plain_latency = match (a.plain_allreduce_us, &a.plain_table) {
@@ -500,29 +531,39 @@ fn spec(a: SpecArgs) -> Result<()> {
     }
     print_spec(&r, draft, &plan, planner.shares_latency());
     for p in plots {
-        println!("wrote {}", p.display());
+        outln!("wrote {}", p.display());
     }
     Ok(())
 }
 
 fn print_spec(r: &Resolved, draft: &tpcomm_plan::catalog::Draft, plan: &SpecPlan, shared: bool) {
     let p = &plan.plain;
-    println!(
-        "{} + {} on {} x TP {}, weights {:?} ({:?})",
-        r.model.name, draft.name, r.gpu.name, r.tp, r.weights, r.scope
+    outln!(
+        "{} + {} on {} x TP {}, weights {} ({})",
+        r.model.name,
+        draft.name,
+        r.gpu.name,
+        r.tp,
+        lower(r.weights),
+        lower(r.scope)
     );
-    println!("cycle all-reduces: {}", plan.spec_latency);
-    println!("plain all-reduces: {}", plan.plain_latency);
-    println!(
+    outln!("cycle all-reduces: {}", plan.spec_latency);
+    outln!("plain all-reduces: {}", plan.plain_latency);
+    outln!(
         "per-layer overhead: {:.1} us ({})",
-        plan.overhead_per_layer_us, plan.overhead_from
+        plan.overhead_per_layer_us,
+        plan.overhead_from
     );
-    println!(
+    outln!(
         "plain decoding: {:.1} tok/s = {:.0} us compute + {:.0} us for {} all-reduces of {}",
-        p.tok_s, p.compute_us, p.comm_us, p.allreduces, p.message
+        p.tok_s,
+        p.compute_us,
+        p.comm_us,
+        p.allreduces,
+        p.message
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:>5} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
         "steps",
         "verify",
@@ -544,7 +585,7 @@ fn print_spec(r: &Resolved, draft: &tpcomm_plan::catalog::Draft, plan: &SpecPlan
             BreakEven::AlwaysWins => "wins at any latency".into(),
             BreakEven::NeverWins => "loses even with free all-reduces".into(),
         };
-        println!(
+        outln!(
             "{:>5} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
             s.steps,
             s.verify_tokens,
@@ -562,9 +603,9 @@ fn print_spec(r: &Resolved, draft: &tpcomm_plan::catalog::Draft, plan: &SpecPlan
         );
     }
     let b = &plan.settings[plan.best];
-    println!();
+    outln!();
     let comm = b.draft_comm_us + b.verify_comm_us;
-    println!(
+    outln!(
         "best: {} draft steps, {:.1} tok/s vs {:.1} plain ({:.2}x); cycle {:.0} us = {:.0} us compute ({:.0}%) + {:.0} us communication ({:.0}%)",
         b.steps,
         b.tok_s,
@@ -590,28 +631,28 @@ fn print_spec(r: &Resolved, draft: &tpcomm_plan::catalog::Draft, plan: &SpecPlan
         .iter()
         .any(|s| s.break_even == BreakEven::AlwaysWins)
     {
-        println!("speculation wins at any all-reduce latency with some setting");
+        outln!("speculation wins at any all-reduce latency with some setting");
     } else if let Some((us, steps)) = most {
         let verb = if b.speedup < 1.0 {
             "loses here; it would win"
         } else {
             "wins here, and keeps winning"
         };
-        println!(
+        outln!(
             "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {steps} draft steps){}",
             if shared { "; plain decoding's all-reduces are scaled with them" } else { "" }
         );
     } else {
-        println!("speculation loses even with free all-reduces");
+        outln!("speculation loses even with free all-reduces");
     }
 }
 
 fn list(a: CatalogArg) -> Result<()> {
     let cat = load_catalog(&a)?;
-    println!("models:");
+    outln!("models:");
     for m in &cat.models {
         let p = tpcomm_plan::arch::model_params(m);
-        println!(
+        outln!(
             "  {:<20} {} layers, hidden {}, {:.1}B params ({:.1}B active)",
             m.name,
             m.layers,
@@ -620,9 +661,9 @@ fn list(a: CatalogArg) -> Result<()> {
             p.active() as f64 / 1e9
         );
     }
-    println!("gpus:");
+    outln!("gpus:");
     for g in &cat.gpus {
-        println!(
+        outln!(
             "  {:<24} {}, {:.0} GB/s, {:.0} bf16 TFLOP/s",
             g.name,
             g.memory,
@@ -630,19 +671,19 @@ fn list(a: CatalogArg) -> Result<()> {
             g.bf16_flops_per_s / 1e12
         );
     }
-    println!("machines:");
+    outln!("machines:");
     for m in &cat.machines {
-        println!("  {:<20} {} x {}, {}", m.name, m.count, m.gpu, m.link);
+        outln!("  {:<20} {} x {}, {}", m.name, m.count, m.gpu, m.link);
         for t in &m.tables {
-            println!(
+            outln!(
                 "      table {}",
                 t.name.rsplit('/').next().unwrap_or(&t.name)
             );
         }
     }
-    println!("drafts:");
+    outln!("drafts:");
     for d in &cat.drafts {
-        println!(
+        outln!(
             "  {:<22} for {}, {} acceptance rates",
             d.name,
             d.target,

@@ -325,3 +325,13 @@ fn derived_acceptance_rates_reproduce_published_tau() {
     let d = c.draft("deepseek-v3-mtp").unwrap();
     assert_eq!(expected_tokens(&d.acceptance, 1), 1.85);
 }
+
+#[test]
+fn an_entry_without_a_name_is_reported_by_position() {
+    let bad = replace_once(GPUS, "name = \"l40s\"\n", "");
+    let (file, entry, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (file.as_str(), entry.as_str(), field.as_str()),
+        ("gpus.toml", "gpu #7", "name")
+    );
+}
