@@ -259,7 +259,7 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
     let draft = c.draft.as_deref().map(|d| cat.draft(d)).transpose()?;
     if let Some(d) = draft {
         if !d.target.eq_ignore_ascii_case(&model.name) {
-            eoutln!(
+            eprintln!(
                 "note: draft {} was made for {}, not {}",
                 d.name,
                 d.target,
