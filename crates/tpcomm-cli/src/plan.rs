@@ -261,9 +261,7 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
         if !d.target.eq_ignore_ascii_case(&model.name) {
             eprintln!(
                 "note: draft {} was made for {}, not {}",
-                d.name,
-                d.target,
-                model.name
+                d.name, d.target, model.name
             );
         }
     }

@@ -128,3 +128,74 @@ fn bad_inputs_exit_with_a_message() {
     assert_ne!(code, 0);
     assert!(err.contains("/nonexistent"), "{err}");
 }
+
+/// A bench JSON file as the cycle's latency table, a config.json as the
+/// model, and plots written to a directory.
+#[test]
+fn spec_from_bench_file_config_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = dir.path().join("bench.json");
+    std::fs::write(
+        &bench,
+        r#"{"meta": {}, "rows": [
+          {"bytes": 1024, "dtype": "bf16", "algo": "oneshot", "mode": "graph", "time_us": 4.0},
+          {"bytes": 1048576, "dtype": "bf16", "algo": "oneshot", "mode": "graph", "time_us": 12.0},
+          {"bytes": 1024, "dtype": "bf16", "algo": "nccl", "mode": "graph", "time_us": 20.0}]}"#,
+    )
+    .unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "vocab_size": 128256}"#,
+    )
+    .unwrap();
+    let plots = dir.path().join("plots");
+    let (code, out, err) = tpcomm(&[
+        "plan",
+        "spec",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "2",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--bench",
+        bench.to_str().unwrap(),
+        "--algo",
+        "oneshot",
+        "--mode",
+        "graph",
+        "--overhead-us",
+        "10",
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("best:"), "{out}");
+    assert!(plots.join("latency.png").exists() && plots.join("cycle.png").exists());
+
+    // Filtering down to nothing is an error that lists what the file has.
+    let (code, _, err) = tpcomm(&[
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--bench",
+        bench.to_str().unwrap(),
+        "--algo",
+        "twoshot",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no row matches") && err.contains("algo=oneshot"),
+        "{err}"
+    );
+}
