@@ -113,6 +113,12 @@ impl Api {
         }
     }
 
+    /// The file the dynamic loader actually opened (a soname resolves to a
+    /// path only here), found from the address of one of its functions.
+    pub(super) fn loaded_from(&self) -> Option<String> {
+        file_of_address(self.get_version as *const c_void)
+    }
+
     /// `ncclGetVersion`: the status and the version code.
     pub(super) fn get_version(&self) -> (c_int, c_int) {
         let mut code: c_int = 0;
@@ -214,6 +220,22 @@ impl Api {
             Some(last) => format!("{base}: {last}"),
             None => base,
         }
+    }
+}
+
+/// The shared object that contains `addr`, as the dynamic loader names it.
+pub(super) fn file_of_address(addr: *const c_void) -> Option<String> {
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables (any address is
+    // accepted); on success `dli_fname` points to a NUL-terminated name
+    // owned by the loader, copied out at once.
+    unsafe {
+        if libc::dladdr(addr, &mut info) == 0 {
+            return None;
+        }
+        let name = cstr_to_string(info.dli_fname);
+        (!name.is_empty()).then_some(name)
     }
 }
 

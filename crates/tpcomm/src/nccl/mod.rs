@@ -181,15 +181,20 @@ impl Nccl {
                 "it is NCCL {version}, and tpcomm needs 2.x from {MIN_VERSION} on"
             ));
         }
+        let location = match (candidate, api.loaded_from()) {
+            (Candidate::Soname(name), Some(path)) => format!("{path} (as {name})"),
+            _ => candidate.to_string(),
+        };
         Ok(Arc::new(Nccl {
             api,
-            location: candidate.to_string(),
+            location,
             version,
         }))
     }
 
-    /// Where the library was opened from (a path, or the soname the dynamic
-    /// loader resolved).
+    /// Where the library was opened from: the path given, or for a soname
+    /// the file the dynamic loader picked ("/usr/lib/.../libnccl.so.2 (as
+    /// libnccl.so.2)").
     pub fn location(&self) -> &str {
         &self.location
     }

@@ -78,3 +78,13 @@ fn rank_outside_world_is_refused_before_nccl_is_called() {
     ));
     assert_eq!(check_rank(2, 1).unwrap(), (2, 1));
 }
+
+#[test]
+fn the_loaded_file_is_found_from_a_function_address() {
+    // libc stands in for NCCL: any function's address names its file.
+    let name =
+        ffi::file_of_address(libc::getpid as *const std::ffi::c_void).expect("dladdr knows libc");
+    assert!(name.contains("libc"), "{name}");
+    assert!(Path::new(&name).exists(), "{name}");
+    assert_eq!(ffi::file_of_address(std::ptr::null()), None);
+}
