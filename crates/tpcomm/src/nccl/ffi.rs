@@ -83,22 +83,14 @@ impl Api {
         // signature nccl.h declares for it; the pointer is copied out of the
         // `Symbol` but stored next to `lib`, which keeps the mapping alive.
         unsafe {
-            let get = |sym: &str| -> Result<*mut c_void, String> {
-                lib.get::<*mut c_void>(sym)
-                    .map(|s| *s)
-                    .map_err(|e| format!("it has no {sym} ({e}); is this NCCL?"))
-            };
-            let get_version: GetVersionFn = std::mem::transmute(get("ncclGetVersion")?);
-            let get_unique_id: GetUniqueIdFn = std::mem::transmute(get("ncclGetUniqueId")?);
-            let comm_init_rank: CommInitRankFn = std::mem::transmute(get("ncclCommInitRank")?);
-            let all_reduce: AllReduceFn = std::mem::transmute(get("ncclAllReduce")?);
-            let comm_destroy: CommFn = std::mem::transmute(get("ncclCommDestroy")?);
-            let comm_abort: CommFn = std::mem::transmute(get("ncclCommAbort")?);
-            let get_error_string: GetErrorStringFn =
-                std::mem::transmute(get("ncclGetErrorString")?);
-            let get_last_error = get("ncclGetLastError")
-                .ok()
-                .map(|p| std::mem::transmute::<*mut c_void, GetLastErrorFn>(p));
+            let get_version: GetVersionFn = get(&lib, "ncclGetVersion")?;
+            let get_unique_id: GetUniqueIdFn = get(&lib, "ncclGetUniqueId")?;
+            let comm_init_rank: CommInitRankFn = get(&lib, "ncclCommInitRank")?;
+            let all_reduce: AllReduceFn = get(&lib, "ncclAllReduce")?;
+            let comm_destroy: CommFn = get(&lib, "ncclCommDestroy")?;
+            let comm_abort: CommFn = get(&lib, "ncclCommAbort")?;
+            let get_error_string: GetErrorStringFn = get(&lib, "ncclGetErrorString")?;
+            let get_last_error: Option<GetLastErrorFn> = get(&lib, "ncclGetLastError").ok();
             Ok(Api {
                 _lib: lib,
                 get_version,
@@ -221,6 +213,16 @@ impl Api {
             None => base,
         }
     }
+}
+
+/// Looks up `name` as a function of type `T`.
+///
+/// # Safety
+/// `T` must be the C signature nccl.h declares for `name`.
+unsafe fn get<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    lib.get::<T>(name)
+        .map(|s| *s)
+        .map_err(|e| format!("it has no {name} ({e}); is this NCCL?"))
 }
 
 /// The shared object that contains `addr`, as the dynamic loader names it.

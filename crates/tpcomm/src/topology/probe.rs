@@ -157,6 +157,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
     let mut topo = Topology::new(driver, gpus, pairs)?;
     topo.warnings = warnings;
 
+    let mut broken = Vec::new();
     if opts.copy_test && n > 1 {
         let small = opts.small_copy.as_usize()?;
         let large = opts.large_copy.as_usize()?;
@@ -174,17 +175,19 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
                     peer_access: m.peer_access,
                     verified: m.verified,
                     small_bytes: opts.small_copy,
-                    small_latency_us: m.small_ms * 1e3,
+                    small_latency_us: round3(m.small_ms * 1e3),
                     large_bytes: opts.large_copy,
-                    large_bandwidth_gbs: large_gbs,
-                    host_roundtrip_gbs: host_gbs,
+                    large_bandwidth_gbs: round3(large_gbs),
+                    host_roundtrip_gbs: round3(host_gbs),
                     through_host: classify::through_host(large_gbs, host_gbs),
                 };
                 if !copy.verified {
                     topo.warnings.push(format!(
                         "GPU {src} -> GPU {dst}: data copied into the peer read back WRONG; \
-                         do not use P2P between them (disable it, e.g. NCCL_P2P_DISABLE=1)"
+                         the pair is classed no-p2p (disable P2P for it elsewhere too, e.g. \
+                         NCCL_P2P_DISABLE=1)"
                     ));
+                    broken.push((src.min(dst), src.max(dst)));
                 } else if copy.peer_access && copy.through_host {
                     topo.warnings.push(format!(
                         "GPU {src} -> GPU {dst}: the driver grants P2P but the copy ran at \
@@ -196,5 +199,21 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
             }
         }
     }
+    // P2P that corrupts data is no P2P, whatever the driver claims; a slow
+    // one keeps its class (it works) and only carries the warning.
+    if !broken.is_empty() {
+        for p in topo.pairs.iter_mut() {
+            if broken.contains(&(p.a, p.b)) {
+                p.link = super::LinkClass::NoP2p;
+            }
+        }
+        topo.finish()?;
+    }
     Ok(topo)
+}
+
+/// Three decimals are more than the timings resolve; more only adds noise
+/// to the JSON.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
