@@ -157,7 +157,6 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
     let mut topo = Topology::new(driver, gpus, pairs)?;
     topo.warnings = warnings;
 
-    let mut broken = Vec::new();
     if opts.copy_test && n > 1 {
         let small = opts.small_copy.as_usize()?;
         let large = opts.large_copy.as_usize()?;
@@ -169,7 +168,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
                 let m = cuda::copy_test(src, dst, small, large)?;
                 let large_gbs = large as f64 / (m.large_ms * 1e-3) / 1e9;
                 let host_gbs = large as f64 / (m.host_ms * 1e-3) / 1e9;
-                let copy = PeerCopy {
+                topo.copies.push(PeerCopy {
                     src,
                     dst,
                     peer_access: m.peer_access,
@@ -180,34 +179,10 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
                     large_bandwidth_gbs: round3(large_gbs),
                     host_roundtrip_gbs: round3(host_gbs),
                     through_host: classify::through_host(large_gbs, host_gbs),
-                };
-                if !copy.verified {
-                    topo.warnings.push(format!(
-                        "GPU {src} -> GPU {dst}: data copied into the peer read back WRONG; \
-                         the pair is classed no-p2p (disable P2P for it elsewhere too, e.g. \
-                         NCCL_P2P_DISABLE=1)"
-                    ));
-                    broken.push((src.min(dst), src.max(dst)));
-                } else if copy.peer_access && copy.through_host {
-                    topo.warnings.push(format!(
-                        "GPU {src} -> GPU {dst}: the driver grants P2P but the copy ran at \
-                         {large_gbs:.1} GB/s, no better than through host memory ({host_gbs:.1} \
-                         GB/s): P2P is probably routed through system memory"
-                    ));
-                }
-                topo.copies.push(copy);
+                });
             }
         }
-    }
-    // P2P that corrupts data is no P2P, whatever the driver claims; a slow
-    // one keeps its class (it works) and only carries the warning.
-    if !broken.is_empty() {
-        for p in topo.pairs.iter_mut() {
-            if broken.contains(&(p.a, p.b)) {
-                p.link = super::LinkClass::NoP2p;
-            }
-        }
-        topo.finish()?;
+        classify::judge_copies(&mut topo)?;
     }
     Ok(topo)
 }
