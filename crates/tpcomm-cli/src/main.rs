@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod plan;
+mod probe;
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +23,8 @@ enum Command {
     /// Plan KV-cache memory and speculative decoding (no GPU needed).
     #[command(subcommand)]
     Plan(plan::PlanCommand),
+    /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
+    Probe(probe::ProbeArgs),
 }
 
 fn main() {
@@ -34,5 +37,6 @@ fn main() {
                 std::process::exit(2);
             }
         }
+        Command::Probe(args) => std::process::exit(probe::run(args)),
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod dtype;
 pub mod error;
+pub mod nccl;
+pub mod topology;
 pub mod units;
 
 pub use dtype::{DType, Element, ReduceOp};
