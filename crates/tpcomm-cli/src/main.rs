@@ -1,5 +1,7 @@
 //! The `tpcomm` command.
 
+mod bench;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -17,11 +19,19 @@ struct Cli {
 enum Command {
     /// Print the version (placeholder until subcommands land).
     Version,
+    /// Time all-reduce across ranks of this machine (nccl-tests columns), every result checked.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
+        Command::Bench(args) => {
+            if let Err(e) = bench::run(args) {
+                eprintln!("tpcomm bench: {e}");
+                std::process::exit(1);
+            }
+        }
     }
 }

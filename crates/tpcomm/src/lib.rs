@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod error;
 pub mod host;
 pub mod memory;
+pub mod report;
 pub mod units;
 pub mod verify;
 

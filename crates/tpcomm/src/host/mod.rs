@@ -167,11 +167,18 @@ impl HostCommunicator {
 
     /// The algorithm `Algo::Auto` picks for a message of `bytes`.
     ///
-    /// Measured on a 2-core machine (bench/results/): two-shot only pays
-    /// off once a message is large enough that splitting the reduction work
-    /// beats its second synchronisation step.
+    /// With 2 ranks two-shot was faster than one-shot at every size from
+    /// 1 KiB to 64 MiB on the 2-core machine of bench/results/ (each rank
+    /// reduces half and the peer's half arrives while it works), so it is
+    /// used from 1 KiB up. For more ranks the 64 KiB threshold is a guess
+    /// not yet measured on a machine with enough cores.
     pub fn auto_algo(world: usize, bytes: ByteSize) -> Algo {
-        if world > 2 && bytes >= ByteSize::kib(256) || world == 2 && bytes >= ByteSize::mib(1) {
+        let from = if world <= 2 {
+            ByteSize::kib(1)
+        } else {
+            ByteSize::kib(64)
+        };
+        if world > 1 && bytes >= from {
             Algo::TwoShot
         } else {
             Algo::OneShot
