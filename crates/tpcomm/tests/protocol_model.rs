@@ -105,7 +105,7 @@ fn rank_main(seg: &Segment, me: usize, two_shot_mask: u64) -> Vec<u64> {
                 "{who}: descriptor from rank {p}"
             );
         }
-        let mut out = vec![0u64; LEN];
+        let mut out = [0u64; LEN];
         if two_shot_mask >> call & 1 == 0 {
             // One-shot: reduce every slot in rank order.
             for (i, o) in out.iter_mut().enumerate() {
