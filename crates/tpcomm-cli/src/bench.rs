@@ -68,6 +68,9 @@ pub struct BenchArgs {
     /// Largest message reduced in one piece (fixes the segment size).
     #[arg(long, default_value = "8MiB")]
     max_message: ByteSize,
+    /// Most bytes one epoch carries (larger messages are pipelined in pieces).
+    #[arg(long, default_value = "8MiB")]
+    piece: ByteSize,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -400,6 +403,7 @@ fn worker(
     let mut cfg = HostConfig::new(rank, args.ranks, rendezvous);
     cfg.max_message = args.max_message;
     cfg.timeout = args.timeout;
+    cfg.piece = args.piece;
     let mut c = HostCommunicator::new(cfg).map_err(|e| e.to_string())?;
     match args.dtype {
         DType::F32 => sweep::<f32>(args, &mut c, nonce, emit),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{config, run_threads, seed};
+use common::{config, run_threads, run_threads_with, seed};
 use half::{bf16, f16};
 use std::time::{Duration, Instant};
 use tpcomm::verify::{random_input, Reference};
@@ -88,11 +88,12 @@ fn every_dtype_op_and_size_matches_the_reference_bit_identically_on_every_rank()
 #[test]
 fn ten_thousand_back_to_back_calls_with_changing_sizes() {
     let world = 3;
-    let max = ByteSize::kib(4);
-    let results = run_threads(world, max, T, |c| {
+    // 4 KiB pieces of a 16 KiB maximum: 8 buffers rotate.
+    let results = run_threads_with(world, ByteSize::kib(16), ByteSize::kib(4), T, |c| {
+        assert!(c.memory_report().lines[2].detail.starts_with("8 buffers"));
         let mut checked = 0usize;
         for call in 0..10_000u64 {
-            // Sizes from 1 element to 2.5 slots, changing every call.
+            // Sizes from 1 element to 2.5 pieces, changing every call.
             let n = 1 + (call.wrapping_mul(2_654_435_761) % 2560) as usize;
             let algo = [Algo::OneShot, Algo::TwoShot, Algo::Auto][(call % 3) as usize];
             let inputs: Vec<Vec<f32>> =

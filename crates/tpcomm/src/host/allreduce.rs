@@ -157,17 +157,17 @@ impl HostCommunicator {
             .compare_exchange(0, word, AcqRel, Acquire);
     }
 
-    fn buf(ep: u64) -> usize {
-        (ep % NBUF as u64) as usize
+    fn buf(&self, ep: u64) -> usize {
+        (ep % self.seg.layout.nbuf as u64) as usize
     }
 
     /// Copies this rank's piece into its slot and publishes it.
     unsafe fn publish<T: Element>(&self, ep: u64, desc: Desc, src: *const T, len: usize) {
-        let b = Self::buf(ep);
+        let b = self.buf(ep);
         let me = self.cfg.rank;
         // SAFETY: the slot holds slot_bytes >= len * size_of::<T>() bytes; no
         // peer reads it until the release store below; a peer's reads of the
-        // previous use of this buffer (epoch ep - NBUF) ended before that peer
+        // previous use of this buffer (epoch ep - nbuf) ended before that peer
         // published its flag of epoch ep - 1, which this rank has seen.
         std::ptr::copy_nonoverlapping(src, self.seg.slot(b, me) as *mut T, len);
         self.seg.line_a(me, b, D_COUNT).store(desc.count, Relaxed);
@@ -179,7 +179,7 @@ impl HostCommunicator {
 
     /// Waits for every peer's piece of epoch `ep` and checks its descriptor.
     fn gather_arrivals(&self, ep: u64, desc: Desc) -> Result<()> {
-        let b = Self::buf(ep);
+        let b = self.buf(ep);
         for p in (0..self.cfg.world).filter(|&p| p != self.cfg.rank) {
             self.wait(self.seg.line_a(p, b, 0), ep, p, "its data")?;
             let theirs = Desc {
@@ -220,7 +220,7 @@ impl HostCommunicator {
     ) -> Result<()> {
         self.publish(ep, desc, src, len);
         self.gather_arrivals(ep, desc)?;
-        let srcs = self.slots::<T>(Self::buf(ep));
+        let srcs = self.slots::<T>(self.buf(ep));
         // SAFETY: every slot of this buffer holds epoch ep's piece (flags
         // acquired above) and nobody writes them until this rank publishes
         // epoch ep + 1; dst is the caller's, distinct from the segment.
@@ -238,7 +238,7 @@ impl HostCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         let (me, world) = (self.cfg.rank, self.cfg.world);
-        let b = Self::buf(ep);
+        let b = self.buf(ep);
         let unit = (64 / std::mem::size_of::<T>()).max(1);
         self.publish(ep, desc, src, len);
         self.gather_arrivals(ep, desc)?;

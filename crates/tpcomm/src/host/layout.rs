@@ -9,10 +9,14 @@ use std::sync::atomic::AtomicU64;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPCOMMH1");
 pub(crate) const VERSION: u64 = 1;
-/// Buffers the epochs rotate through. Two suffice: a rank can start epoch
-/// e + 2 only after every peer has published a flag of epoch e + 1, which each
-/// peer does only after it finished reading everything of epoch e.
-pub(crate) const NBUF: usize = 2;
+/// Fewest buffers the epochs rotate through. Two suffice: a rank can start
+/// epoch e + 2 only after every peer has published a flag of epoch e + 1,
+/// which each peer does only after it finished reading everything of epoch e.
+/// The segment holds room for 2 x max_message per rank; cut into pieces
+/// smaller than max_message it becomes more buffers of one piece each.
+pub(crate) const MIN_BUFFERS: usize = 2;
+/// Bound on buffers (and so on the signal area): max_message / piece <= 2048.
+const MAX_BUFFERS: usize = 4096;
 /// Largest world the header has room for.
 pub(crate) const MAX_WORLD: usize = 64;
 /// Flags sit on their own 128-byte block: adjacent-line prefetch pulls 64-byte
@@ -49,6 +53,9 @@ pub(crate) const D_OFFSET: usize = 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub world: usize,
+    /// Buffers the epochs rotate through.
+    pub nbuf: usize,
+    /// One rank's slot in one buffer: the largest piece one epoch carries.
     pub slot_bytes: usize,
     pub signal_bytes: usize,
     pub data_offset: usize,
@@ -56,18 +63,31 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    pub(crate) fn new(world: usize, max_message: ByteSize) -> Result<Self> {
-        let slot = max_message.align_up(ByteSize::b(PAGE as u64))?.as_usize()?;
-        let signal_bytes = (world * NBUF * SIGNAL_BYTES).div_ceil(PAGE) * PAGE;
+    pub(crate) fn new(world: usize, max_message: ByteSize, piece: ByteSize) -> Result<Self> {
+        let page = ByteSize::b(PAGE as u64);
+        let max = max_message.align_up(page)?.as_usize()?;
+        let slot = piece.align_up(page)?.as_usize()?.min(max);
+        let nbuf = MIN_BUFFERS * max.div_ceil(slot);
+        if nbuf > MAX_BUFFERS {
+            return Err(Error::invalid(
+                "piece size",
+                format!(
+                    "{piece} cuts {max_message} into more than {} pieces; use a larger piece",
+                    MAX_BUFFERS / 2
+                ),
+            ));
+        }
+        let signal_bytes = (world * nbuf * SIGNAL_BYTES).div_ceil(PAGE) * PAGE;
         let data_offset = HEADER_BYTES + signal_bytes;
-        let data = slot.checked_mul(world * NBUF).ok_or_else(|| {
-            Error::ByteSizeOverflow(format!("{world} ranks x {NBUF} x {max_message}"))
-        })?;
+        let data = slot
+            .checked_mul(world * nbuf)
+            .ok_or_else(|| Error::ByteSizeOverflow(format!("{world} ranks x {nbuf} x {piece}")))?;
         let total = data_offset
             .checked_add(data)
             .ok_or_else(|| Error::ByteSizeOverflow("segment size".into()))?;
         Ok(Layout {
             world,
+            nbuf,
             slot_bytes: slot,
             signal_bytes,
             data_offset,
@@ -89,15 +109,16 @@ impl Layout {
                     name: "flags and descriptors".into(),
                     bytes: b(self.signal_bytes),
                     detail: format!(
-                        "{} ranks x {NBUF} buffers x {SIGNAL_BYTES} bytes, rounded up to a page",
-                        self.world
+                        "{} ranks x {} buffers x {SIGNAL_BYTES} bytes, rounded up to a page",
+                        self.world, self.nbuf
                     ),
                 },
                 MemoryLine {
                     name: "data slots".into(),
-                    bytes: b(self.slot_bytes * self.world * NBUF),
+                    bytes: b(self.slot_bytes * self.world * self.nbuf),
                     detail: format!(
-                        "{NBUF} buffers x {} ranks x {}",
+                        "{} buffers x {} ranks x {} per piece",
+                        self.nbuf,
                         self.world,
                         b(self.slot_bytes)
                     ),
@@ -135,7 +156,7 @@ impl Segment {
     }
 
     fn signal(&self, rank: usize, buf: usize) -> usize {
-        HEADER_BYTES + (rank * NBUF + buf) * SIGNAL_BYTES
+        HEADER_BYTES + (rank * self.layout.nbuf + buf) * SIGNAL_BYTES
     }
 
     /// Arrival flag (line A) of `rank` in buffer `buf`; descriptor words follow it.
@@ -150,7 +171,7 @@ impl Segment {
 
     /// Start of `rank`'s data slot in buffer `buf` (page-aligned, slot_bytes long).
     pub(crate) fn slot(&self, buf: usize, rank: usize) -> *mut u8 {
-        assert!(buf < NBUF && rank < self.layout.world);
+        assert!(buf < self.layout.nbuf && rank < self.layout.world);
         let off =
             self.layout.data_offset + (buf * self.layout.world + rank) * self.layout.slot_bytes;
         // SAFETY: in bounds by the layout check in `new`.

@@ -21,6 +21,12 @@ use std::time::Duration;
 
 /// Default largest message that fits the segment in one piece.
 pub const DEFAULT_MAX_MESSAGE: ByteSize = ByteSize::mib(8);
+/// Default piece: the most one epoch carries (capped at `max_message`).
+/// Smaller pieces let a rank reduce piece k while its peer copies in piece
+/// k + 1 and keep pieces in cache, but on the shared 2-core machine of
+/// bench/results/ runs with 256 KiB, 1 MiB and 8 MiB pieces differed less
+/// than run-to-run noise, so the default keeps one piece per max_message.
+pub const DEFAULT_PIECE: ByteSize = ByteSize::mib(8);
 /// Default bound on every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -40,6 +46,10 @@ pub struct HostConfig {
     pub max_message: ByteSize,
     /// Bound on every wait (creation and each step of a call).
     pub timeout: Duration,
+    /// Most bytes one epoch carries (at most `max_message`). The segment is
+    /// the same size whatever the piece: its 2 x `max_message` per rank is cut
+    /// into 2 x `max_message / piece` buffers.
+    pub piece: ByteSize,
 }
 
 impl HostConfig {
@@ -50,6 +60,7 @@ impl HostConfig {
             rendezvous: rendezvous.into(),
             max_message: DEFAULT_MAX_MESSAGE,
             timeout: DEFAULT_TIMEOUT,
+            piece: DEFAULT_PIECE,
         }
     }
 
@@ -82,6 +93,12 @@ impl HostConfig {
                     "{} is above 16 GiB; larger messages are split into pieces anyway",
                     self.max_message
                 ),
+            ));
+        }
+        if self.piece < ByteSize::kib(4) {
+            return Err(Error::invalid(
+                "piece size",
+                format!("{} is below the minimum of 4 KiB", self.piece),
             ));
         }
         if self.timeout.is_zero() {
@@ -118,7 +135,7 @@ impl HostCommunicator {
     /// once all have attached (or fails after `timeout`).
     pub fn new(cfg: HostConfig) -> Result<Self> {
         cfg.validate()?;
-        let layout = Layout::new(cfg.world, cfg.max_message)?;
+        let layout = Layout::new(cfg.world, cfg.max_message, cfg.piece)?;
         let seg = if cfg.rank == 0 {
             rendezvous::create(&cfg, layout)?
         } else {

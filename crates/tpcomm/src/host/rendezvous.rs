@@ -241,6 +241,17 @@ fn try_attach(
             t.name
         )));
     }
+    if seg.word(H_SLOT).load(Relaxed) != layout.slot_bytes as u64 {
+        return Err(Error::invalid(
+            "piece size",
+            format!(
+                "rank {} uses pieces of {} bytes but rank 0 uses {}; every rank must use the same piece size",
+                cfg.rank,
+                layout.slot_bytes,
+                seg.word(H_SLOT).load(Relaxed)
+            ),
+        ));
+    }
     let pid = std::process::id();
     if seg
         .word(H_PIDS + 8 * cfg.rank)

@@ -26,11 +26,23 @@ pub fn run_threads<R: Send>(
     timeout: Duration,
     body: impl Fn(&mut HostCommunicator) -> R + Sync,
 ) -> Vec<R> {
+    run_threads_with(world, max, max, timeout, body)
+}
+
+/// As `run_threads`, with pieces of `piece` bytes.
+pub fn run_threads_with<R: Send>(
+    world: usize,
+    max: ByteSize,
+    piece: ByteSize,
+    timeout: Duration,
+    body: impl Fn(&mut HostCommunicator) -> R + Sync,
+) -> Vec<R> {
     let dir = tempfile::tempdir().unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|r| {
-                let cfg = config(r, world, dir.path(), max, timeout);
+                let mut cfg = config(r, world, dir.path(), max, timeout);
+                cfg.piece = piece;
                 let body = &body;
                 s.spawn(move || {
                     let mut c = HostCommunicator::new(cfg).expect("communicator creation");
