@@ -161,15 +161,26 @@ impl HostCommunicator {
         (ep % self.seg.layout.nbuf as u64) as usize
     }
 
-    /// Copies this rank's piece into its slot and publishes it.
-    unsafe fn publish<T: Element>(&self, ep: u64, desc: Desc, src: *const T, len: usize) {
+    /// Copies this rank's piece into its slot, except elements `skip` (which
+    /// no peer reads), and publishes it.
+    unsafe fn publish<T: Element>(
+        &self,
+        ep: u64,
+        desc: Desc,
+        src: *const T,
+        len: usize,
+        skip: (usize, usize),
+    ) {
         let b = self.buf(ep);
         let me = self.cfg.rank;
-        // SAFETY: the slot holds slot_bytes >= len * size_of::<T>() bytes; no
-        // peer reads it until the release store below; a peer's reads of the
-        // previous use of this buffer (epoch ep - nbuf) ended before that peer
-        // published its flag of epoch ep - 1, which this rank has seen.
-        std::ptr::copy_nonoverlapping(src, self.seg.slot(b, me) as *mut T, len);
+        let slot = self.seg.slot(b, me) as *mut T;
+        // SAFETY: the slot holds slot_bytes >= len * size_of::<T>() bytes and
+        // skip lies within 0..len; no peer reads the slot until the release
+        // store below; a peer's reads of the previous use of this buffer
+        // (epoch ep - nbuf) ended before that peer published its flag of
+        // epoch ep - 1, which this rank has seen.
+        std::ptr::copy_nonoverlapping(src, slot, skip.0);
+        std::ptr::copy_nonoverlapping(src.add(skip.1), slot.add(skip.1), len - skip.1);
         self.seg.line_a(me, b, D_COUNT).store(desc.count, Relaxed);
         self.seg.line_a(me, b, D_META).store(desc.meta, Relaxed);
         self.seg.line_a(me, b, D_SEQ).store(desc.seq, Relaxed);
@@ -218,7 +229,7 @@ impl HostCommunicator {
         len: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        self.publish(ep, desc, src, len);
+        self.publish(ep, desc, src, len, (0, 0));
         self.gather_arrivals(ep, desc)?;
         let srcs = self.slots::<T>(self.buf(ep));
         // SAFETY: every slot of this buffer holds epoch ep's piece (flags
@@ -240,17 +251,22 @@ impl HostCommunicator {
         let (me, world) = (self.cfg.rank, self.cfg.world);
         let b = self.buf(ep);
         let unit = (64 / std::mem::size_of::<T>()).max(1);
-        self.publish(ep, desc, src, len);
-        self.gather_arrivals(ep, desc)?;
-        // Reduce-scatter: this rank reduces its shard of every slot into its
-        // own slot. Peers only ever read their own shard of this slot in the
-        // first phase, so writing this shard races with nobody.
+        // Peers read only their own shards of this rank's slot, so this
+        // rank's shard is not copied in: it is reduced straight from `src`.
         let (s0, s1) = shard_range(len, world, me, unit);
+        self.publish(ep, desc, src, len, (s0, s1));
+        self.gather_arrivals(ep, desc)?;
+        // Reduce-scatter: this rank reduces its shard of every rank's data
+        // into its own slot, which no peer reads until flag B.
         let mut srcs = self.slots::<T>(b);
         for s in srcs.iter_mut().take(world) {
             *s = s.add(s0);
         }
-        reduce(&srcs[..world], srcs[me] as *mut T, s1 - s0, op);
+        let own = srcs[me] as *mut T;
+        srcs[me] = src.add(s0);
+        // SAFETY: `src` shard and `own` are distinct memory (caller's vs
+        // segment); peers' shards are stable until this rank's next epoch.
+        reduce(&srcs[..world], own, s1 - s0, op);
         self.seg.flag_b(me, b).store(ep, Release);
         // All-gather: copy every rank's reduced shard out.
         for p in (0..world).filter(|&p| p != me) {
