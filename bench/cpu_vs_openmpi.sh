@@ -31,6 +31,8 @@ trap 'rm -rf "$work"' EXIT
 # Root in containers; --oversubscribe so 2 ranks start even where MPI counts
 # fewer slots than cores.
 MPIRUN=(mpirun -np 2 --allow-run-as-root --oversubscribe)
+# Load from other work skews both sides; the results record it.
+cut -d' ' -f1-3 /proc/loadavg >"$work/load-before"
 for round in $(seq 1 "$ROUNDS"); do
     echo "== round $round/$ROUNDS: OpenMPI"
     "${MPIRUN[@]}" target/openmpi/allreduce_bench "$MIN_BYTES" "$MAX_BYTES" >"$work/openmpi-$round.jsonl"
@@ -39,6 +41,7 @@ for round in $(seq 1 "$ROUNDS"); do
         --dtype f32 --op sum --algo auto --json "$work/tpcomm-$round.json" >"$work/tpcomm-$round.txt"
 done
 
+cut -d' ' -f1-3 /proc/loadavg >"$work/load-after"
 machine="$(nproc)core-$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | tr -s ' ' | sed 's/^ //; s/[^A-Za-z0-9]\+/-/g; s/-$//' | tr 'A-Z' 'a-z')"
 out="bench/results/$(date -u +%Y-%m-%d)-${machine}-cpu-vs-openmpi"
 mkdir -p bench/results

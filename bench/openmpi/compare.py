@@ -22,6 +22,7 @@ for r in range(1, rounds + 1):
         tp.setdefault(row["bytes"], []).append((row["time_us"], row["algo"]))
         wrong += row["wrong"]
 
+load = {k: open(f"{work}/load-{k}").read().strip() for k in ("before", "after")}
 world = 2
 factor = 2 * (world - 1) / world
 rows = []
@@ -60,7 +61,8 @@ doc = {
     "meta": {**meta, "openmpi": mpi_version, "rounds": rounds, "dtype": "f32", "op": "sum",
              "method": "each side run ROUNDS times alternately; per size the best of the per-round medians; "
                        "median of individually timed calls, slowest rank; inputs rotated; every result checked",
-             "wrong_elements_total": wrong},
+             "wrong_elements_total": wrong,
+             "load_average_1_5_15min": load},
     "targets": targets,
     "rows": rows,
 }
@@ -81,6 +83,8 @@ lines = [
     f"(mpirun -np 2, default binding). f32 sum. Command: `bash bench/cpu_vs_openmpi.sh`.",
     f"Each side ran {rounds} times alternately; a time is the best of the per-round medians "
     f"(median of individually timed calls, slowest rank). Wrong elements over all runs: {wrong}.",
+    f"Load average (1, 5, 15 min) before: {load['before']}, after: {load['after']} "
+    f"(on {meta['cores']} cores; other work on the machine slows both sides).",
     "",
     "| size | OpenMPI us | tpcomm us | tpcomm algo | tpcomm / OpenMPI time | OpenMPI busbw GB/s | tpcomm busbw GB/s |",
     "| ---: | ---: | ---: | --- | ---: | ---: | ---: |",
