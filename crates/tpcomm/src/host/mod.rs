@@ -184,14 +184,15 @@ impl HostCommunicator {
 
     /// The algorithm `Algo::Auto` picks for a message of `bytes`.
     ///
-    /// With 2 ranks two-shot was faster than one-shot at every size from
-    /// 1 KiB to 64 MiB on the 2-core machine of bench/results/ (each rank
-    /// reduces half and the peer's half arrives while it works), so it is
-    /// used from 1 KiB up. For more ranks the 64 KiB threshold is a guess
-    /// not yet measured on a machine with enough cores.
+    /// With 2 ranks on the 2-core machine of bench/results/, one-shot was
+    /// faster below 1 KiB (0.20-0.28 us against 0.23-0.34 us: two-shot's
+    /// second flag costs more than the reduction it splits), the two were
+    /// even at 1 KiB, and two-shot was faster at every size from 2 KiB to
+    /// 64 MiB. For more ranks the 64 KiB threshold is a guess not yet
+    /// measured on a machine with enough cores.
     pub fn auto_algo(world: usize, bytes: ByteSize) -> Algo {
         let from = if world <= 2 {
-            ByteSize::kib(1)
+            ByteSize::kib(2)
         } else {
             ByteSize::kib(64)
         };
