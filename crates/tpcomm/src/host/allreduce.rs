@@ -235,7 +235,7 @@ impl HostCommunicator {
         // SAFETY: every slot of this buffer holds epoch ep's piece (flags
         // acquired above) and nobody writes them until this rank publishes
         // epoch ep + 1; dst is the caller's, distinct from the segment.
-        reduce(&srcs[..self.cfg.world], dst, len, op);
+        reduce(&srcs[..self.cfg.world], dst, None, len, op);
         Ok(())
     }
 
@@ -262,17 +262,21 @@ impl HostCommunicator {
         for s in srcs.iter_mut().take(world) {
             *s = s.add(s0);
         }
+        // The result goes to the caller's output and to this rank's slot for
+        // the peers. dst may be src (in place): reduce reads each block of
+        // every source before writing it.
         let own = srcs[me] as *mut T;
         srcs[me] = src.add(s0);
-        // SAFETY: `src` shard and `own` are distinct memory (caller's vs
-        // segment); peers' shards are stable until this rank's next epoch.
-        reduce(&srcs[..world], own, s1 - s0, op);
+        // SAFETY: dst/src shards are the caller's, `own` is in the segment,
+        // so `own` overlaps neither; peers' shards are stable until this
+        // rank's next epoch.
+        reduce(&srcs[..world], dst.add(s0), Some(own), s1 - s0, op);
         self.seg.flag_b(me, b).store(ep, Release);
         // All-gather: copy every rank's reduced shard out.
         for p in (0..world).filter(|&p| p != me) {
             self.wait(self.seg.flag_b(p, b), ep, p, "its reduced shard")?;
         }
-        for p in 0..world {
+        for p in (0..world).filter(|&p| p != me) {
             let (q0, q1) = shard_range(len, world, p, unit);
             // SAFETY: rank p's shard was written before its flag B (acquired
             // above) and stays until p publishes epoch ep + 1's arrival, which

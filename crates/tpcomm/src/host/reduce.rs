@@ -20,14 +20,21 @@ fn combine(op: ReduceOp, acc: &mut [f32], x: &[f32]) {
     }
 }
 
-/// Reduces `len` elements from each of `srcs` (in this order) into `dst`.
+/// Reduces `len` elements from each of `srcs` (in this order) into `dst`,
+/// and into `copy` too when given (saving a second pass over the result).
 ///
 /// # Safety
-/// Every `srcs[i]` and `dst` is valid for `len` elements, aligned, and not
-/// written by anyone else during the call. `dst` may equal one of `srcs`
-/// (exactly, not partially overlapping): each block is read from every
-/// source before it is written.
-pub(super) unsafe fn reduce<T: Element>(srcs: &[*const T], dst: *mut T, len: usize, op: ReduceOp) {
+/// Every `srcs[i]`, `dst` and `copy` is valid for `len` elements, aligned,
+/// and not written by anyone else during the call. `dst` may equal one of
+/// `srcs` (exactly, not partially overlapping): each block is read from
+/// every source before it is written. `copy` overlaps none of the others.
+pub(super) unsafe fn reduce<T: Element>(
+    srcs: &[*const T],
+    dst: *mut T,
+    copy: Option<*mut T>,
+    len: usize,
+    op: ReduceOp,
+) {
     let mut acc = [0f32; BLOCK];
     let mut tmp = [0f32; BLOCK];
     let mut i = 0;
@@ -42,6 +49,9 @@ pub(super) unsafe fn reduce<T: Element>(srcs: &[*const T], dst: *mut T, len: usi
             combine(op, &mut acc[..n], &tmp[..n]);
         }
         T::store_f32(&acc[..n], std::slice::from_raw_parts_mut(dst.add(i), n));
+        if let Some(c) = copy {
+            std::ptr::copy_nonoverlapping(dst.add(i), c.add(i), n);
+        }
         i += n;
     }
 }
