@@ -178,3 +178,26 @@ impl Segment {
         unsafe { self.map.base().add(off) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cut_the_same_data_area_into_more_buffers() {
+        let one = Layout::new(3, ByteSize::mib(8), ByteSize::mib(8)).unwrap();
+        assert_eq!((one.nbuf, one.slot_bytes), (2, 8 << 20));
+        let cut = Layout::new(3, ByteSize::mib(8), ByteSize::kib(256)).unwrap();
+        assert_eq!((cut.nbuf, cut.slot_bytes), (64, 256 << 10));
+        let data = |l: &Layout| l.total - l.data_offset;
+        assert_eq!(data(&one), data(&cut));
+        // A piece above the maximum message is capped at it.
+        let big = Layout::new(2, ByteSize::kib(64), ByteSize::mib(1)).unwrap();
+        assert_eq!((big.nbuf, big.slot_bytes), (2, 64 << 10));
+        // Sizes are rounded up to pages, and the report adds up to the total.
+        let odd = Layout::new(2, ByteSize::b(5000), ByteSize::b(5000)).unwrap();
+        assert_eq!(odd.slot_bytes, 8192);
+        assert_eq!(odd.report().total().unwrap().bytes() as usize, odd.total);
+        assert!(Layout::new(2, ByteSize::gib(1), ByteSize::kib(4)).is_err());
+    }
+}
