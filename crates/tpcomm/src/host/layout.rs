@@ -131,18 +131,24 @@ impl Layout {
 /// A mapped segment with its layout.
 pub(crate) struct Segment {
     map: Mapping,
+    /// The POSIX name it was created under (unlinked once all attached).
+    pub name: String,
     pub layout: Layout,
 }
 
 impl Segment {
-    pub(crate) fn new(map: Mapping, layout: Layout) -> Result<Self> {
+    pub(crate) fn new(map: Mapping, layout: Layout, name: &str) -> Result<Self> {
         if map.len() < layout.total {
             return Err(Error::invalid(
                 "segment",
                 format!("mapped {} bytes, layout needs {}", map.len(), layout.total),
             ));
         }
-        Ok(Segment { map, layout })
+        Ok(Segment {
+            map,
+            name: name.to_string(),
+            layout,
+        })
     }
 
     /// A 64-bit word of the header or signal area.
