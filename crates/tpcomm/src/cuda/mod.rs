@@ -17,4 +17,4 @@ pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc_version, CUdeviceptr, CUstream,
 };
-pub use rendezvous::{Rendezvous, ThreadGroup};
+pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
