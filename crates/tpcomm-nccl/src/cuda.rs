@@ -66,7 +66,9 @@ impl Scratch {
         check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) })?;
         let mut stream: CUstream = std::ptr::null_mut();
         // SAFETY: writes one stream handle; destroyed once in Drop.
-        let r = unsafe { cu::cuStreamCreate(&mut stream, 1 /* CU_STREAM_NON_BLOCKING */) };
+        let r = unsafe {
+            cu::cuStreamCreate(&mut stream, 1 /* CU_STREAM_NON_BLOCKING */)
+        };
         if let Err(e) = check("cuStreamCreate", r) {
             // SAFETY: allocated just above, freed once.
             unsafe { cu::cuMemFree_v2(ptr) };
@@ -80,7 +82,10 @@ impl Scratch {
     /// returns, and the stream is not ordered after the legacy stream).
     pub fn upload(&self, offset: usize, data: &[u8]) -> Result<()> {
         if offset + data.len() > self.bytes {
-            return Err(Error::invalid("exchange", "blob larger than the scratch buffer"));
+            return Err(Error::invalid(
+                "exchange",
+                "blob larger than the scratch buffer",
+            ));
         }
         // SAFETY: the range lies inside the allocation (checked above);
         // `data` outlives the copy because the stream is waited on before

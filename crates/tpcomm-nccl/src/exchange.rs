@@ -94,7 +94,12 @@ impl NcclExchange {
 
     /// One all-gather: posts `mine` (`None`: this rank failed) and returns
     /// every rank's data, or the error of the first rank that failed.
-    pub fn gather(&self, key: &str, mine: Option<&[u8]>, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+    pub fn gather(
+        &self,
+        key: &str,
+        mine: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>> {
         self.done.fetch_add(1, Ordering::AcqRel);
         // A blob too large still takes part, as "failed".
         let (slot, local_err) = match encode(mine) {
@@ -108,8 +113,18 @@ impl NcclExchange {
         let comm = self.comm as NcclComm;
         let stream = self.scratch.stream as CudaStream;
         let r = call_real!(ncclAllGather(send, recv, SLOT, UINT8, comm, stream)
-            as fn(*const c_void, *mut c_void, usize, NcclDataType, NcclComm, CudaStream) -> NcclResult)
-        .map_err(|e| Error::Library { library: "NCCL".into(), detail: e })?;
+            as fn(
+                *const c_void,
+                *mut c_void,
+                usize,
+                NcclDataType,
+                NcclComm,
+                CudaStream,
+            ) -> NcclResult)
+        .map_err(|e| Error::Library {
+            library: "NCCL".into(),
+            detail: e,
+        })?;
         if r != SUCCESS {
             return Err(Error::Library {
                 library: "NCCL".into(),
@@ -157,7 +172,10 @@ impl tpcomm::cuda::Exchange for AsRendezvous {
         if rank != self.0.rank || world != self.0.world {
             return Err(Error::invalid(
                 "rendezvous",
-                format!("asked for rank {rank} of {world}, the NCCL communicator has rank {} of {}", self.0.rank, self.0.world),
+                format!(
+                    "asked for rank {rank} of {world}, the NCCL communicator has rank {} of {}",
+                    self.0.rank, self.0.world
+                ),
             ));
         }
         self.0.gather(key, Some(mine), timeout)
@@ -184,7 +202,10 @@ mod tests {
         all.extend_from_slice(&encode(Some(b"ok")).unwrap());
         all.extend_from_slice(&encode(None).unwrap());
         let err = decode("cuda-buffers", &all, 2).unwrap_err().to_string();
-        assert!(err.contains("rank 1") && err.contains("cuda-buffers"), "{err}");
+        assert!(
+            err.contains("rank 1") && err.contains("cuda-buffers"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub fn guard<R: Fail>(name: &str, f: impl FnOnce() -> R) -> R {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            settings::warn!("{name}: tpcomm failed internally ({what}); returning ncclInternalError");
+            settings::warn!(
+                "{name}: tpcomm failed internally ({what}); returning ncclInternalError"
+            );
             R::internal()
         }
     }
@@ -68,7 +70,7 @@ pub fn cached(cache: &AtomicPtr<c_void>, name: &'static CStr) -> Result<*mut c_v
 /// Calls the real NCCL function `$name` with the C prototype spelled after
 /// `as`; `Err` (a message, already logged) when it cannot be found.
 macro_rules! call_real {
-    ($name:ident ( $($arg:expr),* ) as fn ( $($ty:ty),* ) -> $ret:ty) => {{
+    ($name:ident ( $($arg:expr),* $(,)? ) as fn ( $($ty:ty),* $(,)? ) -> $ret:ty) => {{
         static P: std::sync::atomic::AtomicPtr<std::ffi::c_void> =
             std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
         const NAME: &std::ffi::CStr =
@@ -93,7 +95,7 @@ pub(crate) use call_real;
 
 /// Defines exported functions that only forward to the real NCCL, and lists them.
 macro_rules! forward {
-    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty ; )*) => {
         $(
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {

@@ -50,8 +50,9 @@ fn wait_ready(comm: NcclComm) -> bool {
     let start = Instant::now();
     loop {
         let mut state: NcclResult = IN_PROGRESS;
-        let r = call_real!(ncclCommGetAsyncError(comm, &mut state)
-            as fn(NcclComm, *mut NcclResult) -> NcclResult);
+        let r =
+            call_real!(ncclCommGetAsyncError(comm, &mut state)
+                as fn(NcclComm, *mut NcclResult) -> NcclResult);
         match r {
             Ok(SUCCESS) if state == SUCCESS => return true,
             Ok(SUCCESS) if state == IN_PROGRESS => {}
@@ -179,7 +180,9 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
-        let r = match call_real!(ncclCommInitRankScalable(comm, nranks, myrank, n_id, comm_ids, config)
+        let r = match call_real!(ncclCommInitRankScalable(
+            comm, nranks, myrank, n_id, comm_ids, config
+        )
             as fn(*mut NcclComm, c_int, c_int, c_int, *mut UniqueId, Opaque) -> NcclResult)
         {
             Ok(r) => r,
@@ -257,7 +260,14 @@ pub unsafe extern "C" fn ncclCommShrink(
     shrink_flags: c_int,
 ) -> NcclResult {
     guard("ncclCommShrink", || {
-        let r = match call_real!(ncclCommShrink(comm, exclude_ranks, exclude_count, newcomm, config, shrink_flags)
+        let r = match call_real!(ncclCommShrink(
+            comm,
+            exclude_ranks,
+            exclude_count,
+            newcomm,
+            config,
+            shrink_flags
+        )
             as fn(NcclComm, *mut c_int, c_int, *mut NcclComm, Opaque, c_int) -> NcclResult)
         {
             Ok(r) => r,
@@ -309,7 +319,8 @@ fn log_first(comm: NcclComm, bytes: usize, dtype: NcclDataType, what: &str) {
     if settings::get().level < settings::Level::Info {
         return;
     }
-    static SEEN: OnceLock<Mutex<HashSet<(usize, u32, i32, String)>>> = OnceLock::new();
+    type Seen = HashSet<(usize, u32, i32, String)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
     let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
     let key = (comm as usize, size_class(bytes), dtype, what.to_string());
     if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
@@ -329,7 +340,11 @@ pub unsafe extern "C" fn ncclAllReduce(
 ) -> NcclResult {
     guard("ncclAllReduce", || {
         let s = settings::get();
-        let beside = if s.disabled { None } else { state::lookup(comm) };
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
         let call = Call {
             send: sendbuff as usize,
             recv: recvbuff as usize,
@@ -340,7 +355,10 @@ pub unsafe extern "C" fn ncclAllReduce(
         };
         let elem = dtype_of(datatype).map(|d| d.size()).unwrap_or(1);
         let bytes = count.saturating_mul(elem);
-        match (route(s.disabled, beside.as_ref().map(|b| b.cap), &call), beside) {
+        match (
+            route(s.disabled, beside.as_ref().map(|b| b.cap), &call),
+            beside,
+        ) {
             (Route::Tpcomm(dt), Some(b)) => {
                 let _restore = crate::cuda::SavedContext::save();
                 // SAFETY: NCCL's contract for ncclAllReduce gives the same
@@ -392,7 +410,17 @@ unsafe fn forward_all_reduce(
     comm: NcclComm,
     stream: CudaStream,
 ) -> NcclResult {
-    call_real!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
-        as fn(*const c_void, *mut c_void, usize, NcclDataType, NcclRedOp, NcclComm, CudaStream) -> NcclResult)
+    call_real!(
+        ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+            as fn(
+                *const c_void,
+                *mut c_void,
+                usize,
+                NcclDataType,
+                NcclRedOp,
+                NcclComm,
+                CudaStream,
+            ) -> NcclResult
+    )
     .unwrap_or_else(|_| NcclResult::missing())
 }

@@ -81,7 +81,7 @@ pub fn route(disabled: bool, cap: Option<Capacity>, c: &Call) -> Route {
         Some(b) if b as u64 <= cap.max_bytes => {}
         _ => return Route::Nccl(Why::TooLarge),
     }
-    if c.send % 16 != 0 || c.recv % 16 != 0 {
+    if !c.send.is_multiple_of(16) || !c.recv.is_multiple_of(16) {
         return Route::Nccl(Why::Unaligned);
     }
     Route::Tpcomm(dt)
@@ -113,9 +113,15 @@ mod tests {
 
     #[test]
     fn supported_sum_goes_to_tpcomm_for_each_float_type() {
-        assert_eq!(route(false, CAP, &call(4096, 9)), Route::Tpcomm(DType::Bf16));
+        assert_eq!(
+            route(false, CAP, &call(4096, 9)),
+            Route::Tpcomm(DType::Bf16)
+        );
         assert_eq!(route(false, CAP, &call(1, 6)), Route::Tpcomm(DType::F16));
-        assert_eq!(route(false, CAP, &call(1 << 22, 7)), Route::Tpcomm(DType::F32));
+        assert_eq!(
+            route(false, CAP, &call(1 << 22, 7)),
+            Route::Tpcomm(DType::F32)
+        );
     }
 
     #[test]
@@ -148,9 +154,18 @@ mod tests {
 
     #[test]
     fn the_size_limit_is_inclusive_and_overflow_safe() {
-        assert_eq!(route(false, CAP, &call(4 << 20, 7)), Route::Tpcomm(DType::F32));
-        assert_eq!(route(false, CAP, &call((4 << 20) + 1, 7)), Route::Nccl(Why::TooLarge));
-        assert_eq!(route(false, CAP, &call(usize::MAX, 7)), Route::Nccl(Why::TooLarge));
+        assert_eq!(
+            route(false, CAP, &call(4 << 20, 7)),
+            Route::Tpcomm(DType::F32)
+        );
+        assert_eq!(
+            route(false, CAP, &call((4 << 20) + 1, 7)),
+            Route::Nccl(Why::TooLarge)
+        );
+        assert_eq!(
+            route(false, CAP, &call(usize::MAX, 7)),
+            Route::Nccl(Why::TooLarge)
+        );
     }
 
     #[test]

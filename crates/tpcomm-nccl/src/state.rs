@@ -98,7 +98,9 @@ pub fn set_up(comm: NcclComm, origin: &str) {
     };
     if !(2..=MAX_WORLD).contains(&world) {
         // Decided from the world size alone, the same on every rank: no exchange.
-        return info!("{origin}: {world} rank(s), tpcomm takes 2 to {MAX_WORLD}; all-reduces go to NCCL");
+        return info!(
+            "{origin}: {world} rank(s), tpcomm takes 2 to {MAX_WORLD}; all-reduces go to NCCL"
+        );
     }
     let q = |c, p| call_real!(ncclCommUserRank(c, p) as fn(NcclComm, *mut c_int) -> NcclResult);
     let rank = real_int("ncclCommUserRank", comm, q);
@@ -120,7 +122,9 @@ pub fn set_up(comm: NcclComm, origin: &str) {
     let ex = match NcclExchange::new(comm, rank, world) {
         Ok(x) => Arc::new(x),
         Err(e) => {
-            return warn!("{tag}: no scratch buffer for the set-up exchange ({e}); all-reduces go to NCCL")
+            return warn!(
+                "{tag}: no scratch buffer for the set-up exchange ({e}); all-reduces go to NCCL"
+            )
         }
     };
     match build(&ex, &tag, rank, world, device) {
@@ -153,7 +157,13 @@ pub fn set_up(comm: NcclComm, origin: &str) {
 /// The exchanges every rank makes, in order: preflight (same machine?), the
 /// communicator's own two, and a final agreement so that either every rank
 /// uses tpcomm on this communicator or none does.
-fn build(ex: &Arc<NcclExchange>, tag: &str, rank: usize, world: usize, device: usize) -> Result<CudaCommunicator> {
+fn build(
+    ex: &Arc<NcclExchange>,
+    tag: &str,
+    rank: usize,
+    world: usize,
+    device: usize,
+) -> Result<CudaCommunicator> {
     let s = settings::get();
     let key = host_key();
     let hosts = ex.gather("preflight", Some(key.as_bytes()), s.timeout)?;

@@ -10,7 +10,10 @@ use std::process::Command;
 fn library() -> PathBuf {
     // target/<profile>/deps/exports-<hash> -> target/<profile>/libtpcomm_nccl.so
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target directory");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target directory");
     let lib = dir.join("libtpcomm_nccl.so");
     assert!(lib.exists(), "{} not built", lib.display());
     lib
@@ -40,7 +43,11 @@ fn every_listed_nccl_function_is_exported() {
 
 #[test]
 fn nm_sees_the_exports_as_defined_text_symbols() {
-    let Ok(out) = Command::new("nm").arg("-D").arg("--defined-only").arg(library()).output()
+    let Ok(out) = Command::new("nm")
+        .arg("-D")
+        .arg("--defined-only")
+        .arg(library())
+        .output()
     else {
         eprintln!("nm is not installed; the libloading test covers the exports");
         return;
@@ -83,15 +90,8 @@ fn child_body() {
     let lib = unsafe { libloading::Library::new(library()) }.unwrap();
     type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
     type ErrStr = unsafe extern "C" fn(c_int) -> *const c_char;
-    type AllReduce = unsafe extern "C" fn(
-        *const u8,
-        *mut u8,
-        usize,
-        c_int,
-        c_int,
-        *mut u8,
-        *mut u8,
-    ) -> c_int;
+    type AllReduce =
+        unsafe extern "C" fn(*const u8, *mut u8, usize, c_int, c_int, *mut u8, *mut u8) -> c_int;
     unsafe {
         let get_version: libloading::Symbol<GetVersion> = lib.get(b"ncclGetVersion").unwrap();
         let err_str: libloading::Symbol<ErrStr> = lib.get(b"ncclGetErrorString").unwrap();
@@ -119,12 +119,18 @@ fn child_body() {
 fn without_a_real_nccl_calls_return_system_error_and_say_why() {
     let (ok, out, err) = run_child(
         "missing",
-        &[("TPCOMM_REAL_NCCL", "/nonexistent/libnccl.so.2"), ("TPCOMM_LOG", "info")],
+        &[
+            ("TPCOMM_REAL_NCCL", "/nonexistent/libnccl.so.2"),
+            ("TPCOMM_LOG", "info"),
+        ],
     );
     assert!(ok, "the child crashed:\n{out}\n{err}");
     assert!(out.contains("ncclGetVersion=2 "), "{out}");
     assert!(out.contains("ncclAllReduce=2"), "{out}");
-    assert!(out.contains("ncclGetErrorString=unhandled system error"), "{out}");
+    assert!(
+        out.contains("ncclGetErrorString=unhandled system error"),
+        "{out}"
+    );
     assert!(
         err.contains("tpcomm: TPCOMM_REAL_NCCL=/nonexistent/libnccl.so.2 could not be opened"),
         "stderr does not explain the failure:\n{err}"
@@ -140,7 +146,10 @@ fn a_library_that_is_not_nccl_is_refused_by_name() {
     let me = library();
     let (ok, out, err) = run_child(
         "itself",
-        &[("TPCOMM_REAL_NCCL", me.to_str().unwrap()), ("TPCOMM_DISABLE", "1")],
+        &[
+            ("TPCOMM_REAL_NCCL", me.to_str().unwrap()),
+            ("TPCOMM_DISABLE", "1"),
+        ],
     );
     assert!(ok, "the child crashed:\n{out}\n{err}");
     assert!(out.contains("ncclGetVersion=2 "), "{out}");
