@@ -8,7 +8,7 @@
 
 use crate::cuda::Scratch;
 use crate::ffi::call_real;
-use crate::types::{CudaStream, NcclComm, NcclDataType, NcclResult, SUCCESS, UINT8};
+use crate::types::{CudaStream, NcclComm, NcclDataType, NcclResult, IN_PROGRESS, SUCCESS, UINT8};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -125,7 +125,16 @@ impl NcclExchange {
             library: "NCCL".into(),
             detail: e,
         })?;
-        if r != SUCCESS {
+        // A non-blocking communicator may still be enqueuing the call.
+        if r == IN_PROGRESS && !crate::intercepted::wait_ready(comm) {
+            return Err(Error::Library {
+                library: "NCCL".into(),
+                detail: format!(
+                    "ncclAllGather for the tpcomm set-up step {key:?} did not complete"
+                ),
+            });
+        }
+        if r != SUCCESS && r != IN_PROGRESS {
             return Err(Error::Library {
                 library: "NCCL".into(),
                 detail: format!("ncclAllGather for the tpcomm set-up step {key:?} returned {r}"),

@@ -46,7 +46,7 @@ fn ok(r: NcclResult) -> bool {
 }
 
 /// Waits until a non-blocking communicator is ready (bounded).
-fn wait_ready(comm: NcclComm) -> bool {
+pub(crate) fn wait_ready(comm: NcclComm) -> bool {
     let start = Instant::now();
     loop {
         let mut state: NcclResult = IN_PROGRESS;
@@ -314,17 +314,27 @@ pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
     })
 }
 
-/// Logs the first all-reduce of each (communicator, size class, type, route).
-fn log_first(comm: NcclComm, bytes: usize, dtype: NcclDataType, what: &str) {
+/// Logs the first all-reduce of each (communicator, size class, type,
+/// route); `what` is only formatted then.
+fn log_first(
+    comm: NcclComm,
+    bytes: usize,
+    dtype: NcclDataType,
+    route: u8,
+    what: impl Fn() -> String,
+) {
     if settings::get().level < settings::Level::Info {
         return;
     }
-    type Seen = HashSet<(usize, u32, i32, String)>;
+    type Seen = HashSet<(usize, u32, i32, u8)>;
     static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
     let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
-    let key = (comm as usize, size_class(bytes), dtype, what.to_string());
+    let key = (comm as usize, size_class(bytes), dtype, route);
     if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
-        info!("ncclAllReduce comm {comm:p}: {bytes} bytes, ncclDataType {dtype}: {what}");
+        info!(
+            "ncclAllReduce comm {comm:p}: {bytes} bytes, ncclDataType {dtype}: {}",
+            what()
+        );
     }
 }
 
@@ -379,7 +389,9 @@ pub unsafe extern "C" fn ncclAllReduce(
                 };
                 match done {
                     Ok(algo) => {
-                        log_first(comm, bytes, datatype, &format!("tpcomm {}", algo.name()));
+                        log_first(comm, bytes, datatype, algo as u8, || {
+                            format!("tpcomm {}", algo.name())
+                        });
                         SUCCESS
                     }
                     Err(e) => {
@@ -391,7 +403,9 @@ pub unsafe extern "C" fn ncclAllReduce(
                 }
             }
             (Route::Nccl(why), _) => {
-                log_first(comm, bytes, datatype, &format!("NCCL ({})", why.text()));
+                log_first(comm, bytes, datatype, 100 + why as u8, || {
+                    format!("NCCL ({})", why.text())
+                });
                 forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
             }
             (Route::Tpcomm(_), None) => {

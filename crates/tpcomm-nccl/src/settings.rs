@@ -100,18 +100,26 @@ pub fn get() -> &'static Settings {
         let (s, bad) = Settings::from_vars(|k| std::env::var(k).ok());
         if s.level > Level::Off {
             for b in bad {
-                eprintln!("tpcomm: {b}");
+                emit(format_args!("{b}"));
             }
         }
         s
     })
 }
 
+/// Writes one log line with a single write, so that the lines of the ranks
+/// (processes sharing a terminal) do not interleave mid-line.
+pub fn emit(msg: std::fmt::Arguments) {
+    use std::io::Write;
+    let line = format!("tpcomm: {msg}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Logs at info level (`TPCOMM_LOG=info`).
 macro_rules! info {
     ($($t:tt)*) => {
         if $crate::settings::get().level >= $crate::settings::Level::Info {
-            eprintln!("tpcomm: {}", format!($($t)*));
+            $crate::settings::emit(format_args!($($t)*));
         }
     };
 }
@@ -120,7 +128,7 @@ macro_rules! info {
 macro_rules! warn_ {
     ($($t:tt)*) => {
         if $crate::settings::get().level >= $crate::settings::Level::Warn {
-            eprintln!("tpcomm: {}", format!($($t)*));
+            $crate::settings::emit(format_args!($($t)*));
         }
     };
 }

@@ -151,7 +151,9 @@ pub fn set_up(comm: NcclComm, origin: &str) {
         }
         Err(e) => warn!("{tag}: tpcomm not set up ({e}); all-reduces go to NCCL"),
     }
-    drop(ctx);
+    // Dropped in reverse order: the exchange's scratch (needs `ctx` current),
+    // then `ctx`, then the caller's context is restored.
+    let _ = (&ex, &ctx);
 }
 
 /// The exchanges every rank makes, in order: preflight (same machine?), the
