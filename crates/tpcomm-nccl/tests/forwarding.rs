@@ -181,3 +181,62 @@ fn without_a_usable_gpu_the_set_up_fails_cleanly_and_nccl_does_the_work() {
         "{err}"
     );
 }
+
+#[test]
+fn child_group_init() {
+    if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
+        return;
+    }
+    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    // SAFETY: as in `child_calls`.
+    unsafe {
+        let lib = libloading::Library::new(lib_path).unwrap();
+        let init: libloading::Symbol<
+            unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int,
+        > = lib.get(b"ncclCommInitRank").unwrap();
+        let gs: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupStart").unwrap();
+        let ge: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupEnd").unwrap();
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        gs();
+        gs();
+        init(&mut comm, 2, UniqueId([0; 128]), 0);
+        eprintln!("MARK after init");
+        ge();
+        eprintln!("MARK after inner end");
+        ge();
+        eprintln!("MARK after outer end");
+    }
+}
+
+#[test]
+fn a_communicator_made_inside_a_group_is_set_up_at_the_outermost_group_end() {
+    let fake = fake_nccl();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_group_init",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TPCOMM_FORWARD_CHILD", "1")
+        .env("TPCOMM_REAL_NCCL", &fake)
+        .env("TPCOMM_LOG", "info")
+        .env("FAKE_WORLD", "1")
+        .env_remove("LD_PRELOAD")
+        .env_remove("TPCOMM_DISABLE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let waits = err.find("inside a group; tpcomm set-up waits for ncclGroupEnd");
+    let inner = err.find("MARK after inner end").unwrap();
+    let setup = err.find("1 rank(s), tpcomm takes 2 to 8").unwrap();
+    let outer = err.find("MARK after outer end").unwrap();
+    assert!(waits.is_some_and(|w| w < inner), "{err}");
+    assert!(
+        inner < setup && setup < outer,
+        "set-up must run at the outer end:\n{err}"
+    );
+}
