@@ -12,8 +12,14 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
 }
 
-/// Builds the fake NCCL once per test process, named like the real one.
+/// Builds the fake NCCL once per test process (tests run as threads, and a
+/// rebuild under a child that is loading the file would break it).
 fn fake_nccl() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_fake).clone()
+}
+
+fn build_fake() -> PathBuf {
     let dir = target_dir().join("fake-nccl");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("libnccl.so.2.{}", std::process::id()));
