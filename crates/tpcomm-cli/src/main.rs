@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod gpu_bench;
+mod plan;
 mod probe;
 
 #[derive(Parser)]
@@ -20,6 +21,9 @@ struct Cli {
 enum Command {
     /// Print the version (placeholder until subcommands land).
     Version,
+    /// Plan KV-cache memory and speculative decoding (no GPU needed).
+    #[command(subcommand)]
+    Plan(plan::PlanCommand),
     /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
     Probe(probe::ProbeArgs),
     /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
@@ -30,6 +34,12 @@ fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
+        Command::Plan(cmd) => {
+            if let Err(e) = plan::run(cmd) {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        }
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
     }

@@ -1,72 +1,20 @@
 //! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::compile;
+use super::algo::Algo;
+use super::cuda_err;
+use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
+use super::layout::{round_up, Layout};
 use super::memory::{MemoryItem, MemoryReport};
-use super::raw::{
-    self, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping, Module,
-};
+use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
+use super::MAX_WORLD;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Largest world size the kernels take (their argument block has 8 slots).
-pub const MAX_WORLD: usize = 8;
-
-/// Which kernel runs an all-reduce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Algo {
-    /// Every rank pushes its whole input to every peer, then reduces locally.
-    OneShot,
-    /// Reduce-scatter then all-gather: each rank moves 2(w-1)/w of the message.
-    TwoShot,
-    /// One-shot up to [`AUTO_ONESHOT_MAX`], two-shot above.
-    Auto,
-}
-
-impl Algo {
-    /// The algorithm that runs a message of `bytes` (`Auto` resolved).
-    pub fn resolve(self, bytes: usize) -> Algo {
-        match self {
-            Algo::Auto if bytes as u64 <= AUTO_ONESHOT_MAX.bytes() => Algo::OneShot,
-            Algo::Auto => Algo::TwoShot,
-            a => a,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::OneShot => "one-shot",
-            Algo::TwoShot => "two-shot",
-            Algo::Auto => "auto",
-        }
-    }
-}
-
-impl std::str::FromStr for Algo {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "one-shot" | "oneshot" => Ok(Algo::OneShot),
-            "two-shot" | "twoshot" => Ok(Algo::TwoShot),
-            "auto" => Ok(Algo::Auto),
-            other => Err(Error::invalid(
-                "algorithm",
-                format!("{other:?} (expected one-shot, two-shot or auto)"),
-            )),
-        }
-    }
-}
-
-/// Messages up to this size go one-shot under `Algo::Auto` (a placeholder
-/// rule until tuning tables exist).
-pub const AUTO_ONESHOT_MAX: ByteSize = ByteSize::mib(1);
 
 /// What a communicator is created with.
 #[derive(Clone, Debug)]
@@ -93,139 +41,12 @@ impl CudaConfig {
     }
 }
 
-// Kernel threads per block, and the status codes the kernels write
-// (TPCOMM_WAIT_* in kernels/allreduce.cu).
-const BLOCK: u32 = 512;
+// The status codes the kernels write (TPCOMM_WAIT_* in kernels/allreduce.cu).
 const WAIT_ONESHOT: u32 = 1;
 const WAIT_REDUCE_SCATTER: u32 = 2;
 const WAIT_ALL_GATHER: u32 = 3;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
-
-/// The kernels' by-value argument: mirrors `struct Args` in allreduce.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct KernelArgs {
-    input: u64,
-    output: u64,
-    nbytes: u64,
-    bufs: [u64; MAX_WORLD],
-    epoch_stride: u64,
-    slot_stride: u64,
-    shard_stride: u64,
-    ag_offset: u64,
-    ctl: u64,
-    status: u64,
-    timeout_ns: u64,
-    rank: u32,
-    world: u32,
-}
-
-/// Byte layout of one rank's receive area (identical on every rank).
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    /// One-shot: bytes between the slots of two senders.
-    slot_stride: usize,
-    /// Two-shot: bytes between the slots of two senders.
-    shard_stride: usize,
-    /// Two-shot: where the all-gather slots start inside an epoch buffer.
-    ag_offset: usize,
-    /// Bytes of one epoch buffer; there are two.
-    epoch_stride: usize,
-}
-
-fn round_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
-}
-
-impl Layout {
-    fn new(max_bytes: usize, world: usize) -> Self {
-        let max_vecs = max_bytes.div_ceil(16);
-        let slot_stride = round_up(max_vecs * 16, 256);
-        let shard_stride = round_up(max_vecs.div_ceil(world) * 16, 256);
-        let ag_offset = world * shard_stride;
-        let epoch_stride = (world * slot_stride).max(2 * world * shard_stride);
-        Self {
-            slot_stride,
-            shard_stride,
-            ag_offset,
-            epoch_stride,
-        }
-    }
-    fn receive_bytes(&self) -> usize {
-        2 * self.epoch_stride
-    }
-}
-
-/// The compiled kernels of one device, loaded once per process.
-struct Kernels {
-    oneshot: [Function; 3],
-    twoshot: [Function; 3],
-    nvrtc: (i32, i32),
-    arch: (i32, i32),
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process:
-    // releasing the last reference would destroy the context under the cache.
-    _ctx: Arc<CudaContext>,
-}
-
-fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
-
-fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache
-        .lock()
-        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
-    if let Some(k) = map.get(&ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let arch = ctx
-        .compute_capability()
-        .map_err(cuda_err("cuDeviceGetAttribute"))?;
-    let compiled = compile::compile_cached(compile::ALLREDUCE_SRC, "allreduce.cu", arch)?;
-    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!(
-            "the kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
-            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
-        ),
-    })?;
-    let f = |n: &str| module.function(n);
-    let k = Arc::new(Kernels {
-        oneshot: [
-            f("tpcomm_oneshot_f32")?,
-            f("tpcomm_oneshot_f16")?,
-            f("tpcomm_oneshot_bf16")?,
-        ],
-        twoshot: [
-            f("tpcomm_twoshot_f32")?,
-            f("tpcomm_twoshot_f16")?,
-            f("tpcomm_twoshot_bf16")?,
-        ],
-        nvrtc: compiled.nvrtc,
-        arch,
-        cubin_bytes: compiled.cubin.len(),
-        _module: module,
-        _ctx: ctx.clone(),
-    });
-    map.insert(ctx.ordinal(), k.clone());
-    Ok(k)
-}
-
-fn cuda_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| Error::Cuda {
-        call: call.into(),
-        detail: e.to_string(),
-    }
-}
 
 /// Opens the primary context of `device` after checking the driver is there
 /// (cudarc would panic otherwise).
@@ -244,6 +65,11 @@ pub fn open_context(device: usize) -> Result<Arc<CudaContext>> {
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
+///
+/// Drop it only when no rank has a call of it still queued or running: peers
+/// write into this rank's receive buffer, which drop frees. A failed call
+/// (see [`check`](Self::check)) leaves the communicator unusable; create new
+/// ones on every rank.
 pub struct CudaCommunicator {
     ctx: Arc<CudaContext>,
     rank: usize,
@@ -471,15 +297,21 @@ impl CudaCommunicator {
                 "input and output must be 16-byte aligned",
             ));
         }
-        let algo = algo.resolve(bytes);
+        let algo = algo.resolve(bytes, self.world);
         if count == 0 {
             return Ok(algo);
         }
         let nvec = bytes.div_ceil(16);
-        let blocks = nvec.div_ceil(BLOCK as usize).clamp(1, self.sms as usize) as u32;
+        // Small messages get one vector per thread and no idle warps; large
+        // ones at most one block per SM, so every block is resident (the
+        // kernels wait on peers, never on blocks of their own grid).
+        let block = (self.kernels.block as usize).min(nvec.div_ceil(32) * 32) as u32;
+        let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
         let d = dtype_index(dtype);
+        let one_vector_per_thread = nvec <= block as usize * blocks as usize;
         let f = match algo {
             Algo::TwoShot => self.kernels.twoshot[d],
+            _ if one_vector_per_thread => self.kernels.oneshot_small[d],
             _ => self.kernels.oneshot[d],
         };
         let args = KernelArgs {
@@ -502,7 +334,7 @@ impl CudaCommunicator {
         // status live as long as `self` (callers keep the communicator until
         // their streams finish); input/output validity is the caller's
         // contract above.
-        unsafe { raw::launch(f, blocks, BLOCK, &args, stream)? };
+        unsafe { raw::launch(f, blocks, block, &args, stream)? };
         Ok(algo)
     }
 
@@ -529,38 +361,5 @@ impl CudaCommunicator {
             what: what.into(),
             waited: self.timeout,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_args_match_the_cuda_struct_size() {
-        // 18 u64 words and two u32: the size `struct Args` has in allreduce.cu.
-        assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
-    }
-
-    #[test]
-    fn layout_fits_both_algorithms_in_an_epoch_buffer() {
-        for world in 2..=MAX_WORLD {
-            for max in [1usize, 2, 16, 1000, 1 << 20, (8 << 20) + 6] {
-                let l = Layout::new(max, world);
-                assert!(l.slot_stride >= max && l.slot_stride % 16 == 0);
-                assert!(world * l.shard_stride >= max.div_ceil(16) * 16);
-                assert!(world * l.slot_stride <= l.epoch_stride);
-                assert!(l.ag_offset + world * l.shard_stride <= l.epoch_stride);
-            }
-        }
-    }
-
-    #[test]
-    fn auto_picks_one_shot_up_to_the_threshold_and_two_shot_above() {
-        let t = AUTO_ONESHOT_MAX.bytes() as usize;
-        assert_eq!(Algo::Auto.resolve(t), Algo::OneShot);
-        assert_eq!(Algo::Auto.resolve(t + 2), Algo::TwoShot);
-        assert_eq!(Algo::TwoShot.resolve(16), Algo::TwoShot);
-        assert_eq!(Algo::OneShot.resolve(t * 8), Algo::OneShot);
     }
 }
