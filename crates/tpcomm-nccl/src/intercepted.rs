@@ -284,7 +284,7 @@ pub unsafe extern "C" fn ncclCommShrink(
 pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
     guard("ncclCommFinalize", || {
         // No collective may follow a finalize: stop routing to tpcomm now.
-        if state::remove(comm) {
+        if state::remove(comm, true) {
             info!("ncclCommFinalize: tpcomm communicator released");
         }
         call_real!(ncclCommFinalize(comm) as fn(NcclComm) -> NcclResult)
@@ -295,7 +295,7 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
     guard("ncclCommDestroy", || {
-        if state::remove(comm) {
+        if state::remove(comm, true) {
             info!("ncclCommDestroy: tpcomm communicator released");
         }
         call_real!(ncclCommDestroy(comm) as fn(NcclComm) -> NcclResult)
@@ -306,8 +306,8 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
     guard("ncclCommAbort", || {
-        if state::remove(comm) {
-            info!("ncclCommAbort: tpcomm communicator released");
+        if state::remove(comm, false) {
+            info!("ncclCommAbort: tpcomm communicator retired (its buffers stay allocated until the process exits, so that abort never waits for a tpcomm kernel)");
         }
         call_real!(ncclCommAbort(comm) as fn(NcclComm) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing())

@@ -31,16 +31,23 @@ pub fn lookup(comm: NcclComm) -> Option<Arc<Beside>> {
     map().read().ok()?.get(&(comm as usize)).cloned()
 }
 
-/// Forgets `comm`; its buffers are freed when the last in-flight user lets go.
-pub fn remove(comm: NcclComm) -> bool {
+/// Forgets `comm`. With `free`, its buffers are freed (when the last
+/// in-flight user lets go); without, they are kept until the process exits:
+/// after an abort a tpcomm kernel may still be waiting for a peer that is
+/// gone, and freeing under it would block until its timeout.
+pub fn remove(comm: NcclComm, free: bool) -> bool {
     let gone = map()
         .write()
         .ok()
         .and_then(|mut m| m.remove(&(comm as usize)));
     match gone {
-        Some(b) => {
+        Some(b) if free => {
             let _ctx = SavedContext::save();
             drop(b);
+            true
+        }
+        Some(b) => {
+            std::mem::forget(b);
             true
         }
         None => false,
