@@ -60,11 +60,6 @@ fn insert(comm: NcclComm, b: Beside) {
     }
 }
 
-/// Exchanges CudaCommunicator::new makes through its rendezvous
-/// ("cuda-buffers", "cuda-mapped"). A rank that fails before making them
-/// makes them anyway, as failures, so that the all-gathers stay paired.
-const EXCHANGES_IN_NEW: usize = 2;
-
 fn real_int(
     what: &str,
     comm: NcclComm,
@@ -163,9 +158,10 @@ pub fn set_up(comm: NcclComm, origin: &str) {
     let _ = (&ex, &ctx);
 }
 
-/// The exchanges every rank makes, in order: preflight (same machine?), the
-/// communicator's own two, and a final agreement so that either every rank
-/// uses tpcomm on this communicator or none does.
+/// The exchanges every rank makes: preflight (same machine?), the
+/// communicator's own (through the rendezvous), and the closing
+/// [`NcclExchange::finish`], so that either every rank uses tpcomm on this
+/// communicator or none does, whatever step a failure happened at.
 fn build(
     ex: &Arc<NcclExchange>,
     tag: &str,
@@ -174,32 +170,37 @@ fn build(
     device: usize,
 ) -> Result<CudaCommunicator> {
     let s = settings::get();
-    let key = host_key();
-    let hosts = ex.gather("preflight", Some(key.as_bytes()), s.timeout)?;
-    if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
-        // Every rank sees the same list, so every rank stops here.
-        return Err(Error::Unsupported(format!(
-            "rank {p} is on another machine ({}); tpcomm runs on one machine",
-            String::from_utf8_lossy(&hosts[p])
-        )));
+    let made = (|| {
+        let key = host_key();
+        let hosts = ex.gather("preflight", Some(key.as_bytes()), s.timeout)?;
+        if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
+            // Every rank sees the same list, so every rank stops here.
+            return Err(Error::Unsupported(format!(
+                "rank {p} is on another machine ({}); tpcomm runs on one machine",
+                String::from_utf8_lossy(&hosts[p])
+            )));
+        }
+        info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");
+        let cfg = CudaConfig {
+            rank,
+            world,
+            device,
+            max_bytes: s.max_bytes,
+            timeout: s.timeout,
+        };
+        let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
+        CudaCommunicator::new(&cfg, &rv)
+    })();
+    if let Err(e) = &made {
+        info!("{tag}: this rank leaves the set-up: {e}");
     }
-    info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");
-    let cfg = CudaConfig {
-        rank,
-        world,
-        device,
-        max_bytes: s.max_bytes,
-        timeout: s.timeout,
-    };
-    let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
-    let made = CudaCommunicator::new(&cfg, &rv);
-    ex.pad_to(1 + EXCHANGES_IN_NEW, s.timeout);
-    let mine = made.as_ref().map(|_| ()).map_err(|e| e.to_string());
-    if let Err(e) = &mine {
-        warn!("{tag}: {e}");
+    if ex.finish(made.is_ok(), s.timeout)? {
+        made
+    } else {
+        Err(made.err().unwrap_or_else(|| {
+            Error::Aborted("another rank could not set tpcomm up (see its log)".into())
+        }))
     }
-    ex.gather("agree", mine.is_ok().then_some(&[1u8][..]), s.timeout)?;
-    made
 }
 
 /// `ncclCommInitAll`: one process drives every GPU, so the ranks are threads
