@@ -11,6 +11,7 @@
 #![allow(clippy::missing_safety_doc)] // the contract of every export is nccl.h's
 #![allow(non_snake_case)] // exported names are NCCL's
 
+mod allreduce;
 mod cuda;
 mod exchange;
 mod ffi;
