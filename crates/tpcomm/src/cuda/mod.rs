@@ -22,7 +22,7 @@ pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
 };
-pub use rendezvous::{Rendezvous, ThreadGroup};
+pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
 
 /// Largest world size the kernels take (their argument block has 8 slots).
 pub const MAX_WORLD: usize = 8;

@@ -18,6 +18,22 @@ pub enum Rendezvous {
     Threads(Arc<ThreadGroup>),
     /// Ranks are processes; each writes `<dir>/<key>.rank<r>` and reads the others'.
     Dir(PathBuf),
+    /// Ranks are processes that already share a channel of their own (the
+    /// NCCL drop-in all-gathers through the real NCCL communicator).
+    Custom(Arc<dyn Exchange>),
+}
+
+/// A caller-supplied way for ranks to swap byte strings, with the contract
+/// of [`Rendezvous::exchange`].
+pub trait Exchange: Send + Sync + std::fmt::Debug {
+    fn exchange(
+        &self,
+        key: &str,
+        rank: usize,
+        world: usize,
+        mine: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>>;
 }
 
 /// The meeting point of `world` threads.
@@ -55,6 +71,7 @@ impl Rendezvous {
         match self {
             Rendezvous::Threads(g) => exchange_threads(g, key, rank, world, mine, timeout),
             Rendezvous::Dir(d) => exchange_dir(d, key, rank, world, mine, timeout),
+            Rendezvous::Custom(x) => x.exchange(key, rank, world, mine, timeout),
         }
     }
 }

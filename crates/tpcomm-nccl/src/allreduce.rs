@@ -1,0 +1,137 @@
+//! `ncclAllReduce`: run by tpcomm when the route allows, by NCCL otherwise.
+
+use crate::ffi::{call_real, guard, Fail};
+use crate::route::{route, size_class, Call, Route};
+use crate::settings::{self, info, warn};
+use crate::state;
+use crate::types::*;
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+use tpcomm::cuda::{Algo, CUstream};
+use tpcomm::ReduceOp;
+
+/// Logs the first all-reduce of each (communicator, size class, type,
+/// route); `what` is only formatted then.
+fn log_first(
+    comm: NcclComm,
+    bytes: usize,
+    dtype: NcclDataType,
+    route: u8,
+    what: impl Fn() -> String,
+) {
+    if settings::get().level < settings::Level::Info {
+        return;
+    }
+    type Seen = HashSet<(usize, u32, i32, u8)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
+    let key = (comm as usize, size_class(bytes), dtype, route);
+    if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
+        info!(
+            "ncclAllReduce comm {comm:p}: {bytes} bytes, ncclDataType {dtype}: {}",
+            what()
+        );
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    guard("ncclAllReduce", || {
+        let s = settings::get();
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
+        let call = Call {
+            send: sendbuff as usize,
+            recv: recvbuff as usize,
+            count,
+            dtype: datatype,
+            op,
+            group_depth: crate::intercepted::group_depth(),
+        };
+        let elem = dtype_of(datatype).map(|d| d.size()).unwrap_or(1);
+        let bytes = count.saturating_mul(elem);
+        match (
+            route(s.disabled, beside.as_ref().map(|b| b.cap), &call),
+            beside,
+        ) {
+            (Route::Tpcomm(dt), Some(b)) => {
+                let _restore = crate::cuda::SavedContext::save();
+                // SAFETY: NCCL's contract for ncclAllReduce gives the same
+                // guarantees all_reduce asks for: device buffers of the
+                // communicator's GPU holding `count` elements, valid until the
+                // stream runs the call, and a stream of that GPU; alignment
+                // was checked by `route`.
+                let done = unsafe {
+                    b.cuda.all_reduce(
+                        sendbuff as u64,
+                        recvbuff as u64,
+                        count,
+                        dt,
+                        ReduceOp::Sum,
+                        Algo::Auto,
+                        stream as CUstream,
+                    )
+                };
+                match done {
+                    Ok(algo) => {
+                        log_first(comm, bytes, datatype, algo as u8, || {
+                            format!("tpcomm {}", algo.name())
+                        });
+                        SUCCESS
+                    }
+                    Err(e) => {
+                        // Not forwarded: the peers have launched tpcomm
+                        // kernels, and an NCCL call here would never pair up.
+                        warn!("ncclAllReduce: tpcomm failed ({e}); returning ncclInternalError");
+                        INTERNAL_ERROR
+                    }
+                }
+            }
+            (Route::Nccl(why), _) => {
+                log_first(comm, bytes, datatype, 100 + why as u8, || {
+                    format!("NCCL ({})", why.text())
+                });
+                forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+            }
+            (Route::Tpcomm(_), None) => {
+                forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+            }
+        }
+    })
+}
+
+unsafe fn forward_all_reduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    call_real!(
+        ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+            as fn(
+                *const c_void,
+                *mut c_void,
+                usize,
+                NcclDataType,
+                NcclRedOp,
+                NcclComm,
+                CudaStream,
+            ) -> NcclResult
+    )
+    .unwrap_or_else(|_| NcclResult::missing())
+}

@@ -1,0 +1,316 @@
+//! The NCCL functions this library does more than forward: communicator
+//! creation and destruction (to keep a tpcomm communicator beside each real
+//! one) and group brackets (to know when NCCL's group semantics apply).
+//! All-reduce itself is in allreduce.rs.
+
+use crate::ffi::{call_real, guard, Fail};
+use crate::settings::{self, info, warn};
+use crate::state;
+use crate::types::*;
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int};
+use std::time::{Duration, Instant};
+
+/// Every function this library does more than forward (defined here and in
+/// allreduce.rs), by name.
+#[cfg_attr(not(test), allow(dead_code))]
+pub const INTERCEPTED: &[&str] = &[
+    "ncclGetErrorString",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+    "ncclCommInitRank",
+    "ncclCommInitRankConfig",
+    "ncclCommInitRankScalable",
+    "ncclCommInitAll",
+    "ncclCommSplit",
+    "ncclCommShrink",
+    "ncclCommFinalize",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclAllReduce",
+];
+
+thread_local! {
+    /// ncclGroupStart nesting on this thread (NCCL keeps its own the same way).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Communicators created inside a group: NCCL makes them at ncclGroupEnd.
+    static PENDING: RefCell<Vec<(usize, &'static str)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// ncclGroupStart nesting on the calling thread.
+pub(crate) fn group_depth() -> u32 {
+    DEPTH.get()
+}
+
+fn ok(r: NcclResult) -> bool {
+    r == SUCCESS || r == IN_PROGRESS
+}
+
+/// Waits until a non-blocking communicator is ready (bounded).
+pub(crate) fn wait_ready(comm: NcclComm) -> bool {
+    let start = Instant::now();
+    loop {
+        let mut state: NcclResult = IN_PROGRESS;
+        let r =
+            call_real!(ncclCommGetAsyncError(comm, &mut state)
+                as fn(NcclComm, *mut NcclResult) -> NcclResult);
+        match r {
+            Ok(SUCCESS) if state == SUCCESS => return true,
+            Ok(SUCCESS) if state == IN_PROGRESS => {}
+            _ => return false,
+        }
+        if start.elapsed() > settings::get().timeout {
+            warn!("a non-blocking NCCL communicator was not ready in time; tpcomm not set up");
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// After the real creation of `comm` returned `r`: set tpcomm up now, or at
+/// the end of the enclosing group.
+fn created(r: NcclResult, comm: NcclComm, origin: &'static str) {
+    if !ok(r) || comm.is_null() || settings::get().disabled {
+        return;
+    }
+    if DEPTH.get() > 0 {
+        info!("{origin}: inside a group; tpcomm set-up waits for ncclGroupEnd");
+        PENDING.with_borrow_mut(|p| p.push((comm as usize, origin)));
+        return;
+    }
+    if r == IN_PROGRESS && !wait_ready(comm) {
+        return;
+    }
+    state::set_up(comm, origin);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
+    guard("ncclGetErrorString", || {
+        call_real!(ncclGetErrorString(result) as fn(NcclResult) -> *const c_char)
+            .unwrap_or_else(|_| error_string(result).as_ptr())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
+    guard("ncclGroupStart", || {
+        match call_real!(ncclGroupStart() as fn() -> NcclResult) {
+            Ok(r) => {
+                if r == SUCCESS {
+                    DEPTH.set(DEPTH.get() + 1);
+                }
+                r
+            }
+            Err(_) => NcclResult::missing(),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
+    guard("ncclGroupEnd", || {
+        let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        // NCCL leaves the group whatever the result.
+        DEPTH.set(DEPTH.get().saturating_sub(1));
+        if DEPTH.get() == 0 {
+            for (comm, origin) in PENDING.take() {
+                let comm = comm as NcclComm;
+                if ok(r) && (r == SUCCESS || wait_ready(comm)) {
+                    state::set_up(comm, origin);
+                }
+            }
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: UniqueId,
+    rank: c_int,
+) -> NcclResult {
+    guard("ncclCommInitRank", || {
+        let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
+            as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        if !comm.is_null() {
+            created(r, *comm, "ncclCommInitRank");
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: UniqueId,
+    rank: c_int,
+    config: Opaque,
+) -> NcclResult {
+    guard("ncclCommInitRankConfig", || {
+        let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
+            as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        if !comm.is_null() {
+            created(r, *comm, "ncclCommInitRankConfig");
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut UniqueId,
+    config: Opaque,
+) -> NcclResult {
+    guard("ncclCommInitRankScalable", || {
+        let r = match call_real!(ncclCommInitRankScalable(
+            comm, nranks, myrank, n_id, comm_ids, config
+        )
+            as fn(*mut NcclComm, c_int, c_int, c_int, *mut UniqueId, Opaque) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        if !comm.is_null() {
+            created(r, *comm, "ncclCommInitRankScalable");
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comms: *mut NcclComm,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> NcclResult {
+    guard("ncclCommInitAll", || {
+        let r = match call_real!(ncclCommInitAll(comms, ndev, devlist)
+            as fn(*mut NcclComm, c_int, *const c_int) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        if r == SUCCESS && !comms.is_null() && ndev > 0 && !settings::get().disabled {
+            let n = ndev as usize;
+            // SAFETY: NCCL filled `ndev` communicators; `devlist`, when given,
+            // holds `ndev` device ordinals (NULL means 0..ndev).
+            let cs: Vec<NcclComm> = std::slice::from_raw_parts(comms, n).to_vec();
+            let devs: Vec<usize> = if devlist.is_null() {
+                (0..n).collect()
+            } else {
+                std::slice::from_raw_parts(devlist, n)
+                    .iter()
+                    .map(|&d| d.max(0) as usize)
+                    .collect()
+            };
+            state::set_up_all(&cs, &devs);
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: NcclComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+    config: Opaque,
+) -> NcclResult {
+    guard("ncclCommSplit", || {
+        let r = match call_real!(ncclCommSplit(comm, color, key, newcomm, config)
+            as fn(NcclComm, c_int, c_int, *mut NcclComm, Opaque) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        // Ranks split off with NCCL_SPLIT_NOCOLOR get no communicator.
+        if !newcomm.is_null() {
+            created(r, *newcomm, "ncclCommSplit");
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: NcclComm,
+    exclude_ranks: *mut c_int,
+    exclude_count: c_int,
+    newcomm: *mut NcclComm,
+    config: Opaque,
+    shrink_flags: c_int,
+) -> NcclResult {
+    guard("ncclCommShrink", || {
+        let r = match call_real!(ncclCommShrink(
+            comm,
+            exclude_ranks,
+            exclude_count,
+            newcomm,
+            config,
+            shrink_flags
+        )
+            as fn(NcclComm, *mut c_int, c_int, *mut NcclComm, Opaque, c_int) -> NcclResult)
+        {
+            Ok(r) => r,
+            Err(_) => return NcclResult::missing(),
+        };
+        if !newcomm.is_null() {
+            created(r, *newcomm, "ncclCommShrink");
+        }
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
+    guard("ncclCommFinalize", || {
+        // No collective may follow a finalize: stop routing to tpcomm now.
+        if state::remove(comm, true) {
+            info!("ncclCommFinalize: tpcomm communicator released");
+        }
+        call_real!(ncclCommFinalize(comm) as fn(NcclComm) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
+    guard("ncclCommDestroy", || {
+        if state::remove(comm, true) {
+            info!("ncclCommDestroy: tpcomm communicator released");
+        }
+        call_real!(ncclCommDestroy(comm) as fn(NcclComm) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
+    guard("ncclCommAbort", || {
+        if state::remove(comm, false) {
+            info!("ncclCommAbort: tpcomm communicator retired (its buffers stay allocated until the process exits, so that abort never waits for a tpcomm kernel)");
+        }
+        call_real!(ncclCommAbort(comm) as fn(NcclComm) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing())
+    })
+}

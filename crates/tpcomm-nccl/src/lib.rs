@@ -1,0 +1,81 @@
+//! `libtpcomm_nccl.so`: a shared library with NCCL's C API that runs tpcomm's
+//! all-reduce where it applies and forwards everything else to the real NCCL.
+//!
+//! Two ways in: preloaded (`LD_PRELOAD`) in front of the NCCL a program
+//! links, or opened by path (vLLM's and SGLang's pynccl). docs/drop-in.md
+//! says how to use it and what it does not intercept.
+//!
+//! Every exported function is `unsafe extern "C"` with NCCL's own contract
+//! (nccl.h); each body runs under [`ffi::guard`], so no panic crosses the C
+//! boundary.
+#![allow(clippy::missing_safety_doc)] // the contract of every export is nccl.h's
+#![allow(non_snake_case)] // exported names are NCCL's
+
+mod allreduce;
+mod cuda;
+mod exchange;
+mod ffi;
+mod forwarded;
+mod intercepted;
+mod real;
+mod route;
+mod settings;
+mod state;
+mod types;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// symbols.txt is what the exports test checks in the built library.
+    #[test]
+    fn symbols_txt_lists_exactly_the_exported_functions() {
+        let listed: BTreeSet<&str> = include_str!("../symbols.txt")
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let defined: BTreeSet<&str> = forwarded::FORWARDED
+            .iter()
+            .chain(intercepted::INTERCEPTED)
+            .copied()
+            .collect();
+        assert_eq!(
+            forwarded::FORWARDED.len() + intercepted::INTERCEPTED.len(),
+            defined.len(),
+            "a function is both forwarded and intercepted"
+        );
+        assert_eq!(listed, defined);
+    }
+
+    /// The functions vLLM's pynccl wrapper binds (vllm/distributed/
+    /// device_communicators/pynccl_wrapper.py) must all be there.
+    #[test]
+    fn every_function_pynccl_binds_is_exported() {
+        let defined: BTreeSet<&str> = forwarded::FORWARDED
+            .iter()
+            .chain(intercepted::INTERCEPTED)
+            .copied()
+            .collect();
+        for f in [
+            "ncclGetErrorString",
+            "ncclGetVersion",
+            "ncclGetUniqueId",
+            "ncclCommInitRank",
+            "ncclAllReduce",
+            "ncclAllGather",
+            "ncclReduceScatter",
+            "ncclSend",
+            "ncclRecv",
+            "ncclBroadcast",
+            "ncclCommDestroy",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+            "ncclCommWindowRegister",
+            "ncclCommWindowDeregister",
+        ] {
+            assert!(defined.contains(f), "{f} is not exported");
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The tpcomm communicators kept beside real NCCL communicators, and how
+//! they are set up.
+
+use crate::cuda::SavedContext;
+use crate::exchange::{AsRendezvous, NcclExchange};
+use crate::ffi::call_real;
+use crate::route::Capacity;
+use crate::settings::{self, info, warn};
+use crate::types::{NcclComm, NcclResult, SUCCESS};
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Arc, OnceLock, RwLock};
+use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::{Error, Result};
+
+/// tpcomm's side of one NCCL communicator.
+pub struct Beside {
+    pub cuda: CudaCommunicator,
+    pub cap: Capacity,
+}
+
+type Map = RwLock<HashMap<usize, Arc<Beside>>>;
+
+fn map() -> &'static Map {
+    static M: OnceLock<Map> = OnceLock::new();
+    M.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+/// The tpcomm communicator beside `comm`, if any.
+pub fn lookup(comm: NcclComm) -> Option<Arc<Beside>> {
+    map().read().ok()?.get(&(comm as usize)).cloned()
+}
+
+/// Forgets `comm`. With `free`, its buffers are freed (when the last
+/// in-flight user lets go); without, they are kept until the process exits:
+/// after an abort a tpcomm kernel may still be waiting for a peer that is
+/// gone, and freeing under it would block until its timeout.
+pub fn remove(comm: NcclComm, free: bool) -> bool {
+    let gone = map()
+        .write()
+        .ok()
+        .and_then(|mut m| m.remove(&(comm as usize)));
+    match gone {
+        Some(b) if free => {
+            let _ctx = SavedContext::save();
+            drop(b);
+            true
+        }
+        Some(b) => {
+            std::mem::forget(b);
+            true
+        }
+        None => false,
+    }
+}
+
+fn insert(comm: NcclComm, b: Beside) {
+    if let Ok(mut m) = map().write() {
+        m.insert(comm as usize, Arc::new(b));
+    }
+}
+
+fn real_int(
+    what: &str,
+    comm: NcclComm,
+    f: impl FnOnce(NcclComm, *mut c_int) -> std::result::Result<NcclResult, String>,
+) -> Result<usize> {
+    let mut v: c_int = -1;
+    match f(comm, &mut v) {
+        Ok(SUCCESS) if v >= 0 => Ok(v as usize),
+        Ok(r) => Err(Error::Library {
+            library: "NCCL".into(),
+            detail: format!("{what} returned {r}"),
+        }),
+        Err(e) => Err(Error::Library {
+            library: "NCCL".into(),
+            detail: e,
+        }),
+    }
+}
+
+/// What identifies this machine: ranks are on one host only when all agree.
+fn host_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}|{}", host.trim(), boot.trim())
+}
+
+/// Sets tpcomm up beside the real, ready communicator `comm` (every rank of
+/// it calls this at the same point). Any failure leaves `comm` to NCCL alone.
+pub fn set_up(comm: NcclComm, origin: &str) {
+    let s = settings::get();
+    if s.disabled || comm.is_null() {
+        return;
+    }
+    let q = |c, p| call_real!(ncclCommCount(c, p) as fn(NcclComm, *mut c_int) -> NcclResult);
+    let world = match real_int("ncclCommCount", comm, q) {
+        Ok(w) => w,
+        Err(e) => return warn!("{origin}: {e}; all-reduces go to NCCL"),
+    };
+    if !(2..=MAX_WORLD).contains(&world) {
+        // Decided from the world size alone, the same on every rank: no exchange.
+        return info!(
+            "{origin}: {world} rank(s), tpcomm takes 2 to {MAX_WORLD}; all-reduces go to NCCL"
+        );
+    }
+    let q = |c, p| call_real!(ncclCommUserRank(c, p) as fn(NcclComm, *mut c_int) -> NcclResult);
+    let rank = real_int("ncclCommUserRank", comm, q);
+    let q = |c, p| call_real!(ncclCommCuDevice(c, p) as fn(NcclComm, *mut c_int) -> NcclResult);
+    let device = real_int("ncclCommCuDevice", comm, q);
+    let (rank, device) = match (rank, device) {
+        (Ok(r), Ok(d)) => (r, d),
+        (Err(e), _) | (_, Err(e)) => return warn!("{origin}: {e}; all-reduces go to NCCL"),
+    };
+    let tag = format!("{origin} rank {rank}/{world} GPU {device}");
+    if let Err(e) = tpcomm::cuda::ensure_driver() {
+        return warn!("{tag}: {e}; all-reduces go to NCCL");
+    }
+    let _restore = SavedContext::save();
+    let ctx = match tpcomm::cuda::open_context(device) {
+        Ok(c) => c,
+        Err(e) => return warn!("{tag}: {e}; all-reduces go to NCCL"),
+    };
+    let ex = match NcclExchange::new(comm, rank, world) {
+        Ok(x) => Arc::new(x),
+        Err(e) => {
+            return warn!(
+                "{tag}: no scratch buffer for the set-up exchange ({e}); all-reduces go to NCCL"
+            )
+        }
+    };
+    match build(&ex, &tag, rank, world, device) {
+        Ok(cuda) => {
+            let r = cuda.memory_report();
+            warn!(
+                "{tag}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) and {} bytes of pinned host memory",
+                s.max_bytes,
+                r.device_requested(),
+                r.device_requested().bytes(),
+                r.allocations.len(),
+                r.device_reserved(),
+                r.items.iter().filter(|i| i.location == "host").map(|i| i.bytes.bytes()).sum::<u64>()
+            );
+            insert(
+                comm,
+                Beside {
+                    cuda,
+                    cap: Capacity {
+                        max_bytes: s.max_bytes.bytes(),
+                    },
+                },
+            );
+        }
+        Err(e) => warn!("{tag}: tpcomm not set up ({e}); all-reduces go to NCCL"),
+    }
+    // Dropped in reverse order: the exchange's scratch (needs `ctx` current),
+    // then `ctx`, then the caller's context is restored.
+    let _ = (&ex, &ctx);
+}
+
+/// The exchanges every rank makes: preflight (same machine?), the
+/// communicator's own (through the rendezvous), and the closing
+/// [`NcclExchange::finish`], so that either every rank uses tpcomm on this
+/// communicator or none does, whatever step a failure happened at.
+fn build(
+    ex: &Arc<NcclExchange>,
+    tag: &str,
+    rank: usize,
+    world: usize,
+    device: usize,
+) -> Result<CudaCommunicator> {
+    let s = settings::get();
+    let made = (|| {
+        let key = host_key();
+        let hosts = ex.gather("preflight", Some(key.as_bytes()), s.timeout)?;
+        if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
+            // Every rank sees the same list, so every rank stops here.
+            return Err(Error::Unsupported(format!(
+                "rank {p} is on another machine ({}); tpcomm runs on one machine",
+                String::from_utf8_lossy(&hosts[p])
+            )));
+        }
+        info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");
+        let cfg = CudaConfig {
+            rank,
+            world,
+            device,
+            max_bytes: s.max_bytes,
+            timeout: s.timeout,
+        };
+        let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
+        CudaCommunicator::new(&cfg, &rv)
+    })();
+    if let Err(e) = &made {
+        info!("{tag}: this rank leaves the set-up: {e}");
+    }
+    if ex.finish(made.is_ok(), s.timeout)? {
+        made
+    } else {
+        Err(made.err().unwrap_or_else(|| {
+            Error::Aborted("another rank could not set tpcomm up (see its log)".into())
+        }))
+    }
+}
+
+/// `ncclCommInitAll`: one process drives every GPU, so the ranks are threads
+/// and meet in a [`ThreadGroup`] instead of through NCCL.
+pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
+    let s = settings::get();
+    let world = comms.len();
+    if s.disabled || !(2..=MAX_WORLD).contains(&world) || devices.len() != world {
+        return info!("ncclCommInitAll: {world} GPU(s); all-reduces go to NCCL");
+    }
+    if let Err(e) = tpcomm::cuda::ensure_driver() {
+        return warn!("ncclCommInitAll: {e}; all-reduces go to NCCL");
+    }
+    let _restore = SavedContext::save();
+    let group = ThreadGroup::new(world);
+    let made: Vec<Result<CudaCommunicator>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..world)
+            .map(|rank| {
+                let rv = Rendezvous::Threads(group.clone());
+                let cfg = CudaConfig {
+                    rank,
+                    world,
+                    device: devices[rank],
+                    max_bytes: s.max_bytes,
+                    // A thread that failed early never posts: keep the others' wait short.
+                    timeout: s.timeout.min(std::time::Duration::from_secs(30)),
+                };
+                sc.spawn(move || CudaCommunicator::new(&cfg, &rv))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Aborted("set-up thread panicked".into())))
+            })
+            .collect()
+    });
+    if let Some(Err(e)) = made.iter().find(|m| m.is_err()) {
+        return warn!("ncclCommInitAll: tpcomm not set up ({e}); all-reduces go to NCCL");
+    }
+    for (comm, cuda) in comms.iter().zip(made.into_iter().flatten()) {
+        let r = cuda.memory_report();
+        warn!(
+            "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes)",
+            cuda.rank(),
+            r.device,
+            s.max_bytes,
+            r.device_requested(),
+            r.device_requested().bytes()
+        );
+        insert(
+            *comm,
+            Beside {
+                cuda,
+                cap: Capacity {
+                    max_bytes: s.max_bytes.bytes(),
+                },
+            },
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! NCCL's C types and constants (values from nccl.h, stable since 2.x).
+
+use std::ffi::{c_int, c_void};
+use tpcomm::DType;
+
+pub type NcclResult = c_int;
+pub type NcclComm = *mut c_void;
+pub type NcclDataType = c_int;
+pub type NcclRedOp = c_int;
+pub type CudaStream = *mut c_void;
+/// `ncclConfig_t*`, `ncclSimInfo_t*`, `ncclWindow_t`: only passed through.
+pub type Opaque = *mut c_void;
+
+pub const SUCCESS: NcclResult = 0;
+pub const SYSTEM_ERROR: NcclResult = 2;
+pub const INTERNAL_ERROR: NcclResult = 3;
+pub const IN_PROGRESS: NcclResult = 7;
+
+/// `ncclSum`: the only op the tpcomm kernels reduce with.
+pub const OP_SUM: NcclRedOp = 0;
+
+/// `ncclUniqueId`, passed by value (128 bytes, so in memory on x86-64).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId {
+    pub internal: [u8; 128],
+}
+
+/// `ncclUint8`: the type the set-up exchange all-gathers bytes as.
+pub const UINT8: NcclDataType = 1;
+
+/// The tpcomm element type of an NCCL data type, if its kernels take it.
+pub fn dtype_of(t: NcclDataType) -> Option<DType> {
+    match t {
+        6 => Some(DType::F16),
+        7 => Some(DType::F32),
+        9 => Some(DType::Bf16),
+        _ => None,
+    }
+}
+
+/// `ncclGetErrorString`'s text, for when the real library is not there to say it.
+pub fn error_string(r: NcclResult) -> &'static std::ffi::CStr {
+    match r {
+        0 => c"no error",
+        1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        2 => c"unhandled system error (tpcomm: is the real NCCL library found? run with TPCOMM_LOG=info)",
+        3 => c"internal error - please report this issue to the NCCL developers",
+        4 => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        5 => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        6 => c"remote process exited or there was a network error",
+        7 => c"NCCL operation in progress",
+        _ => c"unknown result code",
+    }
+}

@@ -1,0 +1,157 @@
+//! Checks the built libtpcomm_nccl.so itself (no GPU, no NCCL needed):
+//! every NCCL function of symbols.txt is exported, and without a real NCCL
+//! the library answers ncclSystemError with a clear message instead of
+//! crashing.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn library() -> PathBuf {
+    // target/<profile>/deps/exports-<hash> -> target/<profile>/libtpcomm_nccl.so
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target directory");
+    let lib = dir.join("libtpcomm_nccl.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+fn symbols() -> Vec<&'static str> {
+    include_str!("../symbols.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn every_listed_nccl_function_is_exported() {
+    // SAFETY: loading the library runs no initialisers of its own (all state
+    // is created lazily at the first call).
+    let lib = unsafe { libloading::Library::new(library()) }.expect("load libtpcomm_nccl.so");
+    let list = symbols();
+    assert!(list.len() >= 35, "symbols.txt lists only {}", list.len());
+    for name in list {
+        // SAFETY: only the address is looked up, nothing is called.
+        let f = unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()) };
+        assert!(f.is_ok(), "{name} is not exported by libtpcomm_nccl.so");
+    }
+}
+
+#[test]
+fn nm_sees_the_exports_as_defined_text_symbols() {
+    let Ok(out) = Command::new("nm")
+        .arg("-D")
+        .arg("--defined-only")
+        .arg(library())
+        .output()
+    else {
+        eprintln!("nm is not installed; the libloading test covers the exports");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in symbols() {
+        assert!(
+            text.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "nm -D does not show {name} as a defined function"
+        );
+    }
+}
+
+/// Runs `child_body` in a fresh process with `envs`, so that the library's
+/// once-per-process state and stderr belong to this case alone.
+fn run_child(case: &str, envs: &[(&str, &str)]) -> (bool, String, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "child_body", "--nocapture", "--test-threads=1"])
+        .env("TPCOMM_DROPIN_CHILD", case)
+        .env_remove("LD_PRELOAD");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the child test");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The body of the child processes; does nothing in a normal test run.
+#[test]
+fn child_body() {
+    let Ok(case) = std::env::var("TPCOMM_DROPIN_CHILD") else {
+        return;
+    };
+    // SAFETY: as above; the functions are called with NCCL's prototypes.
+    let lib = unsafe { libloading::Library::new(library()) }.unwrap();
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+    type ErrStr = unsafe extern "C" fn(c_int) -> *const c_char;
+    type AllReduce =
+        unsafe extern "C" fn(*const u8, *mut u8, usize, c_int, c_int, *mut u8, *mut u8) -> c_int;
+    unsafe {
+        let get_version: libloading::Symbol<GetVersion> = lib.get(b"ncclGetVersion").unwrap();
+        let err_str: libloading::Symbol<ErrStr> = lib.get(b"ncclGetErrorString").unwrap();
+        let all_reduce: libloading::Symbol<AllReduce> = lib.get(b"ncclAllReduce").unwrap();
+        let mut v: c_int = -1;
+        let r = get_version(&mut v);
+        println!("case={case} ncclGetVersion={r} version={v}");
+        let s = CStr::from_ptr(err_str(r)).to_string_lossy().into_owned();
+        println!("ncclGetErrorString={s}");
+        // A null communicator: routed to NCCL (nothing set up), which is missing.
+        let r = all_reduce(
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            16,
+            9,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        println!("ncclAllReduce={r}");
+    }
+}
+
+#[test]
+fn without_a_real_nccl_calls_return_system_error_and_say_why() {
+    let (ok, out, err) = run_child(
+        "missing",
+        &[
+            ("TPCOMM_REAL_NCCL", "/nonexistent/libnccl.so.2"),
+            ("TPCOMM_LOG", "info"),
+        ],
+    );
+    assert!(ok, "the child crashed:\n{out}\n{err}");
+    assert!(out.contains("ncclGetVersion=2 "), "{out}");
+    assert!(out.contains("ncclAllReduce=2"), "{out}");
+    assert!(
+        out.contains("ncclGetErrorString=unhandled system error"),
+        "{out}"
+    );
+    assert!(
+        err.contains("tpcomm: TPCOMM_REAL_NCCL=/nonexistent/libnccl.so.2 could not be opened"),
+        "stderr does not explain the failure:\n{err}"
+    );
+    // Said once, not at every call.
+    assert_eq!(err.matches("could not be opened").count(), 1, "{err}");
+}
+
+#[test]
+fn a_library_that_is_not_nccl_is_refused_by_name() {
+    // libtpcomm_nccl.so itself posing as the real NCCL must not be used (it
+    // would forward to itself forever).
+    let me = library();
+    let (ok, out, err) = run_child(
+        "itself",
+        &[
+            ("TPCOMM_REAL_NCCL", me.to_str().unwrap()),
+            ("TPCOMM_DISABLE", "1"),
+        ],
+    );
+    assert!(ok, "the child crashed:\n{out}\n{err}");
+    assert!(out.contains("ncclGetVersion=2 "), "{out}");
+    assert!(err.contains("is not NCCL"), "{err}");
+}

@@ -1,0 +1,53 @@
+/* A stand-in for libnccl.so.2 that records the arguments it receives, so the
+   tests can check that libtpcomm_nccl.so forwards every call unchanged. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { char internal[128]; } ncclUniqueId;
+static char journal[8192];
+
+static void note(const char *s) {
+  size_t n = strlen(journal);
+  snprintf(journal + n, sizeof(journal) - n, "%s;", s);
+}
+
+const char *fake_journal(void) { return journal; }
+
+int ncclGetVersion(int *v) { *v = 22809; note("version"); return 0; }
+const char *ncclGetErrorString(int r) { (void)r; return "fake error string"; }
+int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
+  char b[128];
+  snprintf(b, sizeof b, "init n=%d rank=%d id0=%d id127=%d", n, rank, id.internal[0], id.internal[127]);
+  note(b);
+  *comm = (void *)0x1234;
+  return 0;
+}
+int ncclCommCount(void *c, int *n) {
+  const char *w = getenv("FAKE_WORLD");
+  (void)c;
+  *n = w ? atoi(w) : 1;
+  return 0;
+}
+int ncclCommUserRank(void *c, int *r) { (void)c; *r = 0; return 0; }
+int ncclCommCuDevice(void *c, int *d) { (void)c; *d = 0; return 0; }
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, void *comm, void *st) {
+  char b[160];
+  snprintf(b, sizeof b, "allreduce %p %p %zu %d %d %p %p", s, r, n, dt, op, comm, st);
+  note(b);
+  return 0;
+}
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, void *comm, void *st) {
+  char b[160];
+  snprintf(b, sizeof b, "broadcast %p %p %zu %d %d %p %p", s, r, n, dt, root, comm, st);
+  note(b);
+  return 0;
+}
+int ncclGroupStart(void) { note("groupstart"); return 0; }
+int ncclGroupEnd(void) { note("groupend"); return 0; }
+int ncclCommDestroy(void *c) {
+  char b[64];
+  snprintf(b, sizeof b, "destroy %p", c);
+  note(b);
+  return 0;
+}

@@ -1,0 +1,248 @@
+//! Forwarding through libtpcomm_nccl.so to a fake NCCL (compiled here with
+//! the system C compiler) that records what it receives: every argument must
+//! arrive unchanged, with TPCOMM_DISABLE=1 and without it (no GPU here, so
+//! tpcomm cannot set up and must leave the work to NCCL).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
+}
+
+/// Builds the fake NCCL once per test process (tests run as threads, and a
+/// rebuild under a child that is loading the file would break it).
+fn fake_nccl() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_fake).clone()
+}
+
+fn build_fake() -> PathBuf {
+    let dir = target_dir().join("fake-nccl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("libnccl.so.2.{}", std::process::id()));
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_nccl.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("a C compiler ({cc}) is needed to build the fake NCCL: {e}"));
+    assert!(st.success(), "compiling {} failed", src.display());
+    out
+}
+
+fn run_child(envs: &[(&str, &str)]) -> (String, String) {
+    let fake = fake_nccl();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_calls", "--nocapture", "--test-threads=1"])
+        .env("TPCOMM_FORWARD_CHILD", "1")
+        .env("TPCOMM_REAL_NCCL", &fake)
+        .env("FAKE_PATH", &fake)
+        .env_remove("LD_PRELOAD")
+        .env_remove("TPCOMM_DISABLE");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "child failed:\n{o}\n{e}");
+    (o, e)
+}
+
+#[repr(C)]
+struct UniqueId([u8; 128]);
+
+#[test]
+fn child_calls() {
+    if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
+        return;
+    }
+    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    // SAFETY: both libraries are called with NCCL's prototypes; the fake is
+    // the same object the drop-in opened (same path), so its journal is shared.
+    unsafe {
+        let lib = libloading::Library::new(lib_path).unwrap();
+        let fake = libloading::Library::new(std::env::var("FAKE_PATH").unwrap()).unwrap();
+        let init: libloading::Symbol<
+            unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int,
+        > = lib.get(b"ncclCommInitRank").unwrap();
+        let ar: libloading::Symbol<
+            unsafe extern "C" fn(
+                *const c_void,
+                *mut c_void,
+                usize,
+                c_int,
+                c_int,
+                *mut c_void,
+                *mut c_void,
+            ) -> c_int,
+        > = lib.get(b"ncclAllReduce").unwrap();
+        let bc: libloading::Symbol<
+            unsafe extern "C" fn(
+                *const c_void,
+                *mut c_void,
+                usize,
+                c_int,
+                c_int,
+                *mut c_void,
+                *mut c_void,
+            ) -> c_int,
+        > = lib.get(b"ncclBroadcast").unwrap();
+        let gs: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupStart").unwrap();
+        let ge: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupEnd").unwrap();
+        let destroy: libloading::Symbol<unsafe extern "C" fn(*mut c_void) -> c_int> =
+            lib.get(b"ncclCommDestroy").unwrap();
+        let es: libloading::Symbol<unsafe extern "C" fn(c_int) -> *const c_char> =
+            lib.get(b"ncclGetErrorString").unwrap();
+        let journal: libloading::Symbol<unsafe extern "C" fn() -> *const c_char> =
+            fake.get(b"fake_journal").unwrap();
+
+        let mut id = UniqueId([0; 128]);
+        id.0[0] = 11;
+        id.0[127] = 99;
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        println!("init={}", init(&mut comm, 2, id, 1));
+        println!("comm={comm:p}");
+        let p = |x: usize| x as *mut c_void;
+        // bf16 sum of an aligned buffer: what tpcomm would take if it were set up.
+        println!("ar={}", ar(p(0x1000), p(0x2000), 4096, 9, 0, comm, p(0x30)));
+        println!("bc={}", bc(p(0x1000), p(0x2000), 7, 7, 1, comm, p(0x30)));
+        gs();
+        println!(
+            "ar_in_group={}",
+            ar(p(0x1000), p(0x1000), 8, 7, 0, comm, p(0x40))
+        );
+        ge();
+        println!("destroy={}", destroy(comm));
+        println!("errstr={}", CStr::from_ptr(es(3)).to_string_lossy());
+        println!("journal={}", CStr::from_ptr(journal()).to_string_lossy());
+    }
+}
+
+fn expect_forwarded(out: &str) {
+    for want in [
+        "init=0",
+        "comm=0x1234",
+        "ar=0",
+        "bc=0",
+        "ar_in_group=0",
+        "destroy=0",
+        "errstr=fake error string",
+        "init n=2 rank=1 id0=11 id127=99;",
+        "allreduce 0x1000 0x2000 4096 9 0 0x1234 0x30;",
+        "broadcast 0x1000 0x2000 7 7 1 0x1234 0x30;",
+        "groupstart;allreduce 0x1000 0x1000 8 7 0 0x1234 0x40;groupend;",
+        "destroy 0x1234;",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn disabled_library_forwards_every_argument_unchanged() {
+    let (out, err) = run_child(&[
+        ("TPCOMM_DISABLE", "1"),
+        ("TPCOMM_LOG", "info"),
+        ("FAKE_WORLD", "2"),
+    ]);
+    expect_forwarded(&out);
+    // Disabled means no set-up at all: not even the world size is asked for.
+    assert!(
+        !err.contains("rank(s)") && !err.contains("all-reduces go to NCCL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_one_rank_communicator_is_left_to_nccl() {
+    let (out, err) = run_child(&[("TPCOMM_LOG", "info"), ("FAKE_WORLD", "1")]);
+    expect_forwarded(&out);
+    assert!(
+        err.contains("1 rank(s), tpcomm takes 2 to 8; all-reduces go to NCCL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_a_usable_gpu_the_set_up_fails_cleanly_and_nccl_does_the_work() {
+    // No GPU on CI: the driver is missing or cuInit fails; either way the
+    // all-reduce goes to NCCL and the reason is logged once.
+    let (out, err) = run_child(&[
+        ("TPCOMM_LOG", "warn"),
+        ("FAKE_WORLD", "2"),
+        ("CUDA_VISIBLE_DEVICES", ""),
+    ]);
+    expect_forwarded(&out);
+    assert!(
+        err.contains("ncclCommInitRank rank 0/2 GPU 0:") && err.contains("all-reduces go to NCCL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn child_group_init() {
+    if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
+        return;
+    }
+    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    // SAFETY: as in `child_calls`.
+    unsafe {
+        let lib = libloading::Library::new(lib_path).unwrap();
+        let init: libloading::Symbol<
+            unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int,
+        > = lib.get(b"ncclCommInitRank").unwrap();
+        let gs: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupStart").unwrap();
+        let ge: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupEnd").unwrap();
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        gs();
+        gs();
+        init(&mut comm, 2, UniqueId([0; 128]), 0);
+        eprintln!("MARK after init");
+        ge();
+        eprintln!("MARK after inner end");
+        ge();
+        eprintln!("MARK after outer end");
+    }
+}
+
+#[test]
+fn a_communicator_made_inside_a_group_is_set_up_at_the_outermost_group_end() {
+    let fake = fake_nccl();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_group_init",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TPCOMM_FORWARD_CHILD", "1")
+        .env("TPCOMM_REAL_NCCL", &fake)
+        .env("TPCOMM_LOG", "info")
+        .env("FAKE_WORLD", "1")
+        .env_remove("LD_PRELOAD")
+        .env_remove("TPCOMM_DISABLE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let waits = err.find("inside a group; tpcomm set-up waits for ncclGroupEnd");
+    let inner = err.find("MARK after inner end").unwrap();
+    let setup = err.find("1 rank(s), tpcomm takes 2 to 8").unwrap();
+    let outer = err.find("MARK after outer end").unwrap();
+    assert!(waits.is_some_and(|w| w < inner), "{err}");
+    assert!(
+        inner < setup && setup < outer,
+        "set-up must run at the outer end:\n{err}"
+    );
+}
