@@ -189,21 +189,21 @@ pub fn model_params(m: &Model) -> Params {
 /// are at least `tp` of them and replicated (one per rank) when there are
 /// fewer, as vLLM and SGLang do.
 pub fn kv_heads_per_rank(heads: u64, kv_heads: u64, tp: u64) -> Result<u64> {
-    if heads % tp != 0 {
+    if !heads.is_multiple_of(tp) {
         return Err(PlanError::invalid(
             "tensor-parallel size",
             format!("{heads} attention heads cannot be split evenly over {tp} ranks"),
         ));
     }
     if kv_heads >= tp {
-        if kv_heads % tp != 0 {
+        if !kv_heads.is_multiple_of(tp) {
             return Err(PlanError::invalid(
                 "tensor-parallel size",
                 format!("{kv_heads} KV heads cannot be split evenly over {tp} ranks"),
             ));
         }
         Ok(kv_heads / tp)
-    } else if tp % kv_heads == 0 {
+    } else if tp.is_multiple_of(kv_heads) {
         Ok(1)
     } else {
         Err(PlanError::invalid(
