@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod forward_bench;
 mod gpu_bench;
 mod probe;
 
@@ -24,6 +25,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
     GpuBench(gpu_bench::GpuBenchArgs),
+    /// A tensor-parallel transformer forward in a CUDA graph, once per all-reduce mode (none, NCCL, tpcomm, fused): what each all-reduce site costs inside it.
+    ForwardBench(forward_bench::ForwardBenchArgs),
 }
 
 fn main() {
@@ -32,5 +35,6 @@ fn main() {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
+        Command::ForwardBench(args) => std::process::exit(forward_bench::run(args)),
     }
 }

@@ -5,6 +5,8 @@
 
 mod comm;
 pub mod compile;
+pub mod forward;
+pub mod fused;
 mod memory;
 mod raw;
 mod rendezvous;

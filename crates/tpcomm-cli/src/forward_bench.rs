@@ -1,0 +1,621 @@
+//! `tpcomm forward-bench`: what an all-reduce costs where it lives. A
+//! tensor-parallel transformer forward (tpcomm::cuda::forward), one process
+//! per GPU (the command re-executes itself as workers), captured in a CUDA
+//! graph and timed as whole forwards, once per way of doing its all-reduce
+//! sites: none (the compute floor), NCCL, each tpcomm algorithm, and the
+//! fused all-reduce + residual add + RMSNorm kernel.
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
+use tpcomm::cuda::forward::{Model, Shape, Site};
+use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous};
+use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+
+/// Largest relative difference (max |a - b| / max |b| over the final hidden
+/// state) allowed between a tpcomm mode's forward output and NCCL's.
+pub const TOLERANCE_VS_NCCL: f64 = 1e-2;
+
+#[derive(Args, Clone, Debug)]
+pub struct ForwardBenchArgs {
+    /// Number of GPUs (ranks, one process each); default: every GPU, at most 8.
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Transformer layers (two all-reduce sites each).
+    #[arg(long, default_value_t = 61)]
+    layers: usize,
+    /// Hidden size.
+    #[arg(long, default_value_t = 7168)]
+    hidden: usize,
+    /// MLP intermediate size.
+    #[arg(long, default_value_t = 18432)]
+    mlp: usize,
+    /// Tokens per forward, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    tokens: Vec<usize>,
+    /// Modes, comma separated: none (no communication: the floor), nccl,
+    /// one-shot, two-shot, fused.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,nccl,one-shot,two-shot,fused"
+    )]
+    modes: Vec<String>,
+    /// Forwards per timed repetition (graph launches back to back).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Timed repetitions; the median is reported.
+    #[arg(long, default_value_t = 15)]
+    reps: usize,
+    /// Bound on every wait, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    timeout_ms: u64,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    worker_rank: Option<usize>,
+    #[arg(long, hide = true)]
+    rendezvous: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    None,
+    Nccl,
+    Tp(Algo),
+    Fused,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Result<Mode> {
+        Ok(match s {
+            "none" => Mode::None,
+            "nccl" => Mode::Nccl,
+            "fused" => Mode::Fused,
+            "one-shot" | "two-shot" => Mode::Tp(s.parse()?),
+            other => {
+                return Err(Error::invalid(
+                    "--modes",
+                    format!("{other:?} (expected none, nccl, one-shot, two-shot or fused)"),
+                ))
+            }
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RankRow {
+    tokens: usize,
+    mode: String,
+    forward_us: f64,
+    /// FNV-1a of the final residual stream and hidden state bytes.
+    output_hash: u64,
+    /// max |out - nccl_out| / max |nccl_out| over the final hidden state
+    /// (None for NCCL itself, the floor, or when NCCL did not run).
+    rel_diff_vs_nccl: Option<f64>,
+    bitwise_equal_nccl: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct RankInfo {
+    gpu: String,
+    arch: String,
+    nccl: Option<String>,
+    comm_memory: String,
+    model_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RankOut {
+    info: RankInfo,
+    rows: Vec<RankRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Row {
+    tokens: usize,
+    mode: String,
+    /// Max over ranks of each rank's median forward time.
+    forward_us: f64,
+    forward_us_per_rank: Vec<f64>,
+    /// (forward - floor) / (2 x layers); None without a floor row.
+    per_site_us: Option<f64>,
+    /// (forward - floor) / forward.
+    comm_share: Option<f64>,
+    ranks_identical: Option<bool>,
+    rel_diff_vs_nccl: Option<f64>,
+    bitwise_equal_nccl: Option<bool>,
+}
+
+pub fn run(args: ForwardBenchArgs) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tpcomm forward-bench: {e}");
+            1
+        }
+    }
+}
+
+fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}
+
+fn run_inner(args: ForwardBenchArgs) -> Result<()> {
+    let modes: Vec<Mode> = args
+        .modes
+        .iter()
+        .map(|m| Mode::parse(m))
+        .collect::<Result<_>>()?;
+    if args.tokens.is_empty() || args.tokens.contains(&0) || args.reps == 0 || args.iters == 0 {
+        return Err(Error::invalid(
+            "--tokens/--reps/--iters",
+            "need at least one token count, all above 0, and reps, iters >= 1",
+        ));
+    }
+    if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
+        let world = args
+            .gpus
+            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
+        let out = rank_main(rank, world, &args, &modes, Rendezvous::Dir(dir.clone()))?;
+        let path = dir.join(format!("result.rank{rank}.json"));
+        let text =
+            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
+        return std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e));
+    }
+    tpcomm::cuda::ensure_driver()?;
+    tpcomm::cuda::forward::ensure_cublas()?;
+    let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize;
+    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    if world < 2 || world > n {
+        return Err(Error::invalid(
+            "--gpus",
+            format!(
+                "{world} ranks, but this machine has {n} GPU(s); the forward bench needs 2 or more"
+            ),
+        ));
+    }
+    let outs = run_workers(world, args.gpus.is_none())?;
+    report(&args, world, outs)
+}
+
+/// Starts one worker process per rank with this command's own arguments and
+/// collects what each wrote.
+fn run_workers(world: usize, add_gpus: bool) -> Result<Vec<RankOut>> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("find this executable", e))?;
+    let dir = std::env::temp_dir().join(format!(
+        "tpcomm-forward-bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    let mut children = Vec::new();
+    for r in 0..world {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(std::env::args_os().skip(1));
+        if add_gpus {
+            cmd.args(["--gpus", &world.to_string()]);
+        }
+        cmd.args(["--worker-rank", &r.to_string()])
+            .arg("--rendezvous")
+            .arg(&dir);
+        children.push(
+            cmd.spawn()
+                .map_err(|e| Error::io("start a worker process", e))?,
+        );
+    }
+    let mut failed = Vec::new();
+    for (r, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| Error::io("wait for a worker", e))?;
+        if !status.success() {
+            failed.push(format!("rank {r}: {status}"));
+        }
+    }
+    if !failed.is_empty() {
+        return Err(Error::Aborted(format!(
+            "worker processes failed ({}); their messages are above",
+            failed.join(", ")
+        )));
+    }
+    let outs = (0..world)
+        .map(|r| {
+            let p = dir.join(format!("result.rank{r}.json"));
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
+            serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
+        })
+        .collect::<Result<Vec<RankOut>>>()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(outs)
+}
+
+fn nccl_comm(rank: usize, world: usize, rv: &Rendezvous, timeout: Duration) -> Result<NcclComm> {
+    // Every rank learns whether every rank loaded NCCL, so all fail together.
+    let loaded = Nccl::load();
+    let mine = match (&loaded, rank) {
+        (Ok(n), 0) => n.unique_id()?.0.to_vec(),
+        (Ok(_), _) => vec![1],
+        (Err(_), _) => vec![],
+    };
+    let all = rv.exchange("nccl-id", rank, world, &mine, timeout)?;
+    let nccl = loaded?;
+    if all.iter().any(|v| v.is_empty()) || all[0].len() != 128 {
+        return Err(Error::Aborted(
+            "another rank could not load NCCL; drop nccl from --modes or fix NCCL there".into(),
+        ));
+    }
+    let mut id = [0u8; 128];
+    id.copy_from_slice(&all[0]);
+    nccl.comm_init_rank(world, &UniqueId(id), rank)
+}
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.iter() {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    h
+}
+
+fn bf16s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+        .collect()
+}
+
+/// max |a - b| / max |b|.
+fn rel_diff(a: &[u8], b: &[u8]) -> f64 {
+    let (a, b) = (bf16s(a), bf16s(b));
+    let scale = b
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(f64::MIN_POSITIVE);
+    let diff = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    if a.iter().chain(&b).any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    diff / scale
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn rank_main(
+    rank: usize,
+    world: usize,
+    args: &ForwardBenchArgs,
+    modes: &[Mode],
+    rv: Rendezvous,
+) -> Result<RankOut> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let ctx = open_context(rank)?;
+    // SAFETY: every buffer is used on this one stream, so cudarc's per-buffer
+    // events are not needed (and must not be recorded into graphs).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let cs = stream.cu_stream();
+    let max_tokens = args.tokens.iter().copied().max().unwrap_or(1);
+    let shape = Shape {
+        layers: args.layers,
+        hidden: args.hidden,
+        mlp: args.mlp,
+        max_tokens,
+        world,
+    };
+    let mut cfg = CudaConfig::new(rank, world, rank);
+    cfg.max_bytes = ByteSize::from_usize(max_tokens * args.hidden * 2);
+    cfg.timeout = timeout;
+    let comm = CudaCommunicator::new(&cfg, &rv)?;
+    let nccl = if modes.contains(&Mode::Nccl) {
+        Some(nccl_comm(rank, world, &rv, timeout)?)
+    } else {
+        None
+    };
+    let model = Model::new(&ctx, shape, rank, cs)?;
+    stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+    let arch = ctx
+        .compute_capability()
+        .map_err(cuda("cuDeviceGetAttribute"))?;
+    let info = RankInfo {
+        gpu: ctx.name().unwrap_or_default(),
+        arch: format!("sm_{}{}", arch.0, arch.1),
+        nccl: nccl.as_ref().map(|n| n.nccl().version().to_string()),
+        comm_memory: comm.memory_report().to_string(),
+        model_bytes: model.device_bytes().bytes(),
+    };
+    let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
+    let ev0 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let ev1 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+
+    let mut rows = Vec::new();
+    for &tokens in &args.tokens {
+        let mut nccl_h: Option<Vec<u8>> = None;
+        for (mi, &mode) in modes.iter().enumerate() {
+            let mut site = |s: &Site| -> Result<()> {
+                let count = s.rows * s.hidden;
+                // SAFETY: the site's buffers are the model's, sized for this
+                // many rows and alive until the end of rank_main, after every
+                // synchronization; `cs` is this device's stream.
+                unsafe {
+                    match mode {
+                        Mode::None => model.add_norm(s, s.partial, cs),
+                        Mode::Nccl => {
+                            let n = nccl.as_ref().ok_or_else(|| {
+                                Error::Aborted("NCCL mode without a communicator".into())
+                            })?;
+                            n.all_reduce(
+                                s.partial,
+                                s.reduced,
+                                count,
+                                DType::Bf16,
+                                ReduceOp::Sum,
+                                cs,
+                            )?;
+                            model.add_norm(s, s.reduced, cs)
+                        }
+                        Mode::Tp(algo) => {
+                            comm.all_reduce(
+                                s.partial,
+                                s.reduced,
+                                count,
+                                DType::Bf16,
+                                ReduceOp::Sum,
+                                algo,
+                                cs,
+                            )?;
+                            model.add_norm(s, s.reduced, cs)
+                        }
+                        Mode::Fused => comm.all_reduce_residual_rmsnorm(
+                            s.partial,
+                            s.residual,
+                            s.weight,
+                            s.normed,
+                            s.rows,
+                            s.hidden,
+                            DType::Bf16,
+                            s.eps,
+                            cs,
+                        ),
+                    }
+                }
+            };
+            let key = format!("t{tokens}m{mi}");
+            barrier(&format!("{key}-eager"))?;
+            // One eager forward first: cuBLAS and NCCL set themselves up
+            // outside the capture.
+            // SAFETY: `cs` is this context's stream; the model outlives every
+            // run of it (all synchronized before rank_main returns).
+            unsafe { model.record(tokens, cs, &mut site)? };
+            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            comm.check()?;
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(cuda("cuStreamBeginCapture"))?;
+            // SAFETY: as the eager run above; the graph is dropped before the model.
+            let recorded = unsafe { model.record(tokens, cs, &mut site) };
+            let graph = stream
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .map_err(cuda("cuStreamEndCapture"))?;
+            recorded?;
+            let graph = graph.ok_or_else(|| Error::Cuda {
+                call: "cuStreamEndCapture".into(),
+                detail: "empty graph".into(),
+            })?;
+            graph.upload().map_err(cuda("cuGraphUpload"))?;
+            for _ in 0..3 {
+                graph.launch().map_err(cuda("cuGraphLaunch"))?;
+            }
+            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            comm.check()?;
+            barrier(&format!("{key}-timed"))?;
+            let mut times = Vec::with_capacity(args.reps);
+            for _ in 0..args.reps {
+                ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
+                for _ in 0..args.iters {
+                    graph.launch().map_err(cuda("cuGraphLaunch"))?;
+                }
+                ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                times.push(
+                    ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
+                        / args.iters as f64,
+                );
+            }
+            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            comm.check()?;
+            let (x, h) = model.output(tokens)?;
+            let (rel, equal) = match (&nccl_h, mode) {
+                (Some(r), Mode::Tp(_) | Mode::Fused) => (Some(rel_diff(&h, r)), Some(h == *r)),
+                _ => (None, None),
+            };
+            if mode == Mode::Nccl {
+                nccl_h = Some(h.clone());
+            }
+            rows.push(RankRow {
+                tokens,
+                mode: mode_name(mode),
+                forward_us: median(times),
+                output_hash: fnv1a(&[&x, &h]),
+                rel_diff_vs_nccl: rel,
+                bitwise_equal_nccl: equal,
+            });
+        }
+    }
+    barrier("end")?;
+    Ok(RankOut { info, rows })
+}
+
+fn mode_name(m: Mode) -> String {
+    match m {
+        Mode::None => "none".into(),
+        Mode::Nccl => "nccl".into(),
+        Mode::Tp(a) => a.name().into(),
+        Mode::Fused => "fused".into(),
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.prec$}"))
+}
+
+fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
+    let sites = 2 * args.layers;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failures = Vec::new();
+    for (i, r0) in outs[0].rows.iter().enumerate() {
+        let per_rank: Vec<f64> = outs.iter().map(|o| o.rows[i].forward_us).collect();
+        let t = per_rank.iter().copied().fold(0.0, f64::max);
+        let communicates = r0.mode != "none";
+        let identical =
+            communicates.then(|| outs.iter().all(|o| o.rows[i].output_hash == r0.output_hash));
+        if identical == Some(false) {
+            failures.push(format!(
+                "{} at {} tokens: ranks' outputs differ",
+                r0.mode, r0.tokens
+            ));
+        }
+        let rel = outs
+            .iter()
+            .filter_map(|o| o.rows[i].rel_diff_vs_nccl)
+            .reduce(f64::max);
+        if rel.is_some_and(|d| d.is_nan() || d > TOLERANCE_VS_NCCL) {
+            failures.push(format!(
+                "{} at {} tokens: output differs from NCCL's by {:.3e} (tolerance {TOLERANCE_VS_NCCL:e})",
+                r0.mode, r0.tokens, rel.unwrap_or(f64::NAN)
+            ));
+        }
+        let equal = outs
+            .iter()
+            .map(|o| o.rows[i].bitwise_equal_nccl)
+            .reduce(|a, b| a.zip(b).map(|(a, b)| a && b))
+            .flatten();
+        rows.push(Row {
+            tokens: r0.tokens,
+            mode: r0.mode.clone(),
+            forward_us: t,
+            forward_us_per_rank: per_rank,
+            per_site_us: None,
+            comm_share: None,
+            ranks_identical: identical,
+            rel_diff_vs_nccl: rel,
+            bitwise_equal_nccl: equal,
+        });
+    }
+    let floors: Vec<(usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == "none")
+        .map(|r| (r.tokens, r.forward_us))
+        .collect();
+    for r in rows.iter_mut() {
+        if let Some(&(_, f)) = floors.iter().find(|(t, _)| *t == r.tokens) {
+            r.per_site_us = Some((r.forward_us - f) / sites as f64);
+            r.comm_share = Some((r.forward_us - f) / r.forward_us);
+        }
+    }
+    let driver = tpcomm::cuda::driver_version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .unwrap_or_default();
+    let info = &outs[0].info;
+    eprint!("{}", info.comm_memory);
+    eprintln!(
+        "model (weights shared by all layers, activations, cuBLAS workspace): {} per rank",
+        ByteSize::b(info.model_bytes)
+    );
+    println!(
+        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
+        info.gpu,
+        info.arch,
+        info.nccl.clone().unwrap_or_else(|| "not run".into()),
+        args.layers,
+        args.hidden,
+        args.mlp,
+        args.reps,
+        args.iters
+    );
+    println!(
+        "{:>6} {:>9} {:>12} {:>13} {:>10} {:>10} {:>14}",
+        "tokens", "mode", "forward(us)", "per-site(us)", "comm share", "ranks ==", "vs NCCL"
+    );
+    for r in &rows {
+        let vs = match (r.bitwise_equal_nccl, r.rel_diff_vs_nccl) {
+            (Some(true), _) => "bitwise equal".to_string(),
+            (_, Some(d)) => format!("{d:.2e}"),
+            _ => "-".to_string(),
+        };
+        println!(
+            "{:>6} {:>9} {:>12.1} {:>13} {:>10} {:>10} {:>14}",
+            r.tokens,
+            r.mode,
+            r.forward_us,
+            opt(r.per_site_us, 2),
+            r.comm_share
+                .map_or("-".into(), |s| format!("{:.1}%", 100.0 * s)),
+            r.ranks_identical
+                .map_or("-".into(), |b| if b { "yes" } else { "NO" }.to_string()),
+            vs
+        );
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "meta": {
+                "tool": "tpcomm forward-bench",
+                "machine": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+                "world": world,
+                "gpus": outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
+                "arch": info.arch,
+                "driver": driver,
+                "nccl": info.nccl,
+                "nccl_p2p_disable": std::env::var("NCCL_P2P_DISABLE").ok(),
+                "layers": args.layers,
+                "hidden": args.hidden,
+                "mlp": args.mlp,
+                "dtype": "bf16",
+                "sites_per_forward": sites,
+                "reps": args.reps,
+                "iters": args.iters,
+                "model_bytes_per_rank": info.model_bytes,
+                "attention": "simplified: QKV GEMM, then the O GEMM on the V third of its output; no score computation",
+                "floor": "mode none: same graph, each site is one residual add + RMSNorm kernel, no communication",
+                "timing": "CUDA events per rank around iters back-to-back graph launches; median over reps; forward_us = max over ranks",
+                "per_site": "(forward_us - floor forward_us) / sites_per_forward",
+                "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
+            },
+            "rows": rows,
+        });
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| Error::invalid("json", e.to_string()))?;
+        std::fs::write(path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    }
+    if !failures.is_empty() {
+        return Err(Error::Aborted(format!(
+            "forward outputs failed their checks: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(())
+}
