@@ -373,7 +373,7 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
                 }
             };
             let name = match &imp {
-                Impl::Tp(a) => a.resolve(bytes).name().to_string(),
+                Impl::Tp(a) => a.resolve(bytes, world).name().to_string(),
                 Impl::Nccl => "nccl".to_string(),
             };
             let name = if algo_name == "auto" {

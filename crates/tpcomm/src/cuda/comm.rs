@@ -26,15 +26,16 @@ pub enum Algo {
     OneShot,
     /// Reduce-scatter then all-gather: each rank moves 2(w-1)/w of the message.
     TwoShot,
-    /// One-shot up to [`AUTO_ONESHOT_MAX`], two-shot above.
+    /// One-shot up to [`auto_oneshot_max`] for the world size, two-shot above.
     Auto,
 }
 
 impl Algo {
-    /// The algorithm that runs a message of `bytes` (`Auto` resolved).
-    pub fn resolve(self, bytes: usize) -> Algo {
+    /// The algorithm that runs a message of `bytes` among `world` ranks
+    /// (`Auto` resolved).
+    pub fn resolve(self, bytes: usize, world: usize) -> Algo {
         match self {
-            Algo::Auto if bytes as u64 <= AUTO_ONESHOT_MAX.bytes() => Algo::OneShot,
+            Algo::Auto if bytes as u64 <= auto_oneshot_max(world).bytes() => Algo::OneShot,
             Algo::Auto => Algo::TwoShot,
             a => a,
         }
@@ -64,9 +65,19 @@ impl std::str::FromStr for Algo {
     }
 }
 
-/// Messages up to this size go one-shot under `Algo::Auto` (a placeholder
-/// rule until tuning tables exist).
-pub const AUTO_ONESHOT_MAX: ByteSize = ByteSize::mib(1);
+/// Messages up to this size go one-shot under `Algo::Auto`, a size rule until
+/// tuning tables exist. For 2 ranks: on 2 x H200 one-shot was faster up to
+/// 1 MiB and two-shot from 2 MiB (bench/results/2026-11-30-h200x2-v2-*).
+/// One-shot moves (world - 1) times the message out of each rank, so with more
+/// ranks the crossing comes sooner; the 256 KiB used there is a guess, not a
+/// measurement (only 2-GPU machines were available).
+pub fn auto_oneshot_max(world: usize) -> ByteSize {
+    if world <= 2 {
+        ByteSize::mib(1)
+    } else {
+        ByteSize::kib(256)
+    }
+}
 
 /// What a communicator is created with.
 #[derive(Clone, Debug)]
@@ -93,8 +104,9 @@ impl CudaConfig {
     }
 }
 
-// Kernel threads per block, and the status codes the kernels write
-// (TPCOMM_WAIT_* in kernels/allreduce.cu).
+// Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
+// launch bounds fit the registers to it), and the status codes the kernels
+// write (TPCOMM_WAIT_*).
 const BLOCK: u32 = 512;
 const WAIT_ONESHOT: u32 = 1;
 const WAIT_REDUCE_SCATTER: u32 = 2;
@@ -161,6 +173,8 @@ impl Layout {
 struct Kernels {
     oneshot: [Function; 3],
     twoshot: [Function; 3],
+    /// Threads per block: BLOCK, or less if a kernel cannot take that many.
+    block: u32,
     nvrtc: (i32, i32),
     arch: (i32, i32),
     cubin_bytes: usize,
@@ -199,17 +213,31 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
         ),
     })?;
     let f = |n: &str| module.function(n);
+    let oneshot = [
+        f("tpcomm_oneshot_f32")?,
+        f("tpcomm_oneshot_f16")?,
+        f("tpcomm_oneshot_bf16")?,
+    ];
+    let twoshot = [
+        f("tpcomm_twoshot_f32")?,
+        f("tpcomm_twoshot_f16")?,
+        f("tpcomm_twoshot_bf16")?,
+    ];
+    let mut block = BLOCK;
+    for k in oneshot.iter().chain(twoshot.iter()) {
+        // Rounded down to whole warps; the kernels work with any block size.
+        block = block.min(k.max_threads_per_block()? / 32 * 32);
+    }
+    if block == 0 {
+        return Err(Error::Unsupported(format!(
+            "the all-reduce kernels cannot launch on sm_{}{} (not enough registers for one warp)",
+            arch.0, arch.1
+        )));
+    }
     let k = Arc::new(Kernels {
-        oneshot: [
-            f("tpcomm_oneshot_f32")?,
-            f("tpcomm_oneshot_f16")?,
-            f("tpcomm_oneshot_bf16")?,
-        ],
-        twoshot: [
-            f("tpcomm_twoshot_f32")?,
-            f("tpcomm_twoshot_f16")?,
-            f("tpcomm_twoshot_bf16")?,
-        ],
+        oneshot,
+        twoshot,
+        block,
         nvrtc: compiled.nvrtc,
         arch,
         cubin_bytes: compiled.cubin.len(),
@@ -483,12 +511,16 @@ impl CudaCommunicator {
                 "input and output must be 16-byte aligned",
             ));
         }
-        let algo = algo.resolve(bytes);
+        let algo = algo.resolve(bytes, self.world);
         if count == 0 {
             return Ok(algo);
         }
         let nvec = bytes.div_ceil(16);
-        let blocks = nvec.div_ceil(BLOCK as usize).clamp(1, self.sms as usize) as u32;
+        // Small messages get one vector per thread and no idle warps; large
+        // ones at most one block per SM, so every block is resident (the
+        // kernels wait on peers, never on blocks of their own grid).
+        let block = (self.kernels.block as usize).min(nvec.div_ceil(32) * 32) as u32;
+        let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
         let d = dtype_index(dtype);
         let f = match algo {
             Algo::TwoShot => self.kernels.twoshot[d],
@@ -514,7 +546,7 @@ impl CudaCommunicator {
         // status live as long as `self` (callers keep the communicator until
         // their streams finish); input/output validity is the caller's
         // contract above.
-        unsafe { raw::launch(f, blocks, BLOCK, &args, stream)? };
+        unsafe { raw::launch(f, blocks, block, &args, stream)? };
         Ok(algo)
     }
 
@@ -575,7 +607,7 @@ mod tests {
         for world in 2..=MAX_WORLD {
             for max in [1usize, 2, 16, 1000, 1 << 20, (8 << 20) + 6] {
                 let l = Layout::new(max, world);
-                assert!(l.slot_stride >= max && l.slot_stride % 16 == 0);
+                assert!(l.slot_stride >= max && l.slot_stride.is_multiple_of(16));
                 assert!(world * l.shard_stride >= max.div_ceil(16) * 16);
                 assert!(world * l.slot_stride <= l.epoch_stride);
                 assert!(l.ag_offset + world * l.shard_stride <= l.epoch_stride);
@@ -585,10 +617,13 @@ mod tests {
 
     #[test]
     fn auto_picks_one_shot_up_to_the_threshold_and_two_shot_above() {
-        let t = AUTO_ONESHOT_MAX.bytes() as usize;
-        assert_eq!(Algo::Auto.resolve(t), Algo::OneShot);
-        assert_eq!(Algo::Auto.resolve(t + 2), Algo::TwoShot);
-        assert_eq!(Algo::TwoShot.resolve(16), Algo::TwoShot);
-        assert_eq!(Algo::OneShot.resolve(t * 8), Algo::OneShot);
+        assert_eq!(auto_oneshot_max(2), ByteSize::mib(1));
+        for world in [2, 4, 8] {
+            let t = auto_oneshot_max(world).bytes() as usize;
+            assert_eq!(Algo::Auto.resolve(t, world), Algo::OneShot);
+            assert_eq!(Algo::Auto.resolve(t + 2, world), Algo::TwoShot);
+            assert_eq!(Algo::TwoShot.resolve(16, world), Algo::TwoShot);
+            assert_eq!(Algo::OneShot.resolve(t * 8, world), Algo::OneShot);
+        }
     }
 }

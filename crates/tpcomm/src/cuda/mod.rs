@@ -12,7 +12,7 @@ mod raw;
 mod rendezvous;
 pub mod verify;
 
-pub use comm::{open_context, Algo, CudaCommunicator, CudaConfig, AUTO_ONESHOT_MAX, MAX_WORLD};
+pub use comm::{auto_oneshot_max, open_context, Algo, CudaCommunicator, CudaConfig, MAX_WORLD};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use memory::{MemoryItem, MemoryReport};

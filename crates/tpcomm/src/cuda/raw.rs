@@ -416,6 +416,22 @@ unsafe impl Sync for Module {}
 
 #[derive(Clone, Copy)]
 pub struct Function(cu::CUfunction);
+
+impl Function {
+    /// The most threads a block of this kernel can have (registers permitting).
+    pub fn max_threads_per_block(&self) -> Result<u32> {
+        let mut v = 0i32;
+        // SAFETY: valid function handle from cuModuleGetFunction; writes one int.
+        check("cuFuncGetAttribute", unsafe {
+            cu::cuFuncGetAttribute(
+                &mut v,
+                cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                self.0,
+            )
+        })?;
+        Ok(v.max(0) as u32)
+    }
+}
 // SAFETY: as Module.
 unsafe impl Send for Function {}
 unsafe impl Sync for Function {}

@@ -32,10 +32,17 @@ struct __align__(16) V16 {
 
 // Per-rank control words in local device memory (never shared with peers).
 struct Ctl {
-    u64 epoch;  // calls completed on this communicator; parity picks the buffer
-    u32 done;   // blocks of the current call that finished (multi-block calls)
-    u32 abort;  // set once a wait timed out: every later call exits at once
+    // Every call adds exactly EPOCH_UNIT here once all its blocks are done
+    // (block 0 adds EPOCH_UNIT - (blocks - 1), every other block 1), so at the
+    // start of a call arrivals / EPOCH_UNIT is the number of calls completed:
+    // the epoch. No block waits for an atomic's result.
+    u64 arrivals;
+    u32 unused;
+    u32 abort;  // set once a wait timed out: every later wait gives up at once
 };
+
+#define EPOCH_SHIFT 20
+#define EPOCH_UNIT (1ull << EPOCH_SHIFT)
 
 // Host-mapped status, read by the host after the stream is synchronized.
 struct Status {
@@ -271,10 +278,10 @@ __device__ __forceinline__ V16* slot_ptr(u64 base, u64 offset, u64 i) {
 
 // Records the first timeout of this rank (later ones are consequences) and
 // raises the abort word so every other waiting thread gives up at once.
-__device__ void report_timeout(const Args& a, u32 what, u32 peer, u64 epoch) {
-    Ctl* ctl = (Ctl*)a.ctl;
+__device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64 epoch) {
+    Ctl* ctl = (Ctl*)ctl_addr;
     if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
-        volatile Status* s = (volatile Status*)a.status;
+        volatile Status* s = (volatile Status*)status;
         s->peer = peer;
         s->epoch = epoch;
         __threadfence_system();
@@ -283,206 +290,293 @@ __device__ void report_timeout(const Args& a, u32 what, u32 peer, u64 epoch) {
     }
 }
 
-// Waits until the vector at `p` holds no sentinel. Returns false when the wait
-// timed out or another thread of this rank already gave up.
+// Polls the vector at `p` until it holds no sentinel, for at most the
+// timeout, and returns it. Called once a first read found the sentinel, so
+// the timer is read only on this slow path. When the wait timed out or
+// another thread of this rank gave up, the result still holds a sentinel:
+// callers test it with has_sentinel. Everything is passed by value: taking
+// the address of the kernel's arguments or of the caller's vectors would put
+// them in local memory.
 template <typename T>
-__device__ __forceinline__ bool wait_vec(const Args& a, const V16* p, V16& v, u32 what, u32 peer,
-                                         u64 epoch) {
-    v = ld_volatile(p);
-    if (!T::has_sentinel(v)) return true;
+__device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u64 timeout_ns, u32 what,
+                                      u32 peer, u64 epoch) {
     const u64 start = globaltimer();
-    const Ctl* ctl = (const Ctl*)a.ctl;
-    for (;;) {
-        v = ld_volatile(p);
-        if (!T::has_sentinel(v)) return true;
-        if (ld_volatile_u32(&ctl->abort) != 0u) return false;
-        if (globaltimer() - start > a.timeout_ns) {
-            report_timeout(a, what, peer, epoch);
-            return false;
+    const Ctl* ctl = (const Ctl*)ctl_addr;
+    for (u32 spins = 1;; spins++) {
+        const V16 v = ld_volatile(p);
+        if (!T::has_sentinel(v)) return v;
+        // The clock and the abort word are read every 32nd round only, so
+        // the common case polls the slot alone.
+        if ((spins & 31u) == 0u) {
+            if (ld_volatile_u32(&ctl->abort) != 0u) return v;
+            if (globaltimer() - start > timeout_ns) {
+                report_timeout(ctl_addr, status, what, peer, epoch);
+                return v;
+            }
         }
     }
 }
 
 // ---------------------------------------------------------------- epochs
 
-// Every block reads the epoch when it starts; the last block to finish
-// advances it. The next call on the stream starts only after this kernel has
-// completed, so all of its blocks see the new value: the kernel itself keeps
-// the count, which is what makes CUDA-graph replays of identical arguments
-// correct.
-// Thread 0 reads both words and shares them, so a block decides as one (an
-// abort raised by another block meanwhile must not split it at a barrier).
-__device__ __forceinline__ bool begin_call(const Args& a, u64& epoch) {
-    __shared__ u64 s_epoch;
-    __shared__ u32 s_abort;
-    if (threadIdx.x == 0) {
-        const Ctl* ctl = (const Ctl*)a.ctl;
-        s_abort = ld_volatile_u32(&ctl->abort);
-        s_epoch = ld_volatile_u64(&ctl->epoch);
-    }
-    __syncthreads();
-    epoch = s_epoch;
-    return s_abort == 0u;
+// Every thread reads the epoch when it starts (one broadcast load per warp);
+// the blocks of the call advance it as they finish (see Ctl::arrivals). The
+// next call on the stream starts only after this kernel has completed, so all
+// of its blocks see the new value: the kernel itself keeps the count, which
+// is what makes CUDA-graph replays of identical arguments correct.
+// docs/protocol-gpu.md argues why two epoch buffers are enough.
+__device__ __forceinline__ u64 read_epoch(const Args& a) {
+    return ld_volatile_u64(&((const Ctl*)a.ctl)->arrivals) >> EPOCH_SHIFT;
 }
 
-// Every thread reaches this (also after a failed wait), so the barrier is
-// well-defined; an aborted call leaves the epoch where it is.
-__device__ __forceinline__ void end_call(const Args& a, u64 epoch) {
-    __syncthreads();
-    if (threadIdx.x != 0) return;
+// Every thread of the block reaches this (also after a failed wait), so the
+// barrier is well-defined. A block that failed does not count itself, so an
+// aborted call never advances the epoch; the abort word stops the waits of
+// later calls.
+__device__ __forceinline__ void end_call(const Args& a, bool ok) {
+    const int failed = __syncthreads_or(!ok);
+    if (threadIdx.x != 0 || failed) return;
     Ctl* ctl = (Ctl*)a.ctl;
-    if (ld_volatile_u32(&ctl->abort) != 0u) return;
-    if (gridDim.x == 1) {
-        ctl->epoch = epoch + 1;
-        return;
+    const u64 add = blockIdx.x == 0 ? EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    atomicAdd(&ctl->arrivals, add);
+}
+
+// ---------------------------------------------------------------- shared steps
+
+// Vectors per thread per loop step: several independent loads in flight per
+// thread hide the latency of HBM and of the link.
+#define UNROLL 2
+
+// Reduces, in rank order, up to UNROLL vectors: `own` for this rank and, for
+// peer p, the local slot at base + p * peer_stride + 16 * k[u]. Resets every
+// slot it read to the sentinel. Returns false if a peer did not arrive.
+template <typename T>
+__device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 base, u64 peer_stride,
+                                               const u64* k, int n, const V16* own, V16* result,
+                                               u32 what) {
+    float acc[UNROLL][T::E];
+    for (u32 p = 0; p < a.world; p++) {
+        V16 v[UNROLL];
+        if (p == a.rank) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) v[u] = own[u];
+        } else {
+            V16* slot[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                slot[u] = (V16*)(base + (u64)p * peer_stride) + k[u];
+                if (u < n) v[u] = ld_volatile(slot[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (u < n && T::has_sentinel(v[u])) {
+                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, what, p, epoch);
+                    if (T::has_sentinel(v[u])) return false;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if (u < n) *slot[u] = sentinel_vec();
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            float x[T::E];
+            T::unpack(v[u], x);
+            if (p == 0) {
+#pragma unroll
+                for (int e = 0; e < T::E; e++) acc[u][e] = x[e];
+            } else {
+#pragma unroll
+                for (int e = 0; e < T::E; e++) acc[u][e] += x[e];
+            }
+        }
     }
-    __threadfence();
-    u32 prev = atomicAdd(&ctl->done, 1u);
-    if (prev == gridDim.x - 1) {
-        ctl->done = 0u;
-        ctl->epoch = epoch + 1;
-    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) result[u] = canon<T>(T::pack(acc[u]));
+    return true;
 }
 
 // ---------------------------------------------------------------- one-shot
 
 // Each rank pushes its whole input into its own slot of every peer's receive
 // buffer, then reduces, in rank order, its own input and the slots of the
-// others, reading local memory only.
+// others, reading local memory only. Thread t handles vectors t, t + S,
+// t + 2S, ... (S = threads in the grid) in both phases, so in-place calls
+// read each input vector before overwriting it.
 template <typename T>
 __device__ void oneshot(const Args& a) {
-    u64 epoch;
-    if (!begin_call(a, epoch)) return;
     const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    // The first input vector is loaded before the epoch so the two loads
+    // overlap, and kept for the reduction (most small calls have one).
+    V16 v0;
+    if (first < nvec) v0 = canon<T>(load_input(a, first));
+    const u64 epoch = read_epoch(a);
+    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
 
-    for (u64 i = first; i < nvec; i += stride) {
-        V16 v = canon<T>(load_input(a, i));
+    for (u64 i0 = first; i0 < nvec; i0 += UNROLL * stride) {
+        V16 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const u64 i = i0 + u * stride;
+            if (i < nvec) v[u] = i == first ? v0 : canon<T>(load_input(a, i));
+        }
         for (u32 p = 0; p < a.world; p++) {
-            if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+            if (p == a.rank) continue;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 i = i0 + u * stride;
+                if (i < nvec) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v[u]);
+            }
         }
     }
 
     bool ok = true;
-    const u64 mine = a.bufs[a.rank];
-    for (u64 i = first; ok && i < nvec; i += stride) {
-        float acc[T::E];
-        float x[T::E];
-        for (u32 p = 0; p < a.world; p++) {
-            V16 v;
-            V16* s = 0;
-            if (p == a.rank) {
-                v = canon<T>(load_input(a, i));
-            } else {
-                s = slot_ptr(mine, buf_off + (u64)p * a.slot_stride, i);
-                if (!wait_vec<T>(a, s, v, TPCOMM_WAIT_ONESHOT, p, epoch)) {
-                    ok = false;
-                    break;
-                }
-            }
-            T::unpack(v, x);
-            if (p == 0) {
+    const u64 base = a.bufs[a.rank] + buf_off;
+    for (u64 i0 = first; ok && i0 < nvec; i0 += UNROLL * stride) {
+        V16 own[UNROLL], r[UNROLL];
+        u64 k[UNROLL];
+        int n = 0;
 #pragma unroll
-                for (int k = 0; k < T::E; k++) acc[k] = x[k];
-            } else {
-#pragma unroll
-                for (int k = 0; k < T::E; k++) acc[k] += x[k];
+        for (int u = 0; u < UNROLL; u++) {
+            k[u] = i0 + u * stride;
+            if (k[u] < nvec) {
+                own[u] = k[u] == first ? v0 : canon<T>(load_input(a, k[u]));
+                n = u + 1;
             }
-            if (s) *s = sentinel_vec();
         }
-        if (ok) store_output(a, i, canon<T>(T::pack(acc)));
+        ok = reduce_vectors<T>(a, epoch, base, a.slot_stride, k, n, own, r, TPCOMM_WAIT_ONESHOT);
+        if (!ok) break;
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+            if (u < n) store_output(a, k[u], r[u]);
     }
-    end_call(a, epoch);
+    end_call(a, ok);
 }
 
 // ---------------------------------------------------------------- two-shot
 
-// Reduce-scatter: vector i belongs to shard i / per, owned by that rank; each
-// rank pushes the shards of others into the owner's reduce-scatter slot. The
-// owner reduces its shard in rank order, writes it to its output and pushes
-// the result into every peer's all-gather slot. Then every rank waits for the
-// shards of the others. One thread handles the same vector indices in every
-// phase, so in-place calls read each input vector before overwriting it.
+// The message is cut into `world` shards of `per` vectors; rank q owns shard
+// q. Reduce-scatter: each rank pushes every other shard into its owner's
+// slot. The owner reduces its shard in rank order, writes it to its output
+// and pushes the result into every peer's all-gather slot; every rank then
+// waits for the other shards. Thread t handles shard offsets t, t + S, ... of
+// every shard in every phase, so every thread works in every phase, and an
+// in-place call reads each input vector before it overwrites it.
 template <typename T>
 __device__ void twoshot(const Args& a) {
-    u64 epoch;
-    if (!begin_call(a, epoch)) return;
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 per = (nvec + a.world - 1) / a.world;
-    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 epoch = read_epoch(a);
+    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 mine = a.bufs[a.rank];
+    // Vectors in shard q.
+#define SHARD_LEN(q) ((u64)(q) * per >= nvec ? 0ull : (nvec - (u64)(q) * per < per ? nvec - (u64)(q) * per : per))
 
-    for (u64 i = first; i < nvec; i += stride) {
-        u32 owner = (u32)(i / per);
-        if (owner == a.rank) continue;
-        V16 v = canon<T>(load_input(a, i));
-        u64 off = buf_off + (u64)a.rank * a.shard_stride;
-        st_relaxed_sys(slot_ptr(a.bufs[owner], off, i - owner * per), v);
+    // Reduce-scatter push: shard q goes to rank q's slot for this rank.
+    for (u32 d = 1; d < a.world; d++) {
+        const u32 q = (a.rank + d) % a.world;
+        const u64 len = SHARD_LEN(q);
+        const u64 off = buf_off + (u64)a.rank * a.shard_stride;
+        for (u64 j0 = first; j0 < len; j0 += UNROLL * stride) {
+            V16 v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 j = j0 + u * stride;
+                if (j < len) v[u] = canon<T>(load_input(a, q * per + j));
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 j = j0 + u * stride;
+                if (j < len) st_relaxed_sys(slot_ptr(a.bufs[q], off, j), v[u]);
+            }
+        }
     }
 
+    // Reduce the own shard; push the result to every peer's all-gather slot.
     bool ok = true;
-    for (u64 i = first; ok && i < nvec; i += stride) {
-        u32 owner = (u32)(i / per);
-        if (owner != a.rank) continue;
-        const u64 j = i - owner * per;
-        float acc[T::E];
-        float x[T::E];
-        for (u32 p = 0; p < a.world; p++) {
-            V16 v;
-            V16* s = 0;
-            if (p == a.rank) {
-                v = canon<T>(load_input(a, i));
-            } else {
-                s = slot_ptr(mine, buf_off + (u64)p * a.shard_stride, j);
-                if (!wait_vec<T>(a, s, v, TPCOMM_WAIT_REDUCE_SCATTER, p, epoch)) {
-                    ok = false;
-                    break;
+    {
+        const u64 len = SHARD_LEN(a.rank);
+        const u64 lo = (u64)a.rank * per;
+        const u64 ag = buf_off + a.ag_offset + (u64)a.rank * a.shard_stride;
+        for (u64 j0 = first; ok && j0 < len; j0 += UNROLL * stride) {
+            V16 own[UNROLL], r[UNROLL];
+            u64 k[UNROLL];
+            int n = 0;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                k[u] = j0 + u * stride;
+                if (k[u] < len) {
+                    own[u] = canon<T>(load_input(a, lo + k[u]));
+                    n = u + 1;
                 }
             }
-            T::unpack(v, x);
-            if (p == 0) {
+            ok = reduce_vectors<T>(a, epoch, mine + buf_off, a.shard_stride, k, n, own, r,
+                                   TPCOMM_WAIT_REDUCE_SCATTER);
+            if (!ok) break;
+            for (u32 p = 0; p < a.world; p++) {
+                if (p == a.rank) continue;
 #pragma unroll
-                for (int k = 0; k < T::E; k++) acc[k] = x[k];
-            } else {
-#pragma unroll
-                for (int k = 0; k < T::E; k++) acc[k] += x[k];
+                for (int u = 0; u < UNROLL; u++)
+                    if (u < n) st_relaxed_sys(slot_ptr(a.bufs[p], ag, k[u]), r[u]);
             }
-            if (s) *s = sentinel_vec();
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if (u < n) store_output(a, lo + k[u], r[u]);
         }
-        if (!ok) break;
-        V16 r = canon<T>(T::pack(acc));
-        u64 off = buf_off + a.ag_offset + (u64)a.rank * a.shard_stride;
-        for (u32 p = 0; p < a.world; p++) {
-            if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], off, j), r);
-        }
-        store_output(a, i, r);
     }
 
-    for (u64 i = first; ok && i < nvec; i += stride) {
-        u32 owner = (u32)(i / per);
-        if (owner == a.rank) continue;
-        V16* s = slot_ptr(mine, buf_off + a.ag_offset + (u64)owner * a.shard_stride, i - owner * per);
-        V16 v;
-        if (!wait_vec<T>(a, s, v, TPCOMM_WAIT_ALL_GATHER, owner, epoch)) {
-            ok = false;
-            break;
+    // All-gather: wait for every other shard and copy it out.
+    for (u32 d = 1; ok && d < a.world; d++) {
+        const u32 q = (a.rank + d) % a.world;
+        const u64 len = SHARD_LEN(q);
+        const u64 off = buf_off + a.ag_offset + (u64)q * a.shard_stride;
+        for (u64 j0 = first; ok && j0 < len; j0 += UNROLL * stride) {
+            V16 v[UNROLL];
+            V16* slot[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 j = j0 + u * stride;
+                slot[u] = slot_ptr(mine, off, j);
+                if (j < len) v[u] = ld_volatile(slot[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 j = j0 + u * stride;
+                if (ok && j < len && T::has_sentinel(v[u])) {
+                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ALL_GATHER, q, epoch);
+                    ok = !T::has_sentinel(v[u]);
+                }
+            }
+            if (!ok) break;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const u64 j = j0 + u * stride;
+                if (j < len) {
+                    *slot[u] = sentinel_vec();
+                    store_output(a, q * per + j, v[u]);
+                }
+            }
         }
-        *s = sentinel_vec();
-        store_output(a, i, v);
     }
-    end_call(a, epoch);
+#undef SHARD_LEN
+    end_call(a, ok);
 }
 
 // ---------------------------------------------------------------- entry points
 
-extern "C" __global__ void tpcomm_oneshot_f32(Args a) { oneshot<F32>(a); }
-extern "C" __global__ void tpcomm_oneshot_f16(Args a) { oneshot<F16>(a); }
-extern "C" __global__ void tpcomm_oneshot_bf16(Args a) { oneshot<BF16>(a); }
-extern "C" __global__ void tpcomm_twoshot_f32(Args a) { twoshot<F32>(a); }
-extern "C" __global__ void tpcomm_twoshot_f16(Args a) { twoshot<F16>(a); }
-extern "C" __global__ void tpcomm_twoshot_bf16(Args a) { twoshot<BF16>(a); }
+// The host launches TPCOMM_BLOCK threads per block; the bound makes the
+// compiler fit the registers to it (a kernel that needs more registers than
+// a block of that size can have fails to launch).
+#define TPCOMM_BLOCK 512
+#define KERNEL extern "C" __global__ void __launch_bounds__(TPCOMM_BLOCK, 1)
+KERNEL tpcomm_oneshot_f32(Args a) { oneshot<F32>(a); }
+KERNEL tpcomm_oneshot_f16(Args a) { oneshot<F16>(a); }
+KERNEL tpcomm_oneshot_bf16(Args a) { oneshot<BF16>(a); }
+KERNEL tpcomm_twoshot_f32(Args a) { twoshot<F32>(a); }
+KERNEL tpcomm_twoshot_f16(Args a) { twoshot<F16>(a); }
+KERNEL tpcomm_twoshot_bf16(Args a) { twoshot<BF16>(a); }
