@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
 use tpcomm::cuda::forward::{Model, Shape, Site};
+use tpcomm::cuda::fused::Launch;
 use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
@@ -37,11 +38,13 @@ pub struct ForwardBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     tokens: Vec<usize>,
     /// Modes, comma separated: none (no communication: the floor), nccl,
-    /// one-shot, two-shot, fused.
+    /// one-shot, two-shot, fused; none-pdl and fused-pdl launch the norm
+    /// kernels with programmatic dependent launch (sm_90+). Per-site costs
+    /// are taken against none.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "none,nccl,one-shot,two-shot,fused"
+        default_value = "none,nccl,one-shot,two-shot,fused,fused-pdl,none-pdl"
     )]
     modes: Vec<String>,
     /// Forwards per timed repetition (graph launches back to back).
@@ -64,23 +67,25 @@ pub struct ForwardBenchArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
-    None,
+    None(Launch),
     Nccl,
     Tp(Algo),
-    Fused,
+    Fused(Launch),
 }
 
 impl Mode {
     fn parse(s: &str) -> Result<Mode> {
         Ok(match s {
-            "none" => Mode::None,
+            "none" => Mode::None(Launch::Ordinary),
+            "none-pdl" => Mode::None(Launch::Overlapped),
             "nccl" => Mode::Nccl,
-            "fused" => Mode::Fused,
+            "fused" => Mode::Fused(Launch::Ordinary),
+            "fused-pdl" => Mode::Fused(Launch::Overlapped),
             "one-shot" | "two-shot" => Mode::Tp(s.parse()?),
             other => {
                 return Err(Error::invalid(
                     "--modes",
-                    format!("{other:?} (expected none, nccl, one-shot, two-shot or fused)"),
+                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, two-shot, fused or fused-pdl)"),
                 ))
             }
         })
@@ -362,7 +367,7 @@ fn rank_main(
                 // synchronization; `cs` is this device's stream.
                 unsafe {
                     match mode {
-                        Mode::None => model.add_norm(s, s.partial, cs),
+                        Mode::None(how) => model.add_norm(s, s.partial, cs, how),
                         Mode::Nccl => {
                             let n = nccl.as_ref().ok_or_else(|| {
                                 Error::Aborted("NCCL mode without a communicator".into())
@@ -375,7 +380,7 @@ fn rank_main(
                                 ReduceOp::Sum,
                                 cs,
                             )?;
-                            model.add_norm(s, s.reduced, cs)
+                            model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                         }
                         Mode::Tp(algo) => {
                             comm.all_reduce(
@@ -387,9 +392,9 @@ fn rank_main(
                                 algo,
                                 cs,
                             )?;
-                            model.add_norm(s, s.reduced, cs)
+                            model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                         }
-                        Mode::Fused => comm.all_reduce_residual_rmsnorm(
+                        Mode::Fused(how) => comm.all_reduce_residual_rmsnorm(
                             s.partial,
                             s.residual,
                             s.weight,
@@ -399,6 +404,7 @@ fn rank_main(
                             DType::Bf16,
                             s.eps,
                             cs,
+                            how,
                         ),
                     }
                 }
@@ -449,7 +455,7 @@ fn rank_main(
             comm.check()?;
             let (x, h) = model.output(tokens)?;
             let (rel, equal) = match (&nccl_h, mode) {
-                (Some(r), Mode::Tp(_) | Mode::Fused) => (Some(rel_diff(&h, r)), Some(h == *r)),
+                (Some(r), Mode::Tp(_) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
                 _ => (None, None),
             };
             if mode == Mode::Nccl {
@@ -471,10 +477,12 @@ fn rank_main(
 
 fn mode_name(m: Mode) -> String {
     match m {
-        Mode::None => "none".into(),
+        Mode::None(Launch::Ordinary) => "none".into(),
+        Mode::None(Launch::Overlapped) => "none-pdl".into(),
         Mode::Nccl => "nccl".into(),
         Mode::Tp(a) => a.name().into(),
-        Mode::Fused => "fused".into(),
+        Mode::Fused(Launch::Ordinary) => "fused".into(),
+        Mode::Fused(Launch::Overlapped) => "fused-pdl".into(),
     }
 }
 
@@ -489,7 +497,7 @@ fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<(
     for (i, r0) in outs[0].rows.iter().enumerate() {
         let per_rank: Vec<f64> = outs.iter().map(|o| o.rows[i].forward_us).collect();
         let t = per_rank.iter().copied().fold(0.0, f64::max);
-        let communicates = r0.mode != "none";
+        let communicates = !r0.mode.starts_with("none");
         let identical =
             communicates.then(|| outs.iter().all(|o| o.rows[i].output_hash == r0.output_hash));
         if identical == Some(false) {

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::fused::{add_rmsnorm, Launch};
 use tpcomm::cuda::verify::{element, random_bytes, Rng};
 use tpcomm::cuda::{Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::{ByteSize, DType, ReduceOp};
@@ -101,18 +101,21 @@ struct Bufs {
     res_f: CudaSlice<u8>,
     norm_u: CudaSlice<u8>,
     norm_f: CudaSlice<u8>,
+    res_o: CudaSlice<u8>,
+    norm_o: CudaSlice<u8>,
     weight: CudaSlice<u8>,
 }
 
-/// Runs the unfused sequence and the fused kernel on one rank; returns
-/// (unfused residual, unfused normed, fused residual, fused normed).
+/// Runs the unfused sequence and the fused kernel (ordinary and overlapped
+/// launch) on one rank; returns (unfused residual, unfused normed, fused
+/// residual, fused normed, overlapped residual, overlapped normed).
 fn run_rank(
     comm: &CudaCommunicator,
     stream: &Arc<CudaStream>,
     c: &Case,
     inp: &Inputs,
     rank: usize,
-) -> [Vec<u8>; 4] {
+) -> [Vec<u8>; 6] {
     let up = |v: &[u8]| stream.clone_htod(v).unwrap();
     let bytes = c.rows * c.hidden * c.dtype.size();
     let b = Bufs {
@@ -122,6 +125,8 @@ fn run_rank(
         res_f: up(&inp.residual),
         norm_u: stream.alloc_zeros::<u8>(bytes).unwrap(),
         norm_f: stream.alloc_zeros::<u8>(bytes).unwrap(),
+        res_o: up(&inp.residual),
+        norm_o: stream.alloc_zeros::<u8>(bytes).unwrap(),
         weight: up(&inp.weight),
     };
     let p = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
@@ -151,6 +156,7 @@ fn run_rank(
             c.dtype,
             EPS,
             cs,
+            Launch::Ordinary,
         )
         .unwrap();
         comm.all_reduce_residual_rmsnorm(
@@ -163,6 +169,22 @@ fn run_rank(
             c.dtype,
             EPS,
             cs,
+            Launch::Ordinary,
+        )
+        .unwrap();
+        // The same call launched to overlap the previous kernel must give the
+        // same result (on sm_90+; an ordinary launch elsewhere).
+        comm.all_reduce_residual_rmsnorm(
+            p(&b.partial),
+            p(&b.res_o),
+            p(&b.weight),
+            p(&b.norm_o),
+            c.rows,
+            c.hidden,
+            c.dtype,
+            EPS,
+            cs,
+            Launch::Overlapped,
         )
         .unwrap();
     }
@@ -174,6 +196,8 @@ fn run_rank(
         down(&b.norm_u),
         down(&b.res_f),
         down(&b.norm_f),
+        down(&b.res_o),
+        down(&b.norm_o),
     ]
 }
 
@@ -213,13 +237,19 @@ fn fused_all_reduce_residual_rmsnorm_equals_the_unfused_sequence() {
             })
         })
         .collect();
-    let results: Vec<Vec<[Vec<u8>; 4]>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let results: Vec<Vec<[Vec<u8>; 6]>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     for (k, c) in all_cases.iter().enumerate() {
         let (ref_res, ref_norm) = reference(c, &all[k]);
         let tol = c.dtype.tolerance(world);
         let n = c.rows * c.hidden;
         for (rank, res) in results.iter().enumerate() {
-            let [res_u, norm_u, res_f, norm_f] = &res[k];
+            let [res_u, norm_u, res_f, norm_f, res_o, norm_o] = &res[k];
+            assert!(
+                res_o == res_f && norm_o == norm_f,
+                "{:?} rows {} rank {rank}: the overlapped launch gave another result",
+                c.dtype,
+                c.rows
+            );
             assert_eq!(
                 res_f, res_u,
                 "{:?} rows {} rank {rank}: fused residual differs from unfused",

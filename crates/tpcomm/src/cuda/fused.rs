@@ -5,6 +5,7 @@
 
 use super::comm::{CudaCommunicator, MAX_WORLD};
 use super::compile;
+use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -23,6 +24,20 @@ pub const MODULE_SRC: &str = concat!(
 
 /// (file name, source) for the compile test.
 pub const SOURCES: &[(&str, &str)] = &[("fused.cu", MODULE_SRC)];
+
+/// How the fused-family kernels are launched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Launch {
+    /// An ordinary launch: the kernel starts once the previous one on the
+    /// stream has finished.
+    #[default]
+    Ordinary,
+    /// Programmatic dependent launch: the kernel may start while the
+    /// previous one drains and waits for it inside, hiding its launch
+    /// latency. sm_90 and newer; an ordinary launch on older GPUs.
+    Overlapped,
+}
 
 /// Mirrors `struct Args` in allreduce.cu (and `KernelArgs` in comm.rs).
 #[repr(C)]
@@ -64,6 +79,8 @@ pub(crate) struct FusedKernels {
     add_rmsnorm: [Function; 3],
     pub(crate) silu_mul_bf16: Function,
     pub(crate) fill_uniform_bf16: Function,
+    /// Whether the device takes programmatic dependent launches (sm_90+).
+    overlap: bool,
     _module: Module,
     // Keeps the primary context (and so the module) alive for the process.
     _ctx: Arc<CudaContext>,
@@ -112,11 +129,37 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
         ],
         silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
         fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
+        overlap: arch.0 >= 9,
         _module: module,
         _ctx: ctx.clone(),
     });
     map.insert(ctx.ordinal(), k.clone());
     Ok(k)
+}
+
+impl FusedKernels {
+    /// # Safety
+    /// As `raw::launch`.
+    unsafe fn launch<A>(
+        &self,
+        f: Function,
+        grid: u32,
+        block: u32,
+        args: &A,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; launch_overlapped only for
+        // kernels that start with wait_for_previous_kernel (all of fused.cu's
+        // norm kernels) on devices that support it.
+        unsafe {
+            if how == Launch::Overlapped && self.overlap {
+                pdl::launch_overlapped(f, grid, block, args, stream)
+            } else {
+                raw::launch(f, grid, block, args, stream)
+            }
+        }
+    }
 }
 
 /// Threads per block of both norm kernels: one per 16-byte vector of a row
@@ -154,7 +197,8 @@ fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) ->
 
 /// `residual += addend` (when given), then `normed = rmsnorm(residual) * weight`,
 /// on `rows` rows of `hidden` elements: the unfused sequence that follows an
-/// all-reduce, bit-identical to what the fused kernel computes.
+/// all-reduce, bit-identical to what the fused kernel computes. `how` as in
+/// [`CudaCommunicator::all_reduce_residual_rmsnorm`].
 ///
 /// # Safety
 /// Every pointer must be device memory of `ctx`'s device, 16-byte aligned:
@@ -172,6 +216,7 @@ pub unsafe fn add_rmsnorm(
     dtype: DType,
     eps: f32,
     stream: CUstream,
+    how: Launch,
 ) -> Result<()> {
     let row_vecs = check_rows(
         rows,
@@ -196,12 +241,13 @@ pub unsafe fn add_rmsnorm(
     // SAFETY: FusedArgs mirrors the kernel's parameter; pointer validity is
     // the caller's contract above.
     unsafe {
-        raw::launch(
+        k.launch(
             k.add_rmsnorm[dtype_index(dtype)],
             rows.min(sms) as u32,
             norm_block(row_vecs),
             &args,
             stream,
+            how,
         )
     }
 }
@@ -214,6 +260,8 @@ impl CudaCommunicator {
     /// this communicator's buffers and epoch, so it mixes freely with
     /// [`all_reduce`](Self::all_reduce) calls and works inside CUDA graphs.
     /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
+    /// `how` picks an ordinary or an overlapped (programmatic dependent)
+    /// launch; the results are the same.
     /// Call [`check`](Self::check) after synchronizing to learn whether a
     /// peer failed to arrive.
     ///
@@ -234,6 +282,7 @@ impl CudaCommunicator {
         dtype: DType,
         eps: f32,
         stream: CUstream,
+        how: Launch,
     ) -> Result<()> {
         self.check()?;
         let row_vecs = check_rows(rows, hidden, dtype, &[partial, residual, weight, normed])?;
@@ -280,12 +329,13 @@ impl CudaCommunicator {
         // keep alive until their streams finish; the rest is the caller's
         // contract above.
         unsafe {
-            raw::launch(
+            k.launch(
                 k.fused[dtype_index(dtype)],
                 rows.min(p.sms as usize) as u32,
                 norm_block(row_vecs),
                 &args,
                 stream,
+                how,
             )
         }
     }

@@ -8,6 +8,7 @@ pub mod compile;
 pub mod forward;
 pub mod fused;
 mod memory;
+mod pdl;
 mod raw;
 mod rendezvous;
 pub mod verify;

@@ -16,7 +16,7 @@ mod ffi;
 
 pub use ffi::ensure_cublas;
 
-use super::fused::{add_rmsnorm, fused_kernels, FusedKernels};
+use super::fused::{add_rmsnorm, fused_kernels, FusedKernels, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -308,6 +308,7 @@ impl Model {
                 DType::Bf16,
                 EPS,
                 stream,
+                Launch::Ordinary,
             )?;
         }
         for _ in 0..sh.layers {
@@ -367,6 +368,7 @@ impl Model {
         site: &Site,
         addend: CUdeviceptr,
         stream: CUstream,
+        how: Launch,
     ) -> Result<()> {
         // SAFETY: the site's buffers are this model's; `addend` is the
         // caller's contract.
@@ -382,6 +384,7 @@ impl Model {
                 DType::Bf16,
                 site.eps,
                 stream,
+                how,
             )
         }
     }

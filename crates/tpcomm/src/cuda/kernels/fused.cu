@@ -11,9 +11,21 @@
 // sum of squares of the whole row. Every thread handles the same vector
 // indices in the fused and the unfused kernel, and both reduce the sum of
 // squares in the same order, so the fused result equals the unfused one bit
-// for bit (the tests allow one bf16 rounding).
+// for bit (the tests allow one bf16 rounding). Blocks have up to 1024 threads
+// (launch bounds), so a grid of at most one block per SM is co-resident.
 
 #define TPCOMM_WAIT_FUSED 4u
+
+// With programmatic dependent launch (sm_90+, opted into per launch by the
+// host), this kernel may start while the previous kernel on the stream is
+// still draining: it must not read anything that kernel writes, nor the
+// epoch, before this returns. Without that launch attribute it returns at
+// once. Everything after it behaves as after an ordinary stream dependency.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 struct FusedArgs {
     Args base;     // base.in: the partial sums; base.nbytes: rows * row bytes
@@ -84,8 +96,8 @@ __device__ __forceinline__ void write_normed(const FusedArgs& f, u64 i, u32 j, f
 template <typename T>
 __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
     const Args& a = f.base;
-    u64 epoch;
-    if (!begin_call(a, epoch)) return;
+    wait_for_previous_kernel();
+    const u64 epoch = read_epoch(a);
     const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
     const V16* in = (const V16*)a.in;
@@ -117,9 +129,13 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
                     v = canon<T>(in[i]);
                 } else {
                     s = slot_ptr(mine, buf_off + (u64)p * a.slot_stride, i);
-                    if (!wait_vec<T>(a, s, v, TPCOMM_WAIT_FUSED, p, epoch)) {
-                        ok = false;
-                        break;
+                    v = ld_volatile(s);
+                    if (T::has_sentinel(v)) {
+                        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_FUSED, p, epoch);
+                        if (T::has_sentinel(v)) {
+                            ok = false;
+                            break;
+                        }
                     }
                 }
                 T::unpack(v, x);
@@ -142,12 +158,13 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
                 write_normed<T>(f, (u64)row * f.row_vecs + j, j, scale);
         }
     }
-    end_call(a, epoch);
+    end_call(a, ok);
 }
 
 // The unfused counterpart: residual += addend (when given), then RMSNorm.
 template <typename T>
 __device__ void add_rmsnorm(const FusedArgs& f) {
+    wait_for_previous_kernel();
     V16* residual = (V16*)f.residual;
     const V16* addend = (const V16*)f.addend;
     for (u32 row = blockIdx.x; row < f.rows; row += gridDim.x) {
@@ -162,9 +179,9 @@ __device__ void add_rmsnorm(const FusedArgs& f) {
     }
 }
 
-extern "C" __global__ void tpcomm_fused_rmsnorm_f32(FusedArgs f) { fused_allreduce_rmsnorm<F32>(f); }
-extern "C" __global__ void tpcomm_fused_rmsnorm_f16(FusedArgs f) { fused_allreduce_rmsnorm<F16>(f); }
-extern "C" __global__ void tpcomm_fused_rmsnorm_bf16(FusedArgs f) { fused_allreduce_rmsnorm<BF16>(f); }
-extern "C" __global__ void tpcomm_add_rmsnorm_f32(FusedArgs f) { add_rmsnorm<F32>(f); }
-extern "C" __global__ void tpcomm_add_rmsnorm_f16(FusedArgs f) { add_rmsnorm<F16>(f); }
-extern "C" __global__ void tpcomm_add_rmsnorm_bf16(FusedArgs f) { add_rmsnorm<BF16>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_fused_rmsnorm_f32(FusedArgs f) { fused_allreduce_rmsnorm<F32>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_fused_rmsnorm_f16(FusedArgs f) { fused_allreduce_rmsnorm<F16>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_fused_rmsnorm_bf16(FusedArgs f) { fused_allreduce_rmsnorm<BF16>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_add_rmsnorm_f32(FusedArgs f) { add_rmsnorm<F32>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_add_rmsnorm_f16(FusedArgs f) { add_rmsnorm<F16>(f); }
+extern "C" __global__ void __launch_bounds__(1024) tpcomm_add_rmsnorm_bf16(FusedArgs f) { add_rmsnorm<BF16>(f); }
