@@ -627,3 +627,47 @@ fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn modes_parse_and_unknown_ones_are_refused() {
+        assert_eq!(Mode::parse("none").unwrap(), Mode::None(Launch::Ordinary));
+        assert_eq!(
+            Mode::parse("fused-pdl").unwrap(),
+            Mode::Fused(Launch::Overlapped)
+        );
+        assert_eq!(Mode::parse("two-shot").unwrap(), Mode::Tp(Algo::TwoShot));
+        assert!(Mode::parse("auto").is_err());
+        assert!(Mode::parse("fast").is_err());
+        for m in [
+            "none",
+            "none-pdl",
+            "nccl",
+            "one-shot",
+            "two-shot",
+            "fused",
+            "fused-pdl",
+        ] {
+            assert_eq!(mode_name(Mode::parse(m).unwrap()), m);
+        }
+    }
+
+    #[test]
+    fn relative_difference_is_max_error_over_max_magnitude() {
+        let b = bf16_bytes(&[1.0, -4.0, 2.0]);
+        let a = bf16_bytes(&[1.0, -4.0, 2.5]);
+        assert_eq!(rel_diff(&b, &b), 0.0);
+        assert_eq!(rel_diff(&a, &b), 0.5 / 4.0);
+        let nan = bf16_bytes(&[1.0, f32::NAN, 2.0]);
+        assert!(rel_diff(&nan, &b).is_infinite());
+    }
+}

@@ -403,3 +403,37 @@ impl Model {
         Ok((x, h))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(hidden: usize, mlp: usize, world: usize) -> Shape {
+        Shape {
+            layers: 2,
+            hidden,
+            mlp,
+            max_tokens: 4,
+            world,
+        }
+    }
+
+    #[test]
+    fn shapes_must_split_evenly_into_16_byte_rows_per_rank() {
+        assert!(shape(7168, 18432, 2).check().is_ok());
+        assert!(shape(7168, 18432, 8).check().is_ok());
+        // 7168 / 3 is not whole; 7172 / 2 = 3586 is not a multiple of 8.
+        assert!(shape(7168, 18432, 3).check().is_err());
+        assert!(shape(7172, 18432, 2).check().is_err());
+        assert!(shape(7168, 0, 2).check().is_err());
+        let mut s = shape(7168, 18432, 2);
+        s.layers = 0;
+        assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn per_rank_columns_are_the_model_split_by_world() {
+        let s = shape(7168, 18432, 2);
+        assert_eq!((s.hs(), s.ms()), (3584, 9216));
+    }
+}
