@@ -10,11 +10,12 @@
 //! reference, 4 roundings relative to the row's RMS-normalised scale.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::fused::{add_rmsnorm, Launch};
 use tpcomm::cuda::verify::{element, random_bytes, Rng};
 use tpcomm::cuda::{Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
-use tpcomm::{ByteSize, DType, ReduceOp};
+use tpcomm::{ByteSize, DType, Error, ReduceOp};
 
 const EPS: f32 = 1e-6;
 
@@ -295,4 +296,75 @@ fn fused_all_reduce_residual_rmsnorm_equals_the_unfused_sequence() {
             );
         }
     }
+}
+
+#[test]
+#[ignore = "needs 2+ GPUs; run with TPCOMM_GPU_TESTS=1 --ignored"]
+fn fused_call_whose_peer_never_arrives_times_out_naming_it() {
+    let Some(_) = gpu_world() else { return };
+    let timeout = Duration::from_millis(300);
+    let group = ThreadGroup::new(2);
+    let comms: Vec<CudaCommunicator> = (0..2)
+        .map(|r| {
+            let rv = Rendezvous::Threads(group.clone());
+            std::thread::spawn(move || {
+                let mut cfg = CudaConfig::new(r, 2, r);
+                cfg.max_bytes = ByteSize::mib(1);
+                cfg.timeout = timeout;
+                CudaCommunicator::new(&cfg, &rv).expect("create communicator")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let comm = &comms[0];
+    let ctx = comm.context().clone();
+    ctx.bind_to_thread().unwrap();
+    // SAFETY (test): every slice is used on this one stream only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().unwrap();
+    let (rows, hidden) = (4, 7168);
+    let n = rows * hidden;
+    let up = |v: &[u8]| stream.clone_htod(v).unwrap();
+    let partial = up(&random_bytes(DType::Bf16, n, &mut Rng::new(3)));
+    let residual = up(&random_bytes(DType::Bf16, n, &mut Rng::new(4)));
+    let weight = up(&random_bytes(DType::Bf16, hidden, &mut Rng::new(5)));
+    let normed = stream.alloc_zeros::<u8>(n * 2).unwrap();
+    let p = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+    let call = || {
+        // SAFETY (test): live allocations of rank 0's device of the sizes the
+        // call uses; the stream is synchronized before they drop.
+        unsafe {
+            comm.all_reduce_residual_rmsnorm(
+                p(&partial),
+                p(&residual),
+                p(&weight),
+                p(&normed),
+                rows,
+                hidden,
+                DType::Bf16,
+                EPS,
+                stream.cu_stream(),
+                Launch::Ordinary,
+            )
+        }
+    };
+    // Rank 1 never calls: rank 0's kernel must give up on its own.
+    let t0 = Instant::now();
+    call().unwrap();
+    stream.synchronize().unwrap();
+    let waited = t0.elapsed();
+    let err = comm.check().unwrap_err();
+    eprintln!("after {waited:?}: {err}");
+    match &err {
+        Error::PeerTimeout { rank, peer, .. } => assert_eq!((*rank, *peer), (0, 1)),
+        other => panic!("expected a timeout naming rank 1, got {other}"),
+    }
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // The communicator stays failed: a later call reports at once.
+    assert!(matches!(call(), Err(Error::PeerTimeout { peer: 1, .. })));
 }
