@@ -331,6 +331,7 @@ fn rank_main(
     cfg.max_bytes = ByteSize::from_usize(max_tokens * args.hidden * 2);
     cfg.timeout = timeout;
     let comm = CudaCommunicator::new(&cfg, &rv)?;
+    let fused_image = comm.prepare_fused()?;
     let nccl = if modes.contains(&Mode::Nccl) {
         Some(nccl_comm(rank, world, &rv, timeout)?)
     } else {
@@ -345,7 +346,10 @@ fn rank_main(
         gpu: ctx.name().unwrap_or_default(),
         arch: format!("sm_{}{}", arch.0, arch.1),
         nccl: nccl.as_ref().map(|n| n.nccl().version().to_string()),
-        comm_memory: comm.memory_report().to_string(),
+        comm_memory: format!(
+            "{}  fused kernels' image: {fused_image} (shared per device)\n",
+            comm.memory_report()
+        ),
         model_bytes: model.device_bytes().bytes(),
     };
     let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());

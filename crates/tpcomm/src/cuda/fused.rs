@@ -79,6 +79,7 @@ pub(crate) struct FusedKernels {
     add_rmsnorm: [Function; 3],
     pub(crate) silu_mul_bf16: Function,
     pub(crate) fill_uniform_bf16: Function,
+    cubin_bytes: usize,
     /// Whether the device takes programmatic dependent launches (sm_90+).
     overlap: bool,
     _module: Module,
@@ -130,6 +131,7 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
         silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
         fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
         overlap: arch.0 >= 9,
+        cubin_bytes: compiled.cubin.len(),
         _module: module,
         _ctx: ctx.clone(),
     });
@@ -253,6 +255,16 @@ pub unsafe fn add_rmsnorm(
 }
 
 impl CudaCommunicator {
+    /// Compiles (or reads from the cache) and loads the fused kernels now,
+    /// so the first [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
+    /// takes no memory a server has not already seen. Returns the size of
+    /// the kernel image loaded (once per device and process). Call it right
+    /// after creating the communicator, before measuring free memory.
+    pub fn prepare_fused(&self) -> Result<ByteSize> {
+        let k = fused_kernels(self.protocol_parts().ctx)?;
+        Ok(ByteSize::from_usize(k.cubin_bytes))
+    }
+
     /// All-reduces `partial` (the row-parallel GEMM's output, `rows` rows of
     /// `hidden` elements; left unchanged) over the ranks, adds it to
     /// `residual` in place, and writes `rmsnorm(residual) * weight` to
