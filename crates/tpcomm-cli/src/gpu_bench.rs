@@ -172,8 +172,11 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         ));
     }
     for a in &args.algos {
-        if a != "nccl" {
-            a.parse::<Algo>()?;
+        if a != "nccl" && a.parse::<Algo>().is_err() {
+            return Err(Error::invalid(
+                "--algos",
+                format!("{a:?} (expected one-shot, two-shot, auto or nccl)"),
+            ));
         }
     }
     for m in &args.modes {
@@ -290,7 +293,12 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     let mut info = RankInfo {
         gpu: ctx.name().unwrap_or_default(),
         arch: format!("sm_{}{}", arch.0, arch.1),
-        nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+        nvrtc: format!(
+            "{}.{} ({})",
+            nvrtc.0,
+            nvrtc.1,
+            tpcomm::cuda::nvrtc_path().unwrap_or_default()
+        ),
         nccl: None,
         memory: comm.memory_report().to_string(),
     };
@@ -599,4 +607,40 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: GpuBenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> GpuBenchArgs {
+        Cmd::parse_from(std::iter::once("gpu-bench").chain(args.iter().copied())).args
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        validate(&parse(&[])).unwrap();
+    }
+
+    #[test]
+    fn unknown_algorithms_and_modes_are_refused_before_any_gpu_work() {
+        let e = validate(&parse(&["--algos", "one-shot,ring"])).unwrap_err();
+        assert!(e.to_string().contains("\"ring\""), "{e}");
+        let e = validate(&parse(&["--modes", "eager,lazy"])).unwrap_err();
+        assert!(e.to_string().contains("\"lazy\""), "{e}");
+    }
+
+    #[test]
+    fn min_above_max_or_zero_counts_are_refused() {
+        assert!(validate(&parse(&["--min", "2MiB", "--max", "1MiB"])).is_err());
+        assert!(validate(&parse(&["--reps", "0"])).is_err());
+        assert!(validate(&parse(&["--min", "0"])).is_err());
+    }
 }

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod forward_bench;
 mod gpu_bench;
+mod plan;
 mod probe;
 
 #[derive(Parser)]
@@ -21,6 +22,9 @@ struct Cli {
 enum Command {
     /// Print the version (placeholder until subcommands land).
     Version,
+    /// Plan KV-cache memory and speculative decoding (no GPU needed).
+    #[command(subcommand)]
+    Plan(plan::PlanCommand),
     /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
     Probe(probe::ProbeArgs),
     /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
@@ -33,6 +37,12 @@ fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
+        Command::Plan(cmd) => {
+            if let Err(e) = plan::run(cmd) {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        }
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
         Command::ForwardBench(args) => std::process::exit(forward_bench::run(args)),

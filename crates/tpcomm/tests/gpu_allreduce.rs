@@ -71,6 +71,9 @@ struct Call {
     offset: usize,
 }
 
+/// A rank's two arenas (a, b) as read back after a batch.
+type Arenas = (Vec<u8>, Vec<u8>);
+
 /// Runs `calls` on every rank (inputs[rank] is that rank's arena image) and
 /// returns each rank's (arena a, arena b) afterwards.
 fn run_batch(
@@ -78,7 +81,7 @@ fn run_batch(
     calls: &[Call],
     inputs: &[Vec<u8>],
     graph: bool,
-) -> Vec<Result<(Vec<u8>, Vec<u8>), Error>> {
+) -> Vec<Result<Arenas, Error>> {
     std::thread::scope(|s| {
         let hs: Vec<_> = ranks
             .iter_mut()
@@ -428,49 +431,48 @@ fn gpu_peer_that_never_arrives_gives_a_timeout_naming_it() {
         .memcpy_htod(&input[..], &mut rank0.a.slice_mut(..input.len()))
         .unwrap();
     let (pa, pb) = (rank0.ptr(&rank0.a), rank0.ptr(&rank0.b));
-    for algo in [Algo::OneShot] {
-        let t0 = Instant::now();
-        // Rank 1 never calls: rank 0's kernel must give up on its own.
-        // SAFETY: ranges inside rank 0's arenas.
-        unsafe {
-            rank0.comm.all_reduce(
-                pa,
-                pb,
-                4096,
-                DType::Bf16,
-                ReduceOp::Sum,
-                algo,
-                rank0.stream.cu_stream(),
-            )
-        }
-        .unwrap();
-        rank0.stream.synchronize().unwrap();
-        let waited = t0.elapsed();
-        let err = rank0.comm.check().unwrap_err();
-        eprintln!("after {waited:?}: {err}");
-        match &err {
-            Error::PeerTimeout { rank, peer, .. } => assert_eq!((*rank, *peer), (0, 1)),
-            other => panic!("expected a timeout naming rank 1, got {other}"),
-        }
-        assert!(
-            waited >= timeout && waited < timeout + Duration::from_secs(2),
-            "{waited:?}"
-        );
-        // The communicator stays failed: later calls report at once.
-        // SAFETY: as above.
-        let again = unsafe {
-            rank0.comm.all_reduce(
-                pa,
-                pb,
-                4096,
-                DType::Bf16,
-                ReduceOp::Sum,
-                algo,
-                rank0.stream.cu_stream(),
-            )
-        };
-        assert!(matches!(again, Err(Error::PeerTimeout { peer: 1, .. })));
+    let algo = Algo::OneShot;
+    let t0 = Instant::now();
+    // Rank 1 never calls: rank 0's kernel must give up on its own.
+    // SAFETY: ranges inside rank 0's arenas.
+    unsafe {
+        rank0.comm.all_reduce(
+            pa,
+            pb,
+            4096,
+            DType::Bf16,
+            ReduceOp::Sum,
+            algo,
+            rank0.stream.cu_stream(),
+        )
     }
+    .unwrap();
+    rank0.stream.synchronize().unwrap();
+    let waited = t0.elapsed();
+    let err = rank0.comm.check().unwrap_err();
+    eprintln!("after {waited:?}: {err}");
+    match &err {
+        Error::PeerTimeout { rank, peer, .. } => assert_eq!((*rank, *peer), (0, 1)),
+        other => panic!("expected a timeout naming rank 1, got {other}"),
+    }
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // The communicator stays failed: later calls report at once.
+    // SAFETY: as above.
+    let again = unsafe {
+        rank0.comm.all_reduce(
+            pa,
+            pb,
+            4096,
+            DType::Bf16,
+            ReduceOp::Sum,
+            algo,
+            rank0.stream.cu_stream(),
+        )
+    };
+    assert!(matches!(again, Err(Error::PeerTimeout { peer: 1, .. })));
 }
 
 #[test]

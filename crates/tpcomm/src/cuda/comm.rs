@@ -1,83 +1,20 @@
 //! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::compile;
+use super::algo::Algo;
+use super::cuda_err;
+use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
+use super::layout::{round_up, Layout};
 use super::memory::{MemoryItem, MemoryReport};
-use super::raw::{
-    self, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping, Module,
-};
+use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
+use super::MAX_WORLD;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Largest world size the kernels take (their argument block has 8 slots).
-pub const MAX_WORLD: usize = 8;
-
-/// Which kernel runs an all-reduce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Algo {
-    /// Every rank pushes its whole input to every peer, then reduces locally.
-    OneShot,
-    /// Reduce-scatter then all-gather: each rank moves 2(w-1)/w of the message.
-    TwoShot,
-    /// One-shot up to [`auto_oneshot_max`] for the world size, two-shot above.
-    Auto,
-}
-
-impl Algo {
-    /// The algorithm that runs a message of `bytes` among `world` ranks
-    /// (`Auto` resolved).
-    pub fn resolve(self, bytes: usize, world: usize) -> Algo {
-        match self {
-            Algo::Auto if bytes as u64 <= auto_oneshot_max(world).bytes() => Algo::OneShot,
-            Algo::Auto => Algo::TwoShot,
-            a => a,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::OneShot => "one-shot",
-            Algo::TwoShot => "two-shot",
-            Algo::Auto => "auto",
-        }
-    }
-}
-
-impl std::str::FromStr for Algo {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "one-shot" | "oneshot" => Ok(Algo::OneShot),
-            "two-shot" | "twoshot" => Ok(Algo::TwoShot),
-            "auto" => Ok(Algo::Auto),
-            other => Err(Error::invalid(
-                "algorithm",
-                format!("{other:?} (expected one-shot, two-shot or auto)"),
-            )),
-        }
-    }
-}
-
-/// Messages up to this size go one-shot under `Algo::Auto`, a size rule until
-/// tuning tables exist. For 2 ranks: on 2 x H200 one-shot was faster up to
-/// 1 MiB and two-shot from 2 MiB (bench/results/2026-11-30-h200x2-v2-*).
-/// One-shot moves (world - 1) times the message out of each rank, so with more
-/// ranks the crossing comes sooner; the 256 KiB used there is a guess, not a
-/// measurement (only 2-GPU machines were available).
-pub fn auto_oneshot_max(world: usize) -> ByteSize {
-    if world <= 2 {
-        ByteSize::mib(1)
-    } else {
-        ByteSize::kib(256)
-    }
-}
 
 /// What a communicator is created with.
 #[derive(Clone, Debug)]
@@ -104,156 +41,12 @@ impl CudaConfig {
     }
 }
 
-// Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
-// launch bounds fit the registers to it), and the status codes the kernels
-// write (TPCOMM_WAIT_*).
-const BLOCK: u32 = 512;
+// The status codes the kernels write (TPCOMM_WAIT_* in kernels/allreduce.cu).
 const WAIT_ONESHOT: u32 = 1;
 const WAIT_REDUCE_SCATTER: u32 = 2;
 const WAIT_ALL_GATHER: u32 = 3;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
-
-/// The kernels' by-value argument: mirrors `struct Args` in allreduce.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct KernelArgs {
-    input: u64,
-    output: u64,
-    nbytes: u64,
-    bufs: [u64; MAX_WORLD],
-    epoch_stride: u64,
-    slot_stride: u64,
-    shard_stride: u64,
-    ag_offset: u64,
-    ctl: u64,
-    status: u64,
-    timeout_ns: u64,
-    rank: u32,
-    world: u32,
-}
-
-/// Byte layout of one rank's receive area (identical on every rank).
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    /// One-shot: bytes between the slots of two senders.
-    slot_stride: usize,
-    /// Two-shot: bytes between the slots of two senders.
-    shard_stride: usize,
-    /// Two-shot: where the all-gather slots start inside an epoch buffer.
-    ag_offset: usize,
-    /// Bytes of one epoch buffer; there are two.
-    epoch_stride: usize,
-}
-
-fn round_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
-}
-
-impl Layout {
-    fn new(max_bytes: usize, world: usize) -> Self {
-        let max_vecs = max_bytes.div_ceil(16);
-        let slot_stride = round_up(max_vecs * 16, 256);
-        let shard_stride = round_up(max_vecs.div_ceil(world) * 16, 256);
-        let ag_offset = world * shard_stride;
-        let epoch_stride = (world * slot_stride).max(2 * world * shard_stride);
-        Self {
-            slot_stride,
-            shard_stride,
-            ag_offset,
-            epoch_stride,
-        }
-    }
-    fn receive_bytes(&self) -> usize {
-        2 * self.epoch_stride
-    }
-}
-
-/// The compiled kernels of one device, loaded once per process.
-struct Kernels {
-    oneshot: [Function; 3],
-    twoshot: [Function; 3],
-    /// Threads per block: BLOCK, or less if a kernel cannot take that many.
-    block: u32,
-    nvrtc: (i32, i32),
-    arch: (i32, i32),
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process:
-    // releasing the last reference would destroy the context under the cache.
-    _ctx: Arc<CudaContext>,
-}
-
-fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
-
-fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache
-        .lock()
-        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
-    if let Some(k) = map.get(&ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let arch = ctx
-        .compute_capability()
-        .map_err(cuda_err("cuDeviceGetAttribute"))?;
-    let compiled = compile::compile_cached(compile::ALLREDUCE_SRC, "allreduce.cu", arch)?;
-    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!(
-            "the kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
-            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
-        ),
-    })?;
-    let f = |n: &str| module.function(n);
-    let oneshot = [
-        f("tpcomm_oneshot_f32")?,
-        f("tpcomm_oneshot_f16")?,
-        f("tpcomm_oneshot_bf16")?,
-    ];
-    let twoshot = [
-        f("tpcomm_twoshot_f32")?,
-        f("tpcomm_twoshot_f16")?,
-        f("tpcomm_twoshot_bf16")?,
-    ];
-    let mut block = BLOCK;
-    for k in oneshot.iter().chain(twoshot.iter()) {
-        // Rounded down to whole warps; the kernels work with any block size.
-        block = block.min(k.max_threads_per_block()? / 32 * 32);
-    }
-    if block == 0 {
-        return Err(Error::Unsupported(format!(
-            "the all-reduce kernels cannot launch on sm_{}{} (not enough registers for one warp)",
-            arch.0, arch.1
-        )));
-    }
-    let k = Arc::new(Kernels {
-        oneshot,
-        twoshot,
-        block,
-        nvrtc: compiled.nvrtc,
-        arch,
-        cubin_bytes: compiled.cubin.len(),
-        _module: module,
-        _ctx: ctx.clone(),
-    });
-    map.insert(ctx.ordinal(), k.clone());
-    Ok(k)
-}
-
-fn cuda_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| Error::Cuda {
-        call: call.into(),
-        detail: e.to_string(),
-    }
-}
 
 /// Opens the primary context of `device` after checking the driver is there
 /// (cudarc would panic otherwise).
@@ -284,6 +77,11 @@ pub(crate) struct ProtocolParts<'a> {
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
+///
+/// Drop it only when no rank has a call of it still queued or running: peers
+/// write into this rank's receive buffer, which drop frees. A failed call
+/// (see [`check`](Self::check)) leaves the communicator unusable; create new
+/// ones on every rank.
 pub struct CudaCommunicator {
     ctx: Arc<CudaContext>,
     rank: usize,
@@ -522,8 +320,10 @@ impl CudaCommunicator {
         let block = (self.kernels.block as usize).min(nvec.div_ceil(32) * 32) as u32;
         let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
         let d = dtype_index(dtype);
+        let one_vector_per_thread = nvec <= block as usize * blocks as usize;
         let f = match algo {
             Algo::TwoShot => self.kernels.twoshot[d],
+            _ if one_vector_per_thread => self.kernels.oneshot_small[d],
             _ => self.kernels.oneshot[d],
         };
         let args = KernelArgs {
@@ -589,41 +389,5 @@ impl CudaCommunicator {
             what: what.into(),
             waited: self.timeout,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_args_match_the_cuda_struct_size() {
-        // 18 u64 words and two u32: the size `struct Args` has in allreduce.cu.
-        assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
-    }
-
-    #[test]
-    fn layout_fits_both_algorithms_in_an_epoch_buffer() {
-        for world in 2..=MAX_WORLD {
-            for max in [1usize, 2, 16, 1000, 1 << 20, (8 << 20) + 6] {
-                let l = Layout::new(max, world);
-                assert!(l.slot_stride >= max && l.slot_stride.is_multiple_of(16));
-                assert!(world * l.shard_stride >= max.div_ceil(16) * 16);
-                assert!(world * l.slot_stride <= l.epoch_stride);
-                assert!(l.ag_offset + world * l.shard_stride <= l.epoch_stride);
-            }
-        }
-    }
-
-    #[test]
-    fn auto_picks_one_shot_up_to_the_threshold_and_two_shot_above() {
-        assert_eq!(auto_oneshot_max(2), ByteSize::mib(1));
-        for world in [2, 4, 8] {
-            let t = auto_oneshot_max(world).bytes() as usize;
-            assert_eq!(Algo::Auto.resolve(t, world), Algo::OneShot);
-            assert_eq!(Algo::Auto.resolve(t + 2, world), Algo::TwoShot);
-            assert_eq!(Algo::TwoShot.resolve(16, world), Algo::TwoShot);
-            assert_eq!(Algo::OneShot.resolve(t * 8, world), Algo::OneShot);
-        }
     }
 }

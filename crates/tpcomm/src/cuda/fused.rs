@@ -3,10 +3,11 @@
 //! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
 //! live in (shared with the benchmark forward's element-wise kernels).
 
-use super::comm::{CudaCommunicator, MAX_WORLD};
+use super::comm::CudaCommunicator;
 use super::compile;
 use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
+use super::MAX_WORLD;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;

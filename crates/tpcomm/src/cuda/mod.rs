@@ -3,21 +3,36 @@
 //!
 //! `raw` holds every unsafe CUDA call; the rest is safe code on top of it.
 
+mod algo;
 mod comm;
 pub mod compile;
 pub mod forward;
 pub mod fused;
+mod kernels;
+mod layout;
 mod memory;
 mod pdl;
 mod raw;
 mod rendezvous;
 pub mod verify;
 
-pub use comm::{auto_oneshot_max, open_context, Algo, CudaCommunicator, CudaConfig, MAX_WORLD};
+pub use algo::{auto_oneshot_max, Algo};
+pub use comm::{open_context, CudaCommunicator, CudaConfig};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
-    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc_version, CUdeviceptr, CUstream,
+    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
+    nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
 };
 pub use rendezvous::{Rendezvous, ThreadGroup};
+
+/// Largest world size the kernels take (their argument block has 8 slots).
+pub const MAX_WORLD: usize = 8;
+
+fn cuda_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> crate::Error {
+    move |e| crate::Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}

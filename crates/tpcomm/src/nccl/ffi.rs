@@ -83,22 +83,14 @@ impl Api {
         // signature nccl.h declares for it; the pointer is copied out of the
         // `Symbol` but stored next to `lib`, which keeps the mapping alive.
         unsafe {
-            let get = |sym: &str| -> Result<*mut c_void, String> {
-                lib.get::<*mut c_void>(sym)
-                    .map(|s| *s)
-                    .map_err(|e| format!("it has no {sym} ({e}); is this NCCL?"))
-            };
-            let get_version: GetVersionFn = std::mem::transmute(get("ncclGetVersion")?);
-            let get_unique_id: GetUniqueIdFn = std::mem::transmute(get("ncclGetUniqueId")?);
-            let comm_init_rank: CommInitRankFn = std::mem::transmute(get("ncclCommInitRank")?);
-            let all_reduce: AllReduceFn = std::mem::transmute(get("ncclAllReduce")?);
-            let comm_destroy: CommFn = std::mem::transmute(get("ncclCommDestroy")?);
-            let comm_abort: CommFn = std::mem::transmute(get("ncclCommAbort")?);
-            let get_error_string: GetErrorStringFn =
-                std::mem::transmute(get("ncclGetErrorString")?);
-            let get_last_error = get("ncclGetLastError")
-                .ok()
-                .map(|p| std::mem::transmute::<*mut c_void, GetLastErrorFn>(p));
+            let get_version: GetVersionFn = get(&lib, "ncclGetVersion")?;
+            let get_unique_id: GetUniqueIdFn = get(&lib, "ncclGetUniqueId")?;
+            let comm_init_rank: CommInitRankFn = get(&lib, "ncclCommInitRank")?;
+            let all_reduce: AllReduceFn = get(&lib, "ncclAllReduce")?;
+            let comm_destroy: CommFn = get(&lib, "ncclCommDestroy")?;
+            let comm_abort: CommFn = get(&lib, "ncclCommAbort")?;
+            let get_error_string: GetErrorStringFn = get(&lib, "ncclGetErrorString")?;
+            let get_last_error: Option<GetLastErrorFn> = get(&lib, "ncclGetLastError").ok();
             Ok(Api {
                 _lib: lib,
                 get_version,
@@ -111,6 +103,12 @@ impl Api {
                 get_last_error,
             })
         }
+    }
+
+    /// The file the dynamic loader actually opened (a soname resolves to a
+    /// path only here), found from the address of one of its functions.
+    pub(super) fn loaded_from(&self) -> Option<String> {
+        file_of_address(self.get_version as *const c_void)
     }
 
     /// `ncclGetVersion`: the status and the version code.
@@ -214,6 +212,32 @@ impl Api {
             Some(last) => format!("{base}: {last}"),
             None => base,
         }
+    }
+}
+
+/// Looks up `name` as a function of type `T`.
+///
+/// # Safety
+/// `T` must be the C signature nccl.h declares for `name`.
+unsafe fn get<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    lib.get::<T>(name)
+        .map(|s| *s)
+        .map_err(|e| format!("it has no {name} ({e}); is this NCCL?"))
+}
+
+/// The shared object that contains `addr`, as the dynamic loader names it.
+pub(super) fn file_of_address(addr: *const c_void) -> Option<String> {
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables (any address is
+    // accepted); on success `dli_fname` points to a NUL-terminated name
+    // owned by the loader, copied out at once.
+    unsafe {
+        if libc::dladdr(addr, &mut info) == 0 {
+            return None;
+        }
+        let name = cstr_to_string(info.dli_fname);
+        (!name.is_empty()).then_some(name)
     }
 }
 

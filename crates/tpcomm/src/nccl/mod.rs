@@ -131,18 +131,29 @@ fn install_hint() -> String {
 impl Nccl {
     /// Finds and opens NCCL as the module documentation describes.
     pub fn load() -> Result<Arc<Nccl>> {
-        let env = std::env::var_os(NCCL_LIBRARY_ENV).filter(|v| !v.is_empty());
-        if let Some(path) = env {
+        Nccl::load_with(std::env::var_os(NCCL_LIBRARY_ENV))
+    }
+
+    /// [`Nccl::load`] with the value of `$TPCOMM_NCCL_LIBRARY` passed in, so
+    /// tests need not change the process environment.
+    fn load_with(env_override: Option<std::ffi::OsString>) -> Result<Arc<Nccl>> {
+        if let Some(path) = env_override.filter(|v| !v.is_empty()) {
+            let shown = Path::new(&path).display().to_string();
             return Nccl::open(&Candidate::Path(path.into())).map_err(|e| Error::Library {
                 library: LIBRARY.into(),
                 detail: format!(
-                    "{NCCL_LIBRARY_ENV}={} cannot be used: {e}; point it at libnccl.so.2 or unset it to search the usual places",
-                    Path::new(&std::env::var_os(NCCL_LIBRARY_ENV).unwrap_or_default()).display()
+                    "{NCCL_LIBRARY_ENV}={shown} cannot be used: {e}; point it at libnccl.so.2 or unset it to search the usual places"
                 ),
             });
         }
+        Nccl::load_first(candidates())
+    }
+
+    /// Opens the first candidate that is a usable NCCL, or says what each
+    /// attempt gave.
+    fn load_first(candidates: Vec<Candidate>) -> Result<Arc<Nccl>> {
         let mut tried = Vec::new();
-        for candidate in candidates() {
+        for candidate in candidates {
             match Nccl::open(&candidate) {
                 Ok(nccl) => return Ok(nccl),
                 Err(e) => tried.push(format!("{candidate} ({e})")),
@@ -181,15 +192,20 @@ impl Nccl {
                 "it is NCCL {version}, and tpcomm needs 2.x from {MIN_VERSION} on"
             ));
         }
+        let location = match (candidate, api.loaded_from()) {
+            (Candidate::Soname(name), Some(path)) => format!("{path} (as {name})"),
+            _ => candidate.to_string(),
+        };
         Ok(Arc::new(Nccl {
             api,
-            location: candidate.to_string(),
+            location,
             version,
         }))
     }
 
-    /// Where the library was opened from (a path, or the soname the dynamic
-    /// loader resolved).
+    /// Where the library was opened from: the path given, or for a soname
+    /// the file the dynamic loader picked ("/usr/lib/.../libnccl.so.2 (as
+    /// libnccl.so.2)").
     pub fn location(&self) -> &str {
         &self.location
     }

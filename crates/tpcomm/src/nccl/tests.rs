@@ -30,17 +30,35 @@ fn library_detail(err: Error) -> String {
     }
 }
 
-/// The only test that touches TPCOMM_NCCL_LIBRARY, so no other test races it.
 #[test]
 fn bogus_override_path_is_a_clear_error_not_a_panic() {
     let bogus = "/nonexistent/tpcomm-test/libnccl.so.2";
-    std::env::set_var(NCCL_LIBRARY_ENV, bogus);
-    let result = Nccl::load();
-    std::env::remove_var(NCCL_LIBRARY_ENV);
+    let result = Nccl::load_with(Some(bogus.into()));
     let detail = library_detail(result.expect_err("a bogus path must not load"));
     assert!(detail.contains(NCCL_LIBRARY_ENV), "{detail}");
     assert!(detail.contains(bogus), "{detail}");
     assert!(detail.contains("unset it"), "{detail}");
+}
+
+#[test]
+fn nothing_found_lists_every_attempt_and_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libnccl.so.2");
+    std::fs::write(&fake, b"not an ELF file").unwrap();
+    let detail = library_detail(
+        Nccl::load_first(vec![
+            Candidate::Soname("libtpcomm-test-no-such-nccl.so.2"),
+            Candidate::Path(fake.clone()),
+        ])
+        .expect_err("nothing usable"),
+    );
+    assert!(
+        detail.contains("libtpcomm-test-no-such-nccl.so.2"),
+        "{detail}"
+    );
+    assert!(detail.contains(&fake.display().to_string()), "{detail}");
+    assert!(detail.contains(NCCL_LIBRARY_ENV), "{detail}");
+    assert!(detail.contains("pip install nvidia-nccl-cu13"), "{detail}");
 }
 
 #[test]
@@ -77,4 +95,14 @@ fn rank_outside_world_is_refused_before_nccl_is_called() {
         Err(Error::InvalidArgument { .. })
     ));
     assert_eq!(check_rank(2, 1).unwrap(), (2, 1));
+}
+
+#[test]
+fn the_loaded_file_is_found_from_a_function_address() {
+    // libc stands in for NCCL: any function's address names its file.
+    let name =
+        ffi::file_of_address(libc::getpid as *const std::ffi::c_void).expect("dladdr knows libc");
+    assert!(name.contains("libc"), "{name}");
+    assert!(Path::new(&name).exists(), "{name}");
+    assert_eq!(ffi::file_of_address(std::ptr::null()), None);
 }

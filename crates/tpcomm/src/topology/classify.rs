@@ -3,6 +3,7 @@
 
 use super::{Gpu, LinkClass, MachineClass, P2pCaps, Pair, PciePath, Topology};
 use crate::error::{Error, Result};
+use std::collections::BTreeSet;
 
 /// A PCI bus id in one spelling: "dddd:bb:dd.f", lower case. NVML writes
 /// the domain with 8 digits ("00000000:18:00.0"), CUDA and sysfs with 4.
@@ -191,6 +192,38 @@ pub fn pcie_gen_from_speed(speed: &str) -> Option<u32> {
 /// leaves room for noise without excusing a staged copy.
 pub fn through_host(peer_gbs: f64, host_roundtrip_gbs: f64) -> bool {
     peer_gbs <= host_roundtrip_gbs * 1.2
+}
+
+/// Draws the consequences of the peer copies in `t.copies`: a warning for
+/// each copy that read back wrong or was no faster than host memory, and the
+/// link class `no-p2p` for every pair with a wrong read-back (P2P that
+/// corrupts data is no P2P, whatever the driver claims). A slow pair keeps
+/// its class: its P2P works, only slowly. Derived fields are recomputed.
+pub fn judge_copies(t: &mut Topology) -> Result<()> {
+    let mut broken = BTreeSet::new();
+    for c in &t.copies {
+        if !c.verified {
+            t.warnings.push(format!(
+                "GPU {} -> GPU {}: data copied into the peer read back WRONG; the pair is \
+                 classed no-p2p (disable P2P for it elsewhere too, e.g. NCCL_P2P_DISABLE=1)",
+                c.src, c.dst
+            ));
+            broken.insert((c.src.min(c.dst), c.src.max(c.dst)));
+        } else if c.peer_access && c.through_host {
+            t.warnings.push(format!(
+                "GPU {} -> GPU {}: the driver grants P2P but the copy ran at {:.1} GB/s, no \
+                 better than through host memory ({:.1} GB/s): P2P is probably routed \
+                 through system memory",
+                c.src, c.dst, c.large_bandwidth_gbs, c.host_roundtrip_gbs
+            ));
+        }
+    }
+    for p in t.pairs.iter_mut() {
+        if broken.contains(&(p.a, p.b)) {
+            p.link = LinkClass::NoP2p;
+        }
+    }
+    t.finish()
 }
 
 /// Checks GPU indices are 0..n in order and that there is exactly one pair

@@ -168,33 +168,27 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
                 let m = cuda::copy_test(src, dst, small, large)?;
                 let large_gbs = large as f64 / (m.large_ms * 1e-3) / 1e9;
                 let host_gbs = large as f64 / (m.host_ms * 1e-3) / 1e9;
-                let copy = PeerCopy {
+                topo.copies.push(PeerCopy {
                     src,
                     dst,
                     peer_access: m.peer_access,
                     verified: m.verified,
                     small_bytes: opts.small_copy,
-                    small_latency_us: m.small_ms * 1e3,
+                    small_latency_us: round3(m.small_ms * 1e3),
                     large_bytes: opts.large_copy,
-                    large_bandwidth_gbs: large_gbs,
-                    host_roundtrip_gbs: host_gbs,
+                    large_bandwidth_gbs: round3(large_gbs),
+                    host_roundtrip_gbs: round3(host_gbs),
                     through_host: classify::through_host(large_gbs, host_gbs),
-                };
-                if !copy.verified {
-                    topo.warnings.push(format!(
-                        "GPU {src} -> GPU {dst}: data copied into the peer read back WRONG; \
-                         do not use P2P between them (disable it, e.g. NCCL_P2P_DISABLE=1)"
-                    ));
-                } else if copy.peer_access && copy.through_host {
-                    topo.warnings.push(format!(
-                        "GPU {src} -> GPU {dst}: the driver grants P2P but the copy ran at \
-                         {large_gbs:.1} GB/s, no better than through host memory ({host_gbs:.1} \
-                         GB/s): P2P is probably routed through system memory"
-                    ));
-                }
-                topo.copies.push(copy);
+                });
             }
         }
+        classify::judge_copies(&mut topo)?;
     }
     Ok(topo)
+}
+
+/// Three decimals are more than the timings resolve; more only adds noise
+/// to the JSON.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }

@@ -486,3 +486,46 @@ fn serde_names_are_the_display_names() {
         );
     }
 }
+
+fn copy(src: usize, dst: usize, verified: bool, peer_gbs: f64, host_gbs: f64) -> PeerCopy {
+    PeerCopy {
+        src,
+        dst,
+        peer_access: true,
+        verified,
+        small_bytes: ByteSize::kib(4),
+        small_latency_us: 10.0,
+        large_bytes: ByteSize::mib(64),
+        large_bandwidth_gbs: peer_gbs,
+        host_roundtrip_gbs: host_gbs,
+        through_host: through_host(peer_gbs, host_gbs),
+    }
+}
+
+#[test]
+fn a_pair_whose_copy_reads_back_wrong_becomes_no_p2p() {
+    let mut t = two_h200(LinkClass::PcieSwitch, "580.1");
+    let before = t.fingerprint.clone();
+    t.copies = vec![copy(0, 1, true, 25.0, 12.0), copy(1, 0, false, 25.0, 12.0)];
+    judge_copies(&mut t).unwrap();
+    assert_eq!(t.pairs[0].link, LinkClass::NoP2p);
+    assert_eq!(t.machine_class, MachineClass::PcieNop2p);
+    assert_ne!(t.fingerprint, before);
+    assert_eq!(t.warnings.len(), 1);
+    assert!(t.warnings[0].contains("GPU 1 -> GPU 0"), "{:?}", t.warnings);
+    assert!(t.warnings[0].contains("WRONG"), "{:?}", t.warnings);
+}
+
+#[test]
+fn a_slow_pair_keeps_its_class_but_is_warned_about() {
+    let mut t = two_h200(LinkClass::PcieHostBridge, "580.1");
+    t.copies = vec![copy(0, 1, true, 11.0, 12.0), copy(1, 0, true, 25.0, 12.0)];
+    judge_copies(&mut t).unwrap();
+    assert_eq!(t.pairs[0].link, LinkClass::PcieHostBridge);
+    assert_eq!(t.warnings.len(), 1);
+    assert!(
+        t.warnings[0].contains("GPU 0 -> GPU 1") && t.warnings[0].contains("system memory"),
+        "{:?}",
+        t.warnings
+    );
+}

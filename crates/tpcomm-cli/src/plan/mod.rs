@@ -1,0 +1,539 @@
+//! `tpcomm plan`: the memory and speculative-decoding planners (tpcomm-plan)
+//! on the command line.
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// Prints a line to stdout; a closed pipe (`tpcomm plan ... | head`) ends
+/// the output quietly instead of panicking as `println!` would.
+macro_rules! outln {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+mod print;
+use print::{list, print_spec};
+
+use std::path::PathBuf;
+use tpcomm::ByteSize;
+use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
+use tpcomm_plan::catalog::{Catalog, Gpu, Model};
+use tpcomm_plan::latency::{Interp, LatencySource, LatencyTable};
+use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, MemoryPlan};
+use tpcomm_plan::spec::{Overhead, Planner, SpecInput, SpecPlan};
+use tpcomm_plan::{PlanError, Result};
+
+#[derive(Subcommand)]
+pub enum PlanCommand {
+    /// Memory per GPU: weights, communication buffers, CUDA graphs,
+    /// activations, draft, and what is left for the KV cache.
+    Memory(Box<MemoryArgs>),
+    /// Speculative decoding: plain vs speculative tok/s over draft steps,
+    /// the best setting, the break-even all-reduce latency.
+    Spec(Box<SpecArgs>),
+    /// List the catalog's models, GPUs, machines and drafts.
+    List(CatalogArg),
+}
+
+#[derive(Args)]
+pub struct CatalogArg {
+    /// Read the catalog from this directory instead of the built-in copy.
+    #[arg(long, value_name = "DIR")]
+    catalog: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WeightsArg {
+    Bf16,
+    Fp8,
+    Int4,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ScopeArg {
+    /// Routed experts only (dense models: every linear layer).
+    Experts,
+    /// Every linear layer of the decoder layers.
+    Linear,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KvArg {
+    Bf16,
+    Fp8,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CommArg {
+    /// tpcomm's buffers for --max-message.
+    Tpcomm,
+    /// An estimate of NCCL's buffers.
+    Nccl,
+    /// Both (tpcomm with NCCL as its fallback).
+    Both,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum InterpArg {
+    LogLog,
+    Linear,
+}
+
+#[derive(Args)]
+pub struct Common {
+    #[command(flatten)]
+    catalog: CatalogArg,
+    /// Catalog model name (see `tpcomm plan list`).
+    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
+    model: Option<String>,
+    /// A Hugging Face config.json instead of a catalog model.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Catalog machine (gives the GPU, the GPU count and latency tables).
+    #[arg(long)]
+    machine: Option<String>,
+    /// Catalog GPU (when no machine is given).
+    #[arg(long)]
+    gpu: Option<String>,
+    /// Tensor-parallel size [default: the machine's GPU count, else 1].
+    #[arg(long)]
+    tp: Option<u64>,
+    /// Weight type of the quantized linear layers.
+    #[arg(long, value_enum, default_value = "bf16")]
+    weights: WeightsArg,
+    /// Which linear layers --weights applies to [default: experts for MoE
+    /// models, linear for dense ones]; the rest stay bf16.
+    #[arg(long, value_enum)]
+    quant_scope: Option<ScopeArg>,
+    /// KV-cache element type.
+    #[arg(long, value_enum, default_value = "bf16")]
+    kv: KvArg,
+    /// Catalog draft (EAGLE-3 head or MTP layers).
+    #[arg(long)]
+    draft: Option<String>,
+    /// Weight type of an EAGLE draft (MTP drafts follow --weights).
+    #[arg(long, value_enum, default_value = "bf16")]
+    draft_weights: WeightsArg,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct MemoryArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Memory of one GPU, overriding the catalog (e.g. "139 GiB").
+    #[arg(long)]
+    gpu_memory: Option<ByteSize>,
+    /// Communication buffers to reserve.
+    #[arg(long, value_enum, default_value = "both")]
+    comm: CommArg,
+    /// tpcomm's maximum message size (its buffers scale with it).
+    #[arg(long, default_value = "8 MiB")]
+    max_message: ByteSize,
+    /// NCCL channels for the NCCL estimate.
+    #[arg(long, default_value_t = 16)]
+    nccl_channels: u64,
+    /// Communication buffer bytes you measured (e.g. the communicator's
+    /// memory report); replaces --comm.
+    #[arg(long)]
+    comm_bytes: Option<ByteSize>,
+    /// CUDA context, library workspaces, allocator slack (an estimate).
+    #[arg(long, default_value = "1 GiB")]
+    runtime_reserve: ByteSize,
+    /// Memory kept by captured CUDA graphs (an estimate).
+    #[arg(long, default_value = "512 MiB")]
+    graph_reserve: ByteSize,
+    /// Most tokens in one forward (prefill chunk), for activations.
+    #[arg(long, default_value_t = 8192)]
+    max_batch_tokens: u64,
+    /// Rows of logits alive at once (sequences sampled per step).
+    #[arg(long, default_value_t = 256)]
+    logit_rows: u64,
+}
+
+#[derive(Args)]
+pub struct SpecArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Tokens already in the KV cache, read by attention every forward.
+    #[arg(long, default_value_t = 4096)]
+    context: u64,
+    /// All-reduce table from `tpcomm bench --json`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["table", "allreduce_us"])]
+    bench: Option<PathBuf>,
+    /// Rows of --bench to use: algorithm.
+    #[arg(long)]
+    algo: Option<String>,
+    /// Rows of --bench to use: eager or graph.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Rows of --bench to use: element type.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// A latency table of the catalog machine (see `tpcomm plan list`).
+    #[arg(long, conflicts_with = "allreduce_us")]
+    table: Option<String>,
+    /// A flat latency for every all-reduce of the cycle, in microseconds.
+    #[arg(long)]
+    allreduce_us: Option<f64>,
+    /// Plain decoding's own flat all-reduce latency, when its path differs
+    /// from the speculative one [default: same as the cycle].
+    #[arg(long, conflicts_with = "plain_table")]
+    plain_allreduce_us: Option<f64>,
+    /// Plain decoding's own latency table of the catalog machine.
+    #[arg(long)]
+    plain_table: Option<String>,
+    /// How to read between table rows.
+    #[arg(long, value_enum, default_value = "log-log")]
+    interp: InterpArg,
+    /// Fit the per-layer overhead to this measured plain-decoding rate.
+    #[arg(long, conflicts_with = "overhead_us")]
+    calibrate_tok_s: Option<f64>,
+    /// Per-layer overhead added to the roofline, in microseconds.
+    #[arg(long, default_value_t = 0.0)]
+    overhead_us: f64,
+    /// Most draft steps to try.
+    #[arg(long, default_value_t = 8)]
+    max_steps: u64,
+    /// Write latency.png and cycle.png here.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+pub fn run(cmd: PlanCommand) -> Result<()> {
+    match cmd {
+        PlanCommand::Memory(a) => memory(*a),
+        PlanCommand::Spec(a) => spec(*a),
+        PlanCommand::List(a) => list(a),
+    }
+}
+
+fn load_catalog(a: &CatalogArg) -> Result<Catalog> {
+    match &a.catalog {
+        Some(dir) => Catalog::from_dir(dir),
+        None => Catalog::builtin(),
+    }
+}
+
+struct Resolved<'c> {
+    model: Model,
+    gpu: &'c Gpu,
+    tp: u64,
+    weights: WeightType,
+    scope: QuantScope,
+    kv: KvType,
+    draft: Option<&'c tpcomm_plan::catalog::Draft>,
+    draft_weights: WeightType,
+}
+
+fn weights(w: WeightsArg) -> WeightType {
+    match w {
+        WeightsArg::Bf16 => WeightType::Bf16,
+        WeightsArg::Fp8 => WeightType::Fp8,
+        WeightsArg::Int4 => WeightType::Int4,
+    }
+}
+
+fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
+    let model = match (&c.model, &c.config) {
+        (Some(name), _) => cat.model(name)?.clone(),
+        (None, Some(path)) => tpcomm_plan::hf::model_from_config_path(path)?,
+        (None, None) => return Err(PlanError::invalid("model", "give --model or --config")),
+    };
+    let machine = c.machine.as_deref().map(|m| cat.machine(m)).transpose()?;
+    let gpu = match (&c.gpu, machine) {
+        (Some(g), _) => cat.gpu(g)?,
+        (None, Some(m)) => cat.gpu(&m.gpu)?,
+        (None, None) => return Err(PlanError::invalid("GPU", "give --gpu or --machine")),
+    };
+    let tp = c.tp.or(machine.map(|m| m.count)).unwrap_or(1);
+    let scope = match c.quant_scope {
+        Some(ScopeArg::Experts) if model.moe.is_some() => QuantScope::Experts,
+        Some(ScopeArg::Experts) | Some(ScopeArg::Linear) => QuantScope::Linear,
+        None if model.moe.is_some() => QuantScope::Experts,
+        None => QuantScope::Linear,
+    };
+    let draft = c.draft.as_deref().map(|d| cat.draft(d)).transpose()?;
+    if let Some(d) = draft {
+        if !d.target.eq_ignore_ascii_case(&model.name) {
+            eprintln!(
+                "note: draft {} was made for {}, not {}",
+                d.name, d.target, model.name
+            );
+        }
+    }
+    Ok(Resolved {
+        model,
+        gpu,
+        tp,
+        weights: weights(c.weights),
+        scope,
+        kv: match c.kv {
+            KvArg::Bf16 => KvType::Bf16,
+            KvArg::Fp8 => KvType::Fp8,
+        },
+        draft,
+        draft_weights: weights(c.draft_weights),
+    })
+}
+
+fn lower(x: impl std::fmt::Debug) -> String {
+    format!("{x:?}").to_lowercase()
+}
+
+fn json_out<T: serde::Serialize>(v: &T) -> Result<()> {
+    let s = serde_json::to_string_pretty(v)
+        .map_err(|e| PlanError::invalid("JSON output", e.to_string()))?;
+    outln!("{s}");
+    Ok(())
+}
+
+fn memory(a: MemoryArgs) -> Result<()> {
+    let cat = load_catalog(&a.common.catalog)?;
+    let r = resolve(&a.common, &cat)?;
+    let comm = match (a.comm_bytes, a.comm) {
+        (Some(bytes), _) => CommChoice::Bytes { bytes },
+        (None, CommArg::Tpcomm) => CommChoice::Tpcomm {
+            max_message: a.max_message,
+        },
+        (None, CommArg::Nccl) => CommChoice::Nccl {
+            channels: a.nccl_channels,
+        },
+        (None, CommArg::Both) => CommChoice::Both {
+            max_message: a.max_message,
+            channels: a.nccl_channels,
+        },
+    };
+    let inp = MemoryInput {
+        model: &r.model,
+        draft: r.draft,
+        tp: r.tp,
+        gpu_memory: a.gpu_memory.unwrap_or(r.gpu.memory),
+        weights: r.weights,
+        scope: r.scope,
+        draft_weights: match r.draft.map(|d| &d.shape) {
+            Some(tpcomm_plan::catalog::DraftShape::Mtp { .. }) => r.weights,
+            _ => r.draft_weights,
+        },
+        kv: r.kv,
+        comm,
+        runtime_reserve: a.runtime_reserve,
+        graph_reserve: a.graph_reserve,
+        max_batch_tokens: a.max_batch_tokens,
+        logit_rows: a.logit_rows,
+    };
+    let plan = plan_memory(&inp)?;
+    if a.common.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            model: &'a str,
+            gpu: &'a str,
+            tp: u64,
+            weights: WeightType,
+            quant_scope: QuantScope,
+            kv: KvType,
+            draft: Option<&'a str>,
+            plan: &'a MemoryPlan,
+        }
+        return json_out(&Out {
+            model: &r.model.name,
+            gpu: &r.gpu.name,
+            tp: r.tp,
+            weights: r.weights,
+            quant_scope: r.scope,
+            kv: r.kv,
+            draft: r.draft.map(|d| d.name.as_str()),
+            plan: &plan,
+        });
+    }
+    outln!(
+        "{} on {} ({} per GPU), TP {}, weights {} ({}), KV {}{}",
+        r.model.name,
+        r.gpu.name,
+        plan.gpu_memory,
+        r.tp,
+        lower(r.weights),
+        lower(r.scope),
+        lower(r.kv),
+        r.draft
+            .map(|d| format!(", draft {}", d.name))
+            .unwrap_or_default()
+    );
+    outln!("per GPU:");
+    for t in &plan.terms {
+        outln!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
+    }
+    outln!(
+        "  {:<24} {:>12}   {} tokens x ({} target{})",
+        "left for the KV cache",
+        plan.kv_budget.to_string(),
+        plan.kv_tokens,
+        plan.kv_per_token_target,
+        if plan.kv_per_token_draft > ByteSize::ZERO {
+            format!(" + {} draft", plan.kv_per_token_draft)
+        } else {
+            String::new()
+        }
+    );
+    outln!(
+        "KV cache: {} tokens ({} target KV{}) per GPU; with TP every rank holds the same tokens",
+        plan.kv_tokens,
+        plan.kv_target,
+        if plan.kv_draft > ByteSize::ZERO {
+            format!(" + {} draft KV", plan.kv_draft)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn table_of(
+    cat: &Catalog,
+    machine: Option<&str>,
+    name: &str,
+    interp: Interp,
+) -> Result<LatencySource> {
+    let m =
+        machine.ok_or_else(|| PlanError::invalid("--table", "a catalog table needs --machine"))?;
+    let m = cat.machine(m)?;
+    let t = m
+        .tables
+        .iter()
+        .find(|t| t.name.rsplit('/').next() == Some(name))
+        .ok_or_else(|| PlanError::UnknownName {
+            kind: "all-reduce table",
+            name: format!("{}/{name}", m.name),
+            known: m
+                .tables
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    Ok(LatencySource::Table {
+        table: t.clone(),
+        interp,
+    })
+}
+
+fn spec(a: SpecArgs) -> Result<()> {
+    let cat = load_catalog(&a.common.catalog)?;
+    let r = resolve(&a.common, &cat)?;
+    let draft = r
+        .draft
+        .ok_or_else(|| PlanError::invalid("draft", "give --draft (see `tpcomm plan list`)"))?;
+    let interp = match a.interp {
+        InterpArg::LogLog => Interp::LogLog,
+        InterpArg::Linear => Interp::Linear,
+    };
+    let machine = a.common.machine.as_deref();
+    let spec_latency = if let Some(us) = a.allreduce_us {
+        if !(us.is_finite() && us >= 0.0) {
+            return Err(PlanError::invalid("--allreduce-us", format!("{us}")));
+        }
+        LatencySource::Flat { us }
+    } else if let Some(path) = &a.bench {
+        LatencySource::Table {
+            table: LatencyTable::from_bench_json(
+                path,
+                a.algo.as_deref(),
+                a.mode.as_deref(),
+                Some(&a.dtype),
+            )?,
+            interp,
+        }
+    } else if let Some(t) = &a.table {
+        table_of(&cat, machine, t, interp)?
+    } else {
+        let tables = match machine {
+            Some(m) => format!(
+                "; machine {m} has tables: {}",
+                cat.machine(m)?
+                    .tables
+                    .iter()
+                    .map(|t| t.name.rsplit('/').next().unwrap_or(&t.name).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        };
+        return Err(PlanError::invalid(
+            "all-reduce latency",
+            format!("give --allreduce-us, --bench FILE, or --machine with --table{tables}"),
+        ));
+    };
+    let plain_latency = match (a.plain_allreduce_us, &a.plain_table) {
+        (Some(us), _) => {
+            if !(us.is_finite() && us >= 0.0) {
+                return Err(PlanError::invalid("--plain-allreduce-us", format!("{us}")));
+            }
+            Some(LatencySource::Flat { us })
+        }
+        (None, Some(t)) => Some(table_of(&cat, machine, t, interp)?),
+        (None, None) => None,
+    };
+    let overhead = match a.calibrate_tok_s {
+        Some(tok_s) => Overhead::CalibrateTokS { tok_s },
+        None => Overhead::PerLayerUs { us: a.overhead_us },
+    };
+    let draft_weights = match draft.shape {
+        tpcomm_plan::catalog::DraftShape::Mtp { .. } => r.weights,
+        _ => r.draft_weights,
+    };
+    let planner = Planner::new(SpecInput {
+        model: &r.model,
+        draft,
+        gpu: r.gpu,
+        tp: r.tp,
+        weights: r.weights,
+        scope: r.scope,
+        draft_weights,
+        kv: r.kv,
+        context: a.context,
+        spec_latency,
+        plain_latency,
+        overhead,
+        max_steps: a.max_steps,
+    })?;
+    let plan = planner.plan()?;
+    let plots = match &a.plot {
+        Some(dir) => tpcomm_plan::plot::draw(dir, &planner, &plan)?,
+        None => Vec::new(),
+    };
+    if a.common.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            model: &'a str,
+            draft: &'a str,
+            gpu: &'a str,
+            tp: u64,
+            weights: WeightType,
+            context: u64,
+            plan: &'a SpecPlan,
+            plots: Vec<String>,
+        }
+        return json_out(&Out {
+            model: &r.model.name,
+            draft: &draft.name,
+            gpu: &r.gpu.name,
+            tp: r.tp,
+            weights: r.weights,
+            context: a.context,
+            plan: &plan,
+            plots: plots.iter().map(|p| p.display().to_string()).collect(),
+        });
+    }
+    print_spec(&r, draft, &plan, planner.shares_latency());
+    for p in plots {
+        outln!("wrote {}", p.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! Text output of `tpcomm plan spec` and `tpcomm plan list`.
+
+use super::{load_catalog, lower, CatalogArg, Resolved};
+use tpcomm_plan::catalog::Draft;
+use tpcomm_plan::spec::{BreakEven, SpecPlan};
+use tpcomm_plan::Result;
+
+pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: bool) {
+    let p = &plan.plain;
+    outln!(
+        "{} + {} on {} x TP {}, weights {} ({})",
+        r.model.name,
+        draft.name,
+        r.gpu.name,
+        r.tp,
+        lower(r.weights),
+        lower(r.scope)
+    );
+    outln!("cycle all-reduces: {}", plan.spec_latency);
+    outln!("plain all-reduces: {}", plan.plain_latency);
+    outln!(
+        "per-layer overhead: {:.1} us ({})",
+        plan.overhead_per_layer_us,
+        plan.overhead_from
+    );
+    outln!(
+        "plain decoding: {:.1} tok/s = {:.0} us compute + {:.0} us for {} all-reduces of {}",
+        p.tok_s,
+        p.compute_us,
+        p.comm_us,
+        p.allreduces,
+        p.message
+    );
+    outln!();
+    outln!(
+        "{:>5} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
+        "steps",
+        "verify",
+        "tok/cyc",
+        "draft cmp",
+        "draft ar",
+        "verify cmp",
+        "verify ar",
+        "cycle us",
+        "ARs",
+        "tok/s",
+        "vs plain"
+    );
+    for (i, s) in plan.settings.iter().enumerate() {
+        let be = match s.break_even {
+            BreakEven::At { mean_us, scale } => {
+                format!("below {mean_us:.1} us per all-reduce (x{scale:.3})")
+            }
+            BreakEven::AlwaysWins => "wins at any latency".into(),
+            BreakEven::NeverWins => "loses even with free all-reduces".into(),
+        };
+        outln!(
+            "{:>5} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
+            s.steps,
+            s.verify_tokens,
+            s.tokens_per_cycle,
+            s.draft_compute_us,
+            s.draft_comm_us,
+            s.verify_compute_us,
+            s.verify_comm_us,
+            s.cycle_us,
+            s.allreduces,
+            s.tok_s,
+            s.speedup,
+            be,
+            if i == plan.best { "   <- best" } else { "" }
+        );
+    }
+    let b = &plan.settings[plan.best];
+    outln!();
+    let comm = b.draft_comm_us + b.verify_comm_us;
+    outln!(
+        "best: {} draft steps, {:.1} tok/s vs {:.1} plain ({:.2}x); cycle {:.0} us = {:.0} us compute ({:.0}%) + {:.0} us communication ({:.0}%)",
+        b.steps,
+        b.tok_s,
+        p.tok_s,
+        b.speedup,
+        b.cycle_us,
+        b.cycle_us - comm,
+        100.0 * (b.cycle_us - comm) / b.cycle_us,
+        comm,
+        100.0 * comm / b.cycle_us
+    );
+    // The most forgiving setting: the highest latency at which some setting still wins.
+    let most = plan
+        .settings
+        .iter()
+        .filter_map(|s| match s.break_even {
+            BreakEven::At { mean_us, .. } => Some((mean_us, s.steps)),
+            _ => None,
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if plan
+        .settings
+        .iter()
+        .any(|s| s.break_even == BreakEven::AlwaysWins)
+    {
+        outln!("speculation wins at any all-reduce latency with some setting");
+    } else if let Some((us, steps)) = most {
+        let verb = if b.speedup < 1.0 {
+            "loses here; it would win"
+        } else {
+            "wins here, and keeps winning"
+        };
+        outln!(
+            "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {steps} draft steps){}",
+            if shared { "; plain decoding's all-reduces are scaled with them" } else { "" }
+        );
+    } else {
+        outln!("speculation loses even with free all-reduces");
+    }
+}
+
+pub(super) fn list(a: CatalogArg) -> Result<()> {
+    let cat = load_catalog(&a)?;
+    outln!("models:");
+    for m in &cat.models {
+        let p = tpcomm_plan::arch::model_params(m);
+        outln!(
+            "  {:<20} {} layers, hidden {}, {:.1}B params ({:.1}B active)",
+            m.name,
+            m.layers,
+            m.hidden,
+            p.total() as f64 / 1e9,
+            p.active() as f64 / 1e9
+        );
+    }
+    outln!("gpus:");
+    for g in &cat.gpus {
+        outln!(
+            "  {:<24} {}, {:.0} GB/s, {:.0} bf16 TFLOP/s",
+            g.name,
+            g.memory,
+            g.bandwidth_bytes_per_s / 1e9,
+            g.bf16_flops_per_s / 1e12
+        );
+    }
+    outln!("machines:");
+    for m in &cat.machines {
+        outln!("  {:<20} {} x {}, {}", m.name, m.count, m.gpu, m.link);
+        for t in &m.tables {
+            outln!(
+                "      table {}",
+                t.name.rsplit('/').next().unwrap_or(&t.name)
+            );
+        }
+    }
+    outln!("drafts:");
+    for d in &cat.drafts {
+        outln!(
+            "  {:<22} for {}, {} acceptance rates",
+            d.name,
+            d.target,
+            d.acceptance.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! Reading catalog entries from TOML tables, field by field.
+
+use super::{Attention, Draft, DraftShape, Gpu, Machine, Model, Moe, Published};
+use crate::error::{PlanError, Result};
+use crate::fields::Fields;
+use crate::latency::LatencyTable;
+use toml::{Table, Value};
+
+/// The `[[kind]]` tables of one file; nothing else may be at the top level.
+pub(super) fn entries(file: &str, text: &str, kind: &str) -> Result<Vec<Table>> {
+    let top: Table = text.parse().map_err(|e: toml::de::Error| PlanError::Toml {
+        file: file.into(),
+        detail: e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    for (key, value) in top {
+        if key != kind {
+            return Err(PlanError::Toml {
+                file: file.into(),
+                detail: format!(
+                    "unexpected top-level key `{key}`: this file holds only [[{kind}]] entries"
+                ),
+            });
+        }
+        match value {
+            Value::Array(items) => {
+                for (i, item) in items.into_iter().enumerate() {
+                    match item {
+                        Value::Table(t) => out.push(t),
+                        _ => {
+                            return Err(PlanError::Toml {
+                                file: file.into(),
+                                detail: format!("{kind} #{} is not a table", i + 1),
+                            })
+                        }
+                    }
+                }
+            }
+            _ => {
+                return Err(PlanError::Toml {
+                    file: file.into(),
+                    detail: format!("`{kind}` must be written as [[{kind}]] tables"),
+                })
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(PlanError::Toml {
+            file: file.into(),
+            detail: format!("no [[{kind}]] entries"),
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn parse_model(f: &Fields) -> Result<Model> {
+    let name = f.entry().to_string();
+    let source = f.string("source")?;
+    let _hf_id = f.opt_string("hf_id")?;
+    let layers = f.pos("layers")?;
+    let hidden = f.pos("hidden")?;
+    let vocab = f.pos("vocab")?;
+    let intermediate = f.pos("intermediate")?;
+    let tie_embeddings = f.bool_or("tie_embeddings", false)?;
+    let mtp_layers = f.count_or_zero("mtp_layers")?;
+    let a = f.sub("attention")?.ok_or_else(|| {
+        f.err(
+            "attention",
+            "missing (a table with kind = \"gqa\" or \"mla\")",
+        )
+    })?;
+    let attention = match a.string("kind")?.as_str() {
+        "gqa" => {
+            let heads = a.pos("heads")?;
+            let kv_heads = a.pos("kv_heads")?;
+            let head_dim = match a.opt_pos("head_dim")? {
+                Some(d) => d,
+                None => {
+                    if hidden % heads != 0 {
+                        return Err(a.err(
+                            "heads",
+                            format!("hidden ({hidden}) is not a multiple of heads ({heads}); give head_dim"),
+                        ));
+                    }
+                    hidden / heads
+                }
+            };
+            if heads % kv_heads != 0 {
+                return Err(a.err(
+                    "kv_heads",
+                    format!("heads ({heads}) must be a multiple of kv_heads ({kv_heads})"),
+                ));
+            }
+            let explicit_dim = a.bool_or("head_dim_differs_from_hidden", false)?;
+            if heads * head_dim != hidden && !explicit_dim {
+                return Err(a.err(
+                    "head_dim",
+                    format!(
+                        "heads x head_dim = {} but hidden = {hidden}; if that is intended (as in Qwen3), set head_dim_differs_from_hidden = true",
+                        heads * head_dim
+                    ),
+                ));
+            }
+            let qkv_bias = a.bool_or("qkv_bias", false)?;
+            let qk_norm = a.bool_or("qk_norm", false)?;
+            a.finish()?;
+            Attention::Gqa {
+                heads,
+                kv_heads,
+                head_dim,
+                qkv_bias,
+                qk_norm,
+            }
+        }
+        "mla" => {
+            let at = Attention::Mla {
+                heads: a.pos("heads")?,
+                q_lora_rank: a.opt_pos("q_lora_rank")?,
+                kv_lora_rank: a.pos("kv_lora_rank")?,
+                qk_nope_head_dim: a.pos("qk_nope_head_dim")?,
+                qk_rope_head_dim: a.pos("qk_rope_head_dim")?,
+                v_head_dim: a.pos("v_head_dim")?,
+            };
+            a.finish()?;
+            at
+        }
+        other => {
+            return Err(a.err(
+                "kind",
+                format!("unknown attention kind {other:?} (use \"gqa\" or \"mla\")"),
+            ))
+        }
+    };
+    let moe = match f.sub("moe")? {
+        None => None,
+        Some(m) => {
+            let moe = Moe {
+                experts: m.pos("experts")?,
+                active: m.pos("active")?,
+                shared: m.count_or_zero("shared")?,
+                expert_intermediate: m.pos("expert_intermediate")?,
+                dense_layers: m.count_or_zero("dense_layers")?,
+                router_bias: m.bool_or("router_bias", false)?,
+            };
+            if moe.active > moe.experts {
+                return Err(m.err(
+                    "active",
+                    format!(
+                        "{} active experts but only {} experts",
+                        moe.active, moe.experts
+                    ),
+                ));
+            }
+            if moe.dense_layers >= layers {
+                return Err(m.err(
+                    "dense_layers",
+                    format!(
+                        "{} dense layers leaves no MoE layer of {layers}",
+                        moe.dense_layers
+                    ),
+                ));
+            }
+            m.finish()?;
+            Some(moe)
+        }
+    };
+    let published = match f.sub("published")? {
+        None => None,
+        Some(p) => {
+            let pb = Published {
+                total_params: p.opt_pos("total_params")?,
+                active_params: p.opt_pos("active_params")?,
+                tolerance_pct: p.pos_f64("tolerance_pct")?,
+                source: p.string("source")?,
+            };
+            if let (Some(t), Some(a)) = (pb.total_params, pb.active_params) {
+                if a > t {
+                    return Err(p.err("active_params", "larger than total_params"));
+                }
+            }
+            p.finish()?;
+            Some(pb)
+        }
+    };
+    f.finish()?;
+    Ok(Model {
+        name,
+        source,
+        layers,
+        hidden,
+        vocab,
+        intermediate,
+        tie_embeddings,
+        attention,
+        moe,
+        mtp_layers,
+        published,
+    })
+}
+
+pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
+    let g = Gpu {
+        name: f.entry().to_string(),
+        memory: f.bytes("memory")?,
+        bandwidth_bytes_per_s: f.pos_f64("bandwidth_gb_s")? * 1e9,
+        bf16_flops_per_s: f.pos_f64("bf16_dense_tflops")? * 1e12,
+        source: f.string("source")?,
+    };
+    f.finish()?;
+    Ok(g)
+}
+
+pub(super) fn parse_machine(f: &Fields) -> Result<Machine> {
+    let name = f.entry().to_string();
+    let gpu = f.string("gpu")?;
+    let count = f.pos("count")?;
+    let link = f.string("link")?;
+    let source = f.string("source")?;
+    let mut tables = Vec::new();
+    for (i, t) in f.tables("allreduce")?.into_iter().enumerate() {
+        let tf = f.child(&format!("allreduce[{i}]"), t);
+        let table_name = tf.string("name")?;
+        let table_source = tf.string("source")?;
+        let mut points = Vec::new();
+        for (j, row) in tf.tables("rows")?.into_iter().enumerate() {
+            let rf = tf.child(&format!("rows[{j}]"), row);
+            points.push((rf.bytes("bytes")?, rf.pos_f64("us")?));
+            rf.finish()?;
+        }
+        tf.finish()?;
+        let table = LatencyTable::new(format!("{name}/{table_name}"), points)
+            .map_err(|e| tf.err("rows", e.to_string()))?;
+        tables.push(table.with_source(table_source));
+    }
+    f.finish()?;
+    Ok(Machine {
+        name,
+        gpu,
+        count,
+        link,
+        source,
+        tables,
+    })
+}
+
+pub(super) fn parse_draft(f: &Fields) -> Result<Draft> {
+    let name = f.entry().to_string();
+    let target = f.string("target")?;
+    let source = f.string("source")?;
+    let shape = match f.string("kind")?.as_str() {
+        "eagle3" => {
+            let s = DraftShape::Eagle3 {
+                layers: f.pos("layers")?,
+                hidden: f.pos("hidden")?,
+                heads: f.pos("heads")?,
+                kv_heads: f.pos("kv_heads")?,
+                head_dim: f.pos("head_dim")?,
+                intermediate: f.pos("intermediate")?,
+                draft_vocab: f.pos("draft_vocab")?,
+            };
+            if let DraftShape::Eagle3 {
+                heads, kv_heads, ..
+            } = s
+            {
+                if heads % kv_heads != 0 {
+                    return Err(f.err("kv_heads", "heads must be a multiple of kv_heads"));
+                }
+            }
+            s
+        }
+        "mtp" => DraftShape::Mtp {
+            layers: f.pos("layers")?,
+        },
+        other => {
+            return Err(f.err(
+                "kind",
+                format!("unknown draft kind {other:?} (use \"eagle3\" or \"mtp\")"),
+            ))
+        }
+    };
+    let acceptance = f.pos_f64_list("acceptance")?;
+    for (i, a) in acceptance.iter().enumerate() {
+        if *a > 1.0 {
+            return Err(f.err(
+                &format!("acceptance[{i}]"),
+                format!("{a} is not a probability in (0, 1]"),
+            ));
+        }
+        if i > 0 && *a > acceptance[i - 1] {
+            return Err(f.err(
+                &format!("acceptance[{i}]"),
+                format!(
+                    "{a} is larger than the rate before it ({}); per-position rates must not increase",
+                    acceptance[i - 1]
+                ),
+            ));
+        }
+    }
+    let acceptance_source = f.string("acceptance_source")?;
+    f.finish()?;
+    Ok(Draft {
+        name,
+        target,
+        shape,
+        source,
+        acceptance,
+        acceptance_source,
+    })
+}

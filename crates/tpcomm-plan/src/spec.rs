@@ -1,0 +1,346 @@
+//! The speculative-decoding planner. A cycle is `steps` draft forwards (one
+//! token each: chain drafts, top-1; trees are not modelled) followed by one
+//! target forward verifying `steps + 1` tokens. Every forward ends each
+//! attention and MLP block with an all-reduce, plus one after the
+//! vocabulary-parallel embedding: 2 x layers + 1 per forward, each of
+//! hidden x tokens x 2 bytes (bf16 activations).
+
+use crate::arch::{
+    draft_arch, draft_forward_cost, forward_cost, DraftArch, ForwardCost, KvType, QuantScope,
+    WeightType,
+};
+use crate::catalog::{Draft, DraftShape, Gpu, Model};
+use crate::error::{PlanError, Result};
+use crate::latency::LatencySource;
+use serde::Serialize;
+use tpcomm::ByteSize;
+
+/// Activations travel in bf16.
+pub const ACT_BYTES: u64 = 2;
+
+/// The per-layer overhead added to the roofline (launches, synchronisation,
+/// kernels below peak): given, or fitted to a measured plain-decoding rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Overhead {
+    PerLayerUs { us: f64 },
+    CalibrateTokS { tok_s: f64 },
+}
+
+#[derive(Clone, Debug)]
+pub struct SpecInput<'a> {
+    pub model: &'a Model,
+    pub draft: &'a Draft,
+    pub gpu: &'a Gpu,
+    pub tp: u64,
+    pub weights: WeightType,
+    pub scope: QuantScope,
+    pub draft_weights: WeightType,
+    pub kv: KvType,
+    /// Tokens already in the KV cache (attention reads them every forward).
+    pub context: u64,
+    /// Latency of the speculative cycle's all-reduces.
+    pub spec_latency: LatencySource,
+    /// Latency of plain decoding's all-reduces, when it differs (e.g. plain
+    /// decoding runs in CUDA graphs and the speculative path does not).
+    /// None: the same source as the cycle, scaled with it.
+    pub plain_latency: Option<LatencySource>,
+    pub overhead: Overhead,
+    /// Largest number of draft steps to try (at most the draft's rates).
+    pub max_steps: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plain {
+    pub compute_us: f64,
+    pub comm_us: f64,
+    pub allreduces: u64,
+    pub message: ByteSize,
+    pub tok_s: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum BreakEven {
+    /// Speculation wins below this latency. `scale` multiplies the cycle's
+    /// latency source; `mean_us` is the mean latency of one of the cycle's
+    /// all-reduces at that scale.
+    At { scale: f64, mean_us: f64 },
+    /// Speculation wins whatever the latency (it does fewer all-reduces per
+    /// token than plain decoding, and plain decoding scales with it).
+    AlwaysWins,
+    /// Speculation loses even with free communication.
+    NeverWins,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Setting {
+    pub steps: u64,
+    pub verify_tokens: u64,
+    /// Expected tokens produced per cycle (accepted drafts + the bonus token).
+    pub tokens_per_cycle: f64,
+    pub draft_compute_us: f64,
+    pub draft_comm_us: f64,
+    pub verify_compute_us: f64,
+    pub verify_comm_us: f64,
+    pub cycle_us: f64,
+    pub allreduces: u64,
+    pub tok_s: f64,
+    pub speedup: f64,
+    pub break_even: BreakEven,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpecPlan {
+    pub plain: Plain,
+    pub overhead_per_layer_us: f64,
+    pub overhead_from: String,
+    pub settings: Vec<Setting>,
+    /// Index into `settings` of the fastest.
+    pub best: usize,
+    pub spec_latency: String,
+    pub plain_latency: String,
+}
+
+/// Expected tokens per cycle from per-position acceptance rates: draft token
+/// k survives if it and every token before it is accepted, and the verify
+/// pass always adds one token of its own.
+pub fn expected_tokens(acceptance: &[f64], steps: usize) -> f64 {
+    let mut survive = 1.0;
+    let mut sum = 1.0;
+    for a in acceptance.iter().take(steps) {
+        survive *= a;
+        sum += survive;
+    }
+    sum
+}
+
+fn roofline_us(c: ForwardCost, gpu: &Gpu) -> f64 {
+    (c.bytes_read / gpu.bandwidth_bytes_per_s).max(c.flops / gpu.bf16_flops_per_s) * 1e6
+}
+
+/// Everything about the configuration that does not depend on latency.
+pub struct Planner<'a> {
+    inp: SpecInput<'a>,
+    draft: DraftArch,
+    target_allreduces: u64,
+    draft_allreduces: u64,
+    overhead_us: f64,
+    plain_compute_us: f64,
+    overhead_from: String,
+}
+
+impl<'a> Planner<'a> {
+    pub fn new(inp: SpecInput<'a>) -> Result<Self> {
+        let m = inp.model;
+        if inp.tp == 0 {
+            return Err(PlanError::invalid(
+                "tensor-parallel size",
+                "must be at least 1",
+            ));
+        }
+        if inp.max_steps == 0 {
+            return Err(PlanError::invalid("--max-steps", "must be at least 1"));
+        }
+        let draft = draft_arch(inp.draft, m, inp.tp, inp.kv)?;
+        let target_allreduces = 2 * m.layers + 1;
+        let draft_allreduces = 2 * draft.layers + 1;
+        let plain_roof = roofline_us(
+            forward_cost(m, inp.tp, inp.weights, inp.scope, inp.kv, 1, inp.context)?,
+            inp.gpu,
+        );
+        let mut p = Planner {
+            draft,
+            target_allreduces,
+            draft_allreduces,
+            overhead_us: 0.0,
+            plain_compute_us: plain_roof,
+            overhead_from: String::new(),
+            inp,
+        };
+        match p.inp.overhead {
+            Overhead::PerLayerUs { us } => {
+                if !(us.is_finite() && us >= 0.0) {
+                    return Err(PlanError::invalid("per-layer overhead", format!("{us} us")));
+                }
+                p.overhead_us = us;
+                p.overhead_from = "given".into();
+            }
+            Overhead::CalibrateTokS { tok_s } => {
+                if !(tok_s.is_finite() && tok_s > 0.0) {
+                    return Err(PlanError::invalid("--calibrate-tok-s", format!("{tok_s}")));
+                }
+                let measured_us = 1e6 / tok_s;
+                let comm = p.plain_comm_us(1.0);
+                let spare = measured_us - plain_roof - comm;
+                if spare < 0.0 {
+                    return Err(PlanError::invalid(
+                        "--calibrate-tok-s",
+                        format!(
+                            "{tok_s} tok/s is {measured_us:.0} us per token, but the roofline alone is {plain_roof:.0} us and plain decoding's all-reduces {comm:.0} us; the plain all-reduce latency is too high for that rate (give the plain path's own latency with --plain-allreduce-us or --plain-table)"
+                        ),
+                    ));
+                }
+                p.overhead_us = spare / m.layers as f64;
+                p.overhead_from = format!("fitted to a measured {tok_s} tok/s plain decoding");
+            }
+        }
+        p.plain_compute_us = plain_roof + m.layers as f64 * p.overhead_us;
+        Ok(p)
+    }
+
+    fn target_message(&self, tokens: u64) -> ByteSize {
+        ByteSize::b(self.inp.model.hidden * tokens * ACT_BYTES)
+    }
+
+    /// Plain decoding's all-reduce time per token; `scale` applies only when
+    /// plain decoding shares the cycle's latency source.
+    fn plain_comm_us(&self, scale: f64) -> f64 {
+        let msg = self.target_message(1);
+        let per = match &self.inp.plain_latency {
+            Some(src) => src.latency_us(msg),
+            None => scale * self.inp.spec_latency.latency_us(msg),
+        };
+        self.target_allreduces as f64 * per
+    }
+
+    pub fn plain(&self, scale: f64) -> Plain {
+        let comm_us = self.plain_comm_us(scale);
+        Plain {
+            compute_us: self.plain_compute_us,
+            comm_us,
+            allreduces: self.target_allreduces,
+            message: self.target_message(1),
+            tok_s: 1e6 / (self.plain_compute_us + comm_us),
+        }
+    }
+
+    /// One cycle of `steps` draft steps with the cycle's latencies multiplied by `scale`.
+    pub fn setting(&self, steps: u64, scale: f64) -> Result<Setting> {
+        let i = &self.inp;
+        let verify_tokens = steps + 1;
+        let draft_scope = match i.draft.shape {
+            DraftShape::Mtp { .. } => i.scope,
+            DraftShape::Eagle3 { .. } => QuantScope::Linear,
+        };
+        let d_cost = draft_forward_cost(
+            &self.draft,
+            i.tp,
+            i.draft_weights,
+            draft_scope,
+            1,
+            i.context,
+        );
+        let d_compute = roofline_us(d_cost, i.gpu) + self.draft.layers as f64 * self.overhead_us;
+        let d_msg = ByteSize::b(self.draft.hidden * ACT_BYTES);
+        let d_comm = self.draft_allreduces as f64 * scale * i.spec_latency.latency_us(d_msg);
+        let v_cost = forward_cost(
+            i.model,
+            i.tp,
+            i.weights,
+            i.scope,
+            i.kv,
+            verify_tokens,
+            i.context,
+        )?;
+        let v_compute = roofline_us(v_cost, i.gpu) + i.model.layers as f64 * self.overhead_us;
+        let v_comm = self.target_allreduces as f64
+            * scale
+            * i.spec_latency
+                .latency_us(self.target_message(verify_tokens));
+        let tokens = expected_tokens(&i.draft.acceptance, steps as usize);
+        let cycle = steps as f64 * (d_compute + d_comm) + v_compute + v_comm;
+        let tok_s = tokens * 1e6 / cycle;
+        Ok(Setting {
+            steps,
+            verify_tokens,
+            tokens_per_cycle: tokens,
+            draft_compute_us: steps as f64 * d_compute,
+            draft_comm_us: steps as f64 * d_comm,
+            verify_compute_us: v_compute,
+            verify_comm_us: v_comm,
+            cycle_us: cycle,
+            allreduces: steps * self.draft_allreduces + self.target_allreduces,
+            tok_s,
+            speedup: tok_s / self.plain(scale).tok_s,
+            break_even: BreakEven::NeverWins,
+        })
+    }
+
+    /// Mean latency of one of the cycle's all-reduces at `scale`.
+    pub fn mean_latency_us(&self, steps: u64, scale: f64) -> Result<f64> {
+        let s = self.setting(steps, 1.0)?;
+        Ok(scale * (s.draft_comm_us + s.verify_comm_us) / s.allreduces as f64)
+    }
+
+    /// The latency scale at which speculation and plain decoding are equally fast.
+    pub fn break_even(&self, steps: u64) -> Result<BreakEven> {
+        let gain =
+            |s: f64| -> Result<f64> { Ok(self.setting(steps, s)?.tok_s - self.plain(s).tok_s) };
+        if gain(0.0)? <= 0.0 {
+            return Ok(BreakEven::NeverWins);
+        }
+        let mut hi = 1.0;
+        while gain(hi)? > 0.0 {
+            hi *= 2.0;
+            if hi > 1e9 {
+                return Ok(BreakEven::AlwaysWins);
+            }
+        }
+        let mut lo = 0.0;
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if gain(mid)? > 0.0 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+            if hi - lo <= 1e-12 * hi {
+                break;
+            }
+        }
+        let scale = 0.5 * (lo + hi);
+        Ok(BreakEven::At {
+            scale,
+            mean_us: self.mean_latency_us(steps, scale)?,
+        })
+    }
+
+    pub fn steps_range(&self) -> std::ops::RangeInclusive<u64> {
+        1..=self
+            .inp
+            .max_steps
+            .min(self.inp.draft.acceptance.len() as u64)
+    }
+
+    pub fn plan(&self) -> Result<SpecPlan> {
+        let mut settings = Vec::new();
+        for k in self.steps_range() {
+            let mut s = self.setting(k, 1.0)?;
+            s.break_even = self.break_even(k)?;
+            settings.push(s);
+        }
+        let best = settings
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.tok_s.total_cmp(&b.1.tok_s))
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        Ok(SpecPlan {
+            plain: self.plain(1.0),
+            overhead_per_layer_us: self.overhead_us,
+            overhead_from: self.overhead_from.clone(),
+            settings,
+            best,
+            spec_latency: self.inp.spec_latency.describe(),
+            plain_latency: match &self.inp.plain_latency {
+                Some(s) => s.describe(),
+                None => "same as the cycle".into(),
+            },
+        })
+    }
+
+    pub fn shares_latency(&self) -> bool {
+        self.inp.plain_latency.is_none()
+    }
+}

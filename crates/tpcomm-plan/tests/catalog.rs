@@ -1,0 +1,337 @@
+//! The catalog loads, its figures reproduce published ones, and every kind
+//! of bad entry is rejected with the file, entry and field named.
+
+mod common;
+use common::*;
+use tpcomm::ByteSize;
+use tpcomm_plan::arch::{kv_bytes_per_token, model_params, KvType};
+use tpcomm_plan::catalog::Catalog;
+use tpcomm_plan::PlanError;
+
+#[test]
+fn builtin_catalog_has_the_required_entries() {
+    let c = Catalog::builtin().unwrap();
+    for m in [
+        "kimi-k2.5",
+        "deepseek-v3",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "qwen3-32b",
+        "qwen3-235b-a22b",
+    ] {
+        c.model(m).unwrap();
+    }
+    for g in [
+        "h100-sxm",
+        "h200-sxm",
+        "b200",
+        "rtx-pro-6000-blackwell",
+        "rtx-4090",
+        "rtx-5090",
+        "l40s",
+    ] {
+        c.gpu(g).unwrap();
+    }
+    assert!(!c.machines.is_empty() && !c.drafts.is_empty());
+    for m in &c.machines {
+        assert!(!m.tables.is_empty() && m.tables.iter().all(|t| !t.source.is_empty()));
+    }
+}
+
+/// Parameter counts computed from the architecture match the published
+/// totals and active counts within each entry's stated tolerance.
+#[test]
+fn parameter_counts_match_published_figures() {
+    let c = Catalog::builtin().unwrap();
+    let mut checked = 0;
+    for m in &c.models {
+        let p = model_params(m);
+        let pb = m
+            .published
+            .as_ref()
+            .expect("every catalog model has published figures");
+        for (what, computed, published) in [
+            ("total", p.total(), pb.total_params),
+            ("active", p.active(), pb.active_params),
+        ] {
+            if let Some(published) = published {
+                let off = 100.0 * (computed as f64 - published as f64).abs() / published as f64;
+                assert!(
+                    off <= pb.tolerance_pct,
+                    "{} {what}: computed {computed}, published {published} ({off:.2}% > {}%)",
+                    m.name,
+                    pb.tolerance_pct
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 9, "only {checked} published figures checked");
+}
+
+/// The precise published counts: Llama-3.1-8B has 8.03B parameters and
+/// DeepSeek-V3 671B (its report); both within 0.1% here.
+#[test]
+fn tight_parameter_counts() {
+    let c = Catalog::builtin().unwrap();
+    let l8 = model_params(c.model("llama-3.1-8b").unwrap()).total() as f64;
+    assert!((l8 / 8.03e9 - 1.0).abs() < 1e-3, "{l8}");
+    let ds = model_params(c.model("deepseek-v3").unwrap()).total() as f64;
+    assert!((ds / 671e9 - 1.0).abs() < 1e-3, "{ds}");
+}
+
+/// KV bytes per token: MLA caches (d_c + d_h^R) = 4.5 x d_h = 576 elements
+/// per layer (DeepSeek-V2 paper, Table 1, with d_h = 128); Llama-3.1-70B in
+/// bf16 caches 2 x 80 layers x 8 KV heads x 128 x 2 bytes = 320 KiB.
+#[test]
+fn kv_bytes_per_token_match_published_formulas() {
+    let c = Catalog::builtin().unwrap();
+    let ds = c.model("deepseek-v3").unwrap();
+    assert_eq!(
+        kv_bytes_per_token(ds, 1, KvType::Bf16).unwrap(),
+        ByteSize::b(61 * 576 * 2)
+    );
+    // MLA's latent is replicated: the same bytes on every rank at any TP.
+    assert_eq!(
+        kv_bytes_per_token(ds, 8, KvType::Bf16).unwrap(),
+        ByteSize::b(61 * 576 * 2)
+    );
+    let l70 = c.model("llama-3.1-70b").unwrap();
+    assert_eq!(
+        kv_bytes_per_token(l70, 1, KvType::Bf16).unwrap(),
+        ByteSize::kib(320)
+    );
+    // Split over 8 ranks: one KV head each.
+    assert_eq!(
+        kv_bytes_per_token(l70, 8, KvType::Bf16).unwrap(),
+        ByteSize::kib(40)
+    );
+    assert_eq!(
+        kv_bytes_per_token(l70, 8, KvType::Fp8).unwrap(),
+        ByteSize::kib(20)
+    );
+    // Qwen3-235B has 4 KV heads: at TP 8 each rank holds one whole head (replicated).
+    let q = c.model("qwen3-235b-a22b").unwrap();
+    assert_eq!(
+        kv_bytes_per_token(q, 8, KvType::Bf16).unwrap(),
+        ByteSize::b(94 * 2 * 128 * 2)
+    );
+    assert!(kv_bytes_per_token(q, 3, KvType::Bf16).is_err());
+}
+
+fn field_error(e: PlanError) -> (String, String, String, String) {
+    match e {
+        PlanError::Field {
+            file,
+            entry,
+            field,
+            problem,
+        } => (file, entry, field, problem),
+        other => panic!("expected a field error, got: {other}"),
+    }
+}
+
+#[test]
+fn bad_toml_names_the_file() {
+    let e = load("[[model]\nname = 1", GPUS, MACHINES, DRAFTS).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::Toml { file, .. } if file == "models.toml"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_field_names_file_entry_and_field() {
+    let bad = replace_once(MODELS, "layers = 80\n", "");
+    let (file, entry, field, problem) =
+        field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (file.as_str(), entry.as_str(), field.as_str()),
+        ("models.toml", "llama-3.1-70b", "layers")
+    );
+    assert!(problem.contains("missing"), "{problem}");
+}
+
+#[test]
+fn negative_and_zero_values_are_rejected() {
+    let bad = replace_once(
+        MODELS,
+        "layers = 32\nhidden = 4096\n",
+        "layers = 32\nhidden = -4096\n",
+    );
+    let (_, entry, field, problem) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!((entry.as_str(), field.as_str()), ("llama-3.1-8b", "hidden"));
+    assert!(problem.contains("positive"), "{problem}");
+
+    let bad = replace_once(GPUS, "bandwidth_gb_s = 864", "bandwidth_gb_s = 0");
+    let (file, entry, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (file.as_str(), entry.as_str(), field.as_str()),
+        ("gpus.toml", "l40s", "bandwidth_gb_s")
+    );
+
+    let bad = replace_once(GPUS, "memory = \"48 GB\"", "memory = -1");
+    let (_, _, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(field, "memory");
+
+    let bad = replace_once(
+        MACHINES,
+        "{ bytes = \"16 MiB\", us = 949 }",
+        "{ bytes = \"16 MiB\", us = -949 }",
+    );
+    let (file, entry, field, _) = field_error(load(MODELS, GPUS, &bad, DRAFTS).unwrap_err());
+    assert_eq!(file, "machines.toml");
+    assert_eq!(entry, "h200x2-nvlink");
+    assert_eq!(field, "allreduce[3].rows[5].us");
+}
+
+#[test]
+fn wrong_types_and_unknown_fields_are_rejected() {
+    let bad = replace_once(MODELS, "vocab = 163840", "vocab = \"lots\"");
+    let (_, entry, field, _) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!((entry.as_str(), field.as_str()), ("kimi-k2.5", "vocab"));
+
+    let bad = replace_once(MODELS, "kv_heads = 4\n", "kv_heads = 4\nkv_haeds = 4\n");
+    let (_, entry, field, problem) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (entry.as_str(), field.as_str()),
+        ("qwen3-235b-a22b", "attention.kv_haeds")
+    );
+    assert!(problem.contains("unknown"), "{problem}");
+}
+
+#[test]
+fn inconsistent_shapes_are_rejected() {
+    // 32 heads x 128 = 4096 = hidden; claim 100-wide heads instead.
+    let bad = replace_once(
+        MODELS,
+        "heads = 32\nkv_heads = 8\nhead_dim = 128",
+        "heads = 32\nkv_heads = 8\nhead_dim = 100",
+    );
+    let (_, entry, field, _) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (entry.as_str(), field.as_str()),
+        ("llama-3.1-8b", "attention.head_dim")
+    );
+
+    let bad = replace_once(
+        MODELS,
+        "experts = 128\nactive = 8",
+        "experts = 128\nactive = 200",
+    );
+    let (_, _, field, _) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(field, "moe.active");
+
+    let bad = replace_once(
+        MODELS,
+        "heads = 64\nkv_heads = 4",
+        "heads = 64\nkv_heads = 5",
+    );
+    let (_, _, field, _) = field_error(load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(field, "attention.kv_heads");
+}
+
+#[test]
+fn acceptance_rates_must_be_probabilities_that_do_not_increase() {
+    let bad = replace_once(DRAFTS, "acceptance = [0.85]", "acceptance = [1.2]");
+    let (_, entry, field, _) = field_error(load(MODELS, GPUS, MACHINES, &bad).unwrap_err());
+    assert_eq!(
+        (entry.as_str(), field.as_str()),
+        ("deepseek-v3-mtp", "acceptance[0]")
+    );
+
+    let bad = replace_once(DRAFTS, "acceptance = [0.85]", "acceptance = [0.5, 0.6]");
+    let (_, _, field, problem) = field_error(load(MODELS, GPUS, MACHINES, &bad).unwrap_err());
+    assert_eq!(field, "acceptance[1]");
+    assert!(problem.contains("must not increase"), "{problem}");
+
+    let bad = replace_once(DRAFTS, "acceptance = [0.85]", "acceptance = [0.0]");
+    let (_, _, field, _) = field_error(load(MODELS, GPUS, MACHINES, &bad).unwrap_err());
+    assert_eq!(field, "acceptance[0]");
+
+    let bad = replace_once(DRAFTS, "acceptance = [0.85]", "acceptance = []");
+    let (_, _, field, _) = field_error(load(MODELS, GPUS, MACHINES, &bad).unwrap_err());
+    assert_eq!(field, "acceptance");
+}
+
+#[test]
+fn references_and_names_are_checked() {
+    let bad = replace_once(MACHINES, "gpu = \"h200-sxm\"", "gpu = \"h900\"");
+    let (_, entry, field, _) = field_error(load(MODELS, GPUS, &bad, DRAFTS).unwrap_err());
+    assert_eq!((entry.as_str(), field.as_str()), ("h200x2-nvlink", "gpu"));
+
+    let bad = replace_once(
+        DRAFTS,
+        "target = \"deepseek-v3\"",
+        "target = \"deepseek-v9\"",
+    );
+    let (_, entry, field, _) = field_error(load(MODELS, GPUS, MACHINES, &bad).unwrap_err());
+    assert_eq!(
+        (entry.as_str(), field.as_str()),
+        ("deepseek-v3-mtp", "target")
+    );
+
+    let bad = replace_once(GPUS, "name = \"l40s\"", "name = \"rtx-4090\"");
+    let (_, entry, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!((entry.as_str(), field.as_str()), ("rtx-4090", "name"));
+
+    let c = Catalog::builtin().unwrap();
+    let e = c.model("gpt-7").unwrap_err();
+    assert!(matches!(e, PlanError::UnknownName { kind: "model", .. }));
+    assert!(
+        e.to_string().contains("kimi-k2.5"),
+        "lists the known names: {e}"
+    );
+    assert!(c.gpu("h900").is_err() && c.machine("x").is_err() && c.draft("y").is_err());
+}
+
+#[test]
+fn catalog_directory_is_read_and_missing_files_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    for (f, t) in [
+        ("models.toml", MODELS),
+        ("gpus.toml", GPUS),
+        ("machines.toml", MACHINES),
+        ("drafts.toml", DRAFTS),
+    ] {
+        std::fs::write(dir.path().join(f), t).unwrap();
+    }
+    let c = Catalog::from_dir(dir.path()).unwrap();
+    assert_eq!(c.models.len(), Catalog::builtin().unwrap().models.len());
+    std::fs::remove_file(dir.path().join("gpus.toml")).unwrap();
+    let e = Catalog::from_dir(dir.path()).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::Io { path, .. } if path.ends_with("gpus.toml")),
+        "{e}"
+    );
+}
+
+/// Drafts whose rates were derived from a published average acceptance
+/// length reproduce it (to the rounding of the rates, 0.1%).
+#[test]
+fn derived_acceptance_rates_reproduce_published_tau() {
+    use tpcomm_plan::spec::expected_tokens;
+    let c = Catalog::builtin().unwrap();
+    for (draft, tau) in [
+        ("llama-3.1-8b-eagle3", 2.77),
+        ("llama-3.3-70b-eagle3", 3.89),
+        ("kimi-k2.5-eagle3", 2.77),
+    ] {
+        let d = c.draft(draft).unwrap();
+        let got = expected_tokens(&d.acceptance, 7);
+        assert!((got / tau - 1.0).abs() < 1e-3, "{draft}: {got} vs {tau}");
+    }
+    // DeepSeek-V3's MTP: one extra token accepted 85% of the time.
+    let d = c.draft("deepseek-v3-mtp").unwrap();
+    assert_eq!(expected_tokens(&d.acceptance, 1), 1.85);
+}
+
+#[test]
+fn an_entry_without_a_name_is_reported_by_position() {
+    let bad = replace_once(GPUS, "name = \"l40s\"\n", "");
+    let (file, entry, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(
+        (file.as_str(), entry.as_str(), field.as_str()),
+        ("gpus.toml", "gpu #7", "name")
+    );
+}
