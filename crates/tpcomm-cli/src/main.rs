@@ -4,6 +4,7 @@ mod bench;
 
 use clap::{Parser, Subcommand};
 
+mod forward_bench;
 mod gpu_bench;
 mod plan;
 mod probe;
@@ -32,6 +33,8 @@ enum Command {
     GpuBench(gpu_bench::GpuBenchArgs),
     /// Time all-reduce across ranks of this machine (nccl-tests columns), every result checked.
     Bench(bench::BenchArgs),
+    /// A tensor-parallel transformer forward in a CUDA graph, once per all-reduce mode (none, NCCL, tpcomm, fused): what each all-reduce site costs inside it.
+    ForwardBench(forward_bench::ForwardBenchArgs),
 }
 
 fn main() {
@@ -52,5 +55,6 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Command::ForwardBench(args) => std::process::exit(forward_bench::run(args)),
     }
 }

@@ -64,6 +64,18 @@ pub fn open_context(device: usize) -> Result<Arc<CudaContext>> {
     Ok(ctx)
 }
 
+/// A communicator's protocol state, borrowed by the fused kernels (fused.rs).
+pub(crate) struct ProtocolParts<'a> {
+    pub ctx: &'a Arc<CudaContext>,
+    pub bufs: [u64; MAX_WORLD],
+    pub epoch_stride: u64,
+    pub slot_stride: u64,
+    pub ctl: u64,
+    pub status: u64,
+    pub timeout_ns: u64,
+    pub sms: u32,
+}
+
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
 ///
 /// Drop it only when no rank has a call of it still queued or running: peers
@@ -336,6 +348,22 @@ impl CudaCommunicator {
         // contract above.
         unsafe { raw::launch(f, blocks, block, &args, stream)? };
         Ok(algo)
+    }
+
+    /// What the fused kernels (fused.rs) need to run the one-shot protocol on
+    /// this communicator's buffers and epoch: (context, peer receive buffers,
+    /// epoch stride, one-shot slot stride, control words, status, timeout ns, SMs).
+    pub(crate) fn protocol_parts(&self) -> ProtocolParts<'_> {
+        ProtocolParts {
+            ctx: &self.ctx,
+            bufs: self.bufs,
+            epoch_stride: self.layout.epoch_stride as u64,
+            slot_stride: self.layout.slot_stride as u64,
+            ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
+            status: self.status.device_ptr(),
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            sms: self.sms,
+        }
     }
 
     /// Reports a peer that did not arrive in an earlier call (read from the

@@ -6,9 +6,12 @@
 mod algo;
 mod comm;
 pub mod compile;
+pub mod forward;
+pub mod fused;
 mod kernels;
 mod layout;
 mod memory;
+mod pdl;
 mod raw;
 mod rendezvous;
 pub mod verify;

@@ -337,6 +337,10 @@ unsafe impl Sync for Module {}
 pub struct Function(cu::CUfunction);
 
 impl Function {
+    /// The driver's handle, for launchers outside this module (cuda/pdl.rs).
+    pub(crate) fn handle(&self) -> cu::CUfunction {
+        self.0
+    }
     /// The most threads a block of this kernel can have (registers permitting).
     pub fn max_threads_per_block(&self) -> Result<u32> {
         let mut v = 0i32;

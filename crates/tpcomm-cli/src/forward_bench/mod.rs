@@ -1,0 +1,351 @@
+//! `tpcomm forward-bench`: what an all-reduce costs where it lives. A
+//! tensor-parallel transformer forward (tpcomm::cuda::forward), one process
+//! per GPU (the command re-executes itself as workers), captured in a CUDA
+//! graph and timed as whole forwards, once per way of doing its all-reduce
+//! sites: none (the compute floor), NCCL, each tpcomm algorithm, and the
+//! fused all-reduce + residual add + RMSNorm kernel.
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
+use tpcomm::cuda::forward::{Model, Shape, Site};
+use tpcomm::cuda::fused::Launch;
+use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous};
+use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+
+mod rank;
+mod report;
+
+use rank::rank_main;
+use report::report;
+
+/// Largest relative difference (max |a - b| / max |b| over the final hidden
+/// state) allowed between a tpcomm mode's forward output and NCCL's.
+pub const TOLERANCE_VS_NCCL: f64 = 1e-2;
+
+#[derive(Args, Clone, Debug)]
+pub struct ForwardBenchArgs {
+    /// Number of GPUs (ranks, one process each); default: every GPU, at most 8.
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Transformer layers (two all-reduce sites each).
+    #[arg(long, default_value_t = 61)]
+    layers: usize,
+    /// Hidden size.
+    #[arg(long, default_value_t = 7168)]
+    hidden: usize,
+    /// MLP intermediate size.
+    #[arg(long, default_value_t = 18432)]
+    mlp: usize,
+    /// Tokens per forward, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    tokens: Vec<usize>,
+    /// Modes, comma separated: none (no communication: the floor), nccl,
+    /// one-shot, two-shot, fused; none-pdl and fused-pdl launch the norm
+    /// kernels with programmatic dependent launch (sm_90+). Per-site costs
+    /// are taken against none.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,nccl,one-shot,two-shot,fused,fused-pdl,none-pdl"
+    )]
+    modes: Vec<String>,
+    /// Forwards per timed repetition (graph launches back to back).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Timed repetitions; the median is reported.
+    #[arg(long, default_value_t = 15)]
+    reps: usize,
+    /// Bound on every wait, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    timeout_ms: u64,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    worker_rank: Option<usize>,
+    #[arg(long, hide = true)]
+    rendezvous: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    None(Launch),
+    Nccl,
+    Tp(Algo),
+    Fused(Launch),
+}
+
+impl Mode {
+    fn parse(s: &str) -> Result<Mode> {
+        Ok(match s {
+            "none" => Mode::None(Launch::Ordinary),
+            "none-pdl" => Mode::None(Launch::Overlapped),
+            "nccl" => Mode::Nccl,
+            "fused" => Mode::Fused(Launch::Ordinary),
+            "fused-pdl" => Mode::Fused(Launch::Overlapped),
+            "one-shot" | "two-shot" => Mode::Tp(s.parse()?),
+            other => {
+                return Err(Error::invalid(
+                    "--modes",
+                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, two-shot, fused or fused-pdl)"),
+                ))
+            }
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RankRow {
+    tokens: usize,
+    mode: String,
+    forward_us: f64,
+    /// FNV-1a of the final residual stream and hidden state bytes.
+    output_hash: u64,
+    /// max |out - nccl_out| / max |nccl_out| over the final hidden state
+    /// (None for NCCL itself, the floor, or when NCCL did not run).
+    rel_diff_vs_nccl: Option<f64>,
+    bitwise_equal_nccl: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct RankInfo {
+    gpu: String,
+    arch: String,
+    nccl: Option<String>,
+    comm_memory: String,
+    model_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RankOut {
+    info: RankInfo,
+    rows: Vec<RankRow>,
+}
+
+pub fn run(args: ForwardBenchArgs) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tpcomm forward-bench: {e}");
+            1
+        }
+    }
+}
+
+fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}
+
+fn run_inner(args: ForwardBenchArgs) -> Result<()> {
+    let modes: Vec<Mode> = args
+        .modes
+        .iter()
+        .map(|m| Mode::parse(m))
+        .collect::<Result<_>>()?;
+    if args.tokens.is_empty() || args.tokens.contains(&0) || args.reps == 0 || args.iters == 0 {
+        return Err(Error::invalid(
+            "--tokens/--reps/--iters",
+            "need at least one token count, all above 0, and reps, iters >= 1",
+        ));
+    }
+    if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
+        let world = args
+            .gpus
+            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
+        let out = rank_main(rank, world, &args, &modes, Rendezvous::Dir(dir.clone()))?;
+        let path = dir.join(format!("result.rank{rank}.json"));
+        let text =
+            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
+        return std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e));
+    }
+    tpcomm::cuda::ensure_driver()?;
+    tpcomm::cuda::forward::ensure_cublas()?;
+    let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize;
+    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    if world < 2 || world > n {
+        return Err(Error::invalid(
+            "--gpus",
+            format!(
+                "{world} ranks, but this machine has {n} GPU(s); the forward bench needs 2 or more"
+            ),
+        ));
+    }
+    let outs = run_workers(world, args.gpus.is_none())?;
+    report(&args, world, outs)
+}
+
+/// Starts one worker process per rank with this command's own arguments and
+/// collects what each wrote.
+fn run_workers(world: usize, add_gpus: bool) -> Result<Vec<RankOut>> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("find this executable", e))?;
+    let dir = std::env::temp_dir().join(format!(
+        "tpcomm-forward-bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    let mut children = Vec::new();
+    for r in 0..world {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(std::env::args_os().skip(1));
+        if add_gpus {
+            cmd.args(["--gpus", &world.to_string()]);
+        }
+        cmd.args(["--worker-rank", &r.to_string()])
+            .arg("--rendezvous")
+            .arg(&dir);
+        children.push(
+            cmd.spawn()
+                .map_err(|e| Error::io("start a worker process", e))?,
+        );
+    }
+    let mut failed = Vec::new();
+    for (r, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| Error::io("wait for a worker", e))?;
+        if !status.success() {
+            failed.push(format!("rank {r}: {status}"));
+        }
+    }
+    if !failed.is_empty() {
+        return Err(Error::Aborted(format!(
+            "worker processes failed ({}); their messages are above",
+            failed.join(", ")
+        )));
+    }
+    let outs = (0..world)
+        .map(|r| {
+            let p = dir.join(format!("result.rank{r}.json"));
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
+            serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
+        })
+        .collect::<Result<Vec<RankOut>>>()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(outs)
+}
+
+fn nccl_comm(rank: usize, world: usize, rv: &Rendezvous, timeout: Duration) -> Result<NcclComm> {
+    // Every rank learns whether every rank loaded NCCL, so all fail together.
+    let loaded = Nccl::load();
+    let mine = match (&loaded, rank) {
+        (Ok(n), 0) => n.unique_id()?.0.to_vec(),
+        (Ok(_), _) => vec![1],
+        (Err(_), _) => vec![],
+    };
+    let all = rv.exchange("nccl-id", rank, world, &mine, timeout)?;
+    let nccl = loaded?;
+    if all.iter().any(|v| v.is_empty()) || all[0].len() != 128 {
+        return Err(Error::Aborted(
+            "another rank could not load NCCL; drop nccl from --modes or fix NCCL there".into(),
+        ));
+    }
+    let mut id = [0u8; 128];
+    id.copy_from_slice(&all[0]);
+    nccl.comm_init_rank(world, &UniqueId(id), rank)
+}
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.iter() {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    h
+}
+
+fn bf16s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+        .collect()
+}
+
+/// max |a - b| / max |b|.
+fn rel_diff(a: &[u8], b: &[u8]) -> f64 {
+    let (a, b) = (bf16s(a), bf16s(b));
+    let scale = b
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(f64::MIN_POSITIVE);
+    let diff = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    if a.iter().chain(&b).any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    diff / scale
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn mode_name(m: Mode) -> String {
+    match m {
+        Mode::None(Launch::Ordinary) => "none".into(),
+        Mode::None(Launch::Overlapped) => "none-pdl".into(),
+        Mode::Nccl => "nccl".into(),
+        Mode::Tp(a) => a.name().into(),
+        Mode::Fused(Launch::Ordinary) => "fused".into(),
+        Mode::Fused(Launch::Overlapped) => "fused-pdl".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn modes_parse_and_unknown_ones_are_refused() {
+        assert_eq!(Mode::parse("none").unwrap(), Mode::None(Launch::Ordinary));
+        assert_eq!(
+            Mode::parse("fused-pdl").unwrap(),
+            Mode::Fused(Launch::Overlapped)
+        );
+        assert_eq!(Mode::parse("two-shot").unwrap(), Mode::Tp(Algo::TwoShot));
+        assert!(Mode::parse("auto").is_err());
+        assert!(Mode::parse("fast").is_err());
+        for m in [
+            "none",
+            "none-pdl",
+            "nccl",
+            "one-shot",
+            "two-shot",
+            "fused",
+            "fused-pdl",
+        ] {
+            assert_eq!(mode_name(Mode::parse(m).unwrap()), m);
+        }
+    }
+
+    #[test]
+    fn relative_difference_is_max_error_over_max_magnitude() {
+        let b = bf16_bytes(&[1.0, -4.0, 2.0]);
+        let a = bf16_bytes(&[1.0, -4.0, 2.5]);
+        assert_eq!(rel_diff(&b, &b), 0.0);
+        assert_eq!(rel_diff(&a, &b), 0.5 / 4.0);
+        let nan = bf16_bytes(&[1.0, f32::NAN, 2.0]);
+        assert!(rel_diff(&nan, &b).is_infinite());
+    }
+}

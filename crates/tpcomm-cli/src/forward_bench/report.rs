@@ -1,0 +1,162 @@
+//! The forward benchmark's table and JSON, from every rank's rows: per-site
+//! cost against the floor, communication share, and the output checks.
+
+use super::*;
+
+#[derive(Clone, Debug, Serialize)]
+struct Row {
+    tokens: usize,
+    mode: String,
+    /// Max over ranks of each rank's median forward time.
+    forward_us: f64,
+    forward_us_per_rank: Vec<f64>,
+    /// (forward - floor) / (2 x layers); None without a floor row.
+    per_site_us: Option<f64>,
+    /// (forward - floor) / forward.
+    comm_share: Option<f64>,
+    ranks_identical: Option<bool>,
+    rel_diff_vs_nccl: Option<f64>,
+    bitwise_equal_nccl: Option<bool>,
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.prec$}"))
+}
+
+pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
+    let sites = 2 * args.layers;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failures = Vec::new();
+    for (i, r0) in outs[0].rows.iter().enumerate() {
+        let per_rank: Vec<f64> = outs.iter().map(|o| o.rows[i].forward_us).collect();
+        let t = per_rank.iter().copied().fold(0.0, f64::max);
+        let communicates = !r0.mode.starts_with("none");
+        let identical =
+            communicates.then(|| outs.iter().all(|o| o.rows[i].output_hash == r0.output_hash));
+        if identical == Some(false) {
+            failures.push(format!(
+                "{} at {} tokens: ranks' outputs differ",
+                r0.mode, r0.tokens
+            ));
+        }
+        let rel = outs
+            .iter()
+            .filter_map(|o| o.rows[i].rel_diff_vs_nccl)
+            .reduce(f64::max);
+        if rel.is_some_and(|d| d.is_nan() || d > TOLERANCE_VS_NCCL) {
+            failures.push(format!(
+                "{} at {} tokens: output differs from NCCL's by {:.3e} (tolerance {TOLERANCE_VS_NCCL:e})",
+                r0.mode, r0.tokens, rel.unwrap_or(f64::NAN)
+            ));
+        }
+        let equal = outs
+            .iter()
+            .map(|o| o.rows[i].bitwise_equal_nccl)
+            .reduce(|a, b| a.zip(b).map(|(a, b)| a && b))
+            .flatten();
+        rows.push(Row {
+            tokens: r0.tokens,
+            mode: r0.mode.clone(),
+            forward_us: t,
+            forward_us_per_rank: per_rank,
+            per_site_us: None,
+            comm_share: None,
+            ranks_identical: identical,
+            rel_diff_vs_nccl: rel,
+            bitwise_equal_nccl: equal,
+        });
+    }
+    let floors: Vec<(usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == "none")
+        .map(|r| (r.tokens, r.forward_us))
+        .collect();
+    for r in rows.iter_mut() {
+        if let Some(&(_, f)) = floors.iter().find(|(t, _)| *t == r.tokens) {
+            r.per_site_us = Some((r.forward_us - f) / sites as f64);
+            r.comm_share = Some((r.forward_us - f) / r.forward_us);
+        }
+    }
+    let driver = tpcomm::cuda::driver_version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .unwrap_or_default();
+    let info = &outs[0].info;
+    eprint!("{}", info.comm_memory);
+    eprintln!(
+        "model (weights shared by all layers, activations, cuBLAS workspace): {} per rank",
+        ByteSize::b(info.model_bytes)
+    );
+    println!(
+        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
+        info.gpu,
+        info.arch,
+        info.nccl.clone().unwrap_or_else(|| "not run".into()),
+        args.layers,
+        args.hidden,
+        args.mlp,
+        args.reps,
+        args.iters
+    );
+    println!(
+        "{:>6} {:>9} {:>12} {:>13} {:>10} {:>10} {:>14}",
+        "tokens", "mode", "forward(us)", "per-site(us)", "comm share", "ranks ==", "vs NCCL"
+    );
+    for r in &rows {
+        let vs = match (r.bitwise_equal_nccl, r.rel_diff_vs_nccl) {
+            (Some(true), _) => "bitwise equal".to_string(),
+            (_, Some(d)) => format!("{d:.2e}"),
+            _ => "-".to_string(),
+        };
+        println!(
+            "{:>6} {:>9} {:>12.1} {:>13} {:>10} {:>10} {:>14}",
+            r.tokens,
+            r.mode,
+            r.forward_us,
+            opt(r.per_site_us, 2),
+            r.comm_share
+                .map_or("-".into(), |s| format!("{:.1}%", 100.0 * s)),
+            r.ranks_identical
+                .map_or("-".into(), |b| if b { "yes" } else { "NO" }.to_string()),
+            vs
+        );
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "meta": {
+                "tool": "tpcomm forward-bench",
+                "machine": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+                "world": world,
+                "gpus": outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
+                "arch": info.arch,
+                "driver": driver,
+                "nccl": info.nccl,
+                "nccl_p2p_disable": std::env::var("NCCL_P2P_DISABLE").ok(),
+                "layers": args.layers,
+                "hidden": args.hidden,
+                "mlp": args.mlp,
+                "dtype": "bf16",
+                "sites_per_forward": sites,
+                "reps": args.reps,
+                "iters": args.iters,
+                "model_bytes_per_rank": info.model_bytes,
+                "attention": "simplified: QKV GEMM, then the O GEMM on the V third of its output; no score computation",
+                "floor": "mode none: same graph, each site is one residual add + RMSNorm kernel, no communication",
+                "timing": "CUDA events per rank around iters back-to-back graph launches; median over reps; forward_us = max over ranks",
+                "per_site": "(forward_us - floor forward_us) / sites_per_forward",
+                "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
+            },
+            "rows": rows,
+        });
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| Error::invalid("json", e.to_string()))?;
+        std::fs::write(path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+    }
+    if !failures.is_empty() {
+        return Err(Error::Aborted(format!(
+            "forward outputs failed their checks: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(())
+}

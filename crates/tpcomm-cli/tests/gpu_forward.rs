@@ -1,0 +1,64 @@
+//! GPU test of `tpcomm forward-bench`: a small forward (4 layers) in every
+//! mode; with communication every rank's output must be bit-identical, and
+//! each tpcomm mode's output close to NCCL's (the bench's stated tolerance).
+//! Needs 2+ GPUs with P2P, cuBLAS and NCCL; runs only with TPCOMM_GPU_TESTS=1.
+
+use std::process::Command;
+
+#[test]
+#[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
+fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
+    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("forward.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+        .args([
+            "forward-bench",
+            "--layers",
+            "4",
+            "--hidden",
+            "2048",
+            "--mlp",
+            "4096",
+        ])
+        .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "forward-bench failed:\n{stdout}\n{stderr}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    let modes = [
+        "none",
+        "nccl",
+        "one-shot",
+        "two-shot",
+        "fused",
+        "fused-pdl",
+        "none-pdl",
+    ];
+    assert_eq!(rows.len(), 3 * modes.len(), "{stdout}");
+    let tol = doc["meta"]["tolerance_vs_nccl"].as_f64().unwrap();
+    for r in rows {
+        let mode = r["mode"].as_str().unwrap();
+        assert!(r["forward_us"].as_f64().unwrap() > 0.0);
+        if mode.starts_with("none") {
+            continue;
+        }
+        assert_eq!(r["ranks_identical"], serde_json::Value::Bool(true), "{r}");
+        if mode != "nccl" {
+            let d = r["rel_diff_vs_nccl"].as_f64().unwrap();
+            assert!(d <= tol, "{mode}: {d} from NCCL's output (tolerance {tol})");
+        }
+    }
+}

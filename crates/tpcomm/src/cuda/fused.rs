@@ -1,0 +1,384 @@
+//! All-reduce fused with the residual add and RMSNorm that follow it
+//! ([`CudaCommunicator::all_reduce_residual_rmsnorm`]), the unfused add +
+//! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
+//! live in (shared with the benchmark forward's element-wise kernels).
+
+use super::comm::CudaCommunicator;
+use super::compile;
+use super::pdl;
+use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
+use super::MAX_WORLD;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::units::ByteSize;
+use cudarc::driver::CudaContext;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The kernel module: allreduce.cu (whose protocol pieces the fused kernel
+/// reuses), fused.cu, forward.cu, compiled as one source.
+pub const MODULE_SRC: &str = concat!(
+    include_str!("kernels/allreduce.cu"),
+    include_str!("kernels/fused.cu"),
+    include_str!("kernels/forward.cu")
+);
+
+/// (file name, source) for the compile test.
+pub const SOURCES: &[(&str, &str)] = &[("fused.cu", MODULE_SRC)];
+
+/// How the fused-family kernels are launched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Launch {
+    /// An ordinary launch: the kernel starts once the previous one on the
+    /// stream has finished.
+    #[default]
+    Ordinary,
+    /// Programmatic dependent launch: the kernel may start while the
+    /// previous one drains and waits for it inside, hiding its launch
+    /// latency. sm_90 and newer; an ordinary launch on older GPUs.
+    Overlapped,
+}
+
+/// Mirrors `struct Args` in allreduce.cu (and `KernelArgs` in comm.rs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct BaseArgs {
+    input: u64,
+    output: u64,
+    nbytes: u64,
+    bufs: [u64; MAX_WORLD],
+    epoch_stride: u64,
+    slot_stride: u64,
+    shard_stride: u64,
+    ag_offset: u64,
+    ctl: u64,
+    status: u64,
+    timeout_ns: u64,
+    rank: u32,
+    world: u32,
+}
+
+/// Mirrors `struct FusedArgs` in fused.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct FusedArgs {
+    base: BaseArgs,
+    residual: u64,
+    addend: u64,
+    weight: u64,
+    normed: u64,
+    rows: u32,
+    row_vecs: u32,
+    eps: f32,
+    inv_hidden: f32,
+}
+
+/// The functions of the module on one device, loaded once per process.
+pub(crate) struct FusedKernels {
+    fused: [Function; 3],
+    add_rmsnorm: [Function; 3],
+    pub(crate) silu_mul_bf16: Function,
+    pub(crate) fill_uniform_bf16: Function,
+    cubin_bytes: usize,
+    /// Whether the device takes programmatic dependent launches (sm_90+).
+    overlap: bool,
+    _module: Module,
+    // Keeps the primary context (and so the module) alive for the process.
+    _ctx: Arc<CudaContext>,
+}
+
+fn dtype_index(d: DType) -> usize {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+    }
+}
+
+pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>> {
+    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<FusedKernels>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = cache
+        .lock()
+        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
+    if let Some(k) = map.get(&ctx.ordinal()) {
+        return Ok(k.clone());
+    }
+    let arch = ctx.compute_capability().map_err(|e| Error::Cuda {
+        call: "cuDeviceGetAttribute".into(),
+        detail: e.to_string(),
+    })?;
+    let compiled = compile::compile_cached(MODULE_SRC, "fused.cu", arch)?;
+    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
+        library: "NVRTC".into(),
+        detail: format!(
+            "the fused kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
+            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
+        ),
+    })?;
+    let f = |n: &str| module.function(n);
+    let k = Arc::new(FusedKernels {
+        fused: [
+            f("tpcomm_fused_rmsnorm_f32")?,
+            f("tpcomm_fused_rmsnorm_f16")?,
+            f("tpcomm_fused_rmsnorm_bf16")?,
+        ],
+        add_rmsnorm: [
+            f("tpcomm_add_rmsnorm_f32")?,
+            f("tpcomm_add_rmsnorm_f16")?,
+            f("tpcomm_add_rmsnorm_bf16")?,
+        ],
+        silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
+        fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
+        overlap: arch.0 >= 9,
+        cubin_bytes: compiled.cubin.len(),
+        _module: module,
+        _ctx: ctx.clone(),
+    });
+    map.insert(ctx.ordinal(), k.clone());
+    Ok(k)
+}
+
+impl FusedKernels {
+    /// # Safety
+    /// As `raw::launch`.
+    unsafe fn launch<A>(
+        &self,
+        f: Function,
+        grid: u32,
+        block: u32,
+        args: &A,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; launch_overlapped only for
+        // kernels that start with wait_for_previous_kernel (all of fused.cu's
+        // norm kernels) on devices that support it.
+        unsafe {
+            if how == Launch::Overlapped && self.overlap {
+                pdl::launch_overlapped(f, grid, block, args, stream)
+            } else {
+                raw::launch(f, grid, block, args, stream)
+            }
+        }
+    }
+}
+
+/// Threads per block of both norm kernels: one per 16-byte vector of a row
+/// (rounded to whole warps), at most 1024. Both kernels must use the same
+/// value so they sum each row's squares in the same order.
+fn norm_block(row_vecs: usize) -> u32 {
+    (row_vecs.div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+/// The shape checks both norm kernels share; returns (row bytes, vectors per row).
+fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) -> Result<usize> {
+    let row_bytes = hidden
+        .checked_mul(dtype.size())
+        .ok_or_else(|| Error::invalid("hidden size", format!("{hidden} overflows")))?;
+    if hidden == 0 || !row_bytes.is_multiple_of(16) {
+        return Err(Error::invalid(
+            "hidden size",
+            format!(
+                "{hidden} {} elements: a row must be a non-empty multiple of 16 bytes",
+                dtype.name()
+            ),
+        ));
+    }
+    if rows == 0 || rows > u32::MAX as usize {
+        return Err(Error::invalid("rows", format!("{rows} (1 to 2^32-1)")));
+    }
+    if ptrs.iter().any(|p| !p.is_multiple_of(16)) {
+        return Err(Error::invalid(
+            "buffer address",
+            "every buffer must be 16-byte aligned",
+        ));
+    }
+    Ok(row_bytes / 16)
+}
+
+/// `residual += addend` (when given), then `normed = rmsnorm(residual) * weight`,
+/// on `rows` rows of `hidden` elements: the unfused sequence that follows an
+/// all-reduce, bit-identical to what the fused kernel computes. `how` as in
+/// [`CudaCommunicator::all_reduce_residual_rmsnorm`].
+///
+/// # Safety
+/// Every pointer must be device memory of `ctx`'s device, 16-byte aligned:
+/// `residual`, `normed` (and `addend`) of `rows * hidden` elements, `weight` of
+/// `hidden`; all must stay valid until `stream` (of `ctx`) has run the kernel.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_rmsnorm(
+    ctx: &Arc<CudaContext>,
+    residual: CUdeviceptr,
+    addend: Option<CUdeviceptr>,
+    weight: CUdeviceptr,
+    normed: CUdeviceptr,
+    rows: usize,
+    hidden: usize,
+    dtype: DType,
+    eps: f32,
+    stream: CUstream,
+    how: Launch,
+) -> Result<()> {
+    let row_vecs = check_rows(
+        rows,
+        hidden,
+        dtype,
+        &[residual, addend.unwrap_or(0), weight, normed],
+    )?;
+    let k = fused_kernels(ctx)?;
+    let sms = raw::sm_count(ctx.ordinal() as i32)? as usize;
+    let args = FusedArgs {
+        residual,
+        addend: addend.unwrap_or(0),
+        weight,
+        normed,
+        rows: rows as u32,
+        row_vecs: row_vecs as u32,
+        eps,
+        inv_hidden: 1.0 / hidden as f32,
+        ..Default::default()
+    };
+    raw::set_current(ctx.cu_ctx())?;
+    // SAFETY: FusedArgs mirrors the kernel's parameter; pointer validity is
+    // the caller's contract above.
+    unsafe {
+        k.launch(
+            k.add_rmsnorm[dtype_index(dtype)],
+            rows.min(sms) as u32,
+            norm_block(row_vecs),
+            &args,
+            stream,
+            how,
+        )
+    }
+}
+
+impl CudaCommunicator {
+    /// Compiles (or reads from the cache) and loads the fused kernels now,
+    /// so the first [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
+    /// takes no memory a server has not already seen. Returns the size of
+    /// the kernel image loaded (once per device and process). Call it right
+    /// after creating the communicator, before measuring free memory.
+    pub fn prepare_fused(&self) -> Result<ByteSize> {
+        let k = fused_kernels(self.protocol_parts().ctx)?;
+        Ok(ByteSize::from_usize(k.cubin_bytes))
+    }
+
+    /// All-reduces `partial` (the row-parallel GEMM's output, `rows` rows of
+    /// `hidden` elements; left unchanged) over the ranks, adds it to
+    /// `residual` in place, and writes `rmsnorm(residual) * weight` to
+    /// `normed`, in one kernel on `stream`. It runs the one-shot protocol on
+    /// this communicator's buffers and epoch, so it mixes freely with
+    /// [`all_reduce`](Self::all_reduce) calls and works inside CUDA graphs.
+    /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
+    /// `how` picks an ordinary or an overlapped (programmatic dependent)
+    /// launch; the results are the same.
+    /// Call [`check`](Self::check) after synchronizing to learn whether a
+    /// peer failed to arrive.
+    ///
+    /// # Safety
+    /// Every pointer must be device memory of this communicator's device,
+    /// 16-byte aligned: `partial`, `residual`, `normed` of `rows * hidden`
+    /// elements, `weight` of `hidden`, valid until `stream` has run the call;
+    /// `stream` must belong to this device's primary context (or be null).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_residual_rmsnorm(
+        &self,
+        partial: CUdeviceptr,
+        residual: CUdeviceptr,
+        weight: CUdeviceptr,
+        normed: CUdeviceptr,
+        rows: usize,
+        hidden: usize,
+        dtype: DType,
+        eps: f32,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        self.check()?;
+        let row_vecs = check_rows(rows, hidden, dtype, &[partial, residual, weight, normed])?;
+        let bytes = rows * row_vecs * 16;
+        if bytes as u64 > self.max_bytes().bytes() {
+            return Err(Error::invalid(
+                "message size",
+                format!(
+                    "{} is above this communicator's maximum {}; create it with a larger max_bytes",
+                    ByteSize::from_usize(bytes),
+                    self.max_bytes()
+                ),
+            ));
+        }
+        let p = self.protocol_parts();
+        let k = fused_kernels(p.ctx)?;
+        let args = FusedArgs {
+            base: BaseArgs {
+                input: partial,
+                output: 0,
+                nbytes: bytes as u64,
+                bufs: p.bufs,
+                epoch_stride: p.epoch_stride,
+                slot_stride: p.slot_stride,
+                ctl: p.ctl,
+                status: p.status,
+                timeout_ns: p.timeout_ns,
+                rank: self.rank() as u32,
+                world: self.world() as u32,
+                ..Default::default()
+            },
+            residual,
+            addend: 0,
+            weight,
+            normed,
+            rows: rows as u32,
+            row_vecs: row_vecs as u32,
+            eps,
+            inv_hidden: 1.0 / hidden as f32,
+        };
+        raw::set_current(p.ctx.cu_ctx())?;
+        // SAFETY: FusedArgs mirrors the kernel's parameter; the receive
+        // buffers, control words and status belong to `self`, which callers
+        // keep alive until their streams finish; the rest is the caller's
+        // contract above.
+        unsafe {
+            k.launch(
+                k.fused[dtype_index(dtype)],
+                rows.min(p.sms as usize) as u32,
+                norm_block(row_vecs),
+                &args,
+                stream,
+                how,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_args_match_the_cuda_struct_size() {
+        // struct Args (152 bytes), four pointers, two u32 and two floats.
+        assert_eq!(std::mem::size_of::<BaseArgs>(), 18 * 8 + 8);
+        assert_eq!(std::mem::size_of::<FusedArgs>(), 152 + 4 * 8 + 16);
+    }
+
+    #[test]
+    fn norm_block_is_whole_warps_and_at_most_1024() {
+        assert_eq!(norm_block(1), 32);
+        assert_eq!(norm_block(896), 896);
+        assert_eq!(norm_block(897), 928);
+        assert_eq!(norm_block(5000), 1024);
+    }
+
+    #[test]
+    fn rows_must_be_multiples_of_16_bytes_and_aligned() {
+        assert!(check_rows(1, 7168, DType::Bf16, &[0, 16]).is_ok());
+        assert!(check_rows(1, 7, DType::Bf16, &[0]).is_err());
+        assert!(check_rows(0, 8, DType::Bf16, &[0]).is_err());
+        assert!(check_rows(1, 8, DType::Bf16, &[8]).is_err());
+        assert_eq!(check_rows(2, 8, DType::F32, &[]).unwrap(), 2);
+    }
+}
