@@ -12,4 +12,6 @@ echo "== tests"
 # NVRTC from PyPI, so the kernel compile test (tests/nvrtc_compile.rs) runs and cannot skip.
 NVRTC_LIB_DIR="$(./scripts/install_nvrtc.sh)"
 export LD_LIBRARY_PATH="${NVRTC_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TPCOMM_REQUIRE_NVRTC=1
+# The drop-in tests load the built libtpcomm_nccl.so, which `cargo test` alone does not build.
+cargo build --workspace --release
 cargo test --workspace --release

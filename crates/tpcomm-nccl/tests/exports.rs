@@ -15,7 +15,11 @@ fn library() -> PathBuf {
         .and_then(|d| d.parent())
         .expect("target directory");
     let lib = dir.join("libtpcomm_nccl.so");
-    assert!(lib.exists(), "{} not built", lib.display());
+    assert!(
+        lib.exists(),
+        "{} not built: run `cargo build --release -p tpcomm-nccl` first (scripts/test.sh does)",
+        lib.display()
+    );
     lib
 }
 
