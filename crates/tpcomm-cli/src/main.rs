@@ -2,9 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
+mod explain;
 mod gpu_bench;
 mod plan;
 mod probe;
+mod tune;
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +30,10 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
     GpuBench(gpu_bench::GpuBenchArgs),
+    /// Measure every algorithm and NCCL at every size, eager and graph, and write this machine's tuning table.
+    Tune(tune::TuneArgs),
+    /// Which algorithm an all-reduce of a given size gets, why, and what the alternatives cost.
+    Explain(explain::ExplainArgs),
 }
 
 fn main() {
@@ -42,5 +48,7 @@ fn main() {
         }
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
+        Command::Tune(args) => std::process::exit(tune::run(args)),
+        Command::Explain(args) => std::process::exit(explain::run(args)),
     }
 }

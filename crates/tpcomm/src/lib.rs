@@ -7,6 +7,7 @@ pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod nccl;
+pub mod select;
 pub mod topology;
 pub mod units;
 

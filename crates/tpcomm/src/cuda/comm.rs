@@ -27,6 +27,9 @@ pub struct CudaConfig {
     pub max_bytes: ByteSize,
     /// Bound on every wait, in the rendezvous and inside the kernels.
     pub timeout: Duration,
+    /// What `Algo::Auto` consults: this machine's tuning table
+    /// (`select::find_table`); `None`: the built-in NVLink defaults.
+    pub selector: Option<Arc<crate::select::Selector>>,
 }
 
 impl CudaConfig {
@@ -37,6 +40,7 @@ impl CudaConfig {
             device,
             max_bytes: ByteSize::mib(8),
             timeout: Duration::from_secs(10),
+            selector: None,
         }
     }
 }
@@ -76,6 +80,8 @@ pub struct CudaCommunicator {
     world: usize,
     max_bytes: ByteSize,
     timeout: Duration,
+    selector: Option<Arc<crate::select::Selector>>,
+    auto: crate::select::AutoMemo,
     layout: Layout,
     kernels: Arc<Kernels>,
     sms: u32,
@@ -217,6 +223,8 @@ impl CudaCommunicator {
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
+            selector: cfg.selector.clone(),
+            auto: Default::default(),
             layout,
             kernels,
             sms,
@@ -297,7 +305,12 @@ impl CudaCommunicator {
                 "input and output must be 16-byte aligned",
             ));
         }
-        let algo = algo.resolve(bytes, self.world);
+        let algo = match algo {
+            Algo::Auto => self
+                .auto
+                .algo(self.selector.as_deref(), self.world, dtype, bytes),
+            a => a,
+        };
         if count == 0 {
             return Ok(algo);
         }
