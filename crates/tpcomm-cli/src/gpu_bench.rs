@@ -40,7 +40,8 @@ pub struct GpuBenchArgs {
     /// Largest message (also the communicator's buffer size).
     #[arg(long, default_value = "64MiB")]
     max: ByteSize,
-    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl.
+    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
+    /// the library's selection picks at each size and mode (rows `auto:<choice>`).
     #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
     algos: Vec<String>,
     /// Modes, comma separated: eager, graph.
