@@ -34,7 +34,7 @@ done
   echo "== $(date -u +%FT%TZ) LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
   echo "== tune (threads, 1 KiB..64 MiB, powers of two and midpoints, eager+graph, 7 reps x 10 calls)"
-  timeout 150 "$T" tune --launch threads --min 1KiB --max 64MiB --iters 10 --reps 7 \
+  timeout 120 "$T" tune --launch threads --min 1KiB --max 64MiB --iters 10 --reps 7 \
     --out "$O/tuning.toml" --json "$O/tune.json"
   echo "tune rc=$?"
   # Without a table (tune failed) auto uses the built-in class defaults, and
@@ -42,11 +42,11 @@ done
   TABLE=(--table "$O/tuning.toml")
   [ -s "$O/tuning.toml" ] || { TABLE=(); echo "no table: auto uses the class defaults"; }
   echo "== auto vs every fixed choice and NCCL, one run, processes, with that table"
-  timeout 200 "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
+  timeout 150 "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
     --min 1KiB --max 64MiB --iters 20 --reps 15 "${TABLE[@]}" --json "$O/auto.json"
   echo "gpu-bench rc=$?"
   echo "== explain with the table"
   for a in "--bytes 14KiB --graph" "--bytes 224KiB --graph" "--bytes 2MiB --graph" "--bytes 2MiB" "--bytes 5MiB --graph" "--bytes 64MiB"; do
-    timeout 20 "$T" explain "${TABLE[@]}" $a; echo
+    timeout 10 "$T" explain "${TABLE[@]}" $a; echo
   done
 } 2>&1 | tee "$LOG"
