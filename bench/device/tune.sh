@@ -26,7 +26,8 @@ have() {
 }
 for lib in libnvrtc.so.13 libnccl.so.2; do
   if ! have "$lib"; then
-    f=$(timeout 60 find /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu / -xdev -name "$lib*" -print -quit 2>/dev/null)
+    sp=$(timeout 10 python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+    f=$(timeout 20 find /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu $sp -name "$lib*" -print -quit 2>/dev/null)
     [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 done
