@@ -4,7 +4,8 @@
 #
 #   bash bench/device/tune.sh [BIN_DIR] [OUT_DIR]
 #
-# BIN_DIR (default .dev/all) holds the `tpcomm` binary; OUT_DIR defaults to $OUT.
+# BIN_DIR (default .dev/all) holds the `tpcomm` binary (and, if there, the test
+# binary `gpu_self_tune`, which is then run too); OUT_DIR defaults to $OUT.
 # Writes 4 files: tune.log (everything printed, explain included), tuning.toml
 # (the table), tune.json (its raw measurement), auto.json (the comparison).
 # Then, on the lead's machine:
@@ -46,6 +47,11 @@ done
   timeout 150 "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
     --min 1KiB --max 64MiB --iters 20 --reps 15 "${TABLE[@]}" --json "$O/auto.json"
   echo "gpu-bench rc=$?"
+  if [ -x "$BIN/gpu_self_tune" ]; then
+    echo "== self-tune at communicator creation (GPU test)"
+    TPCOMM_GPU_TESTS=1 timeout 90 "$BIN/gpu_self_tune" --nocapture --test-threads=1
+    echo "gpu_self_tune rc=$?"
+  fi
   echo "== explain with the table"
   for a in "--bytes 14KiB --graph" "--bytes 224KiB --graph" "--bytes 2MiB --graph" "--bytes 2MiB" "--bytes 5MiB --graph" "--bytes 64MiB"; do
     timeout 10 "$T" explain "${TABLE[@]}" $a; echo

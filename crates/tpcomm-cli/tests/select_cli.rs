@@ -43,34 +43,73 @@ fn explain_on_a_table_shows_choice_row_and_alternatives() {
     let t = p.to_str().unwrap();
     let (ok, out, err) = run(&["explain", "--table", t, "--bytes", "4KiB", "--graph"]);
     assert!(ok, "{err}");
-    assert!(out.contains("4 KiB (4096 bytes) bf16, 2 ranks, graph mode"), "{out}");
+    assert!(
+        out.contains("4 KiB (4096 bytes) bf16, 2 ranks, graph mode"),
+        "{out}"
+    );
     assert!(out.contains("choice: cuda:two-shot"), "{out}");
-    assert!(out.contains("table row on line 11 (4096 bytes, measured)"), "{out}");
+    assert!(
+        out.contains("table row on line 11 (4096 bytes, measured)"),
+        "{out}"
+    );
     assert!(out.contains("fingerprint v1-00000000000000aa"), "{out}");
     // Every alternative with its time and how much slower it is.
-    let alt: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("alternatives")).collect();
-    assert!(alt[1].contains("cuda:two-shot") && alt[1].contains("6.00") && alt[1].contains("chosen"), "{out}");
-    assert!(alt[2].contains("nccl") && alt[2].contains("8.00") && alt[2].contains("+33.3%"), "{out}");
-    assert!(alt[3].contains("cuda:one-shot") && alt[3].contains("10.00") && alt[3].contains("+66.7%"), "{out}");
+    let alt: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("alternatives"))
+        .collect();
+    assert!(
+        alt[1].contains("cuda:two-shot") && alt[1].contains("6.00") && alt[1].contains("chosen"),
+        "{out}"
+    );
+    assert!(
+        alt[2].contains("nccl") && alt[2].contains("8.00") && alt[2].contains("+33.3%"),
+        "{out}"
+    );
+    assert!(
+        alt[3].contains("cuda:one-shot") && alt[3].contains("10.00") && alt[3].contains("+66.7%"),
+        "{out}"
+    );
     // Eager at 1 KiB: NCCL measured faster in this fixture.
     let (ok, out, _) = run(&["explain", "--table", t, "--bytes", "1024"]);
-    assert!(ok && out.contains("choice: nccl") && out.contains("eager mode"), "{out}");
+    assert!(
+        ok && out.contains("choice: nccl") && out.contains("eager mode"),
+        "{out}"
+    );
     // Between rows: interpolated, and the reason names both rows.
     let (_, out, _) = run(&["explain", "--table", t, "--bytes", "2KiB", "--graph"]);
-    assert!(out.contains("interpolated between table rows on lines 10 (1024 bytes) and 11 (4096 bytes)"), "{out}");
+    assert!(
+        out.contains(
+            "interpolated between table rows on lines 10 (1024 bytes) and 11 (4096 bytes)"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
 fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
-    let (ok, out, err) = run(&["explain", "--class", "pcie-p2p", "--bytes", "64KiB", "--world", "4"]);
+    let (ok, out, err) = run(&[
+        "explain", "--class", "pcie-p2p", "--bytes", "64KiB", "--world", "4",
+    ]);
     assert!(ok, "{err}");
-    assert!(out.contains("choice: cuda:one-shot") && out.contains("unmeasured"), "{out}");
+    assert!(
+        out.contains("choice: cuda:one-shot") && out.contains("unmeasured"),
+        "{out}"
+    );
     assert!(out.contains("no measured times"), "{out}");
-    let (ok, out, err) = run(&["explain", "--class", "nvlink", "--bytes", "16MiB", "--graph"]);
+    let (ok, out, err) = run(&[
+        "explain", "--class", "nvlink", "--bytes", "16MiB", "--graph",
+    ]);
     assert!(ok, "{err}");
-    assert!(out.contains("choice: cuda:two-shot") && out.contains("tuning/default-nvlink.toml"), "{out}");
+    assert!(
+        out.contains("choice: cuda:two-shot") && out.contains("tuning/default-nvlink.toml"),
+        "{out}"
+    );
     let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "1"]);
-    assert!(!ok && err.contains("\"infiniband\"") && !err.contains("panicked"), "{err}");
+    assert!(
+        !ok && err.contains("\"infiniband\"") && !err.contains("panicked"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -80,8 +119,14 @@ fn explain_with_a_malformed_table_names_line_and_field() {
     std::fs::write(&p, FIXTURE.replace("bytes = 4096", "bytes = -4096")).unwrap();
     let (ok, out, err) = run(&["explain", "--table", p.to_str().unwrap(), "--bytes", "1"]);
     assert!(!ok && out.is_empty(), "{out}");
-    assert!(err.starts_with("tpcomm explain: invalid tuning table"), "{err}");
-    assert!(err.contains("line 11, field `bytes`") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.starts_with("tpcomm explain: invalid tuning table"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 11, field `bytes`") && !err.contains("panicked"),
+        "{err}"
+    );
 }
 
 /// The committed NVLink default is exactly what `tpcomm tune --from-bench`

@@ -30,6 +30,10 @@ pub struct CudaConfig {
     /// What `Algo::Auto` consults: this machine's tuning table
     /// (`select::find_table`); `None`: the built-in NVLink defaults.
     pub selector: Option<Arc<crate::select::Selector>>,
+    /// Time the CUDA algorithms at creation (under a second) and let
+    /// `Algo::Auto` use that when `selector` is `None`. Default: off, or on
+    /// with TPCOMM_SELF_TUNE=1.
+    pub self_tune: bool,
 }
 
 impl CudaConfig {
@@ -41,6 +45,7 @@ impl CudaConfig {
             max_bytes: ByteSize::mib(8),
             timeout: Duration::from_secs(10),
             selector: None,
+            self_tune: crate::select::self_tune::requested_by_env(),
         }
     }
 }
@@ -217,7 +222,7 @@ impl CudaCommunicator {
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         rendezvous.exchange("cuda-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
-        Ok(Self {
+        let mut comm = Self {
             ctx,
             rank: cfg.rank,
             world: cfg.world,
@@ -234,7 +239,17 @@ impl CudaCommunicator {
             report,
             _peer_ctxs: peer_ctxs,
             _ipc: ipc,
-        })
+        };
+        if cfg.self_tune && comm.selector.is_none() {
+            let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
+            comm.selector = Some(Arc::new(s));
+        }
+        Ok(comm)
+    }
+
+    /// What `Algo::Auto` consults (`None`: the built-in NVLink defaults).
+    pub fn selector(&self) -> Option<&crate::select::Selector> {
+        self.selector.as_deref()
     }
 
     pub fn rank(&self) -> usize {

@@ -12,6 +12,7 @@
 
 mod defaults;
 mod find;
+pub mod self_tune;
 mod table;
 #[cfg(test)]
 mod tests;

@@ -384,3 +384,23 @@ fn the_nvlink_default_is_within_5_percent_of_the_best_on_the_committed_measureme
         }
     }
 }
+
+#[test]
+fn self_tune_takes_the_slowest_rank_and_its_table_picks_the_fastest() {
+    let enc = |v: &[f64]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
+    let all = vec![enc(&[3.0, 5.0, 9.0, 6.0]), enc(&[3.5, 4.0, 8.0, 7.0])];
+    let t = self_tune::slowest(&all, 4).unwrap();
+    assert_eq!(t, vec![3.5, 5.0, 9.0, 7.0]);
+    // A rank that measured a different number of points is an error, not a guess.
+    let e = self_tune::slowest(&[enc(&[1.0]), enc(&[1.0, 2.0])], 1).unwrap_err();
+    assert!(e.to_string().contains("rank 1"), "{e}");
+    let table = self_tune::table(2, &[4096, 1 << 20], &t, std::time::Duration::from_millis(3));
+    assert_eq!(table.rows.len(), 4);
+    let s = Selector::with_table(table, "self-tune");
+    assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 4096), Algo::OneShot);
+    assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 1 << 20), Algo::TwoShot);
+    assert_eq!(
+        self_tune::sizes(ByteSize::kib(256)),
+        vec![4096, 65536, 262144]
+    );
+}
