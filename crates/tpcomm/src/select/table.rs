@@ -283,6 +283,8 @@ impl Table {
         if rows.is_empty() {
             return Err(format!("the table has no {} rows", q.mode.name()));
         }
+        // Parsed tables are sorted; a table built in code may not be.
+        rows.sort_by_key(|r| r.bytes);
         let lo = rows.iter().rev().find(|r| r.bytes <= q.bytes).copied();
         let hi = rows.iter().find(|r| r.bytes >= q.bytes).copied();
         let mut est: Vec<(Candidate, f64)> = Vec::new();
