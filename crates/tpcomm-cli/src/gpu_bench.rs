@@ -11,6 +11,7 @@ use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
 use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::select;
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -39,7 +40,8 @@ pub struct GpuBenchArgs {
     /// Largest message (also the communicator's buffer size).
     #[arg(long, default_value = "64MiB")]
     max: ByteSize,
-    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl.
+    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
+    /// the library's selection picks at each size and mode (rows `auto:<choice>`).
     #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
     algos: Vec<String>,
     /// Modes, comma separated: eager, graph.
@@ -60,6 +62,17 @@ pub struct GpuBenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also measure the midpoints between powers of two (1.5 x each), as `tpcomm tune` does.
+    #[arg(long)]
+    midpoints: bool,
+    /// Tuning table for `--algos auto` (else $TPCOMM_TUNING_TABLE, then the
+    /// default location for this machine's fingerprint, then the class defaults).
+    #[arg(long, value_name = "FILE")]
+    table: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    fingerprint: Option<String>,
+    #[arg(long, hide = true)]
+    class: Option<String>,
     #[arg(long, hide = true)]
     worker_rank: Option<usize>,
     #[arg(long, hide = true)]
@@ -67,36 +80,38 @@ pub struct GpuBenchArgs {
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-struct Row {
-    bytes: u64,
-    count: usize,
-    dtype: String,
-    algo: String,
-    mode: String,
-    time_us: f64,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-    wrong: usize,
+pub(crate) struct Row {
+    pub(crate) bytes: u64,
+    pub(crate) count: usize,
+    pub(crate) dtype: String,
+    pub(crate) algo: String,
+    pub(crate) mode: String,
+    pub(crate) time_us: f64,
+    pub(crate) algbw_gbps: f64,
+    pub(crate) busbw_gbps: f64,
+    pub(crate) wrong: usize,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-struct RankInfo {
-    gpu: String,
-    arch: String,
-    nvrtc: String,
-    nccl: Option<String>,
-    memory: String,
+pub(crate) struct RankInfo {
+    pub(crate) gpu: String,
+    pub(crate) arch: String,
+    pub(crate) nvrtc: String,
+    pub(crate) nccl: Option<String>,
+    pub(crate) memory: String,
 }
 
 #[derive(Serialize, serde::Deserialize)]
-struct RankOut {
-    info: RankInfo,
-    rows: Vec<Row>,
+pub(crate) struct RankOut {
+    pub(crate) info: RankInfo,
+    pub(crate) rows: Vec<Row>,
 }
 
 enum Impl {
     Tp(Algo),
     Nccl,
+    /// What the library's selection picks for each size and mode.
+    Auto,
 }
 
 pub fn run(args: GpuBenchArgs) -> i32 {
@@ -110,6 +125,13 @@ pub fn run(args: GpuBenchArgs) -> i32 {
 }
 
 fn run_inner(args: GpuBenchArgs) -> Result<()> {
+    let (args, world, outs) = measure(args)?;
+    report(&args, world, outs)
+}
+
+/// Runs the measurement (or, in a worker process, one rank of it) and returns
+/// every rank's rows; `tpcomm tune` calls this too.
+pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
     validate(&args)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
         let world = args
@@ -121,7 +143,7 @@ fn run_inner(args: GpuBenchArgs) -> Result<()> {
             serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
         std::fs::write(&path, text)
             .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
-        return Ok(());
+        std::process::exit(0);
     }
     tpcomm::cuda::ensure_driver()?;
     let n = CudaContext::device_count().map_err(|e| Error::Cuda {
@@ -129,6 +151,20 @@ fn run_inner(args: GpuBenchArgs) -> Result<()> {
         detail: e.to_string(),
     })? as usize;
     let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    if args.algos.iter().any(|a| a == "auto") && args.class.is_none() {
+        // Resolve the table once here, so every rank (thread or process)
+        // loads the same one and checks it against the same fingerprint.
+        let (machine, _) = crate::tune::this_machine(None)?;
+        let (_, source) = select::find_table(args.table.as_deref(), &machine)?;
+        args.table = match source {
+            select::TableSource::ClassDefaults => None,
+            select::TableSource::Explicit(p)
+            | select::TableSource::Env(p)
+            | select::TableSource::DefaultLocation(p) => Some(p),
+        };
+        args.class = Some(machine.class.name().to_string());
+        args.fingerprint = Some(machine.fingerprint);
+    }
     if world < 2 || world > n {
         return Err(Error::invalid(
             "--gpus",
@@ -155,7 +191,20 @@ fn run_inner(args: GpuBenchArgs) -> Result<()> {
         }
         Launch::Procs => run_procs(&args, world)?,
     };
-    report(&args, world, outs)
+    Ok((args, world, outs))
+}
+
+/// Arguments as if given on the command line (for `tpcomm tune`).
+pub(crate) fn parse_args(argv: &[String]) -> Result<GpuBenchArgs> {
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: GpuBenchArgs,
+    }
+    use clap::Parser as _;
+    Wrap::try_parse_from(std::iter::once("gpu-bench".to_string()).chain(argv.iter().cloned()))
+        .map(|w| w.args)
+        .map_err(|e| Error::invalid("gpu-bench arguments", e.to_string()))
 }
 
 fn validate(args: &GpuBenchArgs) -> Result<()> {
@@ -236,6 +285,18 @@ fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
                 &args.rotate.to_string(),
             ])
             .args(["--timeout-ms", &args.timeout_ms.to_string()]);
+        if args.midpoints {
+            cmd.arg("--midpoints");
+        }
+        if let Some(t) = &args.table {
+            cmd.arg("--table").arg(t);
+        }
+        if let Some(c) = &args.class {
+            cmd.args(["--class", c]);
+        }
+        if let Some(f) = &args.fingerprint {
+            cmd.args(["--fingerprint", f]);
+        }
         children.push(
             cmd.spawn()
                 .map_err(|e| Error::io("start a worker process", e))?,
@@ -343,12 +404,25 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(cuda("cuEventCreate"))?;
 
-    let mut sizes = Vec::new();
-    let mut s = args.min.as_usize()?;
-    while s <= max {
-        sizes.push(s);
-        s *= 2;
-    }
+    let sizes: Vec<usize> = if args.midpoints {
+        select::tune_sizes(args.min, args.max)
+            .into_iter()
+            .map(|b| b as usize)
+            .collect()
+    } else {
+        let mut v = Vec::new();
+        let mut s = args.min.as_usize()?;
+        while s <= max {
+            v.push(s);
+            s *= 2;
+        }
+        v
+    };
+    let selector = if args.algos.iter().any(|a| a == "auto") {
+        Some(auto_selector(args)?)
+    } else {
+        None
+    };
     let mut rows = Vec::new();
     let mut step = 0usize;
     for &bytes in &sizes {
@@ -362,34 +436,69 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
                     Some(_) => Impl::Nccl,
                     None => continue,
                 }
+            } else if algo_name == "auto" {
+                Impl::Auto
             } else {
                 Impl::Tp(algo_name.parse()?)
             };
-            let call = |k: usize| -> Result<()> {
-                let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
-                // SAFETY: i and o are `max`-byte buffers of this rank's device
-                // that live until the end of rank_main, after every sync.
-                unsafe {
-                    match &imp {
-                        Impl::Tp(a) => comm
-                            .all_reduce(i, o, count, dtype, ReduceOp::Sum, *a, stream.cu_stream())
-                            .map(|_| ()),
-                        Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
-                            n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
-                        }),
-                    }
-                }
-            };
-            let name = match &imp {
-                Impl::Tp(a) => a.resolve(bytes, world).name().to_string(),
-                Impl::Nccl => "nccl".to_string(),
-            };
-            let name = if algo_name == "auto" {
-                format!("auto({name})")
-            } else {
-                name
-            };
             for mode in &args.modes {
+                // `auto` runs exactly what the library's selection picks for this
+                // size and mode (NCCL only when it was loaded).
+                let have_nccl = nccl.is_some();
+                let decision = selector.as_ref().map(|s| {
+                    s.choose_among(
+                        &select::Query {
+                            world,
+                            dtype,
+                            bytes: bytes as u64,
+                            mode: mode.parse().unwrap_or(select::Mode::Eager),
+                        },
+                        &|c| match c.transport {
+                            select::Transport::Cuda => true,
+                            select::Transport::Nccl => have_nccl,
+                            select::Transport::Host => false,
+                        },
+                    )
+                });
+                let imp = match (&imp, &decision) {
+                    (Impl::Auto, Some(d)) if d.choice == select::Candidate::NCCL => Impl::Nccl,
+                    (Impl::Auto, Some(d)) => Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto)),
+                    (Impl::Tp(a), _) => Impl::Tp(*a),
+                    (Impl::Nccl, _) => Impl::Nccl,
+                    (Impl::Auto, None) => Impl::Tp(Algo::Auto),
+                };
+                let call = |k: usize| -> Result<()> {
+                    let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
+                    // SAFETY: i and o are `max`-byte buffers of this rank's device
+                    // that live until the end of rank_main, after every sync.
+                    unsafe {
+                        match &imp {
+                            Impl::Tp(a) => comm
+                                .all_reduce(
+                                    i,
+                                    o,
+                                    count,
+                                    dtype,
+                                    ReduceOp::Sum,
+                                    *a,
+                                    stream.cu_stream(),
+                                )
+                                .map(|_| ()),
+                            Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
+                                n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
+                            }),
+                            Impl::Auto => unreachable!("resolved above"),
+                        }
+                    }
+                };
+                let name = match &imp {
+                    Impl::Tp(a) => a.resolve(bytes, world).name().to_string(),
+                    _ => "nccl".to_string(),
+                };
+                let name = match &decision {
+                    Some(d) if algo_name == "auto" => format!("auto:{}", d.choice),
+                    _ => name,
+                };
                 step += 1;
                 barrier(&format!("b{step}"))?;
                 let graph = mode == "graph";
@@ -493,6 +602,29 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     Ok(RankOut { info, rows })
 }
 
+/// The selector every rank uses for `--algos auto`: the table the parent
+/// process resolved (checked against its fingerprint), else the class defaults.
+fn auto_selector(args: &GpuBenchArgs) -> Result<select::Selector> {
+    let class = args
+        .class
+        .as_deref()
+        .map(crate::explain::parse_class)
+        .transpose()?
+        .unwrap_or(tpcomm::topology::MachineClass::Nvlink);
+    match (&args.table, &args.fingerprint) {
+        (Some(t), Some(fp)) => select::load_for(
+            t,
+            &select::Machine {
+                fingerprint: fp.clone(),
+                class,
+                driver: None,
+                nccl: None,
+            },
+        ),
+        _ => Ok(select::Selector::for_class(class)),
+    }
+}
+
 fn nccl_comm(
     rank: usize,
     world: usize,
@@ -529,6 +661,11 @@ fn nccl_comm(
             None
         }
     }
+}
+
+/// Prints the table (and writes the JSON) of a finished measurement.
+pub(crate) fn report_rows(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
+    report(args, world, outs)
 }
 
 fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {

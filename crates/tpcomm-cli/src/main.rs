@@ -4,10 +4,12 @@ mod bench;
 
 use clap::{Parser, Subcommand};
 
+mod explain;
 mod forward_bench;
 mod gpu_bench;
 mod plan;
 mod probe;
+mod tune;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +37,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// A tensor-parallel transformer forward in a CUDA graph, once per all-reduce mode (none, NCCL, tpcomm, fused): what each all-reduce site costs inside it.
     ForwardBench(forward_bench::ForwardBenchArgs),
+    /// Measure every algorithm and NCCL at every size, eager and graph, and write this machine's tuning table.
+    Tune(tune::TuneArgs),
+    /// Which algorithm an all-reduce of a given size gets, why, and what the alternatives cost.
+    Explain(explain::ExplainArgs),
 }
 
 fn main() {
@@ -56,5 +62,7 @@ fn main() {
             }
         }
         Command::ForwardBench(args) => std::process::exit(forward_bench::run(args)),
+        Command::Tune(args) => std::process::exit(tune::run(args)),
+        Command::Explain(args) => std::process::exit(explain::run(args)),
     }
 }

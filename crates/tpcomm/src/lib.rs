@@ -11,6 +11,7 @@ pub mod host;
 pub mod memory;
 pub mod nccl;
 pub mod report;
+pub mod select;
 pub mod topology;
 pub mod units;
 pub mod verify;

@@ -27,6 +27,13 @@ pub struct CudaConfig {
     pub max_bytes: ByteSize,
     /// Bound on every wait, in the rendezvous and inside the kernels.
     pub timeout: Duration,
+    /// What `Algo::Auto` consults: this machine's tuning table
+    /// (`select::find_table`); `None`: the built-in NVLink defaults.
+    pub selector: Option<Arc<crate::select::Selector>>,
+    /// Time the CUDA algorithms at creation (under a second) and let
+    /// `Algo::Auto` use that when `selector` is `None`. Default: off, or on
+    /// with TPCOMM_SELF_TUNE=1.
+    pub self_tune: bool,
 }
 
 impl CudaConfig {
@@ -37,6 +44,8 @@ impl CudaConfig {
             device,
             max_bytes: ByteSize::mib(8),
             timeout: Duration::from_secs(10),
+            selector: None,
+            self_tune: crate::select::self_tune::requested_by_env(),
         }
     }
 }
@@ -88,6 +97,8 @@ pub struct CudaCommunicator {
     world: usize,
     max_bytes: ByteSize,
     timeout: Duration,
+    selector: Option<Arc<crate::select::Selector>>,
+    auto: crate::select::AutoMemo,
     layout: Layout,
     kernels: Arc<Kernels>,
     sms: u32,
@@ -223,12 +234,14 @@ impl CudaCommunicator {
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         rendezvous.exchange("cuda-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
-        Ok(Self {
+        let mut comm = Self {
             ctx,
             rank: cfg.rank,
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
+            selector: cfg.selector.clone(),
+            auto: Default::default(),
             layout,
             kernels,
             sms,
@@ -238,7 +251,17 @@ impl CudaCommunicator {
             report,
             _peer_ctxs: peer_ctxs,
             _ipc: ipc,
-        })
+        };
+        if cfg.self_tune && comm.selector.is_none() {
+            let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
+            comm.selector = Some(Arc::new(s));
+        }
+        Ok(comm)
+    }
+
+    /// What `Algo::Auto` consults (`None`: the built-in NVLink defaults).
+    pub fn selector(&self) -> Option<&crate::select::Selector> {
+        self.selector.as_deref()
     }
 
     pub fn rank(&self) -> usize {
@@ -309,7 +332,12 @@ impl CudaCommunicator {
                 "input and output must be 16-byte aligned",
             ));
         }
-        let algo = algo.resolve(bytes, self.world);
+        let algo = match algo {
+            Algo::Auto => self
+                .auto
+                .algo(self.selector.as_deref(), self.world, dtype, bytes),
+            a => a,
+        };
         if count == 0 {
             return Ok(algo);
         }

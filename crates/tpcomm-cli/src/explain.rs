@@ -1,0 +1,143 @@
+//! `tpcomm explain`: which algorithm an all-reduce of a given size gets, the
+//! table row or rule behind it, and what the alternatives would cost.
+
+use clap::Args;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use tpcomm::select::{self, Decision, Query, Selector, Table};
+use tpcomm::topology::MachineClass;
+use tpcomm::{ByteSize, DType, Error, Result};
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// Message size ("64KiB", "1048576").
+    #[arg(long)]
+    bytes: ByteSize,
+    /// Element type: bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Launched inside a CUDA graph (default: eager).
+    #[arg(long)]
+    graph: bool,
+    /// Number of ranks (default: the table's, else 2).
+    #[arg(long)]
+    world: Option<usize>,
+    /// Use this machine class's defaults instead of probing this machine
+    /// (nvlink, pcie-p2p, pcie-nop2p, mixed); needs no GPU.
+    #[arg(long, conflicts_with = "table")]
+    class: Option<String>,
+    /// Use this tuning table (as written by `tpcomm tune`) instead of probing
+    /// this machine; needs no GPU. The machine fingerprint is not checked.
+    #[arg(long, value_name = "FILE")]
+    table: Option<PathBuf>,
+}
+
+pub fn run(args: ExplainArgs) -> i32 {
+    match run_inner(&args) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("tpcomm explain: {e}");
+            1
+        }
+    }
+}
+
+pub(crate) fn parse_class(s: &str) -> Result<MachineClass> {
+    [
+        MachineClass::Nvlink,
+        MachineClass::PcieP2p,
+        MachineClass::PcieNop2p,
+        MachineClass::Mixed,
+        MachineClass::SingleGpu,
+    ]
+    .into_iter()
+    .find(|c| c.name() == s)
+    .ok_or_else(|| {
+        Error::invalid(
+            "machine class",
+            format!("{s:?} (expected nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu)"),
+        )
+    })
+}
+
+fn run_inner(args: &ExplainArgs) -> Result<String> {
+    let selector = match (&args.table, &args.class) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::io(format!("read tuning table {}", path.display()), e))?;
+            let t = Table::parse(&text, &path.display().to_string())?;
+            Selector::with_table(t, path.display().to_string())
+        }
+        (None, Some(c)) => Selector::for_class(parse_class(c)?),
+        (None, None) => {
+            let (machine, _) = crate::tune::this_machine(None)?;
+            select::find_table(None, &machine)?.0
+        }
+    };
+    let world = args
+        .world
+        .or(selector.table().map(|t| t.world))
+        .unwrap_or(2);
+    let q = Query {
+        world,
+        dtype: args.dtype,
+        bytes: args.bytes.bytes(),
+        mode: if args.graph {
+            select::Mode::Graph
+        } else {
+            select::Mode::Eager
+        },
+    };
+    let d = selector.choose(&q);
+    Ok(render(&selector, &q, &d))
+}
+
+/// The explanation, as printed.
+pub(crate) fn render(sel: &Selector, q: &Query, d: &Decision) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "all-reduce of {} ({} bytes) {}, {} ranks, {} mode, machine class {}",
+        ByteSize::b(q.bytes),
+        q.bytes,
+        q.dtype.name(),
+        q.world,
+        q.mode.name(),
+        sel.class()
+    );
+    let _ = writeln!(out, "source: {}", sel.source());
+    if let Some(t) = sel.table() {
+        let _ = writeln!(
+            out,
+            "table: fingerprint {}, {} x {}, driver {}, NCCL {}",
+            t.fingerprint.as_deref().unwrap_or("none (class default)"),
+            t.world,
+            if t.gpu.is_empty() { "?" } else { &t.gpu },
+            t.driver,
+            t.nccl.as_deref().unwrap_or("not measured")
+        );
+    }
+    let _ = writeln!(out, "choice: {}", d.choice);
+    let _ = writeln!(out, "why: {}", d.why);
+    if d.estimates.is_empty() {
+        let _ = writeln!(out, "alternatives: no measured times (a rule decided)");
+    } else {
+        let best = d.estimates[0].1;
+        let _ = writeln!(out, "alternatives (us per call):");
+        for (c, t) in &d.estimates {
+            let mark = if *c == d.choice {
+                "chosen".to_string()
+            } else {
+                format!("{:+.1}%", (t / best - 1.0) * 100.0)
+            };
+            let _ = writeln!(out, "  {:<16} {:>10.2}  {}", c.to_string(), t, mark);
+        }
+    }
+    for n in sel.notes() {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}

@@ -1,0 +1,265 @@
+//! `tpcomm tune`: measure every candidate (tpcomm's CUDA algorithms and NCCL)
+//! at every size, eager and graph, and write this machine's tuning table.
+//! `--from-bench` turns gpu-bench JSON into a table instead (no GPU).
+
+use crate::gpu_bench::{self, RankOut, Row};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use tpcomm::select::{self, Candidate, Machine, Measured, Table, Transport};
+use tpcomm::topology::{self, ProbeOptions};
+use tpcomm::{ByteSize, DType, Error, Result};
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// Where to write the table; "-" for stdout. Default: the location the
+    /// library looks in ($XDG_CONFIG_HOME or ~/.config)/tpcomm/tuning/<fingerprint>.toml.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Make the table from gpu-bench JSON files (`tpcomm gpu-bench --json`)
+    /// instead of measuring; needs no GPU.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    from_bench: Vec<PathBuf>,
+    /// With --from-bench: the machine class of the measurement.
+    #[arg(long, default_value = "nvlink")]
+    class: String,
+    /// With --from-bench: the fingerprint to key the table by (none: a class default).
+    #[arg(long)]
+    fingerprint: Option<String>,
+    /// How ranks run while measuring: procs (CUDA IPC) or threads (peer access).
+    #[arg(long, default_value = "threads")]
+    launch: String,
+    /// Number of GPUs (default: every GPU, at most 8).
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Element type measured.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Smallest message.
+    #[arg(long, default_value = "1KiB")]
+    min: ByteSize,
+    /// Largest message: the communicator's buffer size.
+    #[arg(long, default_value = "64MiB")]
+    max: ByteSize,
+    /// Calls per timed repetition (bounds the time per point).
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    /// Timed repetitions per point; the median is kept.
+    #[arg(long, default_value_t = 7)]
+    reps: usize,
+    /// Also write the raw measurement (gpu-bench JSON) here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(args: TuneArgs) -> i32 {
+    match run_inner(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tpcomm tune: {e}");
+            1
+        }
+    }
+}
+
+/// This machine as the tuning table key sees it (probe without the timed
+/// peer copies, so it takes well under a second).
+pub(crate) fn this_machine(nccl: Option<String>) -> Result<(Machine, topology::Topology)> {
+    let topo = topology::probe(&ProbeOptions {
+        copy_test: false,
+        ..ProbeOptions::default()
+    })?;
+    let driver = tpcomm::cuda::driver_version()
+        .ok()
+        .map(|(a, b)| format!("{a}.{b}"));
+    Ok((
+        Machine {
+            fingerprint: topo.fingerprint.clone(),
+            class: topo.machine_class,
+            driver,
+            nccl,
+        },
+        topo,
+    ))
+}
+
+/// gpu-bench's algorithm label as a candidate; `auto:*` rows are not candidates.
+fn candidate(transport: &str, algo: &str) -> Option<Candidate> {
+    if algo == "nccl" {
+        return Some(Candidate::NCCL);
+    }
+    if algo.starts_with("auto") {
+        return None;
+    }
+    format!("{transport}:{algo}").parse().ok()
+}
+
+/// Rows of a measurement as table entries; rows with wrong elements are not
+/// candidates (a fast wrong answer is no answer), and are counted.
+fn measured(transport: &str, rows: &[Row]) -> Result<(Vec<Measured>, usize)> {
+    let mut out = Vec::new();
+    let mut wrong = 0;
+    for r in rows {
+        if r.wrong > 0 {
+            wrong += 1;
+            continue;
+        }
+        let Some(c) = candidate(transport, &r.algo) else {
+            continue;
+        };
+        out.push(Measured {
+            dtype: r.dtype.parse()?,
+            mode: r.mode.parse()?,
+            bytes: r.bytes,
+            candidate: c,
+            time_us: r.time_us,
+        });
+    }
+    Ok((out, wrong))
+}
+
+fn write_table(table: &Table, out: &Path) -> Result<()> {
+    let text = table.to_toml();
+    // What is written must read back: a bug here must not leave a table the
+    // library then refuses.
+    Table::parse(&text, &out.display().to_string())?;
+    if out.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(());
+    }
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    }
+    std::fs::write(out, text).map_err(|e| Error::io(format!("write {}", out.display()), e))?;
+    eprintln!(
+        "tpcomm tune: wrote {} ({} rows)",
+        out.display(),
+        table.rows.len()
+    );
+    Ok(())
+}
+
+fn from_bench(args: &TuneArgs) -> Result<()> {
+    let class = crate::explain::parse_class(&args.class)?;
+    let mut all = Vec::new();
+    let mut header: Option<Table> = None;
+    for path in &args.from_bench {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            Error::invalid(format!("gpu-bench JSON {}", path.display()), e.to_string())
+        })?;
+        let meta = &doc["meta"];
+        let rows: Vec<Row> = serde_json::from_value(doc["rows"].clone()).map_err(|e| {
+            Error::invalid(format!("gpu-bench JSON {}", path.display()), e.to_string())
+        })?;
+        let transport = meta["transport"].as_str().unwrap_or("cuda");
+        let (m, wrong) = measured(transport, &rows)?;
+        if wrong > 0 {
+            eprintln!(
+                "tpcomm tune: {}: {wrong} rows with wrong results left out",
+                path.display()
+            );
+        }
+        all.extend(m);
+        let s = |k: &str| meta[k].as_str().unwrap_or_default().to_string();
+        header.get_or_insert(Table {
+            fingerprint: args.fingerprint.clone(),
+            machine_class: class,
+            world: meta["world"].as_u64().unwrap_or(2) as usize,
+            gpu: meta["gpus"][0].as_str().unwrap_or_default().to_string(),
+            driver: s("driver"),
+            nccl: meta["nccl"].as_str().map(str::to_string),
+            measured: format!(
+                "tpcomm gpu-bench --launch {} ({} reps x {} calls, median), from {}",
+                s("launch"),
+                meta["reps"],
+                meta["iters"],
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ),
+            rows: Vec::new(),
+        });
+    }
+    let header = header.ok_or_else(|| Error::invalid("--from-bench", "no file given"))?;
+    let table = Table::from_measured(header, &all);
+    let out = args
+        .out
+        .clone()
+        .ok_or_else(|| Error::invalid("--out", "needed with --from-bench"))?;
+    write_table(&table, &out)
+}
+
+fn run_inner(args: &TuneArgs) -> Result<()> {
+    if !args.from_bench.is_empty() {
+        return from_bench(args);
+    }
+    let (machine, topo) = this_machine(None)?;
+    let mut argv: Vec<String> = vec![
+        "--launch".into(),
+        args.launch.clone(),
+        "--dtype".into(),
+        args.dtype.name().into(),
+        "--min".into(),
+        args.min.bytes().to_string(),
+        "--max".into(),
+        args.max.bytes().to_string(),
+        "--algos".into(),
+        "one-shot,two-shot,nccl".into(),
+        "--modes".into(),
+        "eager,graph".into(),
+        "--iters".into(),
+        args.iters.to_string(),
+        "--reps".into(),
+        args.reps.to_string(),
+        "--midpoints".into(),
+    ];
+    if let Some(g) = args.gpus {
+        argv.extend(["--gpus".into(), g.to_string()]);
+    }
+    if let Some(j) = &args.json {
+        argv.extend(["--json".into(), j.display().to_string()]);
+    }
+    let bench_args = gpu_bench::parse_args(&argv)?;
+    let started = std::time::Instant::now();
+    let (bench_args, world, outs): (_, usize, Vec<RankOut>) = gpu_bench::measure(bench_args)?;
+    let (m, wrong) = measured(Transport::Cuda.name(), &outs[0].rows)?;
+    if wrong > 0 {
+        eprintln!("tpcomm tune: {wrong} rows with wrong results left out of the table");
+    }
+    let info = &outs[0].info;
+    let header = Table {
+        fingerprint: Some(machine.fingerprint.clone()),
+        machine_class: machine.class,
+        world,
+        gpu: info.gpu.clone(),
+        driver: machine.driver.clone().unwrap_or_default(),
+        nccl: info.nccl.clone(),
+        measured: format!(
+            "tpcomm tune --launch {} ({} reps x {} calls, median, CUDA events on rank 0), {:.0} s",
+            args.launch,
+            args.reps,
+            args.iters,
+            started.elapsed().as_secs_f64()
+        ),
+        rows: Vec::new(),
+    };
+    let table = Table::from_measured(header, &m);
+    let out = match &args.out {
+        Some(p) => p.clone(),
+        None => select::default_table_path(&machine.fingerprint).ok_or_else(|| {
+            Error::invalid(
+                "--out",
+                "neither XDG_CONFIG_HOME nor HOME is set; give --out",
+            )
+        })?,
+    };
+    eprintln!(
+        "tpcomm tune: machine {} (class {}, {} GPUs)",
+        machine.fingerprint,
+        machine.class,
+        topo.gpus.len()
+    );
+    // Keep gpu-bench's own report too (and its JSON), so the numbers are seen.
+    gpu_bench::report_rows(&bench_args, world, outs)?;
+    write_table(&table, &out)
+}

@@ -1,0 +1,153 @@
+//! `tpcomm explain` and `tpcomm tune --from-bench` as a user runs them, with no GPU.
+
+use std::path::Path;
+use std::process::Command;
+
+fn tpcomm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+}
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+const FIXTURE: &str = r#"format = 1
+fingerprint = "v1-00000000000000aa"
+machine_class = "nvlink"
+world = 2
+gpu = "Test GPU"
+driver = "13.0"
+nccl = "2.28.3"
+measured = "by hand"
+rows = [
+  { dtype = "bf16", mode = "graph", bytes = 1024, times_us = { "cuda:one-shot" = 3.0, "cuda:two-shot" = 5.0, "nccl" = 7.0 } },
+  { dtype = "bf16", mode = "graph", bytes = 4096, times_us = { "cuda:one-shot" = 10.0, "cuda:two-shot" = 6.0, "nccl" = 8.0 } },
+  { dtype = "bf16", mode = "eager", bytes = 1024, times_us = { "cuda:one-shot" = 6.0, "nccl" = 5.0 } },
+]
+"#;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = tpcomm().args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn explain_on_a_table_shows_choice_row_and_alternatives() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.toml");
+    std::fs::write(&p, FIXTURE).unwrap();
+    let t = p.to_str().unwrap();
+    let (ok, out, err) = run(&["explain", "--table", t, "--bytes", "4KiB", "--graph"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("4 KiB (4096 bytes) bf16, 2 ranks, graph mode"),
+        "{out}"
+    );
+    assert!(out.contains("choice: cuda:two-shot"), "{out}");
+    assert!(
+        out.contains("table row on line 11 (4096 bytes, measured)"),
+        "{out}"
+    );
+    assert!(out.contains("fingerprint v1-00000000000000aa"), "{out}");
+    // Every alternative with its time and how much slower it is.
+    let alt: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("alternatives"))
+        .collect();
+    assert!(
+        alt[1].contains("cuda:two-shot") && alt[1].contains("6.00") && alt[1].contains("chosen"),
+        "{out}"
+    );
+    assert!(
+        alt[2].contains("nccl") && alt[2].contains("8.00") && alt[2].contains("+33.3%"),
+        "{out}"
+    );
+    assert!(
+        alt[3].contains("cuda:one-shot") && alt[3].contains("10.00") && alt[3].contains("+66.7%"),
+        "{out}"
+    );
+    // Eager at 1 KiB: NCCL measured faster in this fixture.
+    let (ok, out, _) = run(&["explain", "--table", t, "--bytes", "1024"]);
+    assert!(
+        ok && out.contains("choice: nccl") && out.contains("eager mode"),
+        "{out}"
+    );
+    // Between rows: interpolated, and the reason names both rows.
+    let (_, out, _) = run(&["explain", "--table", t, "--bytes", "2KiB", "--graph"]);
+    assert!(
+        out.contains(
+            "interpolated between table rows on lines 10 (1024 bytes) and 11 (4096 bytes)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
+    let (ok, out, err) = run(&[
+        "explain", "--class", "pcie-p2p", "--bytes", "64KiB", "--world", "4",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: cuda:one-shot") && out.contains("unmeasured"),
+        "{out}"
+    );
+    assert!(out.contains("no measured times"), "{out}");
+    let (ok, out, err) = run(&[
+        "explain", "--class", "nvlink", "--bytes", "16MiB", "--graph",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: cuda:two-shot") && out.contains("tuning/default-nvlink.toml"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "1"]);
+    assert!(
+        !ok && err.contains("\"infiniband\"") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn explain_with_a_malformed_table_names_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, FIXTURE.replace("bytes = 4096", "bytes = -4096")).unwrap();
+    let (ok, out, err) = run(&["explain", "--table", p.to_str().unwrap(), "--bytes", "1"]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(
+        err.starts_with("tpcomm explain: invalid tuning table"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 11, field `bytes`") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+/// The committed NVLink default is exactly what `tpcomm tune --from-bench`
+/// makes of the committed measurement, so it can be re-derived and checked.
+#[test]
+fn the_committed_nvlink_default_is_rebuilt_from_the_committed_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nvlink.toml");
+    let bench = root().join("bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json");
+    let (ok, _, err) = run(&[
+        "tune",
+        "--from-bench",
+        bench.to_str().unwrap(),
+        "--class",
+        "nvlink",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let made = std::fs::read_to_string(&out).unwrap();
+    let committed = std::fs::read_to_string(root().join("tuning/default-nvlink.toml")).unwrap();
+    assert_eq!(made, committed);
+    assert_eq!(made.matches("dtype = ").count(), 34);
+}

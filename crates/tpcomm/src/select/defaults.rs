@@ -1,0 +1,106 @@
+//! Choices for machines without a tuning table of their own: the committed
+//! default table of a measured class, and rules for the rest (each stated as
+//! measured or not in its `why`).
+
+use super::{Candidate, Decision, Query, Table};
+use crate::cuda::{auto_oneshot_max, Algo};
+use crate::topology::MachineClass;
+use crate::units::ByteSize;
+
+/// The NVLink default table: 2 x H200 (NV18), bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json
+/// turned into a table by `tpcomm tune --from-bench` (docs/tuning.md).
+pub const BUILTIN_NVLINK_TOML: &str = include_str!("../../../../tuning/default-nvlink.toml");
+
+/// The committed default table of a class, with its name, if the class was measured.
+pub fn builtin_table(class: MachineClass) -> Option<(Table, &'static str)> {
+    match class {
+        MachineClass::Nvlink => {
+            // The file is checked by a test; a broken edit shows there, and
+            // here falls back to the rules rather than failing a server.
+            Table::parse(BUILTIN_NVLINK_TOML, "tuning/default-nvlink.toml")
+                .ok()
+                .map(|t| (t, "tuning/default-nvlink.toml"))
+        }
+        _ => None,
+    }
+}
+
+/// The rule of a class for a query no table answers: an ordered preference
+/// per size band; the first allowed candidate wins.
+pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) -> bool) -> Decision {
+    let b = q.bytes;
+    let one = Algo::OneShot;
+    let two = Algo::TwoShot;
+    let (prefs, why): (Vec<Candidate>, String) = match class {
+        MachineClass::Nvlink => {
+            let t = auto_oneshot_max(q.world);
+            if b <= t.bytes() {
+                (
+                    vec![Candidate::cuda(one), Candidate::cuda(two), Candidate::NCCL],
+                    format!("rule nvlink: cuda one-shot up to {t} for {} ranks (measured for 2 ranks only; above 2 a guess)", q.world),
+                )
+            } else {
+                (
+                    vec![Candidate::cuda(two), Candidate::cuda(one), Candidate::NCCL],
+                    format!("rule nvlink: cuda two-shot above {t} for {} ranks (measured for 2 ranks only; above 2 a guess)", q.world),
+                )
+            }
+        }
+        MachineClass::PcieP2p => {
+            let t = ByteSize::kib(256);
+            if b <= t.bytes() {
+                (
+                    vec![Candidate::cuda(one), Candidate::NCCL],
+                    format!("rule pcie-p2p (unmeasured, conservative): cuda one-shot up to {t}"),
+                )
+            } else {
+                (
+                    vec![Candidate::NCCL, Candidate::cuda(two)],
+                    format!("rule pcie-p2p (unmeasured, conservative): NCCL above {t}"),
+                )
+            }
+        }
+        MachineClass::PcieNop2p => {
+            let t = ByteSize::kib(256);
+            if b <= t.bytes() {
+                (
+                    vec![Candidate::host(one), Candidate::NCCL],
+                    format!("rule pcie-nop2p (unmeasured, conservative): host one-shot up to {t}"),
+                )
+            } else {
+                (
+                    vec![Candidate::NCCL, Candidate::host(two)],
+                    format!("rule pcie-nop2p (unmeasured, conservative): NCCL above {t}"),
+                )
+            }
+        }
+        MachineClass::Mixed | MachineClass::SingleGpu => (
+            vec![Candidate::NCCL],
+            format!(
+                "rule {class}: NCCL at every size (no tpcomm kernel is written for this class)"
+            ),
+        ),
+    };
+    let choice = prefs
+        .iter()
+        .copied()
+        .find(|c| allowed(*c))
+        // Nothing preferred is allowed: the first allowed tpcomm transport,
+        // which callers that narrow the field always offer.
+        .or_else(|| {
+            [Candidate::cuda(one), Candidate::host(one), Candidate::NCCL]
+                .into_iter()
+                .find(|c| allowed(*c))
+        })
+        .unwrap_or(Candidate::NCCL);
+    let why = if prefs.first() == Some(&choice) {
+        why
+    } else {
+        format!("{why}; {} not available here, so {choice}", prefs[0])
+    };
+    Decision {
+        choice,
+        why,
+        estimates: Vec::new(),
+    }
+}
