@@ -1,5 +1,7 @@
 //! The `tpcomm` command.
 
+mod bench;
+
 use clap::{Parser, Subcommand};
 
 mod gpu_bench;
@@ -28,6 +30,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
     GpuBench(gpu_bench::GpuBenchArgs),
+    /// Time all-reduce across ranks of this machine (nccl-tests columns), every result checked.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -42,5 +46,11 @@ fn main() {
         }
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
+        Command::Bench(args) => {
+            if let Err(e) = bench::run(args) {
+                eprintln!("tpcomm bench: {e}");
+                std::process::exit(1);
+            }
+        }
     }
 }

@@ -148,6 +148,19 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug 
     fn from_f64(v: f64) -> Self;
     /// The raw bits, for bit-identical comparisons across ranks.
     fn to_bits_u32(self) -> u32;
+    /// Converts a block to f32 (`src.len() == dst.len()`); types with a
+    /// faster bulk conversion override it.
+    #[inline]
+    fn load_f32(src: &[Self], dst: &mut [f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+    }
+    /// Rounds a block of f32 to this type (`src.len() == dst.len()`).
+    #[inline]
+    fn store_f32(src: &[f32], dst: &mut [Self]) {
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = Self::from_f32(*s));
+    }
 }
 
 impl Element for f32 {
@@ -189,6 +202,13 @@ impl Element for f16 {
     }
     fn to_bits_u32(self) -> u32 {
         self.to_bits() as u32
+    }
+    // half's slice conversion checks for F16C once per call, not per element.
+    fn load_f32(src: &[Self], dst: &mut [f32]) {
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
+    }
+    fn store_f32(src: &[f32], dst: &mut [Self]) {
+        half::slice::HalfFloatSliceExt::convert_from_f32_slice(dst, src);
     }
 }
 

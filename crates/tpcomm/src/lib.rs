@@ -3,13 +3,21 @@
 //! Layers (see DESIGN.md at the repository root of the project): basic types
 //! ([`units`], [`dtype`], [`error`]), transports, algorithms, the communicator.
 
+pub mod algo;
 pub mod cuda;
 pub mod dtype;
 pub mod error;
+pub mod host;
+pub mod memory;
 pub mod nccl;
+pub mod report;
 pub mod topology;
 pub mod units;
+pub mod verify;
 
+pub use algo::Algo;
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, Result};
+pub use host::{HostCommunicator, HostConfig};
+pub use memory::{MemoryLine, MemoryReport};
 pub use units::ByteSize;

@@ -171,7 +171,7 @@ impl FromStr for ByteSize {
                 .map_err(|_| err("bad digits after the decimal point"))?;
             let denom = 10u128.pow(frac_part.len() as u32);
             let scaled = digits * unit as u128;
-            if scaled % denom != 0 {
+            if !scaled.is_multiple_of(denom) {
                 return Err(err("that is not a whole number of bytes"));
             }
             (scaled / denom) as u64
@@ -194,12 +194,12 @@ impl fmt::Display for ByteSize {
                 let whole = n / unit;
                 let hundredths = ((n % unit) as u128 * 100 / unit as u128) as u64;
                 return if hundredths == 0 {
-                    if n % unit == 0 {
+                    if n.is_multiple_of(unit) {
                         write!(f, "{whole} {name}")
                     } else {
                         write!(f, "{whole}.00 {name}")
                     }
-                } else if hundredths % 10 == 0 {
+                } else if hundredths.is_multiple_of(10) {
                     write!(f, "{whole}.{} {name}", hundredths / 10)
                 } else {
                     write!(f, "{whole}.{hundredths:02} {name}")

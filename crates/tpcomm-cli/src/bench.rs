@@ -1,0 +1,486 @@
+//! `tpcomm bench`: all-reduce timings in the columns nccl-tests users know,
+//! every result checked against a float64 reference.
+//!
+//! With `--launch processes` (the default, as tensor parallelism runs) the
+//! command re-runs itself once per rank with the same arguments; the
+//! environment variable below tells a child which rank it is and where to
+//! meet. Rank 0 sends its rows to the parent as JSON lines on stdout.
+
+use clap::{Args, ValueEnum};
+use half::{bf16, f16};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
+use tpcomm::verify::{random_input, Reference};
+use tpcomm::{Algo, ByteSize, DType, Element, HostCommunicator, HostConfig, ReduceOp};
+
+const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Launch {
+    /// One process per rank (the command re-runs itself).
+    Processes,
+    /// One thread per rank inside this process.
+    Threads,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AlgoChoice {
+    Auto,
+    OneShot,
+    TwoShot,
+    /// one-shot and two-shot, one row each.
+    All,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Number of ranks.
+    #[arg(long, default_value_t = 2)]
+    ranks: usize,
+    /// How ranks run.
+    #[arg(long, value_enum, default_value_t = Launch::Processes)]
+    launch: Launch,
+    /// Smallest message (sizes double up to --max-bytes).
+    #[arg(long, default_value = "1KiB")]
+    min_bytes: ByteSize,
+    /// Largest message.
+    #[arg(long, default_value = "64MiB")]
+    max_bytes: ByteSize,
+    /// Element type: f32, f16, bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: DType,
+    /// Reduce op: sum, max, min.
+    #[arg(long, default_value = "sum")]
+    op: ReduceOp,
+    /// Algorithm(s) to time.
+    #[arg(long, value_enum, default_value_t = AlgoChoice::All)]
+    algo: AlgoChoice,
+    /// Timed calls per size (default: from 1000 for small sizes down to 20
+    /// for the largest, about 2 GiB of traffic per size).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// Untimed calls before timing.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Largest message reduced in one piece (fixes the segment size).
+    #[arg(long, default_value = "8MiB")]
+    max_message: ByteSize,
+    /// Most bytes one epoch carries (larger messages are pipelined in pieces).
+    #[arg(long, default_value = "8MiB")]
+    piece: ByteSize,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where ranks meet (default: a fresh temporary directory).
+    #[arg(long)]
+    rendezvous: Option<PathBuf>,
+    /// Bound on every wait, e.g. "5s", "500ms".
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v * scale < 86_400.0 => {
+            Ok(Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!(
+            "{s:?} is not a duration above zero (examples: \"5s\", \"500ms\", \"2.5\")"
+        )),
+    }
+}
+
+impl BenchArgs {
+    fn validate(&self) -> Result<(), String> {
+        if self.ranks == 0 || self.ranks > 64 {
+            return Err(format!("--ranks {} is not in 1..=64", self.ranks));
+        }
+        if self.min_bytes.bytes() == 0 || self.min_bytes > self.max_bytes {
+            return Err(format!(
+                "--min-bytes {} must be above zero and at most --max-bytes {}",
+                self.min_bytes, self.max_bytes
+            ));
+        }
+        if self.max_bytes > ByteSize::gib(4) {
+            return Err(format!(
+                "--max-bytes {} is above the 4 GiB this benchmark allows",
+                self.max_bytes
+            ));
+        }
+        if self.iters == Some(0) {
+            return Err("--iters must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn algos(&self) -> Vec<Algo> {
+        match self.algo {
+            AlgoChoice::Auto => vec![Algo::Auto],
+            AlgoChoice::OneShot => vec![Algo::OneShot],
+            AlgoChoice::TwoShot => vec![Algo::TwoShot],
+            AlgoChoice::All => Algo::CONCRETE.to_vec(),
+        }
+    }
+
+    /// Powers of two from min to max (max included even when not a power of two).
+    fn sizes(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut b = self.min_bytes.bytes();
+        while b < self.max_bytes.bytes() {
+            v.push(b);
+            b = b.saturating_mul(2);
+        }
+        v.push(self.max_bytes.bytes());
+        v
+    }
+
+    fn iters_for(&self, bytes: u64) -> usize {
+        self.iters
+            .unwrap_or_else(|| ((2u64 << 30) / bytes.max(1)).clamp(20, 1000) as usize)
+    }
+}
+
+/// Entry point of `tpcomm bench` (parent or worker).
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    args.validate()?;
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        return worker_process(&args, &spec);
+    }
+    let dir = tempdir()?;
+    let rendezvous = args.rendezvous.clone().unwrap_or_else(|| dir.clone());
+    let nonce: u64 = rand::random();
+    let result = match args.launch {
+        Launch::Processes => parent_processes(&args, &rendezvous, nonce),
+        Launch::Threads => parent_threads(&args, &rendezvous, nonce),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = result?;
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    if let Some(path) = &args.json {
+        let report = BenchReport {
+            meta: meta(&args),
+            rows,
+        };
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if wrong > 0 {
+        return Err(format!(
+            "{wrong} elements were wrong (see the #wrong column)"
+        ));
+    }
+    Ok(())
+}
+
+fn meta(args: &BenchArgs) -> BenchMeta {
+    BenchMeta {
+        machine: Machine::this(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        date: utc_now(),
+        versions: [("tpcomm".to_string(), env!("CARGO_PKG_VERSION").to_string())].into(),
+        transport: "host".into(),
+        world_size: args.ranks,
+        launch: match args.launch {
+            Launch::Processes => "processes".into(),
+            Launch::Threads => "threads".into(),
+        },
+    }
+}
+
+fn tempdir() -> Result<PathBuf, String> {
+    let d = std::env::temp_dir().join(format!(
+        "tpcomm-bench-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    Ok(d)
+}
+
+/// Prints the table as rows arrive, with a progress bar on stderr.
+struct Table {
+    bar: indicatif::ProgressBar,
+    rows: Vec<BenchRow>,
+}
+
+impl Table {
+    fn new(args: &BenchArgs) -> Self {
+        let total = (args.sizes().len() * args.algos().len()) as u64;
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("{} ranks ({:?})", args.ranks, args.launch).to_lowercase());
+        println!(
+            "# tpcomm bench: host transport, {} ranks as {}, {} {}, timeout {:?}",
+            args.ranks,
+            format!("{:?}", args.launch).to_lowercase(),
+            args.dtype,
+            args.op,
+            args.timeout
+        );
+        println!(
+            "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10} {:>10} {:>10} {:>7}",
+            "size(B)", "count", "type", "redop", "algo", "time(us)", "algbw", "busbw", "#wrong"
+        );
+        println!(
+            "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10} {:>10} {:>10} {:>7}",
+            "", "(elements)", "", "", "", "median", "(GB/s)", "(GB/s)", ""
+        );
+        Table {
+            bar,
+            rows: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, r: BenchRow) {
+        self.bar.suspend(|| {
+            println!(
+                "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10.2} {:>10.2} {:>10.2} {:>7}",
+                r.bytes,
+                r.count,
+                r.dtype,
+                r.op,
+                r.algo,
+                r.time_us,
+                r.algbw_gbps,
+                r.busbw_gbps,
+                r.wrong
+            );
+        });
+        self.bar.inc(1);
+        self.rows.push(r);
+    }
+
+    fn finish(self) -> Vec<BenchRow> {
+        self.bar.finish_and_clear();
+        self.rows
+    }
+}
+
+fn parent_processes(
+    args: &BenchArgs,
+    rendezvous: &std::path::Path,
+    nonce: u64,
+) -> Result<Vec<BenchRow>, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find this program to start ranks: {e}"))?;
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut kids = Vec::new();
+    for rank in 0..args.ranks {
+        let child = Command::new(&exe)
+            .args(&argv)
+            .env(
+                WORKER_ENV,
+                format!("{rank} {nonce} {}", rendezvous.display()),
+            )
+            .stdout(if rank == 0 {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start rank {rank} ({}): {e}", exe.display()));
+        match child {
+            Ok(c) => kids.push(c),
+            Err(e) => {
+                for k in &mut kids {
+                    let _ = k.kill();
+                    let _ = k.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut table = Table::new(args);
+    let out = kids[0].stdout.take().expect("rank 0 stdout is piped");
+    for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+        if let Ok(row) = serde_json::from_str::<BenchRow>(&line) {
+            table.add(row);
+        }
+    }
+    let rows = table.finish();
+    let mut failed = Vec::new();
+    for (rank, k) in kids.iter_mut().enumerate() {
+        match k.wait() {
+            Ok(s) if s.success() => {}
+            Ok(s) => failed.push(format!("rank {rank} ({s})")),
+            Err(e) => failed.push(format!("rank {rank} ({e})")),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!(
+            "benchmark ranks failed: {} (their errors are above)",
+            failed.join(", ")
+        ));
+    }
+    Ok(rows)
+}
+
+fn parent_threads(
+    args: &BenchArgs,
+    rendezvous: &std::path::Path,
+    nonce: u64,
+) -> Result<Vec<BenchRow>, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<BenchRow>();
+    let mut table = Table::new(args);
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..args.ranks)
+            .map(|rank| {
+                let tx = tx.clone();
+                s.spawn(move || {
+                    worker(args, rank, rendezvous, nonce, &mut |row| {
+                        let _ = tx.send(row);
+                    })
+                })
+            })
+            .collect();
+        drop(tx);
+        for row in rx {
+            table.add(row);
+        }
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    });
+    let rows = table.finish();
+    let errors: Vec<String> = results
+        .into_iter()
+        .enumerate()
+        .filter_map(|(r, e)| e.err().map(|e| format!("rank {r}: {e}")))
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors.join("\n"));
+    }
+    Ok(rows)
+}
+
+fn worker_process(args: &BenchArgs, spec: &str) -> Result<(), String> {
+    let mut f = spec.splitn(3, ' ');
+    let (Some(rank), Some(nonce), Some(path)) = (f.next(), f.next(), f.next()) else {
+        return Err(format!("bad {WORKER_ENV}={spec:?}"));
+    };
+    let rank: usize = rank
+        .parse()
+        .map_err(|_| format!("bad rank in {WORKER_ENV}"))?;
+    let nonce: u64 = nonce
+        .parse()
+        .map_err(|_| format!("bad nonce in {WORKER_ENV}"))?;
+    let stdout = std::io::stdout();
+    let r = worker(args, rank, std::path::Path::new(path), nonce, &mut |row| {
+        let mut o = stdout.lock();
+        let _ = writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default());
+        let _ = o.flush();
+    });
+    r.map_err(|e| format!("rank {rank}: {e}"))
+}
+
+/// One rank's whole benchmark; rank 0 hands each row to `emit`.
+fn worker(
+    args: &BenchArgs,
+    rank: usize,
+    rendezvous: &std::path::Path,
+    nonce: u64,
+    emit: &mut dyn FnMut(BenchRow),
+) -> Result<(), String> {
+    let mut cfg = HostConfig::new(rank, args.ranks, rendezvous);
+    cfg.max_message = args.max_message;
+    cfg.timeout = args.timeout;
+    cfg.piece = args.piece;
+    let mut c = HostCommunicator::new(cfg).map_err(|e| e.to_string())?;
+    match args.dtype {
+        DType::F32 => sweep::<f32>(args, &mut c, nonce, emit),
+        DType::F16 => sweep::<f16>(args, &mut c, nonce, emit),
+        DType::Bf16 => sweep::<bf16>(args, &mut c, nonce, emit),
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn sweep<T: Element>(
+    args: &BenchArgs,
+    c: &mut HostCommunicator,
+    nonce: u64,
+    emit: &mut dyn FnMut(BenchRow),
+) -> tpcomm::Result<()> {
+    let (rank, world) = (c.rank(), c.world());
+    let esize = T::DTYPE.size() as u64;
+    for (si, &bytes) in args.sizes().iter().enumerate() {
+        let count = (bytes / esize).max(1) as usize;
+        for (ai, &algo) in args.algos().iter().enumerate() {
+            // Correctness: fresh random data for this size and algorithm.
+            let seed = |r: usize| nonce ^ ((si as u64) << 40) ^ ((ai as u64) << 32) ^ r as u64;
+            let inputs: Vec<Vec<T>> = (0..world).map(|r| random_input(seed(r), count)).collect();
+            let mut out = vec![T::from_f32(0.0); count];
+            c.all_reduce(&inputs[rank], &mut out, args.op, algo)?;
+            let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
+            let wrong = Reference::new(&refs, args.op).count_wrong(&out, world) as u64;
+            // Timing: rotate several inputs (at most ~256 MiB of them) so
+            // caches do not flatter; reuse this rank's checked input as one.
+            let rot = ((256u64 << 20) / bytes.max(1)).clamp(2, 4) as usize;
+            let mut bufs: Vec<Vec<T>> = vec![inputs.into_iter().nth(rank).unwrap_or_default()];
+            for k in 1..rot {
+                bufs.push(random_input(seed(rank) ^ (k as u64) << 48, count));
+            }
+            for i in 0..args.warmup {
+                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
+            }
+            let iters = args.iters_for(bytes);
+            let mut times = Vec::with_capacity(iters);
+            for i in 0..iters {
+                let t0 = Instant::now();
+                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
+                times.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            times.sort_by(|a, b| a.total_cmp(b));
+            let median = times[times.len() / 2];
+            // Slowest rank's median, and the wrong count summed over ranks
+            // (split in two f32-exact halves).
+            let mut stats = [
+                median as f32,
+                (wrong >> 20) as f32,
+                (wrong & 0xfffff) as f32,
+            ];
+            c.all_reduce_in_place(&mut stats[..1], ReduceOp::Max, Algo::OneShot)?;
+            c.all_reduce_in_place(&mut stats[1..], ReduceOp::Sum, Algo::OneShot)?;
+            let wrong_all = ((stats[1] as u64) << 20) + stats[2] as u64;
+            if rank == 0 {
+                let name = match algo {
+                    Algo::Auto => format!(
+                        "auto:{}",
+                        HostCommunicator::auto_algo(world, ByteSize::b(count as u64 * esize))
+                    ),
+                    a => a.name().to_string(),
+                };
+                emit(BenchRow::new(
+                    count as u64 * esize,
+                    count as u64,
+                    T::DTYPE,
+                    args.op.name(),
+                    &name,
+                    "eager",
+                    stats[0] as f64,
+                    world,
+                    wrong_all,
+                ));
+            }
+        }
+    }
+    Ok(())
+}

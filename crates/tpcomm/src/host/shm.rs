@@ -1,0 +1,172 @@
+//! The one place the host transport talks to the kernel: a POSIX shared-memory
+//! object, sized and reserved at creation, mapped read-write.
+//!
+//! All `unsafe` of the host transport's setup lives here, behind `Mapping`,
+//! which owns one `mmap` of a whole segment and unmaps it on drop.
+
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+/// One mapping of a shared-memory segment.
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with other ranks; all accesses
+// to it go through atomics or through the flag protocol (docs/protocol.md),
+// which orders every non-atomic access with release/acquire pairs. Moving the
+// owner to another thread does not change that.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len are exactly what mmap returned; nothing borrows the
+        // mapping past the owner's lifetime (the communicator hands out no
+        // references into it).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn c_name(name: &str) -> Result<CString> {
+    CString::new(name).map_err(|_| Error::invalid("segment name", format!("{name:?} contains NUL")))
+}
+
+/// Creates a new segment (failing if the name exists), reserves its pages so a
+/// full /dev/shm is an error now rather than SIGBUS later, and maps it.
+pub(crate) fn create(name: &str, len: usize) -> Result<Mapping> {
+    let cname = c_name(name)?;
+    // SAFETY: plain FFI calls with a valid NUL-terminated name; the fd is
+    // closed on every path below.
+    unsafe {
+        let fd = libc::shm_open(
+            cname.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        );
+        if fd < 0 {
+            return Err(Error::last_os(
+                format!("shm_open({name}) to create the segment"),
+                "; is /dev/shm mounted and writable?",
+            ));
+        }
+        let r = libc::posix_fallocate(fd, 0, len as libc::off_t);
+        if r != 0 {
+            libc::close(fd);
+            libc::shm_unlink(cname.as_ptr());
+            let source = std::io::Error::from_raw_os_error(r);
+            return Err(Error::Os {
+                call: format!("reserving {len} bytes of shared memory for {name}"),
+                source,
+                hint: "; free space in /dev/shm (df -h /dev/shm) or lower the maximum message size"
+                    .into(),
+            });
+        }
+        let m = map(fd, len, name);
+        libc::close(fd);
+        if m.is_err() {
+            libc::shm_unlink(cname.as_ptr());
+        }
+        m
+    }
+}
+
+/// Opens and maps an existing segment. `Ok(None)` when the name does not
+/// exist (a stale rendezvous file whose segment is gone).
+pub(crate) fn open(name: &str) -> Result<Option<Mapping>> {
+    let cname = c_name(name)?;
+    // SAFETY: plain FFI calls; the fd is closed on every path; fstat writes
+    // into a zeroed struct we own.
+    unsafe {
+        let fd = libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0);
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+                return Ok(None);
+            }
+            return Err(Error::last_os(
+                format!("shm_open({name}) to attach"),
+                "; all ranks must run as the same user",
+            ));
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            let e = Error::last_os(format!("fstat({name})"), "");
+            libc::close(fd);
+            return Err(e);
+        }
+        let len = st.st_size as usize;
+        let m = map(fd, len, name);
+        libc::close(fd);
+        m.map(Some)
+    }
+}
+
+/// SAFETY (caller): `fd` is an open shared-memory object of at least `len` bytes.
+unsafe fn map(fd: libc::c_int, len: usize, name: &str) -> Result<Mapping> {
+    if len == 0 {
+        return Err(Error::invalid("segment", format!("{name} is empty")));
+    }
+    let p = libc::mmap(
+        std::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+        fd,
+        0,
+    );
+    if p == libc::MAP_FAILED {
+        return Err(Error::last_os(format!("mmap({name}, {len} bytes)"), ""));
+    }
+    Ok(Mapping {
+        base: NonNull::new(p.cast()).expect("mmap returned null without MAP_FAILED"),
+        len,
+    })
+}
+
+/// Removes a segment's name; the memory lives on until the last rank unmaps.
+pub(crate) fn unlink(name: &str) {
+    if let Ok(cname) = c_name(name) {
+        // SAFETY: FFI with a valid name; failure (already gone) is harmless.
+        unsafe {
+            libc::shm_unlink(cname.as_ptr());
+        }
+    }
+}
+
+/// Whether a process id refers to a live process (or one we may not signal).
+/// A zombie (exited, not yet reaped by its parent) counts as dead.
+pub(crate) fn pid_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !zombie(pid)
+}
+
+fn zombie(pid: u32) -> bool {
+    // /proc/<pid>/stat: "pid (comm) state ..."; comm may hold spaces or
+    // parentheses, so the state is the first field after the last ')'.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
+}
