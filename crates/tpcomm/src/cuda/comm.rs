@@ -27,6 +27,9 @@ pub struct CudaConfig {
     pub max_bytes: ByteSize,
     /// Bound on every wait, in the rendezvous and inside the kernels.
     pub timeout: Duration,
+    /// Which transport `GpuComm::new` builds (`CudaCommunicator::new` is
+    /// always the P2P one).
+    pub transport: super::host_path::Transport,
 }
 
 impl CudaConfig {
@@ -37,6 +40,7 @@ impl CudaConfig {
             device,
             max_bytes: ByteSize::mib(8),
             timeout: Duration::from_secs(10),
+            transport: super::host_path::Transport::Auto,
         }
     }
 }

@@ -6,6 +6,7 @@
 mod algo;
 mod comm;
 pub mod compile;
+pub mod host_path;
 mod kernels;
 mod layout;
 mod memory;
@@ -17,6 +18,7 @@ pub use algo::{auto_oneshot_max, Algo};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
+pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc_version, CUdeviceptr, CUstream,
