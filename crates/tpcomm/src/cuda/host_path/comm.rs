@@ -142,10 +142,14 @@ impl HostGpuCommunicator {
         let layout = HostLayout::new(max_bytes);
         let area_bytes = layout.area_bytes(PAGE);
 
-        let ctl = DeviceAlloc::new(ctx.cu_ctx(), CTL_BYTES)?;
+        // The control words get a whole allocation granule of their own: a
+        // smaller request may be carved from a granule the driver already
+        // holds, or not, and the report must say exactly what free memory
+        // loses.
+        let granularity = raw::allocation_granularity(cfg.device as i32)?.max(CTL_BYTES);
+        let ctl = DeviceAlloc::new(ctx.cu_ctx(), granularity)?;
         ctl.fill(0, CTL_BYTES, 0)?;
         let status = HostMapped::new(ctx.cu_ctx(), STATUS_BYTES)?;
-        let granularity = raw::allocation_granularity(cfg.device as i32)?;
 
         let threads = matches!(rendezvous, Rendezvous::Threads(_));
         let mut areas = [0u64; MAX_WORLD];
@@ -205,14 +209,14 @@ impl HostGpuCommunicator {
         rendezvous.exchange("host-gpu-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
         items.push(MemoryItem::device(
-            "control words (epoch, abort)",
-            CTL_BYTES,
+            "control words (epoch, abort; one granule)",
+            granularity,
         ));
         items.push(MemoryItem::host("status (pinned, mapped)", STATUS_BYTES));
         let report = MemoryReport {
             device: cfg.device,
             items,
-            allocations: vec![ByteSize::from_usize(CTL_BYTES)],
+            allocations: vec![ByteSize::from_usize(granularity)],
             granularity: ByteSize::from_usize(granularity),
             kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
         };
