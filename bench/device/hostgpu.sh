@@ -70,9 +70,9 @@ else
 fi
 
 if [ "$((BUDGET - SECONDS))" -gt 25 ]; then
-  step "gpu-bench host threads 1KiB..64MiB (auto)"
-  NCCL_P2P_DISABLE=1 timeout "$(lim 35)" $TPC gpu-bench --launch threads --transport host --dtype bf16 --modes graph \
-    --reps 9 --iters 20 --min 1KiB --max 64MiB --algos auto --timeout-ms 10000 \
+  step "gpu-bench host threads 1KiB..64MiB (auto, NCCL_P2P_DISABLE=1)"
+  NCCL_P2P_DISABLE=1 timeout "$(lim 40)" $TPC gpu-bench --launch threads --transport host --dtype bf16 --modes graph \
+    --reps 9 --iters 20 --min 1KiB --max 64MiB --algos auto,nccl --timeout-ms 10000 \
     --json "$OUT/bench-threads.json" > "$OUT/bench-threads.txt" 2>&1
   echo "exit $?" | tee -a "$LOG"; tail -3 "$OUT/bench-threads.txt" | tee -a "$LOG"
 fi

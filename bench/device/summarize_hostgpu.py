@@ -44,6 +44,13 @@ def bench_rows(files, name):
     return d.get("meta"), d.get("rows", [])
 
 
+def parse_json(text):
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+
+
 def fmt(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
 
@@ -62,6 +69,17 @@ def main():
     meta_l, rows_l = bench_rows(files, "bench-procs-large.json")
     rows = rows_s + rows_l
     meta = meta_s or meta_l or {}
+    source = "procs"
+    if not rows:
+        # No process run (e.g. /dev/shm too small): fall back to threads, and say so.
+        meta, rows = bench_rows(files, "bench-threads.json")
+        meta = meta or {}
+        source = "threads (the process run produced no rows)"
+    for r in rows:
+        # "auto(host-ll)" -> "host-ll": the kernel that ran.
+        m = re.fullmatch(r"auto\((.*)\)", r["algo"])
+        if m:
+            r["algo"] = m.group(1)
     # (bytes, mode) -> {algo: row}; the large run's rows win for sizes in both.
     table = {}
     for r in rows:
@@ -113,12 +131,7 @@ def main():
                         "host_busbw": round(bh["busbw_gbps"], 2), "nccl_busbw": round(n["busbw_gbps"], 2),
                         "ratio": round(ratio, 3), "reached": ratio >= BW_FACTOR})
 
-    copy = None
-    if "copy-bw.json" in files:
-        try:
-            copy = json.loads(files["copy-bw.json"])
-        except json.JSONDecodeError:
-            copy = None
+    copy = parse_json(files.get("copy-bw.json"))
     copy_all_bidir = None
     if copy:
         for r in copy["rows"]:
@@ -138,6 +151,7 @@ def main():
     doc = {
         "what": "tpcomm host-memory GPU transport (issue 4) vs NCCL with NCCL_P2P_DISABLE=1, one run",
         "meta": meta,
+        "source": source,
         "wrong_elements": wrong,
         "rows": per_size,
         "targets": targets,
@@ -146,7 +160,7 @@ def main():
         "tests": {"suites_ok": tests_ok, "failures": tests_failed, "stress": stress},
         "threads_auto_graph": [{"bytes": r["bytes"], "algo": r["algo"], "us": round(r["time_us"], 2),
                                 "busbw": round(r["busbw_gbps"], 2), "wrong": r["wrong"]} for r in threads_rows],
-        "torch_nop2p": json.loads(files["torch-nop2p.json"]) if "torch-nop2p.json" in files else None,
+        "torch_nop2p": parse_json(files.get("torch-nop2p.json")),
     }
     os.makedirs(a.outdir, exist_ok=True)
     base = os.path.join(a.outdir, f"{a.date}-h200x2-hostgpu")
@@ -162,7 +176,7 @@ def main():
       f"median of {meta.get('reps', '?')} reps x {meta.get('iters', '?')} calls, bf16.\n")
     w("NCCL rows ran with NCCL_P2P_DISABLE=1 in the same processes. Command: `bash bench/device/hostgpu.sh` "
       "(tpcomm gpu-bench --launch procs --transport host; host-ll = one-shot, host-chunked = two-shot).\n\n")
-    w(f"Wrong elements over every checked row: **{wrong}**.\n\n")
+    w(f"Rows from: {source}. Wrong elements over every checked row: **{wrong}**.\n\n")
     w("## Targets (graph mode, best host kernel per size)\n\n| target | bytes | kernel | host | NCCL | ratio | reached |\n|---|---|---|---|---|---|---|\n")
     for t in targets:
         if t.get("reached") is None:
