@@ -302,7 +302,12 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     let mut info = RankInfo {
         gpu: ctx.name().unwrap_or_default(),
         arch: format!("sm_{}{}", arch.0, arch.1),
-        nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+        nvrtc: format!(
+            "{}.{} ({})",
+            nvrtc.0,
+            nvrtc.1,
+            tpcomm::cuda::nvrtc_path().unwrap_or_default()
+        ),
         nccl: None,
         memory: comm.memory_report().to_string(),
         transport: comm.transport().name().to_string(),

@@ -21,7 +21,8 @@ pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
-    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc_version, CUdeviceptr, CUstream,
+    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
+    nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
 };
 pub use rendezvous::{Rendezvous, ThreadGroup};
 

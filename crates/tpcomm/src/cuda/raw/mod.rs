@@ -1,5 +1,6 @@
 //! Every raw CUDA driver and NVRTC call of the library, each behind a safe
 //! function or an owning type. Nothing outside this module calls `sys`.
+//! NVRTC is opened by [`nvrtc`], which chooses a version the driver can load.
 //!
 //! The libraries are loaded at run time by cudarc, whose loader panics when a
 //! library is missing; [`ensure_driver`] and [`ensure_nvrtc`] check presence
@@ -7,11 +8,12 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys as cu;
-use cudarc::nvrtc::sys as rtc;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CString};
 use std::sync::OnceLock;
 
 pub use cu::{CUcontext, CUdeviceptr, CUstream};
+
+pub mod nvrtc;
 
 fn check(call: &str, r: cu::CUresult) -> Result<()> {
     if r == cu::CUresult::CUDA_SUCCESS {
@@ -47,19 +49,6 @@ pub fn ensure_driver() -> Result<()> {
     })
 }
 
-/// Checks that NVRTC can be loaded (so cudarc's loader will not panic).
-pub fn ensure_nvrtc() -> Result<()> {
-    // SAFETY: only tries to dlopen NVRTC's file names; loads no symbol.
-    if unsafe { rtc::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::Library {
-            library: "NVRTC".into(),
-            detail: "libnvrtc.so was not found. Install it (`pip install 'nvidia-cuda-nvrtc==13.0.*'` for a CUDA 13 driver, `nvidia-cuda-nvrtc-cu12` for CUDA 12) and add its lib directory (site-packages/nvidia/cu13/lib) to LD_LIBRARY_PATH".into(),
-        })
-    }
-}
-
 /// The driver's CUDA version as (major, minor), e.g. (13, 0).
 pub fn driver_version() -> Result<(i32, i32)> {
     ensure_driver()?;
@@ -71,95 +60,25 @@ pub fn driver_version() -> Result<(i32, i32)> {
     Ok((v / 1000, (v % 1000) / 10))
 }
 
-/// NVRTC's version as (major, minor).
+/// Checks that an NVRTC can be loaded (see [`nvrtc`] for which one).
+pub fn ensure_nvrtc() -> Result<()> {
+    nvrtc::get().map(|_| ())
+}
+
+/// The chosen NVRTC's version as (major, minor).
 pub fn nvrtc_version() -> Result<(i32, i32)> {
-    ensure_nvrtc()?;
-    let (mut a, mut b) = (0i32, 0i32);
-    // SAFETY: NVRTC is present (checked); writes two ints through valid pointers.
-    let r = unsafe { rtc::nvrtcVersion(&mut a, &mut b) };
-    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::Library {
-            library: "NVRTC".into(),
-            detail: format!("nvrtcVersion failed: {r:?}"),
-        });
-    }
-    Ok((a, b))
+    Ok(nvrtc::get()?.version)
+}
+
+/// The chosen NVRTC's file name or path, for reports.
+pub fn nvrtc_path() -> Result<String> {
+    Ok(nvrtc::get()?.path.clone())
 }
 
 /// Compiles `src` with NVRTC and returns (cubin, compiler log). The log holds
 /// warnings even when compilation succeeds.
 pub fn nvrtc_compile(src: &str, name: &str, options: &[String]) -> Result<(Vec<u8>, String)> {
-    ensure_nvrtc()?;
-    let lib_err = |what: &str, r: rtc::nvrtcResult| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!("{what} failed: {r:?}"),
-    };
-    let csrc = CString::new(src).map_err(|_| Error::invalid("kernel source", "contains NUL"))?;
-    let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "contains NUL"))?;
-    let copts: Vec<CString> = options
-        .iter()
-        .map(|o| {
-            CString::new(o.as_str()).map_err(|_| Error::invalid("NVRTC option", "contains NUL"))
-        })
-        .collect::<Result<_>>()?;
-    let ptrs: Vec<*const std::ffi::c_char> = copts.iter().map(|c| c.as_ptr()).collect();
-    let mut prog: rtc::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: csrc/cname are NUL-terminated and outlive the call; no headers.
-    let r = unsafe {
-        rtc::nvrtcCreateProgram(
-            &mut prog,
-            csrc.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(lib_err("nvrtcCreateProgram", r));
-    }
-    // The program is destroyed on every path below.
-    struct Prog(rtc::nvrtcProgram);
-    impl Drop for Prog {
-        fn drop(&mut self) {
-            // SAFETY: created above and destroyed exactly once, here.
-            unsafe { rtc::nvrtcDestroyProgram(&mut self.0) };
-        }
-    }
-    let prog = Prog(prog);
-    // SAFETY: `ptrs` holds `ptrs.len()` valid C strings that outlive the call.
-    let compiled = unsafe { rtc::nvrtcCompileProgram(prog.0, ptrs.len() as i32, ptrs.as_ptr()) };
-    let mut log_len = 0usize;
-    // SAFETY: valid program handle; writes one usize.
-    unsafe { rtc::nvrtcGetProgramLogSize(prog.0, &mut log_len) };
-    let mut log = vec![0u8; log_len.max(1)];
-    // SAFETY: the buffer holds log_len bytes as NVRTC asked.
-    unsafe { rtc::nvrtcGetProgramLog(prog.0, log.as_mut_ptr() as *mut _) };
-    let log = CStr::from_bytes_until_nul(&log)
-        .map(|c| c.to_string_lossy().trim().to_string())
-        .unwrap_or_default();
-    if compiled != rtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::Library {
-            library: "NVRTC".into(),
-            detail: format!("compiling {name} failed ({compiled:?}):\n{log}"),
-        });
-    }
-    let mut size = 0usize;
-    // SAFETY: valid, compiled program; writes one usize.
-    let r = unsafe { rtc::nvrtcGetCUBINSize(prog.0, &mut size) };
-    if r != rtc::nvrtcResult::NVRTC_SUCCESS || size == 0 {
-        return Err(lib_err(
-            "nvrtcGetCUBINSize (was a real sm_XY architecture given?)",
-            r,
-        ));
-    }
-    let mut cubin = vec![0u8; size];
-    // SAFETY: the buffer holds `size` bytes as NVRTC asked.
-    let r = unsafe { rtc::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut _) };
-    if r != rtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(lib_err("nvrtcGetCUBIN", r));
-    }
-    Ok((cubin, log))
+    nvrtc::get()?.compile(src, name, options)
 }
 
 /// Makes `ctx` current on the calling thread.
