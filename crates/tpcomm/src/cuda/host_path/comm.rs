@@ -191,9 +191,20 @@ impl HostGpuCommunicator {
                 cfg.rank
             );
             let made =
-                Self::map_process_areas(cfg, rendezvous, &ctx, &name, area_bytes, &mut areas);
-            // Peers have opened it (or failed): the name can go, the memory
-            // lives until the last mapping.
+                Self::map_process_areas(cfg, rendezvous, &ctx, &name, area_bytes, &mut areas)
+                    .and_then(|m| {
+                        // Only once every rank has opened every segment may
+                        // the names go (a peer may still be opening this one).
+                        rendezvous.exchange(
+                            "host-gpu-opened",
+                            cfg.rank,
+                            cfg.world,
+                            &[1],
+                            cfg.timeout,
+                        )?;
+                        Ok(m)
+                    });
+            // The memory lives on until the last mapping is gone.
             shm::unlink(&name);
             let (registered, mappings) = made?;
             items.push(MemoryItem::host(
