@@ -377,7 +377,7 @@ impl HostGpuCommunicator {
         if count == 0 {
             return Ok(which);
         }
-        let block = self.kernels.block;
+        let mut block = self.kernels.block;
         let d = dtype_index(dtype);
         let mut args = HostKernelArgs {
             input,
@@ -397,10 +397,14 @@ impl HostGpuCommunicator {
             pad: 0,
         };
         let (f, grid) = match which {
-            HostAlgo::Ll => (
-                self.kernels.ll[d],
-                ll_blocks(bytes, block as usize, self.sms),
-            ),
+            HostAlgo::Ll => {
+                // A small message gets one vector per thread and no idle warps.
+                block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
+                (
+                    self.kernels.ll[d],
+                    ll_blocks(bytes, block as usize, self.sms),
+                )
+            }
             HostAlgo::Chunked => {
                 let plan = chunk_plan(bytes, self.world, self.sms);
                 if plan.chunks > self.layout.max_chunks {
