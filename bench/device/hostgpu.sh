@@ -42,6 +42,13 @@ step "machine"
 step "copy bandwidth (pinned host <-> device, 64 MiB)"
 timeout "$(lim 25)" python3 bench/device/copy_bw.py --out "$OUT/copy-bw.json" 2>&1 | tail -12 | tee -a "$LOG"
 
+export TPCOMM_GPU_TESTS=1
+# Correctness first (about 15 s): its failures say more than a failed bench.
+if [ -n "${TEST:-}" ]; then
+  step "test gpu_host_sums_are_right"
+  timeout "$(lim 45)" "$TEST" --test-threads=1 --nocapture gpu_host_sums_are_right 2>&1 | grep -v "^\s*[0-9]*: \|^\s*at " | tail -25 | tee -a "$OUT/tests.txt"
+fi
+
 # Bench: small sizes with both host kernels (one-shot = LL words, two-shot =
 # chunked), large ones chunked only (LL stops at 1 MiB); NCCL rows without P2P.
 B="--launch procs --transport host --dtype bf16 --modes eager,graph --reps 15 --iters 20 --timeout-ms 10000"
@@ -54,9 +61,8 @@ NCCL_P2P_DISABLE=1 timeout "$(lim 60)" $TPC gpu-bench $B --min 2MiB --max 64MiB 
   --json "$OUT/bench-procs-large.json" > "$OUT/bench-procs-large.txt" 2>&1
 echo "exit $?" | tee -a "$LOG"; tail -4 "$OUT/bench-procs-large.txt" | tee -a "$LOG"
 
-export TPCOMM_GPU_TESTS=1
 if [ -n "${TEST:-}" ]; then
-  for t in gpu_host_sums_are_right gpu_host_peer_that_never gpu_host_memory_report gpu_transport_auto; do
+  for t in gpu_host_peer_that_never gpu_host_memory_report gpu_transport_auto; do
     [ "$((BUDGET - SECONDS))" -gt 10 ] || break
     step "test $t"
     timeout "$(lim 40)" "$TEST" --test-threads=1 --nocapture "$t" 2>&1 | grep -v "^\s*[0-9]*: \|^\s*at " | tail -25 | tee -a "$OUT/tests.txt"
