@@ -6,15 +6,16 @@
 //! environment variable below tells a child which rank it is and where to
 //! meet. Rank 0 sends its rows to the parent as JSON lines on stdout.
 
+mod measure;
+
 use clap::{Args, ValueEnum};
-use half::{bf16, f16};
-use std::io::{BufRead, BufReader, Write};
+use measure::{worker, worker_process};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
-use tpcomm::verify::{random_input, Reference};
-use tpcomm::{Algo, ByteSize, DType, Element, HostCommunicator, HostConfig, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
 
@@ -370,117 +371,4 @@ fn parent_threads(
         return Err(errors.join("\n"));
     }
     Ok(rows)
-}
-
-fn worker_process(args: &BenchArgs, spec: &str) -> Result<(), String> {
-    let mut f = spec.splitn(3, ' ');
-    let (Some(rank), Some(nonce), Some(path)) = (f.next(), f.next(), f.next()) else {
-        return Err(format!("bad {WORKER_ENV}={spec:?}"));
-    };
-    let rank: usize = rank
-        .parse()
-        .map_err(|_| format!("bad rank in {WORKER_ENV}"))?;
-    let nonce: u64 = nonce
-        .parse()
-        .map_err(|_| format!("bad nonce in {WORKER_ENV}"))?;
-    let stdout = std::io::stdout();
-    let r = worker(args, rank, std::path::Path::new(path), nonce, &mut |row| {
-        let mut o = stdout.lock();
-        let _ = writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default());
-        let _ = o.flush();
-    });
-    r.map_err(|e| format!("rank {rank}: {e}"))
-}
-
-/// One rank's whole benchmark; rank 0 hands each row to `emit`.
-fn worker(
-    args: &BenchArgs,
-    rank: usize,
-    rendezvous: &std::path::Path,
-    nonce: u64,
-    emit: &mut dyn FnMut(BenchRow),
-) -> Result<(), String> {
-    let mut cfg = HostConfig::new(rank, args.ranks, rendezvous);
-    cfg.max_message = args.max_message;
-    cfg.timeout = args.timeout;
-    cfg.piece = args.piece;
-    let mut c = HostCommunicator::new(cfg).map_err(|e| e.to_string())?;
-    match args.dtype {
-        DType::F32 => sweep::<f32>(args, &mut c, nonce, emit),
-        DType::F16 => sweep::<f16>(args, &mut c, nonce, emit),
-        DType::Bf16 => sweep::<bf16>(args, &mut c, nonce, emit),
-    }
-    .map_err(|e| e.to_string())
-}
-
-fn sweep<T: Element>(
-    args: &BenchArgs,
-    c: &mut HostCommunicator,
-    nonce: u64,
-    emit: &mut dyn FnMut(BenchRow),
-) -> tpcomm::Result<()> {
-    let (rank, world) = (c.rank(), c.world());
-    let esize = T::DTYPE.size() as u64;
-    for (si, &bytes) in args.sizes().iter().enumerate() {
-        let count = (bytes / esize).max(1) as usize;
-        for (ai, &algo) in args.algos().iter().enumerate() {
-            // Correctness: fresh random data for this size and algorithm.
-            let seed = |r: usize| nonce ^ ((si as u64) << 40) ^ ((ai as u64) << 32) ^ r as u64;
-            let inputs: Vec<Vec<T>> = (0..world).map(|r| random_input(seed(r), count)).collect();
-            let mut out = vec![T::from_f32(0.0); count];
-            c.all_reduce(&inputs[rank], &mut out, args.op, algo)?;
-            let refs: Vec<&[T]> = inputs.iter().map(|v| v.as_slice()).collect();
-            let wrong = Reference::new(&refs, args.op).count_wrong(&out, world) as u64;
-            // Timing: rotate several inputs (at most ~256 MiB of them) so
-            // caches do not flatter; reuse this rank's checked input as one.
-            let rot = ((256u64 << 20) / bytes.max(1)).clamp(2, 4) as usize;
-            let mut bufs: Vec<Vec<T>> = vec![inputs.into_iter().nth(rank).unwrap_or_default()];
-            for k in 1..rot {
-                bufs.push(random_input(seed(rank) ^ (k as u64) << 48, count));
-            }
-            for i in 0..args.warmup {
-                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
-            }
-            let iters = args.iters_for(bytes);
-            let mut times = Vec::with_capacity(iters);
-            for i in 0..iters {
-                let t0 = Instant::now();
-                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
-                times.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-            times.sort_by(|a, b| a.total_cmp(b));
-            let median = times[times.len() / 2];
-            // Slowest rank's median, and the wrong count summed over ranks
-            // (split in two f32-exact halves).
-            let mut stats = [
-                median as f32,
-                (wrong >> 20) as f32,
-                (wrong & 0xfffff) as f32,
-            ];
-            c.all_reduce_in_place(&mut stats[..1], ReduceOp::Max, Algo::OneShot)?;
-            c.all_reduce_in_place(&mut stats[1..], ReduceOp::Sum, Algo::OneShot)?;
-            let wrong_all = ((stats[1] as u64) << 20) + stats[2] as u64;
-            if rank == 0 {
-                let name = match algo {
-                    Algo::Auto => format!(
-                        "auto:{}",
-                        HostCommunicator::auto_algo(world, ByteSize::b(count as u64 * esize))
-                    ),
-                    a => a.name().to_string(),
-                };
-                emit(BenchRow::new(
-                    count as u64 * esize,
-                    count as u64,
-                    T::DTYPE,
-                    args.op.name(),
-                    &name,
-                    "eager",
-                    stats[0] as f64,
-                    world,
-                    wrong_all,
-                ));
-            }
-        }
-    }
-    Ok(())
 }

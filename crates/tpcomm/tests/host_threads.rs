@@ -374,16 +374,9 @@ fn a_stale_rendezvous_file_is_never_taken_for_a_new_run() {
 #[test]
 fn memory_report_gives_the_exact_segment_bytes_and_no_name_is_left_behind() {
     let r = run_threads(2, ByteSize::mib(8), T, |c| {
-        let pid = std::process::id();
-        let leftover = std::fs::read_dir("/dev/shm")
-            .map(|d| {
-                d.filter_map(|e| e.ok()).any(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("tpcomm-{pid}-"))
-                })
-            })
-            .unwrap_or(false);
+        let name = c.segment_name().trim_start_matches('/').to_string();
+        assert!(name.starts_with("tpcomm-"), "{name}");
+        let leftover = std::path::Path::new("/dev/shm").join(name).exists();
         (c.memory_report(), leftover)
     });
     let (report, leftover) = &r[0];

@@ -329,3 +329,24 @@ impl HostCommunicator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::shard_range;
+
+    #[test]
+    fn shards_cover_every_element_once_in_whole_cache_lines() {
+        for world in 1..=5 {
+            for len in [0, 1, 15, 16, 17, 100, 1000, 4097] {
+                let mut next = 0;
+                for r in 0..world {
+                    let (a, b) = shard_range(len, world, r, 16);
+                    assert_eq!(a, next, "world {world} len {len} rank {r}");
+                    assert!(a % 16 == 0 || a == len);
+                    next = b;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+}

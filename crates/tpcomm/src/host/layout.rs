@@ -131,18 +131,24 @@ impl Layout {
 /// A mapped segment with its layout.
 pub(crate) struct Segment {
     map: Mapping,
+    /// The POSIX name it was created under (unlinked once all attached).
+    pub name: String,
     pub layout: Layout,
 }
 
 impl Segment {
-    pub(crate) fn new(map: Mapping, layout: Layout) -> Result<Self> {
+    pub(crate) fn new(map: Mapping, layout: Layout, name: &str) -> Result<Self> {
         if map.len() < layout.total {
             return Err(Error::invalid(
                 "segment",
                 format!("mapped {} bytes, layout needs {}", map.len(), layout.total),
             ));
         }
-        Ok(Segment { map, layout })
+        Ok(Segment {
+            map,
+            name: name.to_string(),
+            layout,
+        })
     }
 
     /// A 64-bit word of the header or signal area.
@@ -176,5 +182,28 @@ impl Segment {
             self.layout.data_offset + (buf * self.layout.world + rank) * self.layout.slot_bytes;
         // SAFETY: in bounds by the layout check in `new`.
         unsafe { self.map.base().add(off) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cut_the_same_data_area_into_more_buffers() {
+        let one = Layout::new(3, ByteSize::mib(8), ByteSize::mib(8)).unwrap();
+        assert_eq!((one.nbuf, one.slot_bytes), (2, 8 << 20));
+        let cut = Layout::new(3, ByteSize::mib(8), ByteSize::kib(256)).unwrap();
+        assert_eq!((cut.nbuf, cut.slot_bytes), (64, 256 << 10));
+        let data = |l: &Layout| l.total - l.data_offset;
+        assert_eq!(data(&one), data(&cut));
+        // A piece above the maximum message is capped at it.
+        let big = Layout::new(2, ByteSize::kib(64), ByteSize::mib(1)).unwrap();
+        assert_eq!((big.nbuf, big.slot_bytes), (2, 64 << 10));
+        // Sizes are rounded up to pages, and the report adds up to the total.
+        let odd = Layout::new(2, ByteSize::b(5000), ByteSize::b(5000)).unwrap();
+        assert_eq!(odd.slot_bytes, 8192);
+        assert_eq!(odd.report().total().unwrap().bytes() as usize, odd.total);
+        assert!(Layout::new(2, ByteSize::gib(1), ByteSize::kib(4)).is_err());
     }
 }

@@ -177,6 +177,13 @@ impl HostCommunicator {
         &self.cfg
     }
 
+    /// The name the segment was created under in /dev/shm. It is removed as
+    /// soon as every rank has attached, so it only helps to tell runs apart
+    /// in logs.
+    pub fn segment_name(&self) -> &str {
+        &self.seg.name
+    }
+
     /// Every byte of the shared segment, per part.
     pub fn memory_report(&self) -> MemoryReport {
         self.seg.layout.report()

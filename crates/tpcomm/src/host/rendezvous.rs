@@ -75,7 +75,7 @@ pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     let pid = std::process::id();
     let id = [rand::random::<u64>(), rand::random::<u64>()];
     let name = format!("/tpcomm-{pid}-{:016x}", id[0]);
-    let seg = Segment::new(shm::create(&name, layout.total)?, layout)?;
+    let seg = Segment::new(shm::create(&name, layout.total)?, layout, &name)?;
     // Fresh pages from posix_fallocate are zero, so every flag starts at 0
     // (epochs start at 1) and the abort word is clear.
     seg.word(H_VERSION).store(VERSION, Relaxed);
@@ -230,7 +230,7 @@ fn try_attach(
             ),
         ));
     }
-    let seg = Segment::new(map, layout)?;
+    let seg = Segment::new(map, layout, &t.name)?;
     if seg.word(H_MAGIC).load(Acquire) != MAGIC
         || seg.word(H_VERSION).load(Relaxed) != VERSION
         || seg.word(H_ID0).load(Relaxed) != t.id[0]
