@@ -2,7 +2,7 @@
 
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
-use super::pinned::{self, Registered};
+use super::pinned::{self, Registered, SharedFile};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
 use crate::cuda::{
     open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
@@ -63,8 +63,29 @@ enum Areas {
     },
     Procs {
         _registered: Vec<Registered>,
-        _mappings: Vec<Mapping>,
+        _segments: Vec<Segment>,
     },
+}
+
+// A process's view of one rank's area: a /dev/shm segment or a memfd.
+enum Segment {
+    Shm(Mapping),
+    File(SharedFile),
+}
+
+impl Segment {
+    fn base(&self) -> *mut u8 {
+        match self {
+            Segment::Shm(m) => m.base(),
+            Segment::File(f) => f.base(),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Segment::Shm(m) => m.len(),
+            Segment::File(f) => f.len(),
+        }
+    }
 }
 
 /// One rank of a group of GPUs doing all-reduce through pinned host memory.
@@ -206,14 +227,14 @@ impl HostGpuCommunicator {
                     });
             // The memory lives on until the last mapping is gone.
             shm::unlink(&name);
-            let (registered, mappings) = made?;
+            let (registered, segments) = made?;
             items.push(MemoryItem::host(
                 "peers' areas mapped and registered (their pages, no new memory)",
                 (cfg.world - 1) * area_bytes,
             ));
             Areas::Procs {
                 _registered: registered,
-                _mappings: mappings,
+                _segments: segments,
             }
         };
         // No rank launches before every rank has mapped every area.
@@ -248,9 +269,11 @@ impl HostGpuCommunicator {
         })
     }
 
-    /// Processes: this rank's area is a new shared-memory segment (zeroed by
-    /// the kernel); each rank maps and registers every segment, its own too.
-    #[allow(clippy::type_complexity)]
+    /// Processes: this rank's area is a new POSIX shared-memory segment, or,
+    /// when /dev/shm has no room for it, a memfd that peers open through
+    /// /proc (both zeroed by the kernel); each rank maps and registers every
+    /// area, its own too. The record a rank posts says which (`shm:NAME` or
+    /// `fd:PATH`).
     fn map_process_areas(
         cfg: &CudaConfig,
         rendezvous: &Rendezvous,
@@ -258,48 +281,68 @@ impl HostGpuCommunicator {
         name: &str,
         area_bytes: usize,
         areas: &mut [u64; MAX_WORLD],
-    ) -> Result<(Vec<Registered>, Vec<Mapping>)> {
-        let own = shm::create(name, area_bytes)?;
-        let mut mappings = Vec::with_capacity(cfg.world);
+    ) -> Result<(Vec<Registered>, Vec<Segment>)> {
+        let (own, record) = match shm::create(name, area_bytes) {
+            Ok(m) => (Segment::Shm(m), format!("shm:{name}")),
+            Err(shm_err) => match SharedFile::create(area_bytes) {
+                Ok((f, path)) => (Segment::File(f), format!("fd:{path}")),
+                Err(e) => {
+                    return Err(Error::invalid(
+                        "host GPU area",
+                        format!("neither /dev/shm ({shm_err}) nor a memfd ({e}) could hold {area_bytes} bytes"),
+                    ))
+                }
+            },
+        };
+        let mut segments = Vec::with_capacity(cfg.world);
         let mut registered = Vec::with_capacity(cfg.world);
         raw::set_current(ctx.cu_ctx())?;
         let reg = Registered::new(own.base(), own.len())?;
         areas[cfg.rank] = reg.device_ptr();
         registered.push(reg);
-        mappings.push(own);
+        segments.push(own);
         let all = rendezvous.exchange(
             "host-gpu-segments",
             cfg.rank,
             cfg.world,
-            name.as_bytes(),
+            record.as_bytes(),
             cfg.timeout,
         )?;
         for (p, blob) in all.iter().enumerate() {
             if p == cfg.rank {
                 continue;
             }
-            let peer_name = std::str::from_utf8(blob).map_err(|_| {
+            let rec = std::str::from_utf8(blob).map_err(|_| {
                 Error::invalid(
                     "rendezvous",
-                    format!("rank {p} posted a segment name that is not UTF-8"),
+                    format!("rank {p} posted an area record that is not UTF-8"),
                 )
             })?;
-            let m = shm::open(peer_name)?.ok_or_else(|| {
-                Error::invalid(
+            let seg = if let Some(peer_name) = rec.strip_prefix("shm:") {
+                Segment::Shm(shm::open(peer_name)?.ok_or_else(|| {
+                    Error::invalid(
+                        "rendezvous",
+                        format!("rank {p}'s segment {peer_name} does not exist (did it exit?)"),
+                    )
+                })?)
+            } else if let Some(path) = rec.strip_prefix("fd:") {
+                Segment::File(SharedFile::open(path)?)
+            } else {
+                return Err(Error::invalid(
                     "rendezvous",
-                    format!("rank {p}'s segment {peer_name} does not exist (did it exit?)"),
-                )
-            })?;
-            if m.len() != area_bytes {
-                return Err(Error::invalid("rendezvous", format!("rank {p}'s segment has {} bytes, this rank's {area_bytes}: do all ranks use the same max message size?", m.len())));
+                    format!("rank {p} posted {rec:?}; do all ranks run the same tpcomm?"),
+                ));
+            };
+            if seg.len() != area_bytes {
+                return Err(Error::invalid("rendezvous", format!("rank {p}'s area has {} bytes, this rank's {area_bytes}: do all ranks use the same max message size?", seg.len())));
             }
             raw::set_current(ctx.cu_ctx())?;
-            let reg = Registered::new(m.base(), m.len())?;
+            let reg = Registered::new(seg.base(), seg.len())?;
             areas[p] = reg.device_ptr();
             registered.push(reg);
-            mappings.push(m);
+            segments.push(seg);
         }
-        Ok((registered, mappings))
+        Ok((registered, segments))
     }
 
     pub fn rank(&self) -> usize {
