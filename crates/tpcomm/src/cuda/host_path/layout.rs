@@ -33,7 +33,8 @@ pub struct HostLayout {
 
 impl HostLayout {
     pub fn new(max_bytes: usize) -> Self {
-        let ll_cap = round_up(max_bytes.min(LL_CAP), 16);
+        // Whole groups of 32 vectors: the kernel interleaves the LL halves per group.
+        let ll_cap = round_up(max_bytes.min(LL_CAP), 512);
         let data_offset = 2 * ll_cap;
         let data_bytes = round_up(max_bytes, 256);
         let flag_offset = data_offset + data_bytes;
@@ -113,7 +114,7 @@ mod tests {
         ] {
             let l = HostLayout::new(max);
             assert!(l.ll_cap >= max.min(LL_CAP));
-            assert!(l.ll_cap.is_multiple_of(16));
+            assert!(l.ll_cap.is_multiple_of(512));
             // LL words: 2 bytes of area per byte of data.
             assert!(2 * l.ll_cap <= l.data_offset);
             assert!(l.data_offset + max <= l.flag_offset);

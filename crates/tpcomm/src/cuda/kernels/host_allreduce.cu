@@ -280,17 +280,23 @@ __device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
 
 // ---------------------------------------------------------------- ll
 
+// Where the two LL vectors of data vector i live: per group of 32 vectors,
+// first the 32 low halves, then the 32 high halves, so each store and load
+// instruction of a warp covers 512 contiguous bytes (whole PCIe lines).
+__device__ __forceinline__ u64 ll_lo(u64 i) { return (i >> 5) * 64 + (i & 31); }
+
 __device__ __forceinline__ bool ll_ready(V16 lo, V16 hi, u32 e) {
     return lo.y == e && lo.w == e && hi.y == e && hi.w == e;
 }
 
-// Waits for the two LL vectors of vector `i` of `peer`; false on timeout or abort.
+// Waits for the two LL vectors at `p` (low half) and `p + 32` (high half) of
+// `peer`; false on timeout or abort.
 __device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 peer, u64 epoch,
                                      V16* out) {
     const u64 start = globaltimer();
     for (u32 spins = 1;; spins++) {
         V16 lo = ld_volatile_v4(p);
-        V16 hi = ld_volatile_v4(p + 1);
+        V16 hi = ld_volatile_v4(p + 32);
         if (ll_ready(lo, hi, e)) {
             out->x = lo.x;
             out->y = lo.z;
@@ -330,8 +336,8 @@ __device__ void ll(const HArgs& a) {
         hi.y = e;
         hi.z = v.w;
         hi.w = e;
-        st_volatile_v4(mine + 2 * i, lo);
-        st_volatile_v4(mine + 2 * i + 1, hi);
+        st_volatile_v4(mine + ll_lo(i), lo);
+        st_volatile_v4(mine + ll_lo(i) + 32, hi);
     }
     for (u64 i = first; ok && i < nvec; i += stride) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -340,9 +346,9 @@ __device__ void ll(const HArgs& a) {
             if (q == a.rank) {
                 v = load_input(a, i);
             } else {
-                const V16* p = (const V16*)(a.areas[q] + half) + 2 * i;
+                const V16* p = (const V16*)(a.areas[q] + half) + ll_lo(i);
                 V16 lo = ld_volatile_v4(p);
-                V16 hi = ld_volatile_v4(p + 1);
+                V16 hi = ld_volatile_v4(p + 32);
                 if (ll_ready(lo, hi, e)) {
                     v.x = lo.x;
                     v.y = lo.z;
