@@ -139,6 +139,8 @@ fn run_batch(
                             .unwrap()
                             .unwrap();
                         g.launch().unwrap();
+                        // The graph must outlive its run.
+                        rank.stream.synchronize().unwrap();
                     }
                     rank.stream.synchronize().unwrap();
                     rank.comm.check()?;
