@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
 use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
-use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
@@ -28,6 +28,11 @@ pub struct GpuBenchArgs {
     /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
     #[arg(long, value_enum, default_value = "procs")]
     launch: Launch,
+    /// GPU transport: cuda (P2P), host (through pinned host memory, no P2P
+    /// needed; one-shot = LL words, two-shot = chunked), auto (host when any
+    /// pair lacks P2P).
+    #[arg(long, default_value = "auto")]
+    transport: Transport,
     /// Number of GPUs (ranks); default: every GPU, at most 8.
     #[arg(long)]
     gpus: Option<usize>,
@@ -99,6 +104,8 @@ pub(crate) struct RankInfo {
     pub(crate) nvrtc: String,
     pub(crate) nccl: Option<String>,
     pub(crate) memory: String,
+    #[serde(default)]
+    pub(crate) transport: String,
 }
 
 #[derive(Serialize, serde::Deserialize)]
@@ -284,7 +291,8 @@ fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
                 "--rotate",
                 &args.rotate.to_string(),
             ])
-            .args(["--timeout-ms", &args.timeout_ms.to_string()]);
+            .args(["--timeout-ms", &args.timeout_ms.to_string()])
+            .args(["--transport", args.transport.name()]);
         if args.midpoints {
             cmd.arg("--midpoints");
         }
@@ -349,7 +357,8 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     let mut cfg = CudaConfig::new(rank, world, rank);
     cfg.max_bytes = args.max;
     cfg.timeout = timeout;
-    let comm = CudaCommunicator::new(&cfg, &rv)?;
+    cfg.transport = args.transport;
+    let comm = GpuComm::new(&cfg, &rv)?;
     let (nvrtc, arch) = comm.compiled_with();
     let mut info = RankInfo {
         gpu: ctx.name().unwrap_or_default(),
@@ -362,6 +371,7 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
         ),
         nccl: None,
         memory: comm.memory_report().to_string(),
+        transport: comm.transport().name().to_string(),
     };
     let nccl = if args.algos.iter().any(|a| a == "nccl") {
         nccl_comm(rank, world, &rv, timeout, &mut info)
@@ -492,7 +502,7 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
                     }
                 };
                 let name = match &imp {
-                    Impl::Tp(a) => a.resolve(bytes, world).name().to_string(),
+                    Impl::Tp(a) => comm.algo_name(*a, bytes).to_string(),
                     _ => "nccl".to_string(),
                 };
                 let name = match &decision {
@@ -681,11 +691,12 @@ fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
         .unwrap_or_default();
     eprint!("{}", outs[0].info.memory);
     println!(
-        "# tpcomm gpu-bench: {world} x {} ({}), driver CUDA {driver}, NVRTC {}, NCCL {}, launch {:?}, median of {} reps x {} calls, {} rotating buffers",
+        "# tpcomm gpu-bench: {world} x {} ({}), driver CUDA {driver}, NVRTC {}, NCCL {}, transport {}, launch {:?}, median of {} reps x {} calls, {} rotating buffers",
         outs[0].info.gpu,
         outs[0].info.arch,
         outs[0].info.nvrtc,
         outs[0].info.nccl.clone().unwrap_or_else(|| "not loaded".into()),
+        outs[0].info.transport,
         args.launch,
         args.reps,
         args.iters,
@@ -714,7 +725,7 @@ fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
     if let Some(path) = &args.json {
         let meta = serde_json::json!({
             "tool": "tpcomm gpu-bench",
-            "transport": "cuda",
+            "transport": outs[0].info.transport,
             "launch": args.launch,
             "machine": hostname(),
             "world": world,
@@ -772,6 +783,14 @@ mod tests {
         assert!(e.to_string().contains("\"ring\""), "{e}");
         let e = validate(&parse(&["--modes", "eager,lazy"])).unwrap_err();
         assert!(e.to_string().contains("\"lazy\""), "{e}");
+    }
+
+    #[test]
+    fn transport_is_parsed_and_unknown_ones_refused() {
+        assert_eq!(parse(&[]).transport, Transport::Auto);
+        assert_eq!(parse(&["--transport", "host"]).transport, Transport::Host);
+        let r = Cmd::try_parse_from(["gpu-bench", "--transport", "pcie"]);
+        assert!(r.is_err());
     }
 
     #[test]

@@ -24,8 +24,6 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the version (placeholder until subcommands land).
-    Version,
     /// Plan KV-cache memory and speculative decoding (no GPU needed).
     #[command(subcommand)]
     Plan(plan::PlanCommand),
@@ -46,7 +44,6 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Command::Version => println!("tpcomm {}", env!("CARGO_PKG_VERSION")),
         Command::Plan(cmd) => {
             if let Err(e) = plan::run(cmd) {
                 eprintln!("error: {e}");

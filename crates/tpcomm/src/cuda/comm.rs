@@ -34,6 +34,9 @@ pub struct CudaConfig {
     /// `Algo::Auto` use that when `selector` is `None`. Default: off, or on
     /// with TPCOMM_SELF_TUNE=1.
     pub self_tune: bool,
+    /// Which transport `GpuComm::new` builds (`CudaCommunicator::new` is
+    /// always the P2P one).
+    pub transport: super::host_path::Transport,
 }
 
 impl CudaConfig {
@@ -46,6 +49,7 @@ impl CudaConfig {
             timeout: Duration::from_secs(10),
             selector: None,
             self_tune: crate::select::self_tune::requested_by_env(),
+            transport: super::host_path::Transport::Auto,
         }
     }
 }

@@ -8,6 +8,7 @@ mod comm;
 pub mod compile;
 pub mod forward;
 pub mod fused;
+pub mod host_path;
 mod kernels;
 mod layout;
 mod memory;
@@ -20,6 +21,7 @@ pub use algo::{auto_oneshot_max, Algo};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
+pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,

@@ -7,7 +7,7 @@ mod allreduce;
 mod layout;
 mod reduce;
 mod rendezvous;
-mod shm;
+pub(crate) mod shm;
 mod wait;
 
 use crate::algo::Algo;

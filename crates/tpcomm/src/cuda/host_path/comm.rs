@@ -1,0 +1,518 @@
+//! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
+
+use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
+use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
+use super::pinned::{self, Registered, SharedFile};
+use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
+use crate::cuda::{
+    open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
+};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::host::shm::{self, Mapping};
+use crate::units::ByteSize;
+use cudarc::driver::CudaContext;
+use std::sync::Arc;
+use std::time::Duration;
+
+// Status codes the kernels write (HG_WAIT_* in host_allreduce.cu).
+const WAIT_LL: u32 = 4;
+const WAIT_CHUNK: u32 = 5;
+const CTL_BYTES: usize = 256;
+const STATUS_BYTES: usize = 64;
+const PAGE: usize = 4096;
+
+/// The kernel a host-path all-reduce runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostAlgo {
+    /// Data beside the epoch in every 8-byte word: one pass, twice the bytes.
+    Ll,
+    /// Plain data in chunks with a flag each, producer and consumer blocks.
+    Chunked,
+}
+
+impl HostAlgo {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostAlgo::Ll => "host-ll",
+            HostAlgo::Chunked => "host-chunked",
+        }
+    }
+}
+
+/// `OneShot` asks for LL words, `TwoShot` for chunks, `Auto` for LL up to
+/// `AUTO_LL_MAX`; LL is never used above `ll_cap` (its words would not fit).
+pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize) -> HostAlgo {
+    let ll_max = match algo {
+        Algo::OneShot => ll_cap,
+        Algo::TwoShot => 0,
+        Algo::Auto => AUTO_LL_MAX.min(ll_cap),
+    };
+    if bytes <= ll_max {
+        HostAlgo::Ll
+    } else {
+        HostAlgo::Chunked
+    }
+}
+
+// This rank's own area and, for processes, the peers' segments it mapped.
+// Registrations are listed before the mappings they pin, so they drop first.
+enum Areas {
+    Threads {
+        _own: HostMapped,
+    },
+    Procs {
+        _registered: Vec<Registered>,
+        _segments: Vec<Segment>,
+    },
+}
+
+// A process's view of one rank's area: a /dev/shm segment or a memfd.
+enum Segment {
+    Shm(Mapping),
+    File(SharedFile),
+}
+
+impl Segment {
+    fn base(&self) -> *mut u8 {
+        match self {
+            Segment::Shm(m) => m.base(),
+            Segment::File(f) => f.base(),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Segment::Shm(m) => m.len(),
+            Segment::File(f) => f.len(),
+        }
+    }
+}
+
+/// One rank of a group of GPUs doing all-reduce through pinned host memory.
+///
+/// Drop it only when no rank has a call of it still queued or running: peers
+/// read this rank's area, which drop frees. A failed call (see
+/// [`check`](Self::check)) leaves the communicator unusable; create new ones
+/// on every rank.
+pub struct HostGpuCommunicator {
+    ctx: Arc<CudaContext>,
+    rank: usize,
+    world: usize,
+    max_bytes: ByteSize,
+    timeout: Duration,
+    layout: HostLayout,
+    kernels: Arc<HostKernels>,
+    sms: usize,
+    ctl: DeviceAlloc,
+    status: HostMapped,
+    areas: [u64; MAX_WORLD],
+    report: MemoryReport,
+    _own: Areas,
+}
+
+impl std::fmt::Debug for HostGpuCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostGpuCommunicator")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("device", &self.ctx.ordinal())
+            .field("max_bytes", &self.max_bytes)
+            .finish()
+    }
+}
+
+fn u64_at(blob: &[u8], at: usize) -> Result<u64> {
+    blob.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| {
+            Error::invalid(
+                "rendezvous",
+                "a rank posted a malformed record; do all ranks run the same tpcomm?",
+            )
+        })
+}
+
+impl HostGpuCommunicator {
+    /// Creates this rank's communicator: compiles (or loads) the kernels,
+    /// allocates and pins its host area, and maps every peer's. All ranks call
+    /// this with the same world, max size and rendezvous.
+    pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        if !(2..=MAX_WORLD).contains(&cfg.world) {
+            return Err(Error::invalid(
+                "world size",
+                format!(
+                    "{} (the host GPU transport takes 2 to {MAX_WORLD} ranks)",
+                    cfg.world
+                ),
+            ));
+        }
+        if cfg.rank >= cfg.world {
+            return Err(Error::invalid(
+                "rank",
+                format!("{} is not below the world size {}", cfg.rank, cfg.world),
+            ));
+        }
+        if cfg.max_bytes.bytes() == 0 {
+            return Err(Error::invalid("max message size", "must be above 0"));
+        }
+        let max_bytes = cfg.max_bytes.as_usize()?;
+        let ctx = open_context(cfg.device)?;
+        let kernels = host_kernels_for(&ctx)?;
+        let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
+        let layout = HostLayout::new(max_bytes);
+        let area_bytes = layout.area_bytes(PAGE);
+
+        // The control words get a whole allocation granule of their own: a
+        // smaller request may be carved from a granule the driver already
+        // holds, or not, and the report must say exactly what free memory
+        // loses.
+        let granularity = raw::allocation_granularity(cfg.device as i32)?.max(CTL_BYTES);
+        let ctl = DeviceAlloc::new(ctx.cu_ctx(), granularity)?;
+        ctl.fill(0, CTL_BYTES, 0)?;
+        let status = HostMapped::new(ctx.cu_ctx(), STATUS_BYTES)?;
+
+        let threads = matches!(rendezvous, Rendezvous::Threads(_));
+        let mut areas = [0u64; MAX_WORLD];
+        let mut items = vec![MemoryItem::host(
+            "own host area, 2 halves (pinned, mapped)",
+            area_bytes,
+        )];
+        let own = if threads {
+            // Portable, device-mapped pinned memory has one address in every
+            // context of the process (unified addressing), so peers' threads
+            // use it as it is; each rank checks that below.
+            let own = HostMapped::new(ctx.cu_ctx(), area_bytes)?;
+            let mut mine = Vec::with_capacity(16);
+            mine.extend_from_slice(&own.device_ptr().to_le_bytes());
+            mine.extend_from_slice(&(area_bytes as u64).to_le_bytes());
+            let all =
+                rendezvous.exchange("host-gpu-areas", cfg.rank, cfg.world, &mine, cfg.timeout)?;
+            for (p, blob) in all.iter().enumerate() {
+                let (ptr, len) = (u64_at(blob, 0)?, u64_at(blob, 8)?);
+                if len != area_bytes as u64 {
+                    return Err(Error::invalid("rendezvous", format!("rank {p} has a {len}-byte area, this rank {area_bytes}: do all ranks use the same max message size?")));
+                }
+                raw::set_current(ctx.cu_ctx())?;
+                let seen = pinned::device_pointer(ptr as *mut u8)?;
+                if seen != ptr {
+                    return Err(Error::Unsupported(format!("rank {p}'s pinned area is at {ptr:#x} on its GPU but at {seen:#x} on GPU {} (no unified addressing?); run one process per GPU instead", cfg.device)));
+                }
+                areas[p] = ptr;
+            }
+            Areas::Threads { _own: own }
+        } else {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let name = format!(
+                "/tpcomm-hostgpu-{}-{}-{nanos}",
+                std::process::id(),
+                cfg.rank
+            );
+            let made =
+                Self::map_process_areas(cfg, rendezvous, &ctx, &name, area_bytes, &mut areas)
+                    .and_then(|m| {
+                        // Only once every rank has opened every segment may
+                        // the names go (a peer may still be opening this one).
+                        rendezvous.exchange(
+                            "host-gpu-opened",
+                            cfg.rank,
+                            cfg.world,
+                            &[1],
+                            cfg.timeout,
+                        )?;
+                        Ok(m)
+                    });
+            // The memory lives on until the last mapping is gone.
+            shm::unlink(&name);
+            let (registered, segments) = made?;
+            items.push(MemoryItem::host(
+                "peers' areas mapped and registered (their pages, no new memory)",
+                (cfg.world - 1) * area_bytes,
+            ));
+            Areas::Procs {
+                _registered: registered,
+                _segments: segments,
+            }
+        };
+        // No rank launches before every rank has mapped every area.
+        rendezvous.exchange("host-gpu-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
+
+        items.push(MemoryItem::device(
+            "control words (epoch, abort; one granule)",
+            granularity,
+        ));
+        items.push(MemoryItem::host("status (pinned, mapped)", STATUS_BYTES));
+        let report = MemoryReport {
+            device: cfg.device,
+            items,
+            allocations: vec![ByteSize::from_usize(granularity)],
+            granularity: ByteSize::from_usize(granularity),
+            kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
+        };
+        Ok(Self {
+            ctx,
+            rank: cfg.rank,
+            world: cfg.world,
+            max_bytes: cfg.max_bytes,
+            timeout: cfg.timeout,
+            layout,
+            kernels,
+            sms,
+            ctl,
+            status,
+            areas,
+            report,
+            _own: own,
+        })
+    }
+
+    /// Processes: this rank's area is a new POSIX shared-memory segment, or,
+    /// when /dev/shm has no room for it, a memfd that peers open through
+    /// /proc (both zeroed by the kernel); each rank maps and registers every
+    /// area, its own too. The record a rank posts says which (`shm:NAME` or
+    /// `fd:PATH`).
+    fn map_process_areas(
+        cfg: &CudaConfig,
+        rendezvous: &Rendezvous,
+        ctx: &Arc<CudaContext>,
+        name: &str,
+        area_bytes: usize,
+        areas: &mut [u64; MAX_WORLD],
+    ) -> Result<(Vec<Registered>, Vec<Segment>)> {
+        let (own, record) = match shm::create(name, area_bytes) {
+            Ok(m) => (Segment::Shm(m), format!("shm:{name}")),
+            Err(shm_err) => match SharedFile::create(area_bytes) {
+                Ok((f, path)) => (Segment::File(f), format!("fd:{path}")),
+                Err(e) => {
+                    return Err(Error::invalid(
+                        "host GPU area",
+                        format!("neither /dev/shm ({shm_err}) nor a memfd ({e}) could hold {area_bytes} bytes"),
+                    ))
+                }
+            },
+        };
+        let mut segments = Vec::with_capacity(cfg.world);
+        let mut registered = Vec::with_capacity(cfg.world);
+        raw::set_current(ctx.cu_ctx())?;
+        let reg = Registered::new(own.base(), own.len())?;
+        areas[cfg.rank] = reg.device_ptr();
+        registered.push(reg);
+        segments.push(own);
+        let all = rendezvous.exchange(
+            "host-gpu-segments",
+            cfg.rank,
+            cfg.world,
+            record.as_bytes(),
+            cfg.timeout,
+        )?;
+        for (p, blob) in all.iter().enumerate() {
+            if p == cfg.rank {
+                continue;
+            }
+            let rec = std::str::from_utf8(blob).map_err(|_| {
+                Error::invalid(
+                    "rendezvous",
+                    format!("rank {p} posted an area record that is not UTF-8"),
+                )
+            })?;
+            let seg = if let Some(peer_name) = rec.strip_prefix("shm:") {
+                Segment::Shm(shm::open(peer_name)?.ok_or_else(|| {
+                    Error::invalid(
+                        "rendezvous",
+                        format!("rank {p}'s segment {peer_name} does not exist (did it exit?)"),
+                    )
+                })?)
+            } else if let Some(path) = rec.strip_prefix("fd:") {
+                Segment::File(SharedFile::open(path)?)
+            } else {
+                return Err(Error::invalid(
+                    "rendezvous",
+                    format!("rank {p} posted {rec:?}; do all ranks run the same tpcomm?"),
+                ));
+            };
+            if seg.len() != area_bytes {
+                return Err(Error::invalid("rendezvous", format!("rank {p}'s area has {} bytes, this rank's {area_bytes}: do all ranks use the same max message size?", seg.len())));
+            }
+            raw::set_current(ctx.cu_ctx())?;
+            let reg = Registered::new(seg.base(), seg.len())?;
+            areas[p] = reg.device_ptr();
+            registered.push(reg);
+            segments.push(seg);
+        }
+        Ok((registered, segments))
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
+    pub fn max_bytes(&self) -> ByteSize {
+        self.max_bytes
+    }
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// Every byte this communicator took, per buffer.
+    pub fn memory_report(&self) -> &MemoryReport {
+        &self.report
+    }
+    /// NVRTC version and architecture the kernels were compiled with.
+    pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
+        (self.kernels.nvrtc, self.kernels.arch)
+    }
+    /// The kernel a message of `bytes` runs with under `algo`.
+    pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
+        resolve(algo, bytes, self.layout.ll_cap)
+    }
+
+    /// Sums `count` elements of `dtype` from `input` over all ranks into
+    /// `output` (in place when equal), on `stream`, asynchronously; works
+    /// inside stream capture. Call [`check`](Self::check) after
+    /// synchronizing to learn whether a peer failed to arrive.
+    ///
+    /// # Safety
+    /// `input` and `output` must be device memory of this communicator's
+    /// device, 16-byte aligned, holding at least `count` elements, and stay
+    /// valid until the stream has run the call; `stream` must belong to this
+    /// device's primary context (or be null).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+    ) -> Result<HostAlgo> {
+        self.check()?;
+        if op != ReduceOp::Sum {
+            return Err(Error::Unsupported(format!(
+                "reduce op {op:?} in the host-path kernels (only sum); use NCCL for it"
+            )));
+        }
+        let bytes = count
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        if bytes as u64 > self.max_bytes.bytes() {
+            return Err(Error::invalid(
+                "message size",
+                format!(
+                    "{} is above this communicator's maximum {}; create it with a larger max_bytes",
+                    ByteSize::from_usize(bytes),
+                    self.max_bytes
+                ),
+            ));
+        }
+        if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
+            return Err(Error::invalid(
+                "buffer address",
+                "input and output must be 16-byte aligned",
+            ));
+        }
+        let which = self.resolve(algo, bytes);
+        if count == 0 {
+            return Ok(which);
+        }
+        let mut block = self.kernels.block;
+        let d = dtype_index(dtype);
+        let mut args = HostKernelArgs {
+            input,
+            output,
+            nbytes: bytes as u64,
+            areas: self.areas,
+            half_stride: self.layout.half_stride as u64,
+            data_offset: self.layout.data_offset as u64,
+            flag_offset: self.layout.flag_offset as u64,
+            chunk_bytes: 16,
+            ctl: self.ctl.ptr(),
+            status: self.status.device_ptr(),
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            rank: self.rank as u32,
+            world: self.world as u32,
+            producers: 0,
+            pad: 0,
+        };
+        let (f, grid) = match which {
+            HostAlgo::Ll => {
+                // A small message gets one vector per thread and no idle warps.
+                block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
+                (
+                    self.kernels.ll[d],
+                    ll_blocks(bytes, block as usize, self.sms),
+                )
+            }
+            HostAlgo::Chunked => {
+                let plan = chunk_plan(bytes, self.world, self.sms);
+                if plan.chunks > self.layout.max_chunks {
+                    return Err(Error::invalid(
+                        "chunk plan",
+                        format!(
+                            "{} chunks exceed the {} flags of the area (a bug)",
+                            plan.chunks, self.layout.max_chunks
+                        ),
+                    ));
+                }
+                args.chunk_bytes = plan.chunk_bytes as u64;
+                args.producers = plan.producers;
+                (self.kernels.chunked[d], plan.producers + plan.consumers)
+            }
+        };
+        raw::set_current(self.ctx.cu_ctx())?;
+        // SAFETY: HostKernelArgs mirrors `struct HArgs`; the areas, control
+        // words and status live as long as `self` (callers keep the
+        // communicator until their streams finish); input/output validity is
+        // the caller's contract above.
+        unsafe { raw::launch(f, grid, block, &args, stream)? };
+        Ok(which)
+    }
+
+    /// Reports a peer that did not arrive in an earlier call (read from the
+    /// status the kernels write). Synchronize the stream first to see the
+    /// outcome of the latest call.
+    pub fn check(&self) -> Result<()> {
+        let code = self.status.read_u32(0);
+        if code == 0 {
+            return Ok(());
+        }
+        let peer = self.status.read_u32(4) as usize;
+        let epoch = self.status.read_u64(8);
+        let what = match code {
+            WAIT_LL => "host-path LL words",
+            WAIT_CHUNK => "host-path chunk flag",
+            _ => "host-path data",
+        };
+        Err(Error::PeerTimeout {
+            rank: self.rank,
+            peer,
+            epoch,
+            what: what.into(),
+            waited: self.timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_takes_ll_words_for_small_messages_and_chunks_above() {
+        let cap = 1 << 20;
+        assert_eq!(resolve(Algo::Auto, 1024, cap), HostAlgo::Ll);
+        assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX, cap), HostAlgo::Ll);
+        assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX + 2, cap), HostAlgo::Chunked);
+        assert_eq!(resolve(Algo::OneShot, cap, cap), HostAlgo::Ll);
+        // LL words for a message above the cap would not fit the area.
+        assert_eq!(resolve(Algo::OneShot, cap + 2, cap), HostAlgo::Chunked);
+        assert_eq!(resolve(Algo::TwoShot, 16, cap), HostAlgo::Chunked);
+        // A small communicator's cap bounds Auto too.
+        assert_eq!(resolve(Algo::Auto, 4096, 2048), HostAlgo::Chunked);
+    }
+}

@@ -1,0 +1,168 @@
+//! Where everything lives inside one rank's pinned host area, and how a
+//! message is cut into chunks and blocks. Pure arithmetic, unit-tested.
+
+/// Largest message the low-latency (LL) words carry; bigger ones go chunked.
+/// Its words take twice the message size, so it is capped well below the
+/// communicator's maximum.
+pub const LL_CAP: usize = 1 << 20;
+/// `Auto` sends messages up to this size as LL words and larger ones in
+/// chunks. A guess until the H200 run measures the crossing: LL pays twice the
+/// bytes over PCIe, the chunked path a fence and a flag round trip per chunk.
+pub const AUTO_LL_MAX: usize = 64 << 10;
+/// Smallest and largest chunk of the chunked path.
+pub const MIN_CHUNK: usize = 16 << 10;
+pub const MAX_CHUNK: usize = 256 << 10;
+
+fn round_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+/// Byte layout of one rank's host area (identical on every rank). Two halves,
+/// picked by the epoch's parity, each holding the LL words, the chunked data
+/// and one 32-bit flag per chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLayout {
+    /// Largest message the LL kernel takes (bytes of data, not of words).
+    pub ll_cap: usize,
+    pub data_offset: usize,
+    pub flag_offset: usize,
+    /// Flags per half: enough for the largest message in the smallest chunks.
+    pub max_chunks: usize,
+    pub half_stride: usize,
+}
+
+impl HostLayout {
+    pub fn new(max_bytes: usize) -> Self {
+        // Whole groups of 32 vectors: the kernel interleaves the LL halves per group.
+        let ll_cap = round_up(max_bytes.min(LL_CAP), 512);
+        let data_offset = 2 * ll_cap;
+        let data_bytes = round_up(max_bytes, 256);
+        let flag_offset = data_offset + data_bytes;
+        let max_chunks = max_bytes.div_ceil(MIN_CHUNK).max(1);
+        let half_stride = round_up(flag_offset + 4 * max_chunks, 4096);
+        Self {
+            ll_cap,
+            data_offset,
+            flag_offset,
+            max_chunks,
+            half_stride,
+        }
+    }
+    /// Bytes of one rank's area, rounded to whole pages (it is registered with
+    /// the driver, which pins whole pages).
+    pub fn area_bytes(&self, page: usize) -> usize {
+        round_up(2 * self.half_stride, page.max(1))
+    }
+}
+
+/// How the chunked kernel splits a message of `bytes` over at most `sms`
+/// blocks of `block` threads among `world` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPlan {
+    pub chunk_bytes: usize,
+    pub chunks: usize,
+    /// Blocks that copy the input to host memory.
+    pub producers: u32,
+    /// Blocks that wait, read the peers' chunks and reduce.
+    pub consumers: u32,
+}
+
+/// Chunks are sized so every block gets about two of them (pipelining within
+/// a block), between MIN_CHUNK and MAX_CHUNK. Producers write one copy of the
+/// message, consumers read world - 1 copies, so blocks are split in that
+/// proportion (at least one of each).
+pub fn chunk_plan(bytes: usize, world: usize, sms: usize) -> ChunkPlan {
+    let sms = sms.max(2);
+    let world = world.max(2);
+    let target = bytes.div_ceil(2 * sms);
+    let chunk_bytes = round_up(target, MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
+    let chunks = bytes.div_ceil(chunk_bytes).max(1);
+    let producers = (sms / world).max(1);
+    let consumers = sms - producers;
+    let (producers, consumers) = (producers.min(chunks), consumers.min(chunks));
+    ChunkPlan {
+        chunk_bytes,
+        chunks,
+        producers: producers as u32,
+        consumers: consumers as u32,
+    }
+}
+
+/// Blocks of the LL kernel: one 16-byte vector per thread where the SMs
+/// allow, at most one block per SM (blocks wait on peers, so all must be
+/// resident).
+pub fn ll_blocks(bytes: usize, block: usize, sms: usize) -> u32 {
+    let nvec = bytes.div_ceil(16);
+    nvec.div_ceil(block.max(1)).clamp(1, sms.max(1)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_regions_do_not_overlap_and_fit_the_largest_message() {
+        for max in [
+            1usize,
+            2,
+            16,
+            1000,
+            64 << 10,
+            1 << 20,
+            (1 << 20) + 2,
+            64 << 20,
+        ] {
+            let l = HostLayout::new(max);
+            assert!(l.ll_cap >= max.min(LL_CAP));
+            assert!(l.ll_cap.is_multiple_of(512));
+            // LL words: 2 bytes of area per byte of data.
+            assert!(2 * l.ll_cap <= l.data_offset);
+            assert!(l.data_offset + max <= l.flag_offset);
+            assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
+            assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
+            assert!(l.half_stride.is_multiple_of(4096));
+            let area = l.area_bytes(4096);
+            assert!(area >= 2 * l.half_stride && area.is_multiple_of(4096));
+            // Every chunk plan for a message up to max stays within the flags.
+            for sms in [2usize, 8, 132] {
+                let p = chunk_plan(max, 2, sms);
+                assert!(p.chunks <= l.max_chunks, "max {max} sms {sms}: {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_plan_covers_the_message_in_bounded_chunks() {
+        for bytes in [16usize, 1024, 64 << 10, 1 << 20, 16 << 20, (64 << 20) + 48] {
+            for world in 2..=8 {
+                for sms in [2usize, 16, 132] {
+                    let p = chunk_plan(bytes, world, sms);
+                    assert!(p.chunk_bytes.is_multiple_of(16));
+                    assert!((MIN_CHUNK..=MAX_CHUNK).contains(&p.chunk_bytes));
+                    assert!(p.chunks * p.chunk_bytes >= bytes);
+                    assert!((p.chunks - 1) * p.chunk_bytes < bytes);
+                    assert!(p.producers >= 1 && p.consumers >= 1);
+                    assert!((p.producers + p.consumers) as usize <= sms);
+                    assert!(p.producers as usize <= p.chunks && p.consumers as usize <= p.chunks);
+                }
+            }
+        }
+        // 64 MiB on an H200 (132 SMs), 2 ranks: 256 KiB chunks, SMs split in half.
+        let p = chunk_plan(64 << 20, 2, 132);
+        assert_eq!(
+            (p.chunk_bytes, p.chunks, p.producers, p.consumers),
+            (256 << 10, 256, 66, 66)
+        );
+        // More ranks: consumers read world - 1 copies, so they get more blocks.
+        let p = chunk_plan(64 << 20, 4, 132);
+        assert_eq!((p.producers, p.consumers), (33, 99));
+    }
+
+    #[test]
+    fn ll_blocks_give_one_vector_per_thread_up_to_one_block_per_sm() {
+        assert_eq!(ll_blocks(16, 512, 132), 1);
+        assert_eq!(ll_blocks(64 << 10, 512, 132), 8);
+        assert_eq!(ll_blocks(1 << 20, 512, 132), 128);
+        assert_eq!(ll_blocks(4 << 20, 512, 132), 132);
+    }
+}

@@ -1,0 +1,477 @@
+// All-reduce between GPUs without peer-to-peer access, through pinned host
+// memory that every GPU maps (see docs/protocol-gpu.md, "Host path").
+//
+// Each rank owns one host area and is its only writer; peers only read it.
+// A rank writes its contribution once (a push to host memory serves every
+// peer), then reads the peers' contributions and sums all of them in rank
+// order, so every rank gets bit-identical results.
+//
+// Two kernels:
+// - ll (small messages): every 8-byte word of the area carries 4 bytes of
+//   data beside the low 32 bits of the call's epoch, written and read as
+//   16-byte vectors. A reader waits until both epochs of a vector match, so
+//   no flag can overtake data and no clearing pass is needed (a stale word
+//   carries an older epoch). 8-byte single-copy atomicity of aligned stores
+//   and loads is what NCCL's LL protocol relies on over PCIe and host memory.
+// - chunked (large messages): plain data in chunks, one flag per chunk
+//   written after a system-scope fence by every writing thread. Half the
+//   blocks (for 2 ranks) only produce: copy the input to host memory, chunk
+//   after chunk, never waiting; the other blocks only consume: wait for a
+//   chunk's flags, read the peers' chunks and reduce. Device-to-host and
+//   host-to-device traffic so run at the same time.
+//
+// Areas have two halves chosen by the epoch's parity: a rank starts call e+2
+// only after every peer has written its part of call e+1, which a peer does
+// only after it has finished call e, so a half is never rewritten while a
+// peer still reads it.
+//
+// The epoch lives in device memory and is advanced by the kernel itself
+// (graph replays stay correct). Every wait is bounded by %globaltimer and
+// records which peer and epoch did not arrive in a host-mapped status word.
+//
+// No CUDA headers: NVRTC alone compiles this.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+
+#define HG_MAX_WORLD 8
+#define HG_BLOCK 512
+#define HG_WAIT_LL 4u
+#define HG_WAIT_CHUNK 5u
+#define HG_EPOCH_SHIFT 20
+#define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
+// Vectors per thread per step of the chunked kernel (loads in flight).
+#define HG_UNROLL 4
+
+struct V16 {
+    u32 x, y, z, w;
+};
+
+// Mirrors HostKernelArgs in cuda/host_path/kernels.rs.
+struct HArgs {
+    u64 in;
+    u64 out;
+    u64 nbytes;
+    u64 areas[HG_MAX_WORLD];  // device addresses of every rank's host area
+    u64 half_stride;          // bytes between the two parity halves
+    u64 data_offset;          // chunked data, inside a half
+    u64 flag_offset;          // chunk flags (u32 each), inside a half
+    u64 chunk_bytes;          // multiple of 16
+    u64 ctl;                  // device memory: HCtl
+    u64 status;               // host-mapped: HStatus
+    u64 timeout_ns;
+    u32 rank;
+    u32 world;
+    u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
+    u32 pad;
+};
+
+struct HCtl {
+    // Epoch in the bits above HG_EPOCH_SHIFT, arrivals of the current call below.
+    u64 arrivals;
+    u32 abort;
+    u32 pad;
+};
+
+struct HStatus {
+    u32 code;
+    u32 peer;
+    u64 epoch;
+};
+
+__device__ __forceinline__ V16 ld_volatile_v4(const void* p) {
+    V16 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ u32 ld_acquire_sys_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_volatile_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 ld_volatile_u64(const u64* p) {
+    u64 v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---------------------------------------------------------------- element types
+
+__device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }
+
+// Round to nearest even; NaN stays a quiet NaN.
+__device__ __forceinline__ u32 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+
+__device__ __forceinline__ float f16_to_f32(u32 h) {
+    float f;
+    unsigned short s = (unsigned short)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+    return f;
+}
+
+__device__ __forceinline__ u32 f32_to_f16(float f) {
+    unsigned short s;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
+    return (u32)s;
+}
+
+// Accumulates a 16-byte vector of elements into 8 float lanes.
+struct HF32 {
+    static __device__ __forceinline__ void add(float* acc, V16 v) {
+        acc[0] += __uint_as_float(v.x);
+        acc[1] += __uint_as_float(v.y);
+        acc[2] += __uint_as_float(v.z);
+        acc[3] += __uint_as_float(v.w);
+    }
+    static __device__ __forceinline__ V16 pack(const float* f) {
+        V16 v;
+        v.x = __float_as_uint(f[0]);
+        v.y = __float_as_uint(f[1]);
+        v.z = __float_as_uint(f[2]);
+        v.w = __float_as_uint(f[3]);
+        return v;
+    }
+};
+
+struct HBF16 {
+    static __device__ __forceinline__ void add(float* acc, V16 v) {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc[2 * k] += bf16_to_f32(w[k] & 0xffffu);
+            acc[2 * k + 1] += bf16_to_f32(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ V16 pack(const float* f) {
+        V16 v;
+        v.x = f32_to_bf16(f[0]) | (f32_to_bf16(f[1]) << 16);
+        v.y = f32_to_bf16(f[2]) | (f32_to_bf16(f[3]) << 16);
+        v.z = f32_to_bf16(f[4]) | (f32_to_bf16(f[5]) << 16);
+        v.w = f32_to_bf16(f[6]) | (f32_to_bf16(f[7]) << 16);
+        return v;
+    }
+};
+
+struct HF16 {
+    static __device__ __forceinline__ void add(float* acc, V16 v) {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc[2 * k] += f16_to_f32(w[k] & 0xffffu);
+            acc[2 * k + 1] += f16_to_f32(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ V16 pack(const float* f) {
+        V16 v;
+        v.x = f32_to_f16(f[0]) | (f32_to_f16(f[1]) << 16);
+        v.y = f32_to_f16(f[2]) | (f32_to_f16(f[3]) << 16);
+        v.z = f32_to_f16(f[4]) | (f32_to_f16(f[5]) << 16);
+        v.w = f32_to_f16(f[6]) | (f32_to_f16(f[7]) << 16);
+        return v;
+    }
+};
+
+// ---------------------------------------------------------------- input / output
+
+// The last vector may be partial: read in 16-bit steps (every type's size is
+// a multiple of 2) and padded with zeros.
+__device__ __forceinline__ V16 load_input(const HArgs& a, u64 i) {
+    const V16* in = (const V16*)a.in;
+    if (i < a.nbytes / 16) return in[i];
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const u16* p = (const u16*)(in + i);
+    u32 halves = (u32)(a.nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+__device__ __forceinline__ void store_output(const HArgs& a, u64 i, V16 v) {
+    V16* out = (V16*)a.out;
+    if (i < a.nbytes / 16) {
+        out[i] = v;
+        return;
+    }
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+    u16* p = (u16*)(out + i);
+    u32 halves = (u32)(a.nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
+}
+
+// ---------------------------------------------------------------- epochs, timeouts
+
+__device__ __forceinline__ u64 read_epoch(const HArgs& a) {
+    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> HG_EPOCH_SHIFT) + 1ull;
+}
+
+// The 32-bit tag of an epoch, never 0: zeroed memory that was never written
+// must not look like a current word even after the counter wraps.
+__device__ __forceinline__ u32 epoch_tag(u64 epoch) {
+    return 1u + (u32)((epoch - 1ull) % 0xffffffffull);
+}
+
+__device__ __forceinline__ bool aborted(const HArgs& a) {
+    return ld_volatile_u32(&((const HCtl*)a.ctl)->abort) != 0u;
+}
+
+// The first timeout of this rank is recorded; the abort word makes every
+// other wait of this rank (this call and later ones) give up at once.
+__device__ void report_timeout(const HArgs& a, u32 what, u32 peer, u64 epoch) {
+    HCtl* ctl = (HCtl*)a.ctl;
+    if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
+        volatile HStatus* s = (volatile HStatus*)a.status;
+        s->peer = peer;
+        s->epoch = epoch;
+        __threadfence_system();
+        s->code = what;
+        __threadfence_system();
+    }
+}
+
+// Each block adds 1 when it is done, block 0 adds one epoch unit minus the
+// other blocks' ones: after the whole grid the epoch has advanced by one and
+// the arrival bits are back at zero. The next call starts after this kernel
+// completes, so all its blocks read the new epoch. An aborted block does not
+// arrive, so a failed call never advances the epoch.
+__device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
+    const int failed = __syncthreads_or(!ok);
+    if (threadIdx.x != 0 || failed) return;
+    HCtl* ctl = (HCtl*)a.ctl;
+    const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    atomicAdd((unsigned long long*)&ctl->arrivals, add);
+}
+
+// ---------------------------------------------------------------- ll
+
+// Where the two LL vectors of data vector i live: per group of 32 vectors,
+// first the 32 low halves, then the 32 high halves, so each store and load
+// instruction of a warp covers 512 contiguous bytes (whole PCIe lines).
+__device__ __forceinline__ u64 ll_lo(u64 i) { return (i >> 5) * 64 + (i & 31); }
+
+__device__ __forceinline__ bool ll_ready(V16 lo, V16 hi, u32 e) {
+    return lo.y == e && lo.w == e && hi.y == e && hi.w == e;
+}
+
+// Waits for the two LL vectors at `p` (low half) and `p + 32` (high half) of
+// `peer`; false on timeout or abort.
+__device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 peer, u64 epoch,
+                                     V16* out) {
+    const u64 start = globaltimer();
+    for (u32 spins = 1;; spins++) {
+        V16 lo = ld_volatile_v4(p);
+        V16 hi = ld_volatile_v4(p + 32);
+        if (ll_ready(lo, hi, e)) {
+            out->x = lo.x;
+            out->y = lo.z;
+            out->z = hi.x;
+            out->w = hi.z;
+            return true;
+        }
+        if ((spins & 15u) == 0u) {
+            if (aborted(a)) return false;
+            if (globaltimer() - start > a.timeout_ns) {
+                report_timeout(a, HG_WAIT_LL, peer, epoch);
+                return false;
+            }
+        }
+    }
+}
+
+template <typename T>
+__device__ void ll(const HArgs& a) {
+    const u64 epoch = read_epoch(a);
+    const u32 e = epoch_tag(epoch);
+    const u64 half = (epoch & 1ull) * a.half_stride;
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    bool ok = !aborted(a);
+    // Publish every vector of this thread before waiting for any.
+    V16* mine = (V16*)(a.areas[a.rank] + half);
+    for (u64 i = first; i < nvec; i += stride) {
+        V16 v = load_input(a, i);
+        V16 lo, hi;
+        lo.x = v.x;
+        lo.y = e;
+        lo.z = v.y;
+        lo.w = e;
+        hi.x = v.z;
+        hi.y = e;
+        hi.z = v.w;
+        hi.w = e;
+        st_volatile_v4(mine + ll_lo(i), lo);
+        st_volatile_v4(mine + ll_lo(i) + 32, hi);
+    }
+    for (u64 i = first; ok && i < nvec; i += stride) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (u32 q = 0; q < a.world; q++) {
+            V16 v;
+            if (q == a.rank) {
+                v = load_input(a, i);
+            } else {
+                const V16* p = (const V16*)(a.areas[q] + half) + ll_lo(i);
+                V16 lo = ld_volatile_v4(p);
+                V16 hi = ld_volatile_v4(p + 32);
+                if (ll_ready(lo, hi, e)) {
+                    v.x = lo.x;
+                    v.y = lo.z;
+                    v.z = hi.x;
+                    v.w = hi.z;
+                } else if (!ll_wait(a, p, e, q, epoch, &v)) {
+                    ok = false;
+                    break;
+                }
+            }
+            T::add(acc, v);
+        }
+        if (ok) store_output(a, i, T::pack(acc));
+    }
+    end_call(a, ok);
+}
+
+// ---------------------------------------------------------------- chunked
+
+// Thread 0 waits for chunk `c`'s flag of every peer; the block learns the
+// outcome through the barrier.
+__device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
+    __shared__ int ok_shared;
+    if (threadIdx.x == 0) {
+        int ok = 1;
+        // Its own flag too: for an in-place call the producer must have read
+        // this chunk of the input before the output overwrites it.
+        for (u32 q = 0; ok && q < a.world; q++) {
+            const u32* flag = (const u32*)(a.areas[q] + half + a.flag_offset) + c;
+            if (ld_acquire_sys_u32(flag) == e) continue;
+            const u64 start = globaltimer();
+            for (u32 spins = 1;; spins++) {
+                if (ld_acquire_sys_u32(flag) == e) break;
+                if ((spins & 15u) == 0u) {
+                    if (aborted(a)) {
+                        ok = 0;
+                        break;
+                    }
+                    if (globaltimer() - start > a.timeout_ns) {
+                        report_timeout(a, HG_WAIT_CHUNK, q, epoch);
+                        ok = 0;
+                        break;
+                    }
+                }
+            }
+        }
+        ok_shared = ok;
+    }
+    __syncthreads();
+    const bool ok = ok_shared != 0;
+    __syncthreads();
+    return ok;
+}
+
+template <typename T>
+__device__ void chunked(const HArgs& a) {
+    const u64 epoch = read_epoch(a);
+    const u32 e = epoch_tag(epoch);
+    const u64 half = (epoch & 1ull) * a.half_stride;
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 cvec = a.chunk_bytes / 16;
+    const u64 nchunks = (nvec + cvec - 1) / cvec;
+    const u32 producers = a.producers;
+    bool ok = !aborted(a);
+    if (blockIdx.x < producers) {
+        // Producer: input -> own host area, chunk after chunk; a flag per
+        // chunk once every thread's stores are fenced at system scope.
+        V16* mine = (V16*)(a.areas[a.rank] + half + a.data_offset);
+        u32* flags = (u32*)(a.areas[a.rank] + half + a.flag_offset);
+        for (u64 c = blockIdx.x; c < nchunks; c += producers) {
+            const u64 lo = c * cvec;
+            const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+            for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = load_input(a, i);
+            __threadfence_system();
+            __syncthreads();
+            if (threadIdx.x == 0) st_release_sys_u32(flags + c, e);
+        }
+    } else {
+        const u32 consumers = gridDim.x - producers;
+        const u32 me = blockIdx.x - producers;
+        for (u64 c = me; ok && c < nchunks; c += consumers) {
+            if (!chunk_wait(a, half, c, e, epoch)) {
+                ok = false;
+                break;
+            }
+            const u64 lo = c * cvec;
+            const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+            for (u64 base = lo + threadIdx.x; base < hi; base += (u64)blockDim.x * HG_UNROLL) {
+                float acc[HG_UNROLL][8];
+#pragma unroll
+                for (int u = 0; u < HG_UNROLL; u++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[u][k] = 0.f;
+                for (u32 q = 0; q < a.world; q++) {
+                    V16 v[HG_UNROLL];
+                    const V16* src = (const V16*)(a.areas[q] + half + a.data_offset);
+#pragma unroll
+                    for (int u = 0; u < HG_UNROLL; u++) {
+                        const u64 i = base + (u64)u * blockDim.x;
+                        if (i < hi) v[u] = q == a.rank ? load_input(a, i) : ld_volatile_v4(src + i);
+                    }
+#pragma unroll
+                    for (int u = 0; u < HG_UNROLL; u++) {
+                        const u64 i = base + (u64)u * blockDim.x;
+                        if (i < hi) T::add(acc[u], v[u]);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < HG_UNROLL; u++) {
+                    const u64 i = base + (u64)u * blockDim.x;
+                    if (i < hi) store_output(a, i, T::pack(acc[u]));
+                }
+            }
+        }
+    }
+    end_call(a, ok);
+}
+
+#define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
+
+HG_KERNEL tpcomm_host_ll_f32(HArgs a) { ll<HF32>(a); }
+HG_KERNEL tpcomm_host_ll_f16(HArgs a) { ll<HF16>(a); }
+HG_KERNEL tpcomm_host_ll_bf16(HArgs a) { ll<HBF16>(a); }
+HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<HF32>(a); }
+HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<HF16>(a); }
+HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<HBF16>(a); }
