@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Builds (release) everything bench/device/verify_all.sh runs on the device and
+# copies it, stripped, into DEST (default /work/main/.dev/all, emptied first):
+#   tpcomm                 the command (gpu-bench, forward-bench, tune)
+#   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
+#   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune
+#   nccl_gpu               test executables of crates/tpcomm
+#   gpu_forward            test executable of crates/tpcomm-cli
+#   gpu_forward.tpcomm-path  where gpu_forward looks for `tpcomm` (the path is
+#                          compiled in; verify_all.sh links it there)
+#   dropin/*.py            bench/dropin/
+#   torch_allreduce.py     the torch anchor (../shared/anchors/)
+#   verify_all.sh          the device script itself, so script and binaries match
+#   BUILD.txt              commit, dirty state, build time, sizes
+# The device call carries at most 64 MiB; this fails when DEST passes
+# MAX_MIB (default 48) so there is room to spare.
+#
+#   bash bench/device/stage_all.sh [DEST]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+DEST="${1:-/work/main/.dev/all}"
+MAX_MIB="${MAX_MIB:-48}"
+case "$DEST" in
+  "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
+esac
+
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune nccl_gpu)
+TESTS_CLI=(gpu_forward)
+
+anchor=""
+for a in ../shared/anchors/torch_allreduce.py /work/wt/shared/anchors/torch_allreduce.py; do
+  [ -f "$a" ] && { anchor=$a; break; }
+done
+[ -n "$anchor" ] || { echo "stage_all: torch_allreduce.py not found in ../shared/anchors or /work/wt/shared/anchors" >&2; exit 1; }
+
+echo "== build (release): tpcomm, libtpcomm_nccl.so"
+cargo build --release -p tpcomm-cli -p tpcomm-nccl
+
+# Prints "name<TAB>path" for each test executable cargo reports.
+test_exes() {
+  python3 -c 'import json, sys
+want = set(sys.argv[1:])
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target", {})
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("name") in want and "test" in t.get("kind", []):
+        print(t["name"] + "\t" + m["executable"])' "$@"
+}
+args_for() { local a=() t; for t in "$@"; do a+=(--test "$t"); done; echo "${a[@]}"; }
+
+echo "== build (release): test executables"
+list=$(mktemp)
+trap 'rm -f "$list"' EXIT
+# shellcheck disable=SC2046 # word splitting of --test NAME pairs is wanted
+cargo test --release --no-run --message-format=json -p tpcomm $(args_for "${TESTS_TPCOMM[@]}") |
+  test_exes "${TESTS_TPCOMM[@]}" >> "$list"
+# shellcheck disable=SC2046
+cargo test --release --no-run --message-format=json -p tpcomm-cli $(args_for "${TESTS_CLI[@]}") |
+  test_exes "${TESTS_CLI[@]}" >> "$list"
+
+echo "== stage into $DEST"
+rm -rf "$DEST"
+mkdir -p "$DEST/dropin"
+cp target/release/tpcomm "$DEST/tpcomm"
+cp target/release/libtpcomm_nccl.so "$DEST/libtpcomm_nccl.so"
+missing=()
+for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}"; do
+  exe=$(awk -F'\t' -v n="$t" '$1 == n { print $2; exit }' "$list")
+  if [ -z "$exe" ] || [ ! -x "$exe" ]; then missing+=("$t"); continue; fi
+  cp "$exe" "$DEST/$t"
+done
+[ "${#missing[@]}" -eq 0 ] || { echo "stage_all: FAILED: no test executable for: ${missing[*]}" >&2; exit 1; }
+# gpu_forward runs the `tpcomm` it was compiled next to (CARGO_BIN_EXE_tpcomm,
+# an absolute path); verify_all.sh puts a link to DEST/tpcomm there.
+echo "$ROOT/target/release/tpcomm" > "$DEST/gpu_forward.tpcomm-path"
+grep -qF "$ROOT/target/release/tpcomm" "$DEST/gpu_forward" ||
+  echo "stage_all: warning: $ROOT/target/release/tpcomm not found in gpu_forward; its test may not find tpcomm" >&2
+
+strip "$DEST/tpcomm" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
+# Keep the dynamic symbol table: it is the NCCL API the drop-in exports.
+strip --strip-unneeded "$DEST/libtpcomm_nccl.so"
+nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
+  { echo "stage_all: FAILED: stripped libtpcomm_nccl.so lost ncclAllReduce" >&2; exit 1; }
+
+cp bench/dropin/*.py "$DEST/dropin/"
+cp "$anchor" "$DEST/torch_allreduce.py"
+cp bench/device/verify_all.sh "$DEST/verify_all.sh"
+
+{
+  echo "commit $(git rev-parse HEAD) ($(git rev-parse --abbrev-ref HEAD))"
+  if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "tracked files modified: yes"; else echo "tracked files modified: no"; fi
+  echo "built $(date -u +%FT%TZ) in $ROOT"
+  echo "anchor $anchor"
+} > "$DEST/BUILD.txt"
+
+echo "== sizes"
+(cd "$DEST" && find . -type f -printf '%s\t%p\n' | sort -k2) |
+  awk -F'\t' '{ printf "%10.2f MiB  %s\n", $1 / 1048576, $2 }'
+total=$(du -sb "$DEST" | cut -f1)
+awk -v t="$total" -v m="$MAX_MIB" 'BEGIN { printf "total %.2f MiB (%d bytes; limit here %s MiB, the device call carries at most 64 MiB)\n", t / 1048576, t, m }' |
+  tee -a "$DEST/BUILD.txt"
+if [ "$total" -gt $((MAX_MIB * 1024 * 1024)) ]; then
+  echo "stage_all: FAILED: $DEST is $total bytes, over $MAX_MIB MiB; the carry would not fit" >&2
+  exit 1
+fi
+echo "staged: carry [\"${DEST#/work/main/}\"]"
