@@ -74,13 +74,37 @@ pub struct BenchMeta {
     pub cores: usize,
     /// UTC, "YYYY-MM-DDTHH:MM:SSZ".
     pub date: String,
-    /// Component -> version ("tpcomm", and later "nccl", "cuda driver", ...).
+    /// Component -> version: "tpcomm"; GPU runs add "driver" (CUDA driver),
+    /// "nvrtc" and, when NCCL was loaded, "nccl".
     pub versions: BTreeMap<String, String>,
-    /// "host", "cuda", "nccl".
+    /// How ranks share data: "host" (shared memory on CPU ranks, or pinned
+    /// host memory between GPUs: see `device`), "cuda" (GPU peer-to-peer).
     pub transport: String,
     pub world_size: usize,
     /// How ranks were launched ("processes" or "threads").
     pub launch: String,
+    /// "cpu" or "gpu"; absent in files written before one command ran both
+    /// (those are CPU runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// GPU runs: each rank's GPU name, in rank order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<String>>,
+    /// GPU runs: the architecture the kernels were compiled for ("sm_90").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// GPU runs: calls per timed repetition (and per captured graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iters: Option<usize>,
+    /// GPU runs: timed repetitions (the median is reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reps: Option<usize>,
+    /// GPU runs: input/output buffer pairs rotated through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate: Option<usize>,
+    /// GPU runs: how a time was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
