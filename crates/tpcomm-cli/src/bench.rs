@@ -239,7 +239,7 @@ impl Table {
         );
         bar.set_message(format!("{} ranks ({:?})", args.ranks, args.launch).to_lowercase());
         println!(
-            "# tpcomm bench: host transport, {} ranks as {}, {} {}, timeout {:?}",
+            "# tpcomm bench (cpu): host transport, {} ranks as {}, {} {}, timeout {:?}",
             args.ranks,
             format!("{:?}", args.launch).to_lowercase(),
             args.dtype,

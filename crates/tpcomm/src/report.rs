@@ -187,6 +187,34 @@ mod tests {
         assert!((r.busbw_gbps - 150.0).abs() < 1e-9);
     }
 
+    /// Files written before `device` and the GPU fields existed still read
+    /// (as CPU runs), and a CPU meta writes none of the GPU fields.
+    #[test]
+    fn meta_without_the_optional_fields_reads_and_writes_without_them() {
+        let old = r#"{"machine": {"hostname": "h", "cpu_model": "c"}, "cores": 2,
+            "date": "2026-11-30T00:00:00Z", "versions": {"tpcomm": "0.1.0"},
+            "transport": "host", "world_size": 2, "launch": "threads"}"#;
+        let m: BenchMeta = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (m.device.as_deref(), m.gpus.as_ref(), m.reps),
+            (None, None, None)
+        );
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 7, "{v}");
+        let gpu = BenchMeta {
+            device: Some("gpu".into()),
+            gpus: Some(vec!["H200".into(); 2]),
+            arch: Some("sm_90".into()),
+            iters: Some(20),
+            reps: Some(25),
+            rotate: Some(4),
+            timing: Some("CUDA events".into()),
+            ..m
+        };
+        let back: BenchMeta = serde_json::from_str(&serde_json::to_string(&gpu).unwrap()).unwrap();
+        assert_eq!(back, gpu);
+    }
+
     #[test]
     fn utc_now_is_well_formed() {
         let d = utc_now();
