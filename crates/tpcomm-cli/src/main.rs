@@ -30,7 +30,7 @@ enum Command {
     /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
     Probe(probe::ProbeArgs),
     /// Time all-reduce on this machine's GPUs (every tpcomm algorithm and NCCL, eager and in CUDA graphs) or, without GPUs, on CPU ranks; nccl-tests columns, every result checked. `tpcomm bench forward`: all-reduce inside a transformer forward.
-    Bench(bench::unified::BenchCommand),
+    Bench(Box<bench::unified::BenchCommand>),
     /// The GPU bench's older spelling (`tpcomm bench --device gpu`); its worker processes run through it.
     #[command(hide = true)]
     GpuBench(gpu_bench::GpuBenchArgs),
@@ -54,7 +54,7 @@ fn main() {
         }
         Command::Probe(args) => std::process::exit(probe::run(args)),
         Command::GpuBench(args) => std::process::exit(gpu_bench::run(args, "tpcomm gpu-bench")),
-        Command::Bench(cmd) => std::process::exit(bench::unified::run(cmd)),
+        Command::Bench(cmd) => std::process::exit(bench::unified::run(*cmd)),
         Command::ForwardBench(args) => {
             std::process::exit(forward_bench::run(args, "tpcomm forward-bench"))
         }
