@@ -181,13 +181,9 @@ fn build(
             )));
         }
         info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");
-        let cfg = CudaConfig {
-            rank,
-            world,
-            device,
-            max_bytes: s.max_bytes,
-            timeout: s.timeout,
-        };
+        let mut cfg = CudaConfig::new(rank, world, device);
+        cfg.max_bytes = s.max_bytes;
+        cfg.timeout = s.timeout;
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
         CudaCommunicator::new(&cfg, &rv)
     })();
@@ -220,14 +216,10 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
                 let rv = Rendezvous::Threads(group.clone());
-                let cfg = CudaConfig {
-                    rank,
-                    world,
-                    device: devices[rank],
-                    max_bytes: s.max_bytes,
-                    // A thread that failed early never posts: keep the others' wait short.
-                    timeout: s.timeout.min(std::time::Duration::from_secs(30)),
-                };
+                let mut cfg = CudaConfig::new(rank, world, devices[rank]);
+                cfg.max_bytes = s.max_bytes;
+                // A thread that failed early never posts: keep the others' wait short.
+                cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
                 sc.spawn(move || CudaCommunicator::new(&cfg, &rv))
             })
             .collect();

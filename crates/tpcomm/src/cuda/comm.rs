@@ -37,6 +37,11 @@ pub struct CudaConfig {
     /// Which transport `GpuComm::new` builds (`CudaCommunicator::new` is
     /// always the P2P one).
     pub transport: super::host_path::Transport,
+    /// Set up NCCL beside tpcomm's buffers so that `cuda::Communicator` runs
+    /// the calls the kernels cannot take (messages above `max_bytes`, max and
+    /// min) on NCCL instead of failing. Default: off, or on with
+    /// TPCOMM_NCCL_FALLBACK=1.
+    pub nccl_fallback: bool,
 }
 
 impl CudaConfig {
@@ -50,6 +55,7 @@ impl CudaConfig {
             selector: None,
             self_tune: crate::select::self_tune::requested_by_env(),
             transport: super::host_path::Transport::Auto,
+            nccl_fallback: std::env::var("TPCOMM_NCCL_FALLBACK").is_ok_and(|v| v == "1"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod algo;
 mod comm;
+pub mod communicator;
 pub mod compile;
 pub mod forward;
 pub mod fused;
@@ -19,6 +20,7 @@ pub mod verify;
 
 pub use algo::{auto_oneshot_max, Algo};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
+pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};

@@ -1,0 +1,212 @@
+//! The GPU communicator users hold: tpcomm's kernels for the all-reduces they
+//! take, NCCL for the rest (messages above the buffers, ops the kernels lack).
+//!
+//! The kernels' buffers are sized once at creation and never grow, so a
+//! message larger than `max_bytes` cannot run on them. Rather than fail, a
+//! communicator created with `nccl_fallback` hands such calls to an NCCL
+//! communicator it set up beside its own, on the same ranks and stream.
+
+use super::host_path::GpuComm;
+use super::raw::{CUdeviceptr, CUstream};
+use super::{Algo, CudaConfig, Rendezvous};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::nccl::{Nccl, NcclComm, UniqueId};
+use crate::units::ByteSize;
+use std::time::Duration;
+
+/// Where one all-reduce runs, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// tpcomm's kernels.
+    Tpcomm,
+    /// NCCL, because the message is larger than the communicator's buffers.
+    NcclTooLarge,
+    /// NCCL, because the kernels only sum.
+    NcclOp,
+}
+
+impl Route {
+    /// Decides the route of a call from what the kernels can do; pure, so the
+    /// rule is tested without a GPU.
+    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp) -> Route {
+        if op != ReduceOp::Sum {
+            Route::NcclOp
+        } else if bytes > max_bytes.bytes() {
+            Route::NcclTooLarge
+        } else {
+            Route::Tpcomm
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Tpcomm => "tpcomm",
+            Route::NcclTooLarge => "nccl (message above the buffers)",
+            Route::NcclOp => "nccl (op not in the kernels)",
+        }
+    }
+}
+
+/// A GPU communicator with NCCL behind it (see the module docs).
+pub struct Communicator {
+    gpu: GpuComm,
+    nccl: Option<NcclComm>,
+    max_bytes: ByteSize,
+}
+
+impl Communicator {
+    /// Creates tpcomm's communicator (transport as `cfg.transport` says) and,
+    /// when `cfg.nccl_fallback` is set, an NCCL communicator on the same ranks
+    /// (rank 0's unique id goes to every rank through `rendezvous`). Every rank
+    /// calls this with the same configuration.
+    pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        let gpu = GpuComm::new(cfg, rendezvous)?;
+        let nccl = if cfg.nccl_fallback {
+            Some(nccl_over_rendezvous(
+                cfg.rank,
+                cfg.world,
+                rendezvous,
+                cfg.timeout,
+            )?)
+        } else {
+            None
+        };
+        Ok(Self {
+            gpu,
+            nccl,
+            max_bytes: cfg.max_bytes,
+        })
+    }
+
+    /// tpcomm's own communicator (memory report, transport, checks).
+    pub fn gpu(&self) -> &GpuComm {
+        &self.gpu
+    }
+
+    /// The NCCL communicator behind it, if it was asked for.
+    pub fn nccl(&self) -> Option<&NcclComm> {
+        self.nccl.as_ref()
+    }
+
+    /// All-reduces `count` elements from `input` into `output` (the same
+    /// pointer for in place) on `stream`, on tpcomm's kernels when they can
+    /// take the call and on NCCL otherwise; returns where it ran. Without the
+    /// NCCL fallback, a call the kernels cannot take is an error that says so.
+    ///
+    /// # Safety
+    /// As [`crate::cuda::CudaCommunicator::all_reduce`]: `input` and `output`
+    /// are device pointers of this rank's GPU, valid for `count` elements of
+    /// `dtype` until the stream has run the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+    ) -> Result<Route> {
+        let bytes = (count as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let route = Route::of(bytes, self.max_bytes, op);
+        match (route, &self.nccl) {
+            (Route::Tpcomm, _) => {
+                // SAFETY: the caller's contract is passed on unchanged.
+                unsafe {
+                    self.gpu
+                        .all_reduce(input, output, count, dtype, op, algo, stream)?
+                };
+            }
+            (_, Some(nccl)) => {
+                // SAFETY: as above; NCCL reads and writes the same ranges on
+                // the same stream.
+                unsafe { nccl.all_reduce(input, output, count, dtype, op, stream)? };
+            }
+            (Route::NcclOp, None) => {
+                return Err(Error::Unsupported(format!(
+                    "reduce op {op} in tpcomm's kernels (they only sum); create the communicator with nccl_fallback to run it on NCCL"
+                )))
+            }
+            (Route::NcclTooLarge, None) => {
+                return Err(Error::invalid(
+                    "message size",
+                    format!(
+                        "{} is above this communicator's buffers ({}); create it with a larger max_bytes, or with nccl_fallback to run such messages on NCCL",
+                        ByteSize::b(bytes),
+                        self.max_bytes
+                    ),
+                ))
+            }
+        }
+        Ok(route)
+    }
+}
+
+/// Sets up an NCCL communicator on the ranks of `rendezvous`: rank 0 makes the
+/// unique id and every rank receives it there. A rank that cannot load NCCL
+/// posts nothing, so every rank fails together instead of waiting in NCCL.
+pub fn nccl_over_rendezvous(
+    rank: usize,
+    world: usize,
+    rendezvous: &Rendezvous,
+    timeout: Duration,
+) -> Result<NcclComm> {
+    let loaded = Nccl::load();
+    let mine: Vec<u8> = match (&loaded, rank) {
+        (Ok(n), 0) => n.unique_id()?.0.to_vec(),
+        (Ok(_), _) => vec![1],
+        (Err(_), _) => Vec::new(),
+    };
+    let all = rendezvous.exchange("nccl-fallback-id", rank, world, &mine, timeout)?;
+    let nccl = loaded?;
+    if let Some(r) = all.iter().position(|v| v.is_empty()) {
+        return Err(Error::Library {
+            library: "NCCL".into(),
+            detail: format!("rank {r} could not load NCCL, so no rank sets up the NCCL fallback; install NCCL there or set TPCOMM_NCCL_LIBRARY"),
+        });
+    }
+    let id: [u8; 128] = all[0].as_slice().try_into().map_err(|_| {
+        Error::invalid(
+            "rendezvous",
+            format!(
+                "rank 0 posted {} bytes for the NCCL unique id, expected 128",
+                all[0].len()
+            ),
+        )
+    })?;
+    nccl.comm_init_rank(world, &UniqueId(id), rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_that_fit_run_on_tpcomm() {
+        let max = ByteSize::mib(8);
+        assert_eq!(Route::of(1, max, ReduceOp::Sum), Route::Tpcomm);
+        assert_eq!(Route::of(max.bytes(), max, ReduceOp::Sum), Route::Tpcomm);
+    }
+
+    #[test]
+    fn messages_above_the_buffers_go_to_nccl() {
+        let max = ByteSize::mib(8);
+        assert_eq!(
+            Route::of(max.bytes() + 1, max, ReduceOp::Sum),
+            Route::NcclTooLarge
+        );
+    }
+
+    #[test]
+    fn ops_the_kernels_lack_go_to_nccl_at_any_size() {
+        let max = ByteSize::mib(8);
+        for op in [ReduceOp::Max, ReduceOp::Min] {
+            assert_eq!(Route::of(16, max, op), Route::NcclOp);
+            assert_eq!(Route::of(max.bytes() * 2, max, op), Route::NcclOp);
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! GPU test of `cuda::Communicator`'s NCCL fallback: a message above the
+//! buffers and a max all-reduce run on NCCL, a small sum on tpcomm, each
+//! checked element by element. Needs 2+ GPUs and NCCL; runs only with
+//! TPCOMM_GPU_TESTS=1 (one thread per GPU).
+
+use tpcomm::cuda::cudarc::driver::DevicePtr;
+use tpcomm::cuda::verify::{count_wrong, element, random_bytes, reference, Rng};
+use tpcomm::cuda::{open_context, Algo, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
+use tpcomm::{ByteSize, DType, ReduceOp};
+
+fn gpu_world() -> Option<usize> {
+    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs and NCCL)");
+        return None;
+    }
+    tpcomm::cuda::ensure_driver().expect("CUDA driver");
+    let n =
+        tpcomm::cuda::cudarc::driver::CudaContext::device_count().expect("device count") as usize;
+    assert!(n >= 2, "TPCOMM_GPU_TESTS=1 but only {n} GPU(s)");
+    Some(n.min(tpcomm::cuda::MAX_WORLD))
+}
+
+#[test]
+fn calls_the_kernels_cannot_take_run_on_nccl_and_are_right() {
+    let Some(world) = gpu_world() else { return };
+    let max = ByteSize::kib(64);
+    let dtype = DType::Bf16;
+    // (elements, op, where it must run)
+    let cases = [
+        (1000usize, ReduceOp::Sum, Route::Tpcomm),
+        (max.bytes() as usize, ReduceOp::Sum, Route::NcclTooLarge),
+        (3 * 1024 * 1024 + 7, ReduceOp::Sum, Route::NcclTooLarge),
+        (4099, ReduceOp::Max, Route::NcclOp),
+    ];
+    let inputs: Vec<Vec<Vec<u8>>> = cases
+        .iter()
+        .enumerate()
+        .map(|(c, &(n, _, _))| {
+            (0..world)
+                .map(|r| random_bytes(dtype, n, &mut Rng::new(17 + (c * 8 + r) as u64)))
+                .collect()
+        })
+        .collect();
+    let group = ThreadGroup::new(world);
+    let outs: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|rank| {
+                let rv = Rendezvous::Threads(group.clone());
+                let inputs = &inputs;
+                s.spawn(move || {
+                    let mut cfg = CudaConfig::new(rank, world, rank);
+                    cfg.max_bytes = max;
+                    cfg.nccl_fallback = true;
+                    let comm = Communicator::new(&cfg, &rv).expect("create communicator");
+                    assert!(comm.nccl().is_some(), "the fallback was asked for");
+                    let ctx = open_context(rank).unwrap();
+                    let stream = ctx.new_stream().unwrap();
+                    let mut got = Vec::new();
+                    for (c, &(n, op, want)) in cases.iter().enumerate() {
+                        let inp = stream.clone_htod(&inputs[c][rank][..]).unwrap();
+                        let out = stream.alloc_zeros::<u8>(n * dtype.size()).unwrap();
+                        let (pi, _gi) = inp.device_ptr(&stream);
+                        let (po, _go) = out.device_ptr(&stream);
+                        // SAFETY: both buffers hold n elements of dtype on this
+                        // rank's GPU and live past the synchronize below.
+                        let route = unsafe {
+                            comm.all_reduce(pi, po, n, dtype, op, Algo::Auto, stream.cu_stream())
+                        }
+                        .expect("all-reduce");
+                        assert_eq!(route, want, "case {c}: {n} elements, {op}");
+                        stream.synchronize().unwrap();
+                        comm.gpu().check().unwrap();
+                        got.push(stream.clone_dtoh(&out).unwrap());
+                    }
+                    got
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (c, &(n, op, _)) in cases.iter().enumerate() {
+        let ins: Vec<&[u8]> = inputs[c].iter().map(|v| &v[..]).collect();
+        for (rank, out) in outs.iter().enumerate() {
+            let wrong = match op {
+                ReduceOp::Sum => count_wrong(dtype, &out[c], &reference(dtype, &ins, n), world),
+                // max is exact: the output must be one of the inputs' values.
+                _ => (0..n)
+                    .filter(|&i| {
+                        let want = ins
+                            .iter()
+                            .map(|inp| element(dtype, inp, i))
+                            .fold(f64::NEG_INFINITY, f64::max);
+                        element(dtype, &out[c], i) != want
+                    })
+                    .count(),
+            };
+            assert_eq!(wrong, 0, "case {c} ({n} elements, {op}) on rank {rank}");
+            assert_eq!(
+                out[c], outs[0][c],
+                "case {c}: rank {rank} differs from rank 0"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_the_fallback_a_large_message_is_a_clear_error() {
+    let Some(world) = gpu_world() else { return };
+    let group = ThreadGroup::new(world);
+    std::thread::scope(|s| {
+        for rank in 0..world {
+            let rv = Rendezvous::Threads(group.clone());
+            s.spawn(move || {
+                let mut cfg = CudaConfig::new(rank, world, rank);
+                cfg.max_bytes = ByteSize::kib(64);
+                cfg.nccl_fallback = false;
+                let comm = Communicator::new(&cfg, &rv).expect("create communicator");
+                let ctx = open_context(rank).unwrap();
+                let stream = ctx.new_stream().unwrap();
+                let buf = stream.alloc_zeros::<u8>(256 * 1024).unwrap();
+                let (p, _g) = buf.device_ptr(&stream);
+                // SAFETY: the call is refused before anything is launched.
+                let err = unsafe {
+                    comm.all_reduce(
+                        p,
+                        p,
+                        128 * 1024,
+                        DType::Bf16,
+                        ReduceOp::Sum,
+                        Algo::Auto,
+                        stream.cu_stream(),
+                    )
+                }
+                .unwrap_err();
+                assert!(err.to_string().contains("nccl_fallback"), "{err}");
+            });
+        }
+    });
+}
