@@ -37,7 +37,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "== round $round/$ROUNDS: OpenMPI"
     "${MPIRUN[@]}" target/openmpi/allreduce_bench "$MIN_BYTES" "$MAX_BYTES" >"$work/openmpi-$round.jsonl"
     echo "== round $round/$ROUNDS: tpcomm"
-    target/release/tpcomm bench --ranks 2 --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" \
+    target/release/tpcomm bench --device cpu --ranks 2 --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" \
         --dtype f32 --op sum --algo auto --json "$work/tpcomm-$round.json" >"$work/tpcomm-$round.txt"
 done
 

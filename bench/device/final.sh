@@ -12,11 +12,11 @@ T=$D/tpcomm
 O=${OUT:?set OUT}
 {
   echo "== [$SECONDS s] host transport, processes, 1 KiB..1 MiB, NCCL with NCCL_P2P_DISABLE=1"
-  NCCL_P2P_DISABLE=1 timeout 45 "$T" gpu-bench --launch procs --transport host --dtype bf16 --modes eager,graph \
+  NCCL_P2P_DISABLE=1 timeout 45 "$T" bench --device gpu --launch procs --transport host --dtype bf16 --modes eager,graph \
     --iters 20 --reps 11 --min 1KiB --max 1MiB --algos one-shot,two-shot,nccl --timeout-ms 10000 --json "$O/host-small.json"
   echo "exit $?"
   echo "== [$SECONDS s] host transport, processes, 2 MiB..64 MiB"
-  NCCL_P2P_DISABLE=1 timeout 50 "$T" gpu-bench --launch procs --transport host --dtype bf16 --modes graph \
+  NCCL_P2P_DISABLE=1 timeout 50 "$T" bench --device gpu --launch procs --transport host --dtype bf16 --modes graph \
     --rotate 2 --iters 10 --reps 7 --min 2MiB --max 64MiB --algos two-shot,nccl --timeout-ms 10000 --json "$O/host-large.json"
   echo "exit $?"
   echo "== [$SECONDS s] pinned host <-> device copy bandwidth"
@@ -27,7 +27,7 @@ O=${OUT:?set OUT}
   echo "exit $?"
   TABLE=(--table "$O/tuning.toml"); [ -s "$O/tuning.toml" ] || TABLE=()
   echo "== [$SECONDS s] auto against every fixed choice and NCCL, processes"
-  timeout 50 "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB \
+  timeout 50 "$T" bench --device gpu --launch procs --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB \
     --iters 20 --reps 9 "${TABLE[@]}" --json "$O/auto.json"
   echo "exit $?"
   echo "== [$SECONDS s] done"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for the host-memory GPU transport (issue 4), about 4 minutes:
-# copy bandwidth, tpcomm gpu-bench --transport host (procs) with NCCL rows
+# copy bandwidth, tpcomm bench --device gpu --transport host (procs) with NCCL rows
 # under NCCL_P2P_DISABLE=1, the GPU tests of the host path (incl. the 100k
 # stress), then, time permitting, threads and the torch anchor without P2P.
 # Binaries come from .dev/all/ (tpcomm, gpu_host_allreduce test binary).
@@ -52,14 +52,14 @@ fi
 # Bench: small sizes with both host kernels (one-shot = LL words, two-shot =
 # chunked), large ones chunked only (LL stops at 1 MiB); NCCL rows without P2P.
 B="--launch procs --transport host --dtype bf16 --modes eager,graph --iters 20 --timeout-ms 10000"
-step "gpu-bench host procs 1KiB..1MiB (NCCL_P2P_DISABLE=1)"
-NCCL_P2P_DISABLE=1 timeout "$(lim 50)" $TPC gpu-bench $B --reps 15 --min 1KiB --max 1MiB --algos one-shot,two-shot,nccl \
+step "bench (gpu) host procs 1KiB..1MiB (NCCL_P2P_DISABLE=1)"
+NCCL_P2P_DISABLE=1 timeout "$(lim 50)" $TPC bench --device gpu $B --reps 15 --min 1KiB --max 1MiB --algos one-shot,two-shot,nccl \
   --json "$OUT/bench-procs-small.json" > "$OUT/bench-procs-small.txt" 2>&1
 echo "exit $?" | tee -a "$LOG"; tail -4 "$OUT/bench-procs-small.txt" | tee -a "$LOG"
-step "gpu-bench host procs 2MiB..64MiB (NCCL_P2P_DISABLE=1)"
+step "bench (gpu) host procs 2MiB..64MiB (NCCL_P2P_DISABLE=1)"
 # Two rotating buffers and 10 reps: checking 64 MiB outputs in float64 on the host
 # is what takes the time here, not the GPUs.
-NCCL_P2P_DISABLE=1 timeout "$(lim 70)" $TPC gpu-bench $B --rotate 2 --reps 10 --min 2MiB --max 64MiB --algos two-shot,nccl \
+NCCL_P2P_DISABLE=1 timeout "$(lim 70)" $TPC bench --device gpu $B --rotate 2 --reps 10 --min 2MiB --max 64MiB --algos two-shot,nccl \
   --json "$OUT/bench-procs-large.json" > "$OUT/bench-procs-large.txt" 2>&1
 echo "exit $?" | tee -a "$LOG"; tail -4 "$OUT/bench-procs-large.txt" | tee -a "$LOG"
 
@@ -78,8 +78,8 @@ else
 fi
 
 if [ "$((BUDGET - SECONDS))" -gt 25 ]; then
-  step "gpu-bench host threads 1KiB..64MiB (auto, NCCL_P2P_DISABLE=1)"
-  NCCL_P2P_DISABLE=1 timeout "$(lim 40)" $TPC gpu-bench --launch threads --transport host --dtype bf16 --modes graph \
+  step "bench (gpu) host threads 1KiB..64MiB (auto, NCCL_P2P_DISABLE=1)"
+  NCCL_P2P_DISABLE=1 timeout "$(lim 40)" $TPC bench --device gpu --launch threads --transport host --dtype bf16 --modes graph \
     --reps 9 --iters 20 --min 1KiB --max 64MiB --algos auto,nccl --timeout-ms 10000 \
     --json "$OUT/bench-threads.json" > "$OUT/bench-threads.txt" 2>&1
   echo "exit $?" | tee -a "$LOG"; tail -3 "$OUT/bench-threads.txt" | tee -a "$LOG"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarise `tpcomm gpu-bench --algos one-shot,two-shot,nccl,auto` (one run):
+"""Summarise `tpcomm bench --device gpu --algos one-shot,two-shot,nccl,auto` (one run):
 auto against the best fixed choice and against NCCL at every size and mode.
 
     python3 bench/device/summarize_auto.py auto.json [tuning.toml] [--date YYYY-MM-DD] [--outdir bench/results]
@@ -16,6 +16,19 @@ import sys
 
 LIMIT = 1.05
 
+
+
+def flat_meta(m):
+    """The meta of either JSON shape with the older gpu-bench keys (world,
+    driver, nvrtc, nccl) filled in from tpcomm bench's (world_size, versions)."""
+    m = dict(m or {})
+    v = m.get("versions") or {}
+    if "world" not in m and m.get("world_size") is not None:
+        m["world"] = m["world_size"]
+    for k in ("driver", "nvrtc", "nccl"):
+        if k not in m and v.get(k) is not None:
+            m[k] = v[k]
+    return m
 
 def main():
     ap = argparse.ArgumentParser()
@@ -73,7 +86,7 @@ def main():
     summary = {
         "source": os.path.basename(a.auto_json),
         "table": os.path.basename(a.table) if a.table else None,
-        "meta": doc.get("meta", {}),
+        "meta": flat_meta(doc.get("meta")),
         "targets": {
             "auto_within_5pct_of_best": ok_best,
             "worst_auto_over_best": worst_best,
@@ -88,11 +101,11 @@ def main():
     base = os.path.join(a.outdir, f"{a.date}-{a.machine}-auto-vs-best")
     with open(base + ".json", "w") as f:
         json.dump(summary, f, indent=2)
-    m = doc.get("meta", {})
+    m = flat_meta(doc.get("meta"))
     lines = [
         f"# auto against the best fixed choice and NCCL ({a.machine}, {a.date})",
         "",
-        f"One `tpcomm gpu-bench` run (launch {m.get('launch')}, {m.get('world')} x {', '.join(sorted(set(m.get('gpus', []))))}, "
+        f"One `tpcomm bench` GPU run (launch {m.get('launch')}, {m.get('world')} x {', '.join(sorted(set(m.get('gpus', []))))}, "
         f"driver {m.get('driver')}, NCCL {m.get('nccl')}, median of {m.get('reps')} reps x {m.get('iters')} calls), "
         f"auto using the tuning table {summary['table']} written by `tpcomm tune` in the same device call.",
         "",

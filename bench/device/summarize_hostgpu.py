@@ -44,6 +44,19 @@ def bench_rows(files, name):
     return d.get("meta"), d.get("rows", [])
 
 
+
+def flat_meta(m):
+    """The meta of either JSON shape with the older gpu-bench keys (world,
+    driver, nvrtc, nccl) filled in from tpcomm bench's (world_size, versions)."""
+    m = dict(m or {})
+    v = m.get("versions") or {}
+    if "world" not in m and m.get("world_size") is not None:
+        m["world"] = m["world_size"]
+    for k in ("driver", "nvrtc", "nccl"):
+        if k not in m and v.get(k) is not None:
+            m[k] = v[k]
+    return m
+
 def parse_json(text):
     try:
         return json.loads(text) if text else None
@@ -75,6 +88,7 @@ def main():
         meta, rows = bench_rows(files, "bench-threads.json")
         meta = meta or {}
         source = "threads (the process run produced no rows)"
+    meta = flat_meta(meta)
     for r in rows:
         # "auto(host-ll)" -> "host-ll": the kernel that ran.
         m = re.fullmatch(r"auto\((.*)\)", r["algo"])
@@ -175,7 +189,7 @@ def main():
       f"transport {meta.get('transport', '?')}, launch {meta.get('launch', '?')}; "
       f"median of {meta.get('reps', '?')} reps x {meta.get('iters', '?')} calls, bf16.\n")
     w("NCCL rows ran with NCCL_P2P_DISABLE=1 in the same processes. Command: `bash bench/device/hostgpu.sh` "
-      "(tpcomm gpu-bench --launch procs --transport host; host-ll = one-shot, host-chunked = two-shot).\n\n")
+      "(tpcomm bench --device gpu --launch procs --transport host; host-ll = one-shot, host-chunked = two-shot).\n\n")
     w(f"Rows from: {source}. Wrong elements over every checked row: **{wrong}**.\n\n")
     w("## Targets (graph mode, best host kernel per size)\n\n| target | bytes | kernel | host | NCCL | ratio | reached |\n|---|---|---|---|---|---|---|\n")
     for t in targets:

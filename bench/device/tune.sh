@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device script (issue 5): tune this machine, then measure auto against every
-# fixed choice and NCCL in one gpu-bench run, with the table just written.
+# fixed choice and NCCL in one GPU bench run, with the table just written.
 #
 #   bash bench/device/tune.sh [BIN_DIR] [OUT_DIR]
 #
@@ -44,9 +44,9 @@ done
   TABLE=(--table "$O/tuning.toml")
   [ -s "$O/tuning.toml" ] || { TABLE=(); echo "no table: auto uses the class defaults"; }
   echo "== auto vs every fixed choice and NCCL, one run, processes, with that table"
-  timeout 150 "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
+  timeout 150 "$T" bench --device gpu --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
     --min 1KiB --max 64MiB --iters 20 --reps 15 "${TABLE[@]}" --json "$O/auto.json"
-  echo "gpu-bench rc=$?"
+  echo "bench (gpu) rc=$?"
   if [ -x "$BIN/gpu_self_tune" ]; then
     echo "== self-tune at communicator creation (GPU test)"
     TPCOMM_GPU_TESTS=1 timeout 90 "$BIN/gpu_self_tune" --nocapture --test-threads=1

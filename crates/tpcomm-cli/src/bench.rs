@@ -6,7 +6,9 @@
 //! environment variable below tells a child which rank it is and where to
 //! meet. Rank 0 sends its rows to the parent as JSON lines on stdout.
 
+pub(crate) mod columns;
 mod measure;
+pub(crate) mod unified;
 
 use clap::{Args, ValueEnum};
 use measure::{worker, worker_process};
@@ -17,11 +19,12 @@ use std::time::Duration;
 use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
-const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
+pub(crate) const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Launch {
     /// One process per rank (the command re-runs itself).
+    #[value(alias = "procs")]
     Processes,
     /// One thread per rank inside this process.
     Threads,
@@ -83,7 +86,7 @@ pub struct BenchArgs {
     timeout: Duration,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1e-3)
@@ -198,6 +201,13 @@ fn meta(args: &BenchArgs) -> BenchMeta {
             Launch::Processes => "processes".into(),
             Launch::Threads => "threads".into(),
         },
+        device: Some("cpu".into()),
+        gpus: None,
+        arch: None,
+        iters: None,
+        reps: None,
+        rotate: None,
+        timing: None,
     }
 }
 
@@ -229,21 +239,14 @@ impl Table {
         );
         bar.set_message(format!("{} ranks ({:?})", args.ranks, args.launch).to_lowercase());
         println!(
-            "# tpcomm bench: host transport, {} ranks as {}, {} {}, timeout {:?}",
+            "# tpcomm bench (cpu): host transport, {} ranks as {}, {} {}, timeout {:?}",
             args.ranks,
             format!("{:?}", args.launch).to_lowercase(),
             args.dtype,
             args.op,
             args.timeout
         );
-        println!(
-            "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10} {:>10} {:>10} {:>7}",
-            "size(B)", "count", "type", "redop", "algo", "time(us)", "algbw", "busbw", "#wrong"
-        );
-        println!(
-            "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10} {:>10} {:>10} {:>7}",
-            "", "(elements)", "", "", "", "median", "(GB/s)", "(GB/s)", ""
-        );
+        println!("{}", columns::header());
         Table {
             bar,
             rows: Vec::new(),
@@ -251,20 +254,7 @@ impl Table {
     }
 
     fn add(&mut self, r: BenchRow) {
-        self.bar.suspend(|| {
-            println!(
-                "{:>12} {:>12} {:>6} {:>6} {:>9} {:>10.2} {:>10.2} {:>10.2} {:>7}",
-                r.bytes,
-                r.count,
-                r.dtype,
-                r.op,
-                r.algo,
-                r.time_us,
-                r.algbw_gbps,
-                r.busbw_gbps,
-                r.wrong
-            );
-        });
+        self.bar.suspend(|| println!("{}", columns::line(&r)));
         self.bar.inc(1);
         self.rows.push(r);
     }

@@ -1,16 +1,21 @@
-//! `tpcomm gpu-bench`: every tpcomm GPU all-reduce algorithm and NCCL, eager
-//! and inside CUDA graphs, in one run, every result checked against a
-//! float64 reference. One process per GPU (the command re-executes itself as
-//! workers) or one thread per GPU (`--launch threads`).
+//! `tpcomm bench` on GPUs (`--device gpu`, or auto with 2+ GPUs; the hidden
+//! `gpu-bench` spelling runs the same): every tpcomm GPU all-reduce algorithm
+//! and NCCL, eager and inside CUDA graphs, in one run, every result checked
+//! against a float64 reference. One process per GPU (the command re-executes
+//! itself as workers, through `gpu-bench`) or one thread per GPU
+//! (`--launch threads`). The JSON is `tpcomm::report::BenchReport`, as the
+//! CPU bench writes.
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
 use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
 use tpcomm::select;
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
@@ -18,6 +23,7 @@ use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 #[serde(rename_all = "lowercase")]
 pub enum Launch {
     /// One process per GPU, buffers shared by CUDA IPC.
+    #[value(alias = "processes")]
     Procs,
     /// One thread per GPU in this process, buffers shared by peer access.
     Threads,
@@ -121,11 +127,12 @@ enum Impl {
     Auto,
 }
 
-pub fn run(args: GpuBenchArgs) -> i32 {
+/// Runs the bench; errors are printed after `name` (the spelling the user typed).
+pub fn run(args: GpuBenchArgs, name: &str) -> i32 {
     match run_inner(args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("tpcomm gpu-bench: {e}");
+            eprintln!("{name}: {e}");
             1
         }
     }
@@ -260,51 +267,7 @@ fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
     let mut children = Vec::new();
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.arg("gpu-bench")
-            .args([
-                "--gpus",
-                &world.to_string(),
-                "--worker-rank",
-                &r.to_string(),
-            ])
-            .arg("--rendezvous")
-            .arg(&dir)
-            .args([
-                "--dtype",
-                args.dtype.name(),
-                "--min",
-                &args.min.bytes().to_string(),
-                "--max",
-                &args.max.bytes().to_string(),
-            ])
-            .args([
-                "--algos",
-                &args.algos.join(","),
-                "--modes",
-                &args.modes.join(","),
-            ])
-            .args([
-                "--iters",
-                &args.iters.to_string(),
-                "--reps",
-                &args.reps.to_string(),
-                "--rotate",
-                &args.rotate.to_string(),
-            ])
-            .args(["--timeout-ms", &args.timeout_ms.to_string()])
-            .args(["--transport", args.transport.name()]);
-        if args.midpoints {
-            cmd.arg("--midpoints");
-        }
-        if let Some(t) = &args.table {
-            cmd.arg("--table").arg(t);
-        }
-        if let Some(c) = &args.class {
-            cmd.args(["--class", c]);
-        }
-        if let Some(f) = &args.fingerprint {
-            cmd.args(["--fingerprint", f]);
-        }
+        cmd.args(worker_argv(args, world, r, &dir));
         children.push(
             cmd.spawn()
                 .map_err(|e| Error::io("start a worker process", e))?,
@@ -333,6 +296,64 @@ fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
         .collect::<Result<Vec<RankOut>>>()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(outs)
+}
+
+/// The command line of worker `rank`: the hidden `gpu-bench` spelling with
+/// every option that shapes the measurement, so each worker measures exactly
+/// what the parent was asked for.
+fn worker_argv(
+    args: &GpuBenchArgs,
+    world: usize,
+    rank: usize,
+    dir: &std::path::Path,
+) -> Vec<std::ffi::OsString> {
+    use std::ffi::OsString;
+    let strs = |items: &[&str]| items.iter().map(OsString::from).collect::<Vec<_>>();
+    let mut v = strs(&[
+        "gpu-bench",
+        "--gpus",
+        &world.to_string(),
+        "--worker-rank",
+        &rank.to_string(),
+        "--rendezvous",
+    ]);
+    v.push(dir.as_os_str().to_owned());
+    v.extend(strs(&[
+        "--dtype",
+        args.dtype.name(),
+        "--min",
+        &args.min.bytes().to_string(),
+        "--max",
+        &args.max.bytes().to_string(),
+        "--algos",
+        &args.algos.join(","),
+        "--modes",
+        &args.modes.join(","),
+        "--iters",
+        &args.iters.to_string(),
+        "--reps",
+        &args.reps.to_string(),
+        "--rotate",
+        &args.rotate.to_string(),
+        "--timeout-ms",
+        &args.timeout_ms.to_string(),
+        "--transport",
+        args.transport.name(),
+    ]));
+    if args.midpoints {
+        v.push("--midpoints".into());
+    }
+    if let Some(t) = &args.table {
+        v.push("--table".into());
+        v.push(t.as_os_str().to_owned());
+    }
+    if let Some(c) = &args.class {
+        v.extend(strs(&["--class", c]));
+    }
+    if let Some(f) = &args.fingerprint {
+        v.extend(strs(&["--fingerprint", f]));
+    }
+    v
 }
 
 fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
@@ -689,57 +710,27 @@ fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
     let driver = tpcomm::cuda::driver_version()
         .map(|(a, b)| format!("{a}.{b}"))
         .unwrap_or_default();
+    let doc = bench_report(args, world, &outs, &rows, &driver)?;
     eprint!("{}", outs[0].info.memory);
     println!(
-        "# tpcomm gpu-bench: {world} x {} ({}), driver CUDA {driver}, NVRTC {}, NCCL {}, transport {}, launch {:?}, median of {} reps x {} calls, {} rotating buffers",
+        "# tpcomm bench (gpu): {world} x {} ({}), driver CUDA {driver}, NVRTC {}, NCCL {}, transport {}, launch {}, median of {} reps x {} calls, {} rotating buffers",
         outs[0].info.gpu,
         outs[0].info.arch,
         outs[0].info.nvrtc,
         outs[0].info.nccl.clone().unwrap_or_else(|| "not loaded".into()),
         outs[0].info.transport,
-        args.launch,
+        doc.meta.launch,
         args.reps,
         args.iters,
         args.rotate
     );
-    println!(
-        "{:>12} {:>10} {:>5} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}",
-        "size(B)", "count", "type", "algo", "mode", "time(us)", "algbw", "busbw", "#wrong"
-    );
-    for r in &rows {
-        println!(
-            "{:>12} {:>10} {:>5} {:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>7}",
-            r.bytes,
-            r.count,
-            r.dtype,
-            r.algo,
-            r.mode,
-            r.time_us,
-            r.algbw_gbps,
-            r.busbw_gbps,
-            r.wrong
-        );
+    println!("{}", crate::bench::columns::header());
+    for r in &doc.rows {
+        println!("{}", crate::bench::columns::line(r));
     }
-    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    let wrong: u64 = doc.rows.iter().map(|r| r.wrong).sum();
     println!("# total wrong elements: {wrong}");
     if let Some(path) = &args.json {
-        let meta = serde_json::json!({
-            "tool": "tpcomm gpu-bench",
-            "transport": outs[0].info.transport,
-            "launch": args.launch,
-            "machine": hostname(),
-            "world": world,
-            "gpus": outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
-            "arch": outs[0].info.arch,
-            "driver": driver,
-            "nvrtc": outs[0].info.nvrtc,
-            "nccl": outs[0].info.nccl,
-            "iters": args.iters,
-            "reps": args.reps,
-            "rotate": args.rotate,
-            "timing": "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters)",
-        });
-        let doc = serde_json::json!({"meta": meta, "rows": rows});
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| Error::invalid("json", e.to_string()))?;
         std::fs::write(path, text)
@@ -751,10 +742,64 @@ fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
     Ok(())
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+/// The run as the CPU bench's JSON shape: rank 0's rows (wrong elements
+/// already summed over ranks), GPU facts in the optional meta fields.
+fn bench_report(
+    args: &GpuBenchArgs,
+    world: usize,
+    outs: &[RankOut],
+    rows: &[Row],
+    driver: &str,
+) -> Result<BenchReport> {
+    let info = &outs[0].info;
+    let mut versions = BTreeMap::new();
+    versions.insert("tpcomm".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    if !driver.is_empty() {
+        versions.insert("driver".to_string(), driver.to_string());
+    }
+    versions.insert("nvrtc".to_string(), info.nvrtc.clone());
+    if let Some(n) = &info.nccl {
+        versions.insert("nccl".to_string(), n.clone());
+    }
+    let meta = BenchMeta {
+        machine: Machine::this(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        date: utc_now(),
+        versions,
+        transport: info.transport.clone(),
+        world_size: world,
+        launch: match args.launch {
+            Launch::Procs => "processes".into(),
+            Launch::Threads => "threads".into(),
+        },
+        device: Some("gpu".into()),
+        gpus: Some(outs.iter().map(|o| o.info.gpu.clone()).collect()),
+        arch: Some(info.arch.clone()),
+        iters: Some(args.iters),
+        reps: Some(args.reps),
+        rotate: Some(args.rotate),
+        timing: Some(
+            "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters)".into(),
+        ),
+    };
+    let rows = rows
+        .iter()
+        .map(|r| {
+            Ok(BenchRow {
+                bytes: r.bytes,
+                count: r.count as u64,
+                dtype: r.dtype.parse()?,
+                op: ReduceOp::Sum.name().to_string(),
+                algo: r.algo.clone(),
+                mode: r.mode.clone(),
+                time_us: r.time_us,
+                algbw_gbps: r.algbw_gbps,
+                busbw_gbps: r.busbw_gbps,
+                wrong: r.wrong as u64,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(BenchReport { meta, rows })
 }
 
 #[cfg(test)]
@@ -791,6 +836,148 @@ mod tests {
         assert_eq!(parse(&["--transport", "host"]).transport, Transport::Host);
         let r = Cmd::try_parse_from(["gpu-bench", "--transport", "pcie"]);
         assert!(r.is_err());
+    }
+
+    /// What a worker process parses from the command line the parent builds
+    /// is the parent's measurement, plus its rank and meeting place.
+    #[test]
+    fn workers_parse_back_the_parents_arguments() {
+        let parent = parse(&[
+            "--launch",
+            "procs",
+            "--transport",
+            "host",
+            "--dtype",
+            "f16",
+            "--min",
+            "3KiB",
+            "--max",
+            "2MiB",
+            "--algos",
+            "one-shot,auto,nccl",
+            "--modes",
+            "graph",
+            "--iters",
+            "7",
+            "--reps",
+            "9",
+            "--rotate",
+            "2",
+            "--timeout-ms",
+            "1234",
+            "--midpoints",
+            "--table",
+            "/tmp/t.toml",
+            "--class",
+            "nvlink",
+            "--fingerprint",
+            "abc",
+            "--json",
+            "/tmp/out.json",
+        ]);
+        let dir = std::path::Path::new("/tmp/rv dir");
+        let argv = worker_argv(&parent, 2, 1, dir);
+        let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv)).unwrap();
+        let crate::Command::GpuBench(w) = cli.command else {
+            panic!("workers must run the GPU bench")
+        };
+        assert_eq!(w.worker_rank, Some(1));
+        assert_eq!(w.gpus, Some(2));
+        assert_eq!(w.rendezvous.as_deref(), Some(dir));
+        // Everything else is the parent's, except where the JSON goes
+        // (the parent writes it) and the worker fields above.
+        let strip = |mut a: GpuBenchArgs| {
+            a.worker_rank = None;
+            a.rendezvous = None;
+            a.gpus = None;
+            a.json = None;
+            format!("{a:?}")
+        };
+        assert_eq!(strip(w), strip(parent));
+    }
+
+    fn rank_out(gpu: &str, wrong: usize, nccl: Option<&str>) -> RankOut {
+        RankOut {
+            info: RankInfo {
+                gpu: gpu.into(),
+                arch: "sm_90".into(),
+                nvrtc: "13.0 (/usr/lib/libnvrtc.so)".into(),
+                nccl: nccl.map(str::to_string),
+                memory: String::new(),
+                transport: "host".into(),
+            },
+            rows: vec![Row {
+                bytes: 4096,
+                count: 2048,
+                dtype: "bf16".into(),
+                algo: "nccl".into(),
+                mode: "graph".into(),
+                time_us: 12.5,
+                algbw_gbps: 0.32768,
+                busbw_gbps: 0.32768,
+                wrong,
+            }],
+        }
+    }
+
+    /// The GPU JSON is a BenchReport (the CPU bench's shape) that reads
+    /// back as written, with the GPU facts in the optional meta fields, and
+    /// that the latency-table reader of tpcomm-plan takes.
+    #[test]
+    fn gpu_report_is_a_bench_report_that_round_trips() {
+        let args = parse(&["--launch", "threads", "--iters", "7", "--reps", "9"]);
+        let outs = vec![
+            rank_out("H200", 0, Some("2.27.3")),
+            rank_out("H200", 0, None),
+        ];
+        let doc = bench_report(&args, 2, &outs, &outs[0].rows, "13.0").unwrap();
+        let text = serde_json::to_string_pretty(&doc).unwrap();
+        let back: BenchReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let m = &v["meta"];
+        assert_eq!(m["device"], "gpu");
+        assert_eq!(m["transport"], "host");
+        assert_eq!(m["world_size"], 2);
+        assert_eq!(m["launch"], "threads");
+        assert_eq!(m["gpus"], serde_json::json!(["H200", "H200"]));
+        assert_eq!(m["arch"], "sm_90");
+        assert_eq!(
+            (
+                m["iters"].as_u64(),
+                m["reps"].as_u64(),
+                m["rotate"].as_u64()
+            ),
+            (Some(7), Some(9), Some(4))
+        );
+        assert_eq!(m["versions"]["driver"], "13.0");
+        assert_eq!(m["versions"]["nccl"], "2.27.3");
+        assert_eq!(m["versions"]["tpcomm"], env!("CARGO_PKG_VERSION"));
+        assert!(m["versions"]["nvrtc"].as_str().unwrap().starts_with("13.0"));
+        let r = &v["rows"][0];
+        assert_eq!(
+            (r["op"].as_str(), r["dtype"].as_str(), r["algo"].as_str()),
+            (Some("sum"), Some("bf16"), Some("nccl"))
+        );
+        assert_eq!(
+            (r["count"].as_u64(), r["time_us"].as_f64()),
+            (Some(2048), Some(12.5))
+        );
+        let t = tpcomm_plan::latency::LatencyTable::from_bench_str(
+            "gpu.json",
+            &text,
+            Some("nccl"),
+            Some("graph"),
+            Some("bf16"),
+        )
+        .unwrap();
+        assert_eq!(t.points.len(), 1);
+        // Without NCCL the version is left out, not written empty.
+        let outs = vec![rank_out("H200", 0, None), rank_out("H200", 0, None)];
+        let doc = bench_report(&args, 2, &outs, &outs[0].rows, "").unwrap();
+        assert!(
+            !doc.meta.versions.contains_key("nccl") && !doc.meta.versions.contains_key("driver")
+        );
     }
 
     #[test]

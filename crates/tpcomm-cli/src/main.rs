@@ -29,11 +29,13 @@ enum Command {
     Plan(plan::PlanCommand),
     /// Show what links this machine's GPUs (NVLink, PCIe P2P), check P2P for real, print the machine class and fingerprint.
     Probe(probe::ProbeArgs),
-    /// All-reduce over GPUs with tpcomm's CUDA kernels and NCCL, eager and in CUDA graphs, every result checked.
+    /// Time all-reduce on this machine's GPUs (every tpcomm algorithm and NCCL, eager and in CUDA graphs) or, without GPUs, on CPU ranks; nccl-tests columns, every result checked. `tpcomm bench forward`: all-reduce inside a transformer forward.
+    Bench(Box<bench::unified::BenchCommand>),
+    /// The GPU bench's older spelling (`tpcomm bench --device gpu`); its worker processes run through it.
+    #[command(hide = true)]
     GpuBench(gpu_bench::GpuBenchArgs),
-    /// Time all-reduce across ranks of this machine (nccl-tests columns), every result checked.
-    Bench(bench::BenchArgs),
-    /// A tensor-parallel transformer forward in a CUDA graph, once per all-reduce mode (none, NCCL, tpcomm, fused): what each all-reduce site costs inside it.
+    /// The forward bench's older spelling (`tpcomm bench forward`).
+    #[command(hide = true)]
     ForwardBench(forward_bench::ForwardBenchArgs),
     /// Measure every algorithm and NCCL at every size, eager and graph, and write this machine's tuning table.
     Tune(tune::TuneArgs),
@@ -51,14 +53,11 @@ fn main() {
             }
         }
         Command::Probe(args) => std::process::exit(probe::run(args)),
-        Command::GpuBench(args) => std::process::exit(gpu_bench::run(args)),
-        Command::Bench(args) => {
-            if let Err(e) = bench::run(args) {
-                eprintln!("tpcomm bench: {e}");
-                std::process::exit(1);
-            }
+        Command::GpuBench(args) => std::process::exit(gpu_bench::run(args, "tpcomm gpu-bench")),
+        Command::Bench(cmd) => std::process::exit(bench::unified::run(*cmd)),
+        Command::ForwardBench(args) => {
+            std::process::exit(forward_bench::run(args, "tpcomm forward-bench"))
         }
-        Command::ForwardBench(args) => std::process::exit(forward_bench::run(args)),
         Command::Tune(args) => std::process::exit(tune::run(args)),
         Command::Explain(args) => std::process::exit(explain::run(args)),
     }

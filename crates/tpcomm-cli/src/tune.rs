@@ -1,6 +1,7 @@
 //! `tpcomm tune`: measure every candidate (tpcomm's CUDA algorithms and NCCL)
 //! at every size, eager and graph, and write this machine's tuning table.
-//! `--from-bench` turns gpu-bench JSON into a table instead (no GPU).
+//! `--from-bench` turns GPU bench JSON (`tpcomm bench --json` on GPUs, or an
+//! older `tpcomm gpu-bench --json` file) into a table instead (no GPU).
 
 use crate::gpu_bench::{self, RankOut, Row};
 use clap::Args;
@@ -15,8 +16,9 @@ pub struct TuneArgs {
     /// library looks in ($XDG_CONFIG_HOME or ~/.config)/tpcomm/tuning/<fingerprint>.toml.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Make the table from gpu-bench JSON files (`tpcomm gpu-bench --json`)
-    /// instead of measuring; needs no GPU.
+    /// Make the table from GPU bench JSON files (`tpcomm bench --json` run on
+    /// GPUs; older `tpcomm gpu-bench --json` files too) instead of measuring;
+    /// needs no GPU.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     from_bench: Vec<PathBuf>,
     /// With --from-bench: the machine class of the measurement.
@@ -46,7 +48,7 @@ pub struct TuneArgs {
     /// Timed repetitions per point; the median is kept.
     #[arg(long, default_value_t = 7)]
     reps: usize,
-    /// Also write the raw measurement (gpu-bench JSON) here.
+    /// Also write the raw measurement (`tpcomm bench` JSON) here.
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -146,15 +148,9 @@ fn from_bench(args: &TuneArgs) -> Result<()> {
     for path in &args.from_bench {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
-        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            Error::invalid(format!("gpu-bench JSON {}", path.display()), e.to_string())
-        })?;
-        let meta = &doc["meta"];
-        let rows: Vec<Row> = serde_json::from_value(doc["rows"].clone()).map_err(|e| {
-            Error::invalid(format!("gpu-bench JSON {}", path.display()), e.to_string())
-        })?;
-        let transport = meta["transport"].as_str().unwrap_or("cuda");
-        let (m, wrong) = measured(transport, &rows)?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid(format!("bench JSON {}", path.display()), e.to_string()))?;
+        let (m, wrong, h) = read_bench(&doc, args, class, path)?;
         if wrong > 0 {
             eprintln!(
                 "tpcomm tune: {}: {wrong} rows with wrong results left out",
@@ -162,23 +158,7 @@ fn from_bench(args: &TuneArgs) -> Result<()> {
             );
         }
         all.extend(m);
-        let s = |k: &str| meta[k].as_str().unwrap_or_default().to_string();
-        header.get_or_insert(Table {
-            fingerprint: args.fingerprint.clone(),
-            machine_class: class,
-            world: meta["world"].as_u64().unwrap_or(2) as usize,
-            gpu: meta["gpus"][0].as_str().unwrap_or_default().to_string(),
-            driver: s("driver"),
-            nccl: meta["nccl"].as_str().map(str::to_string),
-            measured: format!(
-                "tpcomm gpu-bench --launch {} ({} reps x {} calls, median), from {}",
-                s("launch"),
-                meta["reps"],
-                meta["iters"],
-                path.file_name().unwrap_or_default().to_string_lossy()
-            ),
-            rows: Vec::new(),
-        });
+        header.get_or_insert(h);
     }
     let header = header.ok_or_else(|| Error::invalid("--from-bench", "no file given"))?;
     let table = Table::from_measured(header, &all);
@@ -187,6 +167,63 @@ fn from_bench(args: &TuneArgs) -> Result<()> {
         .clone()
         .ok_or_else(|| Error::invalid("--out", "needed with --from-bench"))?;
     write_table(&table, &out)
+}
+
+/// One bench file's rows as table entries, and the table header it implies.
+/// Reads both shapes: `tpcomm bench`'s (`world_size`, `versions.driver`,
+/// `versions.nccl`, `device: "gpu"`) and older gpu-bench files (`world`,
+/// `driver`, `nccl` at the top of meta).
+fn read_bench(
+    doc: &serde_json::Value,
+    args: &TuneArgs,
+    class: topology::MachineClass,
+    path: &Path,
+) -> Result<(Vec<Measured>, usize, Table)> {
+    let bad = |why: String| Error::invalid(format!("bench JSON {}", path.display()), why);
+    let meta = &doc["meta"];
+    if meta["device"] == "cpu" || (meta["world_size"].is_u64() && meta["device"].is_null()) {
+        return Err(bad(
+            "it measured CPU ranks; tuning tables come from a GPU run (`tpcomm bench --device gpu --json`)".into(),
+        ));
+    }
+    let rows: Vec<Row> =
+        serde_json::from_value(doc["rows"].clone()).map_err(|e| bad(e.to_string()))?;
+    let transport = meta["transport"].as_str().unwrap_or("cuda");
+    let (m, wrong) = measured(transport, &rows)?;
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let new_shape = meta["world_size"].is_u64();
+    let (world, driver, nccl, tool) = if new_shape {
+        (
+            &meta["world_size"],
+            &meta["versions"]["driver"],
+            &meta["versions"]["nccl"],
+            "tpcomm bench --device gpu",
+        )
+    } else {
+        (
+            &meta["world"],
+            &meta["driver"],
+            &meta["nccl"],
+            "tpcomm gpu-bench",
+        )
+    };
+    let header = Table {
+        fingerprint: args.fingerprint.clone(),
+        machine_class: class,
+        world: world.as_u64().unwrap_or(2) as usize,
+        gpu: meta["gpus"][0].as_str().unwrap_or_default().to_string(),
+        driver: s(driver),
+        nccl: nccl.as_str().map(str::to_string),
+        measured: format!(
+            "{tool} --launch {} ({} reps x {} calls, median), from {}",
+            s(&meta["launch"]),
+            meta["reps"],
+            meta["iters"],
+            path.file_name().unwrap_or_default().to_string_lossy()
+        ),
+        rows: Vec::new(),
+    };
+    Ok((m, wrong, header))
 }
 
 fn run_inner(args: &TuneArgs) -> Result<()> {
@@ -259,7 +296,7 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
         machine.class,
         topo.gpus.len()
     );
-    // Keep gpu-bench's own report too (and its JSON), so the numbers are seen.
+    // Keep the GPU bench's own report too (and its JSON), so the numbers are seen.
     gpu_bench::report_rows(&bench_args, world, outs)?;
     write_table(&table, &out)
 }

@@ -1,4 +1,4 @@
-//! GPU test of `tpcomm forward-bench`: a small forward (4 layers) in every
+//! GPU test of `tpcomm bench forward`: a small forward (4 layers) in every
 //! mode; with communication every rank's output must be bit-identical, and
 //! each tpcomm mode's output close to NCCL's (the bench's stated tolerance).
 //! Needs 2+ GPUs with P2P, cuBLAS and NCCL; runs only with TPCOMM_GPU_TESTS=1.
@@ -16,13 +16,7 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
     let json = dir.path().join("forward.json");
     let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
         .args([
-            "forward-bench",
-            "--layers",
-            "4",
-            "--hidden",
-            "2048",
-            "--mlp",
-            "4096",
+            "bench", "forward", "--layers", "4", "--hidden", "2048", "--mlp", "4096",
         ])
         .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
         .arg("--json")
@@ -33,7 +27,7 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "forward-bench failed:\n{stdout}\n{stderr}"
+        "bench forward failed:\n{stdout}\n{stderr}"
     );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

@@ -74,13 +74,37 @@ pub struct BenchMeta {
     pub cores: usize,
     /// UTC, "YYYY-MM-DDTHH:MM:SSZ".
     pub date: String,
-    /// Component -> version ("tpcomm", and later "nccl", "cuda driver", ...).
+    /// Component -> version: "tpcomm"; GPU runs add "driver" (CUDA driver),
+    /// "nvrtc" and, when NCCL was loaded, "nccl".
     pub versions: BTreeMap<String, String>,
-    /// "host", "cuda", "nccl".
+    /// How ranks share data: "host" (shared memory on CPU ranks, or pinned
+    /// host memory between GPUs: see `device`), "cuda" (GPU peer-to-peer).
     pub transport: String,
     pub world_size: usize,
     /// How ranks were launched ("processes" or "threads").
     pub launch: String,
+    /// "cpu" or "gpu"; absent in files written before one command ran both
+    /// (those are CPU runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// GPU runs: each rank's GPU name, in rank order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<String>>,
+    /// GPU runs: the architecture the kernels were compiled for ("sm_90").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// GPU runs: calls per timed repetition (and per captured graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iters: Option<usize>,
+    /// GPU runs: timed repetitions (the median is reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reps: Option<usize>,
+    /// GPU runs: input/output buffer pairs rotated through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate: Option<usize>,
+    /// GPU runs: how a time was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -161,6 +185,34 @@ mod tests {
         );
         assert!((r.algbw_gbps - 100.0).abs() < 1e-9);
         assert!((r.busbw_gbps - 150.0).abs() < 1e-9);
+    }
+
+    /// Files written before `device` and the GPU fields existed still read
+    /// (as CPU runs), and a CPU meta writes none of the GPU fields.
+    #[test]
+    fn meta_without_the_optional_fields_reads_and_writes_without_them() {
+        let old = r#"{"machine": {"hostname": "h", "cpu_model": "c"}, "cores": 2,
+            "date": "2026-11-30T00:00:00Z", "versions": {"tpcomm": "0.1.0"},
+            "transport": "host", "world_size": 2, "launch": "threads"}"#;
+        let m: BenchMeta = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (m.device.as_deref(), m.gpus.as_ref(), m.reps),
+            (None, None, None)
+        );
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 7, "{v}");
+        let gpu = BenchMeta {
+            device: Some("gpu".into()),
+            gpus: Some(vec!["H200".into(); 2]),
+            arch: Some("sm_90".into()),
+            iters: Some(20),
+            reps: Some(25),
+            rotate: Some(4),
+            timing: Some("CUDA events".into()),
+            ..m
+        };
+        let back: BenchMeta = serde_json::from_str(&serde_json::to_string(&gpu).unwrap()).unwrap();
+        assert_eq!(back, gpu);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `tpcomm forward-bench`: what an all-reduce costs where it lives. A
+//! `tpcomm bench forward` (also the hidden `forward-bench`): what an all-reduce costs where it lives. A
 //! tensor-parallel transformer forward (tpcomm::cuda::forward), one process
 //! per GPU (the command re-executes itself as workers), captured in a CUDA
 //! graph and timed as whole forwards, once per way of doing its all-reduce
@@ -126,11 +126,12 @@ struct RankOut {
     rows: Vec<RankRow>,
 }
 
-pub fn run(args: ForwardBenchArgs) -> i32 {
+/// Runs the bench; errors are printed after `name` (the spelling the user typed).
+pub fn run(args: ForwardBenchArgs, name: &str) -> i32 {
     match run_inner(args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("tpcomm forward-bench: {e}");
+            eprintln!("{name}: {e}");
             1
         }
     }
@@ -198,13 +199,13 @@ fn run_workers(world: usize, add_gpus: bool) -> Result<Vec<RankOut>> {
     let mut children = Vec::new();
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(std::env::args_os().skip(1));
-        if add_gpus {
-            cmd.args(["--gpus", &world.to_string()]);
-        }
-        cmd.args(["--worker-rank", &r.to_string()])
-            .arg("--rendezvous")
-            .arg(&dir);
+        cmd.args(worker_argv(
+            std::env::args_os().skip(1),
+            add_gpus,
+            world,
+            r,
+            &dir,
+        ));
         children.push(
             cmd.spawn()
                 .map_err(|e| Error::io("start a worker process", e))?,
@@ -233,6 +234,29 @@ fn run_workers(world: usize, add_gpus: bool) -> Result<Vec<RankOut>> {
         .collect::<Result<Vec<RankOut>>>()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(outs)
+}
+
+/// A worker's command line: this command's own (either spelling, `bench
+/// forward` or `forward-bench`, parses the same), plus the rank, the meeting
+/// directory and, when the user left it out, the world size.
+fn worker_argv(
+    own: impl Iterator<Item = std::ffi::OsString>,
+    add_gpus: bool,
+    world: usize,
+    rank: usize,
+    dir: &std::path::Path,
+) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = own.collect();
+    if add_gpus {
+        v.extend(["--gpus".into(), world.to_string().into()]);
+    }
+    v.extend([
+        "--worker-rank".into(),
+        rank.to_string().into(),
+        "--rendezvous".into(),
+        dir.as_os_str().to_owned(),
+    ]);
+    v
 }
 
 fn nccl_comm(rank: usize, world: usize, rv: &Rendezvous, timeout: Duration) -> Result<NcclComm> {
@@ -337,6 +361,41 @@ mod tests {
         ] {
             assert_eq!(mode_name(Mode::parse(m).unwrap()), m);
         }
+    }
+
+    /// A worker re-parses its parent's own command line (either spelling)
+    /// plus the rank fields, and lands in the forward bench as a worker.
+    #[test]
+    fn workers_parse_back_either_spelling() {
+        use clap::Parser;
+        let dir = std::path::Path::new("/tmp/fw rv");
+        for own in [
+            &["bench", "forward", "--tokens", "8", "--modes", "none,nccl"][..],
+            &["forward-bench", "--tokens", "8", "--modes", "none,nccl"][..],
+        ] {
+            let argv = worker_argv(own.iter().map(|s| s.into()), true, 2, 1, dir);
+            let cli =
+                crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv)).unwrap();
+            let crate::Command::ForwardBench(a) = cli.command else {
+                let crate::Command::Bench(b) = cli.command else {
+                    panic!("{own:?}: neither spelling")
+                };
+                let a = b
+                    .forward()
+                    .unwrap_or_else(|| panic!("{own:?}: not forward"));
+                check_worker(&a, dir);
+                continue;
+            };
+            check_worker(&a, dir);
+        }
+    }
+
+    fn check_worker(a: &ForwardBenchArgs, dir: &std::path::Path) {
+        assert_eq!(a.worker_rank, Some(1));
+        assert_eq!(a.gpus, Some(2));
+        assert_eq!(a.rendezvous.as_deref(), Some(dir));
+        assert_eq!(a.tokens, vec![8]);
+        assert_eq!(a.modes, vec!["none", "nccl"]);
     }
 
     #[test]

@@ -1,0 +1,439 @@
+//! `tpcomm bench`: one command for both devices. With `--device auto` (the
+//! default) it measures GPUs when this machine has two or more CUDA GPUs and
+//! CPU ranks otherwise. The options are one set; each device's own options
+//! are refused, with the other device's spelling, when the run is on the
+//! other device. The chosen device's options are handed to the CPU bench
+//! (`super::BenchArgs`) or the GPU bench (`crate::gpu_bench::GpuBenchArgs`)
+//! as if typed, so their defaults and checks stay in one place each.
+//! `tpcomm bench forward` is the forward benchmark.
+
+use super::{parse_duration, BenchArgs, WORKER_ENV};
+use crate::forward_bench::ForwardBenchArgs;
+use crate::gpu_bench::GpuBenchArgs;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+use tpcomm::cuda::Transport;
+use tpcomm::{ByteSize, DType, ReduceOp};
+
+/// The GPU bench's algorithms when `--algos all` (its default set).
+const GPU_ALL: &str = "one-shot,two-shot,nccl";
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCommand {
+    #[command(subcommand)]
+    sub: Option<BenchSub>,
+    #[command(flatten)]
+    opts: BenchOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchSub {
+    /// A tensor-parallel transformer forward in a CUDA graph, once per
+    /// all-reduce mode (none, NCCL, tpcomm, fused): what each all-reduce site
+    /// costs inside it (GPUs).
+    Forward(ForwardBenchArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// GPUs when this machine has two or more CUDA GPUs, else CPU ranks.
+    Auto,
+    /// Ranks on CPU cores, over shared memory.
+    Cpu,
+    /// One rank per GPU.
+    Gpu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LaunchChoice {
+    /// One process per rank (the command re-runs itself).
+    #[value(alias = "procs")]
+    Processes,
+    /// One thread per rank inside this process.
+    Threads,
+}
+
+#[derive(Args, Clone, Debug)]
+struct BenchOpts {
+    /// Where ranks run.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+    /// How ranks run: processes (or procs; GPUs share buffers by CUDA IPC) or
+    /// threads (GPUs by peer access). Default: processes.
+    #[arg(long, value_enum)]
+    launch: Option<LaunchChoice>,
+    /// Smallest message; sizes double up to --max-bytes. Default 1KiB.
+    #[arg(long, visible_alias = "min")]
+    min_bytes: Option<ByteSize>,
+    /// Largest message (on GPUs also the communicator's buffer). Default 64MiB.
+    #[arg(long, visible_alias = "max")]
+    max_bytes: Option<ByteSize>,
+    /// Element type: f32, f16, bf16. Default: f32 on CPU, bf16 on GPUs.
+    #[arg(long)]
+    dtype: Option<DType>,
+    /// Algorithms, comma separated. CPU: one of auto, one-shot, two-shot, all
+    /// (default all: one-shot and two-shot). GPU: any of one-shot, two-shot,
+    /// auto (rows `auto:<choice>`: what the library's selection picks), nccl;
+    /// all = one-shot,two-shot,nccl (the default).
+    #[arg(long, visible_alias = "algo", value_delimiter = ',')]
+    algos: Vec<String>,
+    /// CPU: timed calls per size (default from 1000 for small sizes down to
+    /// 20, about 2 GiB of traffic per size). GPU: calls per timed repetition
+    /// and per captured graph (default 20).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// Also write the results as JSON here (tpcomm::report::BenchReport).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Bound on every wait, e.g. "5s", "500ms". Default 10s on CPU, 20s on GPUs.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "timeout_ms")]
+    timeout: Option<Duration>,
+    /// Bound on every wait, in milliseconds (the same as --timeout).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+
+    /// CPU: number of ranks (default 2).
+    #[arg(long, help_heading = "CPU ranks")]
+    ranks: Option<usize>,
+    /// CPU: reduce op: sum, max, min (GPUs: sum only). Default sum.
+    #[arg(long, help_heading = "CPU ranks")]
+    op: Option<ReduceOp>,
+    /// CPU: untimed calls before timing (default 5).
+    #[arg(long, help_heading = "CPU ranks")]
+    warmup: Option<usize>,
+    /// CPU: largest message reduced in one piece (fixes the segment size; default 8MiB).
+    #[arg(long, help_heading = "CPU ranks")]
+    max_message: Option<ByteSize>,
+    /// CPU: most bytes one epoch carries; larger messages are pipelined (default 8MiB).
+    #[arg(long, help_heading = "CPU ranks")]
+    piece: Option<ByteSize>,
+    /// CPU: where ranks meet (default: a fresh temporary directory).
+    #[arg(long, help_heading = "CPU ranks")]
+    rendezvous: Option<PathBuf>,
+
+    /// GPU: transport: cuda (P2P), host (through pinned host memory, no P2P
+    /// needed; one-shot = LL words, two-shot = chunked), auto (host when any
+    /// pair lacks P2P; the default).
+    #[arg(long, help_heading = "GPUs")]
+    transport: Option<Transport>,
+    /// GPU: number of GPUs (ranks); default every GPU, at most 8.
+    #[arg(long, help_heading = "GPUs")]
+    gpus: Option<usize>,
+    /// GPU: modes, comma separated: eager, graph (default both). CPU ranks run eager only.
+    #[arg(long, value_delimiter = ',', help_heading = "GPUs")]
+    modes: Vec<String>,
+    /// GPU: timed repetitions; the median is reported (default 25).
+    #[arg(long, help_heading = "GPUs")]
+    reps: Option<usize>,
+    /// GPU: input/output buffer pairs rotated through, so caches do not flatter (default 4).
+    #[arg(long, help_heading = "GPUs")]
+    rotate: Option<usize>,
+    /// GPU: also measure the midpoints between powers of two (1.5 x each), as `tpcomm tune` does.
+    #[arg(long, help_heading = "GPUs")]
+    midpoints: bool,
+    /// GPU: tuning table for `--algos auto` (else $TPCOMM_TUNING_TABLE, then
+    /// the default location for this machine's fingerprint, then the class defaults).
+    #[arg(long, value_name = "FILE", help_heading = "GPUs")]
+    table: Option<PathBuf>,
+}
+
+impl BenchCommand {
+    /// The forward bench's arguments, for `tpcomm bench forward`.
+    #[cfg(test)]
+    pub(crate) fn forward(self) -> Option<ForwardBenchArgs> {
+        self.sub.map(|BenchSub::Forward(a)| a)
+    }
+}
+
+/// What `tpcomm bench` resolved to.
+#[derive(Debug)]
+enum Run {
+    Cpu(BenchArgs),
+    Gpu(GpuBenchArgs),
+}
+
+/// Entry point of `tpcomm bench`; returns the exit code.
+pub fn run(cmd: BenchCommand) -> i32 {
+    if let Some(BenchSub::Forward(args)) = cmd.sub {
+        return crate::forward_bench::run(args, "tpcomm bench forward");
+    }
+    match resolve(&cmd.opts, detect) {
+        Ok(Run::Gpu(args)) => crate::gpu_bench::run(args, "tpcomm bench"),
+        Ok(Run::Cpu(args)) => match super::run(args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("tpcomm bench: {e}");
+                1
+            }
+        },
+        Err(e) => {
+            eprintln!("tpcomm bench: {e}");
+            2
+        }
+    }
+}
+
+/// Usable CUDA GPUs, or why there are none; never panics without a driver
+/// (ensure_driver loads it before anything calls into it).
+fn detect() -> Result<usize, String> {
+    tpcomm::cuda::ensure_driver().map_err(|e| e.to_string())?;
+    tpcomm::cuda::cudarc::driver::CudaContext::device_count()
+        .map(|n| n.max(0) as usize)
+        .map_err(|e| format!("cuDeviceGetCount failed: {e}"))
+}
+
+/// Picks the device and builds that bench's arguments. `gpus` is asked only
+/// for `--device auto`, and never in a CPU rank's worker process (which runs
+/// with its parent's arguments and must land on the CPU bench again).
+fn resolve(o: &BenchOpts, gpus: impl FnOnce() -> Result<usize, String>) -> Result<Run, String> {
+    let (device, why) = match o.device {
+        Device::Cpu => (Device::Cpu, None),
+        Device::Gpu => (Device::Gpu, None),
+        Device::Auto if std::env::var_os(WORKER_ENV).is_some() => (Device::Cpu, None),
+        Device::Auto => match gpus() {
+            Ok(n) if n >= 2 => (Device::Gpu, None),
+            Ok(n) => (
+                Device::Cpu,
+                Some(format!("{n} CUDA GPU(s) here, the GPU bench needs 2")),
+            ),
+            Err(e) => (Device::Cpu, Some(format!("no usable CUDA GPU: {e}"))),
+        },
+    };
+    let auto_note = |msg: String| match &why {
+        Some(w) => format!("{msg} (--device auto chose CPU ranks: {w})"),
+        None => msg,
+    };
+    match device {
+        Device::Gpu => gpu_args(o).map(Run::Gpu),
+        _ => {
+            let args = cpu_args(o).map_err(auto_note)?;
+            if let Some(w) = &why {
+                eprintln!("tpcomm bench: {w}; measuring CPU ranks (--device gpu insists on GPUs)");
+            }
+            Ok(Run::Cpu(args))
+        }
+    }
+}
+
+fn os(items: &[&str]) -> Vec<OsString> {
+    items.iter().map(OsString::from).collect()
+}
+
+fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
+    let gpu_only = [
+        (
+            o.transport.is_some(),
+            "--transport picks how GPUs exchange data; CPU ranks always use shared memory",
+        ),
+        (
+            o.gpus.is_some(),
+            "--gpus counts GPUs; CPU ranks take --ranks",
+        ),
+        (
+            o.modes.iter().any(|m| m != "eager"),
+            "--modes: CPU ranks run eager only (graph mode is CUDA graphs)",
+        ),
+        (
+            o.reps.is_some(),
+            "--reps is for the GPU bench; CPU ranks take --iters and --warmup",
+        ),
+        (o.rotate.is_some(), "--rotate is for the GPU bench"),
+        (o.midpoints, "--midpoints is for the GPU bench"),
+        (
+            o.table.is_some(),
+            "--table is for the GPU bench's --algos auto",
+        ),
+    ];
+    if let Some((_, msg)) = gpu_only.iter().find(|(given, _)| *given) {
+        return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
+    }
+    let mut v: Vec<OsString> = vec!["bench".into()];
+    if let Some(n) = o.ranks {
+        v.extend(os(&["--ranks", &n.to_string()]));
+    }
+    if let Some(l) = o.launch {
+        let name = match l {
+            LaunchChoice::Processes => "processes",
+            LaunchChoice::Threads => "threads",
+        };
+        v.extend(os(&["--launch", name]));
+    }
+    if let Some(b) = o.min_bytes {
+        v.extend(os(&["--min-bytes", &b.bytes().to_string()]));
+    }
+    if let Some(b) = o.max_bytes {
+        v.extend(os(&["--max-bytes", &b.bytes().to_string()]));
+    }
+    if let Some(d) = o.dtype {
+        v.extend(os(&["--dtype", d.name()]));
+    }
+    if let Some(op) = o.op {
+        v.extend(os(&["--op", op.name()]));
+    }
+    if let Some(a) = cpu_algo(&o.algos)? {
+        v.extend(os(&["--algo", &a]));
+    }
+    if let Some(n) = o.iters {
+        v.extend(os(&["--iters", &n.to_string()]));
+    }
+    if let Some(n) = o.warmup {
+        v.extend(os(&["--warmup", &n.to_string()]));
+    }
+    if let Some(b) = o.max_message {
+        v.extend(os(&["--max-message", &b.bytes().to_string()]));
+    }
+    if let Some(b) = o.piece {
+        v.extend(os(&["--piece", &b.bytes().to_string()]));
+    }
+    if let Some(p) = &o.json {
+        v.extend([OsString::from("--json"), p.clone().into()]);
+    }
+    if let Some(p) = &o.rendezvous {
+        v.extend([OsString::from("--rendezvous"), p.clone().into()]);
+    }
+    match (o.timeout, o.timeout_ms) {
+        (Some(d), _) => v.extend(os(&["--timeout", &format!("{}s", d.as_secs_f64())])),
+        (None, Some(ms)) => v.extend(os(&["--timeout", &format!("{ms}ms")])),
+        (None, None) => {}
+    }
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+    Wrap::try_parse_from(v)
+        .map(|w| w.args)
+        .map_err(|e| first_line(&e.to_string()))
+}
+
+/// The CPU bench takes one algorithm choice; `one-shot,two-shot` is `all`.
+fn cpu_algo(algos: &[String]) -> Result<Option<String>, String> {
+    if algos.iter().any(|a| a == "nccl") {
+        return Err(
+            "--algos nccl: NCCL rows need GPUs (use --device gpu on a machine with GPUs); CPU ranks time auto, one-shot, two-shot or all".into(),
+        );
+    }
+    let mut set: Vec<&str> = algos.iter().map(String::as_str).collect();
+    set.sort_unstable();
+    set.dedup();
+    match set.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.to_string())),
+        ["one-shot", "two-shot"] => Ok(Some("all".into())),
+        _ => Err(format!(
+            "--algos {}: CPU ranks take one of auto, one-shot, two-shot or all",
+            algos.join(",")
+        )),
+    }
+}
+
+fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
+    let cpu_only = [
+        (
+            o.ranks.is_some(),
+            "--ranks counts CPU ranks; on GPUs use --gpus",
+        ),
+        (
+            o.op.is_some_and(|op| op != ReduceOp::Sum),
+            "--op: the GPU bench measures sum only",
+        ),
+        (
+            o.warmup.is_some(),
+            "--warmup is for CPU ranks; the GPU bench warms up on its own and takes --reps",
+        ),
+        (
+            o.max_message.is_some(),
+            "--max-message is for CPU ranks; on GPUs --max-bytes sets the buffer",
+        ),
+        (o.piece.is_some(), "--piece is for CPU ranks"),
+        (
+            o.rendezvous.is_some(),
+            "--rendezvous is for CPU ranks; GPU ranks meet on their own",
+        ),
+    ];
+    if let Some((_, msg)) = cpu_only.iter().find(|(given, _)| *given) {
+        return Err(format!(
+            "{msg} (the run is on GPUs; --device cpu runs CPU ranks)"
+        ));
+    }
+    let mut v: Vec<OsString> = vec!["gpu-bench".into()];
+    if let Some(l) = o.launch {
+        let name = match l {
+            LaunchChoice::Processes => "procs",
+            LaunchChoice::Threads => "threads",
+        };
+        v.extend(os(&["--launch", name]));
+    }
+    if let Some(t) = o.transport {
+        v.extend(os(&["--transport", t.name()]));
+    }
+    if let Some(n) = o.gpus {
+        v.extend(os(&["--gpus", &n.to_string()]));
+    }
+    if let Some(d) = o.dtype {
+        v.extend(os(&["--dtype", d.name()]));
+    }
+    if let Some(b) = o.min_bytes {
+        v.extend(os(&["--min", &b.bytes().to_string()]));
+    }
+    if let Some(b) = o.max_bytes {
+        v.extend(os(&["--max", &b.bytes().to_string()]));
+    }
+    if !o.algos.is_empty() {
+        let list: Vec<&str> = o
+            .algos
+            .iter()
+            .map(|a| if a == "all" { GPU_ALL } else { a.as_str() })
+            .collect();
+        v.extend(os(&["--algos", &list.join(",")]));
+    }
+    if !o.modes.is_empty() {
+        v.extend(os(&["--modes", &o.modes.join(",")]));
+    }
+    if let Some(n) = o.iters {
+        v.extend(os(&["--iters", &n.to_string()]));
+    }
+    if let Some(n) = o.reps {
+        v.extend(os(&["--reps", &n.to_string()]));
+    }
+    if let Some(n) = o.rotate {
+        v.extend(os(&["--rotate", &n.to_string()]));
+    }
+    match (o.timeout, o.timeout_ms) {
+        (Some(d), _) => {
+            let ms = d.as_millis().max(1);
+            v.extend(os(&["--timeout-ms", &ms.to_string()]))
+        }
+        (None, Some(ms)) => v.extend(os(&["--timeout-ms", &ms.to_string()])),
+        (None, None) => {}
+    }
+    if let Some(p) = &o.json {
+        v.extend([OsString::from("--json"), p.clone().into()]);
+    }
+    if o.midpoints {
+        v.push("--midpoints".into());
+    }
+    if let Some(p) = &o.table {
+        v.extend([OsString::from("--table"), p.clone().into()]);
+    }
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: GpuBenchArgs,
+    }
+    Wrap::try_parse_from(v)
+        .map(|w| w.args)
+        .map_err(|e| first_line(&e.to_string()))
+}
+
+/// clap's message without its "error: " prefix and usage lines.
+fn first_line(s: &str) -> String {
+    let l = s.lines().next().unwrap_or(s);
+    l.strip_prefix("error: ").unwrap_or(l).to_string()
+}
+
+#[cfg(test)]
+mod tests;
