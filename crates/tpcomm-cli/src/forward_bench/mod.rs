@@ -3,7 +3,9 @@
 //! per GPU (the command re-executes itself as workers), captured in a CUDA
 //! graph and timed as whole forwards, once per way of doing its all-reduce
 //! sites: none (the compute floor), NCCL, each tpcomm algorithm, and the
-//! fused all-reduce + residual add + RMSNorm kernel.
+//! fused all-reduce + residual add + RMSNorm kernel. `--transport host`
+//! runs tpcomm's modes through pinned host memory (no P2P), where the fused
+//! modes cannot run.
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -12,7 +14,8 @@ use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
 use tpcomm::cuda::forward::{Model, Shape, Site};
 use tpcomm::cuda::fused::Launch;
-use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous};
+use tpcomm::cuda::host_path::{GpuComm, Transport};
+use tpcomm::cuda::{open_context, Algo, CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
@@ -46,13 +49,18 @@ pub struct ForwardBenchArgs {
     /// Modes, comma separated: none (no communication: the floor), nccl,
     /// one-shot, two-shot, fused; none-pdl and fused-pdl launch the norm
     /// kernels with programmatic dependent launch (sm_90+). Per-site costs
-    /// are taken against none.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "none,nccl,one-shot,two-shot,fused,fused-pdl,none-pdl"
-    )]
-    modes: Vec<String>,
+    /// are taken against none. Default: all seven
+    /// (none,nccl,one-shot,two-shot,fused,fused-pdl,none-pdl); on the host
+    /// transport all but fused and fused-pdl, which need P2P.
+    #[arg(long, value_delimiter = ',')]
+    modes: Option<Vec<String>>,
+    /// GPU transport of tpcomm's modes: cuda (P2P), host (through pinned host
+    /// memory, no P2P needed; one-shot runs the host-ll kernel, two-shot
+    /// host-chunked; fused modes refused), auto (host when any pair of GPUs
+    /// lacks P2P). NCCL picks its own; set NCCL_P2P_DISABLE=1 to compare
+    /// without P2P.
+    #[arg(long, default_value = "auto")]
+    transport: Transport,
     /// Forwards per timed repetition (graph launches back to back).
     #[arg(long, default_value_t = 5)]
     iters: usize,
@@ -98,10 +106,74 @@ impl Mode {
     }
 }
 
+/// Every mode, in the order the default runs them.
+const ALL_MODES: [&str; 7] = [
+    "none",
+    "nccl",
+    "one-shot",
+    "two-shot",
+    "fused",
+    "fused-pdl",
+    "none-pdl",
+];
+
+/// The modes to run over `transport`: the ones asked for, refused where one
+/// needs P2P on the host transport; without `--modes`, every mode that can
+/// run there. Returns the modes and the names of default modes left out.
+/// `Auto` refuses nothing (the workers call this again once it is resolved).
+fn modes_for(
+    requested: Option<&[String]>,
+    transport: Transport,
+) -> Result<(Vec<Mode>, Vec<&'static str>)> {
+    let host = transport == Transport::Host;
+    let Some(requested) = requested else {
+        let mut modes = Vec::new();
+        let mut skipped = Vec::new();
+        for name in ALL_MODES {
+            let m = Mode::parse(name)?;
+            if host && matches!(m, Mode::Fused(_)) {
+                skipped.push(name);
+            } else {
+                modes.push(m);
+            }
+        }
+        return Ok((modes, skipped));
+    };
+    let modes: Vec<Mode> = requested
+        .iter()
+        .map(|m| Mode::parse(m))
+        .collect::<Result<_>>()?;
+    if modes.is_empty() {
+        return Err(Error::invalid("--modes", "name at least one mode"));
+    }
+    if host {
+        let fused: Vec<String> = modes
+            .iter()
+            .filter(|m| matches!(m, Mode::Fused(_)))
+            .map(|&m| mode_name(m))
+            .collect();
+        if !fused.is_empty() {
+            return Err(Error::invalid(
+                "--modes",
+                format!(
+                    "{} cannot run on the host transport: the fused kernel reads its peers' GPU buffers, which needs P2P; drop {} from --modes, or use --transport cuda on GPUs with P2P",
+                    fused.join(" and "),
+                    if fused.len() > 1 { "them" } else { "it" }
+                ),
+            ));
+        }
+    }
+    Ok((modes, Vec::new()))
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RankRow {
     tokens: usize,
     mode: String,
+    /// The kernel tpcomm's all-reduce ran, where it differs from the mode's
+    /// name (the host transport's host-ll and host-chunked).
+    #[serde(default)]
+    kernel: Option<String>,
     forward_us: f64,
     /// FNV-1a of the final residual stream and hidden state bytes.
     output_hash: u64,
@@ -118,6 +190,12 @@ struct RankInfo {
     nccl: Option<String>,
     comm_memory: String,
     model_bytes: u64,
+    /// The transport tpcomm's modes used (auto resolved).
+    #[serde(default)]
+    transport: String,
+    /// Default modes left out because that transport cannot run them.
+    #[serde(default)]
+    skipped_modes: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -145,11 +223,9 @@ fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError
 }
 
 fn run_inner(args: ForwardBenchArgs) -> Result<()> {
-    let modes: Vec<Mode> = args
-        .modes
-        .iter()
-        .map(|m| Mode::parse(m))
-        .collect::<Result<_>>()?;
+    // Checked here so that a bad request fails before any worker starts; the
+    // workers decide again once `auto` is resolved.
+    modes_for(args.modes.as_deref(), args.transport)?;
     if args.tokens.is_empty() || args.tokens.contains(&0) || args.reps == 0 || args.iters == 0 {
         return Err(Error::invalid(
             "--tokens/--reps/--iters",
@@ -160,7 +236,7 @@ fn run_inner(args: ForwardBenchArgs) -> Result<()> {
         let world = args
             .gpus
             .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
-        let out = rank_main(rank, world, &args, &modes, Rendezvous::Dir(dir.clone()))?;
+        let out = rank_main(rank, world, &args, Rendezvous::Dir(dir.clone()))?;
         let path = dir.join(format!("result.rank{rank}.json"));
         let text =
             serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
@@ -363,30 +439,91 @@ mod tests {
         }
     }
 
+    fn parse_worker(own: &[&str], dir: &std::path::Path) -> ForwardBenchArgs {
+        use clap::Parser;
+        let argv = worker_argv(own.iter().map(|s| s.into()), true, 2, 1, dir);
+        let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv))
+            .unwrap_or_else(|e| panic!("{own:?}: {e}"));
+        match cli.command {
+            crate::Command::ForwardBench(a) => a,
+            crate::Command::Bench(b) => b
+                .forward()
+                .unwrap_or_else(|| panic!("{own:?}: not forward")),
+            _ => panic!("{own:?}: neither spelling"),
+        }
+    }
+
     /// A worker re-parses its parent's own command line (either spelling)
     /// plus the rank fields, and lands in the forward bench as a worker.
     #[test]
     fn workers_parse_back_either_spelling() {
-        use clap::Parser;
         let dir = std::path::Path::new("/tmp/fw rv");
         for own in [
             &["bench", "forward", "--tokens", "8", "--modes", "none,nccl"][..],
             &["forward-bench", "--tokens", "8", "--modes", "none,nccl"][..],
         ] {
-            let argv = worker_argv(own.iter().map(|s| s.into()), true, 2, 1, dir);
-            let cli =
-                crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv)).unwrap();
-            let crate::Command::ForwardBench(a) = cli.command else {
-                let crate::Command::Bench(b) = cli.command else {
-                    panic!("{own:?}: neither spelling")
-                };
-                let a = b
-                    .forward()
-                    .unwrap_or_else(|| panic!("{own:?}: not forward"));
-                check_worker(&a, dir);
-                continue;
-            };
+            let a = parse_worker(own, dir);
             check_worker(&a, dir);
+            assert_eq!(a.transport, Transport::Auto, "{own:?}");
+        }
+    }
+
+    /// --transport reaches the workers in both spellings, in any position.
+    #[test]
+    fn workers_keep_the_transport() {
+        let dir = std::path::Path::new("/tmp/fw rv");
+        for own in [
+            &[
+                "bench",
+                "forward",
+                "--transport",
+                "host",
+                "--tokens",
+                "8",
+                "--modes",
+                "none,nccl",
+            ][..],
+            &[
+                "forward-bench",
+                "--tokens",
+                "8",
+                "--modes",
+                "none,nccl",
+                "--transport",
+                "host",
+            ][..],
+            &[
+                "forward-bench",
+                "--transport=cuda",
+                "--tokens",
+                "8",
+                "--modes",
+                "none,nccl",
+            ][..],
+        ] {
+            let a = parse_worker(own, dir);
+            check_worker(&a, dir);
+            let want = if own.contains(&"--transport=cuda") {
+                Transport::Cuda
+            } else {
+                Transport::Host
+            };
+            assert_eq!(a.transport, want, "{own:?}");
+        }
+        // Without --modes the worker also sees none, so it picks the same default.
+        let a = parse_worker(&["forward-bench", "--transport", "host"], dir);
+        assert_eq!(a.modes, None);
+        assert_eq!(a.transport, Transport::Host);
+    }
+
+    #[test]
+    fn unknown_transports_are_refused() {
+        use clap::Parser;
+        for bad in [
+            &["tpcomm", "bench", "forward", "--transport", "nvlink"][..],
+            &["tpcomm", "forward-bench", "--transport", "shm"][..],
+        ] {
+            assert!(crate::Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -395,7 +532,79 @@ mod tests {
         assert_eq!(a.gpus, Some(2));
         assert_eq!(a.rendezvous.as_deref(), Some(dir));
         assert_eq!(a.tokens, vec![8]);
-        assert_eq!(a.modes, vec!["none", "nccl"]);
+        assert_eq!(
+            a.modes.as_deref(),
+            Some(&["none".to_string(), "nccl".to_string()][..])
+        );
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn fused_modes_are_refused_on_the_host_transport_only() {
+        for asked in [
+            &["none", "fused"][..],
+            &["fused-pdl"],
+            &["nccl", "fused", "fused-pdl"],
+        ] {
+            let asked = strings(asked);
+            let e = modes_for(Some(&asked), Transport::Host)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("host transport"), "{e}");
+            assert!(e.contains("P2P"), "{e}");
+            assert!(e.contains("--transport cuda"), "{e}");
+            for m in asked.iter().filter(|m| m.starts_with("fused")) {
+                assert!(e.contains(m.as_str()), "{e} should name {m}");
+            }
+            for t in [Transport::Cuda, Transport::Auto] {
+                let (modes, skipped) = modes_for(Some(&asked), t).unwrap();
+                assert_eq!(modes.len(), asked.len());
+                assert!(skipped.is_empty());
+            }
+        }
+        let (modes, skipped) = modes_for(
+            Some(&strings(&[
+                "none", "none-pdl", "nccl", "one-shot", "two-shot",
+            ])),
+            Transport::Host,
+        )
+        .unwrap();
+        assert_eq!(
+            modes,
+            vec![
+                Mode::None(Launch::Ordinary),
+                Mode::None(Launch::Overlapped),
+                Mode::Nccl,
+                Mode::Tp(Algo::OneShot),
+                Mode::Tp(Algo::TwoShot)
+            ]
+        );
+        assert!(skipped.is_empty());
+        assert!(modes_for(Some(&strings(&["none", "fast"])), Transport::Host).is_err());
+        assert!(modes_for(Some(&[]), Transport::Cuda).is_err());
+    }
+
+    /// Without --modes: every mode on P2P (or auto, undecided yet), and on
+    /// the host transport every one but the fused two, which are named.
+    #[test]
+    fn default_modes_leave_the_fused_ones_out_on_the_host_transport() {
+        for t in [Transport::Cuda, Transport::Auto] {
+            let (modes, skipped) = modes_for(None, t).unwrap();
+            assert_eq!(
+                modes.iter().map(|&m| mode_name(m)).collect::<Vec<_>>(),
+                ALL_MODES.to_vec()
+            );
+            assert!(skipped.is_empty());
+        }
+        let (modes, skipped) = modes_for(None, Transport::Host).unwrap();
+        assert_eq!(
+            modes.iter().map(|&m| mode_name(m)).collect::<Vec<_>>(),
+            vec!["none", "nccl", "one-shot", "two-shot", "none-pdl"]
+        );
+        assert_eq!(skipped, vec!["fused", "fused-pdl"]);
     }
 
     #[test]

@@ -8,7 +8,6 @@ pub(super) fn rank_main(
     rank: usize,
     world: usize,
     args: &ForwardBenchArgs,
-    modes: &[Mode],
     rv: Rendezvous,
 ) -> Result<RankOut> {
     let timeout = Duration::from_millis(args.timeout_ms);
@@ -29,8 +28,22 @@ pub(super) fn rank_main(
     let mut cfg = CudaConfig::new(rank, world, rank);
     cfg.max_bytes = ByteSize::from_usize(max_tokens * args.hidden * 2);
     cfg.timeout = timeout;
-    let comm = CudaCommunicator::new(&cfg, &rv)?;
-    let fused_image = comm.prepare_fused()?;
+    cfg.transport = args.transport;
+    // On cuda (P2P) this is CudaCommunicator::new, as before the host
+    // transport was offered; every rank resolves auto the same way, so a
+    // refused mode fails them all here, before NCCL or the model.
+    let comm = GpuComm::new(&cfg, &rv)?;
+    let transport = comm.transport();
+    let (modes, skipped) = modes_for(args.modes.as_deref(), transport)?;
+    let modes = &modes[..];
+    let p2p = match &comm {
+        GpuComm::Cuda(c) => Some(c),
+        GpuComm::Host(_) => None,
+    };
+    let fused_image = match p2p {
+        Some(c) => Some(c.prepare_fused()?),
+        None => None,
+    };
     let nccl = if modes.contains(&Mode::Nccl) {
         Some(nccl_comm(rank, world, &rv, timeout)?)
     } else {
@@ -45,11 +58,16 @@ pub(super) fn rank_main(
         gpu: ctx.name().unwrap_or_default(),
         arch: format!("sm_{}{}", arch.0, arch.1),
         nccl: nccl.as_ref().map(|n| n.nccl().version().to_string()),
-        comm_memory: format!(
-            "{}  fused kernels' image: {fused_image} (shared per device)\n",
-            comm.memory_report()
-        ),
+        comm_memory: match fused_image {
+            Some(image) => format!(
+                "{}  fused kernels' image: {image} (shared per device)\n",
+                comm.memory_report()
+            ),
+            None => format!("{}", comm.memory_report()),
+        },
         model_bytes: model.device_bytes().bytes(),
+        transport: transport.name().to_string(),
+        skipped_modes: skipped.iter().map(|s| s.to_string()).collect(),
     };
     let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
     let ev0 = ctx
@@ -97,18 +115,25 @@ pub(super) fn rank_main(
                             )?;
                             model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                         }
-                        Mode::Fused(how) => comm.all_reduce_residual_rmsnorm(
-                            s.partial,
-                            s.residual,
-                            s.weight,
-                            s.normed,
-                            s.rows,
-                            s.hidden,
-                            DType::Bf16,
-                            s.eps,
-                            cs,
-                            how,
-                        ),
+                        Mode::Fused(how) => p2p
+                            .ok_or_else(|| {
+                                Error::Aborted(
+                                    "a fused mode on the host transport (modes_for refuses it)"
+                                        .into(),
+                                )
+                            })?
+                            .all_reduce_residual_rmsnorm(
+                                s.partial,
+                                s.residual,
+                                s.weight,
+                                s.normed,
+                                s.rows,
+                                s.hidden,
+                                DType::Bf16,
+                                s.eps,
+                                cs,
+                                how,
+                            ),
                     }
                 }
             };
@@ -164,9 +189,16 @@ pub(super) fn rank_main(
             if mode == Mode::Nccl {
                 nccl_h = Some(h.clone());
             }
+            let kernel = match (mode, &comm) {
+                (Mode::Tp(algo), GpuComm::Host(_)) => {
+                    Some(comm.algo_name(algo, tokens * args.hidden * 2).to_string())
+                }
+                _ => None,
+            };
             rows.push(RankRow {
                 tokens,
                 mode: mode_name(mode),
+                kernel,
                 forward_us: median(times),
                 output_hash: fnv1a(&[&x, &h]),
                 rel_diff_vs_nccl: rel,

@@ -7,6 +7,9 @@ use super::*;
 struct Row {
     tokens: usize,
     mode: String,
+    /// The kernel the all-reduce ran where it is not the mode's name (host
+    /// transport: host-ll or host-chunked).
+    kernel: Option<String>,
     /// Max over ranks of each rank's median forward time.
     forward_us: f64,
     forward_us_per_rank: Vec<f64>,
@@ -21,6 +24,21 @@ struct Row {
 
 fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// The transport for the table header: what ran, and what was asked for
+/// when that was auto.
+fn transport_label(requested: Transport, info: &RankInfo) -> String {
+    let ran = if info.transport.is_empty() {
+        "unknown"
+    } else {
+        info.transport.as_str()
+    };
+    if requested == Transport::Auto {
+        format!("{ran} (auto)")
+    } else {
+        ran.to_string()
+    }
 }
 
 pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
@@ -57,6 +75,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         rows.push(Row {
             tokens: r0.tokens,
             mode: r0.mode.clone(),
+            kernel: r0.kernel.clone(),
             forward_us: t,
             forward_us_per_rank: per_rank,
             per_site_us: None,
@@ -87,18 +106,32 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         ByteSize::b(info.model_bytes)
     );
     println!(
-        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
+        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}{}, tpcomm transport {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
         info.gpu,
         info.arch,
         info.nccl.clone().unwrap_or_else(|| "not run".into()),
+        std::env::var("NCCL_P2P_DISABLE")
+            .map(|v| format!(" (NCCL_P2P_DISABLE={v})"))
+            .unwrap_or_default(),
+        transport_label(args.transport, info),
         args.layers,
         args.hidden,
         args.mlp,
         args.reps,
         args.iters
     );
+    if !info.skipped_modes.is_empty() {
+        println!(
+            "# not run: {} (need P2P; the {} transport has none)",
+            info.skipped_modes.join(", "),
+            info.transport
+        );
+    }
+    // Host kernels are named for what ran; the mode column widens only then.
+    let shown = |r: &Row| r.kernel.clone().unwrap_or_else(|| r.mode.clone());
+    let mw = rows.iter().map(|r| shown(r).len()).fold(9, usize::max);
     println!(
-        "{:>6} {:>9} {:>12} {:>13} {:>10} {:>10} {:>14}",
+        "{:>6} {:>mw$} {:>12} {:>13} {:>10} {:>10} {:>14}",
         "tokens", "mode", "forward(us)", "per-site(us)", "comm share", "ranks ==", "vs NCCL"
     );
     for r in &rows {
@@ -108,9 +141,9 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
             _ => "-".to_string(),
         };
         println!(
-            "{:>6} {:>9} {:>12.1} {:>13} {:>10} {:>10} {:>14}",
+            "{:>6} {:>mw$} {:>12.1} {:>13} {:>10} {:>10} {:>14}",
             r.tokens,
-            r.mode,
+            shown(r),
             r.forward_us,
             opt(r.per_site_us, 2),
             r.comm_share
@@ -131,6 +164,9 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
                 "driver": driver,
                 "nccl": info.nccl,
                 "nccl_p2p_disable": std::env::var("NCCL_P2P_DISABLE").ok(),
+                "transport_requested": args.transport.name(),
+                "transport": info.transport,
+                "modes_skipped": info.skipped_modes,
                 "layers": args.layers,
                 "hidden": args.hidden,
                 "mlp": args.mlp,
