@@ -338,3 +338,33 @@ fn tune_from_bench_reads_old_and_new_shapes_alike_and_refuses_cpu_runs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("CPU ranks"), "{err}");
 }
+
+/// `--transport host` refuses the fused modes (they need P2P) before it
+/// looks for a GPU, so this holds on any machine, in both spellings; the
+/// help names the option (bench/device/verify_all.sh greps for it).
+#[test]
+fn forward_refuses_fused_modes_on_the_host_transport() {
+    for spelling in [&["bench", "forward"][..], &["forward-bench"]] {
+        let mut help = spelling.to_vec();
+        help.push("--help");
+        let text = String::from_utf8_lossy(&tpcomm(&help).stdout).to_string();
+        assert!(text.contains("--transport"), "{spelling:?}: {text}");
+        for modes in ["none,fused", "fused-pdl,nccl"] {
+            let mut args = spelling.to_vec();
+            args.extend(["--transport", "host", "--modes", modes]);
+            let out = tpcomm(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?} succeeded");
+            assert!(
+                err.contains("cannot run on the host transport") && err.contains("P2P"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+        }
+        let mut args = spelling.to_vec();
+        args.extend(["--transport", "pcie"]);
+        let out = tpcomm(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("pcie"), "{err}");
+    }
+}

@@ -2,6 +2,7 @@
 //! mode; with communication every rank's output must be bit-identical, and
 //! each tpcomm mode's output close to NCCL's (the bench's stated tolerance).
 //! Needs 2+ GPUs with P2P, cuBLAS and NCCL; runs only with TPCOMM_GPU_TESTS=1.
+//! The second test runs it over the host transport (no P2P needed).
 
 use std::process::Command;
 
@@ -51,6 +52,67 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
         }
         assert_eq!(r["ranks_identical"], serde_json::Value::Bool(true), "{r}");
         if mode != "nccl" {
+            let d = r["rel_diff_vs_nccl"].as_f64().unwrap();
+            assert!(d <= tol, "{mode}: {d} from NCCL's output (tolerance {tol})");
+        }
+    }
+}
+
+/// `--transport host` with NCCL_P2P_DISABLE=1: the default modes less the
+/// fused two, tpcomm's rows named for the host kernels, every rank's output
+/// identical and close to NCCL's.
+#[test]
+#[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
+fn forward_over_the_host_transport_matches_nccl_without_p2p() {
+    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("forward-host.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+        .env("NCCL_P2P_DISABLE", "1")
+        .args(["bench", "forward", "--transport", "host"])
+        .args(["--layers", "4", "--hidden", "2048", "--mlp", "4096"])
+        .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench forward --transport host failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("tpcomm transport host"), "{stdout}");
+    assert!(stdout.contains("not run: fused, fused-pdl"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["meta"]["transport"], "host");
+    assert_eq!(doc["meta"]["nccl_p2p_disable"], "1");
+    assert_eq!(
+        doc["meta"]["modes_skipped"],
+        serde_json::json!(["fused", "fused-pdl"])
+    );
+    let rows = doc["rows"].as_array().unwrap();
+    let modes = ["none", "nccl", "one-shot", "two-shot", "none-pdl"];
+    assert_eq!(rows.len(), 3 * modes.len(), "{stdout}");
+    let tol = doc["meta"]["tolerance_vs_nccl"].as_f64().unwrap();
+    for r in rows {
+        let mode = r["mode"].as_str().unwrap();
+        assert!(modes.contains(&mode), "{r}");
+        assert!(r["forward_us"].as_f64().unwrap() > 0.0);
+        if mode.starts_with("none") {
+            continue;
+        }
+        assert_eq!(r["ranks_identical"], serde_json::Value::Bool(true), "{r}");
+        if mode != "nccl" {
+            let kernel = r["kernel"].as_str().unwrap_or_default();
+            assert!(kernel.starts_with("host-"), "{r}");
+            if mode == "two-shot" {
+                assert_eq!(kernel, "host-chunked", "{r}");
+            }
             let d = r["rel_diff_vs_nccl"].as_f64().unwrap();
             assert!(d <= tol, "{mode}: {d} from NCCL's output (tolerance {tol})");
         }

@@ -196,3 +196,99 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> ForwardBenchArgs {
+        use clap::Parser;
+        let argv = ["tpcomm", "forward-bench", "--layers", "2"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string());
+        match crate::Cli::try_parse_from(argv).unwrap().command {
+            crate::Command::ForwardBench(a) => a,
+            _ => panic!("not the forward bench"),
+        }
+    }
+
+    fn rank(transport: &str, skipped: &[&str], one_shot_kernel: Option<&str>) -> RankOut {
+        let row = |mode: &str, us: f64, kernel: Option<&str>, rel: Option<f64>| RankRow {
+            tokens: 4,
+            mode: mode.into(),
+            kernel: kernel.map(String::from),
+            forward_us: us,
+            output_hash: 7,
+            rel_diff_vs_nccl: rel,
+            bitwise_equal_nccl: rel.map(|d| d == 0.0),
+        };
+        RankOut {
+            info: RankInfo {
+                transport: transport.into(),
+                skipped_modes: skipped.iter().map(|s| s.to_string()).collect(),
+                ..RankInfo::default()
+            },
+            rows: vec![
+                row("none", 100.0, None, None),
+                row("nccl", 140.0, None, None),
+                row("one-shot", 120.0, one_shot_kernel, Some(1e-3)),
+            ],
+        }
+    }
+
+    fn run_report(extra: &[&str], outs: Vec<RankOut>) -> serde_json::Value {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.json");
+        let p = path.to_str().unwrap();
+        let mut all = extra.to_vec();
+        all.extend(["--json", p]);
+        report(&args(&all), 2, outs).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn json_records_the_transport_and_the_host_kernel() {
+        let outs = (0..2)
+            .map(|_| rank("host", &["fused", "fused-pdl"], Some("host-ll")))
+            .collect();
+        let doc = run_report(&["--transport", "host"], outs);
+        let m = &doc["meta"];
+        assert_eq!(m["transport"], "host");
+        assert_eq!(m["transport_requested"], "host");
+        assert_eq!(
+            m["modes_skipped"],
+            serde_json::json!(["fused", "fused-pdl"])
+        );
+        let rows = doc["rows"].as_array().unwrap();
+        assert_eq!(rows[2]["mode"], "one-shot");
+        assert_eq!(rows[2]["kernel"], "host-ll");
+        assert!(rows[1]["kernel"].is_null());
+        // 2 layers: 4 sites; (120 - 100) / 4.
+        assert_eq!(rows[2]["per_site_us"], 5.0);
+    }
+
+    #[test]
+    fn json_says_what_auto_resolved_to() {
+        let outs = (0..2).map(|_| rank("cuda", &[], None)).collect();
+        let doc = run_report(&[], outs);
+        assert_eq!(doc["meta"]["transport"], "cuda");
+        assert_eq!(doc["meta"]["transport_requested"], "auto");
+        assert_eq!(doc["meta"]["modes_skipped"], serde_json::json!([]));
+        assert!(doc["rows"][2]["kernel"].is_null());
+    }
+
+    #[test]
+    fn the_header_names_the_transport_and_auto() {
+        let info = |t: &str| RankInfo {
+            transport: t.into(),
+            ..RankInfo::default()
+        };
+        assert_eq!(transport_label(Transport::Host, &info("host")), "host");
+        assert_eq!(
+            transport_label(Transport::Auto, &info("cuda")),
+            "cuda (auto)"
+        );
+        assert_eq!(transport_label(Transport::Cuda, &info("")), "unknown");
+    }
+}
