@@ -253,7 +253,7 @@ if selected d1; then
     log "-- d1: $FWD exists and is not a link; the test runs that binary"
   fi
 fi
-step d1 40 120 forward/gpu_forward-test.txt "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+step d1 40 180 forward/gpu_forward-test.txt "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
 step d2 70 180 forward/forward-p2p.txt "$T" forward-bench --tokens 1,4,8,16 --json "$W/forward/forward-p2p.json"
 if timeout 10 "$T" forward-bench --help 2>/dev/null | grep -q -- "--transport"; then
   step d3 70 180 forward/forward-host.txt env NCCL_P2P_DISABLE=1 "$T" forward-bench --transport host \
