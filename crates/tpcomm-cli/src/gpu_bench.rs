@@ -1091,4 +1091,97 @@ mod tests {
         assert!(validate(&parse(&["--reps", "0"])).is_err());
         assert!(validate(&parse(&["--min", "0"])).is_err());
     }
+
+    #[test]
+    fn the_parallel_check_counts_exactly_what_one_thread_counts() {
+        for dtype in DType::ALL {
+            // 200 Ki elements: at most three workers (64 Ki elements or more
+            // each), the last range shorter; errors in every range and at both ends.
+            let count = 200 << 10;
+            let ins = random_inputs(dtype, count, 1, 2, 3).remove(0);
+            let refs: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
+            let r = tpcomm::cuda::verify::reference(dtype, &refs, count);
+            let mut vals: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let right = encode(dtype, &vals);
+            assert_eq!(count_wrong_par(dtype, &right, &refs, 2, 4), 0, "{dtype}");
+            for i in [0, 70_000, 140_000, count - 1] {
+                vals[i] += 100.0;
+            }
+            let wrong = encode(dtype, &vals);
+            let one = count_wrong_against(dtype, &wrong, &refs, 2);
+            assert_eq!(one, 4, "{dtype}");
+            for workers in [1, 2, 3, 4, 16] {
+                assert_eq!(
+                    count_wrong_par(dtype, &wrong, &refs, 2, workers),
+                    one,
+                    "{dtype} x{workers}"
+                );
+            }
+        }
+    }
+
+    fn encode(dtype: DType, vals: &[f64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &v in vals {
+            match dtype {
+                DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                DType::F16 => {
+                    out.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes())
+                }
+                DType::Bf16 => {
+                    out.extend_from_slice(&half::bf16::from_f64(v).to_bits().to_le_bytes())
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn inputs_do_not_depend_on_how_many_threads_make_them() {
+        let one = random_inputs(DType::Bf16, 1000, 3, 2, 1);
+        assert_eq!(one.len(), 3);
+        assert!(one
+            .iter()
+            .all(|k| k.len() == 2 && k.iter().all(|b| b.len() == 2000)));
+        // Seeded by (buffer, rank): what the one-thread code made before.
+        assert_eq!(
+            one[2][1],
+            random_bytes(DType::Bf16, 1000, &mut Rng::new(1 + 2 * 64 + 1))
+        );
+        assert_ne!(one[0][0], one[0][1]);
+        for w in [2, 4, 7] {
+            assert_eq!(
+                random_inputs(DType::Bf16, 1000, 3, 2, w),
+                one,
+                "{w} workers"
+            );
+        }
+    }
+
+    #[test]
+    fn bench_rows_map_to_the_candidates_of_their_transport() {
+        use tpcomm::select::Candidate;
+        assert_eq!(
+            row_candidate("cuda", "one-shot"),
+            Some(Candidate::cuda(Algo::OneShot))
+        );
+        assert_eq!(
+            row_candidate("cuda", "two-shot"),
+            Some(Candidate::cuda(Algo::TwoShot))
+        );
+        assert_eq!(
+            row_candidate("host", "host-ll"),
+            Some(Candidate::host(Algo::OneShot))
+        );
+        assert_eq!(
+            row_candidate("host", "host-chunked"),
+            Some(Candidate::host(Algo::TwoShot))
+        );
+        assert_eq!(row_candidate("host", "nccl"), Some(Candidate::NCCL));
+        assert_eq!(row_candidate("host", "auto:host:one-shot"), None);
+        assert_eq!(row_candidate("cuda", "auto:nccl"), None);
+        assert_eq!(row_candidate("cuda", "mystery"), None);
+        assert_eq!(select_transport(Transport::Host), select::Transport::Host);
+        assert_eq!(select_transport(Transport::Cuda), select::Transport::Cuda);
+    }
 }

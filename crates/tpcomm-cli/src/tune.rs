@@ -307,3 +307,76 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
     gpu_bench::report_rows(&bench_args, world, outs)?;
     write_table(&table, &out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use tpcomm::cuda::Algo;
+    use tpcomm::select::Candidate;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: TuneArgs,
+    }
+
+    fn parse(argv: &[&str]) -> std::result::Result<TuneArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("tune").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_transport_defaults_to_auto_and_reaches_the_bench() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.transport, GpuTransport::Auto);
+        for (given, want) in [
+            ("auto", GpuTransport::Auto),
+            ("cuda", GpuTransport::Cuda),
+            ("host", GpuTransport::Host),
+        ] {
+            let a = parse(&["--transport", given]).unwrap();
+            assert_eq!(a.transport, want);
+            let argv = bench_argv(&a);
+            // The GPU bench accepts what tune hands it.
+            gpu_bench::parse_args(&argv).unwrap();
+            let at = argv.iter().position(|x| x == "--transport").unwrap();
+            assert_eq!(argv[at + 1], given);
+            // Still every candidate, eager and graph, with midpoints.
+            assert!(argv
+                .windows(2)
+                .any(|w| w[0] == "--algos" && w[1] == "one-shot,two-shot,nccl"));
+            assert!(argv.iter().any(|x| x == "--midpoints"));
+        }
+        assert!(parse(&["--transport", "nvlink"]).is_err());
+    }
+
+    fn row(algo: &str, t: f64, wrong: usize) -> Row {
+        serde_json::from_value(serde_json::json!({
+            "bytes": 1024, "count": 512, "dtype": "bf16", "algo": algo, "mode": "graph",
+            "time_us": t, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "wrong": wrong
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn host_runs_become_host_rows_and_auto_or_wrong_rows_are_left_out() {
+        let rows = [
+            row("host-ll", 4.0, 0),
+            row("host-chunked", 9.0, 0),
+            row("nccl", 20.0, 0),
+            row("auto:host:one-shot", 4.1, 0),
+            row("host-chunked", 1.0, 3),
+        ];
+        let (m, wrong) = measured("host", &rows).unwrap();
+        assert_eq!(wrong, 1);
+        let got: Vec<(Candidate, f64)> = m.iter().map(|x| (x.candidate, x.time_us)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Candidate::host(Algo::OneShot), 4.0),
+                (Candidate::host(Algo::TwoShot), 9.0),
+                (Candidate::NCCL, 20.0),
+            ]
+        );
+    }
+}
