@@ -20,7 +20,7 @@
 #   STEPS=a,b,c,d,e,f   groups or step ids (a1, b3, ...) to run; they always
 #                run in the order above (b1, b2 bring the probe b0; the tune
 #                chain f1..f5 starts only when its ~117 s still fit, the
-#                host chain f6, f7 when its ~115 s do)
+#                host chain f6, f7 when its ~125 s do)
 #   TAG=verify   names of the outputs; DRY_RUN=1 prints the commands only
 #                (advancing a virtual clock by each step's usual time)
 # Writes 3 files to $OUT: $TAG-log.txt (every command, exit status, time and
@@ -315,11 +315,11 @@ STEPS_SAVED=
 # and nccl rows (a table of its own; docs/tuning.md says how it is used), then
 # auto against every fixed choice and NCCL on that transport, procs, with it.
 # summarize_auto.py reads auto-host.json as it reads auto.json.
-if selected f6 && [ $((BUDGET - $(now))) -lt 115 ]; then
+if selected f6 && [ $((BUDGET - $(now))) -lt 125 ]; then
   for x in f6 f7; do
     if selected "$x"; then SKIPPED+=("$x"); fi
   done
-  log "-- [$(now) s] f6, f7 SKIPPED: $((BUDGET - $(now))) s of the budget left, the host tune chain needs ~115 s"
+  log "-- [$(now) s] f6, f7 SKIPPED: $((BUDGET - $(now))) s of the budget left, the host tune chain needs ~125 s"
   STEPS_SAVED=$STEPS
   STEPS=none
 fi
@@ -328,7 +328,7 @@ step f6 45 120 tune/tune-host.txt env NCCL_P2P_DISABLE=1 "$T" tune --transport h
 HTABLE=()
 if { [ "$DRY_RUN" = 1 ] && did f6; } || [ -s "$W/tune/tuning-host.toml" ]; then HTABLE=(--table "$W/tune/tuning-host.toml"); fi
 [ "${#HTABLE[@]}" -gt 0 ] || { selected f7 && log "-- f7: no host table; auto on the host transport uses the pcie-nop2p rules"; }
-step f7 70 150 tune/auto-host.txt env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
+step f7 80 180 tune/auto-host.txt env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
   --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB --iters 20 --reps 9 --timeout-ms 10000 \
   "${HTABLE[@]}" --json "$W/tune/auto-host.json"
 
