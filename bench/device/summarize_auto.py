@@ -4,9 +4,15 @@ auto against the best fixed choice and against NCCL at every size and mode.
 
     python3 bench/device/summarize_auto.py auto.json [tuning.toml] [--date YYYY-MM-DD] [--outdir bench/results]
 
-Writes <outdir>/<date>-h200x2-auto-vs-best.{json,md}. Targets (issue 5): auto
+Writes <outdir>/<date>-h200x2-auto-vs-best.{json,md} (<date>-h200x2-host-auto-vs-best.*
+for a run on the host transport, meta.transport "host"). Targets (issue 5): auto
 within 5% of the best fixed choice at every size, never more than 5% slower
 than NCCL. Exit status 0 when both hold, 1 when not, 2 on bad input.
+
+Host-transport runs label their fixed rows by kernel (host-ll, host-chunked;
+one-shot above the LL cap runs, and is labelled, host-chunked) and their auto
+rows by candidate (auto:host:one-shot, auto:host:two-shot); both are matched
+here. Two rows with one label at one point keep the faster (same kernel).
 """
 import argparse
 import datetime
@@ -15,6 +21,24 @@ import os
 import sys
 
 LIMIT = 1.05
+
+# Which fixed-row labels run the candidate auto names, first present wins.
+# P2P rows are labelled one-shot/two-shot; host rows by kernel.
+FIXED_FOR = {
+    "nccl": ["nccl"],
+    "cuda:one-shot": ["one-shot"],
+    "cuda:two-shot": ["two-shot"],
+    "host:one-shot": ["host-ll", "host-chunked"],
+    "host:two-shot": ["host-chunked"],
+    "host:ll": ["host-ll", "host-chunked"],
+    "host:chunked": ["host-chunked"],
+}
+
+
+def fixed_row_for(choice, fixed):
+    """The label of the fixed row that ran what auto chose, or None."""
+    names = FIXED_FOR.get(choice, [choice.split(":", 1)[-1]])
+    return next((n for n in names if n in fixed), None)
 
 
 
@@ -45,7 +69,14 @@ def main():
         return 2
     points = {}
     for r in doc.get("rows", []):
-        points.setdefault((r["mode"], r["bytes"]), {})[r["algo"]] = r
+        by = points.setdefault((r["mode"], r["bytes"]), {})
+        old = by.get(r["algo"])
+        if old is None or r["time_us"] < old["time_us"]:
+            if old is not None:
+                r = dict(r, wrong=r.get("wrong", 0) + old.get("wrong", 0))
+            by[r["algo"]] = r
+        else:
+            old["wrong"] = old.get("wrong", 0) + r.get("wrong", 0)
     out_rows = []
     for (mode, nbytes), by in sorted(points.items()):
         auto = [k for k in by if k.startswith("auto:")]
@@ -54,7 +85,7 @@ def main():
             continue
         label = auto[0]
         choice = label[len("auto:"):]
-        fixed_name = "nccl" if choice == "nccl" else choice.split(":", 1)[-1]
+        fixed_name = fixed_row_for(choice, fixed)
         t_auto = by[label]["time_us"]
         best_name = min(fixed, key=fixed.get)
         best = fixed[best_name]
@@ -69,7 +100,7 @@ def main():
             "auto_over_best": round(t_auto / best, 4),
             # Same run, the fixed row of the candidate auto picked: separates a
             # wrong pick from run-to-run noise between two rows of one kernel.
-            "chosen_fixed_over_best": round(fixed[fixed_name] / best, 4) if fixed_name in fixed else None,
+            "chosen_fixed_over_best": round(fixed[fixed_name] / best, 4) if fixed_name else None,
             "nccl_us": round(nccl, 3) if nccl else None,
             "auto_over_nccl": round(t_auto / nccl, 4) if nccl else None,
             "wrong": sum(v.get("wrong", 0) for v in by.values()),
@@ -97,13 +128,17 @@ def main():
         },
         "rows": out_rows,
     }
+    transport = (doc.get("meta") or {}).get("transport") or "cuda"
+    summary["transport"] = transport
     os.makedirs(a.outdir, exist_ok=True)
-    base = os.path.join(a.outdir, f"{a.date}-{a.machine}-auto-vs-best")
+    host = "host-" if transport == "host" else ""
+    base = os.path.join(a.outdir, f"{a.date}-{a.machine}-{host}auto-vs-best")
     with open(base + ".json", "w") as f:
         json.dump(summary, f, indent=2)
     m = flat_meta(doc.get("meta"))
     lines = [
-        f"# auto against the best fixed choice and NCCL ({a.machine}, {a.date})",
+        f"# auto against the best fixed choice and NCCL ({a.machine}, {a.date}"
+        + (", host transport forced" if transport == "host" else "") + ")",
         "",
         f"One `tpcomm bench` GPU run (launch {m.get('launch')}, {m.get('world')} x {', '.join(sorted(set(m.get('gpus', []))))}, "
         f"driver {m.get('driver')}, NCCL {m.get('nccl')}, median of {m.get('reps')} reps x {m.get('iters')} calls), "

@@ -8,7 +8,8 @@
 #   c  host transport gpu-bench and torch anchor, both with NCCL_P2P_DISABLE=1
 #   d  gpu_forward test, forward-bench (P2P; host transport too if it has --transport)
 #   e  drop-in: pynccl_ctypes.py and torch_dropin.py with libtpcomm_nccl.so
-#   f  tune in two halves, merged, then auto against every fixed choice and NCCL
+#   f  tune in two halves, merged, then auto against every fixed choice and NCCL;
+#      then (f6, f7) the same with the host transport forced, NCCL_P2P_DISABLE=1
 # Binaries come from D (default .dev/all; bench/device/stage_all.sh fills it).
 # Run from the repository root:
 #   bash .dev/all/verify_all.sh
@@ -18,7 +19,8 @@
 #                cut to what is left
 #   STEPS=a,b,c,d,e,f   groups or step ids (a1, b3, ...) to run; they always
 #                run in the order above (b1, b2 bring the probe b0; the tune
-#                chain f1..f5 starts only when its ~117 s still fit)
+#                chain f1..f5 starts only when its ~117 s still fit, the
+#                host chain f6, f7 when its ~125 s do)
 #   TAG=verify   names of the outputs; DRY_RUN=1 prints the commands only
 #                (advancing a virtual clock by each step's usual time)
 # Writes 3 files to $OUT: $TAG-log.txt (every command, exit status, time and
@@ -107,6 +109,7 @@ next_steps() {
   local x n=()
   for x in "${SKIPPED[@]}"; do
     case $x in
+      f6 | f7) n+=(f6 f7) ;;
       f*) n+=(f) ;;
       b1 | b2) n+=(b0 "$x") ;;
       *) n+=("$x") ;;
@@ -304,6 +307,30 @@ if { [ "$DRY_RUN" = 1 ] && did f3; } || [ -s "$W/tune/tuning.toml" ]; then TABLE
 step f4 55 110 tune/auto.txt "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
   --min 1KiB --max 64MiB --iters 20 --reps 9 "${TABLE[@]}" --json "$W/tune/auto.json"
 step f5 5 20 tune/explain.txt bash -c "for a in '--bytes 14KiB --graph' '--bytes 224KiB --graph' '--bytes 2MiB --graph' '--bytes 2MiB' '--bytes 5MiB --graph' '--bytes 64MiB'; do $T explain ${TABLE[*]} \$a || r=1; echo; done; exit \${r:-0}"
+
+STEPS=${STEPS_SAVED:-$STEPS}
+STEPS_SAVED=
+
+# f6, f7: the host transport forced (NCCL without P2P too): one tune of host:*
+# and nccl rows (a table of its own; docs/tuning.md says how it is used), then
+# auto against every fixed choice and NCCL on that transport, procs, with it.
+# summarize_auto.py reads auto-host.json as it reads auto.json.
+if selected f6 && [ $((BUDGET - $(now))) -lt 125 ]; then
+  for x in f6 f7; do
+    if selected "$x"; then SKIPPED+=("$x"); fi
+  done
+  log "-- [$(now) s] f6, f7 SKIPPED: $((BUDGET - $(now))) s of the budget left, the host tune chain needs ~125 s"
+  STEPS_SAVED=$STEPS
+  STEPS=none
+fi
+step f6 45 120 tune/tune-host.txt env NCCL_P2P_DISABLE=1 "$T" tune --transport host --launch threads \
+  --min 1KiB --max 64MiB --iters 5 --reps 5 --out "$W/tune/tuning-host.toml" --json "$W/tune/tune-host.json"
+HTABLE=()
+if { [ "$DRY_RUN" = 1 ] && did f6; } || [ -s "$W/tune/tuning-host.toml" ]; then HTABLE=(--table "$W/tune/tuning-host.toml"); fi
+[ "${#HTABLE[@]}" -gt 0 ] || { selected f7 && log "-- f7: no host table; auto on the host transport uses the pcie-nop2p rules"; }
+step f7 80 180 tune/auto-host.txt env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
+  --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB --iters 20 --reps 9 --timeout-ms 10000 \
+  "${HTABLE[@]}" --json "$W/tune/auto-host.json"
 
 STEPS=${STEPS_SAVED:-$STEPS}
 log "== [$(now) s] done"

@@ -406,14 +406,12 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     let max_count = max / dtype.size();
     let rot = args.rotate;
     // Every rank makes every rank's inputs (seeded by rank and buffer), so each
-    // can check its results against the float64 reference on its own.
-    let inputs: Vec<Vec<Vec<u8>>> = (0..rot)
-        .map(|k| {
-            (0..world)
-                .map(|p| random_bytes(dtype, max_count, &mut Rng::new(1 + (k * 64 + p) as u64)))
-                .collect()
-        })
-        .collect();
+    // can check its results against the float64 reference on its own. Made
+    // once, reused by every size, algorithm and mode; spread over this rank's
+    // share of the cores (at 64 MiB that is rot x world buffers of 32 M
+    // elements each, seconds on one core).
+    let workers = cpu_workers(world);
+    let inputs = random_inputs(dtype, max_count, rot, world, workers);
     let mut ins: Vec<CudaSlice<u8>> = Vec::new();
     let mut outs: Vec<CudaSlice<u8>> = Vec::new();
     for input in &inputs {
@@ -474,21 +472,19 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
             };
             for mode in &args.modes {
                 // `auto` runs exactly what the library's selection picks for this
-                // size and mode (NCCL only when it was loaded).
+                // size and mode among the candidates of the transport in use
+                // (NCCL only when it was loaded).
                 let have_nccl = nccl.is_some();
                 let decision = selector.as_ref().map(|s| {
-                    s.choose_among(
+                    s.choose_on(
                         &select::Query {
                             world,
                             dtype,
                             bytes: bytes as u64,
                             mode: mode.parse().unwrap_or(select::Mode::Eager),
                         },
-                        &|c| match c.transport {
-                            select::Transport::Cuda => true,
-                            select::Transport::Nccl => have_nccl,
-                            select::Transport::Host => false,
-                        },
+                        select_transport(comm.transport()),
+                        have_nccl,
                     )
                 });
                 let imp = match (&imp, &decision) {
@@ -611,7 +607,7 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
                         .map_err(cuda("cuMemcpyDtoH"))?;
                     stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
                     let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
-                    wrong += count_wrong_against(dtype, &host, &ins_k, world);
+                    wrong += count_wrong_par(dtype, &host, &ins_k, world, workers);
                 }
                 let t = median(times);
                 let algbw = bytes as f64 / (t * 1e-6) / 1e9;
@@ -631,6 +627,115 @@ fn rank_main(rank: usize, world: usize, args: &GpuBenchArgs, rv: Rendezvous) -> 
     }
     barrier("end")?;
     Ok(RankOut { info, rows })
+}
+
+/// Threads each rank may use for CPU-side work (making inputs, the float64
+/// check): the machine's cores shared by the `world` ranks, which all do it at
+/// once.
+fn cpu_workers(world: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / world.max(1)).max(1)
+}
+
+/// `inputs[k][p]`: rank `p`'s input of rotation buffer `k`, `count` random
+/// elements seeded by (k, p) alone, so every rank and every worker count makes
+/// the same bytes. Buffers are made by up to `workers` threads at once.
+pub(crate) fn random_inputs(
+    dtype: DType,
+    count: usize,
+    rot: usize,
+    world: usize,
+    workers: usize,
+) -> Vec<Vec<Vec<u8>>> {
+    let one =
+        |k: usize, p: usize| random_bytes(dtype, count, &mut Rng::new(1 + (k * 64 + p) as u64));
+    let jobs: Vec<(usize, usize)> = (0..rot)
+        .flat_map(|k| (0..world).map(move |p| (k, p)))
+        .collect();
+    let mut flat: Vec<Vec<u8>> = Vec::with_capacity(jobs.len());
+    for batch in jobs.chunks(workers.max(1)) {
+        let made: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let hs: Vec<_> = batch
+                .iter()
+                .map(|&(k, p)| (k, p, s.spawn(move || one(k, p))))
+                .collect();
+            // A worker that panicked (allocation failure) is retried here, so
+            // the inputs are complete or this thread fails the same way.
+            hs.into_iter()
+                .map(|(k, p, h)| h.join().unwrap_or_else(|_| one(k, p)))
+                .collect()
+        });
+        flat.extend(made);
+    }
+    let mut it = flat.into_iter();
+    (0..rot)
+        .map(|_| it.by_ref().take(world).collect())
+        .collect()
+}
+
+/// [`count_wrong_against`] over `workers` threads, each taking a contiguous
+/// range of elements. The check of an element reads only that element of the
+/// output and of each input, so the count equals the one-thread count; this
+/// only divides the float64 work (at 64 MiB, 32 M elements per buffer, the
+/// bulk of a large point's time) by the cores this rank may use.
+pub(crate) fn count_wrong_par(
+    dtype: DType,
+    out: &[u8],
+    inputs: &[&[u8]],
+    world: usize,
+    workers: usize,
+) -> usize {
+    let size = dtype.size();
+    let n = out.len() / size;
+    // Under 64 Ki elements per thread, starting threads costs more than it saves.
+    let workers = workers.min(n / (64 << 10)).max(1);
+    if workers == 1 {
+        return count_wrong_against(dtype, out, inputs, world);
+    }
+    let per = n.div_ceil(workers);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..workers)
+            .map(|w| {
+                let (a, b) = ((w * per).min(n), ((w + 1) * per).min(n));
+                let o = &out[a * size..b * size];
+                let ins: Vec<&[u8]> = inputs.iter().map(|i| &i[a * size..b * size]).collect();
+                (
+                    b - a,
+                    s.spawn(move || count_wrong_against(dtype, o, &ins, world)),
+                )
+            })
+            .collect();
+        // A worker that panicked checked nothing: count its range as wrong.
+        hs.into_iter().map(|(len, h)| h.join().unwrap_or(len)).sum()
+    })
+}
+
+/// The selection transport of a communicator's transport (`Auto` never
+/// comes out of `GpuComm::transport`; it is mapped to CUDA for completeness).
+pub(crate) fn select_transport(t: Transport) -> select::Transport {
+    match t {
+        Transport::Host => select::Transport::Host,
+        Transport::Cuda | Transport::Auto => select::Transport::Cuda,
+    }
+}
+
+/// A bench row's algorithm label as a selection candidate on `transport`
+/// (the communicator's, as `RankInfo::transport` names it): the host
+/// kernels' names (`host-ll`, `host-chunked`) are the host transport's
+/// one-shot and two-shot; `auto:*` rows are not candidates.
+pub(crate) fn row_candidate(transport: &str, algo: &str) -> Option<select::Candidate> {
+    if algo == "nccl" {
+        return Some(select::Candidate::NCCL);
+    }
+    if algo.starts_with("auto") {
+        return None;
+    }
+    let algo = match algo {
+        "host-ll" => "one-shot",
+        "host-chunked" => "two-shot",
+        a => a,
+    };
+    format!("{transport}:{algo}").parse().ok()
 }
 
 /// The selector every rank uses for `--algos auto`: the table the parent
@@ -985,5 +1090,98 @@ mod tests {
         assert!(validate(&parse(&["--min", "2MiB", "--max", "1MiB"])).is_err());
         assert!(validate(&parse(&["--reps", "0"])).is_err());
         assert!(validate(&parse(&["--min", "0"])).is_err());
+    }
+
+    #[test]
+    fn the_parallel_check_counts_exactly_what_one_thread_counts() {
+        for dtype in DType::ALL {
+            // 200 Ki elements: at most three workers (64 Ki elements or more
+            // each), the last range shorter; errors in every range and at both ends.
+            let count = 200 << 10;
+            let ins = random_inputs(dtype, count, 1, 2, 3).remove(0);
+            let refs: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
+            let r = tpcomm::cuda::verify::reference(dtype, &refs, count);
+            let mut vals: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let right = encode(dtype, &vals);
+            assert_eq!(count_wrong_par(dtype, &right, &refs, 2, 4), 0, "{dtype}");
+            for i in [0, 70_000, 140_000, count - 1] {
+                vals[i] += 100.0;
+            }
+            let wrong = encode(dtype, &vals);
+            let one = count_wrong_against(dtype, &wrong, &refs, 2);
+            assert_eq!(one, 4, "{dtype}");
+            for workers in [1, 2, 3, 4, 16] {
+                assert_eq!(
+                    count_wrong_par(dtype, &wrong, &refs, 2, workers),
+                    one,
+                    "{dtype} x{workers}"
+                );
+            }
+        }
+    }
+
+    fn encode(dtype: DType, vals: &[f64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &v in vals {
+            match dtype {
+                DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                DType::F16 => {
+                    out.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes())
+                }
+                DType::Bf16 => {
+                    out.extend_from_slice(&half::bf16::from_f64(v).to_bits().to_le_bytes())
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn inputs_do_not_depend_on_how_many_threads_make_them() {
+        let one = random_inputs(DType::Bf16, 1000, 3, 2, 1);
+        assert_eq!(one.len(), 3);
+        assert!(one
+            .iter()
+            .all(|k| k.len() == 2 && k.iter().all(|b| b.len() == 2000)));
+        // Seeded by (buffer, rank): what the one-thread code made before.
+        assert_eq!(
+            one[2][1],
+            random_bytes(DType::Bf16, 1000, &mut Rng::new(1 + 2 * 64 + 1))
+        );
+        assert_ne!(one[0][0], one[0][1]);
+        for w in [2, 4, 7] {
+            assert_eq!(
+                random_inputs(DType::Bf16, 1000, 3, 2, w),
+                one,
+                "{w} workers"
+            );
+        }
+    }
+
+    #[test]
+    fn bench_rows_map_to_the_candidates_of_their_transport() {
+        use tpcomm::select::Candidate;
+        assert_eq!(
+            row_candidate("cuda", "one-shot"),
+            Some(Candidate::cuda(Algo::OneShot))
+        );
+        assert_eq!(
+            row_candidate("cuda", "two-shot"),
+            Some(Candidate::cuda(Algo::TwoShot))
+        );
+        assert_eq!(
+            row_candidate("host", "host-ll"),
+            Some(Candidate::host(Algo::OneShot))
+        );
+        assert_eq!(
+            row_candidate("host", "host-chunked"),
+            Some(Candidate::host(Algo::TwoShot))
+        );
+        assert_eq!(row_candidate("host", "nccl"), Some(Candidate::NCCL));
+        assert_eq!(row_candidate("host", "auto:host:one-shot"), None);
+        assert_eq!(row_candidate("cuda", "auto:nccl"), None);
+        assert_eq!(row_candidate("cuda", "mystery"), None);
+        assert_eq!(select_transport(Transport::Host), select::Transport::Host);
+        assert_eq!(select_transport(Transport::Cuda), select::Transport::Cuda);
     }
 }

@@ -1,12 +1,15 @@
-//! `tpcomm tune`: measure every candidate (tpcomm's CUDA algorithms and NCCL)
-//! at every size, eager and graph, and write this machine's tuning table.
+//! `tpcomm tune`: measure every candidate (tpcomm's algorithms on the GPU
+//! transport in use, and NCCL) at every size, eager and graph, and write this
+//! machine's tuning table. `--transport host` measures the host-memory
+//! transport's candidates (`host:*` rows) on any machine.
 //! `--from-bench` turns GPU bench JSON (`tpcomm bench --json` on GPUs, or an
 //! older `tpcomm gpu-bench --json` file) into a table instead (no GPU).
 
 use crate::gpu_bench::{self, RankOut, Row};
 use clap::Args;
 use std::path::{Path, PathBuf};
-use tpcomm::select::{self, Candidate, Machine, Measured, Table, Transport};
+use tpcomm::cuda::Transport as GpuTransport;
+use tpcomm::select::{self, Machine, Measured, Table};
 use tpcomm::topology::{self, ProbeOptions};
 use tpcomm::{ByteSize, DType, Error, Result};
 
@@ -30,6 +33,12 @@ pub struct TuneArgs {
     /// How ranks run while measuring: procs (CUDA IPC) or threads (peer access).
     #[arg(long, default_value = "threads")]
     launch: String,
+    /// GPU transport measured: auto (what the machine needs: cuda where every
+    /// GPU reaches every other peer-to-peer, else host), cuda, or host. Rows
+    /// are keyed by candidate (cuda:*, host:*, nccl); NCCL is measured in this
+    /// run's environment (e.g. NCCL_P2P_DISABLE=1 for a host-transport table).
+    #[arg(long, default_value = "auto")]
+    transport: GpuTransport,
     /// Number of GPUs (default: every GPU, at most 8).
     #[arg(long)]
     gpus: Option<usize>,
@@ -84,17 +93,6 @@ pub(crate) fn this_machine(nccl: Option<String>) -> Result<(Machine, topology::T
     ))
 }
 
-/// gpu-bench's algorithm label as a candidate; `auto:*` rows are not candidates.
-fn candidate(transport: &str, algo: &str) -> Option<Candidate> {
-    if algo == "nccl" {
-        return Some(Candidate::NCCL);
-    }
-    if algo.starts_with("auto") {
-        return None;
-    }
-    format!("{transport}:{algo}").parse().ok()
-}
-
 /// Rows of a measurement as table entries; rows with wrong elements are not
 /// candidates (a fast wrong answer is no answer), and are counted.
 fn measured(transport: &str, rows: &[Row]) -> Result<(Vec<Measured>, usize)> {
@@ -105,7 +103,7 @@ fn measured(transport: &str, rows: &[Row]) -> Result<(Vec<Measured>, usize)> {
             wrong += 1;
             continue;
         }
-        let Some(c) = candidate(transport, &r.algo) else {
+        let Some(c) = gpu_bench::row_candidate(transport, &r.algo) else {
             continue;
         };
         out.push(Measured {
@@ -226,11 +224,8 @@ fn read_bench(
     Ok((m, wrong, header))
 }
 
-fn run_inner(args: &TuneArgs) -> Result<()> {
-    if !args.from_bench.is_empty() {
-        return from_bench(args);
-    }
-    let (machine, topo) = this_machine(None)?;
+/// The GPU bench arguments a measuring tune runs with.
+fn bench_argv(args: &TuneArgs) -> Vec<String> {
     let mut argv: Vec<String> = vec![
         "--launch".into(),
         args.launch.clone(),
@@ -249,6 +244,8 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
         "--reps".into(),
         args.reps.to_string(),
         "--midpoints".into(),
+        "--transport".into(),
+        args.transport.name().into(),
     ];
     if let Some(g) = args.gpus {
         argv.extend(["--gpus".into(), g.to_string()]);
@@ -256,10 +253,20 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
     if let Some(j) = &args.json {
         argv.extend(["--json".into(), j.display().to_string()]);
     }
-    let bench_args = gpu_bench::parse_args(&argv)?;
+    argv
+}
+
+fn run_inner(args: &TuneArgs) -> Result<()> {
+    if !args.from_bench.is_empty() {
+        return from_bench(args);
+    }
+    let (machine, topo) = this_machine(None)?;
+    let bench_args = gpu_bench::parse_args(&bench_argv(args))?;
     let started = std::time::Instant::now();
     let (bench_args, world, outs): (_, usize, Vec<RankOut>) = gpu_bench::measure(bench_args)?;
-    let (m, wrong) = measured(Transport::Cuda.name(), &outs[0].rows)?;
+    // The transport the communicators ended up on (never auto).
+    let transport = outs[0].info.transport.clone();
+    let (m, wrong) = measured(&transport, &outs[0].rows)?;
     if wrong > 0 {
         eprintln!("tpcomm tune: {wrong} rows with wrong results left out of the table");
     }
@@ -272,7 +279,7 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
         driver: machine.driver.clone().unwrap_or_default(),
         nccl: info.nccl.clone(),
         measured: format!(
-            "tpcomm tune --launch {} ({} reps x {} calls, median, CUDA events on rank 0), {:.0} s",
+            "tpcomm tune --launch {} --transport {transport} ({} reps x {} calls, median, CUDA events on rank 0), {:.0} s",
             args.launch,
             args.reps,
             args.iters,
@@ -299,4 +306,77 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
     // Keep the GPU bench's own report too (and its JSON), so the numbers are seen.
     gpu_bench::report_rows(&bench_args, world, outs)?;
     write_table(&table, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use tpcomm::cuda::Algo;
+    use tpcomm::select::Candidate;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: TuneArgs,
+    }
+
+    fn parse(argv: &[&str]) -> std::result::Result<TuneArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("tune").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_transport_defaults_to_auto_and_reaches_the_bench() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.transport, GpuTransport::Auto);
+        for (given, want) in [
+            ("auto", GpuTransport::Auto),
+            ("cuda", GpuTransport::Cuda),
+            ("host", GpuTransport::Host),
+        ] {
+            let a = parse(&["--transport", given]).unwrap();
+            assert_eq!(a.transport, want);
+            let argv = bench_argv(&a);
+            // The GPU bench accepts what tune hands it.
+            gpu_bench::parse_args(&argv).unwrap();
+            let at = argv.iter().position(|x| x == "--transport").unwrap();
+            assert_eq!(argv[at + 1], given);
+            // Still every candidate, eager and graph, with midpoints.
+            assert!(argv
+                .windows(2)
+                .any(|w| w[0] == "--algos" && w[1] == "one-shot,two-shot,nccl"));
+            assert!(argv.iter().any(|x| x == "--midpoints"));
+        }
+        assert!(parse(&["--transport", "nvlink"]).is_err());
+    }
+
+    fn row(algo: &str, t: f64, wrong: usize) -> Row {
+        serde_json::from_value(serde_json::json!({
+            "bytes": 1024, "count": 512, "dtype": "bf16", "algo": algo, "mode": "graph",
+            "time_us": t, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "wrong": wrong
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn host_runs_become_host_rows_and_auto_or_wrong_rows_are_left_out() {
+        let rows = [
+            row("host-ll", 4.0, 0),
+            row("host-chunked", 9.0, 0),
+            row("nccl", 20.0, 0),
+            row("auto:host:one-shot", 4.1, 0),
+            row("host-chunked", 1.0, 3),
+        ];
+        let (m, wrong) = measured("host", &rows).unwrap();
+        assert_eq!(wrong, 1);
+        let got: Vec<(Candidate, f64)> = m.iter().map(|x| (x.candidate, x.time_us)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Candidate::host(Algo::OneShot), 4.0),
+                (Candidate::host(Algo::TwoShot), 9.0),
+                (Candidate::NCCL, 20.0),
+            ]
+        );
+    }
 }

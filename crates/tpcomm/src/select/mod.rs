@@ -265,6 +265,40 @@ impl Selector {
         }
         class_rule(self.class, q, allowed)
     }
+
+    /// The best candidate for a communicator on `transport` (`Cuda` or
+    /// `Host`): that transport's algorithms, and NCCL when `nccl` is loaded.
+    ///
+    /// On `Host` the table answers only where it has `host:*` rows for the
+    /// query (its `nccl` rows alone were likely measured with P2P on, which a
+    /// host-transport run does not have); otherwise the pcie-nop2p rules
+    /// decide, whatever this machine's class, since they are the rules of
+    /// GPUs that share data through host memory.
+    pub fn choose_on(&self, q: &Query, transport: Transport, nccl: bool) -> Decision {
+        let allowed =
+            |c: Candidate| c.transport == transport || (nccl && c.transport == Transport::Nccl);
+        if transport != Transport::Host {
+            return self.choose_among(q, &allowed);
+        }
+        let gap = match &self.table {
+            Some(t) => match t.estimate(q, &allowed) {
+                Ok(mut d)
+                    if d.estimates
+                        .iter()
+                        .any(|(c, _)| c.transport == Transport::Host) =>
+                {
+                    d.why = format!("{} ({})", d.why, self.source);
+                    return d;
+                }
+                Ok(_) => "the table has no host:* rows for this query".to_string(),
+                Err(gap) => gap,
+            },
+            None => format!("{} has no host:* rows", self.source),
+        };
+        let mut d = class_rule(MachineClass::PcieNop2p, q, &allowed);
+        d.why = format!("{}; {gap}", d.why);
+        d
+    }
 }
 
 /// The pure selection function of the design: (class, world, type, bytes,
@@ -303,12 +337,35 @@ pub fn cuda_auto(selector: Option<&Selector>, world: usize, dtype: DType, bytes:
     }
 }
 
+/// What `Algo::Auto` runs inside the host-memory GPU communicator: the best
+/// host-transport algorithm by `selector` ([`Selector::choose_on`] without
+/// NCCL, which that communicator cannot run), the pcie-nop2p rules when
+/// `None` or when the table has no `host:*` rows. Graph mode, as [`cuda_auto`].
+pub fn host_auto(selector: Option<&Selector>, world: usize, dtype: DType, bytes: usize) -> Algo {
+    static RULES: std::sync::OnceLock<Selector> = std::sync::OnceLock::new();
+    let sel = selector
+        .unwrap_or_else(|| RULES.get_or_init(|| Selector::for_class(MachineClass::PcieNop2p)));
+    let q = Query {
+        world,
+        dtype,
+        bytes: bytes as u64,
+        mode: Mode::Graph,
+    };
+    let d = sel.choose_on(&q, Transport::Host, false);
+    match d.choice.algo {
+        Some(a) if d.choice.transport == Transport::Host && a != Algo::Auto => a,
+        // Unreachable with only host candidates allowed; LL is capped by the
+        // communicator anyway, so one-shot is safe at any size.
+        _ => Algo::OneShot,
+    }
+}
+
 /// [`cuda_auto`] remembered per (type, size): the selection formats its
 /// reasons, which an all-reduce of a few microseconds should not pay for on
 /// every call. Servers use a handful of sizes; the memo is cleared past 4096.
 #[derive(Debug, Default)]
 pub struct AutoMemo {
-    seen: std::sync::Mutex<std::collections::HashMap<(DType, usize), Algo>>,
+    seen: std::sync::Mutex<std::collections::HashMap<(Transport, DType, usize), Algo>>,
 }
 
 impl AutoMemo {
@@ -319,19 +376,38 @@ impl AutoMemo {
         dtype: DType,
         bytes: usize,
     ) -> Algo {
+        self.remember((Transport::Cuda, dtype, bytes), || {
+            cuda_auto(selector, world, dtype, bytes)
+        })
+    }
+
+    /// [`host_auto`], remembered the same way.
+    pub fn host_algo(
+        &self,
+        selector: Option<&Selector>,
+        world: usize,
+        dtype: DType,
+        bytes: usize,
+    ) -> Algo {
+        self.remember((Transport::Host, dtype, bytes), || {
+            host_auto(selector, world, dtype, bytes)
+        })
+    }
+
+    fn remember(&self, key: (Transport, DType, usize), pick: impl FnOnce() -> Algo) -> Algo {
         let mut seen = match self.seen.lock() {
             Ok(g) => g,
             // A panic elsewhere while holding the lock leaves a valid map.
             Err(p) => p.into_inner(),
         };
-        if let Some(a) = seen.get(&(dtype, bytes)) {
+        if let Some(a) = seen.get(&key) {
             return *a;
         }
-        let a = cuda_auto(selector, world, dtype, bytes);
+        let a = pick();
         if seen.len() >= 4096 {
             seen.clear();
         }
-        seen.insert((dtype, bytes), a);
+        seen.insert(key, a);
         a
     }
 }

@@ -404,3 +404,102 @@ fn self_tune_takes_the_slowest_rank_and_its_table_picks_the_fastest() {
         vec![4096, 65536, 262144]
     );
 }
+
+/// One table holding a cuda run's rows and a host run's rows: host one-shot
+/// wins at 1 KiB, host two-shot at 8 KiB, NCCL (measured with P2P off) at 64 KiB.
+fn host_fixture() -> Table {
+    let text = format!(
+        r#"format = 1
+fingerprint = "{FP}"
+machine_class = "nvlink"
+world = 2
+gpu = "Test GPU"
+driver = "13.0"
+measured = "by hand"
+rows = [
+  {{ dtype = "bf16", mode = "graph", bytes = 1024, times_us = {{ "cuda:one-shot" = 1.0, "host:one-shot" = 4.0, "host:two-shot" = 9.0, "nccl" = 20.0 }} }},
+  {{ dtype = "bf16", mode = "graph", bytes = 8192, times_us = {{ "cuda:one-shot" = 1.5, "host:one-shot" = 12.0, "host:two-shot" = 10.0, "nccl" = 21.0 }} }},
+  {{ dtype = "bf16", mode = "graph", bytes = 65536, times_us = {{ "cuda:two-shot" = 3.0, "host:one-shot" = 40.0, "host:two-shot" = 30.0, "nccl" = 25.0 }} }},
+]
+"#
+    );
+    Table::parse(&text, "host-fixture.toml").unwrap()
+}
+
+#[test]
+fn on_the_host_transport_the_fastest_host_candidate_or_nccl_is_chosen() {
+    let s = Selector::with_table(host_fixture(), "host-fixture.toml");
+    let g = |b| q(b, Mode::Graph);
+    // cuda:* rows are faster everywhere but a host communicator cannot run them.
+    let d = s.choose_on(&g(1024), Transport::Host, true);
+    assert_eq!(d.choice, Candidate::host(Algo::OneShot), "{}", d.why);
+    assert!(d
+        .estimates
+        .iter()
+        .all(|(c, _)| c.transport != Transport::Cuda));
+    let d = s.choose_on(&g(8192), Transport::Host, true);
+    assert_eq!(d.choice, Candidate::host(Algo::TwoShot), "{}", d.why);
+    let d = s.choose_on(&g(65536), Transport::Host, true);
+    assert_eq!(d.choice, Candidate::NCCL, "{}", d.why);
+    // Without NCCL, the fastest host algorithm there.
+    let d = s.choose_on(&g(65536), Transport::Host, false);
+    assert_eq!(d.choice, Candidate::host(Algo::TwoShot), "{}", d.why);
+    assert_eq!(
+        host_auto(Some(&s), 2, DType::Bf16, 8192),
+        Algo::TwoShot,
+        "the host communicator's Auto follows the table"
+    );
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 1024), Algo::OneShot);
+}
+
+#[test]
+fn the_cuda_transport_never_picks_host_rows() {
+    let s = Selector::with_table(host_fixture(), "host-fixture.toml");
+    for b in [1024, 8192, 65536] {
+        let d = s.choose_on(&q(b, Mode::Graph), Transport::Cuda, true);
+        assert_eq!(d.choice.transport, Transport::Cuda, "{b}: {}", d.why);
+        assert!(d
+            .estimates
+            .iter()
+            .all(|(c, _)| c.transport != Transport::Host));
+    }
+    // And the cuda communicator's Auto ignores host rows too.
+    assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 1024), Algo::OneShot);
+}
+
+#[test]
+fn a_table_without_host_rows_gives_the_host_transport_the_unmeasured_pcie_nop2p_rule() {
+    // The fixture has nccl rows at every size (measured with P2P on): they
+    // alone must not decide for the host transport.
+    let s = Selector::with_table(table(), "fixture.toml");
+    for (bytes, want) in [
+        (1024, Candidate::host(Algo::OneShot)),
+        (1 << 20, Candidate::NCCL),
+    ] {
+        let d = s.choose_on(&q(bytes, Mode::Graph), Transport::Host, true);
+        assert_eq!(d.choice, want, "{bytes}: {}", d.why);
+        assert!(d.why.contains("pcie-nop2p"), "{}", d.why);
+        assert!(d.why.contains("unmeasured"), "{}", d.why);
+        assert!(d.why.contains("no host:* rows"), "{}", d.why);
+        assert!(d.estimates.is_empty());
+    }
+    // Inside the host communicator (no NCCL) the large size runs two-shot.
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 1 << 20), Algo::TwoShot);
+    // No selector at all: the same rules.
+    assert_eq!(host_auto(None, 2, DType::Bf16, 1024), Algo::OneShot);
+    assert_eq!(host_auto(None, 2, DType::Bf16, 1 << 20), Algo::TwoShot);
+}
+
+#[test]
+fn the_auto_memo_keeps_the_two_transports_apart() {
+    let s = Selector::with_table(host_fixture(), "host-fixture.toml");
+    let memo = AutoMemo::default();
+    // Same (type, size): cuda one-shot for the P2P communicator, host
+    // two-shot for the host one; neither answer may leak into the other.
+    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
+    assert_eq!(
+        memo.host_algo(Some(&s), 2, DType::Bf16, 8192),
+        Algo::TwoShot
+    );
+    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
+}

@@ -107,6 +107,10 @@ pub struct HostGpuCommunicator {
     status: HostMapped,
     areas: [u64; MAX_WORLD],
     report: MemoryReport,
+    /// What `Algo::Auto` consults (`CudaConfig::selector`); `None`: the
+    /// pcie-nop2p rules (`select::host_auto`).
+    selector: Option<Arc<crate::select::Selector>>,
+    auto: crate::select::AutoMemo,
     _own: Areas,
 }
 
@@ -265,6 +269,8 @@ impl HostGpuCommunicator {
             status,
             areas,
             report,
+            selector: cfg.selector.clone(),
+            auto: crate::select::AutoMemo::default(),
             _own: own,
         })
     }
@@ -365,7 +371,9 @@ impl HostGpuCommunicator {
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
         (self.kernels.nvrtc, self.kernels.arch)
     }
-    /// The kernel a message of `bytes` runs with under `algo`.
+    /// The kernel a message of `bytes` runs with under `algo` (`Auto` by the
+    /// size rule; [`all_reduce`](Self::all_reduce) asks selection instead,
+    /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
         resolve(algo, bytes, self.layout.ll_cap)
     }
@@ -416,7 +424,7 @@ impl HostGpuCommunicator {
                 "input and output must be 16-byte aligned",
             ));
         }
-        let which = self.resolve(algo, bytes);
+        let which = self.resolve(self.auto_algo(algo, dtype, bytes), bytes);
         if count == 0 {
             return Ok(which);
         }
@@ -471,6 +479,18 @@ impl HostGpuCommunicator {
         // the caller's contract above.
         unsafe { raw::launch(f, grid, block, &args, stream)? };
         Ok(which)
+    }
+
+    /// `Algo::Auto` as selection answers it for this communicator (its
+    /// selector's `host:*` rows, else the pcie-nop2p rules); other algorithms
+    /// unchanged. Every rank answers alike, as all hold the same selector.
+    pub fn auto_algo(&self, algo: Algo, dtype: DType, bytes: usize) -> Algo {
+        match algo {
+            Algo::Auto => self
+                .auto
+                .host_algo(self.selector.as_deref(), self.world, dtype, bytes),
+            a => a,
+        }
     }
 
     /// Reports a peer that did not arrive in an earlier call (read from the
