@@ -61,16 +61,32 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
             }
         }
         MachineClass::PcieNop2p => {
-            let t = ByteSize::kib(256);
-            if b <= t.bytes() {
+            // Crossovers measured with the host path forced on 2 x H200
+            // against NCCL 2.28.3 with NCCL_P2P_DISABLE=1
+            // (bench/results/2026-11-30-h200x2-hostgpu.md): LL wins up to
+            // 512 KiB, NCCL from 1 MiB to 16 MiB (LL still beats chunked at
+            // 1 MiB, its largest size), chunked is level with NCCL from 32 MiB.
+            let src = "measured with the host path forced on 2 x H200, not yet on a PCIe box";
+            let (ll, nccl_to) = (ByteSize::kib(512), ByteSize::mib(16));
+            if b <= ll.bytes() {
                 (
-                    vec![Candidate::host(one), Candidate::NCCL],
-                    format!("rule pcie-nop2p (unmeasured, conservative): host one-shot up to {t}"),
+                    vec![Candidate::host(one), Candidate::NCCL, Candidate::host(two)],
+                    format!("rule pcie-nop2p ({src}): host one-shot (LL) up to {ll}"),
+                )
+            } else if b <= ByteSize::mib(1).bytes() {
+                (
+                    vec![Candidate::NCCL, Candidate::host(one), Candidate::host(two)],
+                    format!("rule pcie-nop2p ({src}): NCCL from 1 MiB, else host one-shot (LL) up to 1 MiB"),
+                )
+            } else if b <= nccl_to.bytes() {
+                (
+                    vec![Candidate::NCCL, Candidate::host(two)],
+                    format!("rule pcie-nop2p ({src}): NCCL up to {nccl_to}, else host two-shot"),
                 )
             } else {
                 (
-                    vec![Candidate::NCCL, Candidate::host(two)],
-                    format!("rule pcie-nop2p (unmeasured, conservative): NCCL above {t}"),
+                    vec![Candidate::host(two), Candidate::NCCL],
+                    format!("rule pcie-nop2p ({src}): host two-shot (chunked) above {nccl_to}"),
                 )
             }
         }

@@ -468,7 +468,7 @@ fn the_cuda_transport_never_picks_host_rows() {
 }
 
 #[test]
-fn a_table_without_host_rows_gives_the_host_transport_the_unmeasured_pcie_nop2p_rule() {
+fn a_table_without_host_rows_gives_the_host_transport_the_pcie_nop2p_rule() {
     // The fixture has nccl rows at every size (measured with P2P on): they
     // alone must not decide for the host transport.
     let s = Selector::with_table(table(), "fixture.toml");
@@ -479,15 +479,20 @@ fn a_table_without_host_rows_gives_the_host_transport_the_unmeasured_pcie_nop2p_
         let d = s.choose_on(&q(bytes, Mode::Graph), Transport::Host, true);
         assert_eq!(d.choice, want, "{bytes}: {}", d.why);
         assert!(d.why.contains("pcie-nop2p"), "{}", d.why);
-        assert!(d.why.contains("unmeasured"), "{}", d.why);
+        assert!(d.why.contains("host path forced"), "{}", d.why);
         assert!(d.why.contains("no host:* rows"), "{}", d.why);
         assert!(d.estimates.is_empty());
     }
-    // Inside the host communicator (no NCCL) the large size runs two-shot.
-    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 1 << 20), Algo::TwoShot);
+    // Inside the host communicator (no NCCL): LL up to 1 MiB (it beat the
+    // chunked kernel there), chunked above.
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 1 << 20), Algo::OneShot);
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 2 << 20), Algo::TwoShot);
     // No selector at all: the same rules.
     assert_eq!(host_auto(None, 2, DType::Bf16, 1024), Algo::OneShot);
-    assert_eq!(host_auto(None, 2, DType::Bf16, 1 << 20), Algo::TwoShot);
+    assert_eq!(host_auto(None, 2, DType::Bf16, 2 << 20), Algo::TwoShot);
+    // Above 16 MiB the chunked kernel is preferred even when NCCL is there.
+    let d = s.choose_on(&q(64 << 20, Mode::Graph), Transport::Host, true);
+    assert_eq!(d.choice, Candidate::host(Algo::TwoShot), "{}", d.why);
 }
 
 #[test]

@@ -5,10 +5,10 @@
 /// Its words take twice the message size, so it is capped well below the
 /// communicator's maximum.
 pub const LL_CAP: usize = 1 << 20;
-/// `Auto` sends messages up to this size as LL words and larger ones in
-/// chunks. A guess until the H200 run measures the crossing: LL pays twice the
-/// bytes over PCIe, the chunked path a fence and a flag round trip per chunk.
-pub const AUTO_LL_MAX: usize = 64 << 10;
+/// Largest message `Algo::Auto` sends as LL words when no selection is
+/// consulted: on 2 x H200 with the host path forced LL beat the chunked kernel
+/// at every size up to 1 MiB (bench/results/2026-11-30-h200x2-hostgpu.md).
+pub const AUTO_LL_MAX: usize = 1 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
