@@ -30,6 +30,16 @@ pub struct ExplainArgs {
     /// this machine; needs no GPU. The machine fingerprint is not checked.
     #[arg(long, value_name = "FILE")]
     table: Option<PathBuf>,
+    /// The transport the communicator runs on: cuda (P2P) or host (pinned
+    /// host memory) narrows the choice to that transport's kernels and NCCL,
+    /// as the communicator's `Auto` does; any (default) weighs every
+    /// candidate.
+    #[arg(long, default_value = "any", value_parser = ["any", "cuda", "host"])]
+    transport: String,
+    /// The communicator has no NCCL beside it (no fallback): leave NCCL out
+    /// of the choice. Needs --transport cuda or host.
+    #[arg(long)]
+    no_nccl: bool,
 }
 
 pub fn run(args: ExplainArgs) -> i32 {
@@ -91,7 +101,16 @@ fn run_inner(args: &ExplainArgs) -> Result<String> {
             select::Mode::Eager
         },
     };
-    let d = selector.choose(&q);
+    let d =
+        match (args.transport.as_str(), args.no_nccl) {
+            ("cuda", no_nccl) => selector.choose_on(&q, select::Transport::Cuda, !no_nccl),
+            ("host", no_nccl) => selector.choose_on(&q, select::Transport::Host, !no_nccl),
+            (_, true) => return Err(Error::invalid(
+                "--no-nccl",
+                "it narrows the choice of one transport; add --transport cuda or --transport host",
+            )),
+            _ => selector.choose(&q),
+        };
     Ok(render(&selector, &q, &d))
 }
 

@@ -151,3 +151,49 @@ fn the_committed_nvlink_default_is_rebuilt_from_the_committed_measurement() {
     assert_eq!(made, committed);
     assert_eq!(made.matches("dtype = ").count(), 34);
 }
+
+#[test]
+fn explain_on_the_host_transport_weighs_host_kernels_and_nccl_only() {
+    // The NVLink default has no host:* rows, so the pcie-nop2p rule decides.
+    let (ok, out, err) = run(&[
+        "explain",
+        "--class",
+        "nvlink",
+        "--transport",
+        "host",
+        "--bytes",
+        "64KiB",
+        "--graph",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("choice: host:one-shot"), "{out}");
+    assert!(out.contains("no host:* rows"), "{out}");
+    let (ok, out, err) = run(&[
+        "explain",
+        "--class",
+        "nvlink",
+        "--transport",
+        "host",
+        "--bytes",
+        "4MiB",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("choice: nccl"), "{out}");
+    // Without NCCL beside the communicator the host kernel runs instead.
+    let (ok, out, err) = run(&[
+        "explain",
+        "--class",
+        "nvlink",
+        "--transport",
+        "host",
+        "--no-nccl",
+        "--bytes",
+        "4MiB",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("choice: host:two-shot"), "{out}");
+    // --no-nccl alone is refused with what to add.
+    let (ok, _, err) = run(&["explain", "--class", "nvlink", "--no-nccl", "--bytes", "1"]);
+    assert!(!ok);
+    assert!(err.contains("--transport"), "{err}");
+}
