@@ -2,8 +2,12 @@
 //! handles (processes) of their receive buffers. Every wait is bounded.
 //!
 //! Two forms: ranks that are threads of one process share a [`ThreadGroup`];
-//! ranks that are processes write files into a directory all of them know
-//! (give each communicator a fresh, empty directory).
+//! ranks that are processes write files into a directory all of them know.
+//!
+//! A key may be used again (a second communicator on the same group or
+//! directory): each rank counts its uses of a key, and the n-th use meets the
+//! other ranks' n-th use, never an earlier round's values. Ranks make their
+//! exchanges in the same order, as collective set-up does.
 
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -42,6 +46,39 @@ pub struct ThreadGroup {
     world: usize,
     posted: Mutex<HashMap<String, Vec<Option<Vec<u8>>>>>,
     changed: Condvar,
+    rounds: Rounds,
+}
+
+/// How many times each (place, key, rank) has exchanged: the round of the next use.
+#[derive(Debug, Default)]
+struct Rounds(Mutex<HashMap<(String, String, usize), u64>>);
+
+impl Rounds {
+    /// The key of this rank's next use of `key` at `place`: `key` itself the
+    /// first time, `key#n` the n-th time after.
+    fn next(&self, place: &str, key: &str, rank: usize) -> Result<String> {
+        let mut m = self
+            .0
+            .lock()
+            .map_err(|_| Error::Aborted("a rank panicked during the rendezvous".into()))?;
+        let n = m
+            .entry((place.to_string(), key.to_string(), rank))
+            .or_insert(0);
+        let round = *n;
+        *n += 1;
+        Ok(if round == 0 {
+            key.to_string()
+        } else {
+            format!("{key}#{round}")
+        })
+    }
+}
+
+/// Rounds of directory rendezvous in this process (a directory has no state
+/// of its own, and `Rendezvous::Dir` is a plain path).
+fn dir_rounds() -> &'static Rounds {
+    static ROUNDS: std::sync::OnceLock<Rounds> = std::sync::OnceLock::new();
+    ROUNDS.get_or_init(Rounds::default)
 }
 
 impl ThreadGroup {
@@ -50,6 +87,7 @@ impl ThreadGroup {
             world,
             posted: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
+            rounds: Rounds::default(),
         })
     }
     pub fn world(&self) -> usize {
@@ -69,8 +107,14 @@ impl Rendezvous {
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>> {
         match self {
-            Rendezvous::Threads(g) => exchange_threads(g, key, rank, world, mine, timeout),
-            Rendezvous::Dir(d) => exchange_dir(d, key, rank, world, mine, timeout),
+            Rendezvous::Threads(g) => {
+                let key = g.rounds.next("", key, rank)?;
+                exchange_threads(g, &key, rank, world, mine, timeout)
+            }
+            Rendezvous::Dir(d) => {
+                let key = dir_rounds().next(&d.display().to_string(), key, rank)?;
+                exchange_dir(d, &key, rank, world, mine, timeout)
+            }
             Rendezvous::Custom(x) => x.exchange(key, rank, world, mine, timeout),
         }
     }
@@ -230,5 +274,43 @@ mod tests {
             .unwrap();
         assert_eq!(mine, vec![b"zero".to_vec(), b"one".to_vec()]);
         assert_eq!(h.join().unwrap(), mine);
+    }
+
+    fn exchange_twice(rv_of: impl Fn() -> Rendezvous) {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let rv = rv_of();
+                std::thread::spawn(move || {
+                    let t = Duration::from_secs(5);
+                    let first = rv.exchange("buffers", r, 2, &[r as u8], t).unwrap();
+                    let second = rv.exchange("buffers", r, 2, &[10 + r as u8], t).unwrap();
+                    (first, second)
+                })
+            })
+            .collect();
+        for h in hs {
+            let (first, second) = h.join().unwrap();
+            assert_eq!(first, vec![vec![0u8], vec![1]]);
+            // The second round sees the second values, not the first round's.
+            assert_eq!(second, vec![vec![10u8], vec![11]]);
+        }
+    }
+
+    #[test]
+    fn a_key_used_again_on_a_thread_group_meets_the_new_round() {
+        let g = ThreadGroup::new(2);
+        exchange_twice(|| Rendezvous::Threads(g.clone()));
+    }
+
+    #[test]
+    fn a_key_used_again_in_a_directory_meets_the_new_round() {
+        let dir = std::env::temp_dir().join(format!(
+            "tpcomm-rv-rounds-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let d = dir.clone();
+        exchange_twice(move || Rendezvous::Dir(d.clone()));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
