@@ -64,6 +64,8 @@ impl CudaConfig {
 const WAIT_ONESHOT: u32 = 1;
 const WAIT_REDUCE_SCATTER: u32 = 2;
 const WAIT_ALL_GATHER: u32 = 3;
+// TPCOMM_WAIT_FUSED in kernels/fused.cu: the fused all-reduce + residual + RMSNorm.
+const WAIT_FUSED: u32 = 4;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
 
@@ -418,6 +420,7 @@ impl CudaCommunicator {
             WAIT_ONESHOT => "one-shot data",
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
+            WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
             _ => "data",
         };
         Err(Error::PeerTimeout {
@@ -427,5 +430,28 @@ impl CudaCommunicator {
             what: what.into(),
             waited: self.timeout,
         })
+    }
+}
+
+#[cfg(test)]
+mod wait_code_tests {
+    use super::*;
+
+    /// The codes `check()` names must be the ones the kernels write.
+    #[test]
+    fn wait_codes_match_the_kernel_sources() {
+        let all = concat!(
+            include_str!("kernels/allreduce.cu"),
+            include_str!("kernels/fused.cu")
+        );
+        for (name, code) in [
+            ("TPCOMM_WAIT_ONESHOT", WAIT_ONESHOT),
+            ("TPCOMM_WAIT_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
+            ("TPCOMM_WAIT_ALL_GATHER", WAIT_ALL_GATHER),
+            ("TPCOMM_WAIT_FUSED", WAIT_FUSED),
+        ] {
+            let line = format!("#define {name} {code}u");
+            assert!(all.contains(&line), "kernels lack {line:?}");
+        }
     }
 }
