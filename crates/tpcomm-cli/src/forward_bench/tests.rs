@@ -1,0 +1,208 @@
+use super::*;
+
+fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn modes_parse_and_unknown_ones_are_refused() {
+    assert_eq!(Mode::parse("none").unwrap(), Mode::None(Launch::Ordinary));
+    assert_eq!(
+        Mode::parse("fused-pdl").unwrap(),
+        Mode::Fused(Launch::Overlapped)
+    );
+    assert_eq!(Mode::parse("two-shot").unwrap(), Mode::Tp(Algo::TwoShot));
+    assert!(Mode::parse("auto").is_err());
+    assert!(Mode::parse("fast").is_err());
+    for m in [
+        "none",
+        "none-pdl",
+        "nccl",
+        "one-shot",
+        "two-shot",
+        "fused",
+        "fused-pdl",
+    ] {
+        assert_eq!(mode_name(Mode::parse(m).unwrap()), m);
+    }
+}
+
+fn parse_worker(own: &[&str], dir: &std::path::Path) -> ForwardBenchArgs {
+    use clap::Parser;
+    let argv = worker_argv(own.iter().map(|s| s.into()), true, 2, 1, dir);
+    let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv))
+        .unwrap_or_else(|e| panic!("{own:?}: {e}"));
+    match cli.command {
+        crate::Command::ForwardBench(a) => a,
+        crate::Command::Bench(b) => b
+            .forward()
+            .unwrap_or_else(|| panic!("{own:?}: not forward")),
+        _ => panic!("{own:?}: neither spelling"),
+    }
+}
+
+/// A worker re-parses its parent's own command line (either spelling)
+/// plus the rank fields, and lands in the forward bench as a worker.
+#[test]
+fn workers_parse_back_either_spelling() {
+    let dir = std::path::Path::new("/tmp/fw rv");
+    for own in [
+        &["bench", "forward", "--tokens", "8", "--modes", "none,nccl"][..],
+        &["forward-bench", "--tokens", "8", "--modes", "none,nccl"][..],
+    ] {
+        let a = parse_worker(own, dir);
+        check_worker(&a, dir);
+        assert_eq!(a.transport, Transport::Auto, "{own:?}");
+    }
+}
+
+/// --transport reaches the workers in both spellings, in any position.
+#[test]
+fn workers_keep_the_transport() {
+    let dir = std::path::Path::new("/tmp/fw rv");
+    for own in [
+        &[
+            "bench",
+            "forward",
+            "--transport",
+            "host",
+            "--tokens",
+            "8",
+            "--modes",
+            "none,nccl",
+        ][..],
+        &[
+            "forward-bench",
+            "--tokens",
+            "8",
+            "--modes",
+            "none,nccl",
+            "--transport",
+            "host",
+        ][..],
+        &[
+            "forward-bench",
+            "--transport=cuda",
+            "--tokens",
+            "8",
+            "--modes",
+            "none,nccl",
+        ][..],
+    ] {
+        let a = parse_worker(own, dir);
+        check_worker(&a, dir);
+        let want = if own.contains(&"--transport=cuda") {
+            Transport::Cuda
+        } else {
+            Transport::Host
+        };
+        assert_eq!(a.transport, want, "{own:?}");
+    }
+    // Without --modes the worker also sees none, so it picks the same default.
+    let a = parse_worker(&["forward-bench", "--transport", "host"], dir);
+    assert_eq!(a.modes, None);
+    assert_eq!(a.transport, Transport::Host);
+}
+
+#[test]
+fn unknown_transports_are_refused() {
+    use clap::Parser;
+    for bad in [
+        &["tpcomm", "bench", "forward", "--transport", "nvlink"][..],
+        &["tpcomm", "forward-bench", "--transport", "shm"][..],
+    ] {
+        assert!(crate::Cli::try_parse_from(bad).is_err(), "{bad:?}");
+    }
+}
+
+fn check_worker(a: &ForwardBenchArgs, dir: &std::path::Path) {
+    assert_eq!(a.worker_rank, Some(1));
+    assert_eq!(a.gpus, Some(2));
+    assert_eq!(a.rendezvous.as_deref(), Some(dir));
+    assert_eq!(a.tokens, vec![8]);
+    assert_eq!(
+        a.modes.as_deref(),
+        Some(&["none".to_string(), "nccl".to_string()][..])
+    );
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn fused_modes_are_refused_on_the_host_transport_only() {
+    for asked in [
+        &["none", "fused"][..],
+        &["fused-pdl"],
+        &["nccl", "fused", "fused-pdl"],
+    ] {
+        let asked = strings(asked);
+        let e = modes_for(Some(&asked), Transport::Host)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host transport"), "{e}");
+        assert!(e.contains("P2P"), "{e}");
+        assert!(e.contains("--transport cuda"), "{e}");
+        for m in asked.iter().filter(|m| m.starts_with("fused")) {
+            assert!(e.contains(m.as_str()), "{e} should name {m}");
+        }
+        for t in [Transport::Cuda, Transport::Auto] {
+            let (modes, skipped) = modes_for(Some(&asked), t).unwrap();
+            assert_eq!(modes.len(), asked.len());
+            assert!(skipped.is_empty());
+        }
+    }
+    let (modes, skipped) = modes_for(
+        Some(&strings(&[
+            "none", "none-pdl", "nccl", "one-shot", "two-shot",
+        ])),
+        Transport::Host,
+    )
+    .unwrap();
+    assert_eq!(
+        modes,
+        vec![
+            Mode::None(Launch::Ordinary),
+            Mode::None(Launch::Overlapped),
+            Mode::Nccl,
+            Mode::Tp(Algo::OneShot),
+            Mode::Tp(Algo::TwoShot)
+        ]
+    );
+    assert!(skipped.is_empty());
+    assert!(modes_for(Some(&strings(&["none", "fast"])), Transport::Host).is_err());
+    assert!(modes_for(Some(&[]), Transport::Cuda).is_err());
+}
+
+/// Without --modes: every mode on P2P (or auto, undecided yet), and on
+/// the host transport every one but the fused two, which are named.
+#[test]
+fn default_modes_leave_the_fused_ones_out_on_the_host_transport() {
+    for t in [Transport::Cuda, Transport::Auto] {
+        let (modes, skipped) = modes_for(None, t).unwrap();
+        assert_eq!(
+            modes.iter().map(|&m| mode_name(m)).collect::<Vec<_>>(),
+            ALL_MODES.to_vec()
+        );
+        assert!(skipped.is_empty());
+    }
+    let (modes, skipped) = modes_for(None, Transport::Host).unwrap();
+    assert_eq!(
+        modes.iter().map(|&m| mode_name(m)).collect::<Vec<_>>(),
+        vec!["none", "nccl", "one-shot", "two-shot", "none-pdl"]
+    );
+    assert_eq!(skipped, vec!["fused", "fused-pdl"]);
+}
+
+#[test]
+fn relative_difference_is_max_error_over_max_magnitude() {
+    let b = bf16_bytes(&[1.0, -4.0, 2.0]);
+    let a = bf16_bytes(&[1.0, -4.0, 2.5]);
+    assert_eq!(rel_diff(&b, &b), 0.0);
+    assert_eq!(rel_diff(&a, &b), 0.5 / 4.0);
+    let nan = bf16_bytes(&[1.0, f32::NAN, 2.0]);
+    assert!(rel_diff(&nan, &b).is_infinite());
+}

@@ -1,0 +1,270 @@
+//! `tpcomm bench` on GPUs (`--device gpu`, or auto with 2+ GPUs; the hidden
+//! `gpu-bench` spelling runs the same): every tpcomm GPU all-reduce algorithm
+//! and NCCL, eager and inside CUDA graphs, in one run, every result checked
+//! against a float64 reference. One process per GPU (the command re-executes
+//! itself as workers, through `gpu-bench`) or one thread per GPU
+//! (`--launch threads`). The JSON is `tpcomm::report::BenchReport`, as the
+//! CPU bench writes.
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use std::path::PathBuf;
+use tpcomm::cuda::cudarc::driver::CudaContext;
+use tpcomm::cuda::{Algo, Rendezvous, Transport};
+use tpcomm::select;
+use tpcomm::{ByteSize, DType, Error, Result};
+
+mod check;
+mod launch;
+mod rank;
+mod report;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use check::{count_wrong_par, random_inputs};
+pub(crate) use report::report_rows;
+
+use launch::{run_procs, run_threads};
+use rank::rank_main;
+use report::report;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per GPU, buffers shared by CUDA IPC.
+    #[value(alias = "processes")]
+    Procs,
+    /// One thread per GPU in this process, buffers shared by peer access.
+    Threads,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct GpuBenchArgs {
+    /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
+    #[arg(long, value_enum, default_value = "procs")]
+    launch: Launch,
+    /// GPU transport: cuda (P2P), host (through pinned host memory, no P2P
+    /// needed; one-shot = LL words, two-shot = chunked), auto (host when any
+    /// pair lacks P2P).
+    #[arg(long, default_value = "auto")]
+    transport: Transport,
+    /// Number of GPUs (ranks); default: every GPU, at most 8.
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Element type: bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Smallest message.
+    #[arg(long, default_value = "1KiB")]
+    min: ByteSize,
+    /// Largest message (also the communicator's buffer size).
+    #[arg(long, default_value = "64MiB")]
+    max: ByteSize,
+    /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
+    /// the library's selection picks at each size and mode (rows `auto:<choice>`).
+    #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
+    algos: Vec<String>,
+    /// Modes, comma separated: eager, graph.
+    #[arg(long, value_delimiter = ',', default_value = "eager,graph")]
+    modes: Vec<String>,
+    /// Calls per timed repetition (and per captured graph).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Timed repetitions; the median is reported.
+    #[arg(long, default_value_t = 25)]
+    reps: usize,
+    /// Input/output buffer pairs rotated through, so caches do not flatter.
+    #[arg(long, default_value_t = 4)]
+    rotate: usize,
+    /// Bound on every wait, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    timeout_ms: u64,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also measure the midpoints between powers of two (1.5 x each), as `tpcomm tune` does.
+    #[arg(long)]
+    midpoints: bool,
+    /// Tuning table for `--algos auto` (else $TPCOMM_TUNING_TABLE, then the
+    /// default location for this machine's fingerprint, then the class defaults).
+    #[arg(long, value_name = "FILE")]
+    table: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    fingerprint: Option<String>,
+    #[arg(long, hide = true)]
+    class: Option<String>,
+    #[arg(long, hide = true)]
+    worker_rank: Option<usize>,
+    #[arg(long, hide = true)]
+    rendezvous: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub(crate) struct Row {
+    pub(crate) bytes: u64,
+    pub(crate) count: usize,
+    pub(crate) dtype: String,
+    pub(crate) algo: String,
+    pub(crate) mode: String,
+    pub(crate) time_us: f64,
+    pub(crate) algbw_gbps: f64,
+    pub(crate) busbw_gbps: f64,
+    pub(crate) wrong: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub(crate) struct RankInfo {
+    pub(crate) gpu: String,
+    pub(crate) arch: String,
+    pub(crate) nvrtc: String,
+    pub(crate) nccl: Option<String>,
+    pub(crate) memory: String,
+    #[serde(default)]
+    pub(crate) transport: String,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+pub(crate) struct RankOut {
+    pub(crate) info: RankInfo,
+    pub(crate) rows: Vec<Row>,
+}
+
+/// Runs the bench; errors are printed after `name` (the spelling the user typed).
+pub fn run(args: GpuBenchArgs, name: &str) -> i32 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            1
+        }
+    }
+}
+
+fn run_inner(args: GpuBenchArgs) -> Result<()> {
+    let (args, world, outs) = measure(args)?;
+    report(&args, world, outs)
+}
+
+/// Runs the measurement (or, in a worker process, one rank of it) and returns
+/// every rank's rows; `tpcomm tune` calls this too.
+pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
+    validate(&args)?;
+    if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
+        let world = args
+            .gpus
+            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
+        let out = rank_main(rank, world, &args, Rendezvous::Dir(dir.clone()))?;
+        let path = dir.join(format!("result.rank{rank}.json"));
+        let text =
+            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+        std::process::exit(0);
+    }
+    tpcomm::cuda::ensure_driver()?;
+    let n = CudaContext::device_count().map_err(|e| Error::Cuda {
+        call: "cuDeviceGetCount".into(),
+        detail: e.to_string(),
+    })? as usize;
+    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    if args.algos.iter().any(|a| a == "auto") && args.class.is_none() {
+        // Resolve the table once here, so every rank (thread or process)
+        // loads the same one and checks it against the same fingerprint.
+        let (machine, _) = crate::tune::this_machine(None)?;
+        let (_, source) = select::find_table(args.table.as_deref(), &machine)?;
+        args.table = match source {
+            select::TableSource::ClassDefaults => None,
+            select::TableSource::Explicit(p)
+            | select::TableSource::Env(p)
+            | select::TableSource::DefaultLocation(p) => Some(p),
+        };
+        args.class = Some(machine.class.name().to_string());
+        args.fingerprint = Some(machine.fingerprint);
+    }
+    if world < 2 || world > n {
+        return Err(Error::invalid(
+            "--gpus",
+            format!(
+                "{world} ranks, but this machine has {n} GPU(s); the GPU bench needs 2 or more"
+            ),
+        ));
+    }
+    let outs: Vec<RankOut> = match args.launch {
+        Launch::Threads => run_threads(&args, world)?,
+        Launch::Procs => run_procs(&args, world)?,
+    };
+    Ok((args, world, outs))
+}
+
+/// Arguments as if given on the command line (for `tpcomm tune`).
+pub(crate) fn parse_args(argv: &[String]) -> Result<GpuBenchArgs> {
+    #[derive(clap::Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: GpuBenchArgs,
+    }
+    use clap::Parser as _;
+    Wrap::try_parse_from(std::iter::once("gpu-bench".to_string()).chain(argv.iter().cloned()))
+        .map(|w| w.args)
+        .map_err(|e| Error::invalid("gpu-bench arguments", e.to_string()))
+}
+
+fn validate(args: &GpuBenchArgs) -> Result<()> {
+    if args.min.bytes() == 0 || args.min > args.max {
+        return Err(Error::invalid(
+            "--min/--max",
+            format!("need 0 < min <= max, got {} and {}", args.min, args.max),
+        ));
+    }
+    if args.iters == 0 || args.reps == 0 || args.rotate == 0 {
+        return Err(Error::invalid(
+            "--iters/--reps/--rotate",
+            "must be at least 1",
+        ));
+    }
+    for a in &args.algos {
+        if a != "nccl" && a.parse::<Algo>().is_err() {
+            return Err(Error::invalid(
+                "--algos",
+                format!("{a:?} (expected one-shot, two-shot, auto or nccl)"),
+            ));
+        }
+    }
+    for m in &args.modes {
+        if m != "eager" && m != "graph" {
+            return Err(Error::invalid(
+                "--modes",
+                format!("{m:?} (expected eager or graph)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The selection transport of a communicator's transport (`Auto` never
+/// comes out of `GpuComm::transport`; it is mapped to CUDA for completeness).
+pub(crate) fn select_transport(t: Transport) -> select::Transport {
+    match t {
+        Transport::Host => select::Transport::Host,
+        Transport::Cuda | Transport::Auto => select::Transport::Cuda,
+    }
+}
+
+/// A bench row's algorithm label as a selection candidate on `transport`
+/// (the communicator's, as `RankInfo::transport` names it): the host
+/// kernels' names (`host-ll`, `host-chunked`) are the host transport's
+/// one-shot and two-shot; `auto:*` rows are not candidates.
+pub(crate) fn row_candidate(transport: &str, algo: &str) -> Option<select::Candidate> {
+    if algo == "nccl" {
+        return Some(select::Candidate::NCCL);
+    }
+    if algo.starts_with("auto") {
+        return None;
+    }
+    let algo = match algo {
+        "host-ll" => "one-shot",
+        "host-chunked" => "two-shot",
+        a => a,
+    };
+    format!("{transport}:{algo}").parse().ok()
+}

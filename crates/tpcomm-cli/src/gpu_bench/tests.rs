@@ -1,0 +1,273 @@
+use super::launch::worker_argv;
+use super::report::bench_report;
+use super::*;
+use clap::Parser;
+use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
+use tpcomm::report::BenchReport;
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    args: GpuBenchArgs,
+}
+
+fn parse(args: &[&str]) -> GpuBenchArgs {
+    Cmd::parse_from(std::iter::once("gpu-bench").chain(args.iter().copied())).args
+}
+
+#[test]
+fn defaults_are_valid() {
+    validate(&parse(&[])).unwrap();
+}
+
+#[test]
+fn unknown_algorithms_and_modes_are_refused_before_any_gpu_work() {
+    let e = validate(&parse(&["--algos", "one-shot,ring"])).unwrap_err();
+    assert!(e.to_string().contains("\"ring\""), "{e}");
+    let e = validate(&parse(&["--modes", "eager,lazy"])).unwrap_err();
+    assert!(e.to_string().contains("\"lazy\""), "{e}");
+}
+
+#[test]
+fn transport_is_parsed_and_unknown_ones_refused() {
+    assert_eq!(parse(&[]).transport, Transport::Auto);
+    assert_eq!(parse(&["--transport", "host"]).transport, Transport::Host);
+    let r = Cmd::try_parse_from(["gpu-bench", "--transport", "pcie"]);
+    assert!(r.is_err());
+}
+
+/// What a worker process parses from the command line the parent builds
+/// is the parent's measurement, plus its rank and meeting place.
+#[test]
+fn workers_parse_back_the_parents_arguments() {
+    let parent = parse(&[
+        "--launch",
+        "procs",
+        "--transport",
+        "host",
+        "--dtype",
+        "f16",
+        "--min",
+        "3KiB",
+        "--max",
+        "2MiB",
+        "--algos",
+        "one-shot,auto,nccl",
+        "--modes",
+        "graph",
+        "--iters",
+        "7",
+        "--reps",
+        "9",
+        "--rotate",
+        "2",
+        "--timeout-ms",
+        "1234",
+        "--midpoints",
+        "--table",
+        "/tmp/t.toml",
+        "--class",
+        "nvlink",
+        "--fingerprint",
+        "abc",
+        "--json",
+        "/tmp/out.json",
+    ]);
+    let dir = std::path::Path::new("/tmp/rv dir");
+    let argv = worker_argv(&parent, 2, 1, dir);
+    let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv)).unwrap();
+    let crate::Command::GpuBench(w) = cli.command else {
+        panic!("workers must run the GPU bench")
+    };
+    assert_eq!(w.worker_rank, Some(1));
+    assert_eq!(w.gpus, Some(2));
+    assert_eq!(w.rendezvous.as_deref(), Some(dir));
+    // Everything else is the parent's, except where the JSON goes
+    // (the parent writes it) and the worker fields above.
+    let strip = |mut a: GpuBenchArgs| {
+        a.worker_rank = None;
+        a.rendezvous = None;
+        a.gpus = None;
+        a.json = None;
+        format!("{a:?}")
+    };
+    assert_eq!(strip(w), strip(parent));
+}
+
+fn rank_out(gpu: &str, wrong: usize, nccl: Option<&str>) -> RankOut {
+    RankOut {
+        info: RankInfo {
+            gpu: gpu.into(),
+            arch: "sm_90".into(),
+            nvrtc: "13.0 (/usr/lib/libnvrtc.so)".into(),
+            nccl: nccl.map(str::to_string),
+            memory: String::new(),
+            transport: "host".into(),
+        },
+        rows: vec![Row {
+            bytes: 4096,
+            count: 2048,
+            dtype: "bf16".into(),
+            algo: "nccl".into(),
+            mode: "graph".into(),
+            time_us: 12.5,
+            algbw_gbps: 0.32768,
+            busbw_gbps: 0.32768,
+            wrong,
+        }],
+    }
+}
+
+/// The GPU JSON is a BenchReport (the CPU bench's shape) that reads
+/// back as written, with the GPU facts in the optional meta fields, and
+/// that the latency-table reader of tpcomm-plan takes.
+#[test]
+fn gpu_report_is_a_bench_report_that_round_trips() {
+    let args = parse(&["--launch", "threads", "--iters", "7", "--reps", "9"]);
+    let outs = vec![
+        rank_out("H200", 0, Some("2.27.3")),
+        rank_out("H200", 0, None),
+    ];
+    let doc = bench_report(&args, 2, &outs, &outs[0].rows, "13.0").unwrap();
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    let back: BenchReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, doc);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let m = &v["meta"];
+    assert_eq!(m["device"], "gpu");
+    assert_eq!(m["transport"], "host");
+    assert_eq!(m["world_size"], 2);
+    assert_eq!(m["launch"], "threads");
+    assert_eq!(m["gpus"], serde_json::json!(["H200", "H200"]));
+    assert_eq!(m["arch"], "sm_90");
+    assert_eq!(
+        (
+            m["iters"].as_u64(),
+            m["reps"].as_u64(),
+            m["rotate"].as_u64()
+        ),
+        (Some(7), Some(9), Some(4))
+    );
+    assert_eq!(m["versions"]["driver"], "13.0");
+    assert_eq!(m["versions"]["nccl"], "2.27.3");
+    assert_eq!(m["versions"]["tpcomm"], env!("CARGO_PKG_VERSION"));
+    assert!(m["versions"]["nvrtc"].as_str().unwrap().starts_with("13.0"));
+    let r = &v["rows"][0];
+    assert_eq!(
+        (r["op"].as_str(), r["dtype"].as_str(), r["algo"].as_str()),
+        (Some("sum"), Some("bf16"), Some("nccl"))
+    );
+    assert_eq!(
+        (r["count"].as_u64(), r["time_us"].as_f64()),
+        (Some(2048), Some(12.5))
+    );
+    let t = tpcomm_plan::latency::LatencyTable::from_bench_str(
+        "gpu.json",
+        &text,
+        Some("nccl"),
+        Some("graph"),
+        Some("bf16"),
+    )
+    .unwrap();
+    assert_eq!(t.points.len(), 1);
+    // Without NCCL the version is left out, not written empty.
+    let outs = vec![rank_out("H200", 0, None), rank_out("H200", 0, None)];
+    let doc = bench_report(&args, 2, &outs, &outs[0].rows, "").unwrap();
+    assert!(!doc.meta.versions.contains_key("nccl") && !doc.meta.versions.contains_key("driver"));
+}
+
+#[test]
+fn min_above_max_or_zero_counts_are_refused() {
+    assert!(validate(&parse(&["--min", "2MiB", "--max", "1MiB"])).is_err());
+    assert!(validate(&parse(&["--reps", "0"])).is_err());
+    assert!(validate(&parse(&["--min", "0"])).is_err());
+}
+
+#[test]
+fn the_parallel_check_counts_exactly_what_one_thread_counts() {
+    for dtype in DType::ALL {
+        // 200 Ki elements: at most three workers (64 Ki elements or more
+        // each), the last range shorter; errors in every range and at both ends.
+        let count = 200 << 10;
+        let ins = random_inputs(dtype, count, 1, 2, 3).remove(0);
+        let refs: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
+        let r = tpcomm::cuda::verify::reference(dtype, &refs, count);
+        let mut vals: Vec<f64> = r.iter().map(|x| x.0).collect();
+        let right = encode(dtype, &vals);
+        assert_eq!(count_wrong_par(dtype, &right, &refs, 2, 4), 0, "{dtype}");
+        for i in [0, 70_000, 140_000, count - 1] {
+            vals[i] += 100.0;
+        }
+        let wrong = encode(dtype, &vals);
+        let one = count_wrong_against(dtype, &wrong, &refs, 2);
+        assert_eq!(one, 4, "{dtype}");
+        for workers in [1, 2, 3, 4, 16] {
+            assert_eq!(
+                count_wrong_par(dtype, &wrong, &refs, 2, workers),
+                one,
+                "{dtype} x{workers}"
+            );
+        }
+    }
+}
+
+fn encode(dtype: DType, vals: &[f64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &v in vals {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes()),
+            DType::Bf16 => out.extend_from_slice(&half::bf16::from_f64(v).to_bits().to_le_bytes()),
+        }
+    }
+    out
+}
+
+#[test]
+fn inputs_do_not_depend_on_how_many_threads_make_them() {
+    let one = random_inputs(DType::Bf16, 1000, 3, 2, 1);
+    assert_eq!(one.len(), 3);
+    assert!(one
+        .iter()
+        .all(|k| k.len() == 2 && k.iter().all(|b| b.len() == 2000)));
+    // Seeded by (buffer, rank): what the one-thread code made before.
+    assert_eq!(
+        one[2][1],
+        random_bytes(DType::Bf16, 1000, &mut Rng::new(1 + 2 * 64 + 1))
+    );
+    assert_ne!(one[0][0], one[0][1]);
+    for w in [2, 4, 7] {
+        assert_eq!(
+            random_inputs(DType::Bf16, 1000, 3, 2, w),
+            one,
+            "{w} workers"
+        );
+    }
+}
+
+#[test]
+fn bench_rows_map_to_the_candidates_of_their_transport() {
+    use tpcomm::select::Candidate;
+    assert_eq!(
+        row_candidate("cuda", "one-shot"),
+        Some(Candidate::cuda(Algo::OneShot))
+    );
+    assert_eq!(
+        row_candidate("cuda", "two-shot"),
+        Some(Candidate::cuda(Algo::TwoShot))
+    );
+    assert_eq!(
+        row_candidate("host", "host-ll"),
+        Some(Candidate::host(Algo::OneShot))
+    );
+    assert_eq!(
+        row_candidate("host", "host-chunked"),
+        Some(Candidate::host(Algo::TwoShot))
+    );
+    assert_eq!(row_candidate("host", "nccl"), Some(Candidate::NCCL));
+    assert_eq!(row_candidate("host", "auto:host:one-shot"), None);
+    assert_eq!(row_candidate("cuda", "auto:nccl"), None);
+    assert_eq!(row_candidate("cuda", "mystery"), None);
+    assert_eq!(select_transport(Transport::Host), select::Transport::Host);
+    assert_eq!(select_transport(Transport::Cuda), select::Transport::Cuda);
+}
