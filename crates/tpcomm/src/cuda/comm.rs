@@ -5,6 +5,7 @@ use super::algo::Algo;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{round_up, Layout};
+use super::loader::check_call;
 use super::memory::{MemoryItem, MemoryReport};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
@@ -320,30 +321,15 @@ impl CudaCommunicator {
         stream: CUstream,
     ) -> Result<Algo> {
         self.check()?;
-        if op != ReduceOp::Sum {
-            return Err(Error::Unsupported(format!(
-                "reduce op {op:?} in the CUDA kernels (only sum); use NCCL for it"
-            )));
-        }
-        let bytes = count
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-        if bytes as u64 > self.max_bytes.bytes() {
-            return Err(Error::invalid(
-                "message size",
-                format!(
-                    "{} is above this communicator's maximum {}; create it with a larger max_bytes",
-                    ByteSize::from_usize(bytes),
-                    self.max_bytes
-                ),
-            ));
-        }
-        if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
-            return Err(Error::invalid(
-                "buffer address",
-                "input and output must be 16-byte aligned",
-            ));
-        }
+        let bytes = check_call(
+            "the CUDA kernels",
+            input,
+            output,
+            count,
+            dtype,
+            op,
+            self.max_bytes,
+        )?;
         let algo = match algo {
             Algo::Auto => self
                 .auto

@@ -4,7 +4,7 @@
 //! live in (shared with the benchmark forward's element-wise kernels).
 
 use super::comm::CudaCommunicator;
-use super::compile;
+use super::loader::{compile_and_load, per_device, PerDevice};
 use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use super::MAX_WORLD;
@@ -12,8 +12,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// The kernel module: allreduce.cu (whose protocol pieces the fused kernel
 /// reuses), fused.cu, forward.cu, compiled as one source.
@@ -88,56 +87,32 @@ pub(crate) struct FusedKernels {
     _ctx: Arc<CudaContext>,
 }
 
-fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
+use super::loader::dtype_index;
 
 pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<FusedKernels>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache
-        .lock()
-        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
-    if let Some(k) = map.get(&ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let arch = ctx.compute_capability().map_err(|e| Error::Cuda {
-        call: "cuDeviceGetAttribute".into(),
-        detail: e.to_string(),
-    })?;
-    let compiled = compile::compile_cached(MODULE_SRC, "fused.cu", arch)?;
-    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!(
-            "the fused kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
-            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
-        ),
-    })?;
-    let f = |n: &str| module.function(n);
-    let k = Arc::new(FusedKernels {
-        fused: [
-            f("tpcomm_fused_rmsnorm_f32")?,
-            f("tpcomm_fused_rmsnorm_f16")?,
-            f("tpcomm_fused_rmsnorm_bf16")?,
-        ],
-        add_rmsnorm: [
-            f("tpcomm_add_rmsnorm_f32")?,
-            f("tpcomm_add_rmsnorm_f16")?,
-            f("tpcomm_add_rmsnorm_bf16")?,
-        ],
-        silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
-        fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
-        overlap: arch.0 >= 9,
-        cubin_bytes: compiled.cubin.len(),
-        _module: module,
-        _ctx: ctx.clone(),
-    });
-    map.insert(ctx.ordinal(), k.clone());
-    Ok(k)
+    static CACHE: PerDevice<FusedKernels> = PerDevice::new();
+    per_device(&CACHE, ctx, || {
+        let l = compile_and_load(ctx, MODULE_SRC, "fused.cu", "the fused kernels")?;
+        let f = |n: &str| l.module.function(n);
+        Ok(FusedKernels {
+            fused: [
+                f("tpcomm_fused_rmsnorm_f32")?,
+                f("tpcomm_fused_rmsnorm_f16")?,
+                f("tpcomm_fused_rmsnorm_bf16")?,
+            ],
+            add_rmsnorm: [
+                f("tpcomm_add_rmsnorm_f32")?,
+                f("tpcomm_add_rmsnorm_f16")?,
+                f("tpcomm_add_rmsnorm_bf16")?,
+            ],
+            silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
+            fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
+            overlap: l.arch.0 >= 9,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    })
 }
 
 impl FusedKernels {

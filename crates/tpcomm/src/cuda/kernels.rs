@@ -1,14 +1,12 @@
 //! The compiled kernels of a device and their by-value argument.
 
 use super::compile;
-use super::cuda_err;
+use super::loader::{common_block, compile_and_load, per_device, PerDevice};
 use super::raw::{Function, Module};
 use super::MAX_WORLD;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use cudarc::driver::CudaContext;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 // Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
 // launch bounds fit the registers to it).
@@ -50,74 +48,46 @@ pub(super) struct Kernels {
     _ctx: Arc<CudaContext>,
 }
 
-pub(super) fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
+pub(super) use super::loader::dtype_index;
 
 pub(super) fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<Kernels>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache
-        .lock()
-        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
-    if let Some(k) = map.get(&ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let arch = ctx
-        .compute_capability()
-        .map_err(cuda_err("cuDeviceGetAttribute"))?;
-    let compiled = compile::compile_cached(compile::ALLREDUCE_SRC, "allreduce.cu", arch)?;
-    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!(
-            "the kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
-            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
-        ),
-    })?;
-    let f = |n: &str| module.function(n);
-    let oneshot = [
-        f("tpcomm_oneshot_f32")?,
-        f("tpcomm_oneshot_f16")?,
-        f("tpcomm_oneshot_bf16")?,
-    ];
-    let oneshot_small = [
-        f("tpcomm_oneshot_small_f32")?,
-        f("tpcomm_oneshot_small_f16")?,
-        f("tpcomm_oneshot_small_bf16")?,
-    ];
-    let twoshot = [
-        f("tpcomm_twoshot_f32")?,
-        f("tpcomm_twoshot_f16")?,
-        f("tpcomm_twoshot_bf16")?,
-    ];
-    let mut block = BLOCK;
-    for k in oneshot.iter().chain(&oneshot_small).chain(&twoshot) {
-        // Rounded down to whole warps; the kernels work with any block size.
-        block = block.min(k.max_threads_per_block()? / 32 * 32);
-    }
-    if block == 0 {
-        return Err(Error::Unsupported(format!(
-            "the all-reduce kernels cannot launch on sm_{}{} (not enough registers for one warp)",
-            arch.0, arch.1
-        )));
-    }
-    let k = Arc::new(Kernels {
-        oneshot,
-        oneshot_small,
-        twoshot,
-        block,
-        nvrtc: compiled.nvrtc,
-        arch,
-        cubin_bytes: compiled.cubin.len(),
-        _module: module,
-        _ctx: ctx.clone(),
-    });
-    map.insert(ctx.ordinal(), k.clone());
-    Ok(k)
+    static CACHE: PerDevice<Kernels> = PerDevice::new();
+    per_device(&CACHE, ctx, || {
+        let l = compile_and_load(ctx, compile::ALLREDUCE_SRC, "allreduce.cu", "the kernels")?;
+        let f = |n: &str| l.module.function(n);
+        let oneshot = [
+            f("tpcomm_oneshot_f32")?,
+            f("tpcomm_oneshot_f16")?,
+            f("tpcomm_oneshot_bf16")?,
+        ];
+        let oneshot_small = [
+            f("tpcomm_oneshot_small_f32")?,
+            f("tpcomm_oneshot_small_f16")?,
+            f("tpcomm_oneshot_small_bf16")?,
+        ];
+        let twoshot = [
+            f("tpcomm_twoshot_f32")?,
+            f("tpcomm_twoshot_f16")?,
+            f("tpcomm_twoshot_bf16")?,
+        ];
+        let block = common_block(
+            oneshot.iter().chain(&oneshot_small).chain(&twoshot),
+            BLOCK,
+            "the all-reduce kernels",
+            l.arch,
+        )?;
+        Ok(Kernels {
+            oneshot,
+            oneshot_small,
+            twoshot,
+            block,
+            nvrtc: l.nvrtc,
+            arch: l.arch,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    })
 }
 
 #[cfg(test)]

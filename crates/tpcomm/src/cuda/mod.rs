@@ -12,6 +12,7 @@ pub mod fused;
 pub mod host_path;
 mod kernels;
 mod layout;
+mod loader;
 mod memory;
 mod pdl;
 mod raw;

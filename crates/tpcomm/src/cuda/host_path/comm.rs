@@ -3,6 +3,7 @@
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
+use crate::cuda::loader::check_call;
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
 use crate::cuda::{
     open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
@@ -400,30 +401,15 @@ impl HostGpuCommunicator {
         stream: CUstream,
     ) -> Result<HostAlgo> {
         self.check()?;
-        if op != ReduceOp::Sum {
-            return Err(Error::Unsupported(format!(
-                "reduce op {op:?} in the host-path kernels (only sum); use NCCL for it"
-            )));
-        }
-        let bytes = count
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-        if bytes as u64 > self.max_bytes.bytes() {
-            return Err(Error::invalid(
-                "message size",
-                format!(
-                    "{} is above this communicator's maximum {}; create it with a larger max_bytes",
-                    ByteSize::from_usize(bytes),
-                    self.max_bytes
-                ),
-            ));
-        }
-        if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
-            return Err(Error::invalid(
-                "buffer address",
-                "input and output must be 16-byte aligned",
-            ));
-        }
+        let bytes = check_call(
+            "the host-path kernels",
+            input,
+            output,
+            count,
+            dtype,
+            op,
+            self.max_bytes,
+        )?;
         let which = self.resolve(self.auto_algo(algo, dtype, bytes), bytes);
         if count == 0 {
             return Ok(which);

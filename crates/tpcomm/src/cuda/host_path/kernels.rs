@@ -1,14 +1,11 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
-use super::super::compile;
-use super::super::cuda_err;
+use super::super::loader::{common_block, compile_and_load, per_device, PerDevice};
 use super::super::raw::{Function, Module};
 use super::super::MAX_WORLD;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use cudarc::driver::CudaContext;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// The CUDA C source of the host-path kernels.
 pub const HOST_ALLREDUCE_SRC: &str = include_str!("../kernels/host_allreduce.cu");
@@ -49,70 +46,47 @@ pub(super) struct HostKernels {
     _ctx: Arc<CudaContext>,
 }
 
-pub(super) fn dtype_index(d: DType) -> usize {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
+pub(super) use super::super::loader::dtype_index;
 
 /// Compiles (or loads from the disk cache) and loads the kernels once per
 /// device and process.
 pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<HostKernels>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = cache
-        .lock()
-        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
-    if let Some(k) = map.get(&ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let arch = ctx
-        .compute_capability()
-        .map_err(cuda_err("cuDeviceGetAttribute"))?;
-    let compiled = compile::compile_cached(HOST_ALLREDUCE_SRC, "host_allreduce.cu", arch)?;
-    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
-        library: "NVRTC".into(),
-        detail: format!(
-            "the host-path kernels compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
-            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
-        ),
-    })?;
-    let f = |n: &str| module.function(n);
-    let ll = [
-        f("tpcomm_host_ll_f32")?,
-        f("tpcomm_host_ll_f16")?,
-        f("tpcomm_host_ll_bf16")?,
-    ];
-    let chunked = [
-        f("tpcomm_host_chunked_f32")?,
-        f("tpcomm_host_chunked_f16")?,
-        f("tpcomm_host_chunked_bf16")?,
-    ];
-    let mut block = BLOCK;
-    for k in ll.iter().chain(&chunked) {
-        // Whole warps; the kernels work with any block size.
-        block = block.min(k.max_threads_per_block()? / 32 * 32);
-    }
-    if block == 0 {
-        return Err(Error::Unsupported(format!(
-            "the host-path kernels cannot launch on sm_{}{} (not enough registers for one warp)",
-            arch.0, arch.1
-        )));
-    }
-    let k = Arc::new(HostKernels {
-        ll,
-        chunked,
-        block,
-        nvrtc: compiled.nvrtc,
-        arch,
-        cubin_bytes: compiled.cubin.len(),
-        _module: module,
-        _ctx: ctx.clone(),
-    });
-    map.insert(ctx.ordinal(), k.clone());
-    Ok(k)
+    static CACHE: PerDevice<HostKernels> = PerDevice::new();
+    per_device(&CACHE, ctx, || {
+        let l = compile_and_load(
+            ctx,
+            HOST_ALLREDUCE_SRC,
+            "host_allreduce.cu",
+            "the host-path kernels",
+        )?;
+        let f = |n: &str| l.module.function(n);
+        let ll = [
+            f("tpcomm_host_ll_f32")?,
+            f("tpcomm_host_ll_f16")?,
+            f("tpcomm_host_ll_bf16")?,
+        ];
+        let chunked = [
+            f("tpcomm_host_chunked_f32")?,
+            f("tpcomm_host_chunked_f16")?,
+            f("tpcomm_host_chunked_bf16")?,
+        ];
+        let block = common_block(
+            ll.iter().chain(&chunked),
+            BLOCK,
+            "the host-path kernels",
+            l.arch,
+        )?;
+        Ok(HostKernels {
+            ll,
+            chunked,
+            block,
+            nvrtc: l.nvrtc,
+            arch: l.arch,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,166 @@
+//! What every kernel family shares: compiling a source for the device in
+//! hand and loading it, keeping one loaded copy per device and process, the
+//! block size all of a family's kernels can launch with, the index of a type
+//! in the per-type kernel arrays, and the checks every all-reduce call makes.
+
+use super::compile;
+use super::cuda_err;
+use super::raw::{CUdeviceptr, Function, Module};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::units::ByteSize;
+use cudarc::driver::CudaContext;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A kernel source compiled for one device and loaded into its context.
+pub(crate) struct Loaded {
+    pub module: Module,
+    pub arch: (i32, i32),
+    pub nvrtc: (i32, i32),
+    pub cubin_bytes: usize,
+}
+
+/// Compiles `src` (through the disk cache) for `ctx`'s compute capability and
+/// loads it; `what` names the family in the error ("the host-path kernels").
+pub(crate) fn compile_and_load(
+    ctx: &Arc<CudaContext>,
+    src: &str,
+    name: &str,
+    what: &str,
+) -> Result<Loaded> {
+    let arch = ctx
+        .compute_capability()
+        .map_err(cuda_err("cuDeviceGetAttribute"))?;
+    let compiled = compile::compile_cached(src, name, arch)?;
+    let module = Module::load(ctx.cu_ctx(), &compiled.cubin).map_err(|e| Error::Library {
+        library: "NVRTC".into(),
+        detail: format!(
+            "{what} compiled by NVRTC {}.{} for sm_{}{} did not load ({e}); the driver may be older than this NVRTC",
+            compiled.nvrtc.0, compiled.nvrtc.1, arch.0, arch.1
+        ),
+    })?;
+    Ok(Loaded {
+        module,
+        arch,
+        nvrtc: compiled.nvrtc,
+        cubin_bytes: compiled.cubin.len(),
+    })
+}
+
+/// A kernel family's loaded copy per device ordinal.
+pub(crate) type PerDevice<T> = OnceLock<Mutex<HashMap<usize, Arc<T>>>>;
+
+/// The copy of `ctx`'s device in `cache`, made by `make` the first time.
+pub(crate) fn per_device<T>(
+    cache: &'static PerDevice<T>,
+    ctx: &Arc<CudaContext>,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<Arc<T>> {
+    let cache = cache.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = cache
+        .lock()
+        .map_err(|_| Error::Aborted("kernel cache poisoned by a panic".into()))?;
+    if let Some(k) = map.get(&ctx.ordinal()) {
+        return Ok(k.clone());
+    }
+    let k = Arc::new(make()?);
+    map.insert(ctx.ordinal(), k.clone());
+    Ok(k)
+}
+
+/// Threads per block every one of `fns` can launch, at most `max`, rounded
+/// down to whole warps (the kernels work with any block size).
+pub(crate) fn common_block<'a>(
+    fns: impl IntoIterator<Item = &'a Function>,
+    max: u32,
+    what: &str,
+    arch: (i32, i32),
+) -> Result<u32> {
+    let mut block = max;
+    for k in fns {
+        block = block.min(k.max_threads_per_block()? / 32 * 32);
+    }
+    if block == 0 {
+        return Err(Error::Unsupported(format!(
+            "{what} cannot launch on sm_{}{} (not enough registers for one warp)",
+            arch.0, arch.1
+        )));
+    }
+    Ok(block)
+}
+
+/// Index of `d` in a family's per-type kernel arrays ([f32, f16, bf16]).
+pub(crate) fn dtype_index(d: DType) -> usize {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+    }
+}
+
+/// The checks every all-reduce call makes before launching: only sum, a
+/// count whose bytes fit `max_bytes`, 16-byte aligned buffers. Returns the
+/// message's bytes. `kernels` names the family in the error.
+pub(crate) fn check_call(
+    kernels: &str,
+    input: CUdeviceptr,
+    output: CUdeviceptr,
+    count: usize,
+    dtype: DType,
+    op: ReduceOp,
+    max_bytes: ByteSize,
+) -> Result<usize> {
+    if op != ReduceOp::Sum {
+        return Err(Error::Unsupported(format!(
+            "reduce op {op:?} in {kernels} (only sum); use NCCL for it"
+        )));
+    }
+    let bytes = count
+        .checked_mul(dtype.size())
+        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    if bytes as u64 > max_bytes.bytes() {
+        return Err(Error::invalid(
+            "message size",
+            format!(
+                "{} is above this communicator's maximum {}; create it with a larger max_bytes",
+                ByteSize::from_usize(bytes),
+                max_bytes
+            ),
+        ));
+    }
+    if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
+        return Err(Error::invalid(
+            "buffer address",
+            "input and output must be 16-byte aligned",
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_the_kernels_cannot_take_are_refused_before_launch() {
+        let max = ByteSize::kib(64);
+        let ok = check_call("k", 256, 512, 1000, DType::Bf16, ReduceOp::Sum, max);
+        assert_eq!(ok.unwrap(), 2000);
+        let op = check_call("k", 256, 256, 10, DType::F32, ReduceOp::Max, max).unwrap_err();
+        assert!(matches!(op, Error::Unsupported(_)), "{op}");
+        let big = check_call("k", 256, 256, 32 * 1024 + 1, DType::F16, ReduceOp::Sum, max);
+        assert!(big.unwrap_err().to_string().contains("max_bytes"));
+        let odd = check_call("k", 258, 256, 10, DType::F32, ReduceOp::Sum, max);
+        assert!(odd.unwrap_err().to_string().contains("16-byte"));
+        let huge = check_call("k", 0, 0, usize::MAX, DType::F32, ReduceOp::Sum, max);
+        assert!(huge.unwrap_err().to_string().contains("overflow"));
+    }
+
+    #[test]
+    fn dtype_indices_are_distinct_and_dense() {
+        let mut seen: Vec<usize> = DType::ALL.iter().map(|&d| dtype_index(d)).collect();
+        seen.sort();
+        assert_eq!(seen, vec![0, 1, 2]);
+    }
+}
