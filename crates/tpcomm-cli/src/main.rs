@@ -10,6 +10,7 @@ mod gpu_bench;
 mod plan;
 mod probe;
 mod tune;
+mod workers;
 
 #[derive(Parser)]
 #[command(

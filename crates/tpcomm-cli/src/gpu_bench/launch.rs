@@ -24,48 +24,9 @@ pub(super) fn run_threads(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankO
 }
 
 pub(super) fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("find this executable", e))?;
-    let dir = std::env::temp_dir().join(format!(
-        "tpcomm-gpu-bench-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-    let mut children = Vec::new();
-    for r in 0..world {
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args(worker_argv(args, world, r, &dir));
-        children.push(
-            cmd.spawn()
-                .map_err(|e| Error::io("start a worker process", e))?,
-        );
-    }
-    let mut failed = Vec::new();
-    for (r, mut c) in children.into_iter().enumerate() {
-        let status = c.wait().map_err(|e| Error::io("wait for a worker", e))?;
-        if !status.success() {
-            failed.push(format!("rank {r}: {status}"));
-        }
-    }
-    if !failed.is_empty() {
-        return Err(Error::Aborted(format!(
-            "worker processes failed ({}); their messages are above",
-            failed.join(", ")
-        )));
-    }
-    let outs = (0..world)
-        .map(|r| {
-            let p = dir.join(format!("result.rank{r}.json"));
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
-            serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
-        })
-        .collect::<Result<Vec<RankOut>>>()?;
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(outs)
+    crate::workers::run_worker_processes("gpu-bench", world, |r, dir| {
+        worker_argv(args, world, r, dir)
+    })
 }
 
 /// The command line of worker `rank`: the hidden `gpu-bench` spelling with
