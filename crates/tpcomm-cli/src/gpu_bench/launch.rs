@@ -60,8 +60,6 @@ pub(super) fn worker_argv(
         &args.algos.join(","),
         "--modes",
         &args.modes.join(","),
-        "--iters",
-        &args.iters.to_string(),
         "--reps",
         &args.reps.to_string(),
         "--rotate",
@@ -71,6 +69,9 @@ pub(super) fn worker_argv(
         "--transport",
         args.transport.name(),
     ]));
+    if let Some(n) = args.iters {
+        v.extend(strs(&["--iters", &n.to_string()]));
+    }
     if args.midpoints {
         v.push("--midpoints".into());
     }

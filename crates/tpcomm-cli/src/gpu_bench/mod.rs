@@ -67,9 +67,11 @@ pub struct GpuBenchArgs {
     /// Modes, comma separated: eager, graph.
     #[arg(long, value_delimiter = ',', default_value = "eager,graph")]
     modes: Vec<String>,
-    /// Calls per timed repetition (and per captured graph).
-    #[arg(long, default_value_t = 20)]
-    iters: usize,
+    /// Calls per timed repetition (and per captured graph). Default: 100 below
+    /// 4 MiB and 20 from 4 MiB, as shared/anchors/torch_allreduce.py times, so
+    /// the one graph launch per repetition weighs the same in both.
+    #[arg(long)]
+    iters: Option<usize>,
     /// Timed repetitions; the median is reported.
     #[arg(long, default_value_t = 25)]
     reps: usize,
@@ -197,6 +199,21 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
 }
 
 /// Arguments as if given on the command line (for `tpcomm tune`).
+impl GpuBenchArgs {
+    /// Calls per timed repetition for a message of `bytes`.
+    pub(crate) fn iters_for(&self, bytes: usize) -> usize {
+        self.iters
+            .unwrap_or(if bytes < (4 << 20) { 100 } else { 20 })
+    }
+    /// How the calls per repetition were chosen, for the report.
+    pub(crate) fn iters_text(&self) -> String {
+        match self.iters {
+            Some(n) => n.to_string(),
+            None => "100 (< 4 MiB) / 20".into(),
+        }
+    }
+}
+
 pub(crate) fn parse_args(argv: &[String]) -> Result<GpuBenchArgs> {
     #[derive(clap::Parser)]
     struct Wrap {
@@ -216,7 +233,7 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
             format!("need 0 < min <= max, got {} and {}", args.min, args.max),
         ));
     }
-    if args.iters == 0 || args.reps == 0 || args.rotate == 0 {
+    if args.iters == Some(0) || args.reps == 0 || args.rotate == 0 {
         return Err(Error::invalid(
             "--iters/--reps/--rotate",
             "must be at least 1",

@@ -11,6 +11,15 @@ use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
 use tpcomm::{Error, ReduceOp, Result};
 
+/// One algorithm in one mode at the size being measured.
+struct Entry {
+    name: String,
+    mode: String,
+    imp: Impl,
+    /// The captured calls of a graph-mode entry.
+    graph: Option<tpcomm::cuda::cudarc::driver::CudaGraph>,
+}
+
 enum Impl {
     Tp(Algo),
     Nccl,
@@ -121,11 +130,31 @@ pub(super) fn rank_main(
     };
     let mut rows = Vec::new();
     let mut step = 0usize;
+    let call = |imp: &Impl, k: usize, count: usize| -> Result<()> {
+        let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
+        // SAFETY: i and o are `max`-byte buffers of this rank's device that
+        // live until the end of rank_main, after every sync; count elements
+        // fit in them.
+        unsafe {
+            match imp {
+                Impl::Tp(a) => comm
+                    .all_reduce(i, o, count, dtype, ReduceOp::Sum, *a, stream.cu_stream())
+                    .map(|_| ()),
+                Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
+                    n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
+                }),
+                Impl::Auto => unreachable!("resolved before any call"),
+            }
+        }
+    };
     for &bytes in &sizes {
         let count = bytes / dtype.size();
         if count == 0 {
             continue;
         }
+        let iters = args.iters_for(bytes);
+        // Every (algorithm, mode) of this size, resolved to what it runs.
+        let mut entries: Vec<Entry> = Vec::new();
         for algo_name in &args.algos {
             let imp = if algo_name == "nccl" {
                 match &nccl {
@@ -161,135 +190,122 @@ pub(super) fn rank_main(
                     (Impl::Nccl, _) => Impl::Nccl,
                     (Impl::Auto, None) => Impl::Tp(Algo::Auto),
                 };
-                let call = |k: usize| -> Result<()> {
-                    let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
-                    // SAFETY: i and o are `max`-byte buffers of this rank's device
-                    // that live until the end of rank_main, after every sync.
-                    unsafe {
-                        match &imp {
-                            Impl::Tp(a) => comm
-                                .all_reduce(
-                                    i,
-                                    o,
-                                    count,
-                                    dtype,
-                                    ReduceOp::Sum,
-                                    *a,
-                                    stream.cu_stream(),
-                                )
-                                .map(|_| ()),
-                            Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
-                                n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
-                            }),
-                            Impl::Auto => unreachable!("resolved above"),
-                        }
-                    }
-                };
-                let name = match &imp {
-                    Impl::Tp(a) => comm.algo_name(*a, bytes).to_string(),
+                let name = match (&decision, &imp) {
+                    (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
+                    (_, Impl::Tp(a)) => comm.algo_name(*a, bytes).to_string(),
                     _ => "nccl".to_string(),
                 };
-                let name = match &decision {
-                    Some(d) if algo_name == "auto" => format!("auto:{}", d.choice),
-                    _ => name,
-                };
-                step += 1;
-                barrier(&format!("b{step}"))?;
-                let graph = mode == "graph";
-                let mut times = Vec::with_capacity(args.reps);
-                let captured = if graph {
-                    stream
-                        .begin_capture(
-                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                        )
-                        .map_err(cuda("cuStreamBeginCapture"))?;
-                    let mut res = Ok(());
-                    for k in 0..args.iters {
-                        res = res.and_then(|_| call(k));
-                    }
-                    let g = stream
-                        .end_capture(sys::CUgraphInstantiate_flags(0))
-                        .map_err(cuda("cuStreamEndCapture"))?;
-                    res?;
-                    let g = g.ok_or_else(|| Error::Cuda {
-                        call: "cuStreamEndCapture".into(),
-                        detail: "empty graph".into(),
-                    })?;
-                    g.upload().map_err(cuda("cuGraphUpload"))?;
-                    g.launch().map_err(cuda("cuGraphLaunch"))?;
-                    Some(g)
-                } else {
-                    for k in 0..2 * rot {
-                        call(k)?;
-                    }
-                    None
-                };
-                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                comm.check()?;
-                barrier(&format!("t{step}"))?;
-                for _ in 0..args.reps {
-                    ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
-                    match &captured {
-                        Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
-                        None => {
-                            for k in 0..args.iters {
-                                call(k)?;
-                            }
-                        }
-                    }
-                    ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
-                    ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-                    times.push(
-                        ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                            / args.iters as f64,
-                    );
-                }
-                // Check: poison every output, run once more, compare each with
-                // the float64 reference.
-                for o in outs.iter_mut() {
-                    stream
-                        .memcpy_htod(&poison[..bytes], &mut o.slice_mut(..bytes))
-                        .map_err(cuda("cuMemcpyHtoD"))?;
-                }
-                match &captured {
-                    Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
-                    None => {
-                        for k in 0..rot.max(args.iters) {
-                            call(k)?;
-                        }
-                    }
-                }
-                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                comm.check()?;
-                let mut wrong = 0;
-                let mut host = vec![0u8; bytes];
-                let written = if captured.is_some() {
-                    rot.min(args.iters)
-                } else {
-                    rot
-                };
-                for (k, o) in outs.iter().enumerate().take(written) {
-                    stream
-                        .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
-                        .map_err(cuda("cuMemcpyDtoH"))?;
-                    stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                    let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
-                    wrong += count_wrong_par(dtype, &host, &ins_k, world, workers);
-                }
-                let t = median(times);
-                let algbw = bytes as f64 / (t * 1e-6) / 1e9;
-                rows.push(Row {
-                    bytes: bytes as u64,
-                    count,
-                    dtype: dtype.name().to_string(),
-                    algo: name.clone(),
+                entries.push(Entry {
+                    name,
                     mode: mode.clone(),
-                    time_us: t,
-                    algbw_gbps: algbw,
-                    busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
-                    wrong,
+                    imp,
+                    graph: None,
                 });
             }
+        }
+        step += 1;
+        barrier(&format!("b{step}"))?;
+        // Capture each graph mode's calls once (and run it once); warm the
+        // eager ones.
+        for e in entries.iter_mut() {
+            if e.mode == "graph" {
+                stream
+                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .map_err(cuda("cuStreamBeginCapture"))?;
+                let mut res = Ok(());
+                for k in 0..iters {
+                    res = res.and_then(|_| call(&e.imp, k, count));
+                }
+                let g = stream
+                    .end_capture(sys::CUgraphInstantiate_flags(0))
+                    .map_err(cuda("cuStreamEndCapture"))?;
+                res?;
+                let g = g.ok_or_else(|| Error::Cuda {
+                    call: "cuStreamEndCapture".into(),
+                    detail: "empty graph".into(),
+                })?;
+                g.upload().map_err(cuda("cuGraphUpload"))?;
+                g.launch().map_err(cuda("cuGraphLaunch"))?;
+                e.graph = Some(g);
+            } else {
+                for k in 0..2 * rot {
+                    call(&e.imp, k, count)?;
+                }
+            }
+        }
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        comm.check()?;
+        barrier(&format!("t{step}"))?;
+        // The entries take turns rep by rep, so a slow spell of the machine
+        // (clocks, a noisy neighbour) falls on all of them alike and their
+        // ratios stay fair.
+        let mut times = vec![Vec::with_capacity(args.reps); entries.len()];
+        for _ in 0..args.reps {
+            for (e, t) in entries.iter().zip(times.iter_mut()) {
+                ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
+                match &e.graph {
+                    Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
+                    None => {
+                        for k in 0..iters {
+                            call(&e.imp, k, count)?;
+                        }
+                    }
+                }
+                ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                t.push(
+                    ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
+                        / iters as f64,
+                );
+            }
+        }
+        comm.check()?;
+        for (e, t) in entries.iter().zip(times) {
+            // Check: poison every output, run once more, compare each with
+            // the float64 reference.
+            for o in outs.iter_mut() {
+                stream
+                    .memcpy_htod(&poison[..bytes], &mut o.slice_mut(..bytes))
+                    .map_err(cuda("cuMemcpyHtoD"))?;
+            }
+            match &e.graph {
+                Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
+                None => {
+                    for k in 0..rot.max(iters) {
+                        call(&e.imp, k, count)?;
+                    }
+                }
+            }
+            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            comm.check()?;
+            let mut wrong = 0;
+            let mut host = vec![0u8; bytes];
+            let written = if e.graph.is_some() {
+                rot.min(iters)
+            } else {
+                rot
+            };
+            for (k, o) in outs.iter().enumerate().take(written) {
+                stream
+                    .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
+                    .map_err(cuda("cuMemcpyDtoH"))?;
+                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
+                wrong += count_wrong_par(dtype, &host, &ins_k, world, workers);
+            }
+            let t = median(t);
+            let algbw = bytes as f64 / (t * 1e-6) / 1e9;
+            rows.push(Row {
+                bytes: bytes as u64,
+                count,
+                dtype: dtype.name().to_string(),
+                algo: e.name.clone(),
+                mode: e.mode.clone(),
+                time_us: t,
+                algbw_gbps: algbw,
+                busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
+                wrong,
+            });
         }
     }
     barrier("end")?;

@@ -32,7 +32,7 @@ pub(super) fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> R
         outs[0].info.transport,
         doc.meta.launch,
         args.reps,
-        args.iters,
+        args.iters_text(),
         args.rotate
     );
     println!("{}", crate::bench::columns::header());
@@ -86,11 +86,15 @@ pub(super) fn bench_report(
         device: Some("gpu".into()),
         gpus: Some(outs.iter().map(|o| o.info.gpu.clone()).collect()),
         arch: Some(info.arch.clone()),
-        iters: Some(args.iters),
+        iters: args.iters,
         reps: Some(args.reps),
         rotate: Some(args.rotate),
         timing: Some(
-            "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters)".into(),
+            format!(
+                "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters), iters {}; \
+                 the algorithms of one size take turns rep by rep",
+                args.iters_text()
+            ),
         ),
     };
     let rows = rows
