@@ -47,10 +47,11 @@ pub struct ForwardBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     tokens: Vec<usize>,
     /// Modes, comma separated: none (no communication: the floor), nccl,
-    /// one-shot, two-shot, fused; none-pdl and fused-pdl launch the norm
-    /// kernels with programmatic dependent launch (sm_90+). Per-site costs
-    /// are taken against none. Default: all seven
-    /// (none,nccl,one-shot,two-shot,fused,fused-pdl,none-pdl); on the host
+    /// one-shot, two-shot, fused; the -pdl forms (none-pdl, one-shot-pdl,
+    /// two-shot-pdl, fused-pdl) launch tpcomm's kernels and the norm kernel
+    /// with programmatic dependent launch (sm_90+), hiding launch gaps.
+    /// Per-site costs are taken against none. Default: none, nccl, one-shot,
+    /// one-shot-pdl, two-shot, fused, fused-pdl, none-pdl; on the host
     /// transport all but fused and fused-pdl, which need P2P.
     #[arg(long, value_delimiter = ',')]
     modes: Option<Vec<String>>,
@@ -83,7 +84,7 @@ pub struct ForwardBenchArgs {
 enum Mode {
     None(Launch),
     Nccl,
-    Tp(Algo),
+    Tp(Algo, Launch),
     Fused(Launch),
 }
 
@@ -95,11 +96,13 @@ impl Mode {
             "nccl" => Mode::Nccl,
             "fused" => Mode::Fused(Launch::Ordinary),
             "fused-pdl" => Mode::Fused(Launch::Overlapped),
-            "one-shot" | "two-shot" => Mode::Tp(s.parse()?),
+            "one-shot" | "two-shot" => Mode::Tp(s.parse()?, Launch::Ordinary),
+            "one-shot-pdl" => Mode::Tp(Algo::OneShot, Launch::Overlapped),
+            "two-shot-pdl" => Mode::Tp(Algo::TwoShot, Launch::Overlapped),
             other => {
                 return Err(Error::invalid(
                     "--modes",
-                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, two-shot, fused or fused-pdl)"),
+                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, one-shot-pdl, two-shot, two-shot-pdl, fused or fused-pdl)"),
                 ))
             }
         })
@@ -107,10 +110,11 @@ impl Mode {
 }
 
 /// Every mode, in the order the default runs them.
-const ALL_MODES: [&str; 7] = [
+const ALL_MODES: [&str; 8] = [
     "none",
     "nccl",
     "one-shot",
+    "one-shot-pdl",
     "two-shot",
     "fused",
     "fused-pdl",
@@ -355,7 +359,8 @@ fn mode_name(m: Mode) -> String {
         Mode::None(Launch::Ordinary) => "none".into(),
         Mode::None(Launch::Overlapped) => "none-pdl".into(),
         Mode::Nccl => "nccl".into(),
-        Mode::Tp(a) => a.name().into(),
+        Mode::Tp(a, Launch::Ordinary) => a.name().into(),
+        Mode::Tp(a, Launch::Overlapped) => format!("{}-pdl", a.name()),
         Mode::Fused(Launch::Ordinary) => "fused".into(),
         Mode::Fused(Launch::Overlapped) => "fused-pdl".into(),
     }

@@ -103,8 +103,8 @@ pub(super) fn rank_main(
                             )?;
                             model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                         }
-                        Mode::Tp(algo) => {
-                            comm.all_reduce(
+                        Mode::Tp(algo, how) => {
+                            comm.all_reduce_launched(
                                 s.partial,
                                 s.reduced,
                                 count,
@@ -112,8 +112,9 @@ pub(super) fn rank_main(
                                 ReduceOp::Sum,
                                 algo,
                                 cs,
+                                how,
                             )?;
-                            model.add_norm(s, s.reduced, cs, Launch::Ordinary)
+                            model.add_norm(s, s.reduced, cs, how)
                         }
                         Mode::Fused(how) => p2p
                             .ok_or_else(|| {
@@ -183,15 +184,19 @@ pub(super) fn rank_main(
             comm.check()?;
             let (x, h) = model.output(tokens)?;
             let (rel, equal) = match (&nccl_h, mode) {
-                (Some(r), Mode::Tp(_) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
+                (Some(r), Mode::Tp(..) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
                 _ => (None, None),
             };
             if mode == Mode::Nccl {
                 nccl_h = Some(h.clone());
             }
             let kernel = match (mode, &comm) {
-                (Mode::Tp(algo), GpuComm::Host(_)) => {
-                    Some(comm.algo_name(algo, tokens * args.hidden * 2).to_string())
+                (Mode::Tp(algo, how), GpuComm::Host(_)) => {
+                    let k = comm.algo_name(algo, tokens * args.hidden * 2);
+                    Some(match how {
+                        Launch::Ordinary => k.to_string(),
+                        Launch::Overlapped => format!("{k}-pdl"),
+                    })
                 }
                 _ => None,
             };

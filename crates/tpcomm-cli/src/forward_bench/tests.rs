@@ -13,7 +13,14 @@ fn modes_parse_and_unknown_ones_are_refused() {
         Mode::parse("fused-pdl").unwrap(),
         Mode::Fused(Launch::Overlapped)
     );
-    assert_eq!(Mode::parse("two-shot").unwrap(), Mode::Tp(Algo::TwoShot));
+    assert_eq!(
+        Mode::parse("two-shot").unwrap(),
+        Mode::Tp(Algo::TwoShot, Launch::Ordinary)
+    );
+    assert_eq!(
+        Mode::parse("one-shot-pdl").unwrap(),
+        Mode::Tp(Algo::OneShot, Launch::Overlapped)
+    );
     assert!(Mode::parse("auto").is_err());
     assert!(Mode::parse("fast").is_err());
     for m in [
@@ -21,7 +28,9 @@ fn modes_parse_and_unknown_ones_are_refused() {
         "none-pdl",
         "nccl",
         "one-shot",
+        "one-shot-pdl",
         "two-shot",
+        "two-shot-pdl",
         "fused",
         "fused-pdl",
     ] {
@@ -168,8 +177,8 @@ fn fused_modes_are_refused_on_the_host_transport_only() {
             Mode::None(Launch::Ordinary),
             Mode::None(Launch::Overlapped),
             Mode::Nccl,
-            Mode::Tp(Algo::OneShot),
-            Mode::Tp(Algo::TwoShot)
+            Mode::Tp(Algo::OneShot, Launch::Ordinary),
+            Mode::Tp(Algo::TwoShot, Launch::Ordinary)
         ]
     );
     assert!(skipped.is_empty());
@@ -192,7 +201,14 @@ fn default_modes_leave_the_fused_ones_out_on_the_host_transport() {
     let (modes, skipped) = modes_for(None, Transport::Host).unwrap();
     assert_eq!(
         modes.iter().map(|&m| mode_name(m)).collect::<Vec<_>>(),
-        vec!["none", "nccl", "one-shot", "two-shot", "none-pdl"]
+        vec![
+            "none",
+            "nccl",
+            "one-shot",
+            "one-shot-pdl",
+            "two-shot",
+            "none-pdl"
+        ]
     );
     assert_eq!(skipped, vec!["fused", "fused-pdl"]);
 }

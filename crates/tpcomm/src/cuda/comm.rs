@@ -7,6 +7,7 @@ use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{round_up, Layout};
 use super::loader::check_call;
 use super::memory::{MemoryItem, MemoryReport};
+use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::MAX_WORLD;
@@ -320,6 +321,42 @@ impl CudaCommunicator {
         algo: Algo,
         stream: CUstream,
     ) -> Result<Algo> {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe {
+            self.all_reduce_launched(
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                algo,
+                stream,
+                Launch::Ordinary,
+            )
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce) launched as `how` says:
+    /// `Launch::Overlapped` (programmatic dependent launch, sm_90+) lets the
+    /// kernel start while the previous kernel on the stream (typically the
+    /// GEMM that produced `input`) drains; it waits for that kernel inside
+    /// before reading anything, so results are the same, and the launch
+    /// latency is hidden. Older GPUs get an ordinary launch.
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_launched(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<Algo> {
         self.check()?;
         let bytes = check_call(
             "the CUDA kernels",
@@ -371,8 +408,9 @@ impl CudaCommunicator {
         // SAFETY: KernelArgs mirrors `struct Args`; the receive buffers and
         // status live as long as `self` (callers keep the communicator until
         // their streams finish); input/output validity is the caller's
-        // contract above.
-        unsafe { raw::launch(f, blocks, block, &args, stream)? };
+        // contract above; every kernel of allreduce.cu starts with
+        // wait_for_previous_kernel, as an overlapped launch requires.
+        unsafe { pdl::launch(f, blocks, block, &args, stream, how, self.kernels.arch.0)? };
         Ok(algo)
     }
 

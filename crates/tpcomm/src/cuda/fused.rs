@@ -25,19 +25,9 @@ pub const MODULE_SRC: &str = concat!(
 /// (file name, source) for the compile test.
 pub const SOURCES: &[(&str, &str)] = &[("fused.cu", MODULE_SRC)];
 
-/// How the fused-family kernels are launched.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Launch {
-    /// An ordinary launch: the kernel starts once the previous one on the
-    /// stream has finished.
-    #[default]
-    Ordinary,
-    /// Programmatic dependent launch: the kernel may start while the
-    /// previous one drains and waits for it inside, hiding its launch
-    /// latency. sm_90 and newer; an ordinary launch on older GPUs.
-    Overlapped,
-}
+/// How the fused-family kernels are launched (defined with the launch
+/// helper in pdl.rs; every tpcomm kernel takes it).
+pub use super::pdl::Launch;
 
 /// Mirrors `struct Args` in allreduce.cu (and `KernelArgs` in comm.rs).
 #[repr(C)]

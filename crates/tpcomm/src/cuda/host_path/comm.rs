@@ -4,6 +4,7 @@ use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels}
 use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
 use crate::cuda::loader::check_call;
+use crate::cuda::pdl::{self, Launch};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
 use crate::cuda::{
     open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
@@ -400,6 +401,38 @@ impl HostGpuCommunicator {
         algo: Algo,
         stream: CUstream,
     ) -> Result<HostAlgo> {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe {
+            self.all_reduce_launched(
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                algo,
+                stream,
+                Launch::Ordinary,
+            )
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce) launched as `how` says (see
+    /// [`CudaCommunicator::all_reduce_launched`](crate::cuda::CudaCommunicator::all_reduce_launched)).
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_launched(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<HostAlgo> {
         self.check()?;
         let bytes = check_call(
             "the host-path kernels",
@@ -462,8 +495,9 @@ impl HostGpuCommunicator {
         // SAFETY: HostKernelArgs mirrors `struct HArgs`; the areas, control
         // words and status live as long as `self` (callers keep the
         // communicator until their streams finish); input/output validity is
-        // the caller's contract above.
-        unsafe { raw::launch(f, grid, block, &args, stream)? };
+        // the caller's contract above; both kernels of host_allreduce.cu
+        // start with wait_for_previous_kernel, as an overlapped launch requires.
+        unsafe { pdl::launch(f, grid, block, &args, stream, how, self.kernels.arch.0)? };
         Ok(which)
     }
 

@@ -1,6 +1,7 @@
 //! Which GPU transport a communicator uses, and one type over both.
 
 use super::comm::HostGpuCommunicator;
+use crate::cuda::Launch;
 use crate::cuda::{
     raw, Algo, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, MemoryReport, Rendezvous,
 };
@@ -139,12 +140,44 @@ impl GpuComm {
     ) -> Result<()> {
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe {
+            self.all_reduce_launched(
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                algo,
+                stream,
+                Launch::Ordinary,
+            )
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce) launched as `how` says (see
+    /// [`CudaCommunicator::all_reduce_launched`]).
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::all_reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_launched(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe {
             match self {
                 GpuComm::Cuda(c) => c
-                    .all_reduce(input, output, count, dtype, op, algo, stream)
+                    .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)
                     .map(|_| ()),
                 GpuComm::Host(c) => c
-                    .all_reduce(input, output, count, dtype, op, algo, stream)
+                    .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)
                     .map(|_| ()),
             }
         }

@@ -112,6 +112,29 @@ __device__ __forceinline__ V16 sentinel_vec() {
     return v;
 }
 
+// With programmatic dependent launch (sm_90+, opted into per launch by the
+// host: src/cuda/pdl.rs), a kernel may start while the previous kernel on the
+// stream is still draining: it must not read anything that kernel writes,
+// nor the epoch, before this returns. Without that launch attribute it
+// returns at once. Everything after it behaves as after an ordinary stream
+// dependency. Every kernel calls it first, so any may be launched that way.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream, when it was launched overlapped, be
+// scheduled now instead of when this grid exits: it then waits in its own
+// wait_for_previous_kernel until this grid has finished and its writes are
+// visible, so only its launch latency is hidden. Called after this grid's
+// blocks are all running (each calls it), so they stay co-resident.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------- element types
 
 // Element type traits: E = elements per 16-byte vector.
@@ -405,6 +428,8 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
 // read each input vector before overwriting it.
 template <typename T>
 __device__ void oneshot(const Args& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -462,6 +487,8 @@ __device__ void oneshot(const Args& a) {
 // cache less) on its latency-bound path.
 template <typename T>
 __device__ void oneshot_small(const Args& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = i < nvec;
@@ -511,6 +538,8 @@ __device__ void oneshot_small(const Args& a) {
 // in-place call reads each input vector before it overwrites it.
 template <typename T>
 __device__ void twoshot(const Args& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 per = (nvec + a.world - 1) / a.world;
     const u64 stride = (u64)gridDim.x * blockDim.x;

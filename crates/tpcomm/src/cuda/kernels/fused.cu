@@ -16,17 +16,6 @@
 
 #define TPCOMM_WAIT_FUSED 4u
 
-// With programmatic dependent launch (sm_90+, opted into per launch by the
-// host), this kernel may start while the previous kernel on the stream is
-// still draining: it must not read anything that kernel writes, nor the
-// epoch, before this returns. Without that launch attribute it returns at
-// once. Everything after it behaves as after an ordinary stream dependency.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 struct FusedArgs {
     Args base;     // base.in: the partial sums; base.nbytes: rows * row bytes
     u64 residual;  // read, then overwritten with residual + all-reduced sum

@@ -123,6 +123,29 @@ __device__ __forceinline__ u64 globaltimer() {
     return t;
 }
 
+// With programmatic dependent launch (sm_90+, opted into per launch by the
+// host: src/cuda/pdl.rs), a kernel may start while the previous kernel on the
+// stream is still draining: it must not read anything that kernel writes,
+// nor the epoch, before this returns. Without that launch attribute it
+// returns at once. Everything after it behaves as after an ordinary stream
+// dependency. Every kernel calls it first, so any may be launched that way.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream, when it was launched overlapped, be
+// scheduled now instead of when this grid exits: it then waits in its own
+// wait_for_previous_kernel until this grid has finished and its writes are
+// visible, so only its launch latency is hidden. Called after this grid's
+// blocks are all running (each calls it), so they stay co-resident.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------- element types
 
 __device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }
@@ -316,6 +339,8 @@ __device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 pe
 
 template <typename T>
 __device__ void ll(const HArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
     const u64 epoch = read_epoch(a);
     const u32 e = epoch_tag(epoch);
     const u64 half = (epoch & 1ull) * a.half_stride;
@@ -405,6 +430,8 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
 
 template <typename T>
 __device__ void chunked(const HArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
     const u64 epoch = read_epoch(a);
     const u32 e = epoch_tag(epoch);
     const u64 half = (epoch & 1ull) * a.half_stride;
