@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::host_path::layout::HostLayout;
 use tpcomm::cuda::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
-use tpcomm::{ByteSize, DType, Error, ReduceOp};
+use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
+use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
     if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {

@@ -1,7 +1,6 @@
 //! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::algo::Algo;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{round_up, Layout};
@@ -10,6 +9,7 @@ use super::memory::{MemoryItem, MemoryReport};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::MAX_WORLD;
+use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::units::ByteSize;

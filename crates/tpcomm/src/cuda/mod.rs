@@ -19,7 +19,10 @@ mod raw;
 mod rendezvous;
 pub mod verify;
 
-pub use algo::{auto_oneshot_max, Algo};
+/// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
+/// rank loop imports it from here).
+pub use crate::algo::Algo;
+pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 /// The cudarc this crate is built with, so callers use the same types.

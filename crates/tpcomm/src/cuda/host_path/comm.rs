@@ -3,11 +3,10 @@
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
+use crate::algo::Algo;
 use crate::cuda::loader::check_call;
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
-use crate::cuda::{
-    open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
-};
+use crate::cuda::{open_context, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::host::shm::{self, Mapping};
