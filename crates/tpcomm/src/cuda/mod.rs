@@ -13,7 +13,6 @@ pub mod host_path;
 mod kernels;
 mod layout;
 mod loader;
-mod memory;
 mod pdl;
 mod raw;
 mod rendezvous;
@@ -28,7 +27,6 @@ pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
-pub use memory::{MemoryItem, MemoryReport};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,

@@ -2,11 +2,10 @@
 
 use super::comm::HostGpuCommunicator;
 use crate::algo::Algo;
-use crate::cuda::{
-    raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, MemoryReport, Rendezvous,
-};
+use crate::cuda::{raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::memory::MemoryReport;
 
 /// Where GPU all-reduce data travels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
