@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::DevicePtr;
-use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 #[test]

@@ -16,7 +16,6 @@ mod loader;
 mod pdl;
 mod raw;
 mod rendezvous;
-pub mod verify;
 
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
 /// rank loop imports it from here).
