@@ -312,8 +312,8 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
 mod tests {
     use super::*;
     use clap::Parser;
-    use tpcomm::cuda::Algo;
     use tpcomm::select::Candidate;
+    use tpcomm::Algo;
 
     #[derive(Parser)]
     struct Cmd {

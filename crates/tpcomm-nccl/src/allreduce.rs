@@ -8,7 +8,8 @@ use crate::types::*;
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
-use tpcomm::cuda::{Algo, CUstream};
+use tpcomm::cuda::CUstream;
+use tpcomm::Algo;
 use tpcomm::ReduceOp;
 
 /// Logs the first all-reduce of each (communicator, size class, type,

@@ -137,9 +137,9 @@ pub fn set_up(comm: NcclComm, origin: &str) {
                 s.max_bytes,
                 r.device_requested(),
                 r.device_requested().bytes(),
-                r.allocations.len(),
+                r.gpu.as_ref().map_or(0, |g| g.allocations.len()),
                 r.device_reserved(),
-                r.items.iter().filter(|i| i.location == "host").map(|i| i.bytes.bytes()).sum::<u64>()
+                r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
             insert(
                 comm,
@@ -238,7 +238,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
         warn!(
             "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes)",
             cuda.rank(),
-            r.device,
+            devices[cuda.rank()],
             s.max_bytes,
             r.device_requested(),
             r.device_requested().bytes()

@@ -1,7 +1,11 @@
 //! Which all-reduce algorithm a call uses.
 //!
-//! The enum is shared by every transport; a transport rejects variants it does
-//! not implement with `Error::Unsupported`. GPU paths add variants here.
+//! The enum is shared by every transport (CPU shared memory, CUDA P2P, GPUs
+//! through pinned host memory); each resolves `Auto` by its own rule
+//! (`HostCommunicator::auto_algo`, `cuda::resolve_by_size`, the tuning
+//! tables of `select`) and rejects variants it does not implement with
+//! `Error::Unsupported`. Names are what bench rows, tuning tables and JSON
+//! hold, so they must not change.
 
 use crate::error::{Error, Result};
 use std::fmt;
@@ -50,7 +54,10 @@ impl fmt::Display for Algo {
 impl FromStr for Algo {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+        // Exact spellings only: callers compare names as strings too (the
+        // GPU bench treats "auto" apart), so a folded spelling would parse
+        // here yet miss there.
+        match s {
             "auto" => Ok(Algo::Auto),
             "one-shot" | "oneshot" => Ok(Algo::OneShot),
             "two-shot" | "twoshot" => Ok(Algo::TwoShot),
@@ -59,5 +66,44 @@ impl FromStr for Algo {
                 format!("{other:?} is not one of auto, one-shot, two-shot"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_to_the_same_algorithm_and_match_serde() {
+        for a in [Algo::Auto, Algo::OneShot, Algo::TwoShot] {
+            assert_eq!(a.name().parse::<Algo>().unwrap(), a);
+            assert_eq!(a.to_string(), a.name());
+            assert_eq!(
+                serde_json::to_string(&a).unwrap(),
+                format!("\"{}\"", a.name())
+            );
+            let back: Algo = serde_json::from_str(&format!("\"{}\"", a.name())).unwrap();
+            assert_eq!(back, a);
+        }
+        assert_eq!(Algo::OneShot.name(), "one-shot");
+        assert_eq!(Algo::TwoShot.name(), "two-shot");
+        assert_eq!(Algo::Auto.name(), "auto");
+    }
+
+    #[test]
+    fn parsing_takes_the_short_spellings_only_exactly_and_names_the_choices_on_error() {
+        assert_eq!("oneshot".parse::<Algo>().unwrap(), Algo::OneShot);
+        assert_eq!("twoshot".parse::<Algo>().unwrap(), Algo::TwoShot);
+        for bad in ["ring", "AUTO", " one-shot", "two_shot", ""] {
+            let e = bad.parse::<Algo>().unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+            assert!(e.contains("auto, one-shot, two-shot"), "{e}");
+        }
+    }
+
+    #[test]
+    fn call_descriptor_codes_are_distinct() {
+        let codes = [Algo::Auto, Algo::OneShot, Algo::TwoShot].map(Algo::code);
+        assert_eq!(codes, [0, 1, 2]);
     }
 }

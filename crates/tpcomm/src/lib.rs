@@ -20,5 +20,5 @@ pub use algo::Algo;
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, Result};
 pub use host::{HostCommunicator, HostConfig};
-pub use memory::{MemoryLine, MemoryReport};
+pub use memory::{GpuAllocations, MemoryLine, MemoryReport, Place};
 pub use units::ByteSize;

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
-use tpcomm::cuda::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::cuda::{open_context, Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
-use tpcomm::{ByteSize, DType, Error, ReduceOp};
+use tpcomm::cuda::{open_context, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
+use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
     if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {

@@ -4,9 +4,9 @@
 //! TPCOMM_GPU_TESTS=1 (one thread per GPU).
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
-use tpcomm::cuda::verify::{count_wrong, element, random_bytes, reference, Rng};
-use tpcomm::cuda::{open_context, Algo, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
-use tpcomm::{ByteSize, DType, ReduceOp};
+use tpcomm::cuda::{open_context, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
+use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
+use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
     if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {

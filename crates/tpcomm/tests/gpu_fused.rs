@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::fused::{add_rmsnorm, Launch};
-use tpcomm::cuda::verify::{element, random_bytes, Rng};
-use tpcomm::cuda::{Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
-use tpcomm::{ByteSize, DType, Error, ReduceOp};
+use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::verify::{element, random_bytes, Rng};
+use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 const EPS: f32 = 1e-6;
 

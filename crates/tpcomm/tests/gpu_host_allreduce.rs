@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::host_path::layout::HostLayout;
-use tpcomm::cuda::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
-use tpcomm::{ByteSize, DType, Error, ReduceOp};
+use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
+use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
+use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
     if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
@@ -399,16 +399,12 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
     let area = HostLayout::new(max.bytes() as usize).area_bytes(4096);
     for h in hs {
         let (rep, drop) = h.join().unwrap();
-        let host: u64 = rep
-            .items
-            .iter()
-            .filter(|i| i.location == "host")
-            .map(|i| i.bytes.bytes())
-            .sum();
+        let host = rep.total_in(Place::PinnedHost).unwrap().bytes();
         // The own area (threads map the peers' without new memory) plus the 64-byte status.
         assert_eq!(host, area as u64 + 64, "{rep}");
         // Device memory: the control words' one allocation granule, nothing else.
-        assert_eq!(rep.device_requested(), rep.granularity, "{rep}");
+        let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
+        assert_eq!(rep.device_requested(), granularity, "{rep}");
         assert_eq!(
             rep.device_reserved().bytes() as usize,
             drop,

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::DevicePtr;
-use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
-use tpcomm::cuda::{Algo, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
-use tpcomm::{ByteSize, DType, ReduceOp};
+use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
+use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 #[test]
 fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() {

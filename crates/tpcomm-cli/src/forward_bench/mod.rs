@@ -15,9 +15,9 @@ use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
 use tpcomm::cuda::forward::{Model, Shape, Site};
 use tpcomm::cuda::fused::Launch;
 use tpcomm::cuda::host_path::{GpuComm, Transport};
-use tpcomm::cuda::{open_context, Algo, CudaConfig, Rendezvous};
+use tpcomm::cuda::{open_context, CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
-use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
 
 mod rank;
 mod report;

@@ -1,7 +1,7 @@
 //! The CPU side of the check: every rank's inputs, and the float64
 //! comparison, spread over this rank's share of the cores.
 
-use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
+use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::DType;
 
 /// Threads each rank may use for CPU-side work (making inputs, the float64

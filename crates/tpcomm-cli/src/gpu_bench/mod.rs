@@ -10,9 +10,9 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::PathBuf;
 use tpcomm::cuda::cudarc::driver::CudaContext;
-use tpcomm::cuda::{Algo, Rendezvous, Transport};
+use tpcomm::cuda::{Rendezvous, Transport};
 use tpcomm::select;
-use tpcomm::{ByteSize, DType, Error, Result};
+use tpcomm::{Algo, ByteSize, DType, Error, Result};
 
 mod check;
 mod launch;

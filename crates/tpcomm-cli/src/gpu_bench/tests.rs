@@ -2,8 +2,8 @@ use super::launch::worker_argv;
 use super::report::bench_report;
 use super::*;
 use clap::Parser;
-use tpcomm::cuda::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::report::BenchReport;
+use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 
 #[derive(Parser)]
 struct Cmd {
@@ -191,8 +191,8 @@ fn the_parallel_check_counts_exactly_what_one_thread_counts() {
         let count = 200 << 10;
         let ins = random_inputs(dtype, count, 1, 2, 3).remove(0);
         let refs: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
-        let r = tpcomm::cuda::verify::reference(dtype, &refs, count);
-        let mut vals: Vec<f64> = r.iter().map(|x| x.0).collect();
+        let r = tpcomm::verify::reference(dtype, &refs, count);
+        let mut vals: Vec<f64> = r.values().to_vec();
         let right = encode(dtype, &vals);
         assert_eq!(count_wrong_par(dtype, &right, &refs, 2, 4), 0, "{dtype}");
         for i in [0, 70_000, 140_000, count - 1] {

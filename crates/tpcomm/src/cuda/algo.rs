@@ -1,52 +1,17 @@
-//! Which kernel runs an all-reduce, and the size rule of `Algo::Auto`.
+//! The CUDA (P2P) transport's size rule for `Algo::Auto`, used where no
+//! tuning table answers. The enum itself is [`crate::algo::Algo`], shared by
+//! every transport; each transport resolves `Auto` by its own rule.
 
-use crate::error::{Error, Result};
+use crate::algo::Algo;
 use crate::units::ByteSize;
 
-/// Which kernel runs an all-reduce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Algo {
-    /// Every rank pushes its whole input to every peer, then reduces locally.
-    OneShot,
-    /// Reduce-scatter then all-gather: each rank moves 2(w-1)/w of the message.
-    TwoShot,
-    /// One-shot up to [`auto_oneshot_max`] for the world size, two-shot above.
-    Auto,
-}
-
-impl Algo {
-    /// The algorithm that runs a message of `bytes` among `world` ranks
-    /// (`Auto` resolved).
-    pub fn resolve(self, bytes: usize, world: usize) -> Algo {
-        match self {
-            Algo::Auto if bytes as u64 <= auto_oneshot_max(world).bytes() => Algo::OneShot,
-            Algo::Auto => Algo::TwoShot,
-            a => a,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::OneShot => "one-shot",
-            Algo::TwoShot => "two-shot",
-            Algo::Auto => "auto",
-        }
-    }
-}
-
-impl std::str::FromStr for Algo {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "one-shot" | "oneshot" => Ok(Algo::OneShot),
-            "two-shot" | "twoshot" => Ok(Algo::TwoShot),
-            "auto" => Ok(Algo::Auto),
-            other => Err(Error::invalid(
-                "algorithm",
-                format!("{other:?} (expected one-shot, two-shot or auto)"),
-            )),
-        }
+/// The algorithm the CUDA transport's size rule runs for a message of
+/// `bytes` among `world` ranks (`Auto` resolved, the others unchanged).
+pub fn resolve_by_size(algo: Algo, bytes: usize, world: usize) -> Algo {
+    match algo {
+        Algo::Auto if bytes as u64 <= auto_oneshot_max(world).bytes() => Algo::OneShot,
+        Algo::Auto => Algo::TwoShot,
+        a => a,
     }
 }
 
@@ -74,10 +39,10 @@ mod tests {
         assert_eq!(auto_oneshot_max(2), ByteSize::mib(1));
         for world in [2, 4, 8] {
             let t = auto_oneshot_max(world).bytes() as usize;
-            assert_eq!(Algo::Auto.resolve(t, world), Algo::OneShot);
-            assert_eq!(Algo::Auto.resolve(t + 2, world), Algo::TwoShot);
-            assert_eq!(Algo::TwoShot.resolve(16, world), Algo::TwoShot);
-            assert_eq!(Algo::OneShot.resolve(t * 8, world), Algo::OneShot);
+            assert_eq!(resolve_by_size(Algo::Auto, t, world), Algo::OneShot);
+            assert_eq!(resolve_by_size(Algo::Auto, t + 2, world), Algo::TwoShot);
+            assert_eq!(resolve_by_size(Algo::TwoShot, 16, world), Algo::TwoShot);
+            assert_eq!(resolve_by_size(Algo::OneShot, t * 8, world), Algo::OneShot);
         }
     }
 }

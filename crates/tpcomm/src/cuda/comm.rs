@@ -1,18 +1,18 @@
 //! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::algo::Algo;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{round_up, Layout};
 use super::loader::check_call;
-use super::memory::{MemoryItem, MemoryReport};
 use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::MAX_WORLD;
+use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -184,17 +184,19 @@ impl CudaCommunicator {
         recv.fill(recv_bytes, CTL_BYTES, 0)?;
         let status = HostMapped::new(ctx.cu_ctx(), STATUS_BYTES)?;
 
-        let report = MemoryReport {
-            device: cfg.device,
-            items: vec![
-                MemoryItem::device("receive slots (2 epochs)", recv_bytes),
-                MemoryItem::device("control words (epoch, abort)", CTL_BYTES),
-                MemoryItem::host("status (pinned, mapped)", STATUS_BYTES),
+        let report = MemoryReport::gpu(
+            vec![
+                MemoryLine::device("receive slots (2 epochs)", recv_bytes),
+                MemoryLine::device("control words (epoch, abort)", CTL_BYTES),
+                MemoryLine::pinned_host("status (pinned, mapped)", STATUS_BYTES),
             ],
-            allocations: vec![ByteSize::from_usize(alloc_bytes)],
-            granularity: ByteSize::from_usize(granularity),
-            kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
-        };
+            GpuAllocations {
+                device: cfg.device,
+                allocations: vec![ByteSize::from_usize(alloc_bytes)],
+                granularity: ByteSize::from_usize(granularity),
+                kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
+            },
+        );
 
         // Published only after the fill completed, so no peer can write into
         // this buffer before it holds the sentinel.

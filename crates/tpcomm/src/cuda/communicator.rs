@@ -8,7 +8,8 @@
 
 use super::host_path::GpuComm;
 use super::raw::{CUdeviceptr, CUstream};
-use super::{Algo, CudaConfig, Rendezvous};
+use super::{CudaConfig, Rendezvous};
+use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};

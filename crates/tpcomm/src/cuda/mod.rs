@@ -13,19 +13,19 @@ pub mod host_path;
 mod kernels;
 mod layout;
 mod loader;
-mod memory;
 mod pdl;
 mod raw;
 mod rendezvous;
-pub mod verify;
 
-pub use algo::{auto_oneshot_max, Algo};
+/// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
+/// rank loop imports it from here).
+pub use crate::algo::Algo;
+pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
-pub use memory::{MemoryItem, MemoryReport};
 pub use pdl::Launch;
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,

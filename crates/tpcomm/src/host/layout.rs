@@ -3,7 +3,7 @@
 
 use super::shm::Mapping;
 use crate::error::{Error, Result};
-use crate::memory::{MemoryLine, MemoryReport};
+use crate::memory::{MemoryLine, MemoryReport, Place};
 use crate::units::ByteSize;
 use std::sync::atomic::AtomicU64;
 
@@ -97,34 +97,24 @@ impl Layout {
 
     pub(crate) fn report(&self) -> MemoryReport {
         let b = |n: usize| ByteSize::from_usize(n);
-        MemoryReport {
-            location: "host shared memory (one segment per communicator)".into(),
-            lines: vec![
-                MemoryLine {
-                    name: "header".into(),
-                    bytes: b(HEADER_BYTES),
-                    detail: "id, sizes, attach count, abort word, rank pids".into(),
-                },
-                MemoryLine {
-                    name: "flags and descriptors".into(),
-                    bytes: b(self.signal_bytes),
-                    detail: format!(
-                        "{} ranks x {} buffers x {SIGNAL_BYTES} bytes, rounded up to a page",
-                        self.world, self.nbuf
-                    ),
-                },
-                MemoryLine {
-                    name: "data slots".into(),
-                    bytes: b(self.slot_bytes * self.world * self.nbuf),
-                    detail: format!(
-                        "{} buffers x {} ranks x {} per piece",
-                        self.nbuf,
-                        self.world,
-                        b(self.slot_bytes)
-                    ),
-                },
+        let line = |name: &str, n: usize| MemoryLine::new(Place::HostShared, name, b(n));
+        MemoryReport::host_shared(
+            "host shared memory (one segment per communicator)",
+            vec![
+                line("header", HEADER_BYTES)
+                    .with_detail("id, sizes, attach count, abort word, rank pids"),
+                line("flags and descriptors", self.signal_bytes).with_detail(format!(
+                    "{} ranks x {} buffers x {SIGNAL_BYTES} bytes, rounded up to a page",
+                    self.world, self.nbuf
+                )),
+                line("data slots", self.slot_bytes * self.world * self.nbuf).with_detail(format!(
+                    "{} buffers x {} ranks x {} per piece",
+                    self.nbuf,
+                    self.world,
+                    b(self.slot_bytes)
+                )),
             ],
-        }
+        )
     }
 }
 

@@ -3,7 +3,8 @@
 //! measured or not in its `why`).
 
 use super::{Candidate, Decision, Query, Table};
-use crate::cuda::{auto_oneshot_max, Algo};
+use crate::algo::Algo;
+use crate::cuda::auto_oneshot_max;
 use crate::topology::MachineClass;
 use crate::units::ByteSize;
 

@@ -23,7 +23,7 @@ pub use find::{
 };
 pub use table::{Measured, Row, Table, FORMAT};
 
-use crate::cuda::Algo;
+use crate::algo::Algo;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;
@@ -333,7 +333,7 @@ pub fn cuda_auto(selector: Option<&Selector>, world: usize, dtype: DType, bytes:
     match d.choice.algo {
         Some(a) if d.choice.transport == Transport::Cuda && a != Algo::Auto => a,
         // Unreachable with only CUDA candidates allowed; a size rule is safe.
-        _ => Algo::Auto.resolve(bytes, world),
+        _ => crate::cuda::resolve_by_size(Algo::Auto, bytes, world),
     }
 }
 

@@ -9,8 +9,9 @@
 //! table and run the same kernel for every later `Algo::Auto` call.
 
 use super::{Candidate, Measured, Mode, Selector, Table};
+use crate::algo::Algo;
 use crate::cuda::cudarc::driver::{sys, DevicePtr};
-use crate::cuda::{Algo, CudaCommunicator, Rendezvous};
+use crate::cuda::{CudaCommunicator, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;

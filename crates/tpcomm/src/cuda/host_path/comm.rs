@@ -3,15 +3,15 @@
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
+use crate::algo::Algo;
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
-use crate::cuda::{
-    open_context, Algo, CudaConfig, MemoryItem, MemoryReport, Rendezvous, MAX_WORLD,
-};
+use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::host::shm::{self, Mapping};
+use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -180,7 +180,7 @@ impl HostGpuCommunicator {
 
         let threads = matches!(rendezvous, Rendezvous::Threads(_));
         let mut areas = [0u64; MAX_WORLD];
-        let mut items = vec![MemoryItem::host(
+        let mut items = vec![MemoryLine::pinned_host(
             "own host area, 2 halves (pinned, mapped)",
             area_bytes,
         )];
@@ -234,7 +234,7 @@ impl HostGpuCommunicator {
             // The memory lives on until the last mapping is gone.
             shm::unlink(&name);
             let (registered, segments) = made?;
-            items.push(MemoryItem::host(
+            items.push(MemoryLine::pinned_host(
                 "peers' areas mapped and registered (their pages, no new memory)",
                 (cfg.world - 1) * area_bytes,
             ));
@@ -246,18 +246,23 @@ impl HostGpuCommunicator {
         // No rank launches before every rank has mapped every area.
         rendezvous.exchange("host-gpu-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
-        items.push(MemoryItem::device(
+        items.push(MemoryLine::device(
             "control words (epoch, abort; one granule)",
             granularity,
         ));
-        items.push(MemoryItem::host("status (pinned, mapped)", STATUS_BYTES));
-        let report = MemoryReport {
-            device: cfg.device,
+        items.push(MemoryLine::pinned_host(
+            "status (pinned, mapped)",
+            STATUS_BYTES,
+        ));
+        let report = MemoryReport::gpu(
             items,
-            allocations: vec![ByteSize::from_usize(granularity)],
-            granularity: ByteSize::from_usize(granularity),
-            kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
-        };
+            GpuAllocations {
+                device: cfg.device,
+                allocations: vec![ByteSize::from_usize(granularity)],
+                granularity: ByteSize::from_usize(granularity),
+                kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
+            },
+        );
         Ok(Self {
             ctx,
             rank: cfg.rank,

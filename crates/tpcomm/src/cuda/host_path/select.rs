@@ -1,12 +1,11 @@
 //! Which GPU transport a communicator uses, and one type over both.
 
 use super::comm::HostGpuCommunicator;
-use crate::cuda::Launch;
-use crate::cuda::{
-    raw, Algo, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, MemoryReport, Rendezvous,
-};
+use crate::algo::Algo;
+use crate::cuda::{raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::memory::MemoryReport;
 
 /// Where GPU all-reduce data travels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -186,7 +185,7 @@ impl GpuComm {
     /// The name of the kernel a message of `bytes` runs with under `algo`.
     pub fn algo_name(&self, algo: Algo, bytes: usize) -> &'static str {
         match self {
-            GpuComm::Cuda(c) => algo.resolve(bytes, c.world()).name(),
+            GpuComm::Cuda(c) => crate::cuda::resolve_by_size(algo, bytes, c.world()).name(),
             GpuComm::Host(c) => c.resolve(algo, bytes).name(),
         }
     }

@@ -1,8 +1,10 @@
-//! Inputs and checks shared by the GPU tests and `tpcomm gpu-bench`: random
-//! data (never zeros), a float64 reference, and a count of wrong elements.
-//! Data travels as raw little-endian bytes of the element type.
+//! The byte-level way in, for data copied back from GPU buffers: raw
+//! little-endian bytes of a [`DType`]. Random data (never zeros) from a
+//! small generator of its own, and checks of sums against the shared
+//! float64 [`Reference`] with [`SumBound::Result`].
 
-use crate::dtype::DType;
+use super::{reduce_element, Check, Reference, SumBound};
+use crate::dtype::{DType, ReduceOp};
 use half::{bf16, f16};
 
 /// A small, fast generator (xorshift64*): inputs need spread, not crypto.
@@ -79,50 +81,35 @@ pub fn element(dtype: DType, bytes: &[u8], i: usize) -> f64 {
     }
 }
 
-/// The exact sum over ranks of each element, and the sum of magnitudes (the
-/// scale of the f32 accumulation error).
-pub fn reference(dtype: DType, inputs: &[&[u8]], count: usize) -> Vec<(f64, f64)> {
-    (0..count)
-        .map(|i| {
-            inputs.iter().fold((0.0, 0.0), |(s, a), inp| {
-                let v = element(dtype, inp, i);
-                (s + v, a + v.abs())
-            })
-        })
-        .collect()
+/// The exact sum over ranks of each of the first `count` elements, and the
+/// sum of magnitudes (the scale of the f32 accumulation error).
+pub fn reference(dtype: DType, inputs: &[&[u8]], count: usize) -> Reference {
+    Reference::from_ranks(inputs.len(), count, ReduceOp::Sum, |r, i| {
+        element(dtype, inputs[r], i)
+    })
 }
 
 /// How many elements of `out` are not the reference within one rounding of
-/// the type plus the f32 accumulation error. NaN is always wrong.
-pub fn count_wrong(dtype: DType, out: &[u8], reference: &[(f64, f64)], world: usize) -> usize {
-    let acc_eps = f32::EPSILON as f64 * world as f64;
-    let type_eps = dtype.tolerance(world) - acc_eps;
-    reference
-        .iter()
-        .enumerate()
-        .filter(|&(i, &(r, abs))| {
-            let v = element(dtype, out, i);
-            let tol = type_eps * r.abs() + acc_eps * abs + f64::MIN_POSITIVE;
-            v.is_nan() || (v - r).abs() > tol
-        })
+/// the type plus the f32 accumulation error ([`SumBound::Result`]). NaN is
+/// always wrong.
+pub fn count_wrong(dtype: DType, out: &[u8], reference: &Reference, world: usize) -> usize {
+    let check = Check::new(reference.op, SumBound::Result, dtype, world);
+    (0..reference.len())
+        .filter(|&i| !check.accepts(element(dtype, out, i), reference.at(i)))
         .count()
 }
 
 /// [`count_wrong`] with the reference computed element by element from the
 /// ranks' inputs, without holding it in memory (large messages).
 pub fn count_wrong_against(dtype: DType, out: &[u8], inputs: &[&[u8]], world: usize) -> usize {
-    let acc_eps = f32::EPSILON as f64 * world as f64;
-    let type_eps = dtype.tolerance(world) - acc_eps;
+    let check = Check::new(ReduceOp::Sum, SumBound::Result, dtype, world);
     let n = out.len() / dtype.size();
     (0..n)
         .filter(|&i| {
-            let (r, abs) = inputs.iter().fold((0.0f64, 0.0f64), |(s, a), inp| {
-                let v = element(dtype, inp, i);
-                (s + v, a + v.abs())
+            let r = reduce_element(ReduceOp::Sum, inputs.len(), |p| {
+                element(dtype, inputs[p], i)
             });
-            let v = element(dtype, out, i);
-            let tol = type_eps * r.abs() + acc_eps * abs + f64::MIN_POSITIVE;
-            v.is_nan() || (v - r).abs() > tol
+            !check.accepts(element(dtype, out, i), r)
         })
         .count()
 }
@@ -162,7 +149,7 @@ mod tests {
                 }
                 out
             };
-            let mut vals: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let mut vals: Vec<f64> = r.values().to_vec();
             assert_eq!(count_wrong(d, &encode(&vals), &r, 2), 0, "{d}");
             vals[5] += 0.5;
             vals[70] = f64::NAN;
