@@ -1,7 +1,7 @@
 //! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
 
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan, ll_blocks, HostLayout, AUTO_LL_MAX};
+use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::loader::check_call;
@@ -105,6 +105,8 @@ pub struct HostGpuCommunicator {
     layout: HostLayout,
     kernels: Arc<HostKernels>,
     sms: usize,
+    /// Overrides of the chunked kernel's plan (environment, read at creation).
+    shape: HostChunkShape,
     ctl: DeviceAlloc,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
@@ -166,6 +168,7 @@ impl HostGpuCommunicator {
         let ctx = open_context(cfg.device)?;
         let kernels = host_kernels_for(&ctx)?;
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
+        let shape = HostChunkShape::from_env()?;
         let layout = HostLayout::new(max_bytes);
         let area_bytes = layout.area_bytes(PAGE);
 
@@ -272,6 +275,7 @@ impl HostGpuCommunicator {
             layout,
             kernels,
             sms,
+            shape,
             ctl,
             status,
             areas,
@@ -481,7 +485,7 @@ impl HostGpuCommunicator {
                 )
             }
             HostAlgo::Chunked => {
-                let plan = chunk_plan(bytes, self.world, self.sms);
+                let plan = chunk_plan_with(bytes, self.world, self.sms, &self.shape);
                 if plan.chunks > self.layout.max_chunks {
                     return Err(Error::invalid(
                         "chunk plan",

@@ -67,18 +67,79 @@ pub struct ChunkPlan {
     pub consumers: u32,
 }
 
+/// Overrides of the chunked kernel's plan, for measuring other shapes on a
+/// machine (`HostChunkShape::from_env`); `None` keeps the rule of
+/// [`chunk_plan`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostChunkShape {
+    pub chunk_bytes: Option<usize>,
+    pub producers: Option<usize>,
+    pub consumers: Option<usize>,
+}
+
+impl HostChunkShape {
+    /// Reads TPCOMM_HOST_CHUNK (a size, e.g. 64KiB; clamped to 16 KiB-256 KiB
+    /// and whole 16 KiB), TPCOMM_HOST_PRODUCERS and TPCOMM_HOST_CONSUMERS
+    /// (block counts, at least 1). Unset: the default rule.
+    pub fn from_env() -> crate::error::Result<Self> {
+        use crate::error::Error;
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let count = |name: &'static str| -> crate::error::Result<Option<usize>> {
+            var(name)
+                .map(|v| match v.trim().parse::<usize>() {
+                    Ok(n) if n >= 1 => Ok(n),
+                    _ => Err(Error::invalid(
+                        name,
+                        format!("{v:?} (expected a block count of at least 1, or unset it)"),
+                    )),
+                })
+                .transpose()
+        };
+        let chunk_bytes = var("TPCOMM_HOST_CHUNK")
+            .map(|v| {
+                v.parse::<crate::units::ByteSize>()
+                    .map_err(|e| Error::invalid("TPCOMM_HOST_CHUNK", e.to_string()))
+                    .and_then(|b| b.as_usize())
+            })
+            .transpose()?;
+        Ok(Self {
+            chunk_bytes,
+            producers: count("TPCOMM_HOST_PRODUCERS")?,
+            consumers: count("TPCOMM_HOST_CONSUMERS")?,
+        })
+    }
+}
+
 /// Chunks are sized so every block gets about two of them (pipelining within
 /// a block), between MIN_CHUNK and MAX_CHUNK. Producers write one copy of the
 /// message, consumers read world - 1 copies, so blocks are split in that
 /// proportion (at least one of each).
 pub fn chunk_plan(bytes: usize, world: usize, sms: usize) -> ChunkPlan {
+    chunk_plan_with(bytes, world, sms, &HostChunkShape::default())
+}
+
+/// [`chunk_plan`] with the overrides of `shape`; the result always fits
+/// the SMs (producers + consumers <= sms, each at least 1) and the flags.
+pub fn chunk_plan_with(
+    bytes: usize,
+    world: usize,
+    sms: usize,
+    shape: &HostChunkShape,
+) -> ChunkPlan {
     let sms = sms.max(2);
     let world = world.max(2);
     let target = bytes.div_ceil(2 * sms);
-    let chunk_bytes = round_up(target, MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
+    let chunk_bytes =
+        round_up(shape.chunk_bytes.unwrap_or(target), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
     let chunks = bytes.div_ceil(chunk_bytes).max(1);
-    let producers = (sms / world).max(1);
-    let consumers = sms - producers;
+    let producers = shape
+        .producers
+        .unwrap_or((sms / world).max(1))
+        .clamp(1, sms - 1);
+    let consumers = shape
+        .consumers
+        .unwrap_or(sms - producers)
+        .clamp(1, sms - producers);
     let (producers, consumers) = (producers.min(chunks), consumers.min(chunks));
     ChunkPlan {
         chunk_bytes,
@@ -156,6 +217,47 @@ mod tests {
         // More ranks: consumers read world - 1 copies, so they get more blocks.
         let p = chunk_plan(64 << 20, 4, 132);
         assert_eq!((p.producers, p.consumers), (33, 99));
+    }
+
+    #[test]
+    fn chunk_shape_overrides_stay_within_the_sms_and_the_flags() {
+        let shape = HostChunkShape {
+            chunk_bytes: Some(64 << 10),
+            producers: Some(8),
+            consumers: Some(16),
+        };
+        let p = chunk_plan_with(4 << 20, 2, 132, &shape);
+        assert_eq!(
+            (p.chunk_bytes, p.chunks, p.producers, p.consumers),
+            (64 << 10, 64, 8, 16)
+        );
+        // Out-of-range asks are clamped: chunks to 16 KiB..256 KiB, blocks to the SMs.
+        let wild = HostChunkShape {
+            chunk_bytes: Some(1),
+            producers: Some(1000),
+            consumers: Some(1000),
+        };
+        let l = HostLayout::new(1 << 20);
+        let p = chunk_plan_with(1 << 20, 2, 132, &wild);
+        assert_eq!(p.chunk_bytes, MIN_CHUNK);
+        assert!(p.chunks <= l.max_chunks);
+        assert!(p.producers >= 1 && p.consumers >= 1);
+        assert!((p.producers + p.consumers) as usize <= 132);
+        let p = chunk_plan_with(
+            64 << 20,
+            2,
+            132,
+            &HostChunkShape {
+                chunk_bytes: Some(8 << 20),
+                ..Default::default()
+            },
+        );
+        assert_eq!(p.chunk_bytes, MAX_CHUNK);
+        // Unset: exactly the default rule.
+        assert_eq!(
+            chunk_plan_with(3 << 20, 3, 132, &HostChunkShape::default()),
+            chunk_plan(3 << 20, 3, 132)
+        );
     }
 
     #[test]

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The closing device call of session 2 (nvidia-h200-x2), after the merges:
+#   t  every GPU test (100k-call stress on both transports included)
+#   p  P2P bench, threads launch (procs ran in session2_pdl.sh), 1 KiB-64 MiB
+#   a  auto against every fixed choice and NCCL with the committed table (P2P)
+#   h  the same on the host transport forced, NCCL with NCCL_P2P_DISABLE=1,
+#      with the host-forced table; then the torch anchor without P2P and the
+#      pinned copy bandwidth, same call
+# Binaries from D (bench/device/stage_all.sh fills .dev/all; copy this script
+# there too). Outputs to $OUT/<step>.txt|json.
+#   bash .dev/all/session2_final.sh
+set -u -o pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export TPCOMM_CACHE_DIR=/tmp/tpcomm-cache
+D=${D:-.dev/all}
+T=$D/tpcomm
+O=${OUT:-/tmp/final-out}
+mkdir -p "$O"
+STEPS=${STEPS:-t,p,a,h}
+on() { [[ ",$STEPS," == *",$1,"* ]]; }
+run() { # name limit cmd...
+  local n=$1 l=$2; shift 2
+  echo "== $n ($(date -u +%T)): $*" | tee -a "$O/log.txt"
+  timeout "$l" "$@" > "$O/$n.txt" 2>&1
+  local rc=$?
+  echo "   rc=$rc" | tee -a "$O/log.txt"
+  grep -E "test result|wrong|^test .* \.\.\. |FAILED|panicked|error" "$O/$n.txt" | tail -12 | tee -a "$O/log.txt"
+}
+G=(env TPCOMM_GPU_TESTS=1)
+TT=(--test-threads=1 --nocapture)
+# gpu_forward runs the tpcomm whose absolute path was compiled in
+# (gpu_forward.tpcomm-path): link it to the staged one unless a real file is there.
+FWD=$(cat "$D/gpu_forward.tpcomm-path" 2>/dev/null)
+if [ -n "$FWD" ] && { [ ! -e "$FWD" ] || [ -L "$FWD" ]; }; then
+  mkdir -p "$(dirname "$FWD")" && ln -sfn "$PWD/$T" "$FWD"
+fi
+if on t; then
+  run t-fallback 90 "${G[@]}" "$D/gpu_fallback" "${TT[@]}"
+  run t-host 240 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
+  run t-p2p 200 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"
+  run t-fused 60 "${G[@]}" "$D/gpu_fused" "${TT[@]}" --ignored
+  run t-nccl 60 "${G[@]}" "$D/nccl_gpu" "${TT[@]}" --ignored
+  run t-selftune 60 "${G[@]}" "$D/gpu_self_tune" "${TT[@]}"
+  run t-forward 180 "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+fi
+if on p; then
+  run p2p-threads 150 "$T" bench --device gpu --launch threads --transport cuda --min 1KiB --max 64MiB \
+    --algos one-shot,two-shot,nccl --reps 15 --json "$O/p2p-threads.json"
+fi
+if on a; then
+  run auto-p2p 200 "$T" bench --device gpu --launch procs --transport cuda --algos one-shot,two-shot,nccl,auto \
+    --midpoints --min 1KiB --max 64MiB --reps 15 --table tuning/h200x2-v1-ad4f67d8cd1a3196.toml --json "$O/auto-p2p.json"
+fi
+if on h; then
+  run auto-host 240 env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
+    --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB --reps 11 --timeout-ms 10000 \
+    --table tuning/h200x2-host-forced-v1-ad4f67d8cd1a3196.toml --json "$O/auto-host.json"
+  run anchor-nop2p 150 env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
+  run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+echo "== done $(date -u +%T)" | tee -a "$O/log.txt"
