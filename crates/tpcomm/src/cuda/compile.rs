@@ -6,11 +6,45 @@ use super::raw;
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 
-/// The CUDA C source of every all-reduce kernel.
-pub const ALLREDUCE_SRC: &str = include_str!("kernels/allreduce.cu");
+/// One kernel family's source as NVRTC compiles it: the family's defines,
+/// then kernels/common.cuh (the helpers every family uses), then the
+/// family's own files, each file after a `#line` directive so that compiler
+/// messages name the file and line they are about. The disk cache hashes
+/// this whole string, so an edit of common.cuh recompiles every family.
+macro_rules! family_source {
+    ($defines:literal; $($file:literal),+) => {
+        concat!(
+            $defines,
+            "#line 1 \"common.cuh\"\n",
+            include_str!("kernels/common.cuh"),
+            $("#line 1 \"", $file, "\"\n", include_str!(concat!("kernels/", $file)),)+
+        )
+    };
+}
 
-/// (file name, source) of every kernel family, for the compile test.
-pub const SOURCES: &[(&str, &str)] = &[("allreduce.cu", ALLREDUCE_SRC)];
+/// The helpers every kernel family starts with.
+pub const COMMON_SRC: &str = include_str!("kernels/common.cuh");
+
+/// The peer-to-peer all-reduce kernels (one-shot, two-shot).
+pub const ALLREDUCE_SRC: &str = family_source!(""; "allreduce.cu");
+
+/// The fused all-reduce + residual + RMSNorm kernels, which reuse
+/// allreduce.cu's protocol pieces, and the benchmark forward's element-wise
+/// kernels, which use its conversions.
+pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu", "forward.cu");
+
+/// The host-memory all-reduce kernels, with V16 at the 4-byte alignment
+/// they were verified with (see common.cuh).
+pub const HOST_ALLREDUCE_SRC: &str =
+    family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu");
+
+/// (name, source) of every kernel family, for the compile test; the name is
+/// the one NVRTC and the disk cache know the family by.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("allreduce.cu", ALLREDUCE_SRC),
+    ("fused.cu", FUSED_SRC),
+    ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
+];
 
 /// Options shared by every compilation; part of the cache key.
 fn options(arch: (i32, i32)) -> Vec<String> {
