@@ -238,6 +238,7 @@ mod tests {
             "ld_volatile_u32",
             "ld_volatile_u64",
             "globaltimer",
+            "Status",
             "bf16_to_f32",
             "f32_to_bf16",
             "f16_to_f32",

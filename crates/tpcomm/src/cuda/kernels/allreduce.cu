@@ -2,8 +2,8 @@
 // all-gather) over peer-mapped receive buffers. docs/protocol-gpu.md states the
 // rules; this file follows them.
 //
-// common.cuh (integer names, V16, volatile loads, bf16/f16 conversions,
-// message access) is compiled in front of this file.
+// common.cuh (integer names, V16, volatile loads, the timeout Status,
+// bf16/f16 conversions, message access) is compiled in front of this file.
 //
 // Arrival is detected by self-validating words. Every receive slot holds the
 // sentinel (all bits one: a NaN in f32, f16 and bf16 alike) when it is idle.
@@ -34,13 +34,6 @@ struct Ctl {
 
 #define EPOCH_SHIFT 20
 #define EPOCH_UNIT (1ull << EPOCH_SHIFT)
-
-// Host-mapped status, read by the host after the stream is synchronized.
-struct Status {
-    u32 code;   // 0: fine; otherwise TPCOMM_WAIT_*
-    u32 peer;   // the rank whose data did not arrive
-    u64 epoch;  // the epoch of the call that timed out
-};
 
 // Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
 // src/cuda/comm.rs (repr(C)); keep both in the same order.

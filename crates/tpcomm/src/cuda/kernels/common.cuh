@@ -1,6 +1,7 @@
 // Helpers every tpcomm kernel family uses: integer names, the 16-byte vector,
-// volatile loads, the global timer, bf16/f16 <-> f32 conversions, and the
-// reading and writing of a message's possibly partial last vector.
+// volatile loads, the global timer, the timeout status, bf16/f16 <-> f32
+// conversions, and the reading and writing of a message's possibly partial
+// last vector.
 //
 // How a family's source is assembled: src/cuda/compile.rs puts the family's
 // defines (if any), then this file, then the family's own files into one
@@ -62,6 +63,18 @@ __device__ __forceinline__ u64 globaltimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+
+// ---------------------------------------------------------------- timeouts
+
+// A rank's host-mapped status, read by the host after the stream is
+// synchronized (src/cuda/comm.rs and src/cuda/host_path read these offsets).
+// Each family writes it in its own report_timeout: sharing that function too
+// changes the host-path kernels' machine code.
+struct Status {
+    u32 code;   // 0: fine; otherwise the family's wait code (TPCOMM_WAIT_*, HG_WAIT_*)
+    u32 peer;   // the rank whose data did not arrive
+    u64 epoch;  // the epoch of the call that timed out
+};
 
 // ---------------------------------------------------------------- conversions
 

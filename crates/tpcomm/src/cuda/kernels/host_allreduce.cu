@@ -30,8 +30,9 @@
 // records which peer and epoch did not arrive in a host-mapped status word.
 //
 // No CUDA headers: NVRTC alone compiles this. common.cuh (integer names, V16,
-// volatile loads, bf16/f16 conversions, message access) is compiled in front
-// of this file, with V16 at 4-byte alignment (see common.cuh).
+// volatile loads, the timeout Status, bf16/f16 conversions, message access)
+// is compiled in front of this file, with V16 at 4-byte alignment (see
+// common.cuh).
 
 #define HG_MAX_WORLD 8
 #define HG_BLOCK 512
@@ -53,7 +54,7 @@ struct HArgs {
     u64 flag_offset;          // chunk flags (u32 each), inside a half
     u64 chunk_bytes;          // multiple of 16
     u64 ctl;                  // device memory: HCtl
-    u64 status;               // host-mapped: HStatus
+    u64 status;               // host-mapped: Status
     u64 timeout_ns;
     u32 rank;
     u32 world;
@@ -66,12 +67,6 @@ struct HCtl {
     u64 arrivals;
     u32 abort;
     u32 pad;
-};
-
-struct HStatus {
-    u32 code;
-    u32 peer;
-    u64 epoch;
 };
 
 __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
@@ -174,7 +169,7 @@ __device__ __forceinline__ bool aborted(const HArgs& a) {
 __device__ void report_timeout(const HArgs& a, u32 what, u32 peer, u64 epoch) {
     HCtl* ctl = (HCtl*)a.ctl;
     if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
-        volatile HStatus* s = (volatile HStatus*)a.status;
+        volatile Status* s = (volatile Status*)a.status;
         s->peer = peer;
         s->epoch = epoch;
         __threadfence_system();
