@@ -33,6 +33,13 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
     ),
 ];
 
+/// FNV-1a of the cubin.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
 #[test]
 fn every_kernel_compiles_for_every_architecture_without_warnings() {
     if let Err(e) = tpcomm::cuda::ensure_nvrtc() {
@@ -64,11 +71,15 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
                     continue;
                 }
             };
+            // The fingerprint lets a refactor of the sources show that the
+            // machine code did not change (run with --nocapture before and
+            // after, and compare).
             eprintln!(
-                "{name} sm_{}{}: {} bytes of cubin (NVRTC {maj}.{min})",
+                "{name} sm_{}{}: {} bytes of cubin, fingerprint {:016x} (NVRTC {maj}.{min})",
                 arch.0,
                 arch.1,
-                c.cubin.len()
+                c.cubin.len(),
+                fingerprint(&c.cubin)
             );
             for (_, stems, types) in KERNELS.iter().filter(|(f, _, _)| f == name) {
                 for stem in *stems {
