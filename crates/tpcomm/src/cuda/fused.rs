@@ -1,9 +1,11 @@
 //! All-reduce fused with the residual add and RMSNorm that follow it
 //! ([`CudaCommunicator::all_reduce_residual_rmsnorm`]), the unfused add +
 //! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
-//! live in (shared with the benchmark forward's element-wise kernels).
+//! live in (shared with the benchmark forward's element-wise kernels; its
+//! source is `compile::FUSED_SRC`).
 
 use super::comm::CudaCommunicator;
+use super::compile;
 use super::loader::{compile_and_load, per_device, PerDevice};
 use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
@@ -13,17 +15,6 @@ use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// The kernel module: allreduce.cu (whose protocol pieces the fused kernel
-/// reuses), fused.cu, forward.cu, compiled as one source.
-pub const MODULE_SRC: &str = concat!(
-    include_str!("kernels/allreduce.cu"),
-    include_str!("kernels/fused.cu"),
-    include_str!("kernels/forward.cu")
-);
-
-/// (file name, source) for the compile test.
-pub const SOURCES: &[(&str, &str)] = &[("fused.cu", MODULE_SRC)];
 
 /// How the fused-family kernels are launched (defined with the launch
 /// helper in pdl.rs; every tpcomm kernel takes it).
@@ -82,7 +73,7 @@ use super::loader::dtype_index;
 pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>> {
     static CACHE: PerDevice<FusedKernels> = PerDevice::new();
     per_device(&CACHE, ctx, || {
-        let l = compile_and_load(ctx, MODULE_SRC, "fused.cu", "the fused kernels")?;
+        let l = compile_and_load(ctx, compile::FUSED_SRC, "fused.cu", "the fused kernels")?;
         let f = |n: &str| l.module.function(n);
         Ok(FusedKernels {
             fused: [

@@ -1,8 +1,7 @@
 //! Programmatic dependent launch (sm_90+): a kernel launched this way may
 //! start while the previous kernel on its stream drains, and waits for it
 //! inside (`griddepcontrol.wait`, in `wait_for_previous_kernel` of
-//! kernels/allreduce.cu and kernels/host_allreduce.cu) before touching what
-//! that kernel wrote. Every tpcomm kernel starts with that wait, so any of
+//! kernels/common.cuh) before touching what that kernel wrote. Every tpcomm kernel starts with that wait, so any of
 //! them may be launched this way. The one unsafe launch call for it lives here.
 
 use super::raw::{self, CUstream, Function};

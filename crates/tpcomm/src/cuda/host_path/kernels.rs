@@ -1,14 +1,12 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
+use super::super::compile::HOST_ALLREDUCE_SRC;
 use super::super::loader::{common_block, compile_and_load, per_device, PerDevice};
 use super::super::raw::{Function, Module};
 use super::super::MAX_WORLD;
 use crate::error::Result;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// The CUDA C source of the host-path kernels.
-pub const HOST_ALLREDUCE_SRC: &str = include_str!("../kernels/host_allreduce.cu");
 
 // HG_BLOCK in host_allreduce.cu, whose launch bounds fit the registers to it.
 const BLOCK: u32 = 512;

@@ -14,6 +14,6 @@ pub mod layout;
 mod pinned;
 mod select;
 
+pub use super::compile::HOST_ALLREDUCE_SRC;
 pub use comm::{HostAlgo, HostGpuCommunicator};
-pub use kernels::HOST_ALLREDUCE_SRC;
 pub use select::{GpuComm, Transport};

@@ -2,9 +2,8 @@
 // all-gather) over peer-mapped receive buffers. docs/protocol-gpu.md states the
 // rules; this file follows them.
 //
-// No CUDA headers: NVRTC alone must be enough on a user's machine, and the
-// nvidia-cuda-nvrtc wheel ships none. Conversions are bit operations or single
-// PTX instructions; memory ordering is inline PTX.
+// common.cuh (integer names, V16, volatile loads, the timeout Status,
+// bf16/f16 conversions, message access) is compiled in front of this file.
 //
 // Arrival is detected by self-validating words. Every receive slot holds the
 // sentinel (all bits one: a NaN in f32, f16 and bf16 alike) when it is idle.
@@ -15,20 +14,12 @@
 // non-sentinel value it sees is the final one and no flag or fence is needed
 // for the data. After reading, the receiver writes the sentinel back.
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-typedef unsigned short u16;
-
 #define TPCOMM_MAX_WORLD 8
 
 // Timeout codes written to Status::code (mirrored in src/cuda/comm.rs).
 #define TPCOMM_WAIT_ONESHOT 1u
 #define TPCOMM_WAIT_REDUCE_SCATTER 2u
 #define TPCOMM_WAIT_ALL_GATHER 3u
-
-struct __align__(16) V16 {
-    u32 x, y, z, w;
-};
 
 // Per-rank control words in local device memory (never shared with peers).
 struct Ctl {
@@ -43,13 +34,6 @@ struct Ctl {
 
 #define EPOCH_SHIFT 20
 #define EPOCH_UNIT (1ull << EPOCH_SHIFT)
-
-// Host-mapped status, read by the host after the stream is synchronized.
-struct Status {
-    u32 code;   // 0: fine; otherwise TPCOMM_WAIT_*
-    u32 peer;   // the rank whose data did not arrive
-    u64 epoch;  // the epoch of the call that timed out
-};
 
 // Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
 // src/cuda/comm.rs (repr(C)); keep both in the same order.
@@ -71,15 +55,6 @@ struct Args {
 
 // ---------------------------------------------------------------- memory ops
 
-__device__ __forceinline__ V16 ld_volatile(const V16* p) {
-    V16 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-}
-
 // Stores to a peer go out as system-scope relaxed writes so they are not kept
 // in this SM's L1 and reach the peer while this kernel still runs.
 __device__ __forceinline__ void st_relaxed_sys(V16* p, V16 v) {
@@ -88,51 +63,10 @@ __device__ __forceinline__ void st_relaxed_sys(V16* p, V16 v) {
                  : "memory");
 }
 
-__device__ __forceinline__ u64 ld_volatile_u64(const u64* p) {
-    u64 v;
-    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ u32 ld_volatile_u32(const u32* p) {
-    u32 v;
-    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ u64 globaltimer() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __device__ __forceinline__ V16 sentinel_vec() {
     V16 v;
     v.x = v.y = v.z = v.w = 0xffffffffu;
     return v;
-}
-
-// With programmatic dependent launch (sm_90+, opted into per launch by the
-// host: src/cuda/pdl.rs), a kernel may start while the previous kernel on the
-// stream is still draining: it must not read anything that kernel writes,
-// nor the epoch, before this returns. Without that launch attribute it
-// returns at once. Everything after it behaves as after an ordinary stream
-// dependency. Every kernel calls it first, so any may be launched that way.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the next kernel on the stream, when it was launched overlapped, be
-// scheduled now instead of when this grid exits: it then waits in its own
-// wait_for_previous_kernel until this grid has finished and its writes are
-// visible, so only its launch latency is hidden. Called after this grid's
-// blocks are all running (each calls it), so they stay co-resident.
-__device__ __forceinline__ void allow_next_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 // ---------------------------------------------------------------- element types
@@ -171,29 +105,6 @@ __device__ __forceinline__ u32 canon_halves(u32 w) {
     if ((w & 0xffffu) == 0xffffu) w &= 0xffff7fffu;
     if ((w >> 16) == 0xffffu) w &= 0x7fffffffu;
     return w;
-}
-
-__device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }
-
-// Round to nearest even; NaN stays a quiet NaN with its sign.
-__device__ __forceinline__ u32 f32_to_bf16(float f) {
-    u32 u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return u >> 16;
-}
-
-__device__ __forceinline__ float f16_to_f32(u32 h) {
-    float f;
-    unsigned short s = (unsigned short)h;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
-    return f;
-}
-
-__device__ __forceinline__ u32 f32_to_f16(float f) {
-    unsigned short s;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
-    return (u32)s;
 }
 
 struct BF16 {
@@ -260,39 +171,7 @@ __device__ __forceinline__ V16 canon(V16 v) {
 
 // ---------------------------------------------------------------- message access
 
-// The last vector of a message may be partial: it is read element-wise (16-bit
-// steps; every type's size is a multiple of 2) and padded with zeros, so the
-// whole 16 bytes of the slot are written and the receiver's test stays
-// per-vector.
-__device__ __forceinline__ V16 load_input(const Args& a, u64 i) {
-    const V16* in = (const V16*)a.in;
-    u64 full = a.nbytes / 16;
-    if (i < full) return in[i];
-    u32 w[4] = {0u, 0u, 0u, 0u};
-    const u16* p = (const u16*)(in + i);
-    u32 halves = (u32)(a.nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
-    V16 v;
-    v.x = w[0];
-    v.y = w[1];
-    v.z = w[2];
-    v.w = w[3];
-    return v;
-}
-
-__device__ __forceinline__ void store_output(const Args& a, u64 i, V16 v) {
-    V16* out = (V16*)a.out;
-    u64 full = a.nbytes / 16;
-    if (i < full) {
-        out[i] = v;
-        return;
-    }
-    u32 w[4] = {v.x, v.y, v.z, v.w};
-    u16* p = (u16*)(out + i);
-    u32 halves = (u32)(a.nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
-}
-
+// load_input and store_output (common.cuh) read and write the message.
 __device__ __forceinline__ V16* slot_ptr(u64 base, u64 offset, u64 i) {
     return (V16*)(base + offset) + i;
 }
@@ -326,7 +205,7 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
     const u64 start = globaltimer();
     const Ctl* ctl = (const Ctl*)ctl_addr;
     for (u32 spins = 1;; spins++) {
-        const V16 v = ld_volatile(p);
+        const V16 v = ld_volatile_v4(p);
         if (!T::has_sentinel(v)) return v;
         // The clock and the abort word are read every 32nd round only, so
         // the common case polls the slot alone.
@@ -388,7 +267,7 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
                 slot[u] = (V16*)(base + (u64)p * peer_stride) + k[u];
-                if (u < n) v[u] = ld_volatile(slot[u]);
+                if (u < n) v[u] = ld_volatile_v4(slot[u]);
             }
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
@@ -507,7 +386,7 @@ __device__ void oneshot_small(const Args& a) {
             V16 v = own;
             if (p != a.rank) {
                 V16* s = (V16*)(base + (u64)p * a.slot_stride) + i;
-                v = ld_volatile(s);
+                v = ld_volatile_v4(s);
                 if (T::has_sentinel(v)) {
                     v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ONESHOT, p, epoch);
                     if (T::has_sentinel(v)) {
@@ -615,7 +494,7 @@ __device__ void twoshot(const Args& a) {
             for (int u = 0; u < UNROLL; u++) {
                 const u64 j = j0 + u * stride;
                 slot[u] = slot_ptr(mine, off, j);
-                if (j < len) v[u] = ld_volatile(slot[u]);
+                if (j < len) v[u] = ld_volatile_v4(slot[u]);
             }
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {

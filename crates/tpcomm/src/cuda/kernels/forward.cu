@@ -1,6 +1,7 @@
 // The element-wise pieces of the benchmark forward (src/cuda/forward/): the
 // SiLU-gated MLP activation and random initialisation. bf16 only. Compiled
-// appended to allreduce.cu and fused.cu, whose bf16 conversions it uses.
+// appended to common.cuh, allreduce.cu and fused.cu (src/cuda/compile.rs,
+// FUSED_SRC); the bf16 conversions are common.cuh's.
 // Each kernel takes one struct (the launcher passes a single argument).
 
 struct SiluArgs {

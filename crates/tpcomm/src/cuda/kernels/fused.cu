@@ -2,10 +2,11 @@
 // transformer layer, and the same add + RMSNorm as a kernel of its own (the
 // unfused sequence it replaces).
 //
-// This file is compiled appended to allreduce.cu (see src/cuda/fused.rs): it
-// reuses its element types, sentinel words, bounded waits and epoch handling,
-// and runs the one-shot protocol on the communicator's own receive slots and
-// epoch word, so fused and plain calls can be mixed on one communicator.
+// This file is compiled appended to common.cuh and allreduce.cu (see
+// src/cuda/compile.rs, FUSED_SRC): it reuses allreduce.cu's element types,
+// sentinel words, bounded waits and epoch handling, and runs the one-shot
+// protocol on the communicator's own receive slots and epoch word, so fused
+// and plain calls can be mixed on one communicator.
 //
 // Rows are tokens: one block owns a row at a time, because RMSNorm needs the
 // sum of squares of the whole row. Every thread handles the same vector
@@ -118,7 +119,7 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
                     v = canon<T>(in[i]);
                 } else {
                     s = slot_ptr(mine, buf_off + (u64)p * a.slot_stride, i);
-                    v = ld_volatile(s);
+                    v = ld_volatile_v4(s);
                     if (T::has_sentinel(v)) {
                         v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_FUSED, p, epoch);
                         if (T::has_sentinel(v)) {

@@ -29,11 +29,10 @@
 // (graph replays stay correct). Every wait is bounded by %globaltimer and
 // records which peer and epoch did not arrive in a host-mapped status word.
 //
-// No CUDA headers: NVRTC alone compiles this.
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-typedef unsigned short u16;
+// No CUDA headers: NVRTC alone compiles this. common.cuh (integer names, V16,
+// volatile loads, the timeout Status, bf16/f16 conversions, message access)
+// is compiled in front of this file, with V16 at 4-byte alignment (see
+// common.cuh).
 
 #define HG_MAX_WORLD 8
 #define HG_BLOCK 512
@@ -43,10 +42,6 @@ typedef unsigned short u16;
 #define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
 #define HG_UNROLL 4
-
-struct V16 {
-    u32 x, y, z, w;
-};
 
 // Mirrors HostKernelArgs in cuda/host_path/kernels.rs.
 struct HArgs {
@@ -59,7 +54,7 @@ struct HArgs {
     u64 flag_offset;          // chunk flags (u32 each), inside a half
     u64 chunk_bytes;          // multiple of 16
     u64 ctl;                  // device memory: HCtl
-    u64 status;               // host-mapped: HStatus
+    u64 status;               // host-mapped: Status
     u64 timeout_ns;
     u32 rank;
     u32 world;
@@ -73,21 +68,6 @@ struct HCtl {
     u32 abort;
     u32 pad;
 };
-
-struct HStatus {
-    u32 code;
-    u32 peer;
-    u64 epoch;
-};
-
-__device__ __forceinline__ V16 ld_volatile_v4(const void* p) {
-    V16 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-}
 
 __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
@@ -105,71 +85,12 @@ __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ u32 ld_volatile_u32(const u32* p) {
-    u32 v;
-    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ u64 ld_volatile_u64(const u64* p) {
-    u64 v;
-    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ u64 globaltimer() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-// With programmatic dependent launch (sm_90+, opted into per launch by the
-// host: src/cuda/pdl.rs), a kernel may start while the previous kernel on the
-// stream is still draining: it must not read anything that kernel writes,
-// nor the epoch, before this returns. Without that launch attribute it
-// returns at once. Everything after it behaves as after an ordinary stream
-// dependency. Every kernel calls it first, so any may be launched that way.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the next kernel on the stream, when it was launched overlapped, be
-// scheduled now instead of when this grid exits: it then waits in its own
-// wait_for_previous_kernel until this grid has finished and its writes are
-// visible, so only its launch latency is hidden. Called after this grid's
-// blocks are all running (each calls it), so they stay co-resident.
-__device__ __forceinline__ void allow_next_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // ---------------------------------------------------------------- element types
 
-__device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }
-
-// Round to nearest even; NaN stays a quiet NaN.
-__device__ __forceinline__ u32 f32_to_bf16(float f) {
-    u32 u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return u >> 16;
-}
-
-__device__ __forceinline__ float f16_to_f32(u32 h) {
-    float f;
-    unsigned short s = (unsigned short)h;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
-    return f;
-}
-
-__device__ __forceinline__ u32 f32_to_f16(float f) {
-    unsigned short s;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
-    return (u32)s;
-}
+// The pack functions below and the element types' in allreduce.cu compute
+// the same values, written differently; they compile to different
+// instruction sequences on sm_100 and sm_120, so each family keeps the form
+// it was verified with.
 
 // Accumulates a 16-byte vector of elements into 8 float lanes.
 struct HF32 {
@@ -227,37 +148,6 @@ struct HF16 {
     }
 };
 
-// ---------------------------------------------------------------- input / output
-
-// The last vector may be partial: read in 16-bit steps (every type's size is
-// a multiple of 2) and padded with zeros.
-__device__ __forceinline__ V16 load_input(const HArgs& a, u64 i) {
-    const V16* in = (const V16*)a.in;
-    if (i < a.nbytes / 16) return in[i];
-    u32 w[4] = {0u, 0u, 0u, 0u};
-    const u16* p = (const u16*)(in + i);
-    u32 halves = (u32)(a.nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
-    V16 v;
-    v.x = w[0];
-    v.y = w[1];
-    v.z = w[2];
-    v.w = w[3];
-    return v;
-}
-
-__device__ __forceinline__ void store_output(const HArgs& a, u64 i, V16 v) {
-    V16* out = (V16*)a.out;
-    if (i < a.nbytes / 16) {
-        out[i] = v;
-        return;
-    }
-    u32 w[4] = {v.x, v.y, v.z, v.w};
-    u16* p = (u16*)(out + i);
-    u32 halves = (u32)(a.nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
-}
-
 // ---------------------------------------------------------------- epochs, timeouts
 
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
@@ -279,7 +169,7 @@ __device__ __forceinline__ bool aborted(const HArgs& a) {
 __device__ void report_timeout(const HArgs& a, u32 what, u32 peer, u64 epoch) {
     HCtl* ctl = (HCtl*)a.ctl;
     if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
-        volatile HStatus* s = (volatile HStatus*)a.status;
+        volatile Status* s = (volatile Status*)a.status;
         s->peer = peer;
         s->epoch = epoch;
         __threadfence_system();

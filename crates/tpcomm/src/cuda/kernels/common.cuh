@@ -1,0 +1,166 @@
+// Helpers every tpcomm kernel family uses: integer names, the 16-byte vector,
+// volatile loads, the global timer, the timeout status, bf16/f16 <-> f32
+// conversions, and the reading and writing of a message's possibly partial
+// last vector.
+//
+// How a family's source is assembled: src/cuda/compile.rs puts the family's
+// defines (if any), then this file, then the family's own files into one
+// string, each file preceded by a #line directive so NVRTC's messages name
+// the right file and line. That string is what NVRTC compiles and what the
+// disk cache's key hashes. The families: allreduce.cu; allreduce.cu +
+// fused.cu + forward.cu; host_allreduce.cu (with TPCOMM_V16_ALIGN 4). A name
+// defined here must not be defined again in a family's file (a unit test in
+// compile.rs checks that).
+//
+// No CUDA headers: NVRTC alone must be enough on a user's machine, and the
+// nvidia-cuda-nvrtc wheel ships none. Conversions are bit operations or single
+// PTX instructions; memory ordering is inline PTX.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+
+// The P2P and fused kernels declare V16 16-byte aligned, so plain loads and
+// stores of a V16 are single 128-bit accesses. The host-path kernels were
+// written, measured and verified with V16 at its natural 4-byte alignment
+// (plain V16 accesses and local copies are four 32-bit ones), and
+// compile.rs keeps them so by defining TPCOMM_V16_ALIGN 4 for that family:
+// aligning them too changes their machine code, which only a run on a GPU
+// can re-verify.
+#ifndef TPCOMM_V16_ALIGN
+#define TPCOMM_V16_ALIGN 16
+#endif
+
+struct __align__(TPCOMM_V16_ALIGN) V16 {
+    u32 x, y, z, w;
+};
+
+// ---------------------------------------------------------------- memory ops
+
+__device__ __forceinline__ V16 ld_volatile_v4(const void* p) {
+    V16 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_volatile_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 ld_volatile_u64(const u64* p) {
+    u64 v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---------------------------------------------------------------- timeouts
+
+// A rank's host-mapped status, read by the host after the stream is
+// synchronized (src/cuda/comm.rs and src/cuda/host_path read these offsets).
+// Each family writes it in its own report_timeout: sharing that function too
+// changes the host-path kernels' machine code.
+struct Status {
+    u32 code;   // 0: fine; otherwise the family's wait code (TPCOMM_WAIT_*, HG_WAIT_*)
+    u32 peer;   // the rank whose data did not arrive
+    u64 epoch;  // the epoch of the call that timed out
+};
+
+// ---------------------------------------------------------------- conversions
+
+__device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }
+
+// Round to nearest even; NaN stays a quiet NaN with its sign.
+__device__ __forceinline__ u32 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+
+__device__ __forceinline__ float f16_to_f32(u32 h) {
+    float f;
+    unsigned short s = (unsigned short)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+    return f;
+}
+
+__device__ __forceinline__ u32 f32_to_f16(float f) {
+    unsigned short s;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
+    return (u32)s;
+}
+
+// ---------------------------------------------------------------- message access
+
+// `A` is a family's kernel arguments: in and out (device pointers, 16-byte
+// aligned) and nbytes. The last vector of a message may be partial: it is
+// read element-wise (16-bit steps; every type's size is a multiple of 2) and
+// padded with zeros, so a whole 16-byte vector is always sent (the
+// receiver's arrival test stays per-vector), and only the message's own
+// bytes of the output are written.
+template <typename A>
+__device__ __forceinline__ V16 load_input(const A& a, u64 i) {
+    const V16* in = (const V16*)a.in;
+    u64 full = a.nbytes / 16;
+    if (i < full) return in[i];
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const u16* p = (const u16*)(in + i);
+    u32 halves = (u32)(a.nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+template <typename A>
+__device__ __forceinline__ void store_output(const A& a, u64 i, V16 v) {
+    V16* out = (V16*)a.out;
+    u64 full = a.nbytes / 16;
+    if (i < full) {
+        out[i] = v;
+        return;
+    }
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+    u16* p = (u16*)(out + i);
+    u32 halves = (u32)(a.nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
+}
+
+// ---------------------------------------------------------------- launch order
+
+// With programmatic dependent launch (sm_90+, opted into per launch by the
+// host: src/cuda/pdl.rs), a kernel may start while the previous kernel on the
+// stream is still draining: it must not read anything that kernel writes,
+// nor the epoch, before this returns. Without that launch attribute it
+// returns at once. Everything after it behaves as after an ordinary stream
+// dependency. Every kernel calls it first, so any may be launched that way.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream, when it was launched overlapped, be
+// scheduled now instead of when this grid exits: it then waits in its own
+// wait_for_previous_kernel until this grid has finished and its writes are
+// visible, so only its launch latency is hidden. Called after this grid's
+// blocks are all running (each calls it), so they stay co-resident.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
