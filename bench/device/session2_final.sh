@@ -56,6 +56,11 @@ if on h; then
   run auto-host 240 env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
     --algos one-shot,two-shot,nccl,auto --midpoints --min 1KiB --max 64MiB --reps 11 --timeout-ms 10000 \
     --table tuning/h200x2-host-forced-v1-ad4f67d8cd1a3196.toml --json "$O/auto-host.json"
+  # the chunk rule above 4 MiB (kept from session 1) against 128 KiB chunks there
+  run chunk-mid 90 "$T" bench --device gpu --launch procs --transport host --modes graph --reps 9 --rotate 2 \
+    --min 4MiB --max 16MiB --midpoints --algos two-shot --json "$O/chunk-mid.json"
+  run chunk-mid-128k 90 env TPCOMM_HOST_CHUNK=128KiB "$T" bench --device gpu --launch procs --transport host \
+    --modes graph --reps 9 --rotate 2 --min 4MiB --max 16MiB --midpoints --algos two-shot --json "$O/chunk-mid-128k.json"
   run anchor-nop2p 150 env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
 fi

@@ -4,7 +4,7 @@ set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TPCOMM_CACHE_DIR=/tmp/tpcomm-cache
-D=.dev/pdl; T=$D/tpcomm; O=${OUT:-/tmp/out}; mkdir -p $O
+D=${D:-.dev/pdl}; T=$D/tpcomm; O=${OUT:-/tmp/out}; mkdir -p $O
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > $O/machine.txt 2>&1
 echo "== forward p2p"; date
 timeout 200 $T bench forward --transport cuda --tokens 1,4,8,16 --modes none,none-pdl,nccl,one-shot,one-shot-pdl,two-shot,two-shot-pdl,fused,fused-pdl --json $O/forward-p2p.json 2>&1 | tee $O/forward-p2p.txt | tail -40

@@ -110,10 +110,22 @@ impl HostChunkShape {
     }
 }
 
-/// Chunks are sized so every block gets about two of them (pipelining within
-/// a block), between MIN_CHUNK and MAX_CHUNK. Producers write one copy of the
-/// message, consumers read world - 1 copies, so blocks are split in that
-/// proportion (at least one of each).
+/// Messages up to this size go in MID_CHUNK chunks with at most MID_PRODUCERS
+/// producer blocks.
+pub const MID_MAX: usize = 4 << 20;
+pub const MID_CHUNK: usize = 128 << 10;
+pub const MID_PRODUCERS: usize = 16;
+
+/// Up to MID_MAX: chunks of MID_CHUNK and at most MID_PRODUCERS producers. A
+/// sweep of chunk sizes (16-128 KiB) and producer blocks (4-32) on 2 x H200
+/// with the host path forced (bench/results/2026-11-30-session2/hx/) found
+/// the per-chunk cost (fence, flag, the consumer's poll across PCIe)
+/// dominating there: 128 KiB chunks took 1 MiB from 108 to 77 us and 4 MiB
+/// from 272 to 204 us against the rule below. Above: chunks sized so every
+/// block gets about two of them (pipelining within a block), between
+/// MIN_CHUNK and MAX_CHUNK, which stayed best from 16 to 64 MiB. Producers
+/// write one copy of the message, consumers read world - 1 copies, so blocks
+/// are split in that proportion (at least one of each).
 pub fn chunk_plan(bytes: usize, world: usize, sms: usize) -> ChunkPlan {
     chunk_plan_with(bytes, world, sms, &HostChunkShape::default())
 }
@@ -128,14 +140,16 @@ pub fn chunk_plan_with(
 ) -> ChunkPlan {
     let sms = sms.max(2);
     let world = world.max(2);
-    let target = bytes.div_ceil(2 * sms);
+    let split = (sms / world).max(1);
+    let (chunk_rule, producers_rule) = if bytes <= MID_MAX {
+        (MID_CHUNK, split.min(MID_PRODUCERS))
+    } else {
+        (bytes.div_ceil(2 * sms), split)
+    };
     let chunk_bytes =
-        round_up(shape.chunk_bytes.unwrap_or(target), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
+        round_up(shape.chunk_bytes.unwrap_or(chunk_rule), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
     let chunks = bytes.div_ceil(chunk_bytes).max(1);
-    let producers = shape
-        .producers
-        .unwrap_or((sms / world).max(1))
-        .clamp(1, sms - 1);
+    let producers = shape.producers.unwrap_or(producers_rule).clamp(1, sms - 1);
     let consumers = shape
         .consumers
         .unwrap_or(sms - producers)
@@ -217,6 +231,20 @@ mod tests {
         // More ranks: consumers read world - 1 copies, so they get more blocks.
         let p = chunk_plan(64 << 20, 4, 132);
         assert_eq!((p.producers, p.consumers), (33, 99));
+        // Up to 4 MiB: 128 KiB chunks, at most 16 producers (and no block
+        // without a chunk).
+        let p = chunk_plan(1 << 20, 2, 132);
+        assert_eq!(
+            (p.chunk_bytes, p.chunks, p.producers, p.consumers),
+            (128 << 10, 8, 8, 8)
+        );
+        let p = chunk_plan(4 << 20, 2, 132);
+        assert_eq!(
+            (p.chunk_bytes, p.chunks, p.producers, p.consumers),
+            (128 << 10, 32, 16, 32)
+        );
+        let p = chunk_plan((4 << 20) + 16, 2, 132);
+        assert_eq!((p.chunk_bytes, p.producers), (16 << 10, 66));
     }
 
     #[test]
