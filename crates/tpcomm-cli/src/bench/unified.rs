@@ -76,8 +76,9 @@ struct BenchOpts {
     dtype: Option<DType>,
     /// Algorithms, comma separated. CPU: one of auto, one-shot, two-shot, all
     /// (default all: one-shot and two-shot). GPU: any of one-shot, two-shot,
-    /// auto (rows `auto:<choice>`: what the library's selection picks), nccl;
-    /// all = one-shot,two-shot,nccl (the default).
+    /// auto (rows `auto:<choice>`: what the library's selection picks), nccl,
+    /// one-shot-pdl, two-shot-pdl (the kernels launched with programmatic
+    /// dependent launch, sm_90+); all = one-shot,two-shot,nccl (the default).
     #[arg(long, visible_alias = "algo", value_delimiter = ',')]
     algos: Vec<String>,
     /// CPU: timed calls per size (default from 1000 for small sizes down to

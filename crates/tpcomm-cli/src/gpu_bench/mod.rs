@@ -62,6 +62,8 @@ pub struct GpuBenchArgs {
     max: ByteSize,
     /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
     /// the library's selection picks at each size and mode (rows `auto:<choice>`).
+    /// one-shot-pdl and two-shot-pdl launch the same kernels with programmatic
+    /// dependent launch (sm_90+), so each call's launch overlaps the previous call.
     #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
     algos: Vec<String>,
     /// Modes, comma separated: eager, graph.
@@ -240,11 +242,8 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         ));
     }
     for a in &args.algos {
-        if a != "nccl" && a.parse::<Algo>().is_err() {
-            return Err(Error::invalid(
-                "--algos",
-                format!("{a:?} (expected one-shot, two-shot, auto or nccl)"),
-            ));
+        if a != "nccl" {
+            parse_algo(a)?;
         }
     }
     for m in &args.modes {
@@ -256,6 +255,32 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A tpcomm algorithm name of `--algos`: `one-shot`, `two-shot`, `auto`, or
+/// `one-shot-pdl` / `two-shot-pdl` (the same kernel launched with
+/// programmatic dependent launch, so back-to-back calls overlap their
+/// launches; sm_90+, ordinary elsewhere).
+pub(crate) fn parse_algo(name: &str) -> Result<(Algo, tpcomm::cuda::Launch)> {
+    use tpcomm::cuda::Launch;
+    let bad = || {
+        Error::invalid(
+            "--algos",
+            format!(
+                "{name:?} (expected one-shot, two-shot, one-shot-pdl, two-shot-pdl, auto or nccl)"
+            ),
+        )
+    };
+    match name.strip_suffix("-pdl") {
+        Some(base) => match base.parse::<Algo>() {
+            Ok(a @ (Algo::OneShot | Algo::TwoShot)) => Ok((a, Launch::Overlapped)),
+            _ => Err(bad()),
+        },
+        None => name
+            .parse::<Algo>()
+            .map(|a| (a, Launch::Ordinary))
+            .map_err(|_| bad()),
+    }
 }
 
 /// The selection transport of a communicator's transport (`Auto` never

@@ -6,7 +6,7 @@ use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankInfo, RankOut, Row};
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, DevicePtr};
-use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Rendezvous};
+use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
 use tpcomm::{Error, ReduceOp, Result};
@@ -21,7 +21,8 @@ struct Entry {
 }
 
 enum Impl {
-    Tp(Algo),
+    /// A tpcomm algorithm, launched ordinarily or overlapped (`-pdl` names).
+    Tp(Algo, Launch),
     Nccl,
     /// What the library's selection picks for each size and mode.
     Auto,
@@ -137,9 +138,16 @@ pub(super) fn rank_main(
         // fit in them.
         unsafe {
             match imp {
-                Impl::Tp(a) => comm
-                    .all_reduce(i, o, count, dtype, ReduceOp::Sum, *a, stream.cu_stream())
-                    .map(|_| ()),
+                Impl::Tp(a, how) => comm.all_reduce_launched(
+                    i,
+                    o,
+                    count,
+                    dtype,
+                    ReduceOp::Sum,
+                    *a,
+                    stream.cu_stream(),
+                    *how,
+                ),
                 Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
                 }),
@@ -164,7 +172,8 @@ pub(super) fn rank_main(
             } else if algo_name == "auto" {
                 Impl::Auto
             } else {
-                Impl::Tp(algo_name.parse()?)
+                let (algo, how) = super::parse_algo(algo_name)?;
+                Impl::Tp(algo, how)
             };
             for mode in &args.modes {
                 // `auto` runs exactly what the library's selection picks for this
@@ -185,14 +194,19 @@ pub(super) fn rank_main(
                 });
                 let imp = match (&imp, &decision) {
                     (Impl::Auto, Some(d)) if d.choice == select::Candidate::NCCL => Impl::Nccl,
-                    (Impl::Auto, Some(d)) => Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto)),
-                    (Impl::Tp(a), _) => Impl::Tp(*a),
+                    (Impl::Auto, Some(d)) => {
+                        Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto), Launch::Ordinary)
+                    }
+                    (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
                     (Impl::Nccl, _) => Impl::Nccl,
-                    (Impl::Auto, None) => Impl::Tp(Algo::Auto),
+                    (Impl::Auto, None) => Impl::Tp(Algo::Auto, Launch::Ordinary),
                 };
                 let name = match (&decision, &imp) {
                     (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
-                    (_, Impl::Tp(a)) => comm.algo_name(*a, bytes).to_string(),
+                    (_, Impl::Tp(a, Launch::Ordinary)) => comm.algo_name(*a, bytes).to_string(),
+                    (_, Impl::Tp(a, Launch::Overlapped)) => {
+                        format!("{}-pdl", comm.algo_name(*a, bytes))
+                    }
                     _ => "nccl".to_string(),
                 };
                 entries.push(Entry {

@@ -271,3 +271,24 @@ fn bench_rows_map_to_the_candidates_of_their_transport() {
     assert_eq!(select_transport(Transport::Host), select::Transport::Host);
     assert_eq!(select_transport(Transport::Cuda), select::Transport::Cuda);
 }
+
+/// `-pdl` names are the same kernels launched overlapped; anything else
+/// with the suffix, and unknown names, are refused naming the choices.
+#[test]
+fn algo_names_with_pdl_parse_to_an_overlapped_launch() {
+    use tpcomm::cuda::Launch;
+    assert_eq!(
+        super::parse_algo("one-shot-pdl").unwrap(),
+        (tpcomm::Algo::OneShot, Launch::Overlapped)
+    );
+    assert_eq!(
+        super::parse_algo("two-shot").unwrap(),
+        (tpcomm::Algo::TwoShot, Launch::Ordinary)
+    );
+    for bad in ["auto-pdl", "nccl-pdl", "-pdl", "fast"] {
+        let e = super::parse_algo(bad).unwrap_err().to_string();
+        assert!(e.contains("one-shot-pdl"), "{bad}: {e}");
+    }
+    assert!(validate(&parse(&["--algos", "one-shot-pdl,nccl"])).is_ok());
+    assert!(validate(&parse(&["--algos", "auto-pdl"])).is_err());
+}
