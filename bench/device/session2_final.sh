@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The closing device call of session 2 (nvidia-h200-x2), after the merges:
 #   t  every GPU test (100k-call stress on both transports included)
-#   p  P2P bench, threads launch (procs ran in session2_pdl.sh), 1 KiB-64 MiB
+#   e  the drop-in library: ctypes client and torch comparison
+#   p  P2P bench (procs and threads launch, PDL rows too), 1 KiB-64 MiB, torch anchor
 #   a  auto against every fixed choice and NCCL with the committed table (P2P)
 #   h  the same on the host transport forced, NCCL with NCCL_P2P_DISABLE=1,
 #      with the host-forced table; then the torch anchor without P2P and the
@@ -17,7 +18,7 @@ D=${D:-.dev/all}
 T=$D/tpcomm
 O=${OUT:-/tmp/final-out}
 mkdir -p "$O"
-STEPS=${STEPS:-t,p,a,h}
+STEPS=${STEPS:-t,e,p,a,h}
 on() { [[ ",$STEPS," == *",$1,"* ]]; }
 run() { # name limit cmd...
   local n=$1 l=$2; shift 2
@@ -44,9 +45,18 @@ if on t; then
   run t-selftune 60 "${G[@]}" "$D/gpu_self_tune" "${TT[@]}"
   run t-forward 180 "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
 fi
+if on e; then
+  run dropin-pynccl 60 env TPCOMM_LOG=info TPCOMM_TIMEOUT_S=20 python3 "$D/dropin/pynccl_ctypes.py" \
+    --lib "$D/libtpcomm_nccl.so" --out "$O/dropin-pynccl.json"
+  run dropin-torch 150 env TPCOMM_TIMEOUT_S=20 python3 "$D/dropin/torch_dropin.py" \
+    --lib "$D/libtpcomm_nccl.so" --out "$O/dropin-torch.json"
+fi
 if on p; then
-  run p2p-threads 150 "$T" bench --device gpu --launch threads --transport cuda --min 1KiB --max 64MiB \
-    --algos one-shot,two-shot,nccl --reps 15 --json "$O/p2p-threads.json"
+  for l in procs threads; do
+    run p2p-$l 150 "$T" bench --device gpu --launch $l --transport cuda --min 1KiB --max 64MiB \
+      --algos one-shot,one-shot-pdl,two-shot,two-shot-pdl,nccl --reps 15 --json "$O/p2p-$l.json"
+  done
+  run anchor-p2p 150 python3 "$D/torch_allreduce.py" --tag h200x2 --out "$O/anchor-p2p.json"
 fi
 if on a; then
   run auto-p2p 200 "$T" bench --device gpu --launch procs --transport cuda --algos one-shot,two-shot,nccl,auto \
