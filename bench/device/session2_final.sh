@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The closing device call of session 2 (nvidia-h200-x2), after the merges:
+#   tp the P2P tests only; fw the forward bench over P2P
 #   t  every GPU test (100k-call stress on both transports included)
 #   e  the drop-in library: ctypes client and torch comparison
 #   p  P2P bench (procs and threads launch, PDL rows too), 1 KiB-64 MiB, torch anchor
@@ -35,6 +36,18 @@ TT=(--test-threads=1 --nocapture)
 FWD=$(cat "$D/gpu_forward.tpcomm-path" 2>/dev/null)
 if [ -n "$FWD" ] && { [ ! -e "$FWD" ] || [ -L "$FWD" ]; }; then
   mkdir -p "$(dirname "$FWD")" && ln -sfn "$PWD/$T" "$FWD"
+fi
+if on f; then  # the forward test alone
+  run t-forward 180 "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+fi
+if on tp; then  # the P2P-kernel tests alone (after a launch-shape change)
+  run t-p2p 200 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"
+  run t-fused 60 "${G[@]}" "$D/gpu_fused" "${TT[@]}" --ignored
+  run t-forward 180 "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+fi
+if on fw; then
+  run forward-p2p 200 "$T" bench forward --transport cuda --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl,two-shot,fused,fused-pdl --json "$O/forward-p2p.json"
 fi
 if on t; then
   run t-fallback 90 "${G[@]}" "$D/gpu_fallback" "${TT[@]}"
@@ -75,3 +88,6 @@ if on h; then
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
 fi
 echo "== done $(date -u +%T)" | tee -a "$O/log.txt"
+# At most 8 files come back: everything but the log goes into one archive.
+tar czf /tmp/session2-outputs.tgz -C "$O" --exclude log.txt . && \
+  find "$O" -maxdepth 1 -type f ! -name log.txt -delete && mv /tmp/session2-outputs.tgz "$O/outputs.tgz"

@@ -141,13 +141,22 @@ def main():
         + (", host transport forced" if transport == "host" else "") + ")",
         "",
         f"One `tpcomm bench` GPU run (launch {m.get('launch')}, {m.get('world')} x {', '.join(sorted(set(m.get('gpus', []))))}, "
-        f"driver {m.get('driver')}, NCCL {m.get('nccl')}, median of {m.get('reps')} reps x {m.get('iters')} calls), "
-        f"auto using the tuning table {summary['table']} written by `tpcomm tune` in the same device call.",
+        f"driver {m.get('driver')}, NCCL {m.get('nccl')}, median of {m.get('reps')} reps x {m.get('iters') or '100 (< 4 MiB) / 20'} calls), "
+        f"auto using the tuning table {summary['table'] or '(none: class defaults)'} (tuning/ names where it was measured).",
         "",
         f"- auto within 5% of the best fixed choice at every size: **{'yes' if ok_best else 'no'}** (worst {worst_best:.3f}x)",
         f"- auto never more than 5% slower than NCCL: **{'yes' if ok_nccl else 'no'}**"
         + (f" (worst {worst_nccl:.3f}x)" if worst_nccl is not None else " (NCCL not measured)"),
         f"- wrong elements: {wrong}",
+        f"- picked a kernel other than the fastest fixed row's at {sum(1 for r in out_rows if (r['chosen_fixed_over_best'] or 1) > 1.0)} of {len(out_rows)} points",
+    ]
+    for mode in sorted({r["mode"] for r in out_rows}):
+        rs = [r for r in out_rows if r["mode"] == mode]
+        lines.append(
+            f"- {mode}: worst auto/best {max(r['auto_over_best'] for r in rs):.3f}, points over 1.05: "
+            f"{sum(1 for r in rs if r['auto_over_best'] > LIMIT)} of {len(rs)}"
+        )
+    lines += [
         "",
         "| mode | bytes | auto picks | auto us | best fixed | best us | auto/best | picked row/best | NCCL us | auto/NCCL |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",

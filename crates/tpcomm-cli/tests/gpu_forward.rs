@@ -37,6 +37,7 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
         "none",
         "nccl",
         "one-shot",
+        "one-shot-pdl",
         "two-shot",
         "fused",
         "fused-pdl",
@@ -46,6 +47,7 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
     let tol = doc["meta"]["tolerance_vs_nccl"].as_f64().unwrap();
     for r in rows {
         let mode = r["mode"].as_str().unwrap();
+        assert!(modes.contains(&mode), "{r}");
         assert!(r["forward_us"].as_f64().unwrap() > 0.0);
         if mode.starts_with("none") {
             continue;
@@ -96,7 +98,14 @@ fn forward_over_the_host_transport_matches_nccl_without_p2p() {
         serde_json::json!(["fused", "fused-pdl"])
     );
     let rows = doc["rows"].as_array().unwrap();
-    let modes = ["none", "nccl", "one-shot", "two-shot", "none-pdl"];
+    let modes = [
+        "none",
+        "nccl",
+        "one-shot",
+        "one-shot-pdl",
+        "two-shot",
+        "none-pdl",
+    ];
     assert_eq!(rows.len(), 3 * modes.len(), "{stdout}");
     let tol = doc["meta"]["tolerance_vs_nccl"].as_f64().unwrap();
     for r in rows {

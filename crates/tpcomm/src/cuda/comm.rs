@@ -115,6 +115,9 @@ pub struct CudaCommunicator {
     auto: crate::select::AutoMemo,
     layout: Layout,
     kernels: Arc<Kernels>,
+    /// Threads per block of the all-reduce kernels: the kernels' own limit,
+    /// or less when TPCOMM_P2P_BLOCK asks (read at creation).
+    block: u32,
     sms: u32,
     recv: DeviceAlloc,
     status: HostMapped,
@@ -163,6 +166,7 @@ impl CudaCommunicator {
         let max_bytes = cfg.max_bytes.as_usize()?;
         let ctx = open_context(cfg.device)?;
         let kernels = kernels_for(&ctx)?;
+        let block = block_from_env(kernels.block)?;
         let dev = cfg.device as i32;
         let sms = raw::sm_count(dev)? as u32;
         let layout = Layout::new(max_bytes, cfg.world);
@@ -260,6 +264,7 @@ impl CudaCommunicator {
             auto: Default::default(),
             layout,
             kernels,
+            block,
             sms,
             recv,
             status,
@@ -379,10 +384,16 @@ impl CudaCommunicator {
             return Ok(algo);
         }
         let nvec = bytes.div_ceil(16);
-        // Small messages get one vector per thread and no idle warps; large
-        // ones at most one block per SM, so every block is resident (the
-        // kernels wait on peers, never on blocks of their own grid).
-        let block = (self.kernels.block as usize).min(nvec.div_ceil(32) * 32) as u32;
+        // At most one block per SM, so every block is resident (the kernels
+        // wait on peers, never on blocks of their own grid), and no idle
+        // warps. One-shot spreads a message over the SMs in blocks of
+        // ONESHOT_MIN_BLOCK threads or the fewest more that still give one
+        // vector per thread; two-shot takes the full block.
+        let block = match algo {
+            Algo::TwoShot => self.block as usize,
+            _ => oneshot_block(nvec, self.sms as usize, self.block as usize),
+        }
+        .min(nvec.div_ceil(32) * 32) as u32;
         let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
         let d = dtype_index(dtype);
         let one_vector_per_thread = nvec <= block as usize * blocks as usize;
@@ -478,6 +489,81 @@ mod wait_code_tests {
         ] {
             let line = format!("#define {name} {code}u");
             assert!(all.contains(&line), "kernels lack {line:?}");
+        }
+    }
+}
+
+/// Smallest block of the one-shot kernels on a message of many vectors.
+/// Measured on 2 x H200 (bench/results/2026-11-30-session2/block/): blocks
+/// of 128 threads spread over more SMs took 8 KiB from 3.23 to 2.80 us,
+/// 64 KiB from 3.48 to 3.33 and 256 KiB from 4.06 to 3.91 against 512;
+/// 64 was no better.
+const ONESHOT_MIN_BLOCK: usize = 128;
+
+/// Threads per block for a one-shot message of `nvec` vectors: the smallest
+/// whole-warp count from ONESHOT_MIN_BLOCK up that covers the message with
+/// one vector per thread in at most `sms` blocks, at most `max` (beyond
+/// that, threads loop over several vectors).
+fn oneshot_block(nvec: usize, sms: usize, max: usize) -> usize {
+    let need = nvec.div_ceil(sms.max(1)).div_ceil(32) * 32;
+    need.clamp(ONESHOT_MIN_BLOCK.min(max), max)
+}
+
+/// Threads per block for the all-reduce kernels: `max` (what every kernel
+/// can launch), or TPCOMM_P2P_BLOCK when set (a multiple of 32 from 32 to
+/// `max`), for measuring other shapes: fewer threads per block spread a
+/// message over more SMs.
+fn block_from_env(max: u32) -> Result<u32> {
+    match std::env::var("TPCOMM_P2P_BLOCK") {
+        Ok(v) if !v.trim().is_empty() => parse_block(&v, max),
+        _ => Ok(max),
+    }
+}
+
+fn parse_block(v: &str, max: u32) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (32..=max).contains(&n) && n.is_multiple_of(32) => Ok(n),
+        _ => Err(Error::invalid(
+            "TPCOMM_P2P_BLOCK",
+            format!("{v:?} (expected a multiple of 32 from 32 to {max}, or unset it)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::{oneshot_block, parse_block};
+
+    #[test]
+    fn oneshot_blocks_spread_over_the_sms_with_one_vector_per_thread() {
+        // 132 SMs (H200), blocks of up to 512.
+        assert_eq!(oneshot_block(64, 132, 512), 128); // 1 KiB: one block (trimmed to 64 by the caller)
+        assert_eq!(oneshot_block(4096, 132, 512), 128); // 64 KiB: 32 blocks
+        assert_eq!(oneshot_block(16384, 132, 512), 128); // 256 KiB: 128 blocks
+        assert_eq!(oneshot_block(32768, 132, 512), 256); // 512 KiB: 128 blocks of 256
+        assert_eq!(oneshot_block(65536, 132, 512), 512); // 1 MiB: 128 blocks of 512
+        assert_eq!(oneshot_block(1 << 22, 132, 512), 512); // larger: threads loop
+                                                           // A smaller override wins; whole warps always.
+        assert_eq!(oneshot_block(65536, 132, 64), 64);
+        for nvec in [1usize, 33, 1000, 17_000, 70_000] {
+            let b = oneshot_block(nvec, 132, 512);
+            assert!(b.is_multiple_of(32) && (128..=512).contains(&b));
+            if nvec <= 132 * 512 {
+                assert!(nvec.div_ceil(b) <= 132, "{nvec}: {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn block_override_takes_whole_warps_within_the_kernels_limit() {
+        assert_eq!(parse_block("128", 512).unwrap(), 128);
+        assert_eq!(parse_block(" 512 ", 512).unwrap(), 512);
+        for bad in ["0", "16", "100", "1024", "many", "-32"] {
+            let e = parse_block(bad, 512).unwrap_err().to_string();
+            assert!(
+                e.contains("TPCOMM_P2P_BLOCK") && e.contains("512"),
+                "{bad}: {e}"
+            );
         }
     }
 }
