@@ -106,6 +106,40 @@ def worker(rank, world, port, path, out):
                 res["times_us"][f"{n * 2}B bf16 graph"] = round(sorted(ts)[2], 2)
                 del gr2
             del gr
+    # Buffers whose alignment differs between ranks (a tensor view on rank 0,
+    # a whole tensor on the others): every rank must still route the call the
+    # same way (tpcomm, through its staging buffer where unaligned), or the
+    # ranks would wait for each other in different libraries.
+    for n in (1003, 65536):
+        for dt, code in ((torch.bfloat16, NCCL_BF16), (torch.float32, NCCL_F32)):
+            g = torch.Generator(device="cuda")
+            xs = []
+            for p in range(world):
+                g.manual_seed(7000 * n + p)
+                xs.append(torch.randn(n, generator=g, device="cuda").to(dt))
+            ref = sum(x.double() for x in xs)
+            off = 1 if rank == 0 else 0  # one element: 2 or 4 bytes off 16-byte alignment
+            xb = torch.zeros(n + 8, dtype=dt, device="cuda")
+            yb = torch.zeros(n + 8, dtype=dt, device="cuda")
+            x, y = xb[off:off + n], yb[off:off + n]
+            x.copy_(xs[rank])
+            ck(lib, lib.ncclAllReduce(x.data_ptr(), y.data_ptr(), n, code, NCCL_SUM, comm, stream.cuda_stream), "ncclAllReduce (unaligned)")
+            torch.cuda.synchronize()
+            tol = (2 ** -7 if dt == torch.bfloat16 else 2 ** -22) * 2
+            ok_out = bool(((y.double() - ref).abs() <= tol * (ref.abs() + 1)).all())
+            # Untouched around the view: the staging copy wrote exactly n elements.
+            ok_edges = bool((yb[:off] == 0).all() and (yb[off + n:] == 0).all())
+            # In place, in a graph.
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                ck(lib, lib.ncclAllReduce(x.data_ptr(), x.data_ptr(), n, code, NCCL_SUM, comm,
+                                          torch.cuda.current_stream().cuda_stream), "ncclAllReduce (unaligned, capture)")
+            x.copy_(xs[rank])
+            gr.replay()
+            torch.cuda.synchronize()
+            res["checks"][f"unaligned {n}:{dt}"] = {"eager_ok": ok_out, "edges_untouched": ok_edges,
+                                                    "graph_equals_eager": bool(torch.equal(x, y))}
+            del gr
     # A forwarded collective through the same library.
     a = torch.full((4096,), float(rank + 1), device="cuda")
     b = torch.empty(world * 4096, device="cuda")

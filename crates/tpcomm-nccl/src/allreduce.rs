@@ -1,7 +1,7 @@
 //! `ncclAllReduce`: run by tpcomm when the route allows, by NCCL otherwise.
 
 use crate::ffi::{call_real, guard, Fail};
-use crate::route::{route, size_class, Call, Route};
+use crate::route::{aligned, route, size_class, Call, Route};
 use crate::settings::{self, info, warn};
 use crate::state;
 use crate::types::*;
@@ -69,26 +69,52 @@ pub unsafe extern "C" fn ncclAllReduce(
         ) {
             (Route::Tpcomm(dt), Some(b)) => {
                 let _restore = crate::cuda::SavedContext::save();
+                let st = stream as CUstream;
+                let staged = !aligned(&call);
                 // SAFETY: NCCL's contract for ncclAllReduce gives the same
                 // guarantees all_reduce asks for: device buffers of the
                 // communicator's GPU holding `count` elements, valid until the
-                // stream runs the call, and a stream of that GPU; alignment
-                // was checked by `route`.
+                // stream runs the call, and a stream of that GPU. Aligned
+                // buffers are used in place; unaligned ones are copied into
+                // the 16-byte-aligned staging buffer (TPCOMM_MAX_BYTES, and
+                // `route` kept the call within that), reduced there in place
+                // and copied out, all ordered on the caller's stream.
                 let done = unsafe {
-                    b.cuda.all_reduce(
-                        sendbuff as u64,
-                        recvbuff as u64,
-                        count,
-                        dt,
-                        ReduceOp::Sum,
-                        Algo::Auto,
-                        stream as CUstream,
-                    )
+                    if !staged {
+                        b.cuda.all_reduce(
+                            sendbuff as u64,
+                            recvbuff as u64,
+                            count,
+                            dt,
+                            ReduceOp::Sum,
+                            Algo::Auto,
+                            st,
+                        )
+                    } else {
+                        let p = b.staging.ptr();
+                        b.staging
+                            .copy(p, sendbuff as u64, bytes, st)
+                            .and_then(|_| {
+                                b.cuda
+                                    .all_reduce(p, p, count, dt, ReduceOp::Sum, Algo::Auto, st)
+                            })
+                            .and_then(|algo| {
+                                b.staging.copy(recvbuff as u64, p, bytes, st).map(|_| algo)
+                            })
+                    }
                 };
                 match done {
                     Ok(algo) => {
-                        log_first(comm, bytes, datatype, algo as u8, || {
-                            format!("tpcomm {}", algo.name())
+                        let key = algo as u8 + if staged { 50 } else { 0 };
+                        log_first(comm, bytes, datatype, key, || {
+                            if staged {
+                                format!(
+                                    "tpcomm {} (unaligned buffer: through staging)",
+                                    algo.name()
+                                )
+                            } else {
+                                format!("tpcomm {}", algo.name())
+                            }
                         });
                         SUCCESS
                     }

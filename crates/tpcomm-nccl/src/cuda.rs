@@ -139,3 +139,79 @@ impl Drop for Scratch {
         }
     }
 }
+
+/// A device buffer of the communicator's GPU where calls whose buffers are not
+/// 16-byte aligned are reduced (the kernels load 16-byte vectors): the input
+/// is copied in, reduced in place, and copied out, all on the caller's stream.
+/// With it routing never depends on an address, which can differ between
+/// ranks while size, type and op cannot. Allocated at set-up, freed with the
+/// communicator.
+pub struct Staging {
+    ptr: CUdeviceptr,
+    bytes: usize,
+    ctx: std::sync::Arc<tpcomm::cuda::cudarc::driver::CudaContext>,
+}
+
+// SAFETY: a device pointer and an Arc'd context; every use binds the context.
+unsafe impl Send for Staging {}
+unsafe impl Sync for Staging {}
+
+impl Staging {
+    pub fn new(
+        ctx: &std::sync::Arc<tpcomm::cuda::cudarc::driver::CudaContext>,
+        bytes: usize,
+    ) -> Result<Self> {
+        ctx.bind_to_thread().map_err(|e| Error::Cuda {
+            call: "cuCtxSetCurrent".into(),
+            detail: e.to_string(),
+        })?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: writes one device pointer; freed once in Drop.
+        check("cuMemAlloc (drop-in staging)", unsafe {
+            cu::cuMemAlloc_v2(&mut ptr, bytes.max(16))
+        })?;
+        Ok(Self {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Copies `bytes` from `src` to `dst` on `stream` (capturable into a graph).
+    ///
+    /// # Safety
+    /// Both ranges are device memory valid until the stream has run the copy,
+    /// and `stream` belongs to the staging buffer's context.
+    pub unsafe fn copy(
+        &self,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
+            call: "cuCtxSetCurrent".into(),
+            detail: e.to_string(),
+        })?;
+        // SAFETY: the caller's contract.
+        check("cuMemcpyDtoDAsync (drop-in staging)", unsafe {
+            cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream)
+        })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated in `new`, freed once; its context is current.
+        unsafe { cu::cuMemFree_v2(self.ptr) };
+    }
+}

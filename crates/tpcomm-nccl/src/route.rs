@@ -29,7 +29,6 @@ pub enum Why {
     Op,
     Empty,
     TooLarge,
-    Unaligned,
 }
 
 impl Why {
@@ -42,7 +41,6 @@ impl Why {
             Why::Op => "reduce op other than sum",
             Why::Empty => "zero elements",
             Why::TooLarge => "above TPCOMM_MAX_BYTES",
-            Why::Unaligned => "buffer not 16-byte aligned",
         }
     }
 }
@@ -81,10 +79,16 @@ pub fn route(disabled: bool, cap: Option<Capacity>, c: &Call) -> Route {
         Some(b) if b as u64 <= cap.max_bytes => {}
         _ => return Route::Nccl(Why::TooLarge),
     }
-    if !c.send.is_multiple_of(16) || !c.recv.is_multiple_of(16) {
-        return Route::Nccl(Why::Unaligned);
-    }
+    // Alignment is not asked: it can differ between ranks (a tensor view on
+    // one, a whole tensor on another), and ranks that route one call apart
+    // never meet. Unaligned buffers go through the staging buffer instead.
     Route::Tpcomm(dt)
+}
+
+/// Whether the kernels can read and write the call's buffers in place (16-byte
+/// vectors); otherwise the call goes through the staging buffer.
+pub fn aligned(c: &Call) -> bool {
+    c.send.is_multiple_of(16) && c.recv.is_multiple_of(16)
 }
 
 /// The power-of-two size class of a message, for "first call of each size class" logs.
@@ -147,9 +151,21 @@ mod tests {
         c.op = 4; // avg
         assert_eq!(route(false, CAP, &c), Route::Nccl(Why::Op));
         assert_eq!(route(false, CAP, &call(0, 9)), Route::Nccl(Why::Empty));
-        let mut c = call(8, 9);
-        c.recv += 2;
-        assert_eq!(route(false, CAP, &c), Route::Nccl(Why::Unaligned));
+    }
+
+    /// Unaligned buffers stay with tpcomm (through staging): routing must not
+    /// depend on an address, which can differ between ranks.
+    #[test]
+    fn alignment_never_changes_the_route_only_the_staging() {
+        let c = call(8, 9);
+        assert!(aligned(&c));
+        for (ds, dr) in [(2usize, 0usize), (0, 2), (8, 8), (14, 6)] {
+            let mut u = c;
+            u.send += ds;
+            u.recv += dr;
+            assert_eq!(route(false, CAP, &u), route(false, CAP, &c));
+            assert!(!aligned(&u));
+        }
     }
 
     #[test]

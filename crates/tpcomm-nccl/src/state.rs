@@ -1,7 +1,7 @@
 //! The tpcomm communicators kept beside real NCCL communicators, and how
 //! they are set up.
 
-use crate::cuda::SavedContext;
+use crate::cuda::{SavedContext, Staging};
 use crate::exchange::{AsRendezvous, NcclExchange};
 use crate::ffi::call_real;
 use crate::route::Capacity;
@@ -17,6 +17,8 @@ use tpcomm::{Error, Result};
 pub struct Beside {
     pub cuda: CudaCommunicator,
     pub cap: Capacity,
+    /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
+    pub staging: crate::cuda::Staging,
 }
 
 type Map = RwLock<HashMap<usize, Arc<Beside>>>;
@@ -130,15 +132,16 @@ pub fn set_up(comm: NcclComm, origin: &str) {
         }
     };
     match build(&ex, &tag, rank, world, device) {
-        Ok(cuda) => {
+        Ok((cuda, staging)) => {
             let r = cuda.memory_report();
             warn!(
-                "{tag}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) and {} bytes of pinned host memory",
+                "{tag}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) plus {} bytes of staging for unaligned buffers, and {} bytes of pinned host memory",
                 s.max_bytes,
                 r.device_requested(),
                 r.device_requested().bytes(),
                 r.gpu.as_ref().map_or(0, |g| g.allocations.len()),
                 r.device_reserved(),
+                staging.bytes(),
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
             insert(
@@ -148,6 +151,7 @@ pub fn set_up(comm: NcclComm, origin: &str) {
                     cap: Capacity {
                         max_bytes: s.max_bytes.bytes(),
                     },
+                    staging,
                 },
             );
         }
@@ -168,7 +172,7 @@ fn build(
     rank: usize,
     world: usize,
     device: usize,
-) -> Result<CudaCommunicator> {
+) -> Result<(CudaCommunicator, Staging)> {
     let s = settings::get();
     let made = (|| {
         let key = host_key();
@@ -185,7 +189,9 @@ fn build(
         cfg.max_bytes = s.max_bytes;
         cfg.timeout = s.timeout;
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
-        CudaCommunicator::new(&cfg, &rv)
+        let cuda = CudaCommunicator::new(&cfg, &rv)?;
+        let staging = Staging::new(cuda.context(), s.max_bytes.as_usize()?)?;
+        Ok((cuda, staging))
     })();
     if let Err(e) = &made {
         info!("{tag}: this rank leaves the set-up: {e}");
@@ -212,7 +218,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     }
     let _restore = SavedContext::save();
     let group = ThreadGroup::new(world);
-    let made: Vec<Result<CudaCommunicator>> = std::thread::scope(|sc| {
+    let made: Vec<Result<(CudaCommunicator, Staging)>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
                 let rv = Rendezvous::Threads(group.clone());
@@ -220,7 +226,11 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                 cfg.max_bytes = s.max_bytes;
                 // A thread that failed early never posts: keep the others' wait short.
                 cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
-                sc.spawn(move || CudaCommunicator::new(&cfg, &rv))
+                sc.spawn(move || {
+                    let cuda = CudaCommunicator::new(&cfg, &rv)?;
+                    let staging = Staging::new(cuda.context(), cfg.max_bytes.as_usize()?)?;
+                    Ok((cuda, staging))
+                })
             })
             .collect();
         hs.into_iter()
@@ -233,15 +243,16 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     if let Some(Err(e)) = made.iter().find(|m| m.is_err()) {
         return warn!("ncclCommInitAll: tpcomm not set up ({e}); all-reduces go to NCCL");
     }
-    for (comm, cuda) in comms.iter().zip(made.into_iter().flatten()) {
+    for (comm, (cuda, staging)) in comms.iter().zip(made.into_iter().flatten()) {
         let r = cuda.memory_report();
         warn!(
-            "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes)",
+            "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes) plus {} bytes of staging for unaligned buffers",
             cuda.rank(),
             devices[cuda.rank()],
             s.max_bytes,
             r.device_requested(),
-            r.device_requested().bytes()
+            r.device_requested().bytes(),
+            staging.bytes()
         );
         insert(
             *comm,
@@ -250,6 +261,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                 cap: Capacity {
                     max_bytes: s.max_bytes.bytes(),
                 },
+                staging,
             },
         );
     }
