@@ -61,8 +61,8 @@ pub(crate) struct FusedKernels {
     pub(crate) silu_mul_bf16: Function,
     pub(crate) fill_uniform_bf16: Function,
     cubin_bytes: usize,
-    /// Whether the device takes programmatic dependent launches (sm_90+).
-    overlap: bool,
+    /// Compute capability major: programmatic dependent launch from 9 on.
+    arch_major: i32,
     _module: Module,
     // Keeps the primary context (and so the module) alive for the process.
     _ctx: Arc<CudaContext>,
@@ -88,7 +88,7 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
             ],
             silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
             fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
-            overlap: l.arch.0 >= 9,
+            arch_major: l.arch.0,
             cubin_bytes: l.cubin_bytes,
             _module: l.module,
             _ctx: ctx.clone(),
@@ -108,16 +108,9 @@ impl FusedKernels {
         stream: CUstream,
         how: Launch,
     ) -> Result<()> {
-        // SAFETY: forwarded from the caller; launch_overlapped only for
-        // kernels that start with wait_for_previous_kernel (all of fused.cu's
-        // norm kernels) on devices that support it.
-        unsafe {
-            if how == Launch::Overlapped && self.overlap {
-                pdl::launch_overlapped(f, grid, block, args, stream)
-            } else {
-                raw::launch(f, grid, block, args, stream)
-            }
-        }
+        // SAFETY: forwarded from the caller; every kernel of fused.cu starts
+        // with wait_for_previous_kernel, as an overlapped launch requires.
+        unsafe { pdl::launch(f, grid, block, args, stream, how, self.arch_major) }
     }
 }
 

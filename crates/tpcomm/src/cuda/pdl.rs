@@ -55,7 +55,7 @@ pub(crate) unsafe fn launch<A>(
 /// # Safety
 /// As `raw::launch`: `A` matches the kernel's parameter, and every device
 /// address in `args` stays valid until the kernel has finished.
-pub(crate) unsafe fn launch_overlapped<A>(
+unsafe fn launch_overlapped<A>(
     f: Function,
     grid: u32,
     block: u32,
