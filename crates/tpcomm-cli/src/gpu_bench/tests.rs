@@ -292,3 +292,19 @@ fn algo_names_with_pdl_parse_to_an_overlapped_launch() {
     assert!(validate(&parse(&["--algos", "one-shot-pdl,nccl"])).is_ok());
     assert!(validate(&parse(&["--algos", "auto-pdl"])).is_err());
 }
+
+/// Without --iters a repetition is 100 calls below 4 MiB and 20 from 4 MiB
+/// (the torch anchor's rule), and the report says so; --iters fixes it.
+#[test]
+fn calls_per_repetition_follow_the_anchor_unless_given() {
+    let a = parse(&[]);
+    assert_eq!(a.iters_for(1024), 100);
+    assert_eq!(a.iters_for((4 << 20) - 2), 100);
+    assert_eq!(a.iters_for(4 << 20), 20);
+    assert_eq!(a.iters_for(64 << 20), 20);
+    assert_eq!(a.iters_text(), "100 (< 4 MiB) / 20");
+    let a = parse(&["--iters", "7"]);
+    assert_eq!((a.iters_for(1024), a.iters_for(64 << 20)), (7, 7));
+    assert_eq!(a.iters_text(), "7");
+    assert!(validate(&parse(&["--iters", "0"])).is_err());
+}
