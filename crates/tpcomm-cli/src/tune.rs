@@ -16,7 +16,9 @@ use tpcomm::{ByteSize, DType, Error, Result};
 #[derive(Args, Debug)]
 pub struct TuneArgs {
     /// Where to write the table; "-" for stdout. Default: the location the
-    /// library looks in ($XDG_CONFIG_HOME or ~/.config)/tpcomm/tuning/<fingerprint>.toml.
+    /// library looks in ($XDG_CONFIG_HOME or
+    /// ~/.config)/tpcomm/tuning/FINGERPRINT.toml (FINGERPRINT as `tpcomm probe`
+    /// prints it).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Make the table from GPU bench JSON files (`tpcomm bench --json` run on

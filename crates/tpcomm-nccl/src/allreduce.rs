@@ -8,7 +8,7 @@ use crate::types::*;
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
-use tpcomm::cuda::CUstream;
+use tpcomm::cuda::{CUstream, StreamAllReduce};
 use tpcomm::Algo;
 use tpcomm::ReduceOp;
 

@@ -6,7 +6,7 @@
 //! says how to use it and what it does not intercept.
 //!
 //! Every exported function is `unsafe extern "C"` with NCCL's own contract
-//! (nccl.h); each body runs under [`ffi::guard`], so no panic crosses the C
+//! (nccl.h); each body runs under `ffi::guard`, so no panic crosses the C
 //! boundary.
 #![allow(clippy::missing_safety_doc)] // the contract of every export is nccl.h's
 #![allow(non_snake_case)] // exported names are NCCL's

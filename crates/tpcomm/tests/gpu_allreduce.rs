@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};

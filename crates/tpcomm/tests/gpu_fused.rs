@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::fused::{add_rmsnorm, Launch};
+use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::{element, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};

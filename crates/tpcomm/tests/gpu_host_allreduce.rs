@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::host_path::layout::HostLayout;
+use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::DevicePtr;
+use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};

@@ -3,6 +3,7 @@
 //! and mode.
 
 use super::*;
+use tpcomm::cuda::StreamAllReduce;
 
 pub(super) fn rank_main(
     rank: usize,

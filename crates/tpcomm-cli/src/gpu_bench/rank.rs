@@ -6,7 +6,7 @@ use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankInfo, RankOut, Row};
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, DevicePtr};
-use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous};
+use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
 use tpcomm::{Error, ReduceOp, Result};

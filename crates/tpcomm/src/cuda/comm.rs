@@ -8,6 +8,7 @@ use super::loader::check_call;
 use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
+use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
@@ -305,55 +306,13 @@ impl CudaCommunicator {
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
         (self.kernels.nvrtc, self.kernels.arch)
     }
+}
 
-    /// Sums `count` elements of `dtype` from `input` over all ranks into
-    /// `output` (in place when they are equal), on `stream`, asynchronously.
-    /// Works inside stream capture. Returns the algorithm used. Call
-    /// [`check`](Self::check) after synchronizing to learn whether a peer
-    /// failed to arrive.
-    ///
-    /// # Safety
-    /// `input` and `output` must be device memory of this communicator's
-    /// device (or mapped into it), 16-byte aligned, holding at least `count`
-    /// elements, and stay valid until the stream has run the call; `stream`
-    /// must belong to this device's primary context (or be null).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-    ) -> Result<Algo> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            self.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                algo,
-                stream,
-                Launch::Ordinary,
-            )
-        }
-    }
+impl StreamAllReduce for CudaCommunicator {
+    type Ran = Algo;
 
-    /// [`all_reduce`](Self::all_reduce) launched as `how` says:
-    /// `Launch::Overlapped` (programmatic dependent launch, sm_90+) lets the
-    /// kernel start while the previous kernel on the stream (typically the
-    /// GEMM that produced `input`) drains; it waits for that kernel inside
-    /// before reading anything, so results are the same, and the launch
-    /// latency is hidden. Older GPUs get an ordinary launch.
-    ///
-    /// # Safety
-    /// As [`all_reduce`](Self::all_reduce).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_launched(
+    unsafe fn all_reduce_launched(
         &self,
         input: CUdeviceptr,
         output: CUdeviceptr,
@@ -363,7 +322,7 @@ impl CudaCommunicator {
         algo: Algo,
         stream: CUstream,
         how: Launch,
-    ) -> Result<Algo> {
+    ) -> Result<Self::Ran> {
         self.check()?;
         let bytes = check_call(
             "the CUDA kernels",
@@ -426,7 +385,9 @@ impl CudaCommunicator {
         unsafe { pdl::launch(f, blocks, block, &args, stream, how, self.kernels.arch.0)? };
         Ok(algo)
     }
+}
 
+impl CudaCommunicator {
     /// What the fused kernels (fused.rs) need to run the one-shot protocol on
     /// this communicator's buffers and epoch: (context, peer receive buffers,
     /// epoch stride, one-shot slot stride, control words, status, timeout ns, SMs).

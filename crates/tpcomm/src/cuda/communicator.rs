@@ -8,7 +8,7 @@
 
 use super::host_path::GpuComm;
 use super::raw::{CUdeviceptr, CUstream};
-use super::{CudaConfig, Rendezvous};
+use super::{CudaConfig, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -96,7 +96,7 @@ impl Communicator {
     /// NCCL fallback, a call the kernels cannot take is an error that says so.
     ///
     /// # Safety
-    /// As [`crate::cuda::CudaCommunicator::all_reduce`]: `input` and `output`
+    /// As [`StreamAllReduce::all_reduce`]: `input` and `output`
     /// are device pointers of this rank's GPU, valid for `count` elements of
     /// `dtype` until the stream has run the call.
     #[allow(clippy::too_many_arguments)]

@@ -220,7 +220,7 @@ impl CudaCommunicator {
     /// `residual` in place, and writes `rmsnorm(residual) * weight` to
     /// `normed`, in one kernel on `stream`. It runs the one-shot protocol on
     /// this communicator's buffers and epoch, so it mixes freely with
-    /// [`all_reduce`](Self::all_reduce) calls and works inside CUDA graphs.
+    /// [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) calls and works inside CUDA graphs.
     /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
     /// `how` picks an ordinary or an overlapped (programmatic dependent)
     /// launch; the results are the same.

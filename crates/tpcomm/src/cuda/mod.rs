@@ -16,6 +16,7 @@ mod loader;
 mod pdl;
 mod raw;
 mod rendezvous;
+mod stream_all_reduce;
 
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
 /// rank loop imports it from here).
@@ -32,6 +33,7 @@ pub use raw::{
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
 };
 pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
+pub use stream_all_reduce::StreamAllReduce;
 
 /// Largest world size the kernels take (their argument block has 8 slots).
 pub const MAX_WORLD: usize = 8;

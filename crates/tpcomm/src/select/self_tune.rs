@@ -11,6 +11,7 @@
 use super::{Candidate, Measured, Mode, Selector, Table};
 use crate::algo::Algo;
 use crate::cuda::cudarc::driver::{sys, DevicePtr};
+use crate::cuda::StreamAllReduce;
 use crate::cuda::{CudaCommunicator, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};

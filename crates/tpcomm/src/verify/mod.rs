@@ -6,7 +6,7 @@
 //! - typed slices of an [`Element`] ([`random_input`], [`Reference::new`],
 //!   [`Reference::count_wrong`]): the CPU transport and its bench;
 //! - raw little-endian bytes of a [`DType`] ([`Rng`], [`random_bytes`],
-//!   [`element`], [`reference`], [`count_wrong`], [`count_wrong_against`]):
+//!   [`element`], [`reference()`], [`count_wrong`], [`count_wrong_against`]):
 //!   device buffers copied back from the GPU.
 //!
 //! Each keeps its own random stream (ranks, tests and benches rebuild inputs

@@ -7,6 +7,7 @@ use crate::algo::Algo;
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
+use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -383,55 +384,18 @@ impl HostGpuCommunicator {
         (self.kernels.nvrtc, self.kernels.arch)
     }
     /// The kernel a message of `bytes` runs with under `algo` (`Auto` by the
-    /// size rule; [`all_reduce`](Self::all_reduce) asks selection instead,
+    /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
         resolve(algo, bytes, self.layout.ll_cap)
     }
+}
 
-    /// Sums `count` elements of `dtype` from `input` over all ranks into
-    /// `output` (in place when equal), on `stream`, asynchronously; works
-    /// inside stream capture. Call [`check`](Self::check) after
-    /// synchronizing to learn whether a peer failed to arrive.
-    ///
-    /// # Safety
-    /// `input` and `output` must be device memory of this communicator's
-    /// device, 16-byte aligned, holding at least `count` elements, and stay
-    /// valid until the stream has run the call; `stream` must belong to this
-    /// device's primary context (or be null).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-    ) -> Result<HostAlgo> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            self.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                algo,
-                stream,
-                Launch::Ordinary,
-            )
-        }
-    }
+impl StreamAllReduce for HostGpuCommunicator {
+    type Ran = HostAlgo;
 
-    /// [`all_reduce`](Self::all_reduce) launched as `how` says (see
-    /// [`CudaCommunicator::all_reduce_launched`](crate::cuda::CudaCommunicator::all_reduce_launched)).
-    ///
-    /// # Safety
-    /// As [`all_reduce`](Self::all_reduce).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_launched(
+    unsafe fn all_reduce_launched(
         &self,
         input: CUdeviceptr,
         output: CUdeviceptr,
@@ -441,7 +405,7 @@ impl HostGpuCommunicator {
         algo: Algo,
         stream: CUstream,
         how: Launch,
-    ) -> Result<HostAlgo> {
+    ) -> Result<Self::Ran> {
         self.check()?;
         let bytes = check_call(
             "the host-path kernels",
@@ -509,7 +473,9 @@ impl HostGpuCommunicator {
         unsafe { pdl::launch(f, grid, block, &args, stream, how, self.kernels.arch.0)? };
         Ok(which)
     }
+}
 
+impl HostGpuCommunicator {
     /// `Algo::Auto` as selection answers it for this communicator (its
     /// selector's `host:*` rows, else the pcie-nop2p rules); other algorithms
     /// unchanged. Every rank answers alike, as all hold the same selector.

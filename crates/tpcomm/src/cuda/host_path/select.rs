@@ -2,7 +2,9 @@
 
 use super::comm::HostGpuCommunicator;
 use crate::algo::Algo;
-use crate::cuda::{raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous};
+use crate::cuda::{
+    raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous, StreamAllReduce,
+};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
@@ -120,45 +122,15 @@ impl GpuComm {
             GpuComm::Host(_) => Transport::Host,
         }
     }
+}
 
-    /// See [`CudaCommunicator::all_reduce`]; on the host transport `OneShot`
-    /// asks for LL words and `TwoShot` for the chunked kernel.
-    ///
-    /// # Safety
-    /// As [`CudaCommunicator::all_reduce`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            self.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                algo,
-                stream,
-                Launch::Ordinary,
-            )
-        }
-    }
+/// On the host transport `OneShot` asks for LL words and `TwoShot` for the
+/// chunked kernel; the algorithm or kernel that ran is not returned.
+impl StreamAllReduce for GpuComm {
+    type Ran = ();
 
-    /// [`all_reduce`](Self::all_reduce) launched as `how` says (see
-    /// [`CudaCommunicator::all_reduce_launched`]).
-    ///
-    /// # Safety
-    /// As [`CudaCommunicator::all_reduce`].
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_launched(
+    unsafe fn all_reduce_launched(
         &self,
         input: CUdeviceptr,
         output: CUdeviceptr,
@@ -181,7 +153,9 @@ impl GpuComm {
             }
         }
     }
+}
 
+impl GpuComm {
     /// The name of the kernel a message of `bytes` runs with under `algo`.
     pub fn algo_name(&self, algo: Algo, bytes: usize) -> &'static str {
         match self {

@@ -60,7 +60,7 @@ pub fn driver_version() -> Result<(i32, i32)> {
     Ok((v / 1000, (v % 1000) / 10))
 }
 
-/// Checks that an NVRTC can be loaded (see [`nvrtc`] for which one).
+/// Checks that an NVRTC can be loaded (see the `nvrtc` module for which one).
 pub fn ensure_nvrtc() -> Result<()> {
     nvrtc::get().map(|_| ())
 }
