@@ -15,6 +15,11 @@ struct Row {
     forward_us_per_rank: Vec<f64>,
     /// (forward - floor) / (2 x layers); None without a floor row.
     per_site_us: Option<f64>,
+    /// For the -pdl modes: the same against the none-pdl floor (the norm
+    /// kernel launched overlapped too), so PDL's own gain on the norm kernel
+    /// is not counted as cheaper communication. None for other modes or
+    /// without a none-pdl row.
+    per_site_vs_pdl_floor_us: Option<f64>,
     /// (forward - floor) / forward.
     comm_share: Option<f64>,
     ranks_identical: Option<bool>,
@@ -38,6 +43,34 @@ fn transport_label(requested: Transport, info: &RankInfo) -> String {
         format!("{ran} (auto)")
     } else {
         ran.to_string()
+    }
+}
+
+/// Per-site cost and communication share of every row against the `none`
+/// row of its token count, and of every -pdl mode against `none-pdl` too.
+fn attach_floors(rows: &mut [Row], sites: usize) {
+    let floor = |rows: &[Row], mode: &str, tokens: usize| {
+        rows.iter()
+            .find(|r| r.mode == mode && r.tokens == tokens)
+            .map(|r| r.forward_us)
+    };
+    let found: Vec<(Option<f64>, Option<f64>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                floor(rows, "none", r.tokens),
+                floor(rows, "none-pdl", r.tokens),
+            )
+        })
+        .collect();
+    for (r, (none, none_pdl)) in rows.iter_mut().zip(found) {
+        if let Some(f) = none {
+            r.per_site_us = Some((r.forward_us - f) / sites as f64);
+            r.comm_share = Some((r.forward_us - f) / r.forward_us);
+        }
+        if r.mode.ends_with("-pdl") && r.mode != "none-pdl" {
+            r.per_site_vs_pdl_floor_us = none_pdl.map(|f| (r.forward_us - f) / sites as f64);
+        }
     }
 }
 
@@ -79,23 +112,14 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
             forward_us: t,
             forward_us_per_rank: per_rank,
             per_site_us: None,
+            per_site_vs_pdl_floor_us: None,
             comm_share: None,
             ranks_identical: identical,
             rel_diff_vs_nccl: rel,
             bitwise_equal_nccl: equal,
         });
     }
-    let floors: Vec<(usize, f64)> = rows
-        .iter()
-        .filter(|r| r.mode == "none")
-        .map(|r| (r.tokens, r.forward_us))
-        .collect();
-    for r in rows.iter_mut() {
-        if let Some(&(_, f)) = floors.iter().find(|(t, _)| *t == r.tokens) {
-            r.per_site_us = Some((r.forward_us - f) / sites as f64);
-            r.comm_share = Some((r.forward_us - f) / r.forward_us);
-        }
-    }
+    attach_floors(&mut rows, sites);
     let driver = tpcomm::cuda::driver_version()
         .map(|(a, b)| format!("{a}.{b}"))
         .unwrap_or_default();
@@ -131,8 +155,15 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
     let shown = |r: &Row| r.kernel.clone().unwrap_or_else(|| r.mode.clone());
     let mw = rows.iter().map(|r| shown(r).len()).fold(9, usize::max);
     println!(
-        "{:>6} {:>mw$} {:>12} {:>13} {:>10} {:>10} {:>14}",
-        "tokens", "mode", "forward(us)", "per-site(us)", "comm share", "ranks ==", "vs NCCL"
+        "{:>6} {:>mw$} {:>12} {:>13} {:>13} {:>10} {:>10} {:>14}",
+        "tokens",
+        "mode",
+        "forward(us)",
+        "per-site(us)",
+        "vs none-pdl",
+        "comm share",
+        "ranks ==",
+        "vs NCCL"
     );
     for r in &rows {
         let vs = match (r.bitwise_equal_nccl, r.rel_diff_vs_nccl) {
@@ -141,11 +172,12 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
             _ => "-".to_string(),
         };
         println!(
-            "{:>6} {:>mw$} {:>12.1} {:>13} {:>10} {:>10} {:>14}",
+            "{:>6} {:>mw$} {:>12.1} {:>13} {:>13} {:>10} {:>10} {:>14}",
             r.tokens,
             shown(r),
             r.forward_us,
             opt(r.per_site_us, 2),
+            opt(r.per_site_vs_pdl_floor_us, 2),
             r.comm_share
                 .map_or("-".into(), |s| format!("{:.1}%", 100.0 * s)),
             r.ranks_identical
@@ -179,6 +211,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
                 "floor": "mode none: same graph, each site is one residual add + RMSNorm kernel, no communication",
                 "timing": "CUDA events per rank around iters back-to-back graph launches; median over reps; forward_us = max over ranks",
                 "per_site": "(forward_us - floor forward_us) / sites_per_forward",
+                "per_site_vs_pdl_floor": "for the -pdl modes: (forward_us - none-pdl forward_us) / sites_per_forward",
                 "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
             },
             "rows": rows,
@@ -200,6 +233,48 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(tokens: usize, mode: &str, us: f64) -> Row {
+        Row {
+            tokens,
+            mode: mode.into(),
+            kernel: None,
+            forward_us: us,
+            forward_us_per_rank: vec![us],
+            per_site_us: None,
+            per_site_vs_pdl_floor_us: None,
+            comm_share: None,
+            ranks_identical: None,
+            rel_diff_vs_nccl: None,
+            bitwise_equal_nccl: None,
+        }
+    }
+
+    /// Every mode is costed against `none` of its token count; the -pdl modes
+    /// also against `none-pdl`, and nothing else is.
+    #[test]
+    fn pdl_modes_are_also_costed_against_the_pdl_floor() {
+        let mut rows = vec![
+            row(1, "none", 1000.0),
+            row(1, "none-pdl", 990.0),
+            row(1, "one-shot", 1030.0),
+            row(1, "fused-pdl", 1010.0),
+            row(4, "none", 2000.0),
+            row(4, "fused-pdl", 2020.0),
+        ];
+        attach_floors(&mut rows, 10);
+        let get = |t, m: &str| rows.iter().find(|r| r.tokens == t && r.mode == m).unwrap();
+        assert_eq!(get(1, "one-shot").per_site_us, Some(3.0));
+        assert_eq!(get(1, "one-shot").per_site_vs_pdl_floor_us, None);
+        assert_eq!(get(1, "fused-pdl").per_site_us, Some(1.0));
+        assert_eq!(get(1, "fused-pdl").per_site_vs_pdl_floor_us, Some(2.0));
+        assert_eq!(get(1, "none-pdl").per_site_us, Some(-1.0));
+        assert_eq!(get(1, "none-pdl").per_site_vs_pdl_floor_us, None);
+        // No none-pdl row at 4 tokens: no second figure.
+        assert_eq!(get(4, "fused-pdl").per_site_us, Some(2.0));
+        assert_eq!(get(4, "fused-pdl").per_site_vs_pdl_floor_us, None);
+        assert!((get(1, "one-shot").comm_share.unwrap() - 30.0 / 1030.0).abs() < 1e-12);
+    }
 
     fn args(extra: &[&str]) -> ForwardBenchArgs {
         use clap::Parser;
