@@ -111,10 +111,11 @@ impl MemoryReport {
         }
     }
 
-    /// The report of one GPU rank's communicator.
-    pub fn gpu(lines: Vec<MemoryLine>, gpu: GpuAllocations) -> Self {
+    /// The report of one GPU rank's communicator; `what` names it (e.g. "the
+    /// CUDA communicator", "the host-path communicator").
+    pub fn gpu(what: &str, lines: Vec<MemoryLine>, gpu: GpuAllocations) -> Self {
         Self {
-            title: format!("GPU {} memory taken by the CUDA communicator", gpu.device),
+            title: format!("GPU {} memory taken by {what}", gpu.device),
             lines,
             gpu: Some(gpu),
         }
@@ -208,6 +209,7 @@ mod tests {
 
     fn gpu_report() -> MemoryReport {
         MemoryReport::gpu(
+            "the CUDA communicator",
             vec![
                 MemoryLine::device("receive slots (2 epochs)", 3 << 20),
                 MemoryLine::device("control words (epoch, abort)", 4096),

@@ -190,6 +190,7 @@ impl CudaCommunicator {
         let status = HostMapped::new(ctx.cu_ctx(), STATUS_BYTES)?;
 
         let report = MemoryReport::gpu(
+            "the CUDA communicator",
             vec![
                 MemoryLine::device("receive slots (2 epochs)", recv_bytes),
                 MemoryLine::device("control words (epoch, abort)", CTL_BYTES),

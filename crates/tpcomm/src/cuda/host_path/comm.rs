@@ -259,6 +259,7 @@ impl HostGpuCommunicator {
             STATUS_BYTES,
         ));
         let report = MemoryReport::gpu(
+            "the host-path communicator",
             items,
             GpuAllocations {
                 device: cfg.device,
