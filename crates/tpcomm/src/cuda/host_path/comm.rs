@@ -238,9 +238,15 @@ impl HostGpuCommunicator {
             // The memory lives on until the last mapping is gone.
             shm::unlink(&name);
             let (registered, segments) = made?;
+            // Their pages are the peers' own (counted in their reports):
+            // mapping and registering them takes no new memory here, so the
+            // line says how much is mapped but counts 0 bytes.
+            let mapped = ByteSize::from_usize((cfg.world - 1) * area_bytes);
             items.push(MemoryLine::pinned_host(
-                "peers' areas mapped and registered (their pages, no new memory)",
-                (cfg.world - 1) * area_bytes,
+                &format!(
+                    "peers' areas mapped and registered ({mapped} of their pages, no new memory)"
+                ),
+                0,
             ));
             Areas::Procs {
                 _registered: registered,
