@@ -6,10 +6,10 @@
 
 use super::comm::CudaCommunicator;
 use super::compile;
+use super::kernels::KernelArgs;
 use super::loader::{compile_and_load, per_device, PerDevice};
 use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
-use super::MAX_WORLD;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
@@ -20,30 +20,12 @@ use std::sync::Arc;
 /// helper in pdl.rs; every tpcomm kernel takes it).
 pub use super::pdl::Launch;
 
-/// Mirrors `struct Args` in allreduce.cu (and `KernelArgs` in comm.rs).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct BaseArgs {
-    input: u64,
-    output: u64,
-    nbytes: u64,
-    bufs: [u64; MAX_WORLD],
-    epoch_stride: u64,
-    slot_stride: u64,
-    shard_stride: u64,
-    ag_offset: u64,
-    ctl: u64,
-    status: u64,
-    timeout_ns: u64,
-    rank: u32,
-    world: u32,
-}
-
 /// Mirrors `struct FusedArgs` in fused.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct FusedArgs {
-    base: BaseArgs,
+    /// `struct Args` of allreduce.cu, which FusedArgs starts with.
+    base: KernelArgs,
     residual: u64,
     addend: u64,
     weight: u64,
@@ -262,7 +244,7 @@ impl CudaCommunicator {
         let p = self.protocol_parts();
         let k = fused_kernels(p.ctx)?;
         let args = FusedArgs {
-            base: BaseArgs {
+            base: KernelArgs {
                 input: partial,
                 output: 0,
                 nbytes: bytes as u64,
@@ -310,7 +292,7 @@ mod tests {
     #[test]
     fn fused_args_match_the_cuda_struct_size() {
         // struct Args (152 bytes), four pointers, two u32 and two floats.
-        assert_eq!(std::mem::size_of::<BaseArgs>(), 18 * 8 + 8);
+        assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
         assert_eq!(std::mem::size_of::<FusedArgs>(), 152 + 4 * 8 + 16);
     }
 

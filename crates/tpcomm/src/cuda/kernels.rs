@@ -14,7 +14,7 @@ const BLOCK: u32 = 512;
 
 /// The kernels' by-value argument: mirrors `struct Args` in allreduce.cu.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct KernelArgs {
     pub input: u64,
     pub output: u64,
