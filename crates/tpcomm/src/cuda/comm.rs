@@ -48,6 +48,28 @@ pub struct CudaConfig {
 }
 
 impl CudaConfig {
+    /// Checks what every transport needs (2 to MAX_WORLD ranks, a rank below
+    /// the world size, a buffer above 0 bytes) and returns the buffer size;
+    /// `transport` names the caller in the messages.
+    pub(crate) fn checked(&self, transport: &str) -> Result<usize> {
+        if !(2..=MAX_WORLD).contains(&self.world) {
+            return Err(Error::invalid(
+                "world size",
+                format!("{} ({transport} takes 2 to {MAX_WORLD} ranks)", self.world),
+            ));
+        }
+        if self.rank >= self.world {
+            return Err(Error::invalid(
+                "rank",
+                format!("{} is not below the world size {}", self.rank, self.world),
+            ));
+        }
+        if self.max_bytes.bytes() == 0 {
+            return Err(Error::invalid("max message size", "must be above 0"));
+        }
+        self.max_bytes.as_usize()
+    }
+
     pub fn new(rank: usize, world: usize, device: usize) -> Self {
         Self {
             rank,
@@ -146,25 +168,7 @@ impl CudaCommunicator {
     /// allocates every buffer it will ever use, and maps the peers' buffers.
     /// All ranks must call this with the same world, max size and rendezvous.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
-        if !(2..=MAX_WORLD).contains(&cfg.world) {
-            return Err(Error::invalid(
-                "world size",
-                format!(
-                    "{} (the CUDA transport takes 2 to {MAX_WORLD} ranks)",
-                    cfg.world
-                ),
-            ));
-        }
-        if cfg.rank >= cfg.world {
-            return Err(Error::invalid(
-                "rank",
-                format!("{} is not below the world size {}", cfg.rank, cfg.world),
-            ));
-        }
-        if cfg.max_bytes.bytes() == 0 {
-            return Err(Error::invalid("max message size", "must be above 0"));
-        }
-        let max_bytes = cfg.max_bytes.as_usize()?;
+        let max_bytes = cfg.checked("the CUDA transport")?;
         let ctx = open_context(cfg.device)?;
         let kernels = kernels_for(&ctx)?;
         let block = block_from_env(kernels.block)?;
@@ -452,5 +456,37 @@ mod wait_code_tests {
             let line = format!("#define {name} {code}u");
             assert!(all.contains(&line), "kernels lack {line:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    /// Bad shapes are refused before anything touches a GPU, naming the field
+    /// and the transport; a good one yields the buffer size.
+    #[test]
+    fn configs_are_checked_before_any_gpu_work() {
+        let ok = CudaConfig::new(1, 2, 1);
+        assert_eq!(ok.checked("x").unwrap(), ok.max_bytes.as_usize().unwrap());
+        let e = CudaConfig::new(0, 1, 0)
+            .checked("the CUDA transport")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("world size") && e.to_string().contains("the CUDA transport")
+        );
+        let e = CudaConfig::new(0, MAX_WORLD + 1, 0)
+            .checked("t")
+            .unwrap_err();
+        assert!(e.to_string().contains("world size"), "{e}");
+        let e = CudaConfig::new(2, 2, 0).checked("t").unwrap_err();
+        assert!(e.to_string().contains("rank"), "{e}");
+        let mut zero = CudaConfig::new(0, 2, 0);
+        zero.max_bytes = ByteSize::b(0);
+        assert!(zero
+            .checked("t")
+            .unwrap_err()
+            .to_string()
+            .contains("max message size"));
     }
 }

@@ -147,25 +147,7 @@ impl HostGpuCommunicator {
     /// allocates and pins its host area, and maps every peer's. All ranks call
     /// this with the same world, max size and rendezvous.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
-        if !(2..=MAX_WORLD).contains(&cfg.world) {
-            return Err(Error::invalid(
-                "world size",
-                format!(
-                    "{} (the host GPU transport takes 2 to {MAX_WORLD} ranks)",
-                    cfg.world
-                ),
-            ));
-        }
-        if cfg.rank >= cfg.world {
-            return Err(Error::invalid(
-                "rank",
-                format!("{} is not below the world size {}", cfg.rank, cfg.world),
-            ));
-        }
-        if cfg.max_bytes.bytes() == 0 {
-            return Err(Error::invalid("max message size", "must be above 0"));
-        }
-        let max_bytes = cfg.max_bytes.as_usize()?;
+        let max_bytes = cfg.checked("the host GPU transport")?;
         let ctx = open_context(cfg.device)?;
         let kernels = host_kernels_for(&ctx)?;
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
