@@ -4,6 +4,7 @@
 //! TPCOMM_GPU_TESTS=1 (one thread per GPU).
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
+use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};

@@ -8,7 +8,7 @@
 
 use super::host_path::GpuComm;
 use super::raw::{CUdeviceptr, CUstream};
-use super::{CudaConfig, Rendezvous, StreamAllReduce};
+use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -89,18 +89,17 @@ impl Communicator {
     pub fn nccl(&self) -> Option<&NcclComm> {
         self.nccl.as_ref()
     }
+}
 
-    /// All-reduces `count` elements from `input` into `output` (the same
-    /// pointer for in place) on `stream`, on tpcomm's kernels when they can
-    /// take the call and on NCCL otherwise; returns where it ran. Without the
-    /// NCCL fallback, a call the kernels cannot take is an error that says so.
-    ///
-    /// # Safety
-    /// As [`StreamAllReduce::all_reduce`]: `input` and `output`
-    /// are device pointers of this rank's GPU, valid for `count` elements of
-    /// `dtype` until the stream has run the call.
+/// On tpcomm's kernels when they can take the call and on NCCL otherwise;
+/// `Ran` says where it ran. Without the NCCL fallback, a call the kernels
+/// cannot take is an error that says so. An overlapped launch applies to
+/// tpcomm's kernels; NCCL calls launch as NCCL does.
+impl StreamAllReduce for Communicator {
+    type Ran = Route;
+
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
+    unsafe fn all_reduce_launched(
         &self,
         input: CUdeviceptr,
         output: CUdeviceptr,
@@ -109,6 +108,7 @@ impl Communicator {
         op: ReduceOp,
         algo: Algo,
         stream: CUstream,
+        how: Launch,
     ) -> Result<Route> {
         let bytes = (count as u64)
             .checked_mul(dtype.size() as u64)
@@ -119,7 +119,7 @@ impl Communicator {
                 // SAFETY: the caller's contract is passed on unchanged.
                 unsafe {
                     self.gpu
-                        .all_reduce(input, output, count, dtype, op, algo, stream)?
+                        .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)?
                 };
             }
             (_, Some(nccl)) => {
@@ -146,6 +146,8 @@ impl Communicator {
         Ok(route)
     }
 }
+
+impl Communicator {}
 
 /// Sets up an NCCL communicator on the ranks of `rendezvous`: rank 0 makes the
 /// unique id and every rank receives it there. A rank that cannot load NCCL
