@@ -38,6 +38,7 @@ if on m; then
   run probe 120 "$T" probe --json "$O/probe.json"
 fi
 if on t; then
+  run t-example 120 "$D/tp_allreduce"
   run t-p2p 400 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"
   run t-host 400 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
 fi

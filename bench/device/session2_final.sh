@@ -50,6 +50,7 @@ if on fw; then
     --modes none,none-pdl,nccl,one-shot,one-shot-pdl,two-shot,fused,fused-pdl --json "$O/forward-p2p.json"
 fi
 if on t; then
+  run t-example 120 "$D/tp_allreduce"
   run t-fallback 90 "${G[@]}" "$D/gpu_fallback" "${TT[@]}"
   run t-host 240 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
   run t-p2p 200 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"

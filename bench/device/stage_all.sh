@@ -2,6 +2,7 @@
 # Builds (release) everything bench/device/verify_all.sh runs on the device and
 # copies it, stripped, into DEST (default /work/main/.dev/all, emptied first):
 #   tpcomm                 the command (gpu-bench, forward-bench, tune)
+#   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
 #   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune
 #   nccl_gpu               test executables of crates/tpcomm
@@ -36,6 +37,7 @@ done
 
 echo "== build (release): tpcomm, libtpcomm_nccl.so"
 cargo build --release -p tpcomm-cli -p tpcomm-nccl
+cargo build --release -p tpcomm --example tp_allreduce
 
 # Prints "name<TAB>path" for each test executable cargo reports.
 test_exes() {
@@ -66,6 +68,7 @@ echo "== stage into $DEST"
 rm -rf "$DEST"
 mkdir -p "$DEST/dropin"
 cp target/release/tpcomm "$DEST/tpcomm"
+cp target/release/examples/tp_allreduce "$DEST/tp_allreduce"
 cp target/release/libtpcomm_nccl.so "$DEST/libtpcomm_nccl.so"
 missing=()
 for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}"; do
@@ -80,7 +83,7 @@ echo "$ROOT/target/release/tpcomm" > "$DEST/gpu_forward.tpcomm-path"
 grep -qF "$ROOT/target/release/tpcomm" "$DEST/gpu_forward" ||
   echo "stage_all: warning: $ROOT/target/release/tpcomm not found in gpu_forward; its test may not find tpcomm" >&2
 
-strip "$DEST/tpcomm" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
+strip "$DEST/tpcomm" "$DEST/tp_allreduce" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
 # Keep the dynamic symbol table: it is the NCCL API the drop-in exports.
 strip --strip-unneeded "$DEST/libtpcomm_nccl.so"
 nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
