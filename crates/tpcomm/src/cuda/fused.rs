@@ -7,7 +7,7 @@
 use super::comm::CudaCommunicator;
 use super::compile;
 use super::kernels::KernelArgs;
-use super::loader::{compile_and_load, per_device, PerDevice};
+use super::loader::{compile_and_load, per_device, per_type, PerDevice};
 use super::pdl;
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use crate::dtype::DType;
@@ -58,16 +58,8 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
         let l = compile_and_load(ctx, compile::FUSED_SRC, "fused.cu", "the fused kernels")?;
         let f = |n: &str| l.module.function(n);
         Ok(FusedKernels {
-            fused: [
-                f("tpcomm_fused_rmsnorm_f32")?,
-                f("tpcomm_fused_rmsnorm_f16")?,
-                f("tpcomm_fused_rmsnorm_bf16")?,
-            ],
-            add_rmsnorm: [
-                f("tpcomm_add_rmsnorm_f32")?,
-                f("tpcomm_add_rmsnorm_f16")?,
-                f("tpcomm_add_rmsnorm_bf16")?,
-            ],
+            fused: per_type(&l.module, "tpcomm_fused_rmsnorm")?,
+            add_rmsnorm: per_type(&l.module, "tpcomm_add_rmsnorm")?,
             silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
             fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
             arch_major: l.arch.0,

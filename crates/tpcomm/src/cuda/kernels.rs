@@ -1,7 +1,7 @@
 //! The compiled kernels of a device and their by-value argument.
 
 use super::compile;
-use super::loader::{common_block, compile_and_load, per_device, PerDevice};
+use super::loader::{common_block, compile_and_load, per_device, per_type, PerDevice};
 use super::raw::{Function, Module};
 use super::MAX_WORLD;
 use crate::error::Result;
@@ -54,22 +54,9 @@ pub(super) fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
     static CACHE: PerDevice<Kernels> = PerDevice::new();
     per_device(&CACHE, ctx, || {
         let l = compile_and_load(ctx, compile::ALLREDUCE_SRC, "allreduce.cu", "the kernels")?;
-        let f = |n: &str| l.module.function(n);
-        let oneshot = [
-            f("tpcomm_oneshot_f32")?,
-            f("tpcomm_oneshot_f16")?,
-            f("tpcomm_oneshot_bf16")?,
-        ];
-        let oneshot_small = [
-            f("tpcomm_oneshot_small_f32")?,
-            f("tpcomm_oneshot_small_f16")?,
-            f("tpcomm_oneshot_small_bf16")?,
-        ];
-        let twoshot = [
-            f("tpcomm_twoshot_f32")?,
-            f("tpcomm_twoshot_f16")?,
-            f("tpcomm_twoshot_bf16")?,
-        ];
+        let oneshot = per_type(&l.module, "tpcomm_oneshot")?;
+        let oneshot_small = per_type(&l.module, "tpcomm_oneshot_small")?;
+        let twoshot = per_type(&l.module, "tpcomm_twoshot")?;
         let block = common_block(
             oneshot.iter().chain(&oneshot_small).chain(&twoshot),
             BLOCK,

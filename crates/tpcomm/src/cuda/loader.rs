@@ -91,6 +91,13 @@ pub(crate) fn common_block<'a>(
 }
 
 /// Index of `d` in a family's per-type kernel arrays ([f32, f16, bf16]).
+/// A family's kernel for each element type, `{base}_f32`, `{base}_f16`,
+/// `{base}_bf16`, in [`dtype_index`] order.
+pub(crate) fn per_type(module: &Module, base: &str) -> Result<[Function; 3]> {
+    let f = |t: &str| module.function(&format!("{base}_{t}"));
+    Ok([f("f32")?, f("f16")?, f("bf16")?])
+}
+
 pub(crate) fn dtype_index(d: DType) -> usize {
     match d {
         DType::F32 => 0,

@@ -1,7 +1,7 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
 use super::super::compile::HOST_ALLREDUCE_SRC;
-use super::super::loader::{common_block, compile_and_load, per_device, PerDevice};
+use super::super::loader::{common_block, compile_and_load, per_device, per_type, PerDevice};
 use super::super::raw::{Function, Module};
 use super::super::MAX_WORLD;
 use crate::error::Result;
@@ -57,17 +57,8 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             "host_allreduce.cu",
             "the host-path kernels",
         )?;
-        let f = |n: &str| l.module.function(n);
-        let ll = [
-            f("tpcomm_host_ll_f32")?,
-            f("tpcomm_host_ll_f16")?,
-            f("tpcomm_host_ll_bf16")?,
-        ];
-        let chunked = [
-            f("tpcomm_host_chunked_f32")?,
-            f("tpcomm_host_chunked_f16")?,
-            f("tpcomm_host_chunked_bf16")?,
-        ];
+        let ll = per_type(&l.module, "tpcomm_host_ll")?;
+        let chunked = per_type(&l.module, "tpcomm_host_chunked")?;
         let block = common_block(
             ll.iter().chain(&chunked),
             BLOCK,
