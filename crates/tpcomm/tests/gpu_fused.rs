@@ -12,7 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use tpcomm::cuda::fused::{add_rmsnorm, Launch};
+use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::Launch;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::{element, random_bytes, Rng};

@@ -8,17 +8,13 @@ use super::comm::CudaCommunicator;
 use super::compile;
 use super::kernels::KernelArgs;
 use super::loader::{compile_and_load, per_device, per_type, PerDevice};
-use super::pdl;
+use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// How the fused-family kernels are launched (defined with the launch
-/// helper in pdl.rs; every tpcomm kernel takes it).
-pub use super::pdl::Launch;
 
 /// Mirrors `struct FusedArgs` in fused.cu.
 #[repr(C)]

@@ -16,7 +16,8 @@ mod ffi;
 
 pub use ffi::ensure_cublas;
 
-use super::fused::{add_rmsnorm, fused_kernels, FusedKernels, Launch};
+use super::fused::{add_rmsnorm, fused_kernels, FusedKernels};
+use super::pdl::Launch;
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
