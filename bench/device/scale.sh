@@ -11,25 +11,12 @@
 #                   forward bench over P2P and over host memory
 # Everything but log.txt lands in $OUT/outputs.tgz (a call returns 8 files).
 #   bash .dev/all/scale.sh
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export TPCOMM_CACHE_DIR=/tmp/tpcomm-cache
-D=${D:-.dev/all}
-T=$D/tpcomm
 O=${OUT:-/tmp/scale-out}
-mkdir -p "$O"
 STEPS=${STEPS:-m,t,p,h}
+# shellcheck source=bench/device/common.sh
+source "$(dirname "$0")/common.sh"
 N=$(nvidia-smi -L 2>/dev/null | wc -l)
 TAG=h200x$N
-on() { [[ ",$STEPS," == *",$1,"* ]]; }
-run() { # name limit cmd...
-  local n=$1 l=$2; shift 2
-  echo "== $n ($(date -u +%T)): $*" | tee -a "$O/log.txt"
-  timeout "$l" "$@" > "$O/$n.txt" 2>&1
-  echo "   rc=$?" | tee -a "$O/log.txt"
-  grep -E "test result|total wrong|FAILED|panicked|error" "$O/$n.txt" | tail -6 | tee -a "$O/log.txt"
-}
 G=(env TPCOMM_GPU_TESTS=1)
 TT=(--test-threads=1 --nocapture)
 echo "== $TAG, STEPS=$STEPS" | tee -a "$O/log.txt"
@@ -78,6 +65,4 @@ if on f; then
   run forward-host 300 env NCCL_P2P_DISABLE=1 "$T" bench forward --transport host --tokens 1,4,8,16 \
     --json "$O/forward-host.json"
 fi
-echo "== done $(date -u +%T)" | tee -a "$O/log.txt"
-tar czf /tmp/scale-outputs.tgz -C "$O" --exclude log.txt . && \
-  find "$O" -maxdepth 1 -type f ! -name log.txt -delete && mv /tmp/scale-outputs.tgz "$O/outputs.tgz"
+pack

@@ -11,24 +11,10 @@
 # Binaries from D (bench/device/stage_all.sh fills .dev/all; copy this script
 # there too). Outputs to $OUT/<step>.txt|json.
 #   bash .dev/all/session2_final.sh
-set -u -o pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export TPCOMM_CACHE_DIR=/tmp/tpcomm-cache
-D=${D:-.dev/all}
-T=$D/tpcomm
 O=${OUT:-/tmp/final-out}
-mkdir -p "$O"
 STEPS=${STEPS:-t,e,p,a,h}
-on() { [[ ",$STEPS," == *",$1,"* ]]; }
-run() { # name limit cmd...
-  local n=$1 l=$2; shift 2
-  echo "== $n ($(date -u +%T)): $*" | tee -a "$O/log.txt"
-  timeout "$l" "$@" > "$O/$n.txt" 2>&1
-  local rc=$?
-  echo "   rc=$rc" | tee -a "$O/log.txt"
-  grep -E "test result|wrong|^test .* \.\.\. |FAILED|panicked|error" "$O/$n.txt" | tail -12 | tee -a "$O/log.txt"
-}
+# shellcheck source=bench/device/common.sh
+source "$(dirname "$0")/common.sh"
 G=(env TPCOMM_GPU_TESTS=1)
 TT=(--test-threads=1 --nocapture)
 # gpu_forward runs the tpcomm whose absolute path was compiled in
@@ -88,7 +74,4 @@ if on h; then
   run anchor-nop2p 150 env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
 fi
-echo "== done $(date -u +%T)" | tee -a "$O/log.txt"
-# At most 8 files come back: everything but the log goes into one archive.
-tar czf /tmp/session2-outputs.tgz -C "$O" --exclude log.txt . && \
-  find "$O" -maxdepth 1 -type f ! -name log.txt -delete && mv /tmp/session2-outputs.tgz "$O/outputs.tgz"
+pack
