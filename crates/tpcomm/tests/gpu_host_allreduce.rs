@@ -11,7 +11,7 @@ use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::host_path::layout::HostLayout;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
-use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
+use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
@@ -231,55 +231,155 @@ fn check_batch(
     (wrong, calls.len())
 }
 
+/// Creates the ranks with TPCOMM_HOST_SMALL set to `small` (the one-pass
+/// kernel; read at creation), then unset. Tests run one at a time
+/// (--test-threads=1), so nothing else reads the environment meanwhile.
+fn make_ranks_with(
+    small: &str,
+    world: usize,
+    max: ByteSize,
+    arena: usize,
+    timeout: Duration,
+) -> Vec<Rank> {
+    std::env::set_var("TPCOMM_HOST_SMALL", small);
+    let ranks = make_ranks(world, max, arena, timeout);
+    std::env::remove_var("TPCOMM_HOST_SMALL");
+    ranks
+}
+
 #[test]
 fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     let Some(world) = gpu_world() else { return };
     let max = ByteSize::mib(8);
-    let mut ranks = make_ranks(world, max, 64 << 20, Duration::from_secs(10));
-    let mut rng = Rng::new(42);
     let mut total = 0;
-    for graph in [false, true] {
-        for dtype in DType::ALL {
-            let max_count = max.bytes() as usize / dtype.size();
-            let counts = [
-                1,
-                2,
-                3,
-                7,
-                8,
-                9,
-                15,
-                16,
-                17,
-                31,
-                33,
-                255,
-                256,
-                1000,
-                4097,
-                65_536 + 3,
-                500_000,
-                max_count,
-            ];
-            let mut spec = Vec::new();
-            for &count in &counts {
-                // OneShot: LL words (chunked above 1 MiB), TwoShot: chunked.
-                for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
-                    for in_place in [false, true] {
-                        spec.push((dtype, count, algo, in_place));
+    // OneShot and Auto run the one-pass kernel (push, or LL words) up to
+    // 1 MiB, chunks above; TwoShot runs chunks.
+    for small in ["push", "ll"] {
+        let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
+        let mut rng = Rng::new(42);
+        for graph in [false, true] {
+            for dtype in DType::ALL {
+                let max_count = max.bytes() as usize / dtype.size();
+                let counts = [
+                    1,
+                    2,
+                    3,
+                    7,
+                    8,
+                    9,
+                    15,
+                    16,
+                    17,
+                    31,
+                    33,
+                    255,
+                    256,
+                    1000,
+                    4097,
+                    65_536 + 3,
+                    500_000,
+                    max_count,
+                ];
+                let mut spec = Vec::new();
+                for &count in &counts {
+                    // OneShot: LL words (chunked above 1 MiB), TwoShot: chunked.
+                    for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
+                        for in_place in [false, true] {
+                            spec.push((dtype, count, algo, in_place));
+                        }
                     }
                 }
-            }
-            for chunk in spec.chunks(6) {
-                let (wrong, n) = check_batch(&mut ranks, chunk, graph, &mut rng);
-                assert_eq!(wrong, 0, "{dtype} graph={graph}");
-                total += n;
+                for chunk in spec.chunks(6) {
+                    let (wrong, n) = check_batch(&mut ranks, chunk, graph, &mut rng);
+                    assert_eq!(wrong, 0, "{dtype} graph={graph} one-pass kernel {small}");
+                    total += n;
+                }
             }
         }
     }
     eprintln!(
-        "host path: checked {total} calls on {world} GPUs: 0 wrong, bit-identical across ranks"
+        "host path: checked {total} calls (push and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
     );
+}
+
+/// The push kernel's sentinel is the all-ones element (a NaN in every type):
+/// such an input element must arrive as a NaN, not hang the call, and leave
+/// every other element right and the next calls unaffected.
+#[test]
+fn gpu_host_push_carries_all_ones_elements_as_nan() {
+    let Some(world) = gpu_world() else { return };
+    let mut ranks = make_ranks_with(
+        "push",
+        world,
+        ByteSize::mib(1),
+        8 << 20,
+        Duration::from_secs(10),
+    );
+    let mut rng = Rng::new(11);
+    for graph in [false, true] {
+        for dtype in DType::ALL {
+            let count = 4097;
+            let size = dtype.size();
+            let mut inputs: Vec<Vec<u8>> = (0..world)
+                .map(|_| random_bytes(dtype, count, &mut rng))
+                .collect();
+            // Rank 0 sends all-ones at every 7th element, the last rank at
+            // every 11th (both at 77, 154, ...).
+            let poisoned =
+                |r: usize, i: usize| (r == 0 && i % 7 == 0) || (r == world - 1 && i % 11 == 0);
+            for (r, input) in inputs.iter_mut().enumerate() {
+                for i in (0..count).filter(|&i| poisoned(r, i)) {
+                    input[i * size..(i + 1) * size].fill(0xff);
+                }
+            }
+            let nan_at = |i: usize| (0..world).any(|r| poisoned(r, i));
+            let calls = [Call {
+                dtype,
+                count,
+                algo: Algo::OneShot,
+                in_place: false,
+                offset: 0,
+            }];
+            let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
+                .into_iter()
+                .map(|r| r.expect("all-reduce with all-ones elements"))
+                .collect();
+            let first = results[0].1[..count * size].to_vec();
+            for (r, res) in results.iter().enumerate() {
+                assert_eq!(
+                    &res.1[..count * size],
+                    &first[..],
+                    "rank {r} differs from rank 0"
+                );
+            }
+            // NaN where an input was all-ones; elsewhere the float64 sum.
+            let mut masked_out = first.clone();
+            let mut masked_in = inputs.clone();
+            for i in (0..count).filter(|&i| nan_at(i)) {
+                assert!(
+                    element(dtype, &first, i).is_nan(),
+                    "{dtype} element {i}: {} instead of NaN (graph {graph})",
+                    element(dtype, &first, i)
+                );
+                masked_out[i * size..(i + 1) * size].fill(0);
+                for m in masked_in.iter_mut() {
+                    m[i * size..(i + 1) * size].fill(0);
+                }
+            }
+            let ins: Vec<&[u8]> = masked_in.iter().map(|v| &v[..]).collect();
+            let wrong = count_wrong(dtype, &masked_out, &reference(dtype, &ins, count), world);
+            assert_eq!(wrong, 0, "{dtype} graph={graph}: other elements wrong");
+            // The slots are empty again: ordinary calls after it are right.
+            let spec: Vec<_> = (0..4)
+                .map(|k| (dtype, 1000 + k, Algo::OneShot, k % 2 == 0))
+                .collect();
+            let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
+            assert_eq!(
+                wrong, 0,
+                "{dtype} graph={graph}: calls after the all-ones one"
+            );
+        }
+    }
 }
 
 #[test]
@@ -397,7 +497,7 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
             })
         })
         .collect();
-    let area = HostLayout::new(max.bytes() as usize).area_bytes(4096);
+    let area = HostLayout::new(max.bytes() as usize, world).area_bytes(4096);
     for h in hs {
         let (rep, drop) = h.join().unwrap();
         let host = rep.total_in(Place::PinnedHost).unwrap().bytes();

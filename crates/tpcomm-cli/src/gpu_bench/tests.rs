@@ -256,10 +256,12 @@ fn bench_rows_map_to_the_candidates_of_their_transport() {
         row_candidate("cuda", "two-shot"),
         Some(Candidate::cuda(Algo::TwoShot))
     );
-    assert_eq!(
-        row_candidate("host", "host-ll"),
-        Some(Candidate::host(Algo::OneShot))
-    );
+    for one_pass in ["host-push", "host-ll"] {
+        assert_eq!(
+            row_candidate("host", one_pass),
+            Some(Candidate::host(Algo::OneShot))
+        );
+    }
     assert_eq!(
         row_candidate("host", "host-chunked"),
         Some(Candidate::host(Algo::TwoShot))

@@ -1,7 +1,9 @@
 //! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
 
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX};
+use super::layout::{
+    chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX, PUSH_BUFFERS,
+};
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::loader::check_call;
@@ -21,6 +23,7 @@ use std::time::Duration;
 // Status codes the kernels write (HG_WAIT_* in host_allreduce.cu).
 const WAIT_LL: u32 = 4;
 const WAIT_CHUNK: u32 = 5;
+const WAIT_PUSH: u32 = 6;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
 const PAGE: usize = 4096;
@@ -28,6 +31,9 @@ const PAGE: usize = 4096;
 /// The kernel a host-path all-reduce runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostAlgo {
+    /// Plain data pushed into every peer's receive slots, which hold a
+    /// sentinel until it lands: one pass, the message's bytes.
+    Push,
     /// Data beside the epoch in every 8-byte word: one pass, twice the bytes.
     Ll,
     /// Plain data in chunks with a flag each, producer and consumer blocks.
@@ -37,24 +43,55 @@ pub enum HostAlgo {
 impl HostAlgo {
     pub fn name(self) -> &'static str {
         match self {
+            HostAlgo::Push => "host-push",
             HostAlgo::Ll => "host-ll",
             HostAlgo::Chunked => "host-chunked",
         }
     }
 }
 
-/// `OneShot` asks for LL words, `TwoShot` for chunks, `Auto` for LL up to
-/// `AUTO_LL_MAX`; LL is never used above `ll_cap` (its words would not fit).
-pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize) -> HostAlgo {
-    let ll_max = match algo {
+/// Which one-pass kernel `OneShot` (and `Auto` for small messages) runs:
+/// push unless TPCOMM_HOST_SMALL says `ll` (kept for measuring one against
+/// the other on a machine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SmallKernel {
+    #[default]
+    Push,
+    Ll,
+}
+
+impl SmallKernel {
+    /// Reads TPCOMM_HOST_SMALL (`push` or `ll`; unset or empty: push).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("TPCOMM_HOST_SMALL") {
+            Err(_) => Ok(Self::Push),
+            Ok(v) => match v.trim() {
+                "" | "push" => Ok(Self::Push),
+                "ll" => Ok(Self::Ll),
+                other => Err(Error::invalid(
+                    "TPCOMM_HOST_SMALL",
+                    format!("{other:?} (expected push or ll, or unset it)"),
+                )),
+            },
+        }
+    }
+}
+
+/// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
+/// `Auto` for the one-pass kernel up to `AUTO_LL_MAX`; neither one-pass
+/// kernel is used above `ll_cap` (the slots and words are that big).
+pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize, small: SmallKernel) -> HostAlgo {
+    let one_pass_max = match algo {
         Algo::OneShot => ll_cap,
         Algo::TwoShot => 0,
         Algo::Auto => AUTO_LL_MAX.min(ll_cap),
     };
-    if bytes <= ll_max {
+    if bytes > one_pass_max {
+        HostAlgo::Chunked
+    } else if small == SmallKernel::Ll {
         HostAlgo::Ll
     } else {
-        HostAlgo::Chunked
+        HostAlgo::Push
     }
 }
 
@@ -108,6 +145,8 @@ pub struct HostGpuCommunicator {
     sms: usize,
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
+    /// The one-pass kernel for small messages (environment, read at creation).
+    small: SmallKernel,
     ctl: DeviceAlloc,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
@@ -152,7 +191,8 @@ impl HostGpuCommunicator {
         let kernels = host_kernels_for(&ctx)?;
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
         let shape = HostChunkShape::from_env()?;
-        let layout = HostLayout::new(max_bytes);
+        let small = SmallKernel::from_env()?;
+        let layout = HostLayout::new(max_bytes, cfg.world);
         let area_bytes = layout.area_bytes(PAGE);
 
         // The control words get a whole allocation granule of their own: a
@@ -167,7 +207,7 @@ impl HostGpuCommunicator {
         let threads = matches!(rendezvous, Rendezvous::Threads(_));
         let mut areas = [0u64; MAX_WORLD];
         let mut items = vec![MemoryLine::pinned_host(
-            "own host area, 2 halves (pinned, mapped)",
+            "own host area: 2 halves and 3 push buffers (pinned, mapped)",
             area_bytes,
         )];
         let own = if threads {
@@ -235,6 +275,20 @@ impl HostGpuCommunicator {
                 _segments: segments,
             }
         };
+        // Push slots start empty: the sentinel (all-ones bytes) in all three
+        // buffers of this rank's area, before any peer may write there.
+        let push_all = PUSH_BUFFERS * layout.push_bytes;
+        // SAFETY: the push buffers lie inside this rank's area (HostLayout),
+        // mapped above; no kernel uses it yet, as no rank launches before
+        // the exchange below.
+        unsafe {
+            raw::fill_mapped(
+                ctx.cu_ctx(),
+                areas[cfg.rank] + layout.push_offset as u64,
+                push_all,
+                0xff,
+            )?
+        };
         // No rank launches before every rank has mapped every area.
         rendezvous.exchange("host-gpu-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
@@ -266,6 +320,7 @@ impl HostGpuCommunicator {
             kernels,
             sms,
             shape,
+            small,
             ctl,
             status,
             areas,
@@ -376,7 +431,7 @@ impl HostGpuCommunicator {
     /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
-        resolve(algo, bytes, self.layout.ll_cap)
+        resolve(algo, bytes, self.layout.ll_cap, self.small)
     }
 }
 
@@ -423,12 +478,22 @@ impl StreamAllReduce for HostGpuCommunicator {
             ctl: self.ctl.ptr(),
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            push_offset: self.layout.push_offset as u64,
+            slot_bytes: self.layout.ll_cap as u64,
             rank: self.rank as u32,
             world: self.world as u32,
             producers: 0,
             pad: 0,
         };
         let (f, grid) = match which {
+            HostAlgo::Push => {
+                // As LL: one vector per thread, no idle warps.
+                block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
+                (
+                    self.kernels.push[d],
+                    ll_blocks(bytes, block as usize, self.sms),
+                )
+            }
             HostAlgo::Ll => {
                 // A small message gets one vector per thread and no idle warps.
                 block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
@@ -490,6 +555,7 @@ impl HostGpuCommunicator {
         let what = match code {
             WAIT_LL => "host-path LL words",
             WAIT_CHUNK => "host-path chunk flag",
+            WAIT_PUSH => "host-path push slot",
             _ => "host-path data",
         };
         Err(Error::PeerTimeout {
@@ -507,16 +573,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_takes_ll_words_for_small_messages_and_chunks_above() {
+    fn auto_takes_the_one_pass_kernel_for_small_messages_and_chunks_above() {
         let cap = 1 << 20;
-        assert_eq!(resolve(Algo::Auto, 1024, cap), HostAlgo::Ll);
-        assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX, cap), HostAlgo::Ll);
-        assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX + 2, cap), HostAlgo::Chunked);
-        assert_eq!(resolve(Algo::OneShot, cap, cap), HostAlgo::Ll);
-        // LL words for a message above the cap would not fit the area.
-        assert_eq!(resolve(Algo::OneShot, cap + 2, cap), HostAlgo::Chunked);
-        assert_eq!(resolve(Algo::TwoShot, 16, cap), HostAlgo::Chunked);
-        // A small communicator's cap bounds Auto too.
-        assert_eq!(resolve(Algo::Auto, 4096, 2048), HostAlgo::Chunked);
+        for (small, one) in [
+            (SmallKernel::Push, HostAlgo::Push),
+            (SmallKernel::Ll, HostAlgo::Ll),
+        ] {
+            assert_eq!(resolve(Algo::Auto, 1024, cap, small), one);
+            assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX, cap, small), one);
+            assert_eq!(
+                resolve(Algo::Auto, AUTO_LL_MAX + 2, cap, small),
+                HostAlgo::Chunked
+            );
+            assert_eq!(resolve(Algo::OneShot, cap, cap, small), one);
+            // Above the cap the slots and words would not fit the area.
+            assert_eq!(
+                resolve(Algo::OneShot, cap + 2, cap, small),
+                HostAlgo::Chunked
+            );
+            assert_eq!(resolve(Algo::TwoShot, 16, cap, small), HostAlgo::Chunked);
+            // A small communicator's cap bounds Auto too.
+            assert_eq!(resolve(Algo::Auto, 4096, 2048, small), HostAlgo::Chunked);
+        }
     }
 }

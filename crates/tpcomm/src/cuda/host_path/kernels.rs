@@ -26,6 +26,8 @@ pub(super) struct HostKernelArgs {
     pub ctl: u64,
     pub status: u64,
     pub timeout_ns: u64,
+    pub push_offset: u64,
+    pub slot_bytes: u64,
     pub rank: u32,
     pub world: u32,
     pub producers: u32,
@@ -33,6 +35,7 @@ pub(super) struct HostKernelArgs {
 }
 
 pub(super) struct HostKernels {
+    pub push: [Function; 3],
     pub ll: [Function; 3],
     pub chunked: [Function; 3],
     pub block: u32,
@@ -57,15 +60,17 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             "host_allreduce.cu",
             "the host-path kernels",
         )?;
+        let push = per_type(&l.module, "tpcomm_host_push")?;
         let ll = per_type(&l.module, "tpcomm_host_ll")?;
         let chunked = per_type(&l.module, "tpcomm_host_chunked")?;
         let block = common_block(
-            ll.iter().chain(&chunked),
+            push.iter().chain(&ll).chain(&chunked),
             BLOCK,
             "the host-path kernels",
             l.arch,
         )?;
         Ok(HostKernels {
+            push,
             ll,
             chunked,
             block,
@@ -84,8 +89,8 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 18 u64 words and four u32: the size `struct HArgs` has.
-        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 18 * 8 + 16);
+        // 20 u64 words and four u32: the size `struct HArgs` has.
+        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 20 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }
 }

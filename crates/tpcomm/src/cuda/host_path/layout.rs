@@ -13,13 +13,17 @@ pub const AUTO_LL_MAX: usize = 1 << 20;
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
 
+/// Buffers the push kernel rotates through (host_allreduce.cu says why three).
+pub const PUSH_BUFFERS: usize = 3;
+
 fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
 /// Byte layout of one rank's host area (identical on every rank). Two halves,
 /// picked by the epoch's parity, each holding the LL words, the chunked data
-/// and one 32-bit flag per chunk.
+/// and one 32-bit flag per chunk; after them the push kernel's three
+/// buffers, each with one receive slot per peer (written by that peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLayout {
     /// Largest message the LL kernel takes (bytes of data, not of words).
@@ -28,11 +32,16 @@ pub struct HostLayout {
     pub flag_offset: usize,
     /// Flags per half: enough for the largest message in the smallest chunks.
     pub max_chunks: usize,
+    /// First push buffer (after both halves); slot k (k < world - 1) of
+    /// buffer b starts at `push_offset + b * push_bytes + k * ll_cap`.
+    pub push_offset: usize,
+    /// Bytes of one push buffer (all its slots).
+    pub push_bytes: usize,
     pub half_stride: usize,
 }
 
 impl HostLayout {
-    pub fn new(max_bytes: usize) -> Self {
+    pub fn new(max_bytes: usize, world: usize) -> Self {
         // Whole groups of 32 vectors: the kernel interleaves the LL halves per group.
         let ll_cap = round_up(max_bytes.min(LL_CAP), 512);
         let data_offset = 2 * ll_cap;
@@ -40,18 +49,26 @@ impl HostLayout {
         let flag_offset = data_offset + data_bytes;
         let max_chunks = max_bytes.div_ceil(MIN_CHUNK).max(1);
         let half_stride = round_up(flag_offset + 4 * max_chunks, 4096);
+        // Push slots carry plain data, as many bytes as the LL cap.
+        let push_offset = 2 * half_stride;
+        let push_bytes = world.saturating_sub(1).max(1) * ll_cap;
         Self {
             ll_cap,
             data_offset,
             flag_offset,
             max_chunks,
+            push_offset,
+            push_bytes,
             half_stride,
         }
     }
     /// Bytes of one rank's area, rounded to whole pages (it is registered with
     /// the driver, which pins whole pages).
     pub fn area_bytes(&self, page: usize) -> usize {
-        round_up(2 * self.half_stride, page.max(1))
+        round_up(
+            self.push_offset + PUSH_BUFFERS * self.push_bytes,
+            page.max(1),
+        )
     }
 }
 
@@ -187,21 +204,28 @@ mod tests {
             (1 << 20) + 2,
             64 << 20,
         ] {
-            let l = HostLayout::new(max);
-            assert!(l.ll_cap >= max.min(LL_CAP));
-            assert!(l.ll_cap.is_multiple_of(512));
-            // LL words: 2 bytes of area per byte of data.
-            assert!(2 * l.ll_cap <= l.data_offset);
-            assert!(l.data_offset + max <= l.flag_offset);
-            assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
-            assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
-            assert!(l.half_stride.is_multiple_of(4096));
-            let area = l.area_bytes(4096);
-            assert!(area >= 2 * l.half_stride && area.is_multiple_of(4096));
-            // Every chunk plan for a message up to max stays within the flags.
-            for sms in [2usize, 8, 132] {
-                let p = chunk_plan(max, 2, sms);
-                assert!(p.chunks <= l.max_chunks, "max {max} sms {sms}: {p:?}");
+            for world in 2..=8 {
+                let l = HostLayout::new(max, world);
+                assert!(l.ll_cap >= max.min(LL_CAP));
+                assert!(l.ll_cap.is_multiple_of(512));
+                // LL words: 2 bytes of area per byte of data.
+                assert!(2 * l.ll_cap <= l.data_offset);
+                assert!(l.data_offset + max <= l.flag_offset);
+                assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
+                assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
+                assert!(l.half_stride.is_multiple_of(4096));
+                // Three push buffers after the halves, one slot per peer
+                // each, each slot as big as the LL cap.
+                assert_eq!(l.push_offset, 2 * l.half_stride);
+                assert_eq!(l.push_bytes, (world - 1) * l.ll_cap);
+                let area = l.area_bytes(4096);
+                assert!(area >= l.push_offset + PUSH_BUFFERS * l.push_bytes);
+                assert!(area.is_multiple_of(4096));
+                // Every chunk plan for a message up to max stays within the flags.
+                for sms in [2usize, 8, 132] {
+                    let p = chunk_plan(max, 2, sms);
+                    assert!(p.chunks <= l.max_chunks, "max {max} sms {sms}: {p:?}");
+                }
             }
         }
     }
@@ -265,7 +289,7 @@ mod tests {
             producers: Some(1000),
             consumers: Some(1000),
         };
-        let l = HostLayout::new(1 << 20);
+        let l = HostLayout::new(1 << 20, 2);
         let p = chunk_plan_with(1 << 20, 2, 132, &wild);
         assert_eq!(p.chunk_bytes, MIN_CHUNK);
         assert!(p.chunks <= l.max_chunks);

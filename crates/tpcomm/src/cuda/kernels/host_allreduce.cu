@@ -6,7 +6,15 @@
 // peer), then reads the peers' contributions and sums all of them in rank
 // order, so every rank gets bit-identical results.
 //
-// Two kernels:
+// Three kernels:
+// - push (small messages): a rank writes its contribution into a receive
+//   slot of every peer's area; slots hold the sentinel (all-ones bytes, a NaN
+//   in every element type) until data lands, senders turn an all-ones element
+//   into another NaN, and a reader waits until no element of a vector is the
+//   sentinel. Plain data: half the bytes of ll over PCIe in each direction.
+//   Slots rotate through three buffers, one per push call; a call puts the
+//   sentinel back into the previous push call's buffer while its own data is
+//   in flight, so no write to host memory is left at the kernel's end.
 // - ll (small messages): every 8-byte word of the area carries 4 bytes of
 //   data beside the low 32 bits of the call's epoch, written and read as
 //   16-byte vectors. A reader waits until both epochs of a vector match, so
@@ -38,6 +46,7 @@
 #define HG_BLOCK 512
 #define HG_WAIT_LL 4u
 #define HG_WAIT_CHUNK 5u
+#define HG_WAIT_PUSH 6u
 #define HG_EPOCH_SHIFT 20
 #define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
@@ -56,6 +65,8 @@ struct HArgs {
     u64 ctl;                  // device memory: HCtl
     u64 status;               // host-mapped: Status
     u64 timeout_ns;
+    u64 push_offset;          // first push buffer (three, after the halves)
+    u64 slot_bytes;           // bytes of one push slot (multiple of 16)
     u32 rank;
     u32 world;
     u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
@@ -67,6 +78,9 @@ struct HCtl {
     u64 arrivals;
     u32 abort;
     u32 pad;
+    // The latest push call: its buffer (0-2) in the high 32 bits, its vectors
+    // (still to be reset to the sentinel) in the low 32 bits.
+    u64 push_last;
 };
 
 __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
@@ -92,8 +106,43 @@ __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
 // instruction sequences on sm_100 and sm_120, so each family keeps the form
 // it was verified with.
 
+// The push kernel's sentinel is all-ones bytes: a NaN in f32, f16 and bf16
+// alike, so slots reset by a call of one type are empty for every type.
+// `clean` turns an all-ones element into another NaN (sign bit cleared), so
+// sent data never looks like the sentinel; sums keep their values (a NaN
+// stays a NaN). `arrived`: no element of the vector is the sentinel.
+__device__ __forceinline__ u32 clean16(u32 w) {
+    u32 flip = ((w & 0xffffu) == 0xffffu ? 0x8000u : 0u) | ((w >> 16) == 0xffffu ? 0x80000000u : 0u);
+    return w ^ flip;
+}
+__device__ __forceinline__ bool has16(u32 w) {
+    return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
+}
+__device__ __forceinline__ V16 clean_lanes16(V16 v) {
+    v.x = clean16(v.x);
+    v.y = clean16(v.y);
+    v.z = clean16(v.z);
+    v.w = clean16(v.w);
+    return v;
+}
+__device__ __forceinline__ bool arrived_lanes16(V16 v) {
+    return !(has16(v.x) || has16(v.y) || has16(v.z) || has16(v.w));
+}
+__device__ __forceinline__ u32 clean32(u32 w) { return w == 0xffffffffu ? 0x7fffffffu : w; }
+
 // Accumulates a 16-byte vector of elements into 8 float lanes.
 struct HF32 {
+    static __device__ __forceinline__ V16 clean(V16 v) {
+        v.x = clean32(v.x);
+        v.y = clean32(v.y);
+        v.z = clean32(v.z);
+        v.w = clean32(v.w);
+        return v;
+    }
+    static __device__ __forceinline__ bool arrived(V16 v) {
+        return v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu &&
+               v.w != 0xffffffffu;
+    }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
         acc[0] += __uint_as_float(v.x);
         acc[1] += __uint_as_float(v.y);
@@ -111,6 +160,8 @@ struct HF32 {
 };
 
 struct HBF16 {
+    static __device__ __forceinline__ V16 clean(V16 v) { return clean_lanes16(v); }
+    static __device__ __forceinline__ bool arrived(V16 v) { return arrived_lanes16(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
         u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -130,6 +181,8 @@ struct HBF16 {
 };
 
 struct HF16 {
+    static __device__ __forceinline__ V16 clean(V16 v) { return clean_lanes16(v); }
+    static __device__ __forceinline__ bool arrived(V16 v) { return arrived_lanes16(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
         u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -189,6 +242,110 @@ __device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
     HCtl* ctl = (HCtl*)a.ctl;
     const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd((unsigned long long*)&ctl->arrivals, add);
+}
+
+// end_call for the push kernel: the block that arrives last (the arrival
+// bits are back at zero only after every block's add) records this call in
+// push_last, when every block has read the previous record.
+__device__ __forceinline__ void end_push_call(const HArgs& a, bool ok, u64 last) {
+    const int failed = __syncthreads_or(!ok);
+    if (threadIdx.x != 0 || failed) return;
+    HCtl* ctl = (HCtl*)a.ctl;
+    const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    const u64 old = atomicAdd((unsigned long long*)&ctl->arrivals, add);
+    if (((old + add) & (HG_EPOCH_UNIT - 1ull)) == 0ull) ctl->push_last = last;
+}
+
+// ---------------------------------------------------------------- push
+
+// Receive slot of `sender` in `receiver`'s area: the peers in rank order,
+// the receiver itself skipped.
+__device__ __forceinline__ u64 slot_index(u32 sender, u32 receiver) {
+    return sender < receiver ? sender : sender - 1u;
+}
+
+// Waits until no element of the vector at `p` is the sentinel; false on
+// timeout or abort.
+template <typename T>
+__device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u64 epoch,
+                                       V16* out) {
+    const u64 start = globaltimer();
+    for (u32 spins = 1;; spins++) {
+        V16 v = ld_volatile_v4(p);
+        if (T::arrived(v)) {
+            *out = v;
+            return true;
+        }
+        if ((spins & 15u) == 0u) {
+            if (aborted(a)) return false;
+            if (globaltimer() - start > a.timeout_ns) {
+                report_timeout(a, HG_WAIT_PUSH, peer, epoch);
+                return false;
+            }
+        }
+    }
+}
+
+// Push calls use buffers 0, 1, 2, 0, ... (every rank makes the same calls,
+// so all agree). Call p resets buffer p-1 (read in call p-1) while its data
+// is in flight; peers write that buffer again in call p+2, which they start
+// only after reading this rank's data of call p+1, written after this kernel
+// completed. Its own buffer p was reset in call p-2 and is written again by
+// peers in call p+3. A reset that landed late would wipe a peer's data and
+// end in a timeout, never in a wrong sum.
+template <typename T>
+__device__ void push(const HArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 epoch = read_epoch(a);
+    const u64 last = ld_volatile_u64(&((const HCtl*)a.ctl)->push_last);
+    const u64 last_buf = last >> 32;
+    const u64 last_nvec = last & 0xffffffffull;
+    const u64 buf = (last_buf + 1ull) % 3ull;
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 slot_vecs = a.slot_bytes / 16;
+    const u64 buf_bytes = (u64)(a.world - 1) * a.slot_bytes;
+    bool ok = !aborted(a);
+    // Publish every vector of this thread to every peer before waiting for any.
+    for (u64 i = first; i < nvec; i += stride) {
+        const V16 v = T::clean(load_input(a, i));
+        for (u32 q = 0; q < a.world; q++) {
+            if (q == a.rank) continue;
+            V16* slot = (V16*)(a.areas[q] + a.push_offset + buf * buf_bytes) +
+                        slot_index(a.rank, q) * slot_vecs;
+            st_volatile_v4(slot + i, v);
+        }
+    }
+    // Empty the previous push call's slots.
+    {
+        V16 empty;
+        empty.x = empty.y = empty.z = empty.w = 0xffffffffu;
+        V16* prev = (V16*)(a.areas[a.rank] + a.push_offset + last_buf * buf_bytes);
+        for (u64 i = first; i < last_nvec; i += stride)
+            for (u32 k = 0; k + 1 < a.world; k++) st_volatile_v4(prev + k * slot_vecs + i, empty);
+    }
+    const V16* mine = (const V16*)(a.areas[a.rank] + a.push_offset + buf * buf_bytes);
+    for (u64 i = first; ok && i < nvec; i += stride) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (u32 q = 0; q < a.world; q++) {
+            V16 v;
+            if (q == a.rank) {
+                v = T::clean(load_input(a, i));
+            } else {
+                const V16* p = mine + slot_index(q, a.rank) * slot_vecs + i;
+                v = ld_volatile_v4(p);
+                if (!T::arrived(v) && !push_wait<T>(a, p, q, epoch, &v)) {
+                    ok = false;
+                    break;
+                }
+            }
+            T::add(acc, v);
+        }
+        if (ok) store_output(a, i, T::pack(acc));
+    }
+    end_push_call(a, ok, (buf << 32) | nvec);
 }
 
 // ---------------------------------------------------------------- ll
@@ -386,6 +543,9 @@ __device__ void chunked(const HArgs& a) {
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
 
+HG_KERNEL tpcomm_host_push_f32(HArgs a) { push<HF32>(a); }
+HG_KERNEL tpcomm_host_push_f16(HArgs a) { push<HF16>(a); }
+HG_KERNEL tpcomm_host_push_bf16(HArgs a) { push<HBF16>(a); }
 HG_KERNEL tpcomm_host_ll_f32(HArgs a) { ll<HF32>(a); }
 HG_KERNEL tpcomm_host_ll_f16(HArgs a) { ll<HF16>(a); }
 HG_KERNEL tpcomm_host_ll_bf16(HArgs a) { ll<HBF16>(a); }

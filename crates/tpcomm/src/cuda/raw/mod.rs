@@ -82,6 +82,20 @@ pub fn nvrtc_compile(src: &str, name: &str, options: &[String]) -> Result<(Vec<u
 }
 
 /// Makes `ctx` current on the calling thread.
+/// Sets `len` bytes at device address `ptr` (device memory, or pinned host
+/// memory through its device address) to `value` and waits until done.
+///
+/// # Safety
+/// `ptr..ptr + len` must be memory of `ctx`'s device that nothing else uses
+/// while this runs.
+pub unsafe fn fill_mapped(ctx: CUcontext, ptr: CUdeviceptr, len: usize, value: u8) -> Result<()> {
+    set_current(ctx)?;
+    // SAFETY: the range is the caller's to write (see above).
+    check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(ptr, value, len) })?;
+    // SAFETY: no arguments; waits for the memset.
+    check("cuCtxSynchronize", unsafe { cu::cuCtxSynchronize() })
+}
+
 pub fn set_current(ctx: CUcontext) -> Result<()> {
     // SAFETY: ctx is a live context handle held by the caller's CudaContext.
     check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) })
