@@ -6,6 +6,22 @@
 #      copy bandwidth, same call
 #   hf forward bench over the host transport: push, then LL words
 #   fw forward bench over P2P (prints the `vs none-pdl` column)
+#   hs one-pass launch shape: push graph 1 KiB-1 MiB with the default blocks,
+#      TPCOMM_HOST_BLOCK=512 (one vector per thread in 512-thread blocks) and
+#      256, the default again; the forward over the host transport with the
+#      default and with 512
+#   hu tpcomm tune on the host transport forced (NCCL with P2P disabled), with
+#      the default blocks and with TPCOMM_HOST_BLOCK=512
+#   ab push of the previous build (D/tpcomm-prev) against this one, graph
+#      1 KiB-1 MiB, taking turns twice
+#   ha the final host-path numbers: tune (host forced), then auto against
+#      every fixed choice and NCCL with that table, the full bench with NCCL,
+#      the forward over the host transport, the torch anchor without P2P
+#      and the copy bandwidth, one call
+#   hv the final host-path numbers with the committed host table: auto
+#      against every fixed choice and NCCL, the full bench with NCCL, the
+#      forward over the host transport, the torch anchor without P2P and the
+#      copy bandwidth, one call
 #   th the host-path GPU tests (push and LL, all-ones elements, 100k stress)
 #   t  every other GPU test and the tp_allreduce example
 # Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
@@ -31,6 +47,50 @@ if on hb; then
     --min 1KiB --max 1MiB --reps 11 --json "$O/host-ll.json"
   run host-push-again 90 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
     --min 1KiB --max 1MiB --reps 11 --json "$O/host-push-again.json"
+  run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
+  run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+if on hs; then
+  for v in default 512 256 default2; do
+    case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=$v) ;; esac
+    run shape-$v 60 "${H[@]}" "${B[@]}" "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
+      --min 1KiB --max 1MiB --reps 11 --json "$O/shape-$v.json"
+  done
+  run forward-shape-default 120 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-shape-default.json"
+  run forward-shape-512 120 "${H[@]}" TPCOMM_HOST_BLOCK=512 "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-shape-512.json"
+fi
+if on hu; then
+  for v in default 512; do
+    case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=$v) ;; esac
+    run tune-host-$v 120 "${H[@]}" "${B[@]}" "$T" tune --transport host --launch threads --min 1KiB --max 64MiB \
+      --iters 5 --reps 5 --out "$O/tuning-host-$v.toml" --json "$O/tune-host-$v.json"
+  done
+fi
+if on ab; then
+  for v in prev new prev2 new2; do
+    case $v in prev*) B=$D/tpcomm-prev ;; *) B=$T ;; esac
+    run ab-$v 60 "${H[@]}" "$B" "${HB[@]}" --algos one-shot,nccl --modes graph \
+      --min 1KiB --max 1MiB --reps 11 --json "$O/ab-$v.json"
+  done
+fi
+if on ha; then
+  run tune-host 120 "${H[@]}" "$T" tune --transport host --launch threads --min 1KiB --max 64MiB \
+    --iters 5 --reps 5 --out "$O/tuning-host.toml" --json "$O/tune-host.json"
+  run auto-host 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --midpoints \
+    --min 1KiB --max 64MiB --reps 11 --table "$O/tuning-host.toml" --json "$O/auto-host.json"
+  run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
+  run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
+  run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+if on hv; then
+  run auto-host 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --midpoints \
+    --min 1KiB --max 64MiB --reps 11 --table tuning/h200x2-host-forced-v1-ad4f67d8cd1a3196.toml \
+    --json "$O/auto-host.json"
+  run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
   run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
 fi

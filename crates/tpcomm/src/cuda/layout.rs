@@ -69,7 +69,7 @@ const ONESHOT_MIN_BLOCK: usize = 128;
 /// whole-warp count from ONESHOT_MIN_BLOCK up that covers the message with
 /// one vector per thread in at most `sms` blocks, at most `max` (beyond
 /// that, threads loop over several vectors).
-pub(super) fn oneshot_block(nvec: usize, sms: usize, max: usize) -> usize {
+pub(crate) fn oneshot_block(nvec: usize, sms: usize, max: usize) -> usize {
     let need = nvec.div_ceil(sms.max(1)).div_ceil(32) * 32;
     need.clamp(ONESHOT_MIN_BLOCK.min(max), max)
 }
@@ -79,17 +79,23 @@ pub(super) fn oneshot_block(nvec: usize, sms: usize, max: usize) -> usize {
 /// `max`), for measuring other shapes: fewer threads per block spread a
 /// message over more SMs.
 pub(super) fn block_from_env(max: u32) -> Result<u32> {
-    match std::env::var("TPCOMM_P2P_BLOCK") {
-        Ok(v) if !v.trim().is_empty() => parse_block(&v, max),
-        _ => Ok(max),
+    Ok(block_var("TPCOMM_P2P_BLOCK", max)?.unwrap_or(max))
+}
+
+/// The block size the variable `name` asks for (a multiple of 32 from 32 to
+/// `max`), `None` when unset or empty.
+pub(crate) fn block_var(name: &'static str, max: u32) -> Result<Option<u32>> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => parse_block(name, &v, max).map(Some),
+        _ => Ok(None),
     }
 }
 
-fn parse_block(v: &str, max: u32) -> Result<u32> {
+fn parse_block(name: &'static str, v: &str, max: u32) -> Result<u32> {
     match v.trim().parse::<u32>() {
         Ok(n) if (32..=max).contains(&n) && n.is_multiple_of(32) => Ok(n),
         _ => Err(Error::invalid(
-            "TPCOMM_P2P_BLOCK",
+            name,
             format!("{v:?} (expected a multiple of 32 from 32 to {max}, or unset it)"),
         )),
     }
@@ -121,14 +127,13 @@ mod block_tests {
 
     #[test]
     fn block_override_takes_whole_warps_within_the_kernels_limit() {
-        assert_eq!(parse_block("128", 512).unwrap(), 128);
-        assert_eq!(parse_block(" 512 ", 512).unwrap(), 512);
-        for bad in ["0", "16", "100", "1024", "many", "-32"] {
-            let e = parse_block(bad, 512).unwrap_err().to_string();
-            assert!(
-                e.contains("TPCOMM_P2P_BLOCK") && e.contains("512"),
-                "{bad}: {e}"
-            );
+        for name in ["TPCOMM_P2P_BLOCK", "TPCOMM_HOST_BLOCK"] {
+            assert_eq!(parse_block(name, "128", 512).unwrap(), 128);
+            assert_eq!(parse_block(name, " 512 ", 512).unwrap(), 512);
+            for bad in ["0", "16", "100", "1024", "many", "-32"] {
+                let e = parse_block(name, bad, 512).unwrap_err().to_string();
+                assert!(e.contains(name) && e.contains("512"), "{bad}: {e}");
+            }
         }
     }
 }

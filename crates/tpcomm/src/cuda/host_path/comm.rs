@@ -6,6 +6,7 @@ use super::layout::{
 };
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
+use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
@@ -147,6 +148,9 @@ pub struct HostGpuCommunicator {
     shape: HostChunkShape,
     /// The one-pass kernel for small messages (environment, read at creation).
     small: SmallKernel,
+    /// Threads per block of the one-pass kernels when TPCOMM_HOST_BLOCK sets
+    /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
+    one_pass_block: Option<u32>,
     ctl: DeviceAlloc,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
@@ -192,6 +196,7 @@ impl HostGpuCommunicator {
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
         let shape = HostChunkShape::from_env()?;
         let small = SmallKernel::from_env()?;
+        let one_pass_block = block_var("TPCOMM_HOST_BLOCK", kernels.block)?;
         let layout = HostLayout::new(max_bytes, cfg.world);
         let area_bytes = layout.area_bytes(PAGE);
 
@@ -321,6 +326,7 @@ impl HostGpuCommunicator {
             sms,
             shape,
             small,
+            one_pass_block,
             ctl,
             status,
             areas,
@@ -486,21 +492,22 @@ impl StreamAllReduce for HostGpuCommunicator {
             pad: 0,
         };
         let (f, grid) = match which {
-            HostAlgo::Push => {
-                // As LL: one vector per thread, no idle warps.
-                block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
-                (
-                    self.kernels.push[d],
-                    ll_blocks(bytes, block as usize, self.sms),
-                )
-            }
-            HostAlgo::Ll => {
-                // A small message gets one vector per thread and no idle warps.
-                block = block.min(bytes.div_ceil(16).div_ceil(32) as u32 * 32);
-                (
-                    self.kernels.ll[d],
-                    ll_blocks(bytes, block as usize, self.sms),
-                )
+            HostAlgo::Push | HostAlgo::Ll => {
+                // Blocks of at least 128 threads spread over the SMs with one
+                // vector per thread (as the P2P one-shot), or
+                // TPCOMM_HOST_BLOCK; never more threads than the message has
+                // vectors (whole warps).
+                let nvec = bytes.div_ceil(16);
+                block = self
+                    .one_pass_block
+                    .unwrap_or_else(|| oneshot_block(nvec, self.sms, block as usize) as u32)
+                    .min(nvec.div_ceil(32) as u32 * 32);
+                let f = if which == HostAlgo::Push {
+                    self.kernels.push[d]
+                } else {
+                    self.kernels.ll[d]
+                };
+                (f, ll_blocks(bytes, block as usize, self.sms))
             }
             HostAlgo::Chunked => {
                 let plan = chunk_plan_with(bytes, self.world, self.sms, &self.shape);
