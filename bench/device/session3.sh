@@ -22,9 +22,6 @@
 #      against every fixed choice and NCCL, the full bench with NCCL, the
 #      forward over the host transport, the torch anchor without P2P and the
 #      copy bandwidth, one call
-#   hp the push kernel's wait (TPCOMM_HOST_POLL): graph 1 KiB-1 MiB with one
-#      load at a time and with 2-4 loads in flight, then the forward over the
-#      host transport with three of them
 #   th the host-path GPU tests (push and LL, all-ones elements, 100k stress)
 #   t  every other GPU test and the tp_allreduce example
 # Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
@@ -96,16 +93,6 @@ if on hv; then
     --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
   run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
-fi
-if on hp; then
-  for v in 1 2:200 2:400 3:250 4:200 1b; do
-    run poll-${v/:/-} 60 "${H[@]}" TPCOMM_HOST_POLL=${v%b} "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
-      --min 1KiB --max 1MiB --reps 11 --json "$O/poll-${v/:/-}.json"
-  done
-  for v in 1 2:400 4:200; do
-    run forward-poll-${v/:/-} 120 "${H[@]}" TPCOMM_HOST_POLL=$v "$T" bench forward --transport host --tokens 1,4,8,16 \
-      --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-poll-${v/:/-}.json"
-  done
 fi
 if on hf; then
   run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \

@@ -2,8 +2,7 @@
 
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{
-    chunk_plan_with, ll_blocks, poll_from_env, HostChunkShape, HostLayout, AUTO_LL_MAX,
-    PUSH_BUFFERS,
+    chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX, PUSH_BUFFERS,
 };
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
@@ -152,8 +151,6 @@ pub struct HostGpuCommunicator {
     /// Threads per block of the one-pass kernels when TPCOMM_HOST_BLOCK sets
     /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
     one_pass_block: Option<u32>,
-    /// How the push kernel waits (TPCOMM_HOST_POLL, read at creation).
-    poll: u32,
     ctl: DeviceAlloc,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
@@ -200,7 +197,6 @@ impl HostGpuCommunicator {
         let shape = HostChunkShape::from_env()?;
         let small = SmallKernel::from_env()?;
         let one_pass_block = block_var("TPCOMM_HOST_BLOCK", kernels.block)?;
-        let poll = poll_from_env()?;
         let layout = HostLayout::new(max_bytes, cfg.world);
         let area_bytes = layout.area_bytes(PAGE);
 
@@ -331,7 +327,6 @@ impl HostGpuCommunicator {
             shape,
             small,
             one_pass_block,
-            poll,
             ctl,
             status,
             areas,
@@ -494,7 +489,7 @@ impl StreamAllReduce for HostGpuCommunicator {
             rank: self.rank as u32,
             world: self.world as u32,
             producers: 0,
-            poll: self.poll,
+            pad: 0,
         };
         let (f, grid) = match which {
             HostAlgo::Push | HostAlgo::Ll => {

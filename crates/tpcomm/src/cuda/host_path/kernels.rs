@@ -31,8 +31,7 @@ pub(super) struct HostKernelArgs {
     pub rank: u32,
     pub world: u32,
     pub producers: u32,
-    /// Push kernel's wait: loads in flight (bits 0-3), ns between them (bits 4-31).
-    pub poll: u32,
+    pub pad: u32,
 }
 
 pub(super) struct HostKernels {

@@ -180,43 +180,6 @@ pub fn chunk_plan_with(
     }
 }
 
-/// How the push kernel waits for a slot, as `HArgs::poll` carries it: loads
-/// kept in flight (bits 0-3) and nanoseconds between them (bits 4-31).
-/// Default: one load at a time.
-pub const POLL_ONE_AT_A_TIME: u32 = 1;
-
-/// Reads TPCOMM_HOST_POLL, `DEPTH` or `DEPTH:GAP_NS` (DEPTH 1 to 4 loads in
-/// flight, GAP_NS 0 to 100000 between them, default 300), for measuring the
-/// push kernel's wait; unset or empty: one load at a time.
-pub fn poll_from_env() -> crate::error::Result<u32> {
-    match std::env::var("TPCOMM_HOST_POLL") {
-        Ok(v) if !v.trim().is_empty() => parse_poll(&v),
-        _ => Ok(POLL_ONE_AT_A_TIME),
-    }
-}
-
-fn parse_poll(v: &str) -> crate::error::Result<u32> {
-    let bad = || {
-        crate::error::Error::invalid(
-            "TPCOMM_HOST_POLL",
-            format!("{v:?} (expected DEPTH or DEPTH:GAP_NS, DEPTH 1 to 4, GAP_NS up to 100000; or unset it)"),
-        )
-    };
-    let (d, g) = match v.trim().split_once(':') {
-        Some((d, g)) => (d, Some(g)),
-        None => (v.trim(), None),
-    };
-    let depth: u32 = d.trim().parse().map_err(|_| bad())?;
-    let gap: u32 = match g {
-        Some(g) => g.trim().parse().map_err(|_| bad())?,
-        None => 300,
-    };
-    if !(1..=4).contains(&depth) || gap > 100_000 {
-        return Err(bad());
-    }
-    Ok(depth | (gap << 4))
-}
-
 /// Blocks of the LL kernel: one 16-byte vector per thread where the SMs
 /// allow, at most one block per SM (blocks wait on peers, so all must be
 /// resident).
@@ -347,17 +310,6 @@ mod tests {
             chunk_plan_with(3 << 20, 3, 132, &HostChunkShape::default()),
             chunk_plan(3 << 20, 3, 132)
         );
-    }
-
-    #[test]
-    fn poll_setting_packs_depth_and_gap_and_refuses_the_rest() {
-        assert_eq!(parse_poll("1").unwrap(), 1 | (300 << 4));
-        assert_eq!(parse_poll(" 2:250 ").unwrap(), 2 | (250 << 4));
-        assert_eq!(parse_poll("4:0").unwrap(), 4);
-        for bad in ["0", "5", "2:", "x", "2:-1", "2:100001", ":300"] {
-            let e = parse_poll(bad).unwrap_err().to_string();
-            assert!(e.contains("TPCOMM_HOST_POLL"), "{bad}: {e}");
-        }
     }
 
     #[test]

@@ -70,9 +70,7 @@ struct HArgs {
     u32 rank;
     u32 world;
     u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
-    // push: loads of a slot kept in flight while waiting (bits 0-3, 1 to 4)
-    // and nanoseconds between them (bits 4-31)
-    u32 poll;
+    u32 pad;
 };
 
 struct HCtl {
@@ -266,37 +264,17 @@ __device__ __forceinline__ u64 slot_index(u32 sender, u32 receiver) {
     return sender < receiver ? sender : sender - 1u;
 }
 
-__device__ __forceinline__ void sleep_ns(u32 ns) {
-    asm volatile("nanosleep.u32 %0;" ::"r"(ns));
-}
-
 // Waits until no element of the vector at `p` is the sentinel; false on
-// timeout or abort. With `a.poll` asking for more than one load in flight, a
-// round of loads goes out a few hundred nanoseconds apart before the first
-// is looked at, so data that lands just after one load passed is seen by the
-// next instead of a whole PCIe round trip later.
+// timeout or abort.
 template <typename T>
 __device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u64 epoch,
                                        V16* out) {
-    const u32 depth = a.poll & 15u;
-    const u32 gap = a.poll >> 4;
     const u64 start = globaltimer();
     for (u32 spins = 1;; spins++) {
-        V16 v[4];
-        v[0] = ld_volatile_v4(p);
-#pragma unroll
-        for (u32 k = 1; k < 4; k++) {
-            if (k < depth) {
-                sleep_ns(gap);
-                v[k] = ld_volatile_v4(p);
-            }
-        }
-#pragma unroll
-        for (u32 k = 0; k < 4; k++) {
-            if ((k == 0 || k < depth) && T::arrived(v[k])) {
-                *out = v[k];
-                return true;
-            }
+        V16 v = ld_volatile_v4(p);
+        if (T::arrived(v)) {
+            *out = v;
+            return true;
         }
         if ((spins & 15u) == 0u) {
             if (aborted(a)) return false;
@@ -357,13 +335,8 @@ __device__ void push(const HArgs& a) {
                 v = T::clean(load_input(a, i));
             } else {
                 const V16* p = mine + slot_index(q, a.rank) * slot_vecs + i;
-                if ((a.poll & 15u) > 1u) {
-                    if (!push_wait<T>(a, p, q, epoch, &v)) {
-                        ok = false;
-                        break;
-                    }
-                } else if (!T::arrived(v = ld_volatile_v4(p)) &&
-                           !push_wait<T>(a, p, q, epoch, &v)) {
+                v = ld_volatile_v4(p);
+                if (!T::arrived(v) && !push_wait<T>(a, p, q, epoch, &v)) {
                     ok = false;
                     break;
                 }
