@@ -22,9 +22,6 @@
 #      against every fixed choice and NCCL, the full bench with NCCL, the
 #      forward over the host transport, the torch anchor without P2P and the
 #      copy bandwidth, one call
-#   hl the lines kernel: graph 1 KiB-64 MiB with two-shot on lines (default)
-#      beside push and NCCL, two-shot on chunks (TPCOMM_HOST_LINES_MAX=0), and
-#      the forward over the host transport with push and lines
 #   th the host-path GPU tests (push and LL, all-ones elements, 100k stress)
 #   t  every other GPU test and the tp_allreduce example
 # Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
@@ -96,14 +93,6 @@ if on hv; then
     --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
   run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
-fi
-if on hl; then
-  run lines 120 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl --modes graph \
-    --min 1KiB --max 64MiB --reps 11 --json "$O/lines.json"
-  run lines-chunked 120 "${H[@]}" TPCOMM_HOST_LINES_MAX=0 "$T" "${HB[@]}" --algos two-shot --modes graph \
-    --min 1KiB --max 64MiB --reps 11 --json "$O/lines-chunked.json"
-  run forward-lines 120 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
-    --modes none,none-pdl,nccl,one-shot-pdl,two-shot-pdl --json "$O/forward-lines.json"
 fi
 if on hf; then
   run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \

@@ -231,27 +231,19 @@ fn check_batch(
     (wrong, calls.len())
 }
 
-/// The kernel choices the tests cover, as environment settings read at
-/// creation: (TPCOMM_HOST_SMALL, TPCOMM_HOST_LINES_MAX). OneShot runs the
-/// first's one-pass kernel up to 1 MiB; TwoShot runs lines, or chunks with
-/// TPCOMM_HOST_LINES_MAX=0.
-const KERNEL_SETS: [(&str, &str); 3] = [("push", ""), ("ll", ""), ("push", "0")];
-
-/// Creates the ranks with TPCOMM_HOST_SMALL and TPCOMM_HOST_LINES_MAX set as
-/// `kernels` says (read at creation), then unset. Tests run one at a time
+/// Creates the ranks with TPCOMM_HOST_SMALL set to `small` (the one-pass
+/// kernel; read at creation), then unset. Tests run one at a time
 /// (--test-threads=1), so nothing else reads the environment meanwhile.
 fn make_ranks_with(
-    kernels: (&str, &str),
+    small: &str,
     world: usize,
     max: ByteSize,
     arena: usize,
     timeout: Duration,
 ) -> Vec<Rank> {
-    std::env::set_var("TPCOMM_HOST_SMALL", kernels.0);
-    std::env::set_var("TPCOMM_HOST_LINES_MAX", kernels.1);
+    std::env::set_var("TPCOMM_HOST_SMALL", small);
     let ranks = make_ranks(world, max, arena, timeout);
     std::env::remove_var("TPCOMM_HOST_SMALL");
-    std::env::remove_var("TPCOMM_HOST_LINES_MAX");
     ranks
 }
 
@@ -261,9 +253,9 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     let max = ByteSize::mib(8);
     let mut total = 0;
     // OneShot and Auto run the one-pass kernel (push, or LL words) up to
-    // 1 MiB, TwoShot's kernel above; TwoShot runs lines, or chunks.
-    for kernels in KERNEL_SETS {
-        let mut ranks = make_ranks_with(kernels, world, max, 64 << 20, Duration::from_secs(10));
+    // 1 MiB, chunks above; TwoShot runs chunks.
+    for small in ["push", "ll"] {
+        let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
         let mut rng = Rng::new(42);
         for graph in [false, true] {
             for dtype in DType::ALL {
@@ -299,14 +291,14 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
                 }
                 for chunk in spec.chunks(6) {
                     let (wrong, n) = check_batch(&mut ranks, chunk, graph, &mut rng);
-                    assert_eq!(wrong, 0, "{dtype} graph={graph} kernels {kernels:?}");
+                    assert_eq!(wrong, 0, "{dtype} graph={graph} one-pass kernel {small}");
                     total += n;
                 }
             }
         }
     }
     eprintln!(
-        "host path: checked {total} calls (push/ll, lines/chunked) on {world} GPUs: 0 wrong, bit-identical across ranks"
+        "host path: checked {total} calls (push and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
     );
 }
 
@@ -317,7 +309,7 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
 fn gpu_host_push_carries_all_ones_elements_as_nan() {
     let Some(world) = gpu_world() else { return };
     let mut ranks = make_ranks_with(
-        ("push", ""),
+        "push",
         world,
         ByteSize::mib(1),
         8 << 20,
@@ -398,32 +390,27 @@ fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
     let max = ByteSize::kib(256);
+    let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
     let mut rng = Rng::new(7);
     let (mut done, mut wrong, mut graphs) = (0usize, 0usize, 0usize);
     let t0 = Instant::now();
-    // Half the calls with TwoShot on lines, half with it on chunks (OneShot
-    // and Auto run push in both).
-    for (k, kernels) in [KERNEL_SETS[0], KERNEL_SETS[2]].into_iter().enumerate() {
-        let mut ranks = make_ranks_with(kernels, world, max, 8 << 20, Duration::from_secs(10));
-        let until = calls_wanted * (k + 1) / 2;
-        while done < until {
-            let mut spec = Vec::new();
-            let mut bytes = 0usize;
-            while spec.len() < 200 && bytes < (6 << 20) && done + spec.len() < until {
-                let dtype = DType::ALL[rng.below(3) as usize];
-                let max_count = max.bytes() as usize / dtype.size();
-                let bits = rng.below(64 - (max_count as u64).leading_zeros() as u64 + 1);
-                let count = (1 + rng.below(1u64 << bits) as usize).min(max_count);
-                let algo = [Algo::OneShot, Algo::TwoShot, Algo::Auto][rng.below(3) as usize];
-                spec.push((dtype, count, algo, rng.below(2) == 0));
-                bytes += count * dtype.size() + 256;
-            }
-            let graph = rng.below(2) == 0;
-            graphs += graph as usize;
-            let (w, n) = check_batch(&mut ranks, &spec, graph, &mut rng);
-            wrong += w;
-            done += n;
+    while done < calls_wanted {
+        let mut spec = Vec::new();
+        let mut bytes = 0usize;
+        while spec.len() < 200 && bytes < (6 << 20) && done + spec.len() < calls_wanted {
+            let dtype = DType::ALL[rng.below(3) as usize];
+            let max_count = max.bytes() as usize / dtype.size();
+            let bits = rng.below(64 - (max_count as u64).leading_zeros() as u64 + 1);
+            let count = (1 + rng.below(1u64 << bits) as usize).min(max_count);
+            let algo = [Algo::OneShot, Algo::TwoShot, Algo::Auto][rng.below(3) as usize];
+            spec.push((dtype, count, algo, rng.below(2) == 0));
+            bytes += count * dtype.size() + 256;
         }
+        let graph = rng.below(2) == 0;
+        graphs += graph as usize;
+        let (w, n) = check_batch(&mut ranks, &spec, graph, &mut rng);
+        wrong += w;
+        done += n;
     }
     eprintln!(
         "host stress: {done} calls ({graphs} batches in graphs) on {world} GPUs in {:.1} s: {wrong} wrong elements",
@@ -436,13 +423,8 @@ fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
 fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
     let Some(_) = gpu_world() else { return };
     let timeout = Duration::from_millis(300);
-    // push, lines, chunked
-    for (algo, kernels) in [
-        (Algo::OneShot, KERNEL_SETS[0]),
-        (Algo::TwoShot, KERNEL_SETS[0]),
-        (Algo::TwoShot, KERNEL_SETS[2]),
-    ] {
-        let mut ranks = make_ranks_with(kernels, 2, ByteSize::mib(1), 1 << 20, timeout);
+    for algo in [Algo::OneShot, Algo::TwoShot] {
+        let mut ranks = make_ranks(2, ByteSize::mib(1), 1 << 20, timeout);
         let mut rng = Rng::new(9);
         let input = random_bytes(DType::Bf16, 4096, &mut rng);
         let rank0 = &mut ranks[0];
@@ -465,7 +447,7 @@ fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
         rank0.stream.synchronize().unwrap();
         let waited = t0.elapsed();
         let err = rank0.comm.check().unwrap_err();
-        eprintln!("{algo:?} {kernels:?} after {waited:?}: {err}");
+        eprintln!("{algo:?} after {waited:?}: {err}");
         match &err {
             Error::PeerTimeout { rank, peer, .. } => assert_eq!((*rank, *peer), (0, 1)),
             other => panic!("expected a timeout naming rank 1, got {other}"),

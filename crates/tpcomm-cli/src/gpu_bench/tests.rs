@@ -262,12 +262,10 @@ fn bench_rows_map_to_the_candidates_of_their_transport() {
             Some(Candidate::host(Algo::OneShot))
         );
     }
-    for large in ["host-lines", "host-chunked"] {
-        assert_eq!(
-            row_candidate("host", large),
-            Some(Candidate::host(Algo::TwoShot))
-        );
-    }
+    assert_eq!(
+        row_candidate("host", "host-chunked"),
+        Some(Candidate::host(Algo::TwoShot))
+    );
     assert_eq!(row_candidate("host", "nccl"), Some(Candidate::NCCL));
     assert_eq!(row_candidate("host", "auto:host:one-shot"), None);
     assert_eq!(row_candidate("cuda", "auto:nccl"), None);

@@ -1,8 +1,9 @@
 //! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
 
-use super::choice::{HostAlgo, KernelChoice};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, PUSH_BUFFERS};
+use super::layout::{
+    chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX, PUSH_BUFFERS,
+};
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
@@ -24,10 +25,76 @@ use std::time::Duration;
 const WAIT_LL: u32 = 4;
 const WAIT_CHUNK: u32 = 5;
 const WAIT_PUSH: u32 = 6;
-const WAIT_LINE: u32 = 7;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
 const PAGE: usize = 4096;
+
+/// The kernel a host-path all-reduce runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostAlgo {
+    /// Plain data pushed into every peer's receive slots, which hold a
+    /// sentinel until it lands: one pass, the message's bytes.
+    Push,
+    /// Data beside the epoch in every 8-byte word: one pass, twice the bytes.
+    Ll,
+    /// Plain data in chunks with a flag each, producer and consumer blocks.
+    Chunked,
+}
+
+impl HostAlgo {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostAlgo::Push => "host-push",
+            HostAlgo::Ll => "host-ll",
+            HostAlgo::Chunked => "host-chunked",
+        }
+    }
+}
+
+/// Which one-pass kernel `OneShot` (and `Auto` for small messages) runs:
+/// push unless TPCOMM_HOST_SMALL says `ll` (kept for measuring one against
+/// the other on a machine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SmallKernel {
+    #[default]
+    Push,
+    Ll,
+}
+
+impl SmallKernel {
+    /// Reads TPCOMM_HOST_SMALL (`push` or `ll`; unset or empty: push).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("TPCOMM_HOST_SMALL") {
+            Err(_) => Ok(Self::Push),
+            Ok(v) => match v.trim() {
+                "" | "push" => Ok(Self::Push),
+                "ll" => Ok(Self::Ll),
+                other => Err(Error::invalid(
+                    "TPCOMM_HOST_SMALL",
+                    format!("{other:?} (expected push or ll, or unset it)"),
+                )),
+            },
+        }
+    }
+}
+
+/// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
+/// `Auto` for the one-pass kernel up to `AUTO_LL_MAX`; neither one-pass
+/// kernel is used above `ll_cap` (the slots and words are that big).
+pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize, small: SmallKernel) -> HostAlgo {
+    let one_pass_max = match algo {
+        Algo::OneShot => ll_cap,
+        Algo::TwoShot => 0,
+        Algo::Auto => AUTO_LL_MAX.min(ll_cap),
+    };
+    if bytes > one_pass_max {
+        HostAlgo::Chunked
+    } else if small == SmallKernel::Ll {
+        HostAlgo::Ll
+    } else {
+        HostAlgo::Push
+    }
+}
 
 // This rank's own area and, for processes, the peers' segments it mapped.
 // Registrations are listed before the mappings they pin, so they drop first.
@@ -79,8 +146,8 @@ pub struct HostGpuCommunicator {
     sms: usize,
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
-    /// Which kernels serve which sizes (environment, read at creation).
-    choice: KernelChoice,
+    /// The one-pass kernel for small messages (environment, read at creation).
+    small: SmallKernel,
     /// Threads per block of the one-pass kernels when TPCOMM_HOST_BLOCK sets
     /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
     one_pass_block: Option<u32>,
@@ -128,7 +195,7 @@ impl HostGpuCommunicator {
         let kernels = host_kernels_for(&ctx)?;
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
         let shape = HostChunkShape::from_env()?;
-        let choice = KernelChoice::from_env()?;
+        let small = SmallKernel::from_env()?;
         let one_pass_block = block_var("TPCOMM_HOST_BLOCK", kernels.block)?;
         let layout = HostLayout::new(max_bytes, cfg.world);
         let area_bytes = layout.area_bytes(PAGE);
@@ -258,7 +325,7 @@ impl HostGpuCommunicator {
             kernels,
             sms,
             shape,
-            choice,
+            small,
             one_pass_block,
             ctl,
             status,
@@ -370,7 +437,7 @@ impl HostGpuCommunicator {
     /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
-        self.choice.resolve(algo, bytes, self.layout.ll_cap)
+        resolve(algo, bytes, self.layout.ll_cap, self.small)
     }
 }
 
@@ -418,7 +485,6 @@ impl StreamAllReduce for HostGpuCommunicator {
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             push_offset: self.layout.push_offset as u64,
-            line_flag_offset: self.layout.line_flag_offset as u64,
             slot_bytes: self.layout.ll_cap as u64,
             rank: self.rank as u32,
             world: self.world as u32,
@@ -426,7 +492,7 @@ impl StreamAllReduce for HostGpuCommunicator {
             pad: 0,
         };
         let (f, grid) = match which {
-            HostAlgo::Push | HostAlgo::Ll | HostAlgo::Lines => {
+            HostAlgo::Push | HostAlgo::Ll => {
                 // Blocks of at least 128 threads spread over the SMs with one
                 // vector per thread (as the P2P one-shot), or
                 // TPCOMM_HOST_BLOCK; never more threads than the message has
@@ -436,10 +502,10 @@ impl StreamAllReduce for HostGpuCommunicator {
                     .one_pass_block
                     .unwrap_or_else(|| oneshot_block(nvec, self.sms, block as usize) as u32)
                     .min(nvec.div_ceil(32) as u32 * 32);
-                let f = match which {
-                    HostAlgo::Push => self.kernels.push[d],
-                    HostAlgo::Ll => self.kernels.ll[d],
-                    _ => self.kernels.lines[d],
+                let f = if which == HostAlgo::Push {
+                    self.kernels.push[d]
+                } else {
+                    self.kernels.ll[d]
                 };
                 (f, ll_blocks(bytes, block as usize, self.sms))
             }
@@ -497,7 +563,6 @@ impl HostGpuCommunicator {
             WAIT_LL => "host-path LL words",
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_PUSH => "host-path push slot",
-            WAIT_LINE => "host-path line flag",
             _ => "host-path data",
         };
         Err(Error::PeerTimeout {
@@ -507,5 +572,35 @@ impl HostGpuCommunicator {
             what: what.into(),
             waited: self.timeout,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_takes_the_one_pass_kernel_for_small_messages_and_chunks_above() {
+        let cap = 1 << 20;
+        for (small, one) in [
+            (SmallKernel::Push, HostAlgo::Push),
+            (SmallKernel::Ll, HostAlgo::Ll),
+        ] {
+            assert_eq!(resolve(Algo::Auto, 1024, cap, small), one);
+            assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX, cap, small), one);
+            assert_eq!(
+                resolve(Algo::Auto, AUTO_LL_MAX + 2, cap, small),
+                HostAlgo::Chunked
+            );
+            assert_eq!(resolve(Algo::OneShot, cap, cap, small), one);
+            // Above the cap the slots and words would not fit the area.
+            assert_eq!(
+                resolve(Algo::OneShot, cap + 2, cap, small),
+                HostAlgo::Chunked
+            );
+            assert_eq!(resolve(Algo::TwoShot, 16, cap, small), HostAlgo::Chunked);
+            // A small communicator's cap bounds Auto too.
+            assert_eq!(resolve(Algo::Auto, 4096, 2048, small), HostAlgo::Chunked);
+        }
     }
 }

@@ -27,7 +27,6 @@ pub(super) struct HostKernelArgs {
     pub status: u64,
     pub timeout_ns: u64,
     pub push_offset: u64,
-    pub line_flag_offset: u64,
     pub slot_bytes: u64,
     pub rank: u32,
     pub world: u32,
@@ -39,7 +38,6 @@ pub(super) struct HostKernels {
     pub push: [Function; 3],
     pub ll: [Function; 3],
     pub chunked: [Function; 3],
-    pub lines: [Function; 3],
     pub block: u32,
     pub nvrtc: (i32, i32),
     pub arch: (i32, i32),
@@ -65,9 +63,8 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
         let push = per_type(&l.module, "tpcomm_host_push")?;
         let ll = per_type(&l.module, "tpcomm_host_ll")?;
         let chunked = per_type(&l.module, "tpcomm_host_chunked")?;
-        let lines = per_type(&l.module, "tpcomm_host_lines")?;
         let block = common_block(
-            push.iter().chain(&ll).chain(&chunked).chain(&lines),
+            push.iter().chain(&ll).chain(&chunked),
             BLOCK,
             "the host-path kernels",
             l.arch,
@@ -76,7 +73,6 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             push,
             ll,
             chunked,
-            lines,
             block,
             nvrtc: l.nvrtc,
             arch: l.arch,
@@ -93,8 +89,8 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 21 u64 words and four u32: the size `struct HArgs` has.
-        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 16);
+        // 20 u64 words and four u32: the size `struct HArgs` has.
+        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 20 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }
 }

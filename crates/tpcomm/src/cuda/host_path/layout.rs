@@ -13,9 +13,6 @@ pub const AUTO_LL_MAX: usize = 1 << 20;
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
 
-/// Data bytes behind one flag of the lines kernel: one warp's 32 vectors.
-pub const LINE_BYTES: usize = 512;
-
 /// Buffers the push kernel rotates through (host_allreduce.cu says why three).
 pub const PUSH_BUFFERS: usize = 3;
 
@@ -35,8 +32,6 @@ pub struct HostLayout {
     pub flag_offset: usize,
     /// Flags per half: enough for the largest message in the smallest chunks.
     pub max_chunks: usize,
-    /// The lines kernel's flags (one u32 per LINE_BYTES of data), inside a half.
-    pub line_flag_offset: usize,
     /// First push buffer (after both halves); slot k (k < world - 1) of
     /// buffer b starts at `push_offset + b * push_bytes + k * ll_cap`.
     pub push_offset: usize,
@@ -53,9 +48,7 @@ impl HostLayout {
         let data_bytes = round_up(max_bytes, 256);
         let flag_offset = data_offset + data_bytes;
         let max_chunks = max_bytes.div_ceil(MIN_CHUNK).max(1);
-        let line_flag_offset = round_up(flag_offset + 4 * max_chunks, 16);
-        let max_lines = max_bytes.div_ceil(LINE_BYTES).max(1);
-        let half_stride = round_up(line_flag_offset + 4 * max_lines, 4096);
+        let half_stride = round_up(flag_offset + 4 * max_chunks, 4096);
         // Push slots carry plain data, as many bytes as the LL cap.
         let push_offset = 2 * half_stride;
         let push_bytes = world.saturating_sub(1).max(1) * ll_cap;
@@ -64,7 +57,6 @@ impl HostLayout {
             data_offset,
             flag_offset,
             max_chunks,
-            line_flag_offset,
             push_offset,
             push_bytes,
             half_stride,
@@ -220,9 +212,7 @@ mod tests {
                 assert!(2 * l.ll_cap <= l.data_offset);
                 assert!(l.data_offset + max <= l.flag_offset);
                 assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
-                assert!(l.flag_offset + 4 * l.max_chunks <= l.line_flag_offset);
-                assert!(l.line_flag_offset.is_multiple_of(16));
-                assert!(l.line_flag_offset + 4 * max.div_ceil(LINE_BYTES) <= l.half_stride);
+                assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
                 assert!(l.half_stride.is_multiple_of(4096));
                 // Three push buffers after the halves, one slot per peer
                 // each, each slot as big as the LL cap.

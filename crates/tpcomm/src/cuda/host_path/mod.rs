@@ -3,14 +3,11 @@
 //! maps (cuMemHostAlloc for ranks that are threads, a POSIX shared-memory
 //! segment registered with cuMemHostRegister for ranks that are processes).
 //!
-//! Four kernels (kernels/host_allreduce.cu): push (plain data into the
-//! peers' sentinel-filled slots) or LL words (data beside the epoch) for
-//! small messages, lines (a flag per 512 bytes) for middle sizes, chunks
-//! with per-chunk flags, produced and consumed by separate blocks, for large
-//! ones; `choice` says which runs a call. [`GpuComm`] picks this path or the
-//! P2P one ([`Transport`]).
+//! Two kernels (kernels/host_allreduce.cu): LL words (data beside the epoch)
+//! for small messages, chunks with per-chunk flags, produced and consumed by
+//! separate blocks, for large ones. [`GpuComm`] picks this path or the P2P one
+//! ([`Transport`]).
 
-mod choice;
 mod comm;
 mod kernels;
 pub mod layout;
@@ -18,6 +15,5 @@ mod pinned;
 mod select;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
-pub use choice::{HostAlgo, KernelChoice, LINES_MAX};
-pub use comm::HostGpuCommunicator;
+pub use comm::{HostAlgo, HostGpuCommunicator};
 pub use select::{GpuComm, Transport};

@@ -21,11 +21,6 @@
 //   no flag can overtake data and no clearing pass is needed (a stale word
 //   carries an older epoch). 8-byte single-copy atomicity of aligned stores
 //   and loads is what NCCL's LL protocol relies on over PCIe and host memory.
-// - lines (middle sizes): plain data into the own area, one flag per line
-//   of 512 bytes (a warp's 32 vectors) written by the warp after a
-//   system-scope fence; a reader waits for a line's flag, then reads the
-//   line. The message's bytes once each way per peer and no reset, at the
-//   price of a fence and one more round trip than push.
 // - chunked (large messages): plain data in chunks, one flag per chunk
 //   written after a system-scope fence by every writing thread. Half the
 //   blocks (for 2 ranks) only produce: copy the input to host memory, chunk
@@ -52,8 +47,6 @@
 #define HG_WAIT_LL 4u
 #define HG_WAIT_CHUNK 5u
 #define HG_WAIT_PUSH 6u
-#define HG_WAIT_LINE 7u
-#define HG_LINE_VECS 32
 #define HG_EPOCH_SHIFT 20
 #define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
@@ -73,7 +66,6 @@ struct HArgs {
     u64 status;               // host-mapped: Status
     u64 timeout_ns;
     u64 push_offset;          // first push buffer (three, after the halves)
-    u64 line_flag_offset;     // lines kernel: one u32 flag per line, inside a half
     u64 slot_bytes;           // bytes of one push slot (multiple of 16)
     u32 rank;
     u32 world;
@@ -446,76 +438,6 @@ __device__ void ll(const HArgs& a) {
     end_call(a, ok);
 }
 
-// ---------------------------------------------------------------- lines
-
-// Waits until `flag` holds the tag `e`; false on timeout or abort. Every lane
-// of a warp waits on the same word (one request per poll).
-__device__ __noinline__ bool line_wait(const HArgs& a, const u32* flag, u32 e, u32 peer,
-                                       u64 epoch) {
-    const u64 start = globaltimer();
-    for (u32 spins = 1;; spins++) {
-        if (ld_acquire_sys_u32(flag) == e) return true;
-        if ((spins & 15u) == 0u) {
-            if (aborted(a)) return false;
-            if (globaltimer() - start > a.timeout_ns) {
-                report_timeout(a, HG_WAIT_LINE, peer, epoch);
-                return false;
-            }
-        }
-    }
-}
-
-// Warp w owns lines w, w + warps, ...; lane k of a line moves its vector k.
-// A warp writes all its lines, fences at system scope (every lane: its own
-// stores), and only then lane 0 stores the lines' flags, so a flag never
-// overtakes its data. The halves and the epoch tags work as in chunked.
-template <typename T>
-__device__ void lines(const HArgs& a) {
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 epoch = read_epoch(a);
-    const u32 e = epoch_tag(epoch);
-    const u64 half = (epoch & 1ull) * a.half_stride;
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 nlines = (nvec + HG_LINE_VECS - 1) / HG_LINE_VECS;
-    const u32 lane = threadIdx.x & 31u;
-    const u64 warps = (u64)gridDim.x * (blockDim.x / 32u);
-    const u64 warp = (u64)blockIdx.x * (blockDim.x / 32u) + threadIdx.x / 32u;
-    bool ok = !aborted(a);
-    V16* mine = (V16*)(a.areas[a.rank] + half + a.data_offset);
-    u32* my_flags = (u32*)(a.areas[a.rank] + half + a.line_flag_offset);
-    for (u64 l = warp; l < nlines; l += warps) {
-        const u64 i = l * HG_LINE_VECS + lane;
-        if (i < nvec) st_volatile_v4(mine + i, load_input(a, i));
-    }
-    __threadfence_system();
-    __syncwarp();
-    if (lane == 0)
-        for (u64 l = warp; l < nlines; l += warps) st_release_sys_u32(my_flags + l, e);
-    for (u64 l = warp; ok && l < nlines; l += warps) {
-        const u64 i = l * HG_LINE_VECS + lane;
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (u32 q = 0; q < a.world; q++) {
-            V16 v;
-            v.x = v.y = v.z = v.w = 0u;
-            if (q == a.rank) {
-                if (i < nvec) v = load_input(a, i);
-            } else {
-                // Its own flag is not waited for: this warp wrote its lines itself.
-                const u32* flag = (const u32*)(a.areas[q] + half + a.line_flag_offset) + l;
-                if (ld_acquire_sys_u32(flag) != e && !line_wait(a, flag, e, q, epoch)) {
-                    ok = false;
-                    break;
-                }
-                if (i < nvec) v = ld_volatile_v4((const V16*)(a.areas[q] + half + a.data_offset) + i);
-            }
-            T::add(acc, v);
-        }
-        if (ok && i < nvec) store_output(a, i, T::pack(acc));
-    }
-    end_call(a, ok);
-}
-
 // ---------------------------------------------------------------- chunked
 
 // Thread 0 waits for chunk `c`'s flag of every peer; the block learns the
@@ -627,9 +549,6 @@ HG_KERNEL tpcomm_host_push_bf16(HArgs a) { push<HBF16>(a); }
 HG_KERNEL tpcomm_host_ll_f32(HArgs a) { ll<HF32>(a); }
 HG_KERNEL tpcomm_host_ll_f16(HArgs a) { ll<HF16>(a); }
 HG_KERNEL tpcomm_host_ll_bf16(HArgs a) { ll<HBF16>(a); }
-HG_KERNEL tpcomm_host_lines_f32(HArgs a) { lines<HF32>(a); }
-HG_KERNEL tpcomm_host_lines_f16(HArgs a) { lines<HF16>(a); }
-HG_KERNEL tpcomm_host_lines_bf16(HArgs a) { lines<HBF16>(a); }
 HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<HF32>(a); }
 HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<HF16>(a); }
 HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<HBF16>(a); }
