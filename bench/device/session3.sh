@@ -22,6 +22,8 @@
 #      against every fixed choice and NCCL, the full bench with NCCL, the
 #      forward over the host transport, the torch anchor without P2P and the
 #      copy bandwidth, one call
+#   fr the forward bench repeated: over P2P three times, over the host
+#      transport twice (run-to-run spread of the per-site costs)
 #   th the host-path GPU tests (push and LL, all-ones elements, 100k stress)
 #   t  every other GPU test and the tp_allreduce example
 # Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
@@ -93,6 +95,16 @@ if on hv; then
     --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
   run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
   run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+if on fr; then
+  for k in 1 2 3; do
+    run forward-p2p-$k 150 "$T" bench forward --transport cuda --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl,fused,fused-pdl --json "$O/forward-p2p-$k.json"
+  done
+  for k in 1 2; do
+    run forward-host-$k 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-host-$k.json"
+  done
 fi
 if on hf; then
   run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
