@@ -64,20 +64,17 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
         MachineClass::PcieNop2p => {
             // Crossovers measured with the host path forced on 2 x H200
             // against NCCL 2.28.3 with NCCL_P2P_DISABLE=1
-            // (bench/results/2026-11-30-h200x2-hostgpu.md): LL wins up to
-            // 512 KiB, NCCL from 1 MiB to 16 MiB (LL still beats chunked at
-            // 1 MiB, its largest size), chunked is level with NCCL from 32 MiB.
+            // (bench/results/2026-11-30-session3/final/): the push kernel
+            // wins up to 1 MiB, its largest size (0.39-0.50x NCCL's time up
+            // to 256 KiB, 0.88x at 1 MiB), NCCL from 1 MiB to 16 MiB (chunked
+            // 1.25-1.32x its time from 2 to 8 MiB), chunked level with or
+            // ahead of NCCL from 32 MiB.
             let src = "measured with the host path forced on 2 x H200, not yet on a PCIe box";
-            let (ll, nccl_to) = (ByteSize::kib(512), ByteSize::mib(16));
-            if b <= ll.bytes() {
+            let (push, nccl_to) = (ByteSize::mib(1), ByteSize::mib(16));
+            if b <= push.bytes() {
                 (
                     vec![Candidate::host(one), Candidate::NCCL, Candidate::host(two)],
-                    format!("rule pcie-nop2p ({src}): host one-shot (LL) up to {ll}"),
-                )
-            } else if b <= ByteSize::mib(1).bytes() {
-                (
-                    vec![Candidate::NCCL, Candidate::host(one), Candidate::host(two)],
-                    format!("rule pcie-nop2p ({src}): NCCL from 1 MiB, else host one-shot (LL) up to 1 MiB"),
+                    format!("rule pcie-nop2p ({src}): host one-shot (push) up to {push}"),
                 )
             } else if b <= nccl_to.bytes() {
                 (

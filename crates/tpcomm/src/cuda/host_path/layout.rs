@@ -1,13 +1,14 @@
 //! Where everything lives inside one rank's pinned host area, and how a
 //! message is cut into chunks and blocks. Pure arithmetic, unit-tested.
 
-/// Largest message the low-latency (LL) words carry; bigger ones go chunked.
-/// Its words take twice the message size, so it is capped well below the
-/// communicator's maximum.
+/// Largest message the one-pass kernels (push slots, LL words) carry; bigger
+/// ones go chunked. Push keeps three buffers of slots and LL words take twice
+/// the message size, so it is capped well below the communicator's maximum.
 pub const LL_CAP: usize = 1 << 20;
-/// Largest message `Algo::Auto` sends as LL words when no selection is
-/// consulted: on 2 x H200 with the host path forced LL beat the chunked kernel
-/// at every size up to 1 MiB (bench/results/2026-11-30-h200x2-hostgpu.md).
+/// Largest message `Algo::Auto` sends through the one-pass kernel when no
+/// selection is consulted: on 2 x H200 with the host path forced push beat
+/// the chunked kernel at every size up to 1 MiB
+/// (bench/results/2026-11-30-session3/final/).
 pub const AUTO_LL_MAX: usize = 1 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
