@@ -325,8 +325,9 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
                 .collect();
             // Rank 0 sends all-ones at every 7th element, the last rank at
             // every 11th (both at 77, 154, ...).
-            let poisoned =
-                |r: usize, i: usize| (r == 0 && i % 7 == 0) || (r == world - 1 && i % 11 == 0);
+            let poisoned = |r: usize, i: usize| {
+                (r == 0 && i.is_multiple_of(7)) || (r == world - 1 && i.is_multiple_of(11))
+            };
             for (r, input) in inputs.iter_mut().enumerate() {
                 for i in (0..count).filter(|&i| poisoned(r, i)) {
                     input[i * size..(i + 1) * size].fill(0xff);
