@@ -5,38 +5,21 @@
 //! by `tpcomm gpu-bench --transport host --launch procs`, which checks every
 //! result.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::host_path::layout::HostLayout;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
 
+mod gpu_common;
+use gpu_common::{
+    check_batch, check_every_size, run_batch, stress, stress_calls, Arenas, Call, Rank,
+};
+
 fn gpu_world() -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs)");
-        return None;
-    }
-    tpcomm::cuda::ensure_driver().expect("CUDA driver");
-    let n =
-        tpcomm::cuda::cudarc::driver::CudaContext::device_count().expect("device count") as usize;
-    assert!(n >= 2, "TPCOMM_GPU_TESTS=1 but only {n} GPU(s)");
-    Some(n.min(tpcomm::cuda::MAX_WORLD))
-}
-
-struct Rank {
-    comm: GpuComm,
-    stream: Arc<CudaStream>,
-    a: CudaSlice<u8>,
-    b: CudaSlice<u8>,
-}
-
-impl Rank {
-    fn ptr(&self, buf: &CudaSlice<u8>) -> u64 {
-        buf.device_ptr(&self.stream).0
-    }
+    gpu_common::gpu_world("2+ GPUs")
 }
 
 fn config(r: usize, world: usize, max: ByteSize, timeout: Duration) -> CudaConfig {
@@ -47,188 +30,17 @@ fn config(r: usize, world: usize, max: ByteSize, timeout: Duration) -> CudaConfi
     cfg
 }
 
-fn make_ranks(world: usize, max: ByteSize, arena: usize, timeout: Duration) -> Vec<Rank> {
+fn make_ranks(world: usize, max: ByteSize, arena: usize, timeout: Duration) -> Vec<Rank<GpuComm>> {
     let group = ThreadGroup::new(world);
-    let hs: Vec<_> = (0..world)
-        .map(|r| {
-            let rv = Rendezvous::Threads(group.clone());
-            std::thread::spawn(move || {
-                let comm = GpuComm::new(&config(r, world, max, timeout), &rv)
-                    .expect("create communicator");
-                assert_eq!(comm.transport(), Transport::Host);
-                let ctx = open_context(r).unwrap();
-                // SAFETY (test): no slice is shared between streams, and
-                // cudarc's events must not be recorded into captured graphs.
-                unsafe { ctx.disable_event_tracking() };
-                let stream = ctx.new_stream().unwrap();
-                let a = stream.alloc_zeros::<u8>(arena).unwrap();
-                let b = stream.alloc_zeros::<u8>(arena).unwrap();
-                Rank { comm, stream, a, b }
-            })
-        })
-        .collect();
-    hs.into_iter().map(|h| h.join().unwrap()).collect()
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Call {
-    dtype: DType,
-    count: usize,
-    algo: Algo,
-    in_place: bool,
-    offset: usize,
-}
-
-type Arenas = (Vec<u8>, Vec<u8>);
-
-fn run_batch(
-    ranks: &mut [Rank],
-    calls: &[Call],
-    inputs: &[Vec<u8>],
-    graph: bool,
-) -> Vec<Result<Arenas, Error>> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter_mut()
-            .zip(inputs)
-            .enumerate()
-            .map(|(r, (rank, input))| {
-                s.spawn(move || -> Result<Arenas, Error> {
-                    open_context(r)?;
-                    let n = input.len();
-                    let poison = vec![0xa5u8; n];
-                    rank.stream
-                        .memcpy_htod(&input[..], &mut rank.a.slice_mut(..n))
-                        .unwrap();
-                    rank.stream
-                        .memcpy_htod(&poison[..], &mut rank.b.slice_mut(..n))
-                        .unwrap();
-                    let (pa, pb) = (rank.ptr(&rank.a), rank.ptr(&rank.b));
-                    let cs = rank.stream.cu_stream();
-                    if graph {
-                        rank.stream
-                            .begin_capture(
-                                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                            )
-                            .unwrap();
-                    }
-                    for c in calls {
-                        let inp = pa + c.offset as u64;
-                        let out = if c.in_place {
-                            inp
-                        } else {
-                            pb + c.offset as u64
-                        };
-                        // SAFETY: both ranges lie inside this rank's arenas,
-                        // which outlive the synchronisation below.
-                        unsafe {
-                            rank.comm.all_reduce(
-                                inp,
-                                out,
-                                c.count,
-                                c.dtype,
-                                ReduceOp::Sum,
-                                c.algo,
-                                cs,
-                            )
-                        }?;
-                    }
-                    if graph {
-                        let g = rank
-                            .stream
-                            .end_capture(sys::CUgraphInstantiate_flags(0))
-                            .unwrap()
-                            .unwrap();
-                        g.launch().unwrap();
-                        // The graph must outlive its run.
-                        rank.stream.synchronize().unwrap();
-                    }
-                    rank.stream.synchronize().unwrap();
-                    rank.comm.check()?;
-                    let mut a = vec![0u8; n];
-                    let mut b = vec![0u8; n];
-                    rank.stream
-                        .memcpy_dtoh(&rank.a.slice(..n), &mut a[..])
-                        .unwrap();
-                    rank.stream
-                        .memcpy_dtoh(&rank.b.slice(..n), &mut b[..])
-                        .unwrap();
-                    rank.stream.synchronize().unwrap();
-                    Ok((a, b))
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    gpu_common::make_ranks(world, arena, move |r| {
+        let comm = GpuComm::new(
+            &config(r, world, max, timeout),
+            &Rendezvous::Threads(group.clone()),
+        )
+        .expect("create communicator");
+        assert_eq!(comm.transport(), Transport::Host);
+        comm
     })
-}
-
-/// Runs `spec` with fresh random inputs and checks every element against a
-/// float64 reference and every rank's bytes against rank 0's. Returns
-/// (wrong elements, calls).
-fn check_batch(
-    ranks: &mut [Rank],
-    spec: &[(DType, usize, Algo, bool)],
-    graph: bool,
-    rng: &mut Rng,
-) -> (usize, usize) {
-    let world = ranks.len();
-    let mut calls = Vec::new();
-    let mut offset = 0usize;
-    for &(dtype, count, algo, in_place) in spec {
-        calls.push(Call {
-            dtype,
-            count,
-            algo,
-            in_place,
-            offset,
-        });
-        offset += (count * dtype.size()).div_ceil(256) * 256;
-    }
-    let inputs: Vec<Vec<u8>> = (0..world)
-        .map(|_| {
-            let mut arena = vec![0u8; offset];
-            for c in &calls {
-                let bytes = random_bytes(c.dtype, c.count, rng);
-                arena[c.offset..c.offset + bytes.len()].copy_from_slice(&bytes);
-            }
-            arena
-        })
-        .collect();
-    let results: Vec<Arenas> = run_batch(ranks, &calls, &inputs, graph)
-        .into_iter()
-        .map(|r| r.expect("all-reduce"))
-        .collect();
-    let mut wrong = 0;
-    for c in &calls {
-        let n = c.count * c.dtype.size();
-        let ins: Vec<&[u8]> = inputs.iter().map(|a| &a[c.offset..c.offset + n]).collect();
-        let reference = reference(c.dtype, &ins, c.count);
-        let out_of = |r: &Arenas| -> Vec<u8> {
-            let src = if c.in_place { &r.0 } else { &r.1 };
-            src[c.offset..c.offset + n].to_vec()
-        };
-        let first = out_of(&results[0]);
-        for (r, res) in results.iter().enumerate() {
-            assert_eq!(
-                out_of(res),
-                first,
-                "rank {r} differs from rank 0 in {c:?} (graph {graph})"
-            );
-            if !c.in_place {
-                assert_eq!(
-                    &res.0[c.offset..c.offset + n],
-                    &inputs[r][c.offset..c.offset + n],
-                    "input changed in {c:?}"
-                );
-            }
-        }
-        let w = count_wrong(c.dtype, &first, &reference, world);
-        if w > 0 {
-            eprintln!("{w} wrong elements in {c:?} (graph {graph})");
-        }
-        wrong += w;
-    }
-    (wrong, calls.len())
 }
 
 /// Creates the ranks with TPCOMM_HOST_SMALL set to `small` (the one-pass
@@ -240,7 +52,7 @@ fn make_ranks_with(
     max: ByteSize,
     arena: usize,
     timeout: Duration,
-) -> Vec<Rank> {
+) -> Vec<Rank<GpuComm>> {
     std::env::set_var("TPCOMM_HOST_SMALL", small);
     let ranks = make_ranks(world, max, arena, timeout);
     std::env::remove_var("TPCOMM_HOST_SMALL");
@@ -256,46 +68,8 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     // 1 MiB, chunks above; TwoShot runs chunks.
     for small in ["push", "ll"] {
         let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
-        let mut rng = Rng::new(42);
-        for graph in [false, true] {
-            for dtype in DType::ALL {
-                let max_count = max.bytes() as usize / dtype.size();
-                let counts = [
-                    1,
-                    2,
-                    3,
-                    7,
-                    8,
-                    9,
-                    15,
-                    16,
-                    17,
-                    31,
-                    33,
-                    255,
-                    256,
-                    1000,
-                    4097,
-                    65_536 + 3,
-                    500_000,
-                    max_count,
-                ];
-                let mut spec = Vec::new();
-                for &count in &counts {
-                    // OneShot: LL words (chunked above 1 MiB), TwoShot: chunked.
-                    for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
-                        for in_place in [false, true] {
-                            spec.push((dtype, count, algo, in_place));
-                        }
-                    }
-                }
-                for chunk in spec.chunks(6) {
-                    let (wrong, n) = check_batch(&mut ranks, chunk, graph, &mut rng);
-                    assert_eq!(wrong, 0, "{dtype} graph={graph} one-pass kernel {small}");
-                    total += n;
-                }
-            }
-        }
+        let what = format!("one-pass kernel {small}");
+        total += check_every_size(&mut ranks, max, &mut Rng::new(42), &what);
     }
     eprintln!(
         "host path: checked {total} calls (push and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
@@ -386,38 +160,18 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
 #[test]
 fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
     let Some(world) = gpu_world() else { return };
-    let calls_wanted: usize = std::env::var("TPCOMM_STRESS_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000);
     let max = ByteSize::kib(256);
     let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
-    let mut rng = Rng::new(7);
-    let (mut done, mut wrong, mut graphs) = (0usize, 0usize, 0usize);
     let t0 = Instant::now();
-    while done < calls_wanted {
-        let mut spec = Vec::new();
-        let mut bytes = 0usize;
-        while spec.len() < 200 && bytes < (6 << 20) && done + spec.len() < calls_wanted {
-            let dtype = DType::ALL[rng.below(3) as usize];
-            let max_count = max.bytes() as usize / dtype.size();
-            let bits = rng.below(64 - (max_count as u64).leading_zeros() as u64 + 1);
-            let count = (1 + rng.below(1u64 << bits) as usize).min(max_count);
-            let algo = [Algo::OneShot, Algo::TwoShot, Algo::Auto][rng.below(3) as usize];
-            spec.push((dtype, count, algo, rng.below(2) == 0));
-            bytes += count * dtype.size() + 256;
-        }
-        let graph = rng.below(2) == 0;
-        graphs += graph as usize;
-        let (w, n) = check_batch(&mut ranks, &spec, graph, &mut rng);
-        wrong += w;
-        done += n;
-    }
+    let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
     eprintln!(
-        "host stress: {done} calls ({graphs} batches in graphs) on {world} GPUs in {:.1} s: {wrong} wrong elements",
-        t0.elapsed().as_secs_f64()
+        "host stress: {} calls ({} batches in graphs) on {world} GPUs in {:.1} s: {} wrong elements",
+        s.calls,
+        s.graph_batches,
+        t0.elapsed().as_secs_f64(),
+        s.wrong
     );
-    assert_eq!(wrong, 0);
+    assert_eq!(s.wrong, 0);
 }
 
 #[test]

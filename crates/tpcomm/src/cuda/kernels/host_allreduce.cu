@@ -231,6 +231,20 @@ __device__ void report_timeout(const HArgs& a, u32 what, u32 peer, u64 epoch) {
     }
 }
 
+// Checked on every 16th spin of a wait: true when the wait must end, because
+// this rank gave up already or the wait passed the timeout (recorded as
+// `what`, naming `peer` and the epoch).
+__device__ __forceinline__ bool wait_over(const HArgs& a, u32 spins, u64 start, u32 what,
+                                          u32 peer, u64 epoch) {
+    if ((spins & 15u) != 0u) return false;
+    if (aborted(a)) return true;
+    if (globaltimer() - start > a.timeout_ns) {
+        report_timeout(a, what, peer, epoch);
+        return true;
+    }
+    return false;
+}
+
 // Each block adds 1 when it is done, block 0 adds one epoch unit minus the
 // other blocks' ones: after the whole grid the epoch has advanced by one and
 // the arrival bits are back at zero. The next call starts after this kernel
@@ -276,13 +290,7 @@ __device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u
             *out = v;
             return true;
         }
-        if ((spins & 15u) == 0u) {
-            if (aborted(a)) return false;
-            if (globaltimer() - start > a.timeout_ns) {
-                report_timeout(a, HG_WAIT_PUSH, peer, epoch);
-                return false;
-            }
-        }
+        if (wait_over(a, spins, start, HG_WAIT_PUSH, peer, epoch)) return false;
     }
 }
 
@@ -374,13 +382,7 @@ __device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 pe
             out->w = hi.z;
             return true;
         }
-        if ((spins & 15u) == 0u) {
-            if (aborted(a)) return false;
-            if (globaltimer() - start > a.timeout_ns) {
-                report_timeout(a, HG_WAIT_LL, peer, epoch);
-                return false;
-            }
-        }
+        if (wait_over(a, spins, start, HG_WAIT_LL, peer, epoch)) return false;
     }
 }
 
@@ -454,16 +456,9 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
             const u64 start = globaltimer();
             for (u32 spins = 1;; spins++) {
                 if (ld_acquire_sys_u32(flag) == e) break;
-                if ((spins & 15u) == 0u) {
-                    if (aborted(a)) {
-                        ok = 0;
-                        break;
-                    }
-                    if (globaltimer() - start > a.timeout_ns) {
-                        report_timeout(a, HG_WAIT_CHUNK, q, epoch);
-                        ok = 0;
-                        break;
-                    }
+                if (wait_over(a, spins, start, HG_WAIT_CHUNK, q, epoch)) {
+                    ok = 0;
+                    break;
                 }
             }
         }
