@@ -300,7 +300,8 @@ __device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u
 // only after reading this rank's data of call p+1, written after this kernel
 // completed. Its own buffer p was reset in call p-2 and is written again by
 // peers in call p+3. A reset that landed late would wipe a peer's data and
-// end in a timeout, never in a wrong sum.
+// end in a timeout, never in a wrong sum. tests/push_model.rs model-checks
+// this rotation.
 template <typename T>
 __device__ void push(const HArgs& a) {
     wait_for_previous_kernel();
