@@ -27,7 +27,8 @@ fn round_up(x: usize, a: usize) -> usize {
 /// buffers, each with one receive slot per peer (written by that peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLayout {
-    /// Largest message the LL kernel takes (bytes of data, not of words).
+    /// Largest message the one-pass kernels take (bytes of data; LL words
+    /// take twice as many, a push slot as many).
     pub ll_cap: usize,
     pub data_offset: usize,
     pub flag_offset: usize,

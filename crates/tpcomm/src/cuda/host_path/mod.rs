@@ -3,10 +3,11 @@
 //! maps (cuMemHostAlloc for ranks that are threads, a POSIX shared-memory
 //! segment registered with cuMemHostRegister for ranks that are processes).
 //!
-//! Two kernels (kernels/host_allreduce.cu): LL words (data beside the epoch)
-//! for small messages, chunks with per-chunk flags, produced and consumed by
-//! separate blocks, for large ones. [`GpuComm`] picks this path or the P2P one
-//! ([`Transport`]).
+//! Three kernels (kernels/host_allreduce.cu): push (plain data into the
+//! peers' sentinel-filled slots) for small messages, or LL words (data beside
+//! the epoch) with TPCOMM_HOST_SMALL=ll; chunks with per-chunk flags,
+//! produced and consumed by separate blocks, for large ones. [`GpuComm`]
+//! picks this path or the P2P one ([`Transport`]).
 
 mod comm;
 mod kernels;
