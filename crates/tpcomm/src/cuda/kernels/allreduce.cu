@@ -63,12 +63,6 @@ __device__ __forceinline__ void st_relaxed_sys(V16* p, V16 v) {
                  : "memory");
 }
 
-__device__ __forceinline__ V16 sentinel_vec() {
-    V16 v;
-    v.x = v.y = v.z = v.w = 0xffffffffu;
-    return v;
-}
-
 // ---------------------------------------------------------------- element types
 
 // Element type traits: E = elements per 16-byte vector.
@@ -88,24 +82,9 @@ struct F32 {
         v.w = __float_as_uint(f[3]);
         return v;
     }
-    static __device__ __forceinline__ bool has_sentinel(V16 v) {
-        return v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu ||
-               v.w == 0xffffffffu;
-    }
-    static __device__ __forceinline__ u32 canon_word(u32 w) {
-        return w == 0xffffffffu ? 0x7fffffffu : w;
-    }
+    static __device__ __forceinline__ bool has_sentinel(V16 v) { return words_have_sentinel(v); }
+    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
 };
-
-// Both 16-bit types share the sentinel test and its replacement.
-__device__ __forceinline__ bool word_has_half_sentinel(u32 w) {
-    return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
-}
-__device__ __forceinline__ u32 canon_halves(u32 w) {
-    if ((w & 0xffffu) == 0xffffu) w &= 0xffff7fffu;
-    if ((w >> 16) == 0xffffu) w &= 0x7fffffffu;
-    return w;
-}
 
 struct BF16 {
     enum { E = 8 };
@@ -128,10 +107,7 @@ struct BF16 {
         v.w = w[3];
         return v;
     }
-    static __device__ __forceinline__ bool has_sentinel(V16 v) {
-        return word_has_half_sentinel(v.x) || word_has_half_sentinel(v.y) ||
-               word_has_half_sentinel(v.z) || word_has_half_sentinel(v.w);
-    }
+    static __device__ __forceinline__ bool has_sentinel(V16 v) { return halves_have_sentinel(v); }
     static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_halves(w); }
 };
 
@@ -159,15 +135,6 @@ struct F16 {
     static __device__ __forceinline__ bool has_sentinel(V16 v) { return BF16::has_sentinel(v); }
     static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_halves(w); }
 };
-
-template <typename T>
-__device__ __forceinline__ V16 canon(V16 v) {
-    v.x = T::canon_word(v.x);
-    v.y = T::canon_word(v.y);
-    v.z = T::canon_word(v.z);
-    v.w = T::canon_word(v.w);
-    return v;
-}
 
 // ---------------------------------------------------------------- message access
 

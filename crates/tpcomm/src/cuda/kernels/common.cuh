@@ -1,7 +1,7 @@
 // Helpers every tpcomm kernel family uses: integer names, the 16-byte vector,
-// volatile loads, the global timer, the timeout status, bf16/f16 <-> f32
-// conversions, and the reading and writing of a message's possibly partial
-// last vector.
+// the slots' sentinel and the canon form of sent data, volatile loads, the
+// global timer, the timeout status, bf16/f16 <-> f32 conversions, and the
+// reading and writing of a message's possibly partial last vector.
 //
 // How a family's source is assembled: src/cuda/compile.rs puts the family's
 // defines (if any), then this file, then the family's own files into one
@@ -34,6 +34,49 @@ typedef unsigned short u16;
 struct __align__(TPCOMM_V16_ALIGN) V16 {
     u32 x, y, z, w;
 };
+
+// ---------------------------------------------------------------- sentinel
+
+// The sentinel of the self-validating slots (P2P, fused and host push
+// kernels): all bits one, a NaN in f32, f16 and bf16 alike. Senders replace
+// an all-ones element by another NaN (sign bit cleared), so data never looks
+// like it; a reader waits until no element of a vector is the sentinel.
+__device__ __forceinline__ V16 sentinel_vec() {
+    V16 v;
+    v.x = v.y = v.z = v.w = 0xffffffffu;
+    return v;
+}
+
+// 32-bit elements.
+__device__ __forceinline__ bool words_have_sentinel(V16 v) {
+    return v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu;
+}
+__device__ __forceinline__ u32 canon_word32(u32 w) { return w == 0xffffffffu ? 0x7fffffffu : w; }
+
+// 16-bit elements, two to a word.
+__device__ __forceinline__ bool word_has_half_sentinel(u32 w) {
+    return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
+}
+__device__ __forceinline__ bool halves_have_sentinel(V16 v) {
+    return word_has_half_sentinel(v.x) || word_has_half_sentinel(v.y) ||
+           word_has_half_sentinel(v.z) || word_has_half_sentinel(v.w);
+}
+__device__ __forceinline__ u32 canon_halves(u32 w) {
+    if ((w & 0xffffu) == 0xffffu) w &= 0xffff7fffu;
+    if ((w >> 16) == 0xffffu) w &= 0x7fffffffu;
+    return w;
+}
+
+// A vector as senders send it: every word through the element type's
+// canon_word (canon_word32 or canon_halves, or a form of the same value).
+template <typename T>
+__device__ __forceinline__ V16 canon(V16 v) {
+    v.x = T::canon_word(v.x);
+    v.y = T::canon_word(v.y);
+    v.z = T::canon_word(v.z);
+    v.w = T::canon_word(v.w);
+    return v;
+}
 
 // ---------------------------------------------------------------- memory ops
 

@@ -38,9 +38,9 @@
 // records which peer and epoch did not arrive in a host-mapped status word.
 //
 // No CUDA headers: NVRTC alone compiles this. common.cuh (integer names, V16,
-// volatile loads, the timeout Status, bf16/f16 conversions, message access)
-// is compiled in front of this file, with V16 at 4-byte alignment (see
-// common.cuh).
+// the sentinel, volatile loads, the timeout Status, bf16/f16 conversions,
+// message access) is compiled in front of this file, with V16 at 4-byte
+// alignment (see common.cuh).
 
 #define HG_MAX_WORLD 8
 #define HG_BLOCK 512
@@ -106,39 +106,19 @@ __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
 // instruction sequences on sm_100 and sm_120, so each family keeps the form
 // it was verified with.
 
-// The push kernel's sentinel is all-ones bytes: a NaN in f32, f16 and bf16
-// alike, so slots reset by a call of one type are empty for every type.
-// `clean` turns an all-ones element into another NaN (sign bit cleared), so
-// sent data never looks like the sentinel; sums keep their values (a NaN
-// stays a NaN). `arrived`: no element of the vector is the sentinel.
+// The push kernel's sentinel and the canon form of sent data are common.cuh's
+// (shared with the P2P kernels); `arrived`: no element of a vector is the
+// sentinel. Two forms differ from common.cuh's and are kept because they
+// compile to different machine code, which only a GPU run can re-verify:
+// clean16 (canon_halves' value by xor) and HF32::arrived (the negated test).
 __device__ __forceinline__ u32 clean16(u32 w) {
     u32 flip = ((w & 0xffffu) == 0xffffu ? 0x8000u : 0u) | ((w >> 16) == 0xffffu ? 0x80000000u : 0u);
     return w ^ flip;
 }
-__device__ __forceinline__ bool has16(u32 w) {
-    return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
-}
-__device__ __forceinline__ V16 clean_lanes16(V16 v) {
-    v.x = clean16(v.x);
-    v.y = clean16(v.y);
-    v.z = clean16(v.z);
-    v.w = clean16(v.w);
-    return v;
-}
-__device__ __forceinline__ bool arrived_lanes16(V16 v) {
-    return !(has16(v.x) || has16(v.y) || has16(v.z) || has16(v.w));
-}
-__device__ __forceinline__ u32 clean32(u32 w) { return w == 0xffffffffu ? 0x7fffffffu : w; }
 
 // Accumulates a 16-byte vector of elements into 8 float lanes.
 struct HF32 {
-    static __device__ __forceinline__ V16 clean(V16 v) {
-        v.x = clean32(v.x);
-        v.y = clean32(v.y);
-        v.z = clean32(v.z);
-        v.w = clean32(v.w);
-        return v;
-    }
+    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
     static __device__ __forceinline__ bool arrived(V16 v) {
         return v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu &&
                v.w != 0xffffffffu;
@@ -160,8 +140,8 @@ struct HF32 {
 };
 
 struct HBF16 {
-    static __device__ __forceinline__ V16 clean(V16 v) { return clean_lanes16(v); }
-    static __device__ __forceinline__ bool arrived(V16 v) { return arrived_lanes16(v); }
+    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
+    static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
         u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -181,8 +161,8 @@ struct HBF16 {
 };
 
 struct HF16 {
-    static __device__ __forceinline__ V16 clean(V16 v) { return clean_lanes16(v); }
-    static __device__ __forceinline__ bool arrived(V16 v) { return arrived_lanes16(v); }
+    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
+    static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
         u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -319,7 +299,7 @@ __device__ void push(const HArgs& a) {
     bool ok = !aborted(a);
     // Publish every vector of this thread to every peer before waiting for any.
     for (u64 i = first; i < nvec; i += stride) {
-        const V16 v = T::clean(load_input(a, i));
+        const V16 v = canon<T>(load_input(a, i));
         for (u32 q = 0; q < a.world; q++) {
             if (q == a.rank) continue;
             V16* slot = (V16*)(a.areas[q] + a.push_offset + buf * buf_bytes) +
@@ -329,8 +309,7 @@ __device__ void push(const HArgs& a) {
     }
     // Empty the previous push call's slots.
     {
-        V16 empty;
-        empty.x = empty.y = empty.z = empty.w = 0xffffffffu;
+        const V16 empty = sentinel_vec();
         V16* prev = (V16*)(a.areas[a.rank] + a.push_offset + last_buf * buf_bytes);
         for (u64 i = first; i < last_nvec; i += stride)
             for (u32 k = 0; k + 1 < a.world; k++) st_volatile_v4(prev + k * slot_vecs + i, empty);
@@ -341,7 +320,7 @@ __device__ void push(const HArgs& a) {
         for (u32 q = 0; q < a.world; q++) {
             V16 v;
             if (q == a.rank) {
-                v = T::clean(load_input(a, i));
+                v = canon<T>(load_input(a, i));
             } else {
                 const V16* p = mine + slot_index(q, a.rank) * slot_vecs + i;
                 v = ld_volatile_v4(p);
