@@ -64,26 +64,32 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     let Some(world) = gpu_world() else { return };
     let max = ByteSize::mib(8);
     let mut total = 0;
-    // OneShot and Auto run the one-pass kernel (push, or LL words) up to
-    // 1 MiB, chunks above; TwoShot runs chunks.
-    for small in ["push", "ll"] {
+    // OneShot and Auto run the one-pass kernel (push, delta or LL words) up
+    // to 1 MiB, chunks above; TwoShot runs chunks.
+    for small in ["push", "delta", "ll"] {
         let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
         let what = format!("one-pass kernel {small}");
         total += check_every_size(&mut ranks, max, &mut Rng::new(42), &what);
     }
     eprintln!(
-        "host path: checked {total} calls (push and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
+        "host path: checked {total} calls (push, delta and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
     );
 }
 
-/// The push kernel's sentinel is the all-ones element (a NaN in every type):
-/// such an input element must arrive as a NaN, not hang the call, and leave
-/// every other element right and the next calls unaffected.
+/// The push and delta kernels' sentinel is the all-ones element (a NaN in
+/// every type): such an input element must arrive as a NaN, not hang the
+/// call, and leave every other element right and the next calls unaffected.
 #[test]
-fn gpu_host_push_carries_all_ones_elements_as_nan() {
+fn gpu_host_push_and_delta_carry_all_ones_elements_as_nan() {
     let Some(world) = gpu_world() else { return };
+    for small in ["push", "delta"] {
+        all_ones_elements_arrive_as_nan(small, world);
+    }
+}
+
+fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
     let mut ranks = make_ranks_with(
-        "push",
+        small,
         world,
         ByteSize::mib(1),
         8 << 20,
@@ -117,7 +123,9 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
             }];
             let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
                 .into_iter()
-                .map(|r| r.expect("all-reduce with all-ones elements"))
+                .map(|r| {
+                    r.unwrap_or_else(|e| panic!("{small}: all-reduce with all-ones elements: {e}"))
+                })
                 .collect();
             let first = results[0].1[..count * size].to_vec();
             for (r, res) in results.iter().enumerate() {
@@ -133,7 +141,7 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
             for i in (0..count).filter(|&i| nan_at(i)) {
                 assert!(
                     element(dtype, &first, i).is_nan(),
-                    "{dtype} element {i}: {} instead of NaN (graph {graph})",
+                    "{small} {dtype} element {i}: {} instead of NaN (graph {graph})",
                     element(dtype, &first, i)
                 );
                 masked_out[i * size..(i + 1) * size].fill(0);
@@ -143,7 +151,10 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
             }
             let ins: Vec<&[u8]> = masked_in.iter().map(|v| &v[..]).collect();
             let wrong = count_wrong(dtype, &masked_out, &reference(dtype, &ins, count), world);
-            assert_eq!(wrong, 0, "{dtype} graph={graph}: other elements wrong");
+            assert_eq!(
+                wrong, 0,
+                "{small} {dtype} graph={graph}: other elements wrong"
+            );
             // The slots are empty again: ordinary calls after it are right.
             let spec: Vec<_> = (0..4)
                 .map(|k| (dtype, 1000 + k, Algo::OneShot, k % 2 == 0))
@@ -151,10 +162,86 @@ fn gpu_host_push_carries_all_ones_elements_as_nan() {
             let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
             assert_eq!(
                 wrong, 0,
-                "{dtype} graph={graph}: calls after the all-ones one"
+                "{small} {dtype} graph={graph}: calls after the all-ones one"
             );
         }
     }
+}
+
+/// The delta kernel sends an element that equals what its buffer held two
+/// calls before as the sentinel ("the same again"): calls that repeat the
+/// same input, whole or in part, must still give the float64 sum. Run for
+/// every one-pass kernel.
+#[test]
+fn gpu_host_repeated_inputs_are_right_with_every_one_pass_kernel() {
+    let Some(world) = gpu_world() else { return };
+    for small in ["push", "delta", "ll"] {
+        let mut ranks = make_ranks_with(
+            small,
+            world,
+            ByteSize::mib(1),
+            8 << 20,
+            Duration::from_secs(10),
+        );
+        let mut rng = Rng::new(5);
+        for graph in [false, true] {
+            for dtype in DType::ALL {
+                let count = 3001;
+                let size = dtype.size();
+                // Half the elements equal on every rank and call: the
+                // input is the same in all calls, so from the third call on
+                // every element repeats its buffer's previous content.
+                let mut inputs: Vec<Vec<u8>> = (0..world)
+                    .map(|_| random_bytes(dtype, count, &mut rng))
+                    .collect();
+                let shared = random_bytes(dtype, count, &mut rng);
+                for input in inputs.iter_mut() {
+                    for i in (0..count).filter(|i| i % 2 == 0) {
+                        input[i * size..(i + 1) * size]
+                            .copy_from_slice(&shared[i * size..(i + 1) * size]);
+                    }
+                }
+                // Five calls of the same input, then one of a prefix of it.
+                let mut calls: Vec<Call> = (0..5)
+                    .map(|_| Call {
+                        dtype,
+                        count,
+                        algo: Algo::OneShot,
+                        in_place: false,
+                        offset: 0,
+                    })
+                    .collect();
+                calls.push(Call {
+                    dtype,
+                    count: count / 2,
+                    algo: Algo::OneShot,
+                    in_place: false,
+                    offset: 0,
+                });
+                let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|e| panic!("{small}: repeated calls: {e}")))
+                    .collect();
+                let ins: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+                let want = reference(dtype, &ins, count);
+                for (r, res) in results.iter().enumerate() {
+                    // The prefix comes from the last call, the rest from the fifth.
+                    let wrong = count_wrong(dtype, &res.1[..count * size], &want, world);
+                    assert_eq!(
+                        wrong, 0,
+                        "{small} {dtype} graph={graph} rank {r}: repeated inputs"
+                    );
+                }
+                // Then ordinary random calls stay right.
+                let spec: Vec<_> = (0..4)
+                    .map(|k| (dtype, 700 + 300 * k, Algo::OneShot, k % 2 == 1))
+                    .collect();
+                let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
+                assert_eq!(wrong, 0, "{small} {dtype} graph={graph}: calls after");
+            }
+        }
+    }
+    eprintln!("host path: repeated inputs right with push, delta and ll");
 }
 
 #[test]

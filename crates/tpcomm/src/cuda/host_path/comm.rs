@@ -25,6 +25,7 @@ use std::time::Duration;
 const WAIT_LL: u32 = 4;
 const WAIT_CHUNK: u32 = 5;
 const WAIT_PUSH: u32 = 6;
+const WAIT_DELTA: u32 = 7;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
 const PAGE: usize = 4096;
@@ -35,6 +36,10 @@ pub enum HostAlgo {
     /// Plain data pushed into every peer's receive slots, which hold a
     /// sentinel until it lands: one pass, the message's bytes.
     Push,
+    /// Plain data written once into the own area, every element differing
+    /// from what was there before (shadows in device memory say what): one
+    /// pass, the message's bytes, no emptying.
+    Delta,
     /// Data beside the epoch in every 8-byte word: one pass, twice the bytes.
     Ll,
     /// Plain data in chunks with a flag each, producer and consumer blocks.
@@ -45,6 +50,7 @@ impl HostAlgo {
     pub fn name(self) -> &'static str {
         match self {
             HostAlgo::Push => "host-push",
+            HostAlgo::Delta => "host-delta",
             HostAlgo::Ll => "host-ll",
             HostAlgo::Chunked => "host-chunked",
         }
@@ -52,26 +58,28 @@ impl HostAlgo {
 }
 
 /// Which one-pass kernel `OneShot` (and `Auto` for small messages) runs:
-/// push unless TPCOMM_HOST_SMALL says `ll` (kept for measuring one against
-/// the other on a machine).
+/// push unless TPCOMM_HOST_SMALL says `delta` or `ll` (kept for measuring
+/// one against the other on a machine).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SmallKernel {
     #[default]
     Push,
+    Delta,
     Ll,
 }
 
 impl SmallKernel {
-    /// Reads TPCOMM_HOST_SMALL (`push` or `ll`; unset or empty: push).
+    /// Reads TPCOMM_HOST_SMALL (`push`, `delta` or `ll`; unset or empty: push).
     pub fn from_env() -> Result<Self> {
         match std::env::var("TPCOMM_HOST_SMALL") {
             Err(_) => Ok(Self::Push),
             Ok(v) => match v.trim() {
                 "" | "push" => Ok(Self::Push),
+                "delta" => Ok(Self::Delta),
                 "ll" => Ok(Self::Ll),
                 other => Err(Error::invalid(
                     "TPCOMM_HOST_SMALL",
-                    format!("{other:?} (expected push or ll, or unset it)"),
+                    format!("{other:?} (expected push, delta or ll, or unset it)"),
                 )),
             },
         }
@@ -88,11 +96,12 @@ pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize, small: SmallKernel) -> H
         Algo::Auto => AUTO_LL_MAX.min(ll_cap),
     };
     if bytes > one_pass_max {
-        HostAlgo::Chunked
-    } else if small == SmallKernel::Ll {
-        HostAlgo::Ll
-    } else {
-        HostAlgo::Push
+        return HostAlgo::Chunked;
+    }
+    match small {
+        SmallKernel::Push => HostAlgo::Push,
+        SmallKernel::Delta => HostAlgo::Delta,
+        SmallKernel::Ll => HostAlgo::Ll,
     }
 }
 
@@ -152,6 +161,8 @@ pub struct HostGpuCommunicator {
     /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
     one_pass_block: Option<u32>,
     ctl: DeviceAlloc,
+    /// Delta kernel only: the previous content of every rank's two buffers.
+    shadow: Option<DeviceAlloc>,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
     report: MemoryReport,
@@ -301,6 +312,22 @@ impl HostGpuCommunicator {
             "control words (epoch, abort; one granule)",
             granularity,
         ));
+        let mut allocations = vec![ByteSize::from_usize(granularity)];
+        // Delta words: what every rank's two buffers hold, as the sentinel
+        // the buffers were filled with.
+        let shadow = if small == SmallKernel::Delta {
+            let bytes = 2 * cfg.world * layout.ll_cap;
+            let s = DeviceAlloc::new(ctx.cu_ctx(), bytes)?;
+            s.fill(0, bytes, 0xff)?;
+            items.push(MemoryLine::device(
+                "delta shadows (2 buffers of every rank)",
+                bytes,
+            ));
+            allocations.push(ByteSize::from_usize(bytes));
+            Some(s)
+        } else {
+            None
+        };
         items.push(MemoryLine::pinned_host(
             "status (pinned, mapped)",
             STATUS_BYTES,
@@ -310,7 +337,7 @@ impl HostGpuCommunicator {
             items,
             GpuAllocations {
                 device: cfg.device,
-                allocations: vec![ByteSize::from_usize(granularity)],
+                allocations,
                 granularity: ByteSize::from_usize(granularity),
                 kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
             },
@@ -328,6 +355,7 @@ impl HostGpuCommunicator {
             small,
             one_pass_block,
             ctl,
+            shadow,
             status,
             areas,
             report,
@@ -486,13 +514,14 @@ impl StreamAllReduce for HostGpuCommunicator {
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             push_offset: self.layout.push_offset as u64,
             slot_bytes: self.layout.ll_cap as u64,
+            shadow: self.shadow.as_ref().map_or(0, |s| s.ptr()),
             rank: self.rank as u32,
             world: self.world as u32,
             producers: 0,
-            pad: 0,
+            fence_once: self.shape.fence_once as u32,
         };
         let (f, grid) = match which {
-            HostAlgo::Push | HostAlgo::Ll => {
+            HostAlgo::Push | HostAlgo::Delta | HostAlgo::Ll => {
                 // Blocks of at least 128 threads spread over the SMs with one
                 // vector per thread (as the P2P one-shot), or
                 // TPCOMM_HOST_BLOCK; never more threads than the message has
@@ -502,10 +531,10 @@ impl StreamAllReduce for HostGpuCommunicator {
                     .one_pass_block
                     .unwrap_or_else(|| oneshot_block(nvec, self.sms, block as usize) as u32)
                     .min(nvec.div_ceil(32) as u32 * 32);
-                let f = if which == HostAlgo::Push {
-                    self.kernels.push[d]
-                } else {
-                    self.kernels.ll[d]
+                let f = match which {
+                    HostAlgo::Push => self.kernels.push[d],
+                    HostAlgo::Delta => self.kernels.delta[d],
+                    _ => self.kernels.ll[d],
                 };
                 (f, ll_blocks(bytes, block as usize, self.sms))
             }
@@ -563,6 +592,7 @@ impl HostGpuCommunicator {
             WAIT_LL => "host-path LL words",
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_PUSH => "host-path push slot",
+            WAIT_DELTA => "host-path delta words",
             _ => "host-path data",
         };
         Err(Error::PeerTimeout {
@@ -584,6 +614,7 @@ mod tests {
         let cap = 1 << 20;
         for (small, one) in [
             (SmallKernel::Push, HostAlgo::Push),
+            (SmallKernel::Delta, HostAlgo::Delta),
             (SmallKernel::Ll, HostAlgo::Ll),
         ] {
             assert_eq!(resolve(Algo::Auto, 1024, cap, small), one);

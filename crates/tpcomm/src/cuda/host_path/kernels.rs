@@ -28,14 +28,16 @@ pub(super) struct HostKernelArgs {
     pub timeout_ns: u64,
     pub push_offset: u64,
     pub slot_bytes: u64,
+    pub shadow: u64,
     pub rank: u32,
     pub world: u32,
     pub producers: u32,
-    pub pad: u32,
+    pub fence_once: u32,
 }
 
 pub(super) struct HostKernels {
     pub push: [Function; 3],
+    pub delta: [Function; 3],
     pub ll: [Function; 3],
     pub chunked: [Function; 3],
     pub block: u32,
@@ -61,16 +63,18 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             "the host-path kernels",
         )?;
         let push = per_type(&l.module, "tpcomm_host_push")?;
+        let delta = per_type(&l.module, "tpcomm_host_delta")?;
         let ll = per_type(&l.module, "tpcomm_host_ll")?;
         let chunked = per_type(&l.module, "tpcomm_host_chunked")?;
         let block = common_block(
-            push.iter().chain(&ll).chain(&chunked),
+            push.iter().chain(&delta).chain(&ll).chain(&chunked),
             BLOCK,
             "the host-path kernels",
             l.arch,
         )?;
         Ok(HostKernels {
             push,
+            delta,
             ll,
             chunked,
             block,
@@ -89,8 +93,8 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 20 u64 words and four u32: the size `struct HArgs` has.
-        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 20 * 8 + 16);
+        // 21 u64 words and four u32: the size `struct HArgs` has.
+        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }
 }

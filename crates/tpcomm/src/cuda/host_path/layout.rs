@@ -94,12 +94,16 @@ pub struct HostChunkShape {
     pub chunk_bytes: Option<usize>,
     pub producers: Option<usize>,
     pub consumers: Option<usize>,
+    /// One system fence per chunk, by the thread that writes the flag after
+    /// a block barrier, instead of one per thread (TPCOMM_HOST_FENCE=block).
+    pub fence_once: bool,
 }
 
 impl HostChunkShape {
     /// Reads TPCOMM_HOST_CHUNK (a size, e.g. 64KiB; clamped to 16 KiB-256 KiB
     /// and whole 16 KiB), TPCOMM_HOST_PRODUCERS and TPCOMM_HOST_CONSUMERS
-    /// (block counts, at least 1). Unset: the default rule.
+    /// (block counts, at least 1) and TPCOMM_HOST_FENCE (`thread` or
+    /// `block`). Unset: the default rule.
     pub fn from_env() -> crate::error::Result<Self> {
         use crate::error::Error;
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -121,10 +125,21 @@ impl HostChunkShape {
                     .and_then(|b| b.as_usize())
             })
             .transpose()?;
+        let fence_once = match var("TPCOMM_HOST_FENCE").as_deref().map(str::trim) {
+            None | Some("thread") => false,
+            Some("block") => true,
+            Some(other) => {
+                return Err(Error::invalid(
+                    "TPCOMM_HOST_FENCE",
+                    format!("{other:?} (expected thread or block, or unset it)"),
+                ))
+            }
+        };
         Ok(Self {
             chunk_bytes,
             producers: count("TPCOMM_HOST_PRODUCERS")?,
             consumers: count("TPCOMM_HOST_CONSUMERS")?,
+            fence_once,
         })
     }
 }
@@ -215,6 +230,8 @@ mod tests {
                 assert!(l.data_offset + max <= l.flag_offset);
                 assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
                 assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
+                // The delta kernel's two buffers fit the push buffers.
+                assert!(2 * l.ll_cap <= PUSH_BUFFERS * l.push_bytes);
                 assert!(l.half_stride.is_multiple_of(4096));
                 // Three push buffers after the halves, one slot per peer
                 // each, each slot as big as the LL cap.
@@ -279,6 +296,7 @@ mod tests {
             chunk_bytes: Some(64 << 10),
             producers: Some(8),
             consumers: Some(16),
+            fence_once: false,
         };
         let p = chunk_plan_with(4 << 20, 2, 132, &shape);
         assert_eq!(
@@ -290,6 +308,7 @@ mod tests {
             chunk_bytes: Some(1),
             producers: Some(1000),
             consumers: Some(1000),
+            fence_once: true,
         };
         let l = HostLayout::new(1 << 20, 2);
         let p = chunk_plan_with(1 << 20, 2, 132, &wild);

@@ -47,6 +47,7 @@
 #define HG_WAIT_LL 4u
 #define HG_WAIT_CHUNK 5u
 #define HG_WAIT_PUSH 6u
+#define HG_WAIT_DELTA 7u
 #define HG_EPOCH_SHIFT 20
 #define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
@@ -67,10 +68,11 @@ struct HArgs {
     u64 timeout_ns;
     u64 push_offset;          // first push buffer (three, after the halves)
     u64 slot_bytes;           // bytes of one push slot (multiple of 16)
+    u64 shadow;               // delta: device memory, 2 x world shadows of slot_bytes
     u32 rank;
     u32 world;
-    u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
-    u32 pad;
+    u32 producers;   // chunked: blocks [0, producers) produce, the rest consume
+    u32 fence_once;  // chunked: one system fence per chunk (thread 0), not one per thread
 };
 
 struct HCtl {
@@ -118,6 +120,7 @@ __device__ __forceinline__ u32 clean16(u32 w) {
 
 // Accumulates a 16-byte vector of elements into 8 float lanes.
 struct HF32 {
+    enum { HALVES = 0 };
     static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
     static __device__ __forceinline__ bool arrived(V16 v) {
         return v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu &&
@@ -140,6 +143,7 @@ struct HF32 {
 };
 
 struct HBF16 {
+    enum { HALVES = 1 };
     static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
     static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
@@ -161,6 +165,7 @@ struct HBF16 {
 };
 
 struct HF16 {
+    enum { HALVES = 1 };
     static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
     static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
@@ -336,6 +341,135 @@ __device__ void push(const HArgs& a) {
     end_push_call(a, ok, (buf << 32) | nvec);
 }
 
+// ---------------------------------------------------------------- delta
+
+// Delta words: no slot is ever emptied. Each rank writes its contribution
+// once into its own area (buffer by the epoch's parity), and every element
+// written differs from the element that buffer held before at that place,
+// so a reader that remembers the previous content sees exactly when new data
+// landed. The writer sends the data element itself unless it equals the
+// previous content, then the sentinel (all-ones: canon data is never
+// all-ones), which a reader decodes as "the previous value again". Both
+// sides keep the previous content in device memory (shadows): the writer of
+// its own buffers, a reader of every peer's; both started as the sentinel,
+// as the host buffers did. Host traffic: the message's bytes once each way,
+// no emptying pass. Per element (a 32-bit word, or each 16-bit half).
+template <int H>
+__device__ __forceinline__ u32 delta_encode_word(u32 w, u32 o) {
+    if (!H) return w != o ? w : 0xffffffffu;
+    const u32 lo = (w & 0xffffu) != (o & 0xffffu) ? (w & 0xffffu) : 0xffffu;
+    const u32 hi = (w >> 16) != (o >> 16) ? (w >> 16) : 0xffffu;
+    return lo | (hi << 16);
+}
+
+template <int H>
+__device__ __forceinline__ bool delta_word_new(u32 x, u32 o) {
+    const u32 d = x ^ o;
+    if (!H) return d != 0u;
+    return (d & 0xffffu) != 0u && (d >> 16) != 0u;
+}
+
+template <int H>
+__device__ __forceinline__ u32 delta_decode_word(u32 x, u32 o) {
+    if (!H) return x == 0xffffffffu ? o : x;
+    const u32 lo = (x & 0xffffu) == 0xffffu ? (o & 0xffffu) : (x & 0xffffu);
+    const u32 hi = (x >> 16) == 0xffffu ? (o >> 16) : (x >> 16);
+    return lo | (hi << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ V16 delta_encode(V16 v, V16 o) {
+    V16 r;
+    r.x = delta_encode_word<T::HALVES>(v.x, o.x);
+    r.y = delta_encode_word<T::HALVES>(v.y, o.y);
+    r.z = delta_encode_word<T::HALVES>(v.z, o.z);
+    r.w = delta_encode_word<T::HALVES>(v.w, o.w);
+    return r;
+}
+
+template <typename T>
+__device__ __forceinline__ bool delta_arrived(V16 x, V16 o) {
+    return delta_word_new<T::HALVES>(x.x, o.x) && delta_word_new<T::HALVES>(x.y, o.y) &&
+           delta_word_new<T::HALVES>(x.z, o.z) && delta_word_new<T::HALVES>(x.w, o.w);
+}
+
+template <typename T>
+__device__ __forceinline__ V16 delta_decode(V16 x, V16 o) {
+    V16 r;
+    r.x = delta_decode_word<T::HALVES>(x.x, o.x);
+    r.y = delta_decode_word<T::HALVES>(x.y, o.y);
+    r.z = delta_decode_word<T::HALVES>(x.z, o.z);
+    r.w = delta_decode_word<T::HALVES>(x.w, o.w);
+    return r;
+}
+
+// Waits until every element of the vector at `p` differs from `old`; false
+// on timeout or abort.
+template <typename T>
+__device__ __noinline__ bool delta_wait(const HArgs& a, const V16* p, V16 old, u32 peer,
+                                        u64 epoch, V16* out) {
+    const u64 start = globaltimer();
+    for (u32 spins = 1;; spins++) {
+        V16 v = ld_volatile_v4(p);
+        if (delta_arrived<T>(v, old)) {
+            *out = v;
+            return true;
+        }
+        if (wait_over(a, spins, start, HG_WAIT_DELTA, peer, epoch)) return false;
+    }
+}
+
+// Buffer b (the epoch's parity) of rank q's area holds q's words of calls
+// of that parity. A rank writes buffer b in call e only after finishing call
+// e-1, in which it read every peer's words of e-1, which each peer wrote only
+// after finishing call e-2: every reader is done with the buffer's previous
+// content (the halves' rule). Mixing with the chunked kernel keeps this (its
+// calls also read every peer).
+template <typename T>
+__device__ void delta(const HArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 epoch = read_epoch(a);
+    const u64 b = epoch & 1ull;
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 cap = a.slot_bytes / 16;
+    V16* shadows = (V16*)a.shadow + b * a.world * cap;
+    bool ok = !aborted(a);
+    // Publish every vector of this thread before waiting for any.
+    V16* mine = (V16*)(a.areas[a.rank] + a.push_offset) + b * cap;
+    V16* my_shadow = shadows + a.rank * cap;
+    for (u64 i = first; i < nvec; i += stride) {
+        const V16 raw = delta_encode<T>(canon<T>(load_input(a, i)), my_shadow[i]);
+        st_volatile_v4(mine + i, raw);
+        my_shadow[i] = raw;
+    }
+    for (u64 i = first; ok && i < nvec; i += stride) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (u32 q = 0; q < a.world; q++) {
+            V16 v;
+            if (q == a.rank) {
+                v = canon<T>(load_input(a, i));
+            } else {
+                V16* sh = shadows + q * cap + i;
+                const V16 old = *sh;
+                const V16* p = (const V16*)(a.areas[q] + a.push_offset) + b * cap + i;
+                V16 x = ld_volatile_v4(p);
+                if (!delta_arrived<T>(x, old) && !delta_wait<T>(a, p, old, q, epoch, &x)) {
+                    ok = false;
+                    break;
+                }
+                *sh = x;
+                v = delta_decode<T>(x, old);
+            }
+            T::add(acc, v);
+        }
+        if (ok) store_output(a, i, T::pack(acc));
+    }
+    end_call(a, ok);
+}
+
 // ---------------------------------------------------------------- ll
 
 // Where the two LL vectors of data vector i live: per group of 32 vectors,
@@ -471,9 +605,19 @@ __device__ void chunked(const HArgs& a) {
             const u64 lo = c * cvec;
             const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
             for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = load_input(a, i);
-            __threadfence_system();
-            __syncthreads();
-            if (threadIdx.x == 0) st_release_sys_u32(flags + c, e);
+            if (a.fence_once) {
+                // The barrier orders every thread's stores before thread 0's
+                // fence, which is cumulative: one system fence per chunk.
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    __threadfence_system();
+                    st_release_sys_u32(flags + c, e);
+                }
+            } else {
+                __threadfence_system();
+                __syncthreads();
+                if (threadIdx.x == 0) st_release_sys_u32(flags + c, e);
+            }
         }
     } else {
         const u32 consumers = gridDim.x - producers;
@@ -521,6 +665,9 @@ __device__ void chunked(const HArgs& a) {
 HG_KERNEL tpcomm_host_push_f32(HArgs a) { push<HF32>(a); }
 HG_KERNEL tpcomm_host_push_f16(HArgs a) { push<HF16>(a); }
 HG_KERNEL tpcomm_host_push_bf16(HArgs a) { push<HBF16>(a); }
+HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<HF32>(a); }
+HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<HF16>(a); }
+HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<HBF16>(a); }
 HG_KERNEL tpcomm_host_ll_f32(HArgs a) { ll<HF32>(a); }
 HG_KERNEL tpcomm_host_ll_f16(HArgs a) { ll<HF16>(a); }
 HG_KERNEL tpcomm_host_ll_bf16(HArgs a) { ll<HBF16>(a); }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Device calls of session 4 (nvidia-h200-x2): the host path's delta kernel
+# (no emptying pass) and one system fence per chunk in the chunked kernel.
+#   hd host bench, NCCL with NCCL_P2P_DISABLE=1 beside it, graph mode:
+#      one-shot with push (default) and with delta (TPCOMM_HOST_SMALL=delta)
+#      over 1 KiB-1 MiB, taking turns twice; two-shot (chunked) with one fence
+#      per thread (default) and one per chunk (TPCOMM_HOST_FENCE=block) over
+#      64 KiB-64 MiB; the torch anchor without P2P and the copy bandwidth
+#   hf forward bench over the host transport: push, then delta
+#   th the host-path GPU tests (push, delta and LL; 100k stress with the
+#      default kernel, then 100k stress with delta)
+#   t  every other GPU test and the tp_allreduce example
+# Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
+# $OUT/<step>.txt|json, packed into outputs.tgz.
+#   STEPS=hd,hf bash .dev/all/session4.sh
+O=${OUT:-/tmp/s4-out}
+STEPS=${STEPS:-hd,hf}
+# shellcheck source=bench/device/common.sh
+source "$(dirname "$0")/common.sh"
+G=(env TPCOMM_GPU_TESTS=1)
+TT=(--test-threads=1 --nocapture)
+H=(env NCCL_P2P_DISABLE=1)
+HB=(bench --device gpu --launch procs --transport host --timeout-ms 10000)
+FWD=$(cat "$D/gpu_forward.tpcomm-path" 2>/dev/null)
+if [ -n "$FWD" ] && { [ ! -e "$FWD" ] || [ -L "$FWD" ]; }; then
+  mkdir -p "$(dirname "$FWD")" && ln -sfn "$PWD/$T" "$FWD"
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$O/machine.txt" 2>&1
+if on hd; then
+  for v in push delta push2 delta2; do
+    run small-$v 90 "${H[@]}" TPCOMM_HOST_SMALL="${v%2}" "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
+      --min 1KiB --max 1MiB --reps 11 --json "$O/small-$v.json"
+  done
+  for v in thread block; do
+    run chunked-$v 150 "${H[@]}" TPCOMM_HOST_FENCE=$v "$T" "${HB[@]}" --algos two-shot,nccl --modes graph \
+      --min 64KiB --max 64MiB --reps 7 --json "$O/chunked-$v.json"
+  done
+  run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
+  run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+if on hf; then
+  for v in push delta; do
+    run forward-host-$v 150 "${H[@]}" TPCOMM_HOST_SMALL=$v "$T" bench forward --transport host --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-host-$v.json"
+  done
+fi
+if on th; then
+  run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
+  run t-host-delta-stress 120 "${G[@]}" TPCOMM_STRESS_CALLS=100000 TPCOMM_HOST_SMALL=delta "$D/gpu_host_allreduce" \
+    "${TT[@]}" gpu_host_stress
+fi
+if on t; then
+  run t-example 120 "$D/tp_allreduce"
+  run t-fallback 90 "${G[@]}" "$D/gpu_fallback" "${TT[@]}"
+  run t-p2p 200 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"
+  run t-fused 60 "${G[@]}" "$D/gpu_fused" "${TT[@]}" --ignored
+  run t-nccl 60 "${G[@]}" "$D/nccl_gpu" "${TT[@]}" --ignored
+  run t-selftune 60 "${G[@]}" "$D/gpu_self_tune" "${TT[@]}"
+  run t-forward 180 "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+fi
+pack
