@@ -7,6 +7,10 @@
 #      per thread (default) and one per chunk (TPCOMM_HOST_FENCE=block) over
 #      64 KiB-64 MiB; the torch anchor without P2P and the copy bandwidth
 #   hf forward bench over the host transport: push, then delta
+#   pf the control-word prefetch (and the delta kernel's shadow prefetch):
+#      the previous build (D/tpcomm-prev) against this one, taking turns, in
+#      the forward over P2P and over the host transport (push and delta), and
+#      delta over 1 KiB-1 MiB
 #   th the host-path GPU tests (push, delta and LL; 100k stress with the
 #      default kernel, then 100k stress with delta)
 #   t  every other GPU test and the tp_allreduce example
@@ -43,6 +47,22 @@ if on hf; then
     run forward-host-$v 150 "${H[@]}" TPCOMM_HOST_SMALL=$v "$T" bench forward --transport host --tokens 1,4,8,16 \
       --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-host-$v.json"
   done
+fi
+if on pf; then
+  for v in prev new prev2 new2; do
+    case $v in prev*) B=$D/tpcomm-prev ;; *) B=$T ;; esac
+    run pf-p2p-$v 150 "$B" bench forward --transport cuda --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl,fused-pdl --json "$O/pf-p2p-$v.json"
+  done
+  for v in prev new; do
+    case $v in prev*) B=$D/tpcomm-prev ;; *) B=$T ;; esac
+    for k in push delta; do
+      run pf-host-$k-$v 150 "${H[@]}" TPCOMM_HOST_SMALL=$k "$B" bench forward --transport host --tokens 1,4,8,16 \
+        --modes none,none-pdl,one-shot-pdl --json "$O/pf-host-$k-$v.json"
+    done
+  done
+  run pf-delta 60 "${H[@]}" TPCOMM_HOST_SMALL=delta "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
+    --min 1KiB --max 1MiB --reps 11 --json "$O/pf-delta.json"
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"

@@ -197,6 +197,16 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// Asks L2 for the line holding `p`: no value is read and nothing is ordered,
+// so it is safe anywhere, also before wait_for_previous_kernel. A kernel
+// prefetches its control words (and the delta kernel its shadows) first:
+// between two all-reduces of a forward pass the weights streamed through L2
+// have evicted them, and the load after the wait would go to DRAM while the
+// wait itself (the previous kernel draining) can hide it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Lets the next kernel on the stream, when it was launched overlapped, be
 // scheduled now instead of when this grid exits: it then waits in its own
 // wait_for_previous_kernel until this grid has finished and its writes are
