@@ -11,8 +11,17 @@
 #      the previous build (D/tpcomm-prev) against this one, taking turns, in
 #      the forward over P2P and over the host transport (push and delta), and
 #      delta over 1 KiB-1 MiB
-#   th the host-path GPU tests (push, delta and LL; 100k stress with the
-#      default kernel, then 100k stress with delta)
+#   pq the control-word prefetch by one thread per block: the build before
+#      any prefetch (D/tpcomm-prev) against this one, taking turns, in the
+#      forward over P2P
+#   hv the final host-path numbers: tune on the host transport (NCCL with P2P
+#      disabled), auto against every fixed choice and NCCL with that table,
+#      the forward over the host transport, the torch anchor without P2P and
+#      the copy bandwidth, one call
+#   fr the forward bench repeated: over P2P twice, over the host transport
+#      once
+#   th the host-path GPU tests (delta, push and LL; 100k stress with the
+#      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
 # Binaries from D (bench/device/stage_all.sh fills .dev/all). Outputs to
 # $OUT/<step>.txt|json, packed into outputs.tgz.
@@ -64,9 +73,34 @@ if on pf; then
   run pf-delta 60 "${H[@]}" TPCOMM_HOST_SMALL=delta "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
     --min 1KiB --max 1MiB --reps 11 --json "$O/pf-delta.json"
 fi
+if on pq; then
+  for v in prev new prev2 new2; do
+    case $v in prev*) B=$D/tpcomm-prev ;; *) B=$T ;; esac
+    run pq-p2p-$v 150 "$B" bench forward --transport cuda --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl,fused-pdl --json "$O/pq-p2p-$v.json"
+  done
+fi
+if on hv; then
+  run tune-host 150 "${H[@]}" "$T" tune --transport host --launch threads --min 1KiB --max 64MiB \
+    --iters 5 --reps 5 --out "$O/tuning-host.toml" --json "$O/tune-host.json"
+  run auto-host 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --midpoints \
+    --min 1KiB --max 64MiB --reps 11 --table "$O/tuning-host.toml" --json "$O/auto-host.json"
+  run forward-host 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot,one-shot-pdl --json "$O/forward-host.json"
+  run anchor-nop2p 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/anchor-nop2p.json"
+  run copy-bw 90 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"
+fi
+if on fr; then
+  for k in 1 2; do
+    run forward-p2p-$k 150 "$T" bench forward --transport cuda --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl,fused,fused-pdl --json "$O/forward-p2p-$k.json"
+  done
+  run forward-host-1 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+    --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-host-1.json"
+fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
-  run t-host-delta-stress 120 "${G[@]}" TPCOMM_STRESS_CALLS=100000 TPCOMM_HOST_SMALL=delta "$D/gpu_host_allreduce" \
+  run t-host-push-stress 120 "${G[@]}" TPCOMM_STRESS_CALLS=100000 TPCOMM_HOST_SMALL=push "$D/gpu_host_allreduce" \
     "${TT[@]}" gpu_host_stress
 fi
 if on t; then

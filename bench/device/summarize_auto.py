@@ -9,7 +9,7 @@ for a run on the host transport, meta.transport "host"). Targets (issue 5): auto
 within 5% of the best fixed choice at every size, never more than 5% slower
 than NCCL. Exit status 0 when both hold, 1 when not, 2 on bad input.
 
-Host-transport runs label their fixed rows by kernel (host-push or host-ll,
+Host-transport runs label their fixed rows by kernel (host-delta, host-push or host-ll,
 host-chunked; one-shot above the one-pass cap runs, and is labelled, host-chunked) and their auto
 rows by candidate (auto:host:one-shot, auto:host:two-shot); both are matched
 here. Two rows with one label at one point keep the faster (same kernel).
@@ -28,7 +28,7 @@ FIXED_FOR = {
     "nccl": ["nccl"],
     "cuda:one-shot": ["one-shot"],
     "cuda:two-shot": ["two-shot"],
-    "host:one-shot": ["host-push", "host-ll", "host-chunked"],
+    "host:one-shot": ["host-delta", "host-push", "host-ll", "host-chunked"],
     "host:two-shot": ["host-chunked"],
     "host:ll": ["host-ll", "host-chunked"],
     "host:chunked": ["host-chunked"],

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::sys;
+use tpcomm::cuda::host_path::delta_shadow_bytes;
 use tpcomm::cuda::host_path::layout::HostLayout;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
@@ -345,9 +346,16 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
         let host = rep.total_in(Place::PinnedHost).unwrap().bytes();
         // The own area (threads map the peers' without new memory) plus the 64-byte status.
         assert_eq!(host, area as u64 + 64, "{rep}");
-        // Device memory: the control words' one allocation granule, nothing else.
+        // Device memory: the control words' one allocation granule and the
+        // delta kernel's shadows (the default one-pass kernel), nothing else.
         let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
-        assert_eq!(rep.device_requested(), granularity, "{rep}");
+        let ll_cap = HostLayout::new(max.bytes() as usize, world).ll_cap;
+        let shadows = delta_shadow_bytes(world, ll_cap, granularity.bytes() as usize);
+        assert_eq!(
+            rep.device_requested().bytes(),
+            granularity.bytes() + shadows as u64,
+            "{rep}"
+        );
         assert_eq!(
             rep.device_reserved().bytes() as usize,
             drop,

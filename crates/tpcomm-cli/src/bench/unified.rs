@@ -116,7 +116,8 @@ struct BenchOpts {
     rendezvous: Option<PathBuf>,
 
     /// GPU: transport: cuda (P2P), host (through pinned host memory, no P2P
-    /// needed; one-shot = push slots (or LL words with TPCOMM_HOST_SMALL=ll), two-shot = chunked), auto (host when any
+    /// needed; one-shot = delta words (push slots or LL words with TPCOMM_HOST_SMALL=push or ll), two-shot = chunked),
+    /// auto (host when any
     /// pair lacks P2P; the default).
     #[arg(long, help_heading = "GPUs")]
     transport: Option<Transport>,

@@ -256,7 +256,7 @@ fn bench_rows_map_to_the_candidates_of_their_transport() {
         row_candidate("cuda", "two-shot"),
         Some(Candidate::cuda(Algo::TwoShot))
     );
-    for one_pass in ["host-push", "host-ll"] {
+    for one_pass in ["host-delta", "host-push", "host-ll"] {
         assert_eq!(
             row_candidate("host", one_pass),
             Some(Candidate::host(Algo::OneShot))

@@ -58,32 +58,41 @@ impl HostAlgo {
 }
 
 /// Which one-pass kernel `OneShot` (and `Auto` for small messages) runs:
-/// push unless TPCOMM_HOST_SMALL says `delta` or `ll` (kept for measuring
-/// one against the other on a machine).
+/// delta words unless TPCOMM_HOST_SMALL says `push` or `ll` (kept for
+/// measuring one against the other on a machine). Delta sends the message's
+/// bytes once each way; push also writes the sentinel back over them (twice
+/// the device-to-host bytes), LL words carry twice the bytes both ways.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SmallKernel {
-    #[default]
     Push,
+    #[default]
     Delta,
     Ll,
 }
 
 impl SmallKernel {
-    /// Reads TPCOMM_HOST_SMALL (`push`, `delta` or `ll`; unset or empty: push).
+    /// Reads TPCOMM_HOST_SMALL (`delta`, `push` or `ll`; unset or empty: delta).
     pub fn from_env() -> Result<Self> {
         match std::env::var("TPCOMM_HOST_SMALL") {
-            Err(_) => Ok(Self::Push),
+            Err(_) => Ok(Self::Delta),
             Ok(v) => match v.trim() {
-                "" | "push" => Ok(Self::Push),
-                "delta" => Ok(Self::Delta),
+                "" | "delta" => Ok(Self::Delta),
+                "push" => Ok(Self::Push),
                 "ll" => Ok(Self::Ll),
                 other => Err(Error::invalid(
                     "TPCOMM_HOST_SMALL",
-                    format!("{other:?} (expected push, delta or ll, or unset it)"),
+                    format!("{other:?} (expected delta, push or ll, or unset it)"),
                 )),
             },
         }
     }
+}
+
+/// Device bytes of the delta kernel's shadows: two buffers of every rank,
+/// `ll_cap` each, in whole allocation granules.
+pub fn delta_shadow_bytes(world: usize, ll_cap: usize, granularity: usize) -> usize {
+    let g = granularity.max(1);
+    (2 * world * ll_cap).div_ceil(g) * g
 }
 
 /// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
@@ -314,9 +323,10 @@ impl HostGpuCommunicator {
         ));
         let mut allocations = vec![ByteSize::from_usize(granularity)];
         // Delta words: what every rank's two buffers hold, as the sentinel
-        // the buffers were filled with.
+        // the buffers were filled with; whole granules, so the report says
+        // exactly what free memory loses.
         let shadow = if small == SmallKernel::Delta {
-            let bytes = 2 * cfg.world * layout.ll_cap;
+            let bytes = delta_shadow_bytes(cfg.world, layout.ll_cap, granularity);
             let s = DeviceAlloc::new(ctx.cu_ctx(), bytes)?;
             s.fill(0, bytes, 0xff)?;
             items.push(MemoryLine::device(

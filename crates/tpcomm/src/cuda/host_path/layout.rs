@@ -1,7 +1,7 @@
 //! Where everything lives inside one rank's pinned host area, and how a
 //! message is cut into chunks and blocks. Pure arithmetic, unit-tested.
 
-/// Largest message the one-pass kernels (push slots, LL words) carry; bigger
+/// Largest message the one-pass kernels (delta words, push slots, LL words) carry; bigger
 /// ones go chunked. Push keeps three buffers of slots and LL words take twice
 /// the message size, so it is capped well below the communicator's maximum.
 pub const LL_CAP: usize = 1 << 20;
@@ -89,21 +89,34 @@ pub struct ChunkPlan {
 /// Overrides of the chunked kernel's plan, for measuring other shapes on a
 /// machine (`HostChunkShape::from_env`); `None` keeps the rule of
 /// [`chunk_plan`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostChunkShape {
     pub chunk_bytes: Option<usize>,
     pub producers: Option<usize>,
     pub consumers: Option<usize>,
     /// One system fence per chunk, by the thread that writes the flag after
-    /// a block barrier, instead of one per thread (TPCOMM_HOST_FENCE=block).
+    /// a block barrier (the default), or one per thread
+    /// (TPCOMM_HOST_FENCE=thread). One per chunk was 3-8% faster from 64 KiB
+    /// to 64 MiB on 2 x H200 (bench/results/2026-11-30-session4/).
     pub fence_once: bool,
+}
+
+impl Default for HostChunkShape {
+    fn default() -> Self {
+        Self {
+            chunk_bytes: None,
+            producers: None,
+            consumers: None,
+            fence_once: true,
+        }
+    }
 }
 
 impl HostChunkShape {
     /// Reads TPCOMM_HOST_CHUNK (a size, e.g. 64KiB; clamped to 16 KiB-256 KiB
     /// and whole 16 KiB), TPCOMM_HOST_PRODUCERS and TPCOMM_HOST_CONSUMERS
-    /// (block counts, at least 1) and TPCOMM_HOST_FENCE (`thread` or
-    /// `block`). Unset: the default rule.
+    /// (block counts, at least 1) and TPCOMM_HOST_FENCE (`block` or
+    /// `thread`). Unset: the default rule.
     pub fn from_env() -> crate::error::Result<Self> {
         use crate::error::Error;
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -126,8 +139,8 @@ impl HostChunkShape {
             })
             .transpose()?;
         let fence_once = match var("TPCOMM_HOST_FENCE").as_deref().map(str::trim) {
-            None | Some("thread") => false,
-            Some("block") => true,
+            None | Some("") | Some("block") => true,
+            Some("thread") => false,
             Some(other) => {
                 return Err(Error::invalid(
                     "TPCOMM_HOST_FENCE",

@@ -3,10 +3,12 @@
 //! maps (cuMemHostAlloc for ranks that are threads, a POSIX shared-memory
 //! segment registered with cuMemHostRegister for ranks that are processes).
 //!
-//! Three kernels (kernels/host_allreduce.cu): push (plain data into the
-//! peers' sentinel-filled slots) for small messages, or LL words (data beside
-//! the epoch) with TPCOMM_HOST_SMALL=ll; chunks with per-chunk flags,
-//! produced and consumed by separate blocks, for large ones. [`GpuComm`]
+//! Four kernels (kernels/host_allreduce.cu): for messages up to 1 MiB delta
+//! words (plain data written once into the own area, each element differing
+//! from what was there before), or with TPCOMM_HOST_SMALL push (plain data
+//! into the peers' sentinel-filled slots) or LL words (data beside the
+//! epoch); chunks with per-chunk flags, produced and consumed by separate
+//! blocks, for larger ones. [`GpuComm`]
 //! picks this path or the P2P one ([`Transport`]).
 
 mod comm;
@@ -16,5 +18,5 @@ mod pinned;
 mod select;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
-pub use comm::{HostAlgo, HostGpuCommunicator};
+pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator, SmallKernel};
 pub use select::{GpuComm, Transport};

@@ -274,7 +274,7 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
 // read each input vector before overwriting it.
 template <typename T>
 __device__ void oneshot(const Args& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;
@@ -334,7 +334,7 @@ __device__ void oneshot(const Args& a) {
 // cache less) on its latency-bound path.
 template <typename T>
 __device__ void oneshot_small(const Args& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;
@@ -386,7 +386,7 @@ __device__ void oneshot_small(const Args& a) {
 // in-place call reads each input vector before it overwrites it.
 template <typename T>
 __device__ void twoshot(const Args& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nvec = (a.nbytes + 15) / 16;

@@ -86,7 +86,7 @@ __device__ __forceinline__ void write_normed(const FusedArgs& f, u64 i, u32 j, f
 template <typename T>
 __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
     const Args& a = f.base;
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     const u64 epoch = read_epoch(a);
     const u64 buf_off = (epoch & 1ull) * a.epoch_stride;

@@ -289,7 +289,7 @@ __device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u
 // this rotation.
 template <typename T>
 __device__ void push(const HArgs& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 epoch = read_epoch(a);
@@ -433,7 +433,7 @@ __device__ void delta(const HArgs& a) {
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 cap = a.slot_bytes / 16;
     // The parity is not known before the wait: this rank's shadows of both.
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     if (first < nvec) {
         prefetch_l2((const V16*)a.shadow + a.rank * cap + first);
         prefetch_l2((const V16*)a.shadow + (a.world + a.rank) * cap + first);
@@ -509,7 +509,7 @@ __device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 pe
 
 template <typename T>
 __device__ void ll(const HArgs& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 epoch = read_epoch(a);
@@ -594,7 +594,7 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
 
 template <typename T>
 __device__ void chunked(const HArgs& a) {
-    prefetch_l2((const void*)a.ctl);
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 epoch = read_epoch(a);
