@@ -20,6 +20,8 @@
 #      the copy bandwidth, one call
 #   fr the forward bench repeated: over P2P twice, over the host transport
 #      once
+#   hk delta's launch shape: TPCOMM_HOST_BLOCK=64 and 32 (more, smaller
+#      blocks) against the default rule, graph 16 KiB-1 MiB, taking turns
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -97,6 +99,13 @@ if on fr; then
   done
   run forward-host-1 150 "${H[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
     --modes none,none-pdl,nccl,one-shot-pdl --json "$O/forward-host-1.json"
+fi
+if on hk; then
+  for v in default 64 32 default2; do
+    case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=$v) ;; esac
+    run shape-$v 60 "${H[@]}" "${B[@]}" "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
+      --min 16KiB --max 1MiB --reps 11 --json "$O/shape-$v.json"
+  done
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
