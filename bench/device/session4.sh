@@ -22,6 +22,9 @@
 #      once
 #   hk delta's launch shape: TPCOMM_HOST_BLOCK=64 and 32 (more, smaller
 #      blocks) against the default rule, graph 16 KiB-1 MiB, taking turns
+#   hm delta with 64-thread blocks against the default rule: graph 16 KiB-
+#      512 KiB three times each, then the forward over the host transport
+#      twice each, taking turns
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -105,6 +108,18 @@ if on hk; then
     case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=$v) ;; esac
     run shape-$v 60 "${H[@]}" "${B[@]}" "$T" "${HB[@]}" --algos one-shot,nccl --modes graph \
       --min 16KiB --max 1MiB --reps 11 --json "$O/shape-$v.json"
+  done
+fi
+if on hm; then
+  for v in default 64 default2 64b default3 64c; do
+    case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=64) ;; esac
+    run hm-$v 60 "${H[@]}" "${B[@]}" "$T" "${HB[@]}" --algos one-shot --modes graph \
+      --min 16KiB --max 512KiB --reps 11 --json "$O/hm-$v.json"
+  done
+  for v in default 64 default2 64b; do
+    case $v in default*) B=() ;; *) B=(TPCOMM_HOST_BLOCK=64) ;; esac
+    run hm-forward-$v 150 "${H[@]}" "${B[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
+      --modes none,one-shot-pdl --json "$O/hm-forward-$v.json"
   done
 fi
 if on th; then
