@@ -6,8 +6,12 @@
 // peer), then reads the peers' contributions and sums all of them in rank
 // order, so every rank gets bit-identical results.
 //
-// Three kernels:
-// - push (small messages): a rank writes its contribution into a receive
+// Four kernels:
+// - delta (small messages, the default): each rank writes its contribution
+//   once into its own area; every element differs from what the buffer held
+//   there before (remembered in device-memory shadows), so readers see it
+//   land and nothing is ever emptied. See `delta` below.
+// - push (small messages, TPCOMM_HOST_SMALL=push): a rank writes its contribution into a receive
 //   slot of every peer's area; slots hold the sentinel (all-ones bytes, a NaN
 //   in every element type) until data lands, senders turn an all-ones element
 //   into another NaN, and a reader waits until no element of a vector is the
@@ -15,14 +19,15 @@
 //   Slots rotate through three buffers, one per push call; a call puts the
 //   sentinel back into the previous push call's buffer while its own data is
 //   in flight, so no write to host memory is left at the kernel's end.
-// - ll (small messages): every 8-byte word of the area carries 4 bytes of
+// - ll (small messages, TPCOMM_HOST_SMALL=ll): every 8-byte word of the area carries 4 bytes of
 //   data beside the low 32 bits of the call's epoch, written and read as
 //   16-byte vectors. A reader waits until both epochs of a vector match, so
 //   no flag can overtake data and no clearing pass is needed (a stale word
 //   carries an older epoch). 8-byte single-copy atomicity of aligned stores
 //   and loads is what NCCL's LL protocol relies on over PCIe and host memory.
 // - chunked (large messages): plain data in chunks, one flag per chunk
-//   written after a system-scope fence by every writing thread. Half the
+//   written after a system-scope fence (by the flag's thread after a block
+//   barrier, or with TPCOMM_HOST_FENCE=thread by every writing thread). Half the
 //   blocks (for 2 ranks) only produce: copy the input to host memory, chunk
 //   after chunk, never waiting; the other blocks only consume: wait for a
 //   chunk's flags, read the peers' chunks and reduce. Device-to-host and
