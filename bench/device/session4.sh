@@ -25,6 +25,8 @@
 #   hm delta with 64-thread blocks against the default rule: graph 16 KiB-
 #      512 KiB three times each, then the forward over the host transport
 #      twice each, taking turns
+#   hr the host-path numbers again with the committed table, twice, each
+#      beside the torch anchor (run-to-run spread of the ratios)
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -121,6 +123,15 @@ if on hm; then
     run hm-forward-$v 150 "${H[@]}" "${B[@]}" "$T" bench forward --transport host --tokens 1,4,8,16 \
       --modes none,one-shot-pdl --json "$O/hm-forward-$v.json"
   done
+fi
+if on hr; then
+  for k in 1 2; do
+    run hr-auto-$k 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --modes graph \
+      --min 1KiB --max 64MiB --reps 11 --table tuning/h200x2-host-forced-v1-ad4f67d8cd1a3196.toml \
+      --json "$O/hr-auto-$k.json"
+    run hr-anchor-$k 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/hr-anchor-$k.json"
+  done
+  run hr-copy-bw 90 python3 "$D/copy_bw.py" --out "$O/hr-copy-bw.json"
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
