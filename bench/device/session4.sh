@@ -27,6 +27,9 @@
 #      twice each, taking turns
 #   hr the host-path numbers again with the committed table, twice, each
 #      beside the torch anchor (run-to-run spread of the ratios)
+#   hw delta with a pause between polls (TPCOMM_HOST_BACKOFF 0, 100, 300,
+#      1000 ns), graph 1 KiB-1 MiB taking turns, the anchor, then the
+#      forward over the host transport with 0 and the best guess (300)
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -132,6 +135,17 @@ if on hr; then
     run hr-anchor-$k 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/hr-anchor-$k.json"
   done
   run hr-copy-bw 90 python3 "$D/copy_bw.py" --out "$O/hr-copy-bw.json"
+fi
+if on hw; then
+  for v in 0 100 300 1000 0b 300b; do
+    run hw-$v 60 "${H[@]}" TPCOMM_HOST_BACKOFF="${v%b}" "$T" "${HB[@]}" --algos one-shot --modes graph \
+      --min 1KiB --max 1MiB --reps 11 --json "$O/hw-$v.json"
+  done
+  run hw-anchor 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/hw-anchor.json"
+  for v in 0 300; do
+    run hw-forward-$v 150 "${H[@]}" TPCOMM_HOST_BACKOFF=$v "$T" bench forward --transport host --tokens 1,4,8,16 \
+      --modes none,one-shot-pdl --json "$O/hw-forward-$v.json"
+  done
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
