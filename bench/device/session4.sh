@@ -27,7 +27,7 @@
 #      twice each, taking turns
 #   hr the host-path numbers again with the committed table, twice, each
 #      beside the torch anchor (run-to-run spread of the ratios)
-#   hw delta with a pause between polls (TPCOMM_HOST_BACKOFF 0, 100, 300,
+#   hw (commit 975cd2d, reverted) delta with a pause between polls (TPCOMM_HOST_BACKOFF 0, 100, 300,
 #      1000 ns), graph 1 KiB-1 MiB taking turns, the anchor, then the
 #      forward over the host transport with 0 and the best guess (300)
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the

@@ -529,8 +529,6 @@ impl StreamAllReduce for HostGpuCommunicator {
             world: self.world as u32,
             producers: 0,
             fence_once: self.shape.fence_once as u32,
-            backoff_ns: self.shape.backoff_ns,
-            pad: 0,
         };
         let (f, grid) = match which {
             HostAlgo::Push | HostAlgo::Delta | HostAlgo::Ll => {

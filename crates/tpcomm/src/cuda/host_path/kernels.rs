@@ -33,8 +33,6 @@ pub(super) struct HostKernelArgs {
     pub world: u32,
     pub producers: u32,
     pub fence_once: u32,
-    pub backoff_ns: u32,
-    pub pad: u32,
 }
 
 pub(super) struct HostKernels {
@@ -95,8 +93,8 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 21 u64 words and six u32: the size `struct HArgs` has.
-        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 24);
+        // 21 u64 words and four u32: the size `struct HArgs` has.
+        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }
 }

@@ -99,10 +99,6 @@ pub struct HostChunkShape {
     /// (TPCOMM_HOST_FENCE=thread). One per chunk was 3-8% faster from 64 KiB
     /// to 64 MiB on 2 x H200 (bench/results/2026-11-30-session4/).
     pub fence_once: bool,
-    /// Delta kernel: nanoseconds a reader pauses between two polls of a
-    /// vector that has not landed (TPCOMM_HOST_BACKOFF; 0, the default:
-    /// none). For measuring whether fewer wasted reads across PCIe pay.
-    pub backoff_ns: u32,
 }
 
 impl Default for HostChunkShape {
@@ -112,7 +108,6 @@ impl Default for HostChunkShape {
             producers: None,
             consumers: None,
             fence_once: true,
-            backoff_ns: 0,
         }
     }
 }
@@ -153,24 +148,11 @@ impl HostChunkShape {
                 ))
             }
         };
-        let backoff_ns = match var("TPCOMM_HOST_BACKOFF") {
-            None => 0,
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(n) if n <= 100_000 => n,
-                _ => {
-                    return Err(Error::invalid(
-                        "TPCOMM_HOST_BACKOFF",
-                        format!("{v:?} (expected nanoseconds from 0 to 100000, or unset it)"),
-                    ))
-                }
-            },
-        };
         Ok(Self {
             chunk_bytes,
             producers: count("TPCOMM_HOST_PRODUCERS")?,
             consumers: count("TPCOMM_HOST_CONSUMERS")?,
             fence_once,
-            backoff_ns,
         })
     }
 }
@@ -328,7 +310,6 @@ mod tests {
             producers: Some(8),
             consumers: Some(16),
             fence_once: false,
-            backoff_ns: 0,
         };
         let p = chunk_plan_with(4 << 20, 2, 132, &shape);
         assert_eq!(
@@ -341,7 +322,6 @@ mod tests {
             producers: Some(1000),
             consumers: Some(1000),
             fence_once: true,
-            backoff_ns: 0,
         };
         let l = HostLayout::new(1 << 20, 2);
         let p = chunk_plan_with(1 << 20, 2, 132, &wild);

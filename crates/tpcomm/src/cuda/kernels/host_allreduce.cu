@@ -78,8 +78,6 @@ struct HArgs {
     u32 world;
     u32 producers;   // chunked: blocks [0, producers) produce, the rest consume
     u32 fence_once;  // chunked: one system fence per chunk (thread 0), not one per thread
-    u32 backoff_ns;  // delta: pause between two polls of a vector that has not landed
-    u32 pad;
 };
 
 struct HCtl {
@@ -418,7 +416,6 @@ __device__ __noinline__ bool delta_wait(const HArgs& a, const V16* p, V16 old, u
                                         u64 epoch, V16* out) {
     const u64 start = globaltimer();
     for (u32 spins = 1;; spins++) {
-        if (a.backoff_ns != 0u) asm volatile("nanosleep.u32 %0;" ::"r"(a.backoff_ns));
         V16 v = ld_volatile_v4(p);
         if (delta_arrived<T>(v, old)) {
             *out = v;
