@@ -30,6 +30,8 @@
 #   hw (commit 975cd2d, reverted) delta with a pause between polls (TPCOMM_HOST_BACKOFF 0, 100, 300,
 #      1000 ns), graph 1 KiB-1 MiB taking turns, the anchor, then the
 #      forward over the host transport with 0 and the best guess (300)
+#   hx delta up to 2 MiB: tune on the host transport, auto against every
+#      fixed choice with that table, the anchor, one call
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -146,6 +148,13 @@ if on hw; then
     run hw-forward-$v 150 "${H[@]}" TPCOMM_HOST_BACKOFF=$v "$T" bench forward --transport host --tokens 1,4,8,16 \
       --modes none,one-shot-pdl --json "$O/hw-forward-$v.json"
   done
+fi
+if on hx; then
+  run hx-tune-host 150 "${H[@]}" "$T" tune --transport host --launch threads --min 1KiB --max 64MiB \
+    --iters 5 --reps 5 --out "$O/tuning-host.toml" --json "$O/hx-tune-host.json"
+  run hx-auto-host 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --midpoints \
+    --min 1KiB --max 64MiB --reps 11 --table "$O/tuning-host.toml" --json "$O/hx-auto-host.json"
+  run hx-anchor 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/hx-anchor.json"
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"

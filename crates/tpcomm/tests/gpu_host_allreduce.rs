@@ -349,8 +349,8 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
         // Device memory: the control words' one allocation granule and the
         // delta kernel's shadows (the default one-pass kernel), nothing else.
         let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
-        let ll_cap = HostLayout::new(max.bytes() as usize, world).ll_cap;
-        let shadows = delta_shadow_bytes(world, ll_cap, granularity.bytes() as usize);
+        let delta_cap = HostLayout::new(max.bytes() as usize, world).delta_cap;
+        let shadows = delta_shadow_bytes(world, delta_cap, granularity.bytes() as usize);
         assert_eq!(
             rep.device_requested().bytes(),
             granularity.bytes() + shadows as u64,

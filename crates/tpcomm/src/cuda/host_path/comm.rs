@@ -1,9 +1,7 @@
 //! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
 
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{
-    chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX, PUSH_BUFFERS,
-};
+use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
@@ -89,20 +87,21 @@ impl SmallKernel {
 }
 
 /// Device bytes of the delta kernel's shadows: two buffers of every rank,
-/// `ll_cap` each, in whole allocation granules.
-pub fn delta_shadow_bytes(world: usize, ll_cap: usize, granularity: usize) -> usize {
+/// `delta_cap` each, in whole allocation granules.
+pub fn delta_shadow_bytes(world: usize, delta_cap: usize, granularity: usize) -> usize {
     let g = granularity.max(1);
-    (2 * world * ll_cap).div_ceil(g) * g
+    (2 * world * delta_cap).div_ceil(g) * g
 }
 
 /// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
-/// `Auto` for the one-pass kernel up to `AUTO_LL_MAX`; neither one-pass
-/// kernel is used above `ll_cap` (the slots and words are that big).
-pub fn resolve(algo: Algo, bytes: usize, ll_cap: usize, small: SmallKernel) -> HostAlgo {
+/// `Auto` for the one-pass kernel up to `AUTO_LL_MAX`; no one-pass kernel is
+/// used above `cap`, its largest message (`HostLayout::delta_cap` for
+/// delta, `ll_cap` for push and LL: the buffers are that big).
+pub fn resolve(algo: Algo, bytes: usize, cap: usize, small: SmallKernel) -> HostAlgo {
     let one_pass_max = match algo {
-        Algo::OneShot => ll_cap,
+        Algo::OneShot => cap,
         Algo::TwoShot => 0,
-        Algo::Auto => AUTO_LL_MAX.min(ll_cap),
+        Algo::Auto => AUTO_LL_MAX.min(cap),
     };
     if bytes > one_pass_max {
         return HostAlgo::Chunked;
@@ -232,7 +231,7 @@ impl HostGpuCommunicator {
         let threads = matches!(rendezvous, Rendezvous::Threads(_));
         let mut areas = [0u64; MAX_WORLD];
         let mut items = vec![MemoryLine::pinned_host(
-            "own host area: 2 halves and 3 push buffers (pinned, mapped)",
+            "own host area: 2 halves and the one-pass buffers (pinned, mapped)",
             area_bytes,
         )];
         let own = if threads {
@@ -300,10 +299,11 @@ impl HostGpuCommunicator {
                 _segments: segments,
             }
         };
-        // Push slots start empty: the sentinel (all-ones bytes) in all three
-        // buffers of this rank's area, before any peer may write there.
-        let push_all = PUSH_BUFFERS * layout.push_bytes;
-        // SAFETY: the push buffers lie inside this rank's area (HostLayout),
+        // The one-pass region starts as the sentinel (all-ones bytes): push
+        // slots empty, delta buffers as their shadows say, before any peer
+        // may read or write there.
+        let push_all = layout.one_pass_region();
+        // SAFETY: the one-pass region lies inside this rank's area (HostLayout),
         // mapped above; no kernel uses it yet, as no rank launches before
         // the exchange below.
         unsafe {
@@ -326,7 +326,7 @@ impl HostGpuCommunicator {
         // the buffers were filled with; whole granules, so the report says
         // exactly what free memory loses.
         let shadow = if small == SmallKernel::Delta {
-            let bytes = delta_shadow_bytes(cfg.world, layout.ll_cap, granularity);
+            let bytes = delta_shadow_bytes(cfg.world, layout.delta_cap, granularity);
             let s = DeviceAlloc::new(ctx.cu_ctx(), bytes)?;
             s.fill(0, bytes, 0xff)?;
             items.push(MemoryLine::device(
@@ -475,7 +475,18 @@ impl HostGpuCommunicator {
     /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
-        resolve(algo, bytes, self.layout.ll_cap, self.small)
+        resolve(algo, bytes, self.one_pass_cap(), self.small)
+    }
+}
+
+impl HostGpuCommunicator {
+    /// Largest message this communicator's one-pass kernel takes (its
+    /// buffers' size): `delta_cap` for delta, `ll_cap` for push and LL.
+    fn one_pass_cap(&self) -> usize {
+        match self.small {
+            SmallKernel::Delta => self.layout.delta_cap,
+            SmallKernel::Push | SmallKernel::Ll => self.layout.ll_cap,
+        }
     }
 }
 
@@ -523,7 +534,7 @@ impl StreamAllReduce for HostGpuCommunicator {
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             push_offset: self.layout.push_offset as u64,
-            slot_bytes: self.layout.ll_cap as u64,
+            slot_bytes: self.one_pass_cap() as u64,
             shadow: self.shadow.as_ref().map_or(0, |s| s.ptr()),
             rank: self.rank as u32,
             world: self.world as u32,
@@ -621,7 +632,7 @@ mod tests {
 
     #[test]
     fn auto_takes_the_one_pass_kernel_for_small_messages_and_chunks_above() {
-        let cap = 1 << 20;
+        let cap = AUTO_LL_MAX;
         for (small, one) in [
             (SmallKernel::Push, HostAlgo::Push),
             (SmallKernel::Delta, HostAlgo::Delta),
@@ -640,8 +651,27 @@ mod tests {
                 HostAlgo::Chunked
             );
             assert_eq!(resolve(Algo::TwoShot, 16, cap, small), HostAlgo::Chunked);
-            // A small communicator's cap bounds Auto too.
+            // A small communicator's cap bounds Auto too, and so does a
+            // kernel's (push and LL buffers are 1 MiB at most).
             assert_eq!(resolve(Algo::Auto, 4096, 2048, small), HostAlgo::Chunked);
+            assert_eq!(
+                resolve(Algo::Auto, (1 << 20) + 2, 1 << 20, small),
+                HostAlgo::Chunked
+            );
         }
+    }
+
+    #[test]
+    fn delta_buffers_hold_two_mib_and_push_slots_one() {
+        let l = HostLayout::new(64 << 20, 2);
+        assert_eq!(l.delta_cap, 2 << 20);
+        assert_eq!(l.ll_cap, 1 << 20);
+        // The region after the halves fits whichever the communicator uses.
+        // (push: 3 buffers x 1 slot x 1 MiB; delta: 2 x 2 MiB)
+        assert_eq!(l.one_pass_region(), 4 << 20);
+        assert_eq!(HostLayout::new(64 << 20, 8).one_pass_region(), 21 << 20);
+        // Shadows: 2 buffers x 2 ranks x 2 MiB, whole 2 MiB granules.
+        assert_eq!(delta_shadow_bytes(2, l.delta_cap, 2 << 20), 8 << 20);
+        assert_eq!(delta_shadow_bytes(2, 1000, 2 << 20), 2 << 20);
     }
 }

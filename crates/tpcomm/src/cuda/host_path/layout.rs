@@ -5,11 +5,17 @@
 /// ones go chunked. Push keeps three buffers of slots and LL words take twice
 /// the message size, so it is capped well below the communicator's maximum.
 pub const LL_CAP: usize = 1 << 20;
+/// Largest message the delta kernel carries. Its traffic is the message's
+/// bytes once each way, so it stays ahead of the chunked kernel past 1 MiB;
+/// its cost is device memory for the shadows (2 x world x this) and pinned
+/// host memory for its two buffers.
+pub const DELTA_CAP: usize = 2 << 20;
 /// Largest message `Algo::Auto` sends through the one-pass kernel when no
-/// selection is consulted: on 2 x H200 with the host path forced push beat
-/// the chunked kernel at every size up to 1 MiB
-/// (bench/results/2026-11-30-session3/final/).
-pub const AUTO_LL_MAX: usize = 1 << 20;
+/// selection is consulted (each kernel's own cap still applies: 1 MiB for
+/// push and LL): on 2 x H200 with the host path forced delta beat the
+/// chunked kernel at every size up to 2 MiB
+/// (bench/results/2026-11-30-session4/).
+pub const AUTO_LL_MAX: usize = 2 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
@@ -39,6 +45,9 @@ pub struct HostLayout {
     pub push_offset: usize,
     /// Bytes of one push buffer (all its slots).
     pub push_bytes: usize,
+    /// Largest message the delta kernel takes; its two buffers of this
+    /// size share the push buffers' region (starting at `push_offset`).
+    pub delta_cap: usize,
     pub half_stride: usize,
 }
 
@@ -54,6 +63,7 @@ impl HostLayout {
         // Push slots carry plain data, as many bytes as the LL cap.
         let push_offset = 2 * half_stride;
         let push_bytes = world.saturating_sub(1).max(1) * ll_cap;
+        let delta_cap = round_up(max_bytes.min(DELTA_CAP), 512);
         Self {
             ll_cap,
             data_offset,
@@ -61,16 +71,19 @@ impl HostLayout {
             max_chunks,
             push_offset,
             push_bytes,
+            delta_cap,
             half_stride,
         }
+    }
+    /// Bytes after `push_offset`: the push buffers or the delta kernel's
+    /// two buffers, whichever is larger (a communicator uses one of them).
+    pub fn one_pass_region(&self) -> usize {
+        (PUSH_BUFFERS * self.push_bytes).max(2 * self.delta_cap)
     }
     /// Bytes of one rank's area, rounded to whole pages (it is registered with
     /// the driver, which pins whole pages).
     pub fn area_bytes(&self, page: usize) -> usize {
-        round_up(
-            self.push_offset + PUSH_BUFFERS * self.push_bytes,
-            page.max(1),
-        )
+        round_up(self.push_offset + self.one_pass_region(), page.max(1))
     }
 }
 
@@ -243,8 +256,11 @@ mod tests {
                 assert!(l.data_offset + max <= l.flag_offset);
                 assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
                 assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
-                // The delta kernel's two buffers fit the push buffers.
-                assert!(2 * l.ll_cap <= PUSH_BUFFERS * l.push_bytes);
+                // The delta kernel's two buffers fit the region.
+                assert!(l.delta_cap >= max.min(DELTA_CAP) && l.delta_cap >= l.ll_cap);
+                assert!(l.delta_cap.is_multiple_of(512));
+                assert!(l.push_offset + 2 * l.delta_cap <= l.area_bytes(4096));
+                assert!(l.push_offset + PUSH_BUFFERS * l.push_bytes <= l.area_bytes(4096));
                 assert!(l.half_stride.is_multiple_of(4096));
                 // Three push buffers after the halves, one slot per peer
                 // each, each slot as big as the LL cap.
