@@ -64,13 +64,13 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
         MachineClass::PcieNop2p => {
             // Crossovers measured with the host path forced on 2 x H200
             // against NCCL 2.28.3 with NCCL_P2P_DISABLE=1
-            // (bench/results/2026-11-30-session4/final/): delta words win
-            // up to 1 MiB, their largest size (0.37-0.47x NCCL's time up to
-            // 256 KiB, 0.64x at 1 MiB), NCCL from 1 MiB to 16 MiB (chunked
-            // 1.16-1.26x its time from 1.5 to 8 MiB), chunked within 1-4% of
-            // NCCL either way from 16 to 64 MiB.
+            // (bench/results/2026-11-30-session4/final/ and cap2m/): delta
+            // words win up to 2 MiB, their largest size (0.36-0.47x NCCL's
+            // time up to 256 KiB, 0.65x at 1 MiB, 0.74x at 2 MiB), NCCL from
+            // 2 MiB to 16 MiB (chunked 1.19-1.26x its time from 3 to 8 MiB),
+            // chunked within 1-4% of NCCL either way from 16 to 64 MiB.
             let src = "measured with the host path forced on 2 x H200, not yet on a PCIe box";
-            let (one_pass, nccl_to) = (ByteSize::mib(1), ByteSize::mib(16));
+            let (one_pass, nccl_to) = (ByteSize::mib(2), ByteSize::mib(16));
             if b <= one_pass.bytes() {
                 (
                     vec![Candidate::host(one), Candidate::NCCL, Candidate::host(two)],

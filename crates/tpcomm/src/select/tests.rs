@@ -283,11 +283,11 @@ fn class_rules_without_a_table() {
         Candidate::host(Algo::OneShot)
     );
     assert_eq!(
-        at(MachineClass::PcieNop2p, 1 << 20, 2).choice,
+        at(MachineClass::PcieNop2p, 2 << 20, 2).choice,
         Candidate::host(Algo::OneShot)
     );
     assert_eq!(
-        at(MachineClass::PcieNop2p, 2 << 20, 2).choice,
+        at(MachineClass::PcieNop2p, 3 << 20, 2).choice,
         Candidate::NCCL
     );
     assert_eq!(at(MachineClass::Mixed, 4096, 2).choice, Candidate::NCCL);
@@ -478,8 +478,8 @@ fn a_table_without_host_rows_gives_the_host_transport_the_pcie_nop2p_rule() {
     let s = Selector::with_table(table(), "fixture.toml");
     for (bytes, want) in [
         (1024, Candidate::host(Algo::OneShot)),
-        (1 << 20, Candidate::host(Algo::OneShot)),
-        (2 << 20, Candidate::NCCL),
+        (2 << 20, Candidate::host(Algo::OneShot)),
+        (3 << 20, Candidate::NCCL),
     ] {
         let d = s.choose_on(&q(bytes, Mode::Graph), Transport::Host, true);
         assert_eq!(d.choice, want, "{bytes}: {}", d.why);
@@ -488,13 +488,13 @@ fn a_table_without_host_rows_gives_the_host_transport_the_pcie_nop2p_rule() {
         assert!(d.why.contains("no host:* rows"), "{}", d.why);
         assert!(d.estimates.is_empty());
     }
-    // Inside the host communicator (no NCCL): push up to 1 MiB (it beat the
+    // Inside the host communicator (no NCCL): delta up to 2 MiB (it beat the
     // chunked kernel there), chunked above.
-    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 1 << 20), Algo::OneShot);
-    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 2 << 20), Algo::TwoShot);
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 2 << 20), Algo::OneShot);
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 3 << 20), Algo::TwoShot);
     // No selector at all: the same rules.
     assert_eq!(host_auto(None, 2, DType::Bf16, 1024), Algo::OneShot);
-    assert_eq!(host_auto(None, 2, DType::Bf16, 2 << 20), Algo::TwoShot);
+    assert_eq!(host_auto(None, 2, DType::Bf16, 3 << 20), Algo::TwoShot);
     // Above 16 MiB the chunked kernel is preferred even when NCCL is there.
     let d = s.choose_on(&q(64 << 20, Mode::Graph), Transport::Host, true);
     assert_eq!(d.choice, Candidate::host(Algo::TwoShot), "{}", d.why);
