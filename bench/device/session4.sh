@@ -32,6 +32,9 @@
 #      forward over the host transport with 0 and the best guess (300)
 #   hx delta up to 2 MiB: tune on the host transport, auto against every
 #      fixed choice with that table, the anchor, one call
+#   fs the fused kernel's stores spread over the grid (default) against each
+#      row's block pushing it (TPCOMM_FUSED_SPREAD=0): the fused GPU test with
+#      both, then the forward over P2P taking turns twice
 #   th the host-path GPU tests (delta, push and LL; 100k stress with the
 #      default kernel, delta, then 100k stress with push)
 #   t  every other GPU test and the tp_allreduce example
@@ -155,6 +158,15 @@ if on hx; then
   run hx-auto-host 240 "${H[@]}" "$T" "${HB[@]}" --algos one-shot,two-shot,nccl,auto --midpoints \
     --min 1KiB --max 64MiB --reps 11 --table "$O/tuning-host.toml" --json "$O/hx-auto-host.json"
   run hx-anchor 150 "${H[@]}" python3 "$D/torch_allreduce.py" --tag nop2p --out "$O/hx-anchor.json"
+fi
+if on fs; then
+  for v in 1 0; do
+    run fs-t-fused-$v 60 "${G[@]}" TPCOMM_FUSED_SPREAD=$v "$D/gpu_fused" "${TT[@]}" --ignored
+  done
+  for v in 1 0 1b 0b; do
+    run fs-forward-$v 150 env TPCOMM_FUSED_SPREAD="${v%b}" "$T" bench forward --transport cuda --tokens 1,4,8,16 \
+      --modes none,none-pdl,nccl,one-shot-pdl,fused-pdl --json "$O/fs-forward-$v.json"
+  done
 fi
 if on th; then
   run t-host 300 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"

@@ -30,6 +30,32 @@ struct FusedArgs {
     row_vecs: u32,
     eps: f32,
     inv_hidden: f32,
+    push_vecs: u32,
+    pad: u32,
+}
+
+/// Vectors per push piece of the fused kernel when its stores are spread
+/// over the grid (`TPCOMM_FUSED_SPREAD`, on unless set to 0).
+const FUSED_PUSH_VECS: usize = 128;
+
+/// Whether the fused kernel spreads its stores to the peers over up to one
+/// block per SM in pieces of FUSED_PUSH_VECS vectors (TPCOMM_FUSED_SPREAD
+/// unset or 1), or has each row's owner block push it (0). Read once.
+fn fused_spread() -> bool {
+    static SPREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SPREAD.get_or_init(|| std::env::var("TPCOMM_FUSED_SPREAD").map_or(true, |v| v.trim() != "0"))
+}
+
+/// Grid of the fused kernel: a block per row (at most one per SM) and, when
+/// spreading, as many more as there are push pieces (up to one per SM).
+fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
+    let sms = sms.max(1);
+    let pieces = if spread {
+        (rows * row_vecs).div_ceil(FUSED_PUSH_VECS)
+    } else {
+        0
+    };
+    rows.max(pieces).clamp(1, sms) as u32
 }
 
 /// The functions of the module on one device, loaded once per process.
@@ -231,6 +257,7 @@ impl CudaCommunicator {
         }
         let p = self.protocol_parts();
         let k = fused_kernels(p.ctx)?;
+        let spread = fused_spread();
         let args = FusedArgs {
             base: KernelArgs {
                 input: partial,
@@ -254,6 +281,8 @@ impl CudaCommunicator {
             row_vecs: row_vecs as u32,
             eps,
             inv_hidden: 1.0 / hidden as f32,
+            push_vecs: if spread { FUSED_PUSH_VECS as u32 } else { 0 },
+            pad: 0,
         };
         raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: FusedArgs mirrors the kernel's parameter; the receive
@@ -263,7 +292,7 @@ impl CudaCommunicator {
         unsafe {
             k.launch(
                 k.fused[dtype_index(dtype)],
-                rows.min(p.sms as usize) as u32,
+                fused_grid(rows, row_vecs, p.sms as usize, spread),
                 norm_block(row_vecs),
                 &args,
                 stream,
@@ -279,9 +308,21 @@ mod tests {
 
     #[test]
     fn fused_args_match_the_cuda_struct_size() {
-        // struct Args (152 bytes), four pointers, two u32 and two floats.
+        // struct Args (152 bytes), four pointers, two u32, two floats, two u32.
         assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
-        assert_eq!(std::mem::size_of::<FusedArgs>(), 152 + 4 * 8 + 16);
+        assert_eq!(std::mem::size_of::<FusedArgs>(), 152 + 4 * 8 + 24);
+    }
+
+    #[test]
+    fn fused_grid_spreads_the_pushes_over_the_sms() {
+        // 7168 bf16 per row: 896 vectors, 7 pieces of 128.
+        assert_eq!(fused_grid(1, 896, 132, true), 7);
+        assert_eq!(fused_grid(16, 896, 132, true), 112);
+        assert_eq!(fused_grid(64, 896, 132, true), 132);
+        // Never fewer blocks than rows (up to the SMs), never more than SMs.
+        assert_eq!(fused_grid(16, 896, 132, false), 16);
+        assert_eq!(fused_grid(200, 896, 132, false), 132);
+        assert_eq!(fused_grid(3, 1, 132, true), 3);
     }
 
     #[test]

@@ -27,6 +27,8 @@ struct FusedArgs {
     u32 row_vecs;  // 16-byte vectors per row
     float eps;
     float inv_hidden;  // 1 / elements per row
+    u32 push_vecs;     // fused: vectors per push piece, spread over the grid (0: by row owner)
+    u32 pad;
 };
 
 // Sum over the block; every thread gets the same value, summed in the same
@@ -94,13 +96,30 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
     const V16* in = (const V16*)a.in;
     V16* residual = (V16*)f.residual;
 
-    // Push every row this block owns before waiting for anything.
-    for (u32 row = blockIdx.x; row < f.rows; row += gridDim.x) {
-        for (u32 j = threadIdx.x; j < f.row_vecs; j += blockDim.x) {
-            const u64 i = (u64)row * f.row_vecs + j;
-            V16 v = canon<T>(in[i]);
-            for (u32 p = 0; p < a.world; p++) {
-                if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+    // Push before waiting for anything: every row this block owns, or, with
+    // push_vecs, pieces of that many vectors spread over the whole grid
+    // (which may have more blocks than rows: those only push), so more SMs
+    // share the stores to the peers.
+    if (f.push_vecs == 0u) {
+        for (u32 row = blockIdx.x; row < f.rows; row += gridDim.x) {
+            for (u32 j = threadIdx.x; j < f.row_vecs; j += blockDim.x) {
+                const u64 i = (u64)row * f.row_vecs + j;
+                V16 v = canon<T>(in[i]);
+                for (u32 p = 0; p < a.world; p++) {
+                    if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+                }
+            }
+        }
+    } else {
+        const u64 nvec = (u64)f.rows * f.row_vecs;
+        const u64 step = (u64)gridDim.x * f.push_vecs;
+        for (u64 base = (u64)blockIdx.x * f.push_vecs; base < nvec; base += step) {
+            for (u32 t = threadIdx.x; t < f.push_vecs && base + t < nvec; t += blockDim.x) {
+                const u64 i = base + t;
+                V16 v = canon<T>(in[i]);
+                for (u32 p = 0; p < a.world; p++) {
+                    if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+                }
             }
         }
     }
