@@ -35,15 +35,28 @@ struct FusedArgs {
 }
 
 /// Vectors per push piece of the fused kernel when its stores are spread
-/// over the grid (`TPCOMM_FUSED_SPREAD`, on unless set to 0).
+/// over the grid.
 const FUSED_PUSH_VECS: usize = 128;
 
+/// Calls of at most this many rows spread their stores by default. In the
+/// forward benchmark on 2 x H200 (bench/results/2026-11-30-session4/spread/)
+/// spreading took 0.14-0.24 us off a site at 1 token, changed nothing at 4,
+/// and cost 0.13-0.17 us at 8 and 0.4 us at 16 (more blocks, each with a
+/// row's worth of threads, to launch and retire).
+const FUSED_SPREAD_MAX_ROWS: usize = 1;
+
 /// Whether the fused kernel spreads its stores to the peers over up to one
-/// block per SM in pieces of FUSED_PUSH_VECS vectors (TPCOMM_FUSED_SPREAD
-/// unset or 1), or has each row's owner block push it (0). Read once.
-fn fused_spread() -> bool {
-    static SPREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPREAD.get_or_init(|| std::env::var("TPCOMM_FUSED_SPREAD").map_or(true, |v| v.trim() != "0"))
+/// block per SM in pieces of FUSED_PUSH_VECS vectors, or has each row's
+/// owner block push it: TPCOMM_FUSED_SPREAD=1 always, 0 never, unset by the
+/// row count (up to FUSED_SPREAD_MAX_ROWS). The variable is read once.
+fn fused_spread(rows: usize) -> bool {
+    static SPREAD: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *SPREAD.get_or_init(|| match std::env::var("TPCOMM_FUSED_SPREAD") {
+        Ok(v) if v.trim() == "0" => Some(false),
+        Ok(v) if v.trim() == "1" => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or(rows <= FUSED_SPREAD_MAX_ROWS)
 }
 
 /// Grid of the fused kernel: a block per row (at most one per SM) and, when
@@ -257,7 +270,7 @@ impl CudaCommunicator {
         }
         let p = self.protocol_parts();
         let k = fused_kernels(p.ctx)?;
-        let spread = fused_spread();
+        let spread = fused_spread(rows);
         let args = FusedArgs {
             base: KernelArgs {
                 input: partial,
