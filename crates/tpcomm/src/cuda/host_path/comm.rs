@@ -1,5 +1,6 @@
 //! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
 
+use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX};
 use super::pinned::{self, Registered, SharedFile};
@@ -161,6 +162,9 @@ pub struct HostGpuCommunicator {
     layout: HostLayout,
     kernels: Arc<HostKernels>,
     sms: usize,
+    /// The smallest SM count of the group (agreed at creation): chunk sizes
+    /// come from it, so every rank cuts the same chunks.
+    group_sms: usize,
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
     /// The one-pass kernel for small messages (environment, read at creation).
@@ -314,8 +318,21 @@ impl HostGpuCommunicator {
                 0xff,
             )?
         };
-        // No rank launches before every rank has mapped every area.
-        rendezvous.exchange("host-gpu-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
+        // No rank launches before every rank has mapped every area; the
+        // records say what all ranks must agree on (group.rs).
+        let record = GroupRecord {
+            small,
+            sms: sms.min(u32::MAX as usize) as u32,
+            chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
+        };
+        let all = rendezvous.exchange(
+            "host-gpu-mapped",
+            cfg.rank,
+            cfg.world,
+            &record.to_bytes(),
+            cfg.timeout,
+        )?;
+        let group_sms = agree(cfg.rank, &all)?;
 
         items.push(MemoryLine::device(
             "control words (epoch, abort; one granule)",
@@ -361,6 +378,7 @@ impl HostGpuCommunicator {
             layout,
             kernels,
             sms,
+            group_sms,
             shape,
             small,
             one_pass_block,
@@ -560,7 +578,8 @@ impl StreamAllReduce for HostGpuCommunicator {
                 (f, ll_blocks(bytes, block as usize, self.sms))
             }
             HostAlgo::Chunked => {
-                let plan = chunk_plan_with(bytes, self.world, self.sms, &self.shape);
+                let plan =
+                    chunk_plan_with(bytes, self.world, self.sms, self.group_sms, &self.shape);
                 if plan.chunks > self.layout.max_chunks {
                     return Err(Error::invalid(
                         "chunk plan",

@@ -187,24 +187,29 @@ pub const MID_PRODUCERS: usize = 16;
 /// write one copy of the message, consumers read world - 1 copies, so blocks
 /// are split in that proportion (at least one of each).
 pub fn chunk_plan(bytes: usize, world: usize, sms: usize) -> ChunkPlan {
-    chunk_plan_with(bytes, world, sms, &HostChunkShape::default())
+    chunk_plan_with(bytes, world, sms, sms, &HostChunkShape::default())
 }
 
 /// [`chunk_plan`] with the overrides of `shape`; the result always fits
 /// the SMs (producers + consumers <= sms, each at least 1) and the flags.
+/// Chunks are sized from `group_sms`, the smallest SM count of the group, so
+/// every rank cuts the same chunks (their flags name byte ranges); blocks
+/// come from this GPU's `sms`.
 pub fn chunk_plan_with(
     bytes: usize,
     world: usize,
     sms: usize,
+    group_sms: usize,
     shape: &HostChunkShape,
 ) -> ChunkPlan {
     let sms = sms.max(2);
+    let group_sms = group_sms.max(2);
     let world = world.max(2);
     let split = (sms / world).max(1);
     let (chunk_rule, producers_rule) = if bytes <= MID_MAX {
         (MID_CHUNK, split.min(MID_PRODUCERS))
     } else {
-        (bytes.div_ceil(2 * sms), split)
+        (bytes.div_ceil(2 * group_sms), split)
     };
     let chunk_bytes =
         round_up(shape.chunk_bytes.unwrap_or(chunk_rule), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
@@ -327,7 +332,7 @@ mod tests {
             consumers: Some(16),
             fence_once: false,
         };
-        let p = chunk_plan_with(4 << 20, 2, 132, &shape);
+        let p = chunk_plan_with(4 << 20, 2, 132, 132, &shape);
         assert_eq!(
             (p.chunk_bytes, p.chunks, p.producers, p.consumers),
             (64 << 10, 64, 8, 16)
@@ -340,7 +345,7 @@ mod tests {
             fence_once: true,
         };
         let l = HostLayout::new(1 << 20, 2);
-        let p = chunk_plan_with(1 << 20, 2, 132, &wild);
+        let p = chunk_plan_with(1 << 20, 2, 132, 132, &wild);
         assert_eq!(p.chunk_bytes, MIN_CHUNK);
         assert!(p.chunks <= l.max_chunks);
         assert!(p.producers >= 1 && p.consumers >= 1);
@@ -348,6 +353,7 @@ mod tests {
         let p = chunk_plan_with(
             64 << 20,
             2,
+            132,
             132,
             &HostChunkShape {
                 chunk_bytes: Some(8 << 20),
@@ -357,8 +363,27 @@ mod tests {
         assert_eq!(p.chunk_bytes, MAX_CHUNK);
         // Unset: exactly the default rule.
         assert_eq!(
-            chunk_plan_with(3 << 20, 3, 132, &HostChunkShape::default()),
+            chunk_plan_with(3 << 20, 3, 132, 132, &HostChunkShape::default()),
             chunk_plan(3 << 20, 3, 132)
+        );
+    }
+
+    #[test]
+    fn ranks_on_gpus_with_different_sm_counts_cut_the_same_chunks() {
+        // An 82-SM and a 128-SM GPU in one group: the chunk size comes from
+        // the group's smallest count, the blocks from each GPU's own.
+        for bytes in [5usize << 20, 16 << 20, 64 << 20] {
+            let small = chunk_plan_with(bytes, 2, 82, 82, &HostChunkShape::default());
+            let big = chunk_plan_with(bytes, 2, 128, 82, &HostChunkShape::default());
+            assert_eq!(small.chunk_bytes, big.chunk_bytes, "{bytes}");
+            assert_eq!(small.chunks, big.chunks, "{bytes}");
+            assert!((big.producers + big.consumers) as usize <= 128);
+            assert!((small.producers + small.consumers) as usize <= 82);
+        }
+        // Without the group count they would differ (what the record fixes).
+        assert_ne!(
+            chunk_plan(16 << 20, 2, 82).chunk_bytes,
+            chunk_plan(16 << 20, 2, 128).chunk_bytes
         );
     }
 

@@ -12,6 +12,7 @@
 //! picks this path or the P2P one ([`Transport`]).
 
 mod comm;
+mod group;
 mod kernels;
 pub mod layout;
 mod pinned;
