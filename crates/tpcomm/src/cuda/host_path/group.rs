@@ -121,6 +121,41 @@ mod tests {
         .to_bytes()
     }
 
+    /// The records as `HostGpuCommunicator::new` exchanges them (threads
+    /// rendezvous, no GPU): every rank gets the same answer.
+    #[test]
+    fn ranks_exchanging_records_agree_on_the_smallest_sm_count() {
+        use crate::cuda::{Rendezvous, ThreadGroup};
+        use std::time::Duration;
+        let group = ThreadGroup::new(3);
+        let sms = [132u32, 82, 128];
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                let rv = Rendezvous::Threads(group.clone());
+                std::thread::spawn(move || {
+                    let mine = GroupRecord {
+                        small: SmallKernel::Delta,
+                        sms: sms[r],
+                        chunk_override: 0,
+                    };
+                    let all = rv
+                        .exchange(
+                            "host-gpu-mapped",
+                            r,
+                            3,
+                            &mine.to_bytes(),
+                            Duration::from_secs(10),
+                        )
+                        .unwrap();
+                    agree(r, &all)
+                })
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(h.join().unwrap().unwrap(), 82);
+        }
+    }
+
     #[test]
     fn records_round_trip() {
         for small in [SmallKernel::Push, SmallKernel::Delta, SmallKernel::Ll] {
