@@ -29,12 +29,13 @@ fn round_up(x: usize, a: usize) -> usize {
 
 /// Byte layout of one rank's host area (identical on every rank). Two halves,
 /// picked by the epoch's parity, each holding the LL words, the chunked data
-/// and one 32-bit flag per chunk; after them the push kernel's three
-/// buffers, each with one receive slot per peer (written by that peer).
+/// and one 32-bit flag per chunk; after them the one-pass region: the delta
+/// kernel's two buffers, or the push kernel's three buffers, each with one
+/// receive slot per peer (written by that peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLayout {
-    /// Largest message the one-pass kernels take (bytes of data; LL words
-    /// take twice as many, a push slot as many).
+    /// Largest message the push and LL kernels take (bytes of data; LL
+    /// words take twice as many, a push slot as many).
     pub ll_cap: usize,
     pub data_offset: usize,
     pub flag_offset: usize,
