@@ -60,6 +60,18 @@ fn make_ranks_with(
     ranks
 }
 
+/// Ranks of 1 MiB communicators running the one-pass kernel `small`, with
+/// 8 MiB arenas and a 10 s timeout.
+fn one_mib_ranks(small: &str, world: usize) -> Vec<Rank<GpuComm>> {
+    make_ranks_with(
+        small,
+        world,
+        ByteSize::mib(1),
+        8 << 20,
+        Duration::from_secs(10),
+    )
+}
+
 #[test]
 fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     let Some(world) = gpu_world() else { return };
@@ -89,13 +101,7 @@ fn gpu_host_push_and_delta_carry_all_ones_elements_as_nan() {
 }
 
 fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
-    let mut ranks = make_ranks_with(
-        small,
-        world,
-        ByteSize::mib(1),
-        8 << 20,
-        Duration::from_secs(10),
-    );
+    let mut ranks = one_mib_ranks(small, world);
     let mut rng = Rng::new(11);
     for graph in [false, true] {
         for dtype in DType::ALL {
@@ -177,13 +183,7 @@ fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
 fn gpu_host_repeated_inputs_are_right_with_every_one_pass_kernel() {
     let Some(world) = gpu_world() else { return };
     for small in ["push", "delta", "ll"] {
-        let mut ranks = make_ranks_with(
-            small,
-            world,
-            ByteSize::mib(1),
-            8 << 20,
-            Duration::from_secs(10),
-        );
+        let mut ranks = one_mib_ranks(small, world);
         let mut rng = Rng::new(5);
         for graph in [false, true] {
             for dtype in DType::ALL {

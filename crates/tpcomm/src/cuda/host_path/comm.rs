@@ -2,7 +2,7 @@
 
 use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_LL_MAX};
+use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX};
 use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
@@ -70,18 +70,32 @@ pub enum SmallKernel {
 }
 
 impl SmallKernel {
+    pub const ALL: [Self; 3] = [Self::Delta, Self::Push, Self::Ll];
+
+    /// The name TPCOMM_HOST_SMALL gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Push => "push",
+            Self::Delta => "delta",
+            Self::Ll => "ll",
+        }
+    }
+
     /// Reads TPCOMM_HOST_SMALL (`delta`, `push` or `ll`; unset or empty: delta).
     pub fn from_env() -> Result<Self> {
         match std::env::var("TPCOMM_HOST_SMALL") {
             Err(_) => Ok(Self::Delta),
             Ok(v) => match v.trim() {
-                "" | "delta" => Ok(Self::Delta),
-                "push" => Ok(Self::Push),
-                "ll" => Ok(Self::Ll),
-                other => Err(Error::invalid(
-                    "TPCOMM_HOST_SMALL",
-                    format!("{other:?} (expected delta, push or ll, or unset it)"),
-                )),
+                "" => Ok(Self::Delta),
+                name => Self::ALL
+                    .into_iter()
+                    .find(|k| k.name() == name)
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            "TPCOMM_HOST_SMALL",
+                            format!("{name:?} (expected delta, push or ll, or unset it)"),
+                        )
+                    }),
             },
         }
     }
@@ -95,14 +109,14 @@ pub fn delta_shadow_bytes(world: usize, delta_cap: usize, granularity: usize) ->
 }
 
 /// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
-/// `Auto` for the one-pass kernel up to `AUTO_LL_MAX`; no one-pass kernel is
+/// `Auto` for the one-pass kernel up to `AUTO_ONE_PASS_MAX`; no one-pass kernel is
 /// used above `cap`, its largest message (`HostLayout::delta_cap` for
 /// delta, `ll_cap` for push and LL: the buffers are that big).
 pub fn resolve(algo: Algo, bytes: usize, cap: usize, small: SmallKernel) -> HostAlgo {
     let one_pass_max = match algo {
         Algo::OneShot => cap,
         Algo::TwoShot => 0,
-        Algo::Auto => AUTO_LL_MAX.min(cap),
+        Algo::Auto => AUTO_ONE_PASS_MAX.min(cap),
     };
     if bytes > one_pass_max {
         return HostAlgo::Chunked;
@@ -651,16 +665,16 @@ mod tests {
 
     #[test]
     fn auto_takes_the_one_pass_kernel_for_small_messages_and_chunks_above() {
-        let cap = AUTO_LL_MAX;
+        let cap = AUTO_ONE_PASS_MAX;
         for (small, one) in [
             (SmallKernel::Push, HostAlgo::Push),
             (SmallKernel::Delta, HostAlgo::Delta),
             (SmallKernel::Ll, HostAlgo::Ll),
         ] {
             assert_eq!(resolve(Algo::Auto, 1024, cap, small), one);
-            assert_eq!(resolve(Algo::Auto, AUTO_LL_MAX, cap, small), one);
+            assert_eq!(resolve(Algo::Auto, AUTO_ONE_PASS_MAX, cap, small), one);
             assert_eq!(
-                resolve(Algo::Auto, AUTO_LL_MAX + 2, cap, small),
+                resolve(Algo::Auto, AUTO_ONE_PASS_MAX + 2, cap, small),
                 HostAlgo::Chunked
             );
             assert_eq!(resolve(Algo::OneShot, cap, cap, small), one);

@@ -19,20 +19,9 @@ pub struct GroupRecord {
 const RECORD_BYTES: usize = 1 + 1 + 4 + 8;
 const VERSION: u8 = 1;
 
+// A kernel's code in the record: its index in SmallKernel::ALL.
 fn small_code(k: SmallKernel) -> u8 {
-    match k {
-        SmallKernel::Push => 0,
-        SmallKernel::Delta => 1,
-        SmallKernel::Ll => 2,
-    }
-}
-
-fn small_name(k: SmallKernel) -> &'static str {
-    match k {
-        SmallKernel::Push => "push",
-        SmallKernel::Delta => "delta",
-        SmallKernel::Ll => "ll",
-    }
+    SmallKernel::ALL.iter().position(|&x| x == k).unwrap_or(0) as u8
 }
 
 impl GroupRecord {
@@ -49,12 +38,7 @@ impl GroupRecord {
         if b.len() != RECORD_BYTES || b[0] != VERSION {
             return None;
         }
-        let small = match b[1] {
-            0 => SmallKernel::Push,
-            1 => SmallKernel::Delta,
-            2 => SmallKernel::Ll,
-            _ => return None,
-        };
+        let small = *SmallKernel::ALL.get(b[1] as usize)?;
         Some(Self {
             small,
             sms: u32::from_le_bytes(b[2..6].try_into().ok()?),
@@ -89,8 +73,8 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<usize> {
                 "TPCOMM_HOST_SMALL",
                 format!(
                     "rank {p} runs the {} kernel and rank {me} the {} kernel; set the same value (or none) for every rank",
-                    small_name(r.small),
-                    small_name(mine.small)
+                    r.small.name(),
+                    mine.small.name()
                 ),
             ));
         }
@@ -158,7 +142,7 @@ mod tests {
 
     #[test]
     fn records_round_trip() {
-        for small in [SmallKernel::Push, SmallKernel::Delta, SmallKernel::Ll] {
+        for small in SmallKernel::ALL {
             let r = GroupRecord {
                 small,
                 sms: 132,

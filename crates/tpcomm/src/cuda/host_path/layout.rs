@@ -15,7 +15,7 @@ pub const DELTA_CAP: usize = 2 << 20;
 /// push and LL): on 2 x H200 with the host path forced delta beat the
 /// chunked kernel at every size up to 2 MiB
 /// (bench/results/2026-11-30-session4/).
-pub const AUTO_LL_MAX: usize = 2 << 20;
+pub const AUTO_ONE_PASS_MAX: usize = 2 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
