@@ -38,6 +38,7 @@ impl<'a> Fields<'a> {
     pub fn err(&self, field: &str, problem: impl Into<String>) -> PlanError {
         PlanError::Field {
             file: self.file.to_string(),
+            line: None,
             entry: self.entry.clone(),
             field: format!("{}{field}", self.prefix),
             problem: problem.into(),
@@ -140,6 +141,24 @@ impl<'a> Fields<'a> {
         };
         if !x.is_finite() || x <= 0.0 {
             return Err(self.err(field, format!("must be a positive number, found {x}")));
+        }
+        Ok(x)
+    }
+
+    /// A finite number at or above zero (integers accepted).
+    pub fn nonneg_f64(&self, field: &str) -> Result<f64> {
+        let x = match self.required(field)? {
+            Value::Float(x) => *x,
+            Value::Integer(n) => *n as f64,
+            other => {
+                return Err(self.err(
+                    field,
+                    format!("must be a number, found {}", other.type_str()),
+                ))
+            }
+        };
+        if !x.is_finite() || x < 0.0 {
+            return Err(self.err(field, format!("must be a number >= 0, found {x}")));
         }
         Ok(x)
     }

@@ -43,7 +43,13 @@ pub fn draw(dir: &Path, planner: &Planner, plan: &SpecPlan) -> Result<Vec<PathBu
 
 fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
     let best = &plan.settings[plan.best];
-    let be_scale = match best.break_even {
+    // The x axis and the break-even line follow the setting the text quotes
+    // (the plan's most forgiving one), so the two always agree.
+    let key = plan
+        .most_forgiving
+        .and_then(|i| plan.settings.get(i))
+        .unwrap_or(best);
+    let be_scale = match key.break_even {
         BreakEven::At { scale, .. } => Some(scale),
         _ => None,
     };
@@ -57,7 +63,7 @@ fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
     let mut ymax: f64 = 1.0;
     for i in 0..=n {
         let s = smax * i as f64 / n as f64;
-        let x = planner.mean_latency_us(best.steps, s)?;
+        let x = planner.mean_latency_us(key.steps, s)?;
         let p = planner.plain(s).tok_s;
         plain.push((x, p));
         ymax = ymax.max(p);
@@ -98,22 +104,29 @@ fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
         chart
             .draw_series(LineSeries::new(pts, color.stroke_width(width)))
             .map_err(|e| perr(path, e))?
-            .label(format!("spec, {steps} draft steps"))
+            .label(format!(
+                "spec, {steps} draft step{}",
+                if steps == 1 { "" } else { "s" }
+            ))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
             });
     }
-    if let BreakEven::At { mean_us, .. } = best.break_even {
+    if let BreakEven::At { mean_us, .. } = key.break_even {
         chart
             .draw_series(LineSeries::new(
                 vec![(mean_us, 0.0), (mean_us, ymax * 1.1)],
                 RED.stroke_width(2),
             ))
             .map_err(|e| perr(path, e))?
-            .label(format!("break-even {mean_us:.1} us ({} steps)", best.steps))
+            .label(format!(
+                "break-even {mean_us:.1} us ({} draft step{})",
+                key.steps,
+                if key.steps == 1 { "" } else { "s" }
+            ))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
     }
-    let now = planner.mean_latency_us(best.steps, 1.0)?;
+    let now = planner.mean_latency_us(key.steps, 1.0)?;
     chart
         .draw_series(std::iter::once(Circle::new(
             (now, best.tok_s),
@@ -142,7 +155,7 @@ fn draw_cycle(path: &Path, plan: &SpecPlan) -> Result<()> {
     )];
     for s in &plan.settings {
         bars.push((
-            format!("{} steps", s.steps),
+            format!("{} step{}", s.steps, if s.steps == 1 { "" } else { "s" }),
             [
                 s.draft_compute_us,
                 s.draft_comm_us,

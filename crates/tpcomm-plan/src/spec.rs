@@ -1,15 +1,24 @@
 //! The speculative-decoding planner. A cycle is `steps` draft forwards (one
 //! token each: chain drafts, top-1; trees are not modelled) followed by one
-//! target forward verifying `steps + 1` tokens. Every forward ends each
-//! attention and MLP block with an all-reduce, plus one after the
-//! vocabulary-parallel embedding: 2 x layers + 1 per forward, each of
-//! hidden x tokens x 2 bytes (bf16 activations).
+//! target forward verifying `steps + 1` tokens. Under tensor parallelism
+//! (TP > 1) every forward ends each attention and MLP block with an
+//! all-reduce, plus one after the vocabulary-parallel embedding: 2 x layers
+//! plus 1 per forward, each of hidden x tokens x 2 bytes (bf16
+//! activations); at TP 1 there are none.
+//!
+//! Compute time is a roofline: bytes read over the GPU's memory bandwidth
+//! (or FLOPs over its peak, whichever is longer), plus a per-layer cost. With
+//! a `[gpu.measured]` block in the catalog both come from measurements (a
+//! streaming copy's bandwidth, a measured per-layer cost); without it the
+//! datasheet bandwidth and no per-layer cost are used, which overestimates
+//! decode speed, and the plan says so.
 
 use crate::arch::{
     draft_arch, draft_forward_cost, forward_cost, DraftArch, ForwardCost, KvType, QuantScope,
     WeightType,
 };
 use crate::catalog::{Draft, DraftShape, Gpu, Model};
+use crate::ck::ck;
 use crate::error::{PlanError, Result};
 use crate::latency::LatencySource;
 use serde::Serialize;
@@ -18,11 +27,18 @@ use tpcomm::ByteSize;
 /// Activations travel in bf16.
 pub const ACT_BYTES: u64 = 2;
 
+/// Largest all-reduce latency a plan accepts (1000 s), so that no sum of
+/// latencies can reach infinity and turn a rate into NaN.
+pub const MAX_LATENCY_US: f64 = 1e9;
+
 /// The per-layer overhead added to the roofline (launches, synchronisation,
-/// kernels below peak): given, or fitted to a measured plain-decoding rate.
+/// kernels below peak): the GPU's measured figure from the catalog (none
+/// when it has no `[gpu.measured]` block), given, or fitted to a measured
+/// plain-decoding rate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Overhead {
+    Catalog,
     PerLayerUs { us: f64 },
     CalibrateTokS { tok_s: f64 },
 }
@@ -98,6 +114,13 @@ pub struct SpecPlan {
     pub settings: Vec<Setting>,
     /// Index into `settings` of the fastest.
     pub best: usize,
+    /// Index into `settings` of the setting that keeps winning up to the
+    /// highest all-reduce latency (the one the text and the plot quote).
+    pub most_forgiving: Option<usize>,
+    /// Where the roofline's bandwidth comes from.
+    pub bandwidth_from: String,
+    /// Things the user should know (e.g. fewer steps tried than asked).
+    pub notes: Vec<String>,
     pub spec_latency: String,
     pub plain_latency: String,
 }
@@ -115,8 +138,39 @@ pub fn expected_tokens(acceptance: &[f64], steps: usize) -> f64 {
     sum
 }
 
+/// The bandwidth the roofline uses: the measured one when the catalog has it.
+pub fn roofline_bandwidth(gpu: &Gpu) -> (f64, String) {
+    match &gpu.measured {
+        Some(m) => (
+            m.bandwidth_bytes_per_s,
+            format!(
+                "measured {:.0} GB/s ({})",
+                m.bandwidth_bytes_per_s / 1e9,
+                m.source
+            ),
+        ),
+        None => (
+            gpu.bandwidth_bytes_per_s,
+            format!(
+                "datasheet {:.0} GB/s (uncalibrated: no [gpu.measured] for {}; real decoding is slower)",
+                gpu.bandwidth_bytes_per_s / 1e9,
+                gpu.name
+            ),
+        ),
+    }
+}
+
 fn roofline_us(c: ForwardCost, gpu: &Gpu) -> f64 {
-    (c.bytes_read / gpu.bandwidth_bytes_per_s).max(c.flops / gpu.bf16_flops_per_s) * 1e6
+    let bw = roofline_bandwidth(gpu).0;
+    (c.bytes_read / bw).max(c.flops / gpu.bf16_flops_per_s) * 1e6
+}
+
+/// All-reduces of one forward of a model with `layers` layers at `tp`.
+pub fn allreduces_per_forward(layers: u64, tp: u64) -> Result<u64> {
+    if tp <= 1 {
+        return Ok(0);
+    }
+    (ck(layers) * 2 + 1u64).get("the all-reduce count")
 }
 
 /// Everything about the configuration that does not depend on latency.
@@ -142,9 +196,34 @@ impl<'a> Planner<'a> {
         if inp.max_steps == 0 {
             return Err(PlanError::invalid("--max-steps", "must be at least 1"));
         }
+        for (what, src) in [
+            ("cycle all-reduce latency", Some(&inp.spec_latency)),
+            ("plain all-reduce latency", inp.plain_latency.as_ref()),
+        ] {
+            if let Some(LatencySource::Flat { us }) = src {
+                if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(us)) {
+                    return Err(PlanError::invalid(
+                        what,
+                        format!("{us} us (give 0 to {MAX_LATENCY_US} us)"),
+                    ));
+                }
+            }
+        }
+        if inp.context > 1 << 40 {
+            return Err(PlanError::invalid(
+                "--context",
+                format!("{} tokens is beyond any model's context", inp.context),
+            ));
+        }
         let draft = draft_arch(inp.draft, m, inp.tp, inp.kv)?;
-        let target_allreduces = 2 * m.layers + 1;
-        let draft_allreduces = 2 * draft.layers + 1;
+        let target_allreduces = allreduces_per_forward(m.layers, inp.tp)?;
+        let draft_allreduces = allreduces_per_forward(draft.layers, inp.tp)?;
+        // Messages of the largest verify are computed once here, so that
+        // no later step can overflow.
+        (ck(m.hidden)
+            * (ck(inp.max_steps.min(inp.draft.acceptance.len() as u64)) + 1u64)
+            * ACT_BYTES)
+            .get("the verify pass's all-reduce message")?;
         let plain_roof = roofline_us(
             forward_cost(m, inp.tp, inp.weights, inp.scope, inp.kv, 1, inp.context)?,
             inp.gpu,
@@ -159,6 +238,18 @@ impl<'a> Planner<'a> {
             inp,
         };
         match p.inp.overhead {
+            Overhead::Catalog => match &p.inp.gpu.measured {
+                Some(e) => {
+                    p.overhead_us = e.layer_us;
+                    p.overhead_from = format!("measured ({})", e.source);
+                }
+                None => {
+                    p.overhead_from = format!(
+                        "none: no [gpu.measured] for {} (uncalibrated; give --overhead-us or --calibrate-tok-s)",
+                        p.inp.gpu.name
+                    );
+                }
+            },
             Overhead::PerLayerUs { us } => {
                 if !(us.is_finite() && us >= 0.0) {
                     return Err(PlanError::invalid("per-layer overhead", format!("{us} us")));
@@ -190,7 +281,15 @@ impl<'a> Planner<'a> {
     }
 
     fn target_message(&self, tokens: u64) -> ByteSize {
-        ByteSize::b(self.inp.model.hidden * tokens * ACT_BYTES)
+        // Checked in `new` for every token count the plan uses; saturates
+        // for a caller that asks beyond it.
+        ByteSize::b(
+            self.inp
+                .model
+                .hidden
+                .saturating_mul(tokens)
+                .saturating_mul(ACT_BYTES),
+        )
     }
 
     /// Plain decoding's all-reduce time per token; `scale` applies only when
@@ -218,6 +317,16 @@ impl<'a> Planner<'a> {
     /// One cycle of `steps` draft steps with the cycle's latencies multiplied by `scale`.
     pub fn setting(&self, steps: u64, scale: f64) -> Result<Setting> {
         let i = &self.inp;
+        if steps == 0 || steps > i.draft.acceptance.len() as u64 {
+            return Err(PlanError::invalid(
+                "draft steps",
+                format!(
+                    "{steps}: the draft {} has acceptance rates for 1 to {} steps",
+                    i.draft.name,
+                    i.draft.acceptance.len()
+                ),
+            ));
+        }
         let verify_tokens = steps + 1;
         let draft_scope = match i.draft.shape {
             DraftShape::Mtp { .. } => i.scope,
@@ -230,9 +339,9 @@ impl<'a> Planner<'a> {
             draft_scope,
             1,
             i.context,
-        );
+        )?;
         let d_compute = roofline_us(d_cost, i.gpu) + self.draft.layers as f64 * self.overhead_us;
-        let d_msg = ByteSize::b(self.draft.hidden * ACT_BYTES);
+        let d_msg = ByteSize::b(self.draft.hidden.saturating_mul(ACT_BYTES));
         let d_comm = self.draft_allreduces as f64 * scale * i.spec_latency.latency_us(d_msg);
         let v_cost = forward_cost(
             i.model,
@@ -260,7 +369,9 @@ impl<'a> Planner<'a> {
             verify_compute_us: v_compute,
             verify_comm_us: v_comm,
             cycle_us: cycle,
-            allreduces: steps * self.draft_allreduces + self.target_allreduces,
+            allreduces: steps
+                .saturating_mul(self.draft_allreduces)
+                .saturating_add(self.target_allreduces),
             tok_s,
             speedup: tok_s / self.plain(scale).tok_s,
             break_even: BreakEven::NeverWins,
@@ -270,6 +381,9 @@ impl<'a> Planner<'a> {
     /// Mean latency of one of the cycle's all-reduces at `scale`.
     pub fn mean_latency_us(&self, steps: u64, scale: f64) -> Result<f64> {
         let s = self.setting(steps, 1.0)?;
+        if s.allreduces == 0 {
+            return Ok(0.0);
+        }
         Ok(scale * (s.draft_comm_us + s.verify_comm_us) / s.allreduces as f64)
     }
 
@@ -326,7 +440,30 @@ impl<'a> Planner<'a> {
             .max_by(|a, b| a.1.tok_s.total_cmp(&b.1.tok_s))
             .map(|(i, _)| i)
             .unwrap_or(0);
+        let most_forgiving = settings
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s.break_even {
+                BreakEven::At { mean_us, .. } => Some((i, mean_us)),
+                _ => None,
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(i, _)| i);
+        let mut notes = Vec::new();
+        let rates = self.inp.draft.acceptance.len() as u64;
+        if self.inp.max_steps > rates {
+            notes.push(format!(
+                "--max-steps {} asked for more steps than the {rates} acceptance rates of draft {}; tried 1 to {rates}",
+                self.inp.max_steps, self.inp.draft.name
+            ));
+        }
+        if self.inp.tp == 1 {
+            notes.push("TP 1: no all-reduces; the latency source is not used".into());
+        }
         Ok(SpecPlan {
+            most_forgiving,
+            bandwidth_from: roofline_bandwidth(self.inp.gpu).1,
+            notes,
             plain: self.plain(1.0),
             overhead_per_layer_us: self.overhead_us,
             overhead_from: self.overhead_from.clone(),
