@@ -347,3 +347,37 @@ fn one_step_is_singular_and_tp1_needs_no_latency() {
         "{out}"
     );
 }
+
+/// `--tree` adds a tree setting beside the chains; a bad one is refused.
+#[test]
+fn trees_from_the_command_line() {
+    let base = [
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--json",
+        "--tree",
+    ];
+    let mut a = base.to_vec();
+    a.push("5,4,8,3.5");
+    let (code, out, err) = tpcomm(&a);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let settings = v["plan"]["settings"].as_array().unwrap();
+    let t = settings.last().unwrap();
+    assert_eq!(t["which"]["kind"], "tree", "{t}");
+    assert_eq!(
+        (t["topk"].as_u64(), t["verify_tokens"].as_u64()),
+        (Some(4), Some(8))
+    );
+    let mut a = base.to_vec();
+    a.push("5,4,99,3.5");
+    let (code, _, err) = tpcomm(&a);
+    assert_ne!(code, 0);
+    assert!(err.contains("draft_tokens 99"), "{err}");
+}

@@ -218,6 +218,11 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Whether the table has `field` (marking it as read).
+    pub fn has(&self, field: &str) -> bool {
+        self.get(field).is_some()
+    }
+
     /// Fails on any key that was never asked for: a typo must not pass silently.
     pub fn finish(&self) -> Result<()> {
         let used = self.used.borrow();

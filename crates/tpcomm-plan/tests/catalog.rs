@@ -408,3 +408,19 @@ fn an_entry_without_a_name_is_reported_by_position() {
         ("gpus.toml", "gpu #7", "name")
     );
 }
+
+/// `[[draft.tree]]` entries are read and checked like every field.
+#[test]
+fn draft_trees_are_read_and_checked() {
+    let with_tree = format!(
+        "{DRAFTS}\n[[draft.tree]]\nsteps = 3\ntopk = 2\ndraft_tokens = 6\naccept_length = 2.9\nsource = \"test\"\n"
+    );
+    let c = load(MODELS, GPUS, MACHINES, &with_tree).unwrap();
+    let last = c.drafts.last().unwrap();
+    assert_eq!(last.trees.len(), 1);
+    assert_eq!((last.trees[0].steps, last.trees[0].topk), (3, 2));
+    let bad = with_tree.replace("accept_length = 2.9", "accept_length = 9.5");
+    let e = load(MODELS, GPUS, MACHINES, &bad).unwrap_err();
+    assert_eq!(error_line(&e), Some(line_of(&bad, "accept_length = 9.5")));
+    assert!(e.to_string().contains("accept_length"), "{e}");
+}

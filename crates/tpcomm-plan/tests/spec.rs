@@ -4,9 +4,11 @@
 use proptest::prelude::*;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
+use tpcomm_plan::catalog::Tree;
 use tpcomm_plan::catalog::{Attention, Catalog, Draft, DraftShape, Gpu, Model};
 use tpcomm_plan::latency::LatencySource;
-use tpcomm_plan::spec::{expected_tokens, BreakEven, Overhead, Planner, SpecInput};
+use tpcomm_plan::latency::LatencyTable;
+use tpcomm_plan::spec::{expected_tokens, BreakEven, Overhead, Planner, SpecInput, Which};
 
 /// A model small enough to cost by hand: 1 layer, hidden 64, two 32-wide
 /// heads, MLP 512, vocabulary 1000. Weights one of two TP ranks reads per
@@ -54,6 +56,7 @@ fn tiny_draft(acceptance: Vec<f64>) -> Draft {
         source: "test".into(),
         acceptance,
         acceptance_source: "test".into(),
+        trees: Vec::new(),
     }
 }
 
@@ -92,6 +95,7 @@ fn tiny_input<'a>(
         plain_latency: plain_us.map(|us| LatencySource::Flat { us }),
         overhead,
         max_steps: 8,
+        trees: Vec::new(),
     }
 }
 
@@ -364,6 +368,7 @@ fn kimi_planner<'a>(
         plain_latency: plain,
         overhead: Overhead::CalibrateTokS { tok_s: 89.5 },
         max_steps: 8,
+        trees: Vec::new(),
     })
     .unwrap()
 }
@@ -434,5 +439,85 @@ proptest! {
         let table = LatencySource::Table { table: m.tables[0].clone(), interp: Default::default() };
         let p = kimi_planner(&c, table, Some(LatencySource::Flat { us: 0.0 }));
         prop_assert!(p.setting(steps, hi / 100.0).unwrap().tok_s <= p.setting(steps, lo / 100.0).unwrap().tok_s);
+    }
+}
+
+fn tree(steps: u64, topk: u64, draft_tokens: u64, accept_length: f64) -> Tree {
+    Tree {
+        steps,
+        topk,
+        draft_tokens,
+        accept_length,
+        source: "test".into(),
+    }
+}
+
+/// A tree of 2 steps, top-2, verifying 4 tokens, accepting 2.5 per cycle:
+/// the draft runs 1 token then 2 (same weight bytes, 84.736 us each), the
+/// target verifies 4 (179.072 us), 3 all-reduces of 10 us per forward.
+#[test]
+fn tree_cycle_by_hand() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.trees = vec![tree(2, 2, 4, 2.5)];
+    let p = Planner::new(i).unwrap();
+    let s = p.setting_of(Which::Tree { index: 0 }, 1.0).unwrap();
+    assert_eq!(
+        (s.steps, s.topk, s.verify_tokens, s.allreduces),
+        (2, 2, 4, 9)
+    );
+    assert!(close(s.draft_compute_us, 2.0 * 84.736));
+    assert!(close(s.draft_comm_us, 60.0));
+    assert!(close(s.verify_compute_us, 179.072));
+    assert!(close(s.cycle_us, 2.0 * 114.736 + 209.072));
+    assert!(close(s.tok_s, 2.5e6 / s.cycle_us));
+    assert_eq!(s.label(), "tree: 2 steps, topk 2, 4 tokens");
+    // The plan holds the chains, then the tree.
+    let plan = p.plan().unwrap();
+    assert_eq!(plan.settings.len(), 3);
+    assert_eq!(plan.settings[2].which, Which::Tree { index: 0 });
+    assert!(p.setting_of(Which::Tree { index: 1 }, 1.0).is_err());
+}
+
+/// A tree's later draft steps carry `topk` tokens each, so their all-reduce
+/// messages are `topk` times larger: with latency growing with size (10 us
+/// at 128 B, 80 us at 1 KiB, linear), a top-2 step costs 20 us per all-reduce.
+#[test]
+fn tree_steps_send_topk_tokens() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let table = LatencyTable::new(
+        "grows",
+        vec![(ByteSize::b(128), 10.0), (ByteSize::b(1024), 80.0)],
+    )
+    .unwrap();
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.spec_latency = LatencySource::Table {
+        table,
+        interp: tpcomm_plan::latency::Interp::Linear,
+    };
+    i.trees = vec![tree(2, 2, 4, 2.5)];
+    let p = Planner::new(i).unwrap();
+    let t = p.setting_of(Which::Tree { index: 0 }, 1.0).unwrap();
+    let c = p.setting(2, 1.0).unwrap();
+    assert!(close(c.draft_comm_us, 2.0 * 3.0 * 10.0));
+    assert!(close(t.draft_comm_us, 3.0 * 10.0 + 3.0 * 20.0));
+}
+
+#[test]
+fn impossible_trees_are_rejected() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8]), slow_gpu());
+    for bad in [
+        tree(0, 1, 2, 1.5),  // no steps
+        tree(2, 0, 2, 1.5),  // no candidates
+        tree(2, 2, 1, 1.0),  // nothing verified beyond the root
+        tree(2, 2, 99, 2.0), // more tokens than the tree has
+        tree(2, 2, 4, 3.5),  // more accepted than steps + 1
+        tree(2, 2, 4, 0.5),  // less than the bonus token
+        tree(2, 2, 4, f64::NAN),
+        tree(u64::MAX, 2, 4, 2.0),
+    ] {
+        let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+        i.trees = vec![bad.clone()];
+        assert!(Planner::new(i).is_err(), "{bad:?}");
     }
 }

@@ -22,7 +22,7 @@ use print::{list, print_spec};
 use std::path::PathBuf;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
-use tpcomm_plan::catalog::{Catalog, Gpu, Model};
+use tpcomm_plan::catalog::{Catalog, Gpu, Model, Tree};
 use tpcomm_plan::latency::{Interp, LatencySource, LatencyTable};
 use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, MemoryPlan, TpcommTransport};
 use tpcomm_plan::spec::{Overhead, Planner, SpecInput, SpecPlan, MAX_LATENCY_US};
@@ -221,6 +221,13 @@ pub struct SpecArgs {
     /// acceptance rates; more than that is reported and capped].
     #[arg(long)]
     max_steps: Option<u64>,
+    /// A draft tree to plan besides the chains, with its measured acceptance
+    /// length: STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH (SGLang's
+    /// --speculative-num-steps, --speculative-eagle-topk,
+    /// --speculative-num-draft-tokens, and the average accepted tokens per
+    /// cycle it reports, bonus token included). Repeatable.
+    #[arg(long, value_name = "S,K,N,TAU", value_parser = parse_tree)]
+    tree: Vec<Tree>,
     /// Write latency.png and cycle.png here.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
@@ -301,6 +308,31 @@ fn resolve<'c>(c: &Common, draft: Option<&str>, cat: &'c Catalog) -> Result<Reso
         draft,
         draft_weights: weights(c.draft_weights),
     })
+}
+
+/// `--tree STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH`.
+fn parse_tree(v: &str) -> std::result::Result<Tree, String> {
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    let [s, k, n, tau] = parts.as_slice() else {
+        return Err(format!(
+            "{v:?}: give STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH, e.g. 5,4,8,3.2"
+        ));
+    };
+    let int = |x: &str, what: &str| {
+        x.parse::<u64>()
+            .map_err(|_| format!("{what} {x:?} is not a whole number"))
+    };
+    let tree = Tree {
+        steps: int(s, "STEPS")?,
+        topk: int(k, "TOPK")?,
+        draft_tokens: int(n, "DRAFT_TOKENS")?,
+        accept_length: tau
+            .parse::<f64>()
+            .map_err(|_| format!("ACCEPT_LENGTH {tau:?} is not a number"))?,
+        source: "given with --tree".into(),
+    };
+    tree.check()?;
+    Ok(tree)
 }
 
 /// The smallest GPU memory in a `tpcomm probe --json` file.
@@ -559,6 +591,7 @@ fn spec(a: SpecArgs) -> Result<()> {
         plain_latency,
         overhead,
         max_steps: a.max_steps.unwrap_or(draft.acceptance.len() as u64),
+        trees: a.tree.clone(),
     })?;
     let plan = planner.plan()?;
     let plots = match &a.plot {

@@ -34,8 +34,9 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     );
     outln!();
     outln!(
-        "{:>5} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
+        "{:>5} {:>4} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
         "steps",
+        "topk",
         "verify",
         "tok/cyc",
         "draft cmp",
@@ -56,8 +57,9 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
             BreakEven::NeverWins => "loses even with free all-reduces".into(),
         };
         outln!(
-            "{:>5} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
+            "{:>5} {:>4} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
             s.steps,
+            s.topk,
             s.verify_tokens,
             s.tokens_per_cycle,
             s.draft_compute_us,
@@ -77,7 +79,7 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     let comm = b.draft_comm_us + b.verify_comm_us;
     outln!(
         "best: {}, {:.1} tok/s vs {:.1} plain ({:.2}x); cycle {:.0} us = {:.0} us compute ({:.0}%) + {:.0} us communication ({:.0}%)",
-        draft_steps(b.steps),
+        b.label(),
         b.tok_s,
         p.tok_s,
         b.speedup,
@@ -93,7 +95,7 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
         .most_forgiving
         .and_then(|i| plan.settings.get(i))
         .and_then(|s| match s.break_even {
-            BreakEven::At { mean_us, .. } => Some((mean_us, s.steps)),
+            BreakEven::At { mean_us, .. } => Some((mean_us, s.label())),
             _ => None,
         });
     if plan
@@ -102,7 +104,7 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
         .any(|s| s.break_even == BreakEven::AlwaysWins)
     {
         outln!("speculation wins at any all-reduce latency with some setting");
-    } else if let Some((us, steps)) = most {
+    } else if let Some((us, label)) = most {
         let verb = if b.speedup < 1.0 {
             "loses here; it would win"
         } else {
@@ -110,7 +112,7 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
         };
         outln!(
             "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {}){}",
-            draft_steps(steps),
+            label,
             if shared { "; plain decoding's all-reduces are scaled with them" } else { "" }
         );
     } else {
@@ -119,11 +121,6 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     for n in &plan.notes {
         outln!("note: {n}");
     }
-}
-
-/// "1 draft step", "4 draft steps".
-pub(super) fn draft_steps(n: u64) -> String {
-    format!("{n} draft step{}", if n == 1 { "" } else { "s" })
 }
 
 pub(super) fn list(a: CatalogArg) -> Result<()> {

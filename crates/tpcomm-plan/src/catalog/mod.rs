@@ -149,6 +149,56 @@ pub enum DraftShape {
     Mtp { layers: u64 },
 }
 
+/// A draft tree (SGLang's EAGLE settings) with its measured acceptance length.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tree {
+    /// Draft forwards per cycle (`--speculative-num-steps`).
+    pub steps: u64,
+    /// Candidates kept per step (`--speculative-eagle-topk`).
+    pub topk: u64,
+    /// Tokens the target verifies, the root included
+    /// (`--speculative-num-draft-tokens`; steps + 1 for a chain).
+    pub draft_tokens: u64,
+    /// Average tokens per cycle, the bonus token included (tau).
+    pub accept_length: f64,
+    pub source: String,
+}
+
+impl Tree {
+    /// Whether the shape is possible and the acceptance length fits it.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.steps == 0 || self.topk == 0 {
+            return Err("steps and topk must be at least 1".into());
+        }
+        if self.steps > 64 || self.topk > 64 {
+            return Err(format!(
+                "steps {} and topk {} must be at most 64",
+                self.steps, self.topk
+            ));
+        }
+        // At most 1 + topk + (steps - 1) x topk^2 candidate nodes (topk
+        // children of each of the topk kept per step); at least 2 verified.
+        let most = 1 + self.topk + (self.steps - 1) * self.topk * self.topk;
+        if self.draft_tokens < 2 || self.draft_tokens > most {
+            return Err(format!(
+                "draft_tokens {} must lie in 2..={most} for steps {} and topk {}",
+                self.draft_tokens, self.steps, self.topk
+            ));
+        }
+        let deepest = (self.steps + 1).min(self.draft_tokens) as f64;
+        if !(self.accept_length.is_finite()
+            && self.accept_length >= 1.0
+            && self.accept_length <= deepest)
+        {
+            return Err(format!(
+                "accept_length {} must lie in 1..={deepest} (the bonus token plus at most one accepted token per step)",
+                self.accept_length
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Draft {
     pub name: String,
@@ -160,6 +210,8 @@ pub struct Draft {
     /// probability that draft token k is accepted given tokens 1..k-1 were.
     pub acceptance: Vec<f64>,
     pub acceptance_source: String,
+    /// Tree shapes with published acceptance lengths (`[[draft.tree]]`).
+    pub trees: Vec<Tree>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

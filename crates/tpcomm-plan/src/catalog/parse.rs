@@ -1,6 +1,6 @@
 //! Reading catalog entries from TOML tables, field by field.
 
-use super::{Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published};
+use super::{Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published, Tree};
 use crate::error::{PlanError, Result};
 use crate::fields::Fields;
 use crate::latency::LatencyTable;
@@ -341,6 +341,22 @@ pub(super) fn parse_draft(f: &Fields) -> Result<Draft> {
         }
     }
     let acceptance_source = f.string("acceptance_source")?;
+    let mut trees = Vec::new();
+    if f.has("tree") {
+        for (i, t) in f.tables("tree")?.into_iter().enumerate() {
+            let tf = f.child(&format!("tree[{i}]"), t);
+            let tree = Tree {
+                steps: tf.pos("steps")?,
+                topk: tf.pos("topk")?,
+                draft_tokens: tf.pos("draft_tokens")?,
+                accept_length: tf.pos_f64("accept_length")?,
+                source: tf.string("source")?,
+            };
+            tree.check().map_err(|e| tf.err("accept_length", e))?;
+            tf.finish()?;
+            trees.push(tree);
+        }
+    }
     f.finish()?;
     Ok(Draft {
         name,
@@ -349,6 +365,7 @@ pub(super) fn parse_draft(f: &Fields) -> Result<Draft> {
         source,
         acceptance,
         acceptance_source,
+        trees,
     })
 }
 
