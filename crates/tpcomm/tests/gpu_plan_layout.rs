@@ -1,36 +1,27 @@
 //! GPU test of `tpcomm::plan_layout`: the planner's report of what a
 //! communicator allocates must equal the report of a real communicator,
 //! line by line and allocation by allocation. Ignored by default and run
-//! only with TPCOMM_GPU_TESTS=1; one GPU is enough (ranks are threads, placed
-//! round-robin on the GPUs there are):
+//! only with TPCOMM_GPU_TESTS=1, like the other gpu_*.rs tests; one GPU is
+//! enough (ranks are threads, round-robin over the GPUs there are):
 //!
-//!   TPCOMM_GPU_TESTS=1 cargo test -p tpcomm --test gpu_plan_layout -- --ignored --test-threads=1
+//!   TPCOMM_GPU_TESTS=1 TPCOMM_TEST_WORLDS=2,4,8 cargo test -p tpcomm --test gpu_plan_layout -- --ignored --test-threads=1
 
 use std::time::Duration;
-use tpcomm::cuda::cudarc::driver::CudaContext;
 use tpcomm::cuda::{CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::plan_layout::{planned_report, PlannedTransport, DEFAULT_GRANULARITY};
 use tpcomm::{ByteSize, MemoryReport};
 
-fn gpus() -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 1+ GPU)");
-        return None;
-    }
-    tpcomm::cuda::ensure_driver().expect("CUDA driver");
-    let n = CudaContext::device_count().expect("device count") as usize;
-    assert!(n >= 1, "TPCOMM_GPU_TESTS=1 but no GPU");
-    Some(n)
-}
+mod gpu_common;
+use gpu_common::{describe, device_of};
 
 /// Every rank's memory report for a group of `world` thread ranks.
-fn real_reports(world: usize, gpus: usize, max: ByteSize, t: Transport) -> Vec<MemoryReport> {
+fn real_reports(world: usize, max: ByteSize, t: Transport) -> Vec<MemoryReport> {
     let group = ThreadGroup::new(world);
     let hs: Vec<_> = (0..world)
         .map(|r| {
             let rv = Rendezvous::Threads(group.clone());
             std::thread::spawn(move || {
-                let mut cfg = CudaConfig::new(r, world, r % gpus);
+                let mut cfg = CudaConfig::new(r, world, device_of(r));
                 cfg.max_bytes = max;
                 cfg.timeout = Duration::from_secs(20);
                 cfg.transport = t;
@@ -47,7 +38,9 @@ fn real_reports(world: usize, gpus: usize, max: ByteSize, t: Transport) -> Vec<M
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 ... -- --ignored"]
 fn planned_report_equals_a_real_communicators() {
-    let Some(gpus) = gpus() else { return };
+    let Some(worlds) = gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin") else {
+        return;
+    };
     // Whether the default small kernel is delta is the library's choice
     // (TPCOMM_HOST_SMALL); this test plans for the default.
     let delta = std::env::var("TPCOMM_HOST_SMALL")
@@ -63,16 +56,13 @@ fn planned_report_equals_a_real_communicators() {
             },
         ),
     ] {
-        for world in [2usize, 4, 8] {
+        for &world in &worlds {
             for max in [
                 ByteSize::mib(1),
                 ByteSize::mib(8),
                 ByteSize::b((8 << 20) + 6),
             ] {
-                for (r, real) in real_reports(world, gpus, max, transport)
-                    .into_iter()
-                    .enumerate()
-                {
+                for (r, real) in real_reports(world, max, transport).into_iter().enumerate() {
                     let g = real.gpu.clone().expect("a GPU report");
                     let plan = planned_report(
                         planned,
@@ -82,7 +72,10 @@ fn planned_report_equals_a_real_communicators() {
                         g.device,
                     )
                     .expect("plan");
-                    eprintln!("{transport:?} world {world} max {max} rank {r}:\n{real}");
+                    eprintln!(
+                        "{transport:?}, {}, max {max}, rank {r}:\n{real}",
+                        describe(world)
+                    );
                     assert_eq!(plan.lines, real.lines, "{transport:?} world {world} {max}");
                     assert_eq!(
                         plan.gpu.as_ref().map(|p| &p.allocations),
