@@ -14,6 +14,7 @@ mod kernels;
 mod layout;
 mod loader;
 mod pdl;
+pub mod quant;
 mod raw;
 mod rendezvous;
 mod stream_all_reduce;
