@@ -343,6 +343,14 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
 #[test]
 fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
     let Some((_, gpus)) = setup() else { return };
+    // Created once with a long timeout first, so the kernels are compiled
+    // and loaded (once per device and process) before the short one counts.
+    drop(make_ranks(
+        2,
+        gpus,
+        Transport::Host,
+        Duration::from_secs(60),
+    ));
     let mut ranks = make_ranks(2, gpus, Transport::Host, Duration::from_secs(2));
     let r0 = &mut ranks[0];
     r0.ctx.bind_to_thread().unwrap();

@@ -176,6 +176,27 @@ pub fn wire_from_vars(wire: Option<&str>, min_bytes: Option<&str>) -> Result<Wir
     })
 }
 
+/// The line `tpcomm explain` adds when a quantized wire is enabled (`None`
+/// when it is not): whether a sum of `bytes` travels on it, in place of the
+/// exact route's choice.
+pub fn explain_line(env: &WireFromEnv, bytes: u64) -> Option<String> {
+    let (f, g) = env.wire.quantized()?;
+    Some(if bytes >= env.min_bytes.bytes() && bytes > 0 {
+        format!(
+            "wire: {} (TPCOMM_WIRE; from {} up, TPCOMM_WIRE_MIN_BYTES): this sum runs tpcomm's quantized one-shot ({} codes, one f32 scale per {g} elements) instead of the choice above; error in docs/quantized.md",
+            env.wire.label(),
+            env.min_bytes,
+            f.name()
+        )
+    } else {
+        format!(
+            "wire: exact (TPCOMM_WIRE={} applies from {} up, TPCOMM_WIRE_MIN_BYTES)",
+            env.wire.label(),
+            env.min_bytes
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +213,23 @@ mod tests {
             assert!(Wire::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Wire::Int8 { group: 32 }.label(), "int8/g32");
+    }
+
+    #[test]
+    fn explain_names_the_quantized_wire_only_when_it_is_enabled_and_applies() {
+        let off = wire_from_vars(None, None).unwrap();
+        assert_eq!(explain_line(&off, 64 << 20), None);
+        let on = wire_from_vars(Some("int8/32"), Some("4MiB")).unwrap();
+        let big = explain_line(&on, 64 << 20).unwrap();
+        assert!(
+            big.contains("int8/g32") && big.contains("quantized"),
+            "{big}"
+        );
+        let small = explain_line(&on, 1 << 20).unwrap();
+        assert!(
+            small.starts_with("wire: exact") && small.contains("4 MiB"),
+            "{small}"
+        );
     }
 
     #[test]
