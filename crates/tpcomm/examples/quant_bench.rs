@@ -337,7 +337,13 @@ fn run() -> Result<()> {
         let e = model::error_stats(&vals, &reference_f64(&xs));
         let (model_eq, rate) = match wire.quantized() {
             Some((f, g)) => {
-                let want = model::all_reduce_bits(f, g as usize, DType::Bf16, &xs);
+                // Communicator::all_reduce_wire lets the kernels choose.
+                let twoshot = tpcomm::cuda::quant::QuantAlgo::Auto.runs_twoshot(count, a.ranks);
+                let want = if twoshot {
+                    model::all_reduce_twoshot_bits(f, g as usize, DType::Bf16, &xs)
+                } else {
+                    model::all_reduce_bits(f, g as usize, DType::Bf16, &xs)
+                };
                 // What the kernels read and write in device memory per
                 // rank: the input, every rank's codes and scales, the output.
                 let wire_bytes = count as f64 * (1.0 + 4.0 / g as f64);

@@ -6,7 +6,9 @@
 //!
 //! cargo run --release -p tpcomm --example quant_error [-- ELEMENTS]
 
-use tpcomm::quant::model::{all_reduce_bits, error_stats, inputs, reference_f64, value_of};
+use tpcomm::quant::model::{
+    all_reduce_bits, all_reduce_twoshot_bits, error_stats, inputs, reference_f64, value_of,
+};
 use tpcomm::quant::Format;
 use tpcomm::DType;
 
@@ -41,20 +43,25 @@ fn main() {
                 100.0 * e.rel_rms,
                 e.max_rel
             );
-            for f in [Format::Int8, Format::Fp8E4m3] {
-                for g in [32usize, 64, 128] {
-                    let out: Vec<f32> = all_reduce_bits(f, g, dtype, &xs)
-                        .into_iter()
-                        .map(|b| value_of(dtype, b))
-                        .collect();
-                    let e = error_stats(&out, &reference);
-                    println!(
-                        "| {world} | {} | {} | {g} | {:.3}% | {:.3} |",
-                        dist.name(),
-                        f.name(),
-                        100.0 * e.rel_rms,
-                        e.max_rel
-                    );
+            for twoshot in [false, true] {
+                for f in [Format::Int8, Format::Fp8E4m3] {
+                    for g in [32usize, 64, 128] {
+                        let bits = if twoshot {
+                            all_reduce_twoshot_bits(f, g, dtype, &xs)
+                        } else {
+                            all_reduce_bits(f, g, dtype, &xs)
+                        };
+                        let out: Vec<f32> = bits.into_iter().map(|b| value_of(dtype, b)).collect();
+                        let e = error_stats(&out, &reference);
+                        println!(
+                            "| {world} | {} | {}{} | {g} | {:.3}% | {:.3} |",
+                            dist.name(),
+                            f.name(),
+                            if twoshot { " two-shot" } else { "" },
+                            100.0 * e.rel_rms,
+                            e.max_rel
+                        );
+                    }
                 }
             }
         }

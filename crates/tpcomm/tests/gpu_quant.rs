@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{
     open_context, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
 };
@@ -116,10 +117,13 @@ fn from_bytes(dtype: DType, b: &[u8]) -> Vec<u32> {
 /// One quantized call on every rank: `inputs[r]` in, the output bytes of
 /// every rank (read back after `replays` launches of a captured graph, or
 /// one eager call), or the error.
+/// `algo` `None`: `Communicator::all_reduce_wire` (the quantized kernels'
+/// own choice); `Some`: that kernel through `QuantComm::all_reduce_with`.
 fn run(
     ranks: &mut [Rank],
     dtype: DType,
     wire: Wire,
+    algo: Option<QuantAlgo>,
     in_place: bool,
     inputs: &[Vec<u8>],
     graph_replays: usize,
@@ -151,20 +155,28 @@ fn run(
                         // SAFETY: both buffers hold MAX bytes and outlive the
                         // synchronisation below.
                         unsafe {
-                            rank.comm.all_reduce_wire(
-                                pi,
-                                po,
-                                count,
-                                dtype,
-                                ReduceOp::Sum,
-                                wire,
-                                cs,
-                                how,
-                            )
+                            match (algo, rank.comm.quant()) {
+                                (Some(a), Some(q)) => q
+                                    .all_reduce_with(pi, po, count, dtype, wire, a, cs, how)
+                                    .map(|_| Route::TpcommQuantized),
+                                _ => rank.comm.all_reduce_wire(
+                                    pi,
+                                    po,
+                                    count,
+                                    dtype,
+                                    ReduceOp::Sum,
+                                    wire,
+                                    cs,
+                                    how,
+                                ),
+                            }
                         }
                     };
                     if graph_replays == 0 {
-                        assert_eq!(call(Launch::Ordinary)?, Route::TpcommQuantized);
+                        let route = call(Launch::Ordinary)?;
+                        if wire != Wire::Exact {
+                            assert_eq!(route, Route::TpcommQuantized);
+                        }
                     } else {
                         rank.stream
                             .begin_capture(
@@ -200,10 +212,12 @@ fn run(
 
 /// The documented bound on the relative RMS error for Gaussian inputs
 /// (docs/quantized.md), with room for small messages' sampling noise.
-fn bound(f: Format, count: usize) -> f64 {
-    let b = match f {
-        Format::Int8 => 0.01,
-        Format::Fp8E4m3 => 0.03,
+fn bound(f: Format, twoshot: bool, count: usize) -> f64 {
+    let b = match (f, twoshot) {
+        (Format::Int8, false) => 0.01,
+        (Format::Int8, true) => 0.01,
+        (Format::Fp8E4m3, false) => 0.03,
+        (Format::Fp8E4m3, true) => 0.04,
     };
     if count >= 4096 {
         b
@@ -214,10 +228,12 @@ fn bound(f: Format, count: usize) -> f64 {
 
 /// Runs one case and checks it; in-place calls of a graph replay their own
 /// output, so only out-of-place calls are replayed.
+#[allow(clippy::too_many_arguments)]
 fn check_case(
     ranks: &mut [Rank],
     dtype: DType,
     wire: Wire,
+    algo: Option<QuantAlgo>,
     count: usize,
     in_place: bool,
     replays: usize,
@@ -229,19 +245,24 @@ fn check_case(
         .map(|_| inputs::sample(rng, inputs::Dist::Gaussian, dtype, count))
         .collect();
     let bytes: Vec<Vec<u8>> = xs.iter().map(|x| to_bytes(dtype, x)).collect();
-    let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, in_place, &bytes, replays)
+    let twoshot = algo.unwrap_or(QuantAlgo::Auto).runs_twoshot(count, world);
+    let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, algo, in_place, &bytes, replays)
         .into_iter()
         .map(|r| r.expect("quantized all-reduce"))
         .collect();
     let what = format!(
-        "{} {dtype} count {count} in_place {in_place} replays {replays} world {world}",
+        "{} {dtype} count {count} two-shot {twoshot} in_place {in_place} replays {replays} world {world}",
         wire.label()
     );
     for (r, o) in outs.iter().enumerate() {
         assert!(o == &outs[0], "rank {r} differs from rank 0: {what}");
     }
     let got = from_bytes(dtype, &outs[0]);
-    let want = model::all_reduce_bits(f, g as usize, dtype, &xs);
+    let want = if twoshot {
+        model::all_reduce_twoshot_bits(f, g as usize, dtype, &xs)
+    } else {
+        model::all_reduce_bits(f, g as usize, dtype, &xs)
+    };
     let mismatches = got.iter().zip(&want).filter(|(a, b)| a != b).count();
     if mismatches > 0 {
         let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
@@ -253,7 +274,7 @@ fn check_case(
     let vals: Vec<f32> = got.iter().map(|&b| model::value_of(dtype, b)).collect();
     let e = model::error_stats(&vals, &reference_f64(&xs));
     assert!(
-        e.rel_rms <= bound(f, count),
+        e.rel_rms <= bound(f, twoshot, count),
         "rel RMS {:.4} above the bound ({what})",
         e.rel_rms
     );
@@ -278,9 +299,13 @@ fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
             for wire in wires {
                 for dtype in DType::ALL {
                     let max_count = MAX.bytes() as usize / dtype.size();
-                    for count in [1, 7, 8, 9, 33, 4095, 4096, 4097, 100_003, max_count] {
+                    for count in [1, 7, 8, 9, 33, 4095, 4096, 4097, 8193, 100_003, max_count] {
                         for in_place in [false, true] {
-                            check_case(&mut ranks, dtype, wire, count, in_place, 0, &mut rng);
+                            for algo in [None, Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                                check_case(
+                                    &mut ranks, dtype, wire, algo, count, in_place, 0, &mut rng,
+                                );
+                            }
                         }
                     }
                 }
@@ -303,24 +328,28 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
         for t in transports() {
             let mut ranks = make_ranks(world, gpus, t, Duration::from_secs(20));
             for replays in [1, 2, 5, 100] {
-                check_case(
-                    &mut ranks,
-                    DType::Bf16,
-                    Wire::int8(),
-                    300_001,
-                    false,
-                    replays,
-                    &mut rng,
-                );
-                check_case(
-                    &mut ranks,
-                    DType::F16,
-                    Wire::fp8(),
-                    70_000,
-                    false,
-                    replays,
-                    &mut rng,
-                );
+                for algo in [Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                    check_case(
+                        &mut ranks,
+                        DType::Bf16,
+                        Wire::int8(),
+                        algo,
+                        300_001,
+                        false,
+                        replays,
+                        &mut rng,
+                    );
+                    check_case(
+                        &mut ranks,
+                        DType::F16,
+                        Wire::fp8(),
+                        algo,
+                        70_000,
+                        false,
+                        replays,
+                        &mut rng,
+                    );
+                }
                 // An exact call in between: separate buffers and epochs.
                 let xs: Vec<Vec<u8>> = (0..world)
                     .map(|_| {
@@ -330,7 +359,7 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
                         )
                     })
                     .collect();
-                let outs = run(&mut ranks, DType::Bf16, Wire::Exact, false, &xs, 0);
+                let outs = run(&mut ranks, DType::Bf16, Wire::Exact, None, false, &xs, 0);
                 // Wire::Exact routes to tpcomm's exact kernels.
                 for o in &outs {
                     assert!(o.is_ok(), "{o:?}");

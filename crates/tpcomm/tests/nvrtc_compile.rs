@@ -38,7 +38,12 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "quant.cu",
-        &["tpcomm_quant_oneshot_int8", "tpcomm_quant_oneshot_fp8"],
+        &[
+            "tpcomm_quant_oneshot_int8",
+            "tpcomm_quant_oneshot_fp8",
+            "tpcomm_quant_twoshot_int8",
+            "tpcomm_quant_twoshot_fp8",
+        ],
         &["f32", "f16", "bf16"],
     ),
 ];

@@ -126,6 +126,24 @@ proptest! {
 }
 
 #[test]
+fn two_shot_is_the_one_shot_sum_quantized_again_by_its_owner() {
+    let mut rng = inputs::Rng::new(7);
+    let xs: Vec<Vec<f32>> = (0..3)
+        .map(|_| inputs::sample(&mut rng, inputs::Dist::Gaussian, DType::F32, 5000))
+        .collect();
+    let sum = all_reduce_f32(Format::Int8, 64, &xs);
+    let again = quantize(Format::Int8, 64, &sum);
+    let two = model::all_reduce_twoshot_f32(Format::Int8, 64, &xs);
+    for (i, v) in two.iter().enumerate() {
+        assert_eq!(
+            v.to_bits(),
+            model::dequantized(Format::Int8, 64, &again, i).to_bits()
+        );
+    }
+    assert!(model::twoshot_fits(3 * 4096, 3) && !model::twoshot_fits(2 * 4096, 3));
+}
+
+#[test]
 fn int8_never_produces_minus_128_and_nan_inputs_give_code_zero() {
     assert_eq!(encode(Format::Int8, -1.0e30, 1.0), (-127i8) as u8);
     assert_eq!(encode(Format::Int8, f32::NAN, 1.0), 0);
@@ -139,20 +157,27 @@ fn int8_never_produces_minus_128_and_nan_inputs_give_code_zero() {
 fn measured_errors_are_within_the_documented_bounds() {
     let n = 1 << 16;
     for world in [2usize, 4, 8] {
-        for (f, bound) in [(Format::Int8, 0.01), (Format::Fp8E4m3, 0.03)] {
+        for (f, twoshot, bound) in [
+            (Format::Int8, false, 0.01),
+            (Format::Fp8E4m3, false, 0.03),
+            (Format::Int8, true, 0.01),
+            (Format::Fp8E4m3, true, 0.04),
+        ] {
             for g in [32usize, 64, 128] {
                 let mut rng = inputs::Rng::new(0x5eed + world as u64);
                 let xs: Vec<Vec<f32>> = (0..world)
                     .map(|_| inputs::sample(&mut rng, inputs::Dist::Gaussian, DType::Bf16, n))
                     .collect();
-                let out: Vec<f32> = all_reduce_bits(f, g, DType::Bf16, &xs)
-                    .into_iter()
-                    .map(|b| value_of(DType::Bf16, b))
-                    .collect();
+                let bits = if twoshot {
+                    model::all_reduce_twoshot_bits(f, g, DType::Bf16, &xs)
+                } else {
+                    all_reduce_bits(f, g, DType::Bf16, &xs)
+                };
+                let out: Vec<f32> = bits.into_iter().map(|b| value_of(DType::Bf16, b)).collect();
                 let e = error_stats(&out, &reference_f64(&xs));
                 assert!(
                     e.rel_rms <= bound,
-                    "{} g{g} at {world} ranks: rel RMS {:.4} above {bound}",
+                    "{} g{g} two-shot {twoshot} at {world} ranks: rel RMS {:.4} above {bound}",
                     f.name(),
                     e.rel_rms
                 );

@@ -23,7 +23,8 @@ pub(crate) struct QuantCheck {
 }
 
 /// Checks `out` (element bytes of `dtype`) against the CPU model of `wire`
-/// on `inputs` (every rank's element bytes).
+/// on `inputs` (every rank's element bytes), as `QuantComm::all_reduce`
+/// runs it (one-shot or two-shot: `QuantAlgo::Auto`).
 pub(crate) fn check(dtype: DType, wire: Wire, out: &[u8], inputs: &[&[u8]]) -> QuantCheck {
     let Some((f, g)) = wire.quantized() else {
         return QuantCheck {
@@ -38,7 +39,12 @@ pub(crate) fn check(dtype: DType, wire: Wire, out: &[u8], inputs: &[&[u8]]) -> Q
             .collect()
     };
     let xs: Vec<Vec<f32>> = inputs.iter().map(|b| values(b)).collect();
-    let want = model::all_reduce_bits(f, g as usize, dtype, &xs);
+    let count = out.len() / dtype.size();
+    let want = if tpcomm::cuda::quant::QuantAlgo::Auto.runs_twoshot(count, inputs.len()) {
+        model::all_reduce_twoshot_bits(f, g as usize, dtype, &xs)
+    } else {
+        model::all_reduce_bits(f, g as usize, dtype, &xs)
+    };
     let got: Vec<u32> = out.chunks(dtype.size()).map(bits).collect();
     let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
     let vals: Vec<f32> = got.iter().map(|&b| model::value_of(dtype, b)).collect();

@@ -146,9 +146,36 @@ struct QuantArgs {
     group: u32,
 }
 
+/// Which quantized kernel a call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantAlgo {
+    /// Every rank sends all its codes to every peer.
+    OneShot,
+    /// Quantized reduce-scatter, f32 sum of the own shard, requantized
+    /// all-gather (a second rounding, less traffic above 2 ranks). Messages
+    /// of fewer 4096-element chunks than ranks run one-shot.
+    TwoShot,
+    /// One-shot at 2 ranks (the same traffic, one rounding less), two-shot
+    /// above.
+    Auto,
+}
+
+impl QuantAlgo {
+    /// Whether a call of `count` elements at `world` ranks runs two-shot.
+    pub fn runs_twoshot(self, count: usize, world: usize) -> bool {
+        let asked = match self {
+            QuantAlgo::OneShot => false,
+            QuantAlgo::TwoShot => true,
+            QuantAlgo::Auto => world > 2,
+        };
+        asked && crate::quant::model::twoshot_fits(count, world)
+    }
+}
+
 /// The compiled quantized kernels of one device: [format][dtype].
 struct QuantKernels {
     oneshot: [[Function; 3]; 2],
+    twoshot: [[Function; 3]; 2],
     block: u32,
     arch: (i32, i32),
     cubin_bytes: usize,
@@ -162,14 +189,17 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
         let l = compile_and_load(ctx, compile::QUANT_SRC, "quant.cu", "the quantized kernels")?;
         let int8 = super::loader::per_type(&l.module, "tpcomm_quant_oneshot_int8")?;
         let fp8 = super::loader::per_type(&l.module, "tpcomm_quant_oneshot_fp8")?;
+        let int8_2 = super::loader::per_type(&l.module, "tpcomm_quant_twoshot_int8")?;
+        let fp8_2 = super::loader::per_type(&l.module, "tpcomm_quant_twoshot_fp8")?;
         let block = common_block(
-            int8.iter().chain(&fp8),
+            int8.iter().chain(&fp8).chain(&int8_2).chain(&fp8_2),
             MAX_BLOCK,
             "the quantized kernels",
             l.arch,
         )?;
         Ok(QuantKernels {
             oneshot: [int8, fp8],
+            twoshot: [int8_2, fp8_2],
             block,
             arch: l.arch,
             cubin_bytes: l.cubin_bytes,
@@ -388,17 +418,16 @@ impl QuantComm {
             ndst = 1;
             src[..cfg.world].copy_from_slice(&areas[..cfg.world]);
         } else {
-            // Peers only: the kernel computes its own codes again rather
-            // than reading them back (slot `rank` of each area stays unused).
-            let mut d = 0;
+            // dst[q]: this rank's slot in rank q's area; none for itself
+            // (the kernels compute its own codes again rather than reading
+            // them back, so slot `rank` of each area stays unused).
             for p in 0..cfg.world {
                 src[p] = own_ptr + (p * layout.slot_stride) as u64;
                 if p != cfg.rank {
-                    dst[d] = areas[p] + (cfg.rank * layout.slot_stride) as u64;
-                    d += 1;
+                    dst[p] = areas[p] + (cfg.rank * layout.slot_stride) as u64;
                 }
             }
-            ndst = d as u32;
+            ndst = cfg.world as u32;
         }
 
         let slots = if host { 1 } else { cfg.world };
@@ -503,6 +532,37 @@ impl QuantComm {
         stream: CUstream,
         how: Launch,
     ) -> Result<()> {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe {
+            self.all_reduce_with(
+                input,
+                output,
+                count,
+                dtype,
+                wire,
+                QuantAlgo::Auto,
+                stream,
+                how,
+            )
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce) with the kernel chosen by `algo`.
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_with(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        wire: Wire,
+        algo: QuantAlgo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
         self.check()?;
         let Some((format, group)) = wire.checked()?.quantized() else {
             return Err(Error::invalid(
@@ -533,7 +593,12 @@ impl QuantComm {
             return Ok(());
         }
         let (grid, block) = quant_grid(count, self.sms, self.ranks_per_gpu, self.kernels.block);
-        let f = self.kernels.oneshot[match format {
+        let kernels = if algo.runs_twoshot(count, self.world) {
+            &self.kernels.twoshot
+        } else {
+            &self.kernels.oneshot
+        };
+        let f = kernels[match format {
             Format::Int8 => 0,
             Format::Fp8E4m3 => 1,
         }][dtype_index(dtype)];
@@ -644,6 +709,17 @@ mod tests {
         );
         cfg.wire = Some(Wire::Int8 { group: 48 });
         assert!(resolve_wire(&cfg).is_err());
+    }
+
+    #[test]
+    fn two_shot_runs_only_when_every_rank_owns_a_chunk() {
+        let c = CHUNK_ELEMS;
+        assert!(!QuantAlgo::Auto.runs_twoshot(100 * c, 2));
+        assert!(QuantAlgo::Auto.runs_twoshot(100 * c, 4));
+        assert!(QuantAlgo::TwoShot.runs_twoshot(2 * c, 2));
+        assert!(!QuantAlgo::TwoShot.runs_twoshot(2 * c, 3));
+        assert!(QuantAlgo::TwoShot.runs_twoshot(2 * c + 1, 3));
+        assert!(!QuantAlgo::OneShot.runs_twoshot(100 * c, 8));
     }
 
     #[test]

@@ -150,6 +150,39 @@ pub fn all_reduce_f32(f: Format, group: usize, inputs: &[Vec<f32>]) -> Vec<f32> 
         .collect()
 }
 
+/// The two-shot all-reduce in f32 before the final rounding: the one-shot
+/// sum (every rank's input quantized, dequantized and summed in rank order),
+/// quantized again in groups by the owner of each chunk and dequantized by
+/// every rank, the owner included, so every rank holds the same bits.
+pub fn all_reduce_twoshot_f32(f: Format, group: usize, inputs: &[Vec<f32>]) -> Vec<f32> {
+    let sum = all_reduce_f32(f, group, inputs);
+    let q = quantize(f, group, &sum);
+    (0..sum.len())
+        .map(|i| dequantized(f, group, &q, i))
+        .collect()
+}
+
+/// The two-shot output as the element bits of `dtype`.
+pub fn all_reduce_twoshot_bits(
+    f: Format,
+    group: usize,
+    dtype: DType,
+    inputs: &[Vec<f32>],
+) -> Vec<u32> {
+    all_reduce_twoshot_f32(f, group, inputs)
+        .into_iter()
+        .map(|v| round_to(dtype, v))
+        .collect()
+}
+
+/// Whether the kernels run a message of `count` elements two-shot when
+/// asked to: every rank must own at least one chunk (each rank then hears
+/// from every peer in every call, which the buffer reuse rule needs);
+/// smaller messages run one-shot.
+pub fn twoshot_fits(count: usize, world: usize) -> bool {
+    count.div_ceil(CHUNK_ELEMS) >= world
+}
+
 /// The element bits of `v` rounded to `dtype` (ties to even), as the
 /// kernels store them: the low 16 bits for f16 and bf16.
 pub fn round_to(dtype: DType, v: f32) -> u32 {

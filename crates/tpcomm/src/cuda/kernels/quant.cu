@@ -51,7 +51,7 @@ struct QArgs {
     u64 in;                  // device pointer, 16-byte aligned
     u64 out;                 // device pointer, 16-byte aligned (may equal in)
     u64 count;               // elements
-    u64 dst[Q_MAX_WORLD];    // where this rank's slot lives (ndst of them)
+    u64 dst[Q_MAX_WORLD];    // P2P: this rank's slot in rank q's area at dst[q] (dst[rank] unused); host: dst[0], its own area
     u64 src[Q_MAX_WORLD];    // where rank p's slot is read
     u64 parity_stride;       // bytes between the two parities of a slot
     u64 scales_off;          // scales (f32 per group) inside a slot
@@ -61,7 +61,7 @@ struct QArgs {
     u64 timeout_ns;          // bound on every wait
     u32 rank;
     u32 world;
-    u32 ndst;
+    u32 ndst;                // world (P2P) or 1 (host)
     u32 group;               // elements per scale: 32, 64 or 128
 };
 
@@ -337,29 +337,84 @@ __device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, floa
     return (u64)lo | ((u64)hi << 32);
 }
 
-// Quantizes chunk c and writes it to every destination, then, after a
-// system-scope fence, its flags.
+// Whether destination d receives a send meant for `target` (a rank, or
+// Q_ALL for every peer): on the host path the one destination is the own
+// area, which every peer reads.
+#define Q_ALL 0xffffffffu
+__device__ __forceinline__ bool q_sends_to(const QArgs& a, u32 d, u32 target) {
+    if (a.ndst == 1u) return true;
+    return d != a.rank && (target == Q_ALL || d == target);
+}
+
+// Writes one octet's codes (and, from the group's first lane, its scale) to
+// the destinations of `target`.
+__device__ __forceinline__ void put_octet(const QArgs& a, u64 par, u32 target, u64 e0, u64 codes, float scale,
+                                          bool group_head, u32 gshift) {
+    for (u32 d = 0; d < a.ndst; d++) {
+        if (!q_sends_to(a, d, target)) continue;
+        const u64 base = a.dst[d] + par;
+        *(u64*)(base + e0) = codes;
+        if (group_head) *(u32*)(base + a.scales_off + 4ull * (e0 >> gshift)) = __float_as_uint(scale);
+    }
+}
+
+// After a chunk's octets: the barrier orders every thread's stores before
+// thread 0's fence, which is cumulative: one system fence per chunk, then
+// the flags of the destinations of `target`.
+__device__ __forceinline__ void flag_chunk(const QArgs& a, u64 par, u32 target, u64 c, u32 tag) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        for (u32 d = 0; d < a.ndst; d++)
+            if (q_sends_to(a, d, target)) q_st_release_sys((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
+    }
+}
+
+// Quantizes chunk c of the input and sends it to `target` (Q_ALL: every peer).
 template <typename T, int FMT>
-__device__ __forceinline__ void send_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift) {
+__device__ __forceinline__ void send_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
+                                           u32 target) {
     const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
     for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
         const u64 e0 = (u64)c * Q_CHUNK + off;
         float scale;
         const u64 codes = quantize8<T, FMT>(a, e0, lanes, &scale);
-        if (e0 < a.count) {
-            for (u32 d = 0; d < a.ndst; d++) {
-                const u64 base = a.dst[d] + par;
-                *(u64*)(base + e0) = codes;
-                if (group_head) *(u32*)(base + a.scales_off + 4ull * (e0 >> gshift)) = __float_as_uint(scale);
-            }
-        }
+        if (e0 < a.count) put_octet(a, par, target, e0, codes, scale, group_head, gshift);
     }
-    // The barrier orders every thread's stores before thread 0's fence,
-    // which is cumulative: one system fence per chunk, then the flags.
-    __syncthreads();
+    flag_chunk(a, par, target, c, tag);
+}
+
+// Waits (thread 0) until chunk c's flag of every rank in `from` (a bit per
+// rank) holds the tag; false, on every thread, when one did not arrive.
+__device__ __forceinline__ bool wait_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 from, u64 epoch) {
+    bool arrived = true;
     if (threadIdx.x == 0) {
-        __threadfence_system();
-        for (u32 d = 0; d < a.ndst; d++) q_st_release_sys((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
+        for (u32 p = 0; arrived && p < a.world; p++)
+            if ((from >> p) & 1u)
+                arrived = q_wait_flag((const u32*)(a.src[p] + par + a.flags_off) + c, tag, a.ctl, a.status,
+                                      a.timeout_ns, p, epoch);
+    }
+    return __syncthreads_and(arrived) != 0;
+}
+
+// The rank-ordered f32 sum of every rank's codes of the octet at e0: peer
+// p's read from src[p], this rank's own given.
+template <int FMT>
+__device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 own, float own_scale, u32 gshift,
+                                          float* acc) {
+    for (u32 p = 0; p < a.world; p++) {
+        u64 codes = own;
+        float scale = own_scale;
+        if (p != a.rank) {
+            const u64 base = a.src[p] + par;
+            codes = ld_volatile_u64((const u64*)(base + e0));
+            scale = __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+            acc[k] = p == 0 ? v : q_add(acc[k], v);
+        }
     }
 }
 
@@ -370,34 +425,15 @@ __device__ __forceinline__ void send_chunk(const QArgs& a, u64 c, u64 par, u32 t
 template <typename T, int FMT>
 __device__ __forceinline__ bool sum_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
                                           u64 epoch) {
-    bool arrived = true;
-    if (threadIdx.x == 0) {
-        for (u32 p = 0; arrived && p < a.world; p++)
-            if (p != a.rank)
-                arrived = q_wait_flag((const u32*)(a.src[p] + par + a.flags_off) + c, tag, a.ctl, a.status,
-                                      a.timeout_ns, p, epoch);
-    }
-    if (__syncthreads_and(arrived) == 0) return false;
+    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
+    if (!wait_chunk(a, c, par, tag, peers, epoch)) return false;
     for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
         const u64 e0 = (u64)c * Q_CHUNK + off;
         float own_scale;
         const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
         if (e0 >= a.count) continue;
         float acc[8];
-        for (u32 p = 0; p < a.world; p++) {
-            u64 codes = own;
-            float scale = own_scale;
-            if (p != a.rank) {
-                const u64 base = a.src[p] + par;
-                codes = ld_volatile_u64((const u64*)(base + e0));
-                scale = __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
-                acc[k] = p == 0 ? v : q_add(acc[k], v);
-            }
-        }
+        sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
         T::store8(a.out, e0, a.count, acc);
     }
     return true;
@@ -429,7 +465,7 @@ __device__ void quant_oneshot(const QArgs& a) {
     u64 next_sum = blockIdx.x;
     u32 step = 0u;
     for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x, step++) {
-        send_chunk<T, FMT>(a, c, par, tag, lanes, gshift);
+        send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, Q_ALL);
         if (step >= Q_LAG) {
             ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
             next_sum += gridDim.x;
@@ -437,6 +473,122 @@ __device__ void quant_oneshot(const QArgs& a) {
     }
     for (; ok && next_sum < nchunks; next_sum += gridDim.x)
         ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+    q_end_call(a, ok);
+}
+
+// ---------------------------------------------------------------- two-shot
+
+// Quantizes 8 f32 values (zeros past the message) in the lanes of their
+// group, as quantize8 does with the input.
+template <int FMT>
+__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
+    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
+    float scale = 0.0f, inv = 0.0f;
+    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
+        scale = q_div(amax, q_code_max<FMT>());
+        inv = q_div(q_code_max<FMT>(), amax);
+    }
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
+    *scale_out = scale;
+    return (u64)lo | ((u64)hi << 32);
+}
+
+template <typename T, int FMT>
+__device__ __forceinline__ void store_dequantized(const QArgs& a, u64 e0, u64 codes, float scale) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+    T::store8(a.out, e0, a.count, v);
+}
+
+// Chunk c belongs to rank c % world. Reduce-scatter: every rank quantizes
+// the chunks of the others and sends each to its owner. The owner sums its
+// chunks in rank order (its own codes computed again from its input, as in
+// one-shot), quantizes the f32 sums again, sends those codes to every peer
+// (all-gather) and writes their dequantized values (not the sums) as its
+// output; every rank dequantizes the owners' codes of the other chunks. So
+// every rank's output is the same bits. Needs every rank to own a chunk
+// (src/quant/model.rs twoshot_fits; the host runs smaller messages
+// one-shot), so each rank hears from every peer in every call, which the
+// reuse of the two parities needs. A slot holds both phases: in rank q's
+// copy of rank s's slot, chunks q owns carry s's reduce-scatter codes and
+// chunks s owns carry s's all-gather codes. Waits: reduce-scatter data is
+// sent before any wait; all-gather data after reduce-scatter waits only.
+template <typename T, int FMT>
+__device__ void quant_twoshot(const QArgs& a) {
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> Q_EPOCH_SHIFT;
+    const u64 par = (epoch & 1ull) * a.parity_stride;
+    const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;
+    const u32 lanes = a.group / 8u;
+    const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
+    u32 gshift = 0u;
+    while ((1u << gshift) < a.group) gshift++;
+    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
+
+    // Reduce-scatter sends.
+    for (u64 c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        const u32 owner = (u32)(c % a.world);
+        if (owner != a.rank) send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, owner);
+    }
+    // The own chunks: sum, quantize again, send to every peer, write.
+    bool ok = true;
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x) {
+        if ((u32)(c % a.world) != a.rank) continue;
+        ok = wait_chunk(a, c, par, tag, peers, epoch);
+        if (!ok) break;
+        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+            const u64 e0 = (u64)c * Q_CHUNK + off;
+            float own_scale;
+            const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
+            float acc[8];
+            if (e0 < a.count) {
+                sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] = 0.0f;
+            }
+            // Past the message the sums are 0 (the inputs are), so they do
+            // not change a group's maximum.
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (e0 + k >= a.count) acc[k] = 0.0f;
+            float scale;
+            const u64 codes = quantize8_values<FMT>(acc, lanes, &scale);
+            if (e0 < a.count) {
+                put_octet(a, par, Q_ALL, e0, codes, scale, group_head, gshift);
+                store_dequantized<T, FMT>(a, e0, codes, scale);
+            }
+        }
+        flag_chunk(a, par, Q_ALL, c, tag);
+    }
+    // All-gather: the other chunks, from their owners.
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x) {
+        const u32 owner = (u32)(c % a.world);
+        if (owner == a.rank) continue;
+        ok = wait_chunk(a, c, par, tag, 1u << owner, epoch);
+        if (!ok) break;
+        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+            const u64 e0 = (u64)c * Q_CHUNK + off;
+            if (e0 >= a.count) break;
+            const u64 base = a.src[owner] + par;
+            const u64 codes = ld_volatile_u64((const u64*)(base + e0));
+            const float scale =
+                __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+            store_dequantized<T, FMT>(a, e0, codes, scale);
+        }
+    }
     q_end_call(a, ok);
 }
 
@@ -450,3 +602,9 @@ QKERNEL tpcomm_quant_oneshot_int8_bf16(QArgs a) { quant_oneshot<QBF16, Q_INT8>(a
 QKERNEL tpcomm_quant_oneshot_fp8_f32(QArgs a) { quant_oneshot<QF32, Q_FP8>(a); }
 QKERNEL tpcomm_quant_oneshot_fp8_f16(QArgs a) { quant_oneshot<QF16, Q_FP8>(a); }
 QKERNEL tpcomm_quant_oneshot_fp8_bf16(QArgs a) { quant_oneshot<QBF16, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_f32(QArgs a) { quant_twoshot<QF32, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_f16(QArgs a) { quant_twoshot<QF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_bf16(QArgs a) { quant_twoshot<QBF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_f32(QArgs a) { quant_twoshot<QF32, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_f16(QArgs a) { quant_twoshot<QF16, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_bf16(QArgs a) { quant_twoshot<QBF16, Q_FP8>(a); }
