@@ -3,6 +3,7 @@
 # (about 3 minutes). Builds nothing: it runs binaries built beforehand with
 #   cargo build --release -p tpcomm --example quant_bench
 #   cargo test --release -p tpcomm --test gpu_quant --no-run
+#   cargo build --release -p tpcomm-cli
 # and copied (or carried) to $BIN (default target/release).
 #
 # Steps, each bounded by `timeout`, output to $OUT/quant-log.txt:
@@ -15,7 +16,10 @@
 #    over P2P (all traffic in device memory), 4-64 MiB ("wire GB/s vs copy").
 # 3. Errors measured on the GPU at 2, 4 and 8 ranks (sharing GPU 0, host
 #    path), 16 MiB.
-# 4. The GPU tests (tests/gpu_quant.rs) at 2 and 4 ranks on GPU 0.
+# 4. tpcomm bench (threads, 2 ranks sharing GPU 0, host path): the exact
+#    kernels and int8 / fp8 rows side by side, with the quantized rows'
+#    error table and #wrong against the CPU model.
+# 5. The GPU tests (tests/gpu_quant.rs) at 2 and 4 ranks on GPU 0.
 #   bash bench/quant/run.sh
 set -u -o pipefail
 export TPCOMM_CACHE_DIR=${TPCOMM_CACHE_DIR:-/tmp/tpcomm-cache}
@@ -41,8 +45,12 @@ for w in 2 4 8; do
   timeout 60 "$QB" --ranks $w --gpus 1 --transport host --min 16MiB --max 16MiB --iters 2 --reps 3 2>&1 | tee -a "$LOG"
 done
 
+step "4. tpcomm bench, 2 ranks sharing GPU 0, host path: exact vs int8 / fp8"
+CUDA_VISIBLE_DEVICES=0 timeout 150 "$BIN/tpcomm" bench --device gpu --launch threads --ranks 2 --transport host \
+  --algos one-shot,two-shot,int8,fp8 --modes graph --min 4MiB --max 64MiB --reps 10 2>&1 | tee -a "$LOG"
+
 if [ -n "${TEST:-}" ]; then
-  step "4. GPU tests, worlds 2 and 4 on GPU 0"
-  TPCOMM_GPU_TESTS=1 TPCOMM_TEST_WORLDS=2,4 CUDA_VISIBLE_DEVICES=0 timeout 300 "$TEST" --test-threads=1 2>&1 | tail -30 | tee -a "$LOG"
+  step "5. GPU tests, worlds 2 and 4 on GPU 0"
+  TPCOMM_GPU_TESTS=1 TPCOMM_TEST_WORLDS=2,4 CUDA_VISIBLE_DEVICES=0 timeout 400 "$TEST" --ignored --test-threads=1 2>&1 | tail -30 | tee -a "$LOG"
 fi
 step "done"

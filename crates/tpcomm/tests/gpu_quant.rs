@@ -1,8 +1,8 @@
 //! GPU tests of the quantized all-reduce (int8 / fp8 on the wire) over both
-//! GPU transports, ranks as threads. They run only with TPCOMM_GPU_TESTS=1
-//! (run them with --test-threads=1); world sizes come from
-//! TPCOMM_TEST_WORLDS (comma-separated, default "2"), on however many GPUs
-//! there are: rank r drives GPU r % GPUs, so ranks may share one GPU.
+//! GPU transports, ranks as threads. Ignored unless asked for, and then they
+//! run only with TPCOMM_GPU_TESTS=1 (`-- --ignored --test-threads=1`); world
+//! sizes come from TPCOMM_TEST_WORLDS (gpu_common), on however many GPUs
+//! there are: ranks go round-robin over the GPUs, so they may share one.
 //!
 //! Each case checks that every rank's output bytes are identical, that they
 //! equal the CPU model of the same arithmetic on the same inputs bit for bit
@@ -21,26 +21,14 @@ use tpcomm::quant::model::{self, inputs, reference_f64};
 use tpcomm::quant::{Format, Wire};
 use tpcomm::{ByteSize, DType, Error, Place, ReduceOp};
 
-/// (world sizes, GPUs) when TPCOMM_GPU_TESTS is set; `None` after saying
+mod gpu_common;
+use gpu_common::{describe, device_of, gpu_worlds};
+
+/// The world sizes when TPCOMM_GPU_TESTS is set (gpu_common's rules:
+/// TPCOMM_TEST_WORLDS, ranks round-robin over the GPUs); `None` after saying
 /// the test is skipped otherwise.
-fn setup() -> Option<(Vec<usize>, usize)> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 1+ GPUs)");
-        return None;
-    }
-    tpcomm::cuda::ensure_driver().expect("CUDA driver");
-    let gpus = CudaContext::device_count().expect("device count") as usize;
-    assert!(gpus >= 1, "TPCOMM_GPU_TESTS=1 but no GPU");
-    let worlds = std::env::var("TPCOMM_TEST_WORLDS")
-        .unwrap_or_else(|_| "2".into())
-        .split(',')
-        .map(|w| {
-            w.trim()
-                .parse::<usize>()
-                .expect("TPCOMM_TEST_WORLDS: numbers")
-        })
-        .collect();
-    Some((worlds, gpus))
+fn setup() -> Option<Vec<usize>> {
+    gpu_worlds("1+ GPUs; ranks may share one")
 }
 
 /// The transports to test: host, and Auto, which is P2P when every GPU
@@ -60,13 +48,13 @@ struct Rank {
 
 const MAX: ByteSize = ByteSize::mib(8);
 
-fn make_ranks(world: usize, gpus: usize, transport: Transport, timeout: Duration) -> Vec<Rank> {
+fn make_ranks(world: usize, transport: Transport, timeout: Duration) -> Vec<Rank> {
     let group = ThreadGroup::new(world);
     let hs: Vec<_> = (0..world)
         .map(|r| {
             let group = group.clone();
             std::thread::spawn(move || {
-                let dev = r % gpus;
+                let dev = device_of(r);
                 let mut cfg = CudaConfig::new(r, world, dev);
                 cfg.max_bytes = MAX;
                 cfg.timeout = timeout;
@@ -281,14 +269,15 @@ fn check_case(
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
-    let Some((worlds, gpus)) = setup() else {
+    let Some(worlds) = setup() else {
         return;
     };
     let mut rng = inputs::Rng::new(0x9e37);
     for &world in &worlds {
         for t in transports() {
-            let mut ranks = make_ranks(world, gpus, t, Duration::from_secs(20));
+            let mut ranks = make_ranks(world, t, Duration::from_secs(20));
             let wires = [
                 Wire::Int8 { group: 32 },
                 Wire::Int8 { group: 64 },
@@ -311,7 +300,8 @@ fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
                 }
             }
             eprintln!(
-                "world {world} over {}: every case matched",
+                "{} over {}: every case matched",
+                describe(world),
                 ranks[0].comm.gpu().transport().name()
             );
         }
@@ -319,14 +309,15 @@ fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
-    let Some((worlds, gpus)) = setup() else {
+    let Some(worlds) = setup() else {
         return;
     };
     let mut rng = inputs::Rng::new(0x51ab);
     for &world in &worlds {
         for t in transports() {
-            let mut ranks = make_ranks(world, gpus, t, Duration::from_secs(20));
+            let mut ranks = make_ranks(world, t, Duration::from_secs(20));
             for replays in [1, 2, 5, 100] {
                 for algo in [Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
                     check_case(
@@ -370,17 +361,13 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
-    let Some((_, gpus)) = setup() else { return };
+    let Some(_) = setup() else { return };
     // Created once with a long timeout first, so the kernels are compiled
     // and loaded (once per device and process) before the short one counts.
-    drop(make_ranks(
-        2,
-        gpus,
-        Transport::Host,
-        Duration::from_secs(60),
-    ));
-    let mut ranks = make_ranks(2, gpus, Transport::Host, Duration::from_secs(2));
+    drop(make_ranks(2, Transport::Host, Duration::from_secs(60)));
+    let mut ranks = make_ranks(2, Transport::Host, Duration::from_secs(2));
     let r0 = &mut ranks[0];
     r0.ctx.bind_to_thread().unwrap();
     let p = r0.inp.device_ptr(&r0.stream).0;
@@ -410,10 +397,11 @@ fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_memory_report_shows_the_quantized_layout() {
-    let Some((_, gpus)) = setup() else { return };
+    let Some(_) = setup() else { return };
     for t in transports() {
-        let ranks = make_ranks(2, gpus, t, Duration::from_secs(20));
+        let ranks = make_ranks(2, t, Duration::from_secs(20));
         let q = ranks[0]
             .comm
             .quant()

@@ -71,13 +71,13 @@ proptest! {
             prop_assert_eq!(q.scales[i / g], scale);
             let code = q.codes[i] as i8 as i32;
             prop_assert!(code.abs() <= 127);
-            let y = x as f64 * inv as f64;
             // Nearest to the f32 product (what the kernel rounds).
             let p = (x * inv) as f64;
             prop_assert!((code as f64 - p).abs() <= 0.5, "x {} inv {} code {}", x, inv, code);
-            // And so within half a step (plus the product's rounding) of x.
+            // And so within half a step of x, plus the roundings of the
+            // scales (scale * inv is 1 only to a few ulps) and the product.
             let dq = decode(Format::Int8, q.codes[i]) as f64 * scale as f64;
-            prop_assert!((dq - x as f64).abs() <= 0.5 * scale as f64 * (1.0 + 1e-6) + (y - p).abs() * scale as f64);
+            prop_assert!((dq - x as f64).abs() <= scale as f64 * (0.5 + 1e-3), "x {} dq {} scale {}", x, dq, scale);
         }
     }
 

@@ -15,10 +15,13 @@ use super::comm::CudaConfig;
 use super::cuda_err;
 use super::host_path::pinned::{Registered, SharedFile};
 use super::host_path::Transport;
-use super::loader::{common_block, compile_and_load, dtype_index, per_device, PerDevice};
+use super::loader::{
+    common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
+};
 use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
+use super::share::{grid_cap, DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -86,18 +89,17 @@ impl QuantLayout {
 
 /// (blocks, threads per block) of a quantized call of `count` elements: a
 /// power-of-two block (the kernel's chunk loop needs it) of at most
-/// `max_block`, and at most one block per chunk and per SM share, so every
-/// block of every rank on the GPU is resident at once (blocks wait on peers'
-/// flags). `ranks_per_gpu` ranks share the GPU's `sms`. The lead caps launch
-/// shapes for shared GPUs here.
-pub fn quant_grid(count: usize, sms: u32, ranks_per_gpu: u32, max_block: u32) -> (u32, u32) {
+/// `max_block`, and at most one block per chunk and at most `cap` blocks:
+/// `share::grid_cap` of the quantized kernels' occupancy and the ranks on
+/// this GPU, so every block of every rank on the GPU is resident at once
+/// (blocks wait on peers' flags).
+pub fn quant_grid(count: usize, cap: u32, max_block: u32) -> (u32, u32) {
     let mut block = 32u32;
     while block * 2 <= max_block.min(MAX_BLOCK) {
         block *= 2;
     }
     let chunks = count.div_ceil(CHUNK_ELEMS).max(1);
-    let share = (sms / ranks_per_gpu.max(1)).max(1);
-    (chunks.min(share as usize) as u32, block)
+    (chunks.min(cap.max(1) as usize) as u32, block)
 }
 
 /// The wire a communicator created with `cfg` uses and the smallest message
@@ -177,10 +179,17 @@ struct QuantKernels {
     oneshot: [[Function; 3]; 2],
     twoshot: [[Function; 3]; 2],
     block: u32,
+    /// Blocks of `block` threads one SM holds of the kernel that fits fewest.
+    blocks_per_sm: u32,
     arch: (i32, i32),
     cubin_bytes: usize,
     _module: raw::Module,
     _ctx: Arc<CudaContext>,
+}
+
+/// The power-of-two block the kernels launch with (at most `max`).
+fn pow2_block(max: u32) -> u32 {
+    quant_grid(1, 1, max).1
 }
 
 fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
@@ -197,7 +206,12 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
             "the quantized kernels",
             l.arch,
         )?;
+        let blocks_per_sm = resident_blocks_per_sm(
+            int8.iter().chain(&fp8).chain(&int8_2).chain(&fp8_2),
+            pow2_block(block),
+        )?;
         Ok(QuantKernels {
+            blocks_per_sm,
             oneshot: [int8, fp8],
             twoshot: [int8_2, fp8_2],
             block,
@@ -240,8 +254,9 @@ pub struct QuantComm {
     transport: Transport,
     layout: QuantLayout,
     kernels: Arc<QuantKernels>,
-    sms: u32,
-    ranks_per_gpu: u32,
+    /// The most blocks a call launches (share::grid_cap).
+    grid_cap: u32,
+    sharing: Sharing,
     /// P2P: the receive area with the control words after it; host: the
     /// control words alone.
     _dev: DeviceAlloc,
@@ -331,8 +346,13 @@ impl QuantComm {
             (OwnArea::HostProcess(reg, file), p, path.into_bytes())
         };
 
-        let mut mine = Vec::with_capacity(16 + extra.len());
-        mine.extend_from_slice(&std::process::id().to_le_bytes());
+        let identity = DeviceIdentity {
+            uuid: raw::device_uuid(dev_ord)?,
+            pid: std::process::id(),
+        };
+        const HEAD: usize = DeviceIdentity::BYTES + 12;
+        let mut mine = Vec::with_capacity(HEAD + extra.len());
+        mine.extend_from_slice(&identity.to_bytes());
         mine.extend_from_slice(&(cfg.device as u32).to_le_bytes());
         mine.extend_from_slice(&own_ptr.to_le_bytes());
         mine.extend_from_slice(&extra);
@@ -340,25 +360,31 @@ impl QuantComm {
 
         let mut areas = [0u64; MAX_WORLD];
         let mut peers = Vec::new();
-        let mut ranks_per_gpu = 0u32;
+        let mut ids = Vec::with_capacity(cfg.world);
         for (p, blob) in all.iter().enumerate() {
-            if blob.len() < 16 {
-                return Err(Error::invalid(
+            let id = (blob.len() >= HEAD)
+                .then(|| DeviceIdentity::from_bytes(blob))
+                .flatten();
+            ids.push(id.ok_or_else(|| {
+                Error::invalid(
                     "rendezvous",
                     format!(
-                        "rank {p} posted {} bytes for the quantized buffers, expected at least 16",
+                        "rank {p} posted {} bytes for the quantized buffers, expected at least {HEAD}",
                         blob.len()
                     ),
-                ));
-            }
-            let peer_dev = u32::from_le_bytes([blob[4], blob[5], blob[6], blob[7]]) as i32;
+                )
+            })?);
+        }
+        let sharing = Sharing::of(&ids, cfg.rank);
+        let cap = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
+        for (p, blob) in all.iter().enumerate() {
+            let at = DeviceIdentity::BYTES;
+            let peer_dev =
+                u32::from_le_bytes([blob[at], blob[at + 1], blob[at + 2], blob[at + 3]]) as i32;
             let mut ptr_bytes = [0u8; 8];
-            ptr_bytes.copy_from_slice(&blob[8..16]);
+            ptr_bytes.copy_from_slice(&blob[at + 4..at + 12]);
             let ptr = u64::from_le_bytes(ptr_bytes);
-            let rest = &blob[16..];
-            if peer_dev == dev_ord {
-                ranks_per_gpu += 1;
-            }
+            let rest = &blob[HEAD..];
             if p == cfg.rank {
                 areas[p] = own_ptr;
                 continue;
@@ -482,8 +508,8 @@ impl QuantComm {
             transport,
             layout,
             kernels,
-            sms,
-            ranks_per_gpu: ranks_per_gpu.max(1),
+            grid_cap: cap,
+            sharing,
             _dev: dev,
             ctl,
             status,
@@ -509,9 +535,9 @@ impl QuantComm {
     pub fn memory_report(&self) -> &MemoryReport {
         &self.report
     }
-    /// Ranks of this group on this rank's GPU (by device ordinal).
-    pub fn ranks_per_gpu(&self) -> u32 {
-        self.ranks_per_gpu
+    /// How the group's ranks sit on this rank's GPU.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
     }
 
     /// Launches the quantized all-reduce (sum) of `count` elements of
@@ -592,7 +618,7 @@ impl QuantComm {
         if count == 0 {
             return Ok(());
         }
-        let (grid, block) = quant_grid(count, self.sms, self.ranks_per_gpu, self.kernels.block);
+        let (grid, block) = quant_grid(count, self.grid_cap, self.kernels.block);
         let kernels = if algo.runs_twoshot(count, self.world) {
             &self.kernels.twoshot
         } else {
@@ -723,13 +749,13 @@ mod tests {
     }
 
     #[test]
-    fn grids_leave_room_for_every_rank_on_a_shared_gpu() {
-        assert_eq!(quant_grid(1, 132, 1, 512), (1, 512));
-        assert_eq!(quant_grid(32 << 20, 132, 1, 512), (132, 512));
-        assert_eq!(quant_grid(32 << 20, 132, 2, 512), (66, 512));
-        assert_eq!(quant_grid(32 << 20, 132, 8, 512), (16, 512));
+    fn grids_stay_within_the_cap_and_the_chunks() {
+        assert_eq!(quant_grid(1, 132, 512), (1, 512));
+        assert_eq!(quant_grid(32 << 20, 132, 512), (132, 512));
+        assert_eq!(quant_grid(32 << 20, 66, 512), (66, 512));
+        assert_eq!(quant_grid(5 * CHUNK_ELEMS, 66, 512), (5, 512));
         // Blocks are powers of two (the kernel's chunk loop needs it).
-        assert_eq!(quant_grid(1 << 20, 132, 1, 384), (132, 256));
-        assert_eq!(quant_grid(1 << 20, 4, 8, 512), (1, 512));
+        assert_eq!(quant_grid(1 << 20, 132, 384), (132, 256));
+        assert_eq!(quant_grid(1 << 20, 0, 512), (1, 512));
     }
 }
