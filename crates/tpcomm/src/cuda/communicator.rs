@@ -7,7 +7,7 @@
 //! communicator it set up beside its own, on the same ranks and stream.
 
 use super::host_path::GpuComm;
-use super::quant::{resolve_wire, wire_for, QuantComm};
+use super::quant::{agree_wire, resolve_wire, wire_for, QuantComm};
 use super::raw::{CUdeviceptr, CUstream};
 use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
@@ -74,6 +74,7 @@ impl Communicator {
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
         let (wire, wire_min_bytes) = resolve_wire(cfg)?;
         let gpu = GpuComm::new(cfg, rendezvous)?;
+        agree_wire(cfg, rendezvous, wire, wire_min_bytes)?;
         let quant = match wire {
             Wire::Exact => None,
             _ => Some(QuantComm::new(cfg, gpu.transport(), rendezvous)?),

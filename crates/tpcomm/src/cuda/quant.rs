@@ -116,6 +116,43 @@ pub fn resolve_wire(cfg: &CudaConfig) -> Result<(Wire, ByteSize)> {
     ))
 }
 
+/// The bytes a rank posts for [`agree_wire`].
+fn wire_record(wire: Wire, min_bytes: ByteSize) -> Vec<u8> {
+    let (kind, group) = match wire {
+        Wire::Exact => (0u8, 0u32),
+        Wire::Int8 { group } => (1, group),
+        Wire::Fp8 { group } => (2, group),
+    };
+    let mut v = vec![kind];
+    v.extend_from_slice(&group.to_le_bytes());
+    v.extend_from_slice(&min_bytes.bytes().to_le_bytes());
+    v
+}
+
+/// Checks that every rank of the group resolved the same wire and minimum
+/// size (from its config or its environment): otherwise ranks would run
+/// different kernels and wait for each other until the timeout. A mismatch
+/// is an error on every rank, naming the first rank that differs.
+pub fn agree_wire(
+    cfg: &CudaConfig,
+    rendezvous: &Rendezvous,
+    wire: Wire,
+    min_bytes: ByteSize,
+) -> Result<()> {
+    let mine = wire_record(wire, min_bytes);
+    let all = rendezvous.exchange("quant-wire", cfg.rank, cfg.world, &mine, cfg.timeout)?;
+    match all.iter().position(|r| r != &all[0]) {
+        None => Ok(()),
+        Some(r) => Err(Error::invalid(
+            "quantized wire",
+            format!(
+                "rank 0 and rank {r} differ in the wire or its minimum size (CudaConfig::wire, TPCOMM_WIRE, TPCOMM_WIRE_MIN_BYTES; this rank: {} from {min_bytes}): give every rank the same",
+                wire.label()
+            ),
+        )),
+    }
+}
+
 /// The wire a sum of `bytes` travels on, given the communicator's `wire` and
 /// `min_bytes`: quantized only when enabled and the message is at least
 /// `min_bytes` (below, the call is latency-bound and stays exact).
@@ -722,6 +759,44 @@ mod tests {
         assert_eq!(wire_for(Wire::int8(), min, (1 << 20) - 1), Wire::Exact);
         assert_eq!(wire_for(Wire::int8(), min, 1 << 20), Wire::int8());
         assert_eq!(wire_for(Wire::fp8(), ByteSize::b(0), 0), Wire::Exact);
+    }
+
+    #[test]
+    fn ranks_that_resolved_different_wires_fail_together() {
+        let group = super::super::ThreadGroup::new(2);
+        let hs: Vec<_> = [Wire::int8(), Wire::fp8()]
+            .into_iter()
+            .enumerate()
+            .map(|(r, w)| {
+                let group = group.clone();
+                std::thread::spawn(move || {
+                    let cfg = CudaConfig::new(r, 2, r);
+                    agree_wire(&cfg, &Rendezvous::Threads(group), w, ByteSize::mib(1))
+                })
+            })
+            .collect();
+        for h in hs {
+            let e = h.join().unwrap().unwrap_err().to_string();
+            assert!(e.contains("rank 1") && e.contains("TPCOMM_WIRE"), "{e}");
+        }
+        let group = super::super::ThreadGroup::new(2);
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let group = group.clone();
+                std::thread::spawn(move || {
+                    let cfg = CudaConfig::new(r, 2, r);
+                    agree_wire(
+                        &cfg,
+                        &Rendezvous::Threads(group),
+                        Wire::Exact,
+                        ByteSize::mib(1),
+                    )
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap().unwrap();
+        }
     }
 
     #[test]
