@@ -267,9 +267,9 @@ fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
         let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
         eprintln!(
             "host stress: {} calls ({} batches in graphs) on {} in {:.1} s: {} wrong elements",
-            describe(world),
             s.calls,
             s.graph_batches,
+            describe(world),
             t0.elapsed().as_secs_f64(),
             s.wrong
         );

@@ -15,8 +15,8 @@
 // for the data. After reading, the receiver writes the sentinel back, with a
 // strong (relaxed, system-scope) store like the senders': a plain store
 // racing with a peer's later write to the same slot is a data race in the
-// PTX memory model (with two ranks sharing one GPU, the graph-replay test
-// timed out with plain resets: a peer's data never arrived; issue 15).
+// PTX memory model. (Made strong while chasing the shared-GPU graph-replay
+// timeout of issue 15; that timeout remains with strong resets too.)
 
 #define TPCOMM_MAX_WORLD 8
 
