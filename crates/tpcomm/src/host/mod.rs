@@ -17,6 +17,12 @@ mod wait;
 pub use identity::{JobKey, JOB_KEY_ENV};
 pub use shm::sweep_stale_segments;
 
+/// Memory the kernel reports as available now (`MemAvailable`), if known:
+/// for front ends that check a run fits before starting it.
+pub fn available_memory() -> Option<ByteSize> {
+    room::mem_available().map(ByteSize::b)
+}
+
 use crate::algo::Algo;
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::{Error, Result};

@@ -196,13 +196,15 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
             // name above, never unlinked on the ticket's word.
             Some(_) => ticket::remove_if_same(file, &found),
             None if found.old_format => ticket::remove_if_same(file, &found),
-            None => return Err(Error::invalid(
-                "rendezvous",
-                format!(
+            None => {
+                return Err(Error::invalid(
+                    "rendezvous",
+                    format!(
                     "{} exists and is not a tpcomm rendezvous file; remove it or give another path",
                     file.display()
                 ),
-            )),
+                ))
+            }
         }
     }
     let name = shm::segment_name(uid, me, rand::random());
