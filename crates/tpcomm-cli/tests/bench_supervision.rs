@@ -138,7 +138,7 @@ enum Phase {
 
 /// One run: act on rank `target` in `phase`; returns false when the run
 /// moved past the phase before the test could act (then it is retried).
-fn scenario(phase: Phase, target: usize, sig: &str) -> bool {
+fn scenario(phase: Phase, target: usize, sig: &str) -> Option<Duration> {
     let dir = tempfile::tempdir().unwrap();
     let rv = dir.path().join("rv");
     let long = phase != Phase::End;
@@ -181,7 +181,7 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> bool {
                 // SAFETY: as in `signal`; the rank may be gone already.
                 unsafe { libc::kill(r1 as libc::pid_t, libc::SIGKILL) };
                 let _ = parent.wait();
-                return false;
+                return None;
             }
             // Rank 0 made its segment and waits: killing it now is what
             // leaked 64 MiB each time before (issue 17, item 3).
@@ -199,7 +199,7 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> bool {
             if rv.exists() {
                 let _ = parent.kill();
                 let _ = parent.wait();
-                return false;
+                return None;
             }
             signal(pid_in(&ranks, target).unwrap(), sig);
         }
@@ -267,13 +267,13 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> bool {
             "{what}: does not name rank {target}: {line}"
         );
     }
-    true
+    Some(took)
 }
 
 fn run(phase: Phase, target: usize, sig: &str) {
     for tries in 1..=5 {
-        if scenario(phase, target, sig) {
-            eprintln!("{phase:?} {sig} rank {target}: caught in try {tries}");
+        if let Some(took) = scenario(phase, target, sig) {
+            eprintln!("{phase:?} {sig} rank {target}: caught in try {tries}, every rank ended {took:?} after the signal");
             return;
         }
     }
