@@ -364,3 +364,34 @@ fn huge_iters_warmup_or_max_bytes_are_errors_naming_the_flag() {
         );
     }
 }
+
+#[test]
+fn rank_0_failing_at_once_ends_the_run_at_once_not_after_the_timeout() {
+    // A rendezvous path whose directory does not exist: rank 0 cannot
+    // publish; rank 1 would poll for the whole 10 s timeout.
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+        .args([
+            "bench",
+            "--device",
+            "cpu",
+            "--ranks",
+            "2",
+            "--timeout",
+            "10s",
+        ])
+        .args(["--max-bytes", "4KiB", "--rendezvous"])
+        .arg(dir.path().join("missing/rv"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(&mut c, Duration::from_secs(15));
+    let took = t0.elapsed();
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("rank 0 failed"), "{err}");
+    assert!(took < Duration::from_secs(3), "took {took:?}\n{err}");
+}
