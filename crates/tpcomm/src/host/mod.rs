@@ -5,6 +5,7 @@
 
 mod allreduce;
 mod identity;
+mod job;
 mod layout;
 mod notice;
 mod reduce;

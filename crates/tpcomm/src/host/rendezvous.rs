@@ -6,16 +6,15 @@
 //! the ticket, so nothing is left in /dev/shm or on disk while the run goes on.
 
 use super::identity::{euid, JobKey, Proc};
+use super::job::{failed_error, given_key, local_failure, local_key, Job};
 use super::layout::*;
 use super::notice;
 use super::ticket::{self, Published, Ticket};
 use super::wait::Backoff;
 use super::{room, shm, HostConfig};
 use crate::error::{Error, Result};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The file ranks meet through: the path itself, or a fixed name inside it
@@ -25,78 +24,6 @@ pub(crate) fn rendezvous_file(path: &Path) -> PathBuf {
         path.join("tpcomm.rendezvous")
     } else {
         path.to_path_buf()
-    }
-}
-
-/// Keys of communicators being set up by ranks that were given none, per
-/// rendezvous file: the threads of this process find their rank 0's key
-/// here. Never written to any file.
-static LOCAL_KEYS: Mutex<Option<HashMap<PathBuf, LocalKey>>> = Mutex::new(None);
-
-#[derive(Clone, Copy)]
-struct LocalKey {
-    key: JobKey,
-    /// Set when a rank of this job failed during set-up: (rank, when).
-    failed: Option<(usize, Instant)>,
-}
-
-fn local_keys<R>(f: impl FnOnce(&mut HashMap<PathBuf, LocalKey>) -> R) -> R {
-    let mut g = LOCAL_KEYS.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(HashMap::new))
-}
-
-/// One job at one rendezvous file, as a rank knows it.
-struct Job<'a> {
-    file: &'a Path,
-    key: JobKey,
-    /// The key lives in `LOCAL_KEYS` (threads of one process), not in a
-    /// config or the environment.
-    local: bool,
-    /// Failures older than this belong to an earlier job.
-    recent: Duration,
-}
-
-impl Job<'_> {
-    /// Tells the other ranks of this job that `rank` failed during set-up.
-    fn failed(&self, rank: usize) {
-        if self.local {
-            local_keys(|m| {
-                if let Some(e) = m.get_mut(self.file) {
-                    e.failed.get_or_insert((rank, Instant::now()));
-                }
-            });
-        } else {
-            notice::write(self.file, self.key.hash(), rank);
-        }
-    }
-
-    /// The rank of this job that reported failing during set-up, if any.
-    fn failure(&self) -> Option<usize> {
-        if self.local {
-            local_failure(self.file, self.recent)
-        } else {
-            notice::read(self.file, self.key.hash(), euid(), self.recent).map(|n| n.rank)
-        }
-    }
-}
-
-fn local_failure(file: &Path, recent: Duration) -> Option<usize> {
-    local_keys(|m| m.get(file).and_then(|e| e.failed))
-        .filter(|(_, at)| at.elapsed() <= recent)
-        .map(|(r, _)| r)
-}
-
-fn failed_error(rank: usize, me: usize) -> Error {
-    Error::Aborted(format!(
-        "rank {rank} failed during set-up (its error says why), so rank {me} stops too"
-    ))
-}
-
-/// The key given to this rank: in its config, else in `TPCOMM_JOB_KEY`.
-fn given_key(cfg: &HostConfig) -> Result<Option<JobKey>> {
-    match cfg.job_key {
-        Some(k) => Ok(Some(k)),
-        None => JobKey::from_env(),
     }
 }
 
@@ -125,49 +52,10 @@ fn in_use(file: &Path, t: &Ticket) -> Error {
 /// Rank 0: create, publish, wait for everyone, then remove the names.
 pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     let file = rendezvous_file(&cfg.rendezvous);
-    let (key, local) = match given_key(cfg)? {
-        Some(k) => (k, false),
-        None => {
-            let k = JobKey::random();
-            let fresh = local_keys(|m| {
-                // A failed job's entry stays (its late ranks read it) until
-                // the next communicator at this path replaces it.
-                if m.get(&file).is_some_and(|e| e.failed.is_none()) {
-                    return false;
-                }
-                m.insert(
-                    file.clone(),
-                    LocalKey {
-                        key: k,
-                        failed: None,
-                    },
-                );
-                true
-            });
-            if !fresh {
-                return Err(Error::invalid(
-                    "rendezvous",
-                    format!(
-                        "another communicator of this process is being set up at {}; give every communicator its own path (or each job its own job key)",
-                        file.display()
-                    ),
-                ));
-            }
-            (k, true)
-        }
-    };
-    let job = Job {
-        file: &file,
-        key,
-        local,
-        recent: cfg.timeout,
-    };
+    let job = Job::for_rank_0(cfg, &file)?;
     let r = create_with(cfg, layout, &job);
     match &r {
-        Ok(_) if local => {
-            local_keys(|m| m.remove(&file));
-        }
-        Ok(_) => {}
+        Ok(_) => job.set_up(),
         Err(_) => job.failed(0),
     }
     r
@@ -304,7 +192,7 @@ pub(crate) fn attach(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
         // Timeouts and aborts are seen by every rank anyway; any other
         // failure is told to this job's other ranks, so they stop now.
         if !matches!(e, Error::PeerTimeout { .. } | Error::Aborted(_)) {
-            let key = given.or_else(|| local_keys(|m| m.get(&file).map(|e| e.key)));
+            let key = given.or_else(|| local_key(&file));
             if let Some(key) = key {
                 Job {
                     file: &file,
@@ -431,7 +319,7 @@ fn try_attach(
     let key = match given {
         Some(k) => k,
         None if t.creator.pid == std::process::id() => {
-            match local_keys(|m| m.get(file).map(|e| e.key)) {
+            match local_key(file) {
                 Some(k) => k,
                 None => return Ok(Err("a ticket of this process without its key".into())),
             }
