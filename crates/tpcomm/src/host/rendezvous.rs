@@ -72,10 +72,11 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
         world: cfg.world,
         creator: me,
     };
-    // Segments whose creator died during set-up, and abort notices whose
-    // writer is gone (this user's only).
+    // Segments whose creator died during set-up, abort notices and
+    // temporary tickets whose writer is gone (this user's only).
     shm::sweep_stale_segments();
     notice::sweep(file, uid);
+    ticket::sweep_temps(file, uid);
     // Whatever is at the path now: a live job's ticket is never touched.
     if let Some(found) = ticket::read(file, uid)? {
         match &found.ticket {

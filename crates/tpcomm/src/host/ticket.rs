@@ -162,16 +162,58 @@ pub(crate) enum Published {
     Occupied,
 }
 
-/// The temporary name next to `file`: unpredictable, so no one can plant a
-/// link there in advance (and it is created with O_EXCL | O_NOFOLLOW anyway).
+fn temp_prefix(file: &Path) -> String {
+    format!(
+        "{}.tmp-",
+        file.file_name().unwrap_or_default().to_string_lossy()
+    )
+}
+
+/// The temporary name next to `file`: unpredictable (128 random bits), so
+/// no one can plant a link there in advance (and it is created with
+/// O_EXCL | O_NOFOLLOW anyway). It names its writer (pid and start time) so
+/// that one left by a process killed mid-write can be removed later.
 pub(crate) fn temp_name(file: &Path) -> PathBuf {
-    let mut name = file.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(
-        ".tmp-{:016x}{:016x}",
+    let me = Proc::me();
+    file.with_file_name(format!(
+        "{}{}-{}-{:016x}{:016x}",
+        temp_prefix(file),
+        me.pid,
+        me.start,
         rand::random::<u64>(),
         rand::random::<u64>()
-    ));
-    file.with_file_name(name)
+    ))
+}
+
+/// Removes this user's temporary tickets next to `file` whose writer is gone.
+pub(crate) fn sweep_temps(file: &Path, uid: u32) {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let pre = temp_prefix(file);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&pre) else {
+            continue;
+        };
+        let mut f = rest.split('-');
+        let (Some(Ok(pid)), Some(Ok(start))) = (
+            f.next().map(str::parse::<u32>),
+            f.next().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if m.file_type().is_file() && m.uid() == uid && !(Proc { pid, start }).alive() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Writes `t` at `file` unless something is already there.
@@ -293,5 +335,20 @@ mod tests {
         .unwrap();
         let e = read(&file, me).err().unwrap().to_string();
         assert!(e.contains("other users"), "{e}");
+    }
+
+    #[test]
+    fn temporary_tickets_of_dead_writers_are_swept_and_live_ones_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("rv");
+        let uid = super::super::identity::euid();
+        let live = temp_name(&file);
+        std::fs::write(&live, "x").unwrap();
+        let dead = file.with_file_name(format!("{}1-{}-{:032x}", temp_prefix(&file), u64::MAX, 5));
+        std::fs::write(&dead, "x").unwrap();
+        let other = d.path().join("rv.tmp-unrelated");
+        std::fs::write(&other, "x").unwrap();
+        sweep_temps(&file, uid);
+        assert!(live.exists() && other.exists() && !dead.exists());
     }
 }
