@@ -21,6 +21,6 @@ pub mod verify;
 pub use algo::Algo;
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, Result};
-pub use host::{HostCommunicator, HostConfig};
+pub use host::{HostCommunicator, HostConfig, JobKey};
 pub use memory::{GpuAllocations, MemoryLine, MemoryReport, Place};
 pub use units::ByteSize;

@@ -69,12 +69,15 @@ impl Desc {
 // Never 0 once set (kind >= 1).
 const ABORT_TIMEOUT: u64 = 1;
 const ABORT_MISMATCH: u64 = 2;
+/// Set by a rank that could not join during set-up (rendezvous.rs).
+pub(super) const ABORT_SETUP: u64 = 3;
 const EPOCH_MASK: u64 = (1 << 40) - 1;
 
 fn abort_message(word: u64) -> String {
     let kind = match word >> 56 {
         ABORT_TIMEOUT => "timed out waiting for a peer",
         ABORT_MISMATCH => "found ranks calling different all-reduces",
+        ABORT_SETUP => "could not join during set-up",
         _ => "failed",
     };
     format!(
