@@ -13,6 +13,10 @@ pub enum Error {
     #[error("invalid {what}: {detail}")]
     InvalidArgument { what: String, detail: String },
 
+    /// An environment variable holds a value tpcomm does not accept.
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+
     /// A byte size could not be parsed.
     #[error("cannot read {input:?} as a byte size: {reason} (examples: \"4096\", \"8MiB\", \"1.5 GiB\", \"64k\")")]
     ParseByteSize { input: String, reason: String },

@@ -10,7 +10,10 @@ use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 fn gpu_world() -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs and NCCL)");
         return None;
     }

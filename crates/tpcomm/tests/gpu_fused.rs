@@ -22,7 +22,10 @@ use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 const EPS: f32 = 1e-6;
 
 fn gpu_world() -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs with P2P)");
         return None;
     }

@@ -10,7 +10,10 @@ use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 #[test]
 fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs with P2P)");
         return;
     }

@@ -16,7 +16,10 @@ use tpcomm::{Algo, DType, Error, ReduceOp};
 /// `None` (after saying the test is skipped) otherwise. `needs` says what
 /// the GPUs need, for the skip message.
 pub fn gpu_world(needs: &str) -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs {needs})");
         return None;
     }
@@ -353,8 +356,7 @@ pub fn stress<C: TestComm>(
 
 /// TPCOMM_STRESS_CALLS, or 100,000.
 pub fn stress_calls() -> usize {
-    std::env::var("TPCOMM_STRESS_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000)
+    tpcomm::env::STRESS_CALLS
+        .get_or(100_000)
+        .unwrap_or_else(|e| panic!("{e}")) as usize
 }
