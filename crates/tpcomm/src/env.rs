@@ -210,6 +210,31 @@ impl Parse for Count {
     }
 }
 
+/// A comma-separated list of whole numbers, each within `min..=max`.
+#[derive(Clone, Copy, Debug)]
+pub struct List {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Parse for List {
+    type Value = Vec<u64>;
+    fn parse(&self, raw: &str) -> Option<Vec<u64>> {
+        let item = Count {
+            min: self.min,
+            max: self.max,
+            step: 1,
+        };
+        raw.split(',').map(|w| item.parse(w.trim())).collect()
+    }
+    fn accepted(&self) -> String {
+        format!(
+            "a comma-separated list of whole numbers from {} to {} (e.g. \"2,3,4\")",
+            self.min, self.max
+        )
+    }
+}
+
 /// One word of a fixed list; the value is the list's spelling.
 #[derive(Clone, Copy, Debug)]
 pub struct Choice(pub &'static [&'static str]);
@@ -587,6 +612,18 @@ pub static REPLAYS: Var<Count> = Var {
     },
 };
 
+pub static TEST_WORLDS: Var<List> = Var {
+    name: "TPCOMM_TEST_WORLDS",
+    section: Section::Tests,
+    read_by: "the GPU tests",
+    default: "every GPU (two ranks sharing it on a machine of one GPU)",
+    doc: "the world sizes the GPU tests run at; ranks go round-robin over the GPUs",
+    kind: List {
+        min: 2,
+        max: crate::cuda::MAX_WORLD as u64,
+    },
+};
+
 pub static REQUIRE_NVRTC: Var<Flag> = Var {
     name: "TPCOMM_REQUIRE_NVRTC",
     section: Section::Tests,
@@ -685,6 +722,7 @@ pub static ALL: &[&dyn Entry] = &[
     &GPU_TESTS,
     &STRESS_CALLS,
     &REPLAYS,
+    &TEST_WORLDS,
     &REQUIRE_NVRTC,
     &BENCH_WORKER,
     &HOME,

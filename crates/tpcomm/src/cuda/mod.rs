@@ -11,11 +11,12 @@ pub mod forward;
 pub mod fused;
 pub mod host_path;
 mod kernels;
-mod layout;
+pub(crate) mod layout;
 mod loader;
 mod pdl;
 mod raw;
 mod rendezvous;
+pub mod share;
 mod stream_all_reduce;
 
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's

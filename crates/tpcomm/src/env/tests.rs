@@ -85,6 +85,18 @@ fn counts_take_whole_numbers_in_range_and_step() {
 }
 
 #[test]
+fn lists_take_every_item_in_range_or_nothing() {
+    assert_eq!(TEST_WORLDS.parse("2, 3,8"), Ok(Some(vec![2, 3, 8])));
+    for bad in ["1", "2,9", "2,,3", "2,x", "2;3"] {
+        let e = TEST_WORLDS.parse(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("TPCOMM_TEST_WORLDS") && e.contains("from 2 to 8"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
 fn choices_answer_with_their_own_spelling() {
     assert_eq!(LOG.parse("INFO"), Ok(Some("info")));
     let e = LOG.parse("loud").unwrap_err().to_string();
