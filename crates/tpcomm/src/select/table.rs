@@ -88,9 +88,12 @@ fn key_before(text: &str, offset: usize) -> Option<String> {
         let start = h.rfind('"')?;
         h[start + 1..].to_string()
     } else {
+        // Past the last character that cannot be in a bare key (which may
+        // be several bytes long: a panic here was found by the proptest).
         let start = head
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         head[start..].to_string()
     };
     (!key.is_empty()).then_some(key)

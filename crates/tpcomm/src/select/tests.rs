@@ -630,7 +630,7 @@ proptest::proptest! {
         t in arb_table(),
         at in proptest::prelude::any::<proptest::sample::Index>(),
         len in 0usize..40,
-        insert in "[ -~]{0,6}",
+        insert in "[ -~]{0,6}|\\PC{0,3}",
     ) {
         let text = t.to_toml();
         let mut i = at.index(text.len());
