@@ -235,6 +235,21 @@ impl Parse for List {
     }
 }
 
+/// A quantized wire: `exact`, `int8` or `fp8`, optionally `/GROUP`
+/// (`crate::quant::Wire::parse`, whose rules it takes).
+#[derive(Clone, Copy, Debug)]
+pub struct WireKind;
+
+impl Parse for WireKind {
+    type Value = crate::quant::Wire;
+    fn parse(&self, raw: &str) -> Option<crate::quant::Wire> {
+        crate::quant::Wire::parse(raw).ok()
+    }
+    fn accepted(&self) -> String {
+        "exact, int8 or fp8, optionally /GROUP with GROUP 32, 64 or 128 (e.g. \"int8/64\")".into()
+    }
+}
+
 /// One word of a fixed list; the value is the list's spelling.
 #[derive(Clone, Copy, Debug)]
 pub struct Choice(pub &'static [&'static str]);
@@ -440,6 +455,27 @@ pub static SELF_TUNE: Var<Flag> = Var {
     default: "off",
     doc: "time one-shot and two-shot when a communicator without a table is created (well under a second; docs/tuning.md)",
     kind: Flag,
+};
+
+pub static WIRE: Var<WireKind> = Var {
+    name: "TPCOMM_WIRE",
+    section: Section::Library,
+    read_by: "`cuda::Communicator::new` (when `CudaConfig::wire` is `None`), the drop-in, `tpcomm explain`",
+    default: "exact",
+    doc: "sums travel quantized on the wire (docs/quantized.md), from `TPCOMM_WIRE_MIN_BYTES` up",
+    kind: WireKind,
+};
+
+pub static WIRE_MIN_BYTES: Var<Size> = Var {
+    name: "TPCOMM_WIRE_MIN_BYTES",
+    section: Section::Library,
+    read_by: "as `TPCOMM_WIRE`",
+    default: "1 MiB",
+    doc: "smallest sum the quantized wire takes (smaller ones are latency-bound and stay exact)",
+    kind: Size {
+        min: ByteSize::b(0),
+        max: ByteSize::gib(1024),
+    },
 };
 
 // ---- Drop-in -----------------------------------------------------------------
@@ -708,6 +744,8 @@ pub static ALL: &[&dyn Entry] = &[
     &TUNING_TABLE,
     &NCCL_FALLBACK,
     &SELF_TUNE,
+    &WIRE,
+    &WIRE_MIN_BYTES,
     &DISABLE,
     &LOG,
     &REAL_NCCL,

@@ -50,6 +50,8 @@ fn bad_library_variables_fail_creation_naming_the_variable() {
         ("TPCOMM_P2P_BLOCK", "100", "a multiple of 32"),
         ("TPCOMM_SELF_TUNE", "2", "a boolean"),
         ("TPCOMM_NCCL_FALLBACK", "sure", "a boolean"),
+        ("TPCOMM_WIRE", "bf8", "exact, int8 or fp8"),
+        ("TPCOMM_WIRE_MIN_BYTES", "lots", "a size"),
     ] {
         let out = create_with(name, value);
         for transport in ["P2P: ", "HOST: "] {
