@@ -20,6 +20,7 @@ use std::time::Duration;
 use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
 use tpcomm::{Algo, ByteSize, DType, JobKey, ReduceOp};
 
+/// `tpcomm::env::BENCH_WORKER`, spelled out for the messages.
 pub(crate) const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
 /// Most timed calls (`--iters`) and untimed calls (`--warmup`) per size.
 pub(crate) const MAX_CALLS: usize = 1_000_000;
@@ -206,7 +207,7 @@ impl BenchArgs {
 /// Entry point of `tpcomm bench` (parent or worker).
 pub fn run(args: BenchArgs) -> Result<(), String> {
     args.validate()?;
-    if let Ok(spec) = std::env::var(WORKER_ENV) {
+    if let Some(spec) = tpcomm::env::BENCH_WORKER.checked_value() {
         return worker_process(&args, &spec);
     }
     args.check_memory(tpcomm::host::available_memory())?;

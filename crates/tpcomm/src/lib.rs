@@ -1,11 +1,12 @@
 //! tpcomm: all-reduce for tensor-parallel inference on one machine.
 //!
 //! Layers (see DESIGN.md at the repository root of the project): basic types
-//! ([`units`], [`dtype`], [`error`]), transports, algorithms, the communicator.
+//! ([`units`], [`dtype`], [`error`], [`env`]), transports, algorithms, the communicator.
 
 pub mod algo;
 pub mod cuda;
 pub mod dtype;
+pub mod env;
 pub mod error;
 pub mod host;
 pub mod memory;

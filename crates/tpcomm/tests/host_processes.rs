@@ -217,6 +217,12 @@ fn killing_a_rank_mid_run_makes_every_other_rank_fail_promptly_naming_it() {
                 err.contains("rank 1"),
                 "world {world} rank {r}: error does not name rank 1: {err}"
             );
+            // Said as a peer that did not arrive, not as a timeout of however
+            // long this rank happened to wait before seeing the death.
+            assert!(
+                err.contains("did not arrive within the timeout") && !err.contains("timed out"),
+                "world {world} rank {r}: {err}"
+            );
             assert!(
                 took < timeout + Duration::from_secs(1),
                 "world {world} rank {r} took {took:?}"

@@ -7,7 +7,7 @@
 //! as if typed, so their defaults and checks stay in one place each.
 //! `tpcomm bench forward` is the forward benchmark.
 
-use super::{parse_duration, BenchArgs, WORKER_ENV};
+use super::{parse_duration, BenchArgs};
 use crate::forward_bench::ForwardBenchArgs;
 use crate::gpu_bench::GpuBenchArgs;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -196,7 +196,7 @@ fn resolve(o: &BenchOpts, gpus: impl FnOnce() -> Result<usize, String>) -> Resul
     let (device, why) = match o.device {
         Device::Cpu => (Device::Cpu, None),
         Device::Gpu => (Device::Gpu, None),
-        Device::Auto if std::env::var_os(WORKER_ENV).is_some() => (Device::Cpu, None),
+        Device::Auto if tpcomm::env::BENCH_WORKER.checked_value().is_some() => (Device::Cpu, None),
         Device::Auto => match gpus() {
             Ok(n) if n >= 2 => (Device::Gpu, None),
             Ok(n) => (

@@ -59,6 +59,7 @@ impl CudaConfig {
     /// the world size, a buffer above 0 bytes) and returns the buffer size;
     /// `transport` names the caller in the messages.
     pub(crate) fn checked(&self, transport: &str) -> Result<usize> {
+        crate::env::check_library()?;
         if !(2..=MAX_WORLD).contains(&self.world) {
             return Err(Error::invalid(
                 "world size",
@@ -87,7 +88,7 @@ impl CudaConfig {
             selector: None,
             self_tune: crate::select::self_tune::requested_by_env(),
             transport: super::host_path::Transport::Auto,
-            nccl_fallback: std::env::var("TPCOMM_NCCL_FALLBACK").is_ok_and(|v| v == "1"),
+            nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,
         }

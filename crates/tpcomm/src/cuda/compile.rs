@@ -82,13 +82,15 @@ pub fn compile_uncached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compi
 /// The cache directory: $TPCOMM_CACHE_DIR, else $XDG_CACHE_HOME/tpcomm, else
 /// ~/.cache/tpcomm. None when no home directory is known.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("TPCOMM_CACHE_DIR") {
-        return Some(PathBuf::from(d));
+    if let Some(d) = crate::env::CACHE_DIR.checked_value() {
+        return Some(d);
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("tpcomm"));
+    if let Some(d) = crate::env::XDG_CACHE_HOME.checked_value() {
+        return Some(d.join("tpcomm"));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("tpcomm"))
+    crate::env::HOME
+        .checked_value()
+        .map(|h| h.join(".cache").join("tpcomm"))
 }
 
 /// FNV-1a: stable across Rust versions, unlike std's hasher, so cache keys

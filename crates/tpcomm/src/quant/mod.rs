@@ -140,39 +140,28 @@ pub struct WireFromEnv {
 pub const DEFAULT_WIRE_MIN_BYTES: u64 = 1 << 20;
 
 /// Reads TPCOMM_WIRE (exact | int8 | fp8, optionally /GROUP) and
-/// TPCOMM_WIRE_MIN_BYTES (a size: "4MiB", "1048576"). Unset: exact.
-///
-/// TODO(env registry): crates/tpcomm/src/env.rs (another branch) declares
-/// every variable once; move these two there when it lands and read them
-/// through it.
+/// TPCOMM_WIRE_MIN_BYTES (a size: "4MiB", "1048576"), declared in
+/// [`crate::env`]. Unset: exact.
 pub fn wire_from_env() -> Result<WireFromEnv> {
-    wire_from_vars(
-        std::env::var("TPCOMM_WIRE").ok().as_deref(),
-        std::env::var("TPCOMM_WIRE_MIN_BYTES").ok().as_deref(),
-    )
+    Ok(WireFromEnv {
+        wire: crate::env::WIRE.get()?.unwrap_or(Wire::Exact),
+        min_bytes: crate::env::WIRE_MIN_BYTES
+            .get()?
+            .unwrap_or(ByteSize::b(DEFAULT_WIRE_MIN_BYTES)),
+    })
 }
 
 /// [`wire_from_env`] on given values (unit-tested without touching the
 /// process environment).
 pub fn wire_from_vars(wire: Option<&str>, min_bytes: Option<&str>) -> Result<WireFromEnv> {
-    let w = match wire {
-        Some(v) if !v.trim().is_empty() => {
-            Wire::parse(v).map_err(|e| Error::invalid("TPCOMM_WIRE", format!("{v:?}: {e}")))?
-        }
-        _ => Wire::Exact,
-    };
-    let min = match min_bytes {
-        Some(v) if !v.trim().is_empty() => v.trim().parse::<ByteSize>().map_err(|e| {
-            Error::invalid(
-                "TPCOMM_WIRE_MIN_BYTES",
-                format!("{v:?} is not a size ({e}); e.g. 4MiB or 1048576"),
-            )
-        })?,
-        _ => ByteSize::b(DEFAULT_WIRE_MIN_BYTES),
-    };
+    let get = |v: Option<&str>| v.map(std::ffi::OsString::from);
     Ok(WireFromEnv {
-        wire: w,
-        min_bytes: min,
+        wire: crate::env::WIRE
+            .read_with(|_| get(wire))?
+            .unwrap_or(Wire::Exact),
+        min_bytes: crate::env::WIRE_MIN_BYTES
+            .read_with(|_| get(min_bytes))?
+            .unwrap_or(ByteSize::b(DEFAULT_WIRE_MIN_BYTES)),
     })
 }
 
