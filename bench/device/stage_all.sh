@@ -92,7 +92,7 @@ nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
 cp bench/dropin/*.py "$DEST/dropin/"
 cp "$anchor" "$DEST/torch_allreduce.py"
 cp bench/device/verify_all.sh "$DEST/verify_all.sh"
-cp bench/device/common.sh bench/device/session3.sh bench/device/session4.sh bench/device/session2_final.sh bench/device/scale.sh bench/device/copy_bw.py "$DEST/"
+cp bench/device/common.sh bench/device/run.sh bench/device/scale.sh bench/device/copy_bw.py "$DEST/"
 
 {
   echo "commit $(git rev-parse HEAD) ($(git rev-parse --abbrev-ref HEAD))"
