@@ -96,7 +96,7 @@ struct BenchOpts {
     #[arg(long)]
     timeout_ms: Option<u64>,
 
-    /// Number of ranks. CPU: default 2. GPUs: 2 to 8, default every GPU;
+    /// Number of ranks. CPU: 2 to 64, default 2. GPUs: 2 to 8, default every GPU;
     /// ranks go round-robin over the GPUs, so more ranks than GPUs share
     /// them (rows then say "shared GPU": never an N-GPU result).
     #[arg(long)]

@@ -186,10 +186,11 @@ fn cpu_defaults_are_the_cpu_bench_defaults() {
 
 #[test]
 fn options_of_the_other_device_are_refused_with_the_right_spelling() {
-    let e = err(&["--device", "gpu", "--ranks", "4"], Ok(2));
+    // --ranks counts GPU ranks too (round-robin over the GPUs); --gpus is
+    // its older spelling, so giving both is refused.
+    assert_eq!(gpu(&["--ranks", "4"]), legacy_gpu(&["--gpus", "4"]));
+    let e = err(&["--device", "gpu", "--ranks", "4", "--gpus", "4"], Ok(2));
     assert!(e.contains("--ranks") && e.contains("--gpus"), "{e}");
-    let e = err(&["--ranks", "4"], Ok(2));
-    assert!(e.contains("--gpus"), "{e}");
     let e = err(&["--device", "gpu", "--op", "max"], Ok(2));
     assert!(e.contains("sum only"), "{e}");
     // --op sum is what the GPU bench does anyway.
