@@ -113,7 +113,12 @@ fn run_inner(args: &ExplainArgs) -> Result<String> {
             )),
             _ => selector.choose(&q),
         };
-    Ok(render(&selector, &q, &d))
+    let mut text = render(&selector, &q, &d);
+    if let Some(line) = tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, q.bytes) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 /// The explanation, as printed.

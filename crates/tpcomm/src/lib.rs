@@ -11,6 +11,7 @@ pub mod host;
 pub mod memory;
 pub mod nccl;
 pub mod plan_layout;
+pub mod quant;
 pub mod report;
 pub mod select;
 pub mod topology;

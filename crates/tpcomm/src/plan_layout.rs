@@ -5,12 +5,9 @@
 //! can be compared line by line; `tests/gpu_plan_layout.rs` does that on a
 //! GPU.
 //!
-//! The host-memory path is computed by its own layout code
-//! ([`HostLayout`], [`delta_shadow_bytes`]). The P2P transport's layout
-//! (`cuda::layout::Layout`) is private to the `cuda` module, so
-//! [`p2p_receive_bytes`] repeats its arithmetic (two epoch buffers of
-//! `max(world x slot, 2 x world x shard)`); the GPU test is what keeps the
-//! two equal. Making that type `pub(crate)` would let this file call it.
+//! Both transports are computed by their own layout code: the P2P
+//! transport's `cuda::layout::Layout` and the host path's [`HostLayout`] and
+//! [`delta_shadow_bytes`].
 
 use crate::cuda::host_path::delta_shadow_bytes;
 use crate::cuda::host_path::layout::HostLayout;
@@ -42,10 +39,6 @@ pub enum PlannedTransport {
     Host { delta: bool, processes: bool },
 }
 
-fn round_up(x: usize, a: usize) -> Option<usize> {
-    x.checked_next_multiple_of(a)
-}
-
 fn check(world: usize, max_bytes: usize) -> Result<()> {
     if !(2..=MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
@@ -70,16 +63,12 @@ fn check(world: usize, max_bytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// Bytes of the P2P transport's receive area (both epoch buffers), as
-/// `cuda::layout::Layout::receive_bytes` computes them.
+/// Bytes of the P2P transport's receive area (both epoch buffers): the
+/// communicator's own `cuda::layout::Layout`, after the bounds check that
+/// keeps its arithmetic from overflowing.
 pub fn p2p_receive_bytes(max_bytes: usize, world: usize) -> Result<usize> {
     check(world, max_bytes)?;
-    let overflow = || Error::invalid("max message size", "the layout overflows");
-    let max_vecs = max_bytes.div_ceil(16);
-    let slot_stride = round_up(max_vecs * 16, 256).ok_or_else(overflow)?;
-    let shard_stride = round_up(max_vecs.div_ceil(world) * 16, 256).ok_or_else(overflow)?;
-    let epoch_stride = (world * slot_stride).max(2 * world * shard_stride);
-    Ok(2 * epoch_stride)
+    Ok(crate::cuda::layout::Layout::new(max_bytes, world).receive_bytes())
 }
 
 /// The memory report a communicator of `transport` over `world` ranks with

@@ -36,6 +36,16 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         ],
         &["f32", "f16", "bf16"],
     ),
+    (
+        "quant.cu",
+        &[
+            "tpcomm_quant_oneshot_int8",
+            "tpcomm_quant_oneshot_fp8",
+            "tpcomm_quant_twoshot_int8",
+            "tpcomm_quant_twoshot_fp8",
+        ],
+        &["f32", "f16", "bf16"],
+    ),
 ];
 
 /// FNV-1a of the cubin.

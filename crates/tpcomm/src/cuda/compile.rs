@@ -38,12 +38,17 @@ pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu", "forw
 pub const HOST_ALLREDUCE_SRC: &str =
     family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu");
 
+/// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
+/// transports (src/cuda/quant.rs).
+pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
     ("allreduce.cu", ALLREDUCE_SRC),
     ("fused.cu", FUSED_SRC),
     ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
+    ("quant.cu", QUANT_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.
@@ -170,6 +175,7 @@ mod tests {
             "host_allreduce.cu",
             include_str!("kernels/host_allreduce.cu"),
         ),
+        ("quant.cu", include_str!("kernels/quant.cu")),
     ];
 
     /// The names a CUDA source defines at file level: typedefs, macros,

@@ -186,8 +186,7 @@ fn cpu_defaults_are_the_cpu_bench_defaults() {
 
 #[test]
 fn options_of_the_other_device_are_refused_with_the_right_spelling() {
-    // --ranks counts GPU ranks too (round-robin over the GPUs); --gpus is
-    // its older spelling, so giving both is refused.
+    // On GPUs --ranks counts GPU ranks (round-robin over the GPUs), as --gpus does.
     assert_eq!(gpu(&["--ranks", "4"]), legacy_gpu(&["--gpus", "4"]));
     let e = err(&["--device", "gpu", "--ranks", "4", "--gpus", "4"], Ok(2));
     assert!(e.contains("--ranks") && e.contains("--gpus"), "{e}");
