@@ -20,12 +20,12 @@ export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p /tmp/mps /tmp/mpslog; nvidia-cuda-mps-control -d
 for w in ${W//,/ }; do for tr in cuda host; do
   run "procs-mps-$tr-$w" 40 "$T" bench --device gpu --launch processes --ranks "$w" --transport "$tr" \
-    --min-bytes 1KiB --max-bytes 4MiB --algos one-shot,two-shot,auto --reps 9 --json "$O/procs-mps-$tr-$w.json"
+    --min-bytes 1KiB --max-bytes 1MiB --algos one-shot,two-shot,auto --reps 9 --json "$O/procs-mps-$tr-$w.json"
 done; done
 echo quit | nvidia-cuda-mps-control; sleep 1; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 run procs-nomps-cuda-2 40 "$T" bench --device gpu --launch processes --ranks 2 --transport cuda \
   --min-bytes 1KiB --max-bytes 16KiB --algos one-shot --modes graph --reps 3 --iters 5
 t stress-p2p 2,8 100 gpu_allreduce stress
 t stress-host 2,8 100 gpu_host_allreduce stress
-[ -f "$D/plan/h200_efficiency.sh" ] && OUT=$O run plan-efficiency 60 bash "$D/plan/h200_efficiency.sh"
+
 pack
