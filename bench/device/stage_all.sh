@@ -93,7 +93,7 @@ nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
 cp bench/dropin/*.py "$DEST/dropin/"
 cp "$anchor" "$DEST/torch_allreduce.py"
 cp bench/device/verify_all.sh "$DEST/verify_all.sh"
-cp bench/device/common.sh bench/device/shared.sh bench/device/shared_verify.sh bench/device/copy_bw.py "$DEST/"
+cp bench/device/common.sh bench/device/run.sh bench/device/scale.sh bench/device/shared.sh bench/device/shared_verify.sh bench/device/copy_bw.py "$DEST/"
 [ -d bench/plan ] && cp -r bench/plan "$DEST/plan"
 [ -d bench/quant ] && cp -r bench/quant "$DEST/quant"
 

@@ -25,6 +25,9 @@ pub(crate) const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
 /// Most timed calls (`--iters`) and untimed calls (`--warmup`) per size.
 pub(crate) const MAX_CALLS: usize = 1_000_000;
 
+/// Most CPU ranks one bench runs (the host transport's own limit).
+const MAX_RANKS: usize = 64;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Launch {
     /// One process per rank (the command re-runs itself).
@@ -111,8 +114,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 
 impl BenchArgs {
     fn validate(&self) -> Result<(), String> {
-        if self.ranks == 0 || self.ranks > 64 {
-            return Err(format!("--ranks {} is not in 1..=64", self.ranks));
+        if !(2..=MAX_RANKS).contains(&self.ranks) {
+            return Err(format!(
+                "--ranks {}: an all-reduce needs at least 2 ranks, and this bench runs at most {MAX_RANKS}",
+                self.ranks
+            ));
         }
         if self.min_bytes.bytes() == 0 || self.min_bytes > self.max_bytes {
             return Err(format!(
@@ -223,6 +229,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    println!("{}", summary(&args, &rows, wrong));
     if let Some(path) = &args.json {
         let report = BenchReport {
             meta: meta(&args),
@@ -239,6 +246,22 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The closing line: what was checked and how much of it was wrong.
+fn summary(args: &BenchArgs, rows: &[BenchRow], wrong: u64) -> String {
+    let elements: u64 = rows.iter().map(|r| r.count * args.ranks as u64).sum();
+    format!(
+        "# checked {} all-reduces ({} sizes x {} algorithm(s), {} ranks, {} {}) against a float64 reference: {} of {} output elements wrong",
+        rows.len(),
+        args.sizes().len(),
+        args.algos().len(),
+        args.ranks,
+        args.dtype,
+        args.op,
+        wrong,
+        elements
+    )
 }
 
 fn meta(args: &BenchArgs) -> BenchMeta {

@@ -345,8 +345,8 @@ fn candidates_print_and_parse_back() {
 #[test]
 fn the_nvlink_default_is_within_5_percent_of_the_best_on_the_committed_measurements() {
     let runs = [
-        include_str!("../../../../bench/results/2026-11-30-h200x2-v4-gpu-bench-threads.json"),
-        include_str!("../../../../bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json"),
+        include_str!("testdata/2026-11-30-h200x2-v4-gpu-bench-threads.json"),
+        include_str!("testdata/2026-11-30-h200x2-v4-gpu-bench-procs.json"),
     ];
     let sel = Selector::for_class(MachineClass::Nvlink);
     assert!(
