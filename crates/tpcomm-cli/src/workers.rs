@@ -12,6 +12,7 @@
 
 use serde::de::DeserializeOwned;
 use std::ffi::OsStr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -19,10 +20,6 @@ use tpcomm::{Error, JobKey, Result};
 
 /// How often the parent looks at its ranks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
-
-/// For commands that do not pass their ranks' timeout: how long a stopped
-/// rank is left before every rank is ended.
-pub(crate) const DEFAULT_STOPPED_LIMIT: Duration = Duration::from_secs(30);
 
 /// A child's state letter from /proc/<pid>/stat ('T': stopped, 't': traced).
 fn proc_state(pid: u32) -> Option<char> {
@@ -145,12 +142,13 @@ impl Drop for Supervisor {
 
 /// Starts `world` copies of this executable, rank `r` with `argv(r, dir)`,
 /// supervises them (see the module doc; a rank stopped longer than
-/// [`DEFAULT_STOPPED_LIMIT`] ends the run), and returns their results in
+/// `stopped_limit`, the ranks' own timeout, ends the run), and returns their results in
 /// rank order. `tag` names the meeting directory (under the temporary
 /// directory), removed at the end. Every rank gets the same fresh job key.
 pub(crate) fn run_worker_processes<T, A, S>(
     tag: &str,
     world: usize,
+    stopped_limit: Duration,
     argv: impl Fn(usize, &Path) -> A,
 ) -> Result<Vec<T>>
 where
@@ -167,7 +165,12 @@ where
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    // A new directory only this user can enter: an existing one (planted
+    // under this name) is an error, not a place to meet.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
     let key = JobKey::random();
     let mut children = Vec::new();
     for r in 0..world {
@@ -178,13 +181,13 @@ where
             Ok(c) => children.push(c),
             Err(e) => {
                 // Dropping the supervisor ends the ranks already started.
-                drop(Supervisor::new(children, DEFAULT_STOPPED_LIMIT));
+                drop(Supervisor::new(children, stopped_limit));
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(Error::io("start a worker process", e));
             }
         }
     }
-    let waited = Supervisor::new(children, DEFAULT_STOPPED_LIMIT).wait();
+    let waited = Supervisor::new(children, stopped_limit).wait();
     if let Err(why) = waited {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(Error::Aborted(format!(

@@ -680,6 +680,15 @@ pub static BENCH_WORKER: Var<Text> = Var {
     kind: Text,
 };
 
+pub static JOB_KEY: Var<Text> = Var {
+    name: "TPCOMM_JOB_KEY",
+    section: Section::Library,
+    read_by: "the CPU rendezvous and the GPU ranks' directory rendezvous",
+    default: "unset: threads of one process share a key in memory; processes need one",
+    doc: "the job's secret, 32 hex digits, the same in every rank of one job (`tpcomm` sets a fresh one for the ranks it starts)",
+    kind: Text,
+};
+
 // ---- Standard ----------------------------------------------------------------------
 
 pub static HOME: Var<Path> = Var {
@@ -763,6 +772,7 @@ pub static ALL: &[&dyn Entry] = &[
     &TEST_WORLDS,
     &REQUIRE_NVRTC,
     &BENCH_WORKER,
+    &JOB_KEY,
     &HOME,
     &XDG_CACHE_HOME,
     &XDG_CONFIG_HOME,

@@ -36,11 +36,9 @@ fn a_different_maximum_message_is_named_as_such() {
 }
 
 /// The segment's length depends on the piece too (more buffers, a larger
-/// signal area), and the length is compared first, so this reads
-/// "maximum message size" today. The comparison is in host/rendezvous.rs
-/// (`try_attach`), which is being rewritten; run with --ignored to check.
+/// signal area): the settings are compared by name before the length, so a
+/// different piece is named as such.
 #[test]
-#[ignore = "known: a piece-size mismatch is reported as a maximum-message mismatch (fix belongs to host/rendezvous.rs try_attach)"]
 fn a_different_piece_size_is_named_as_such() {
     let e = rank1_error(
         ByteSize::mib(1),

@@ -267,14 +267,18 @@ fn run_inner(args: ForwardBenchArgs) -> Result<()> {
             ),
         ));
     }
-    let outs = run_workers(world, args.gpus.is_none())?;
+    let outs = run_workers(
+        world,
+        args.gpus.is_none(),
+        Duration::from_millis(args.timeout_ms),
+    )?;
     report(&args, world, outs)
 }
 
 /// Starts one worker process per rank with this command's own arguments and
 /// collects what each wrote.
-fn run_workers(world: usize, add_gpus: bool) -> Result<Vec<RankOut>> {
-    crate::workers::run_worker_processes("forward-bench", world, |r, dir| {
+fn run_workers(world: usize, add_gpus: bool, timeout: Duration) -> Result<Vec<RankOut>> {
+    crate::workers::run_worker_processes("forward-bench", world, timeout, |r, dir| {
         worker_argv(std::env::args_os().skip(1), add_gpus, world, r, dir)
     })
 }

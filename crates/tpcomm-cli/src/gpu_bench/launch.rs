@@ -24,7 +24,8 @@ pub(super) fn run_threads(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankO
 }
 
 pub(super) fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
-    crate::workers::run_worker_processes("gpu-bench", world, |r, dir| {
+    let timeout = std::time::Duration::from_millis(args.timeout_ms);
+    crate::workers::run_worker_processes("gpu-bench", world, timeout, |r, dir| {
         worker_argv(args, world, r, dir)
     })
 }

@@ -177,6 +177,17 @@ fn exchange_threads(
     }
 }
 
+/// The hash of this job's key, zeros when none is given.
+fn job_tag() -> Result<[u8; 16]> {
+    let mut tag = [0u8; 16];
+    if let Some(k) = crate::host::JobKey::from_env()? {
+        let h = k.hash();
+        tag[..8].copy_from_slice(&h[0].to_le_bytes());
+        tag[8..].copy_from_slice(&h[1].to_le_bytes());
+    }
+    Ok(tag)
+}
+
 fn exchange_dir(
     dir: &std::path::Path,
     key: &str,
@@ -188,18 +199,31 @@ fn exchange_dir(
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
     let path = |r: usize| dir.join(format!("{key}.rank{r}"));
-    // Written under a temporary name and renamed so readers see whole files.
-    let tmp = dir.join(format!("{key}.rank{rank}.tmp"));
-    std::fs::write(&tmp, mine).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path(rank))
-        .map_err(|e| Error::io(format!("rename {}", tmp.display()), e))?;
+    // Every record starts with the hash of the job key (TPCOMM_JOB_KEY, which
+    // `tpcomm` sets for the ranks it starts; zeros without one), so a record
+    // of another job in the same directory is refused, never used. Files are
+    // this user's and no one else's (host/private_file.rs).
+    let tag = job_tag()?;
+    let mut record = Vec::with_capacity(16 + mine.len());
+    record.extend_from_slice(&tag);
+    record.extend_from_slice(mine);
+    crate::host::private_file::write(&path(rank), &record)?;
     let start = Instant::now();
     let mut out: Vec<Option<Vec<u8>>> = vec![None; world];
     loop {
         for (r, slot) in out.iter_mut().enumerate() {
             if slot.is_none() {
-                if let Ok(bytes) = std::fs::read(path(r)) {
-                    *slot = Some(bytes);
+                if let Some(bytes) = crate::host::private_file::read(&path(r))? {
+                    if bytes.get(..16) != Some(&tag[..]) {
+                        return Err(Error::invalid(
+                            "rendezvous",
+                            format!(
+                                "{} belongs to another job (its job key differs): give each job its own directory and TPCOMM_JOB_KEY",
+                                path(r).display()
+                            ),
+                        ));
+                    }
+                    *slot = Some(bytes[16..].to_vec());
                 }
             }
         }
@@ -243,6 +267,24 @@ mod tests {
                 vec![vec![0u8, 0], vec![1, 1], vec![2, 2]]
             );
         }
+    }
+
+    #[test]
+    fn dir_exchange_refuses_another_jobs_record_and_a_planted_link() {
+        let d = tempfile::tempdir().unwrap();
+        // What rank 1 of another job (another key hash) posted for the first round of "k".
+        let mut other = vec![7u8; 16];
+        other.extend_from_slice(b"theirs");
+        crate::host::private_file::write(&d.path().join("k.rank1"), &other).unwrap();
+        let e = exchange_dir(d.path(), "k", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("another job"), "{e}");
+        // A link planted where a peer's record goes is refused, not followed.
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, b"not for the rendezvous").unwrap();
+        std::os::unix::fs::symlink(&secret, d.path().join("j.rank1")).unwrap();
+        let e = exchange_dir(d.path(), "j", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 
     #[test]

@@ -59,15 +59,11 @@ impl JobKey {
 
     /// The key given in `TPCOMM_JOB_KEY`, if any (an error when set but malformed).
     pub fn from_env() -> Result<Option<Self>> {
-        match std::env::var(JOB_KEY_ENV) {
-            Ok(v) => JobKey::from_hex(&v)
+        match crate::env::JOB_KEY.get()? {
+            Some(v) => JobKey::from_hex(&v)
                 .map(Some)
                 .map_err(|e| Error::invalid(JOB_KEY_ENV, e.to_string())),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(Error::invalid(
-                JOB_KEY_ENV,
-                "is not valid text; set it to 32 hexadecimal digits",
-            )),
+            None => Ok(None),
         }
     }
 

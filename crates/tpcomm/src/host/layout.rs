@@ -39,6 +39,8 @@ pub(crate) const H_CREATOR: usize = 56;
 /// Hash of the job key (two words): a rank attaches only when it equals its own.
 pub(crate) const H_KEY0: usize = 64;
 pub(crate) const H_KEY1: usize = 72;
+/// The largest message (page-aligned) the segment was made for.
+pub(crate) const H_MAX: usize = 80;
 pub(crate) const H_ATTACHED: usize = LINE;
 pub(crate) const H_READY: usize = 2 * LINE;
 pub(crate) const H_ABORT: usize = 3 * LINE;
@@ -58,6 +60,8 @@ pub(crate) struct Layout {
     pub world: usize,
     /// Buffers the epochs rotate through.
     pub nbuf: usize,
+    /// The largest message, page-aligned.
+    pub max: usize,
     /// One rank's slot in one buffer: the largest piece one epoch carries.
     pub slot_bytes: usize,
     pub signal_bytes: usize,
@@ -91,6 +95,7 @@ impl Layout {
         Ok(Layout {
             world,
             nbuf,
+            max,
             slot_bytes: slot,
             signal_bytes,
             data_offset,
@@ -157,6 +162,7 @@ impl Segment {
         let layout = Layout {
             world: 0,
             nbuf: 0,
+            max: 0,
             slot_bytes: 0,
             signal_bytes: 0,
             data_offset: HEADER_BYTES,

@@ -8,6 +8,7 @@ mod identity;
 mod job;
 mod layout;
 mod notice;
+pub(crate) mod private_file;
 mod reduce;
 mod rendezvous;
 mod room;

@@ -111,6 +111,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     seg.word(H_WORLD).store(cfg.world as u64, Relaxed);
     seg.word(H_SLOT).store(layout.slot_bytes as u64, Relaxed);
     seg.word(H_TOTAL).store(layout.total as u64, Relaxed);
+    seg.word(H_MAX).store(layout.max as u64, Relaxed);
     seg.word(H_CREATOR).store(me.pid as u64, Relaxed);
     seg.word(H_PIDS).store(claim_word(me.pid), Relaxed);
     seg.word(H_ATTACHED).store(1, Relaxed);
@@ -391,23 +392,34 @@ fn try_attach(
             .compare_exchange(0, setup_abort_word(cfg.rank), AcqRel, Acquire);
         e
     };
-    if seg.map_len() != layout.total {
+    // The settings first, each by name (the segment's length follows from
+    // both, so comparing it first would blame the wrong one).
+    let theirs_max = seg.word(H_MAX).load(Relaxed);
+    if theirs_max != layout.max as u64 {
         return Err(refuse(Error::invalid(
             "maximum message size",
             format!(
-                "rank {}'s segment would be {} bytes but rank 0's is {}; every rank must use the same maximum message size",
-                cfg.rank, layout.total, seg.map_len()
+                "rank {} was created for messages up to {} bytes but rank 0 for {}; every rank must use the same maximum message size",
+                cfg.rank, layout.max, theirs_max
             ),
         )));
     }
-    if seg.word(H_SLOT).load(Relaxed) != layout.slot_bytes as u64 {
+    let theirs_slot = seg.word(H_SLOT).load(Relaxed);
+    if theirs_slot != layout.slot_bytes as u64 {
         return Err(refuse(Error::invalid(
             "piece size",
             format!(
                 "rank {} uses pieces of {} bytes but rank 0 uses {}; every rank must use the same piece size",
-                cfg.rank,
-                layout.slot_bytes,
-                seg.word(H_SLOT).load(Relaxed)
+                cfg.rank, layout.slot_bytes, theirs_slot
+            ),
+        )));
+    }
+    if seg.map_len() != layout.total {
+        return Err(refuse(Error::invalid(
+            "rendezvous",
+            format!(
+                "rank {}'s segment would be {} bytes but rank 0's is {}, with the same sizes; do all ranks run the same tpcomm?",
+                cfg.rank, layout.total, seg.map_len()
             ),
         )));
     }

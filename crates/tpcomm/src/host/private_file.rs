@@ -1,0 +1,93 @@
+//! Whole files that only this user can have written: the directory
+//! rendezvous of GPU ranks in separate processes (cuda/rendezvous.rs) posts
+//! its records this way. Written under an unpredictable temporary name
+//! (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600) and renamed into place, so
+//! readers see whole files and nothing is written through a planted link;
+//! read with `O_NOFOLLOW` and accepted only as a regular file of this user
+//! that nobody else may write (the checks of the ticket, ticket.rs).
+
+use super::identity::euid;
+use super::ticket::{check_file, temp_name};
+use crate::error::{Error, Result};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Writes `bytes` as the whole of `file` (replacing what is there).
+pub(crate) fn write(file: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_name(file);
+    let io = |what: &str, e| Error::io(format!("{what} {}", tmp.display()), e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(|e| io("create", e))?;
+    let written = f.write_all(bytes).and_then(|_| f.flush());
+    drop(f);
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, file)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io("write and rename", e));
+    }
+    Ok(())
+}
+
+/// The whole of `file`, `None` while it does not exist; an error when it is
+/// a link, not a regular file, another user's, or writable by others.
+pub(crate) fn read(file: &Path) -> Result<Option<Vec<u8>>> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file);
+    let mut f = match f {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Error::invalid(
+                "rendezvous",
+                format!(
+                    "{} is a symbolic link; tpcomm never follows links in a rendezvous directory: give a directory only you can write",
+                    file.display()
+                ),
+            ))
+        }
+        Err(e) => return Err(Error::io(format!("open {}", file.display()), e)),
+    };
+    let meta = f
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", file.display()), e))?;
+    check_file(file, &meta, euid())?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .map_err(|e| Error::io(format!("read {}", file.display()), e))?;
+    Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn files_round_trip_and_links_or_loose_modes_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("rec");
+        assert_eq!(read(&f).unwrap(), None);
+        write(&f, b"hello").unwrap();
+        assert_eq!(read(&f).unwrap().as_deref(), Some(&b"hello"[..]));
+        let meta = std::fs::metadata(&f).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // Replacing a planted link replaces the link, never its target.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let l = d.path().join("link");
+        std::os::unix::fs::symlink(&victim, &l).unwrap();
+        assert!(read(&l).unwrap_err().to_string().contains("symbolic link"));
+        write(&l, b"new").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // A file others may write is refused.
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(read(&f).unwrap_err().to_string().contains("other users"));
+    }
+}
