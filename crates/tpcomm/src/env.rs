@@ -8,10 +8,6 @@
 //!
 //! An empty value is the same as unset. Values are trimmed; words (booleans,
 //! choices) are compared without regard to case.
-//!
-//! Two experiment variables of the host path, `TPCOMM_HOST_SMALL` and
-//! `TPCOMM_HOST_FENCE`, are read where they are used and are not listed
-//! here: they are being removed together with the kernels they pick.
 
 use crate::units::ByteSize;
 use std::ffi::OsString;
@@ -585,6 +581,24 @@ pub static HOST_CHUNK: Var<Size> = Var {
     },
 };
 
+pub static HOST_SMALL: Var<Choice> = Var {
+    name: "TPCOMM_HOST_SMALL",
+    section: Section::Shapes,
+    read_by: "communicator creation",
+    default: "delta",
+    doc: "the host path's one-pass kernel: `delta` words, or the slower `push` slots or `ll` words kept for measuring them against it (every rank must agree)",
+    kind: Choice(&["delta", "push", "ll"]),
+};
+
+pub static HOST_FENCE: Var<Choice> = Var {
+    name: "TPCOMM_HOST_FENCE",
+    section: Section::Shapes,
+    read_by: "communicator creation",
+    default: "block",
+    doc: "the host path's chunked kernel: one system fence per chunk (`block`) or one per thread (`thread`, the slower earlier form)",
+    kind: Choice(&["block", "thread"]),
+};
+
 pub static HOST_PRODUCERS: Var<Count> = Var {
     name: "TPCOMM_HOST_PRODUCERS",
     section: Section::Shapes,
@@ -764,6 +778,8 @@ pub static ALL: &[&dyn Entry] = &[
     &FUSED_SPREAD,
     &HOST_BLOCK,
     &HOST_CHUNK,
+    &HOST_SMALL,
+    &HOST_FENCE,
     &HOST_PRODUCERS,
     &HOST_CONSUMERS,
     &GPU_TESTS,

@@ -132,8 +132,6 @@ impl HostChunkShape {
     /// (block counts, at least 1) and TPCOMM_HOST_FENCE (`block` or
     /// `thread`). Unset: the default rule.
     pub fn from_env() -> crate::error::Result<Self> {
-        use crate::error::Error;
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let count =
             |v: &crate::env::Var<crate::env::Count>| -> crate::error::Result<Option<usize>> {
                 Ok(v.get()?.map(|n| n as usize))
@@ -142,16 +140,7 @@ impl HostChunkShape {
             .get()?
             .map(|b| b.as_usize())
             .transpose()?;
-        let fence_once = match var("TPCOMM_HOST_FENCE").as_deref().map(str::trim) {
-            None | Some("") | Some("block") => true,
-            Some("thread") => false,
-            Some(other) => {
-                return Err(Error::invalid(
-                    "TPCOMM_HOST_FENCE",
-                    format!("{other:?} (expected thread or block, or unset it)"),
-                ))
-            }
-        };
+        let fence_once = crate::env::HOST_FENCE.get()? != Some("thread");
         Ok(Self {
             chunk_bytes,
             producers: count(&crate::env::HOST_PRODUCERS)?,

@@ -30,20 +30,15 @@ impl SmallKernel {
 
     /// Reads TPCOMM_HOST_SMALL (`delta`, `push` or `ll`; unset or empty: delta).
     pub fn from_env() -> Result<Self> {
-        match std::env::var("TPCOMM_HOST_SMALL") {
-            Err(_) => Ok(Self::Delta),
-            Ok(v) => match v.trim() {
-                "" => Ok(Self::Delta),
-                name => Self::ALL
-                    .into_iter()
-                    .find(|k| k.name() == name)
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "TPCOMM_HOST_SMALL",
-                            format!("{name:?} (expected delta, push or ll, or unset it)"),
-                        )
-                    }),
-            },
-        }
+        let name = crate::env::HOST_SMALL.get()?.unwrap_or("delta");
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "TPCOMM_HOST_SMALL",
+                    format!("{name:?} (expected delta, push or ll)"),
+                )
+            })
     }
 }
