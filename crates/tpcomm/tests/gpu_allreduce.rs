@@ -359,26 +359,6 @@ fn gpu_largest_messages_finish_for_every_algorithm_with_ranks_sharing_a_gpu() {
     let max = ByteSize::mib(8);
     for world in worlds {
         let mut ranks = make_ranks(world, max, 16 << 20, Duration::from_secs(10));
-        let mut rng = Rng::new(11);
-        for graph in [false, true] {
-            for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
-                for dtype in [DType::F32, DType::Bf16] {
-                    let count = max.bytes() as usize / dtype.size();
-                    let t0 = Instant::now();
-                    let (wrong, _) = gpu_common::check_batch(
-                        &mut ranks,
-                        &[(dtype, count, algo, false)],
-                        graph,
-                        &mut rng,
-                    );
-                    eprintln!(
-                        "P2P {algo:?} {dtype} {count} elements graph={graph} on {}: {wrong} wrong, {:.1} ms",
-                        describe(world),
-                        t0.elapsed().as_secs_f64() * 1e3
-                    );
-                    assert_eq!(wrong, 0);
-                }
-            }
-        }
+        gpu_common::check_largest_messages(&mut ranks, max, "P2P");
     }
 }

@@ -7,7 +7,7 @@
 //! that nobody else may write (the checks of the ticket, ticket.rs).
 
 use super::identity::euid;
-use super::ticket::{check_file, temp_name};
+use super::ticket::{open_checked, temp_name};
 use crate::error::{Error, Result};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -36,28 +36,9 @@ pub(crate) fn write(file: &Path, bytes: &[u8]) -> Result<()> {
 /// The whole of `file`, `None` while it does not exist; an error when it is
 /// a link, not a regular file, another user's, or writable by others.
 pub(crate) fn read(file: &Path) -> Result<Option<Vec<u8>>> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(file);
-    let mut f = match f {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(Error::invalid(
-                "rendezvous",
-                format!(
-                    "{} is a symbolic link; tpcomm never follows links in a rendezvous directory: give a directory only you can write",
-                    file.display()
-                ),
-            ))
-        }
-        Err(e) => return Err(Error::io(format!("open {}", file.display()), e)),
+    let Some((mut f, _)) = open_checked(file, euid())? else {
+        return Ok(None);
     };
-    let meta = f
-        .metadata()
-        .map_err(|e| Error::io(format!("stat {}", file.display()), e))?;
-    check_file(file, &meta, euid())?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)
         .map_err(|e| Error::io(format!("read {}", file.display()), e))?;

@@ -85,18 +85,37 @@ pub(crate) struct Found {
 /// once, never retried) when the path is a symbolic link, not a regular
 /// file, owned by a uid other than `uid`, or writable by group or others.
 pub(crate) fn read(file: &Path, uid: u32) -> Result<Option<Found>> {
+    let Some((mut f, meta)) = open_checked(file, uid)? else {
+        return Ok(None);
+    };
+    let mut text = String::new();
+    // A ticket is one short line; a larger file is not one.
+    let _ = (&mut f).take(4096).read_to_string(&mut text);
+    Ok(Some(Found {
+        ticket: Ticket::parse(&text),
+        old_format: text.starts_with("tpcomm-rendezvous 1 "),
+        ino: (meta.dev(), meta.ino()),
+    }))
+}
+
+/// Opens `file` for reading without following a link and checks it
+/// ([`check_file`]); `None` while it does not exist.
+pub(crate) fn open_checked(
+    file: &Path,
+    uid: u32,
+) -> Result<Option<(std::fs::File, std::fs::Metadata)>> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(file);
-    let mut f = match f {
+    let f = match f {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(Error::invalid(
                 "rendezvous",
                 format!(
-                    "{} is a symbolic link; tpcomm never follows links at the rendezvous path: remove it or give another path",
+                    "{} is a symbolic link; tpcomm never follows links at a rendezvous path: remove it or give a directory only you can write",
                     file.display()
                 ),
             ))
@@ -107,14 +126,7 @@ pub(crate) fn read(file: &Path, uid: u32) -> Result<Option<Found>> {
         .metadata()
         .map_err(|e| Error::io(format!("stat {}", file.display()), e))?;
     check_file(file, &meta, uid)?;
-    let mut text = String::new();
-    // A ticket is one short line; a larger file is not one.
-    let _ = (&mut f).take(4096).read_to_string(&mut text);
-    Ok(Some(Found {
-        ticket: Ticket::parse(&text),
-        old_format: text.starts_with("tpcomm-rendezvous 1 "),
-        ino: (meta.dev(), meta.ino()),
-    }))
+    Ok(Some((f, meta)))
 }
 
 /// The checks on an opened rendezvous file (`uid` is the owner it must have).

@@ -453,3 +453,31 @@ pub fn assert_reports_add_up(reserved_and_drop: &[(usize, usize)]) {
         );
     }
 }
+
+/// Every algorithm at the largest message the buffers take (`max`), f32 and
+/// bf16, eager and graph, each checked against the float64 reference; the
+/// lines printed say what ran (`what`) and where.
+pub fn check_largest_messages<C: TestComm>(
+    ranks: &mut [Rank<C>],
+    max: tpcomm::ByteSize,
+    what: &str,
+) {
+    let world = ranks.len();
+    let mut rng = Rng::new(11);
+    for graph in [false, true] {
+        for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
+            for dtype in [DType::F32, DType::Bf16] {
+                let count = max.bytes() as usize / dtype.size();
+                let t0 = std::time::Instant::now();
+                let (wrong, _) =
+                    check_batch(ranks, &[(dtype, count, algo, false)], graph, &mut rng);
+                eprintln!(
+                    "{what} {algo:?} {dtype} {count} elements graph={graph} on {}: {wrong} wrong, {:.1} ms",
+                    describe(world),
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+                assert_eq!(wrong, 0);
+            }
+        }
+    }
+}
