@@ -236,3 +236,55 @@ def test_exchanges_return_every_ranks_bytes_and_catch_out_of_order_steps():
 def test_version_matches_the_rust_crates():
     assert tpcomm.__version__ == _tpcomm.version()
     assert tpcomm.__version__.count(".") == 2
+
+
+STAND_IN_TORCH = r'''
+import sys, threading, types
+
+# A stand-in for torch and torch.distributed (CI has no torch): two ranks as
+# threads of this process, all_gather_object over a barrier; no GPU.
+barrier = threading.Barrier(2, timeout=60)
+slots = [None, None]
+local = threading.local()
+dist = types.ModuleType("torch.distributed")
+dist.is_available = lambda: True
+dist.is_initialized = lambda: True
+dist.get_rank = lambda group=None: local.rank
+dist.get_world_size = lambda group=None: 2
+def all_gather_object(out, obj, group=None):
+    slots[local.rank] = obj
+    barrier.wait()
+    out[:] = list(slots)
+    barrier.wait()
+dist.all_gather_object = all_gather_object
+torch = types.ModuleType("torch")
+torch.distributed = dist
+torch.cuda = types.SimpleNamespace(is_available=lambda: False)
+sys.modules["torch"] = torch
+sys.modules["torch.distributed"] = dist
+
+import tpcomm, tpcomm.torch
+errors = [None, None]
+def rank(r):
+    local.rank = r
+    try:
+        tpcomm.torch.Communicator(timeout_s=30)
+    except Exception as e:
+        errors[r] = e
+threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+for t in threads: t.start()
+for t in threads: t.join(120)
+for e in errors:
+    print(type(e).__name__, isinstance(e, tpcomm.TpcommError), e)
+'''
+
+
+@pytest.mark.skipif(_has_cuda_driver(), reason="a CUDA driver is installed here (the test is for machines without one)")
+def test_torch_communicator_without_a_gpu_raises_the_typed_error_on_every_rank():
+    r = run([sys.executable, "-c", STAND_IN_TORCH])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2, r.stdout
+    for line in lines:
+        assert line.startswith("LibraryError True "), line
+        assert "CUDA driver" in line and "install the NVIDIA driver" in line, line
