@@ -208,6 +208,7 @@ fn meta(args: &BenchArgs) -> BenchMeta {
         reps: None,
         rotate: None,
         timing: None,
+        shared_gpu: None,
     }
 }
 

@@ -105,6 +105,11 @@ pub struct BenchMeta {
     /// GPU runs: how a time was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
+    /// GPU runs whose ranks share GPUs: the most ranks on one device. Such
+    /// timings measure one GPU doing every rank's work; they are never an
+    /// N-GPU result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_gpu: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

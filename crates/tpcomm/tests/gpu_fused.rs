@@ -21,16 +21,11 @@ use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 const EPS: f32 = 1e-6;
 
-fn gpu_world() -> Option<usize> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs with P2P)");
-        return None;
-    }
-    tpcomm::cuda::ensure_driver().expect("CUDA driver");
-    let n =
-        tpcomm::cuda::cudarc::driver::CudaContext::device_count().expect("device count") as usize;
-    assert!(n >= 2, "TPCOMM_GPU_TESTS=1 but only {n} GPU(s)");
-    Some(n.min(tpcomm::cuda::MAX_WORLD))
+mod gpu_common;
+use gpu_common::{describe, device_of};
+
+fn gpu_worlds() -> Option<Vec<usize>> {
+    gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin")
 }
 
 struct Case {
@@ -205,112 +200,115 @@ fn run_rank(
 }
 
 #[test]
-#[ignore = "needs 2+ GPUs; run with TPCOMM_GPU_TESTS=1 --ignored"]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn fused_all_reduce_residual_rmsnorm_equals_the_unfused_sequence() {
-    let Some(world) = gpu_world() else { return };
-    let all_cases = cases();
-    let max = all_cases
-        .iter()
-        .map(|c| c.rows * c.hidden * c.dtype.size())
-        .max()
-        .unwrap();
-    let all: Vec<Inputs> = all_cases
-        .iter()
-        .enumerate()
-        .map(|(k, c)| inputs(c, world, 1 + 1000 * k as u64))
-        .collect();
-    let all = Arc::new(all);
-    let group = ThreadGroup::new(world);
-    let handles: Vec<_> = (0..world)
-        .map(|r| {
-            let (rv, all) = (Rendezvous::Threads(group.clone()), all.clone());
-            std::thread::spawn(move || {
-                let mut cfg = CudaConfig::new(r, world, r);
-                cfg.max_bytes = ByteSize::from_usize(max);
-                let comm = CudaCommunicator::new(&cfg, &rv).expect("create communicator");
-                let ctx = comm.context().clone();
-                // SAFETY (test): each slice is used on this one stream only.
-                unsafe { ctx.disable_event_tracking() };
-                let stream = ctx.new_stream().unwrap();
-                cases()
-                    .iter()
-                    .zip(all.iter())
-                    .map(|(c, inp)| run_rank(&comm, &stream, c, inp, r))
-                    .collect::<Vec<_>>()
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        let all_cases = cases();
+        let max = all_cases
+            .iter()
+            .map(|c| c.rows * c.hidden * c.dtype.size())
+            .max()
+            .unwrap();
+        let all: Vec<Inputs> = all_cases
+            .iter()
+            .enumerate()
+            .map(|(k, c)| inputs(c, world, 1 + 1000 * k as u64))
+            .collect();
+        let all = Arc::new(all);
+        let group = ThreadGroup::new(world);
+        let handles: Vec<_> = (0..world)
+            .map(|r| {
+                let (rv, all) = (Rendezvous::Threads(group.clone()), all.clone());
+                std::thread::spawn(move || {
+                    let mut cfg = CudaConfig::new(r, world, device_of(r));
+                    cfg.max_bytes = ByteSize::from_usize(max);
+                    let comm = CudaCommunicator::new(&cfg, &rv).expect("create communicator");
+                    let ctx = comm.context().clone();
+                    // SAFETY (test): each slice is used on this one stream only.
+                    unsafe { ctx.disable_event_tracking() };
+                    let stream = ctx.new_stream().unwrap();
+                    cases()
+                        .iter()
+                        .zip(all.iter())
+                        .map(|(c, inp)| run_rank(&comm, &stream, c, inp, r))
+                        .collect::<Vec<_>>()
+                })
             })
-        })
-        .collect();
-    let results: Vec<Vec<[Vec<u8>; 6]>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    for (k, c) in all_cases.iter().enumerate() {
-        let (ref_res, ref_norm) = reference(c, &all[k]);
-        let tol = c.dtype.tolerance(world);
-        let n = c.rows * c.hidden;
-        for (rank, res) in results.iter().enumerate() {
-            let [res_u, norm_u, res_f, norm_f, res_o, norm_o] = &res[k];
-            assert!(
-                res_o == res_f && norm_o == norm_f,
-                "{:?} rows {} rank {rank}: the overlapped launch gave another result",
-                c.dtype,
-                c.rows
-            );
-            assert_eq!(
-                res_f, res_u,
-                "{:?} rows {} rank {rank}: fused residual differs from unfused",
-                c.dtype, c.rows
-            );
-            let mut identical = 0;
-            for i in 0..n {
-                let (u, f) = (element(c.dtype, norm_u, i), element(c.dtype, norm_f, i));
+            .collect();
+        let results: Vec<Vec<[Vec<u8>; 6]>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for (k, c) in all_cases.iter().enumerate() {
+            let (ref_res, ref_norm) = reference(c, &all[k]);
+            let tol = c.dtype.tolerance(world);
+            let n = c.rows * c.hidden;
+            for (rank, res) in results.iter().enumerate() {
+                let [res_u, norm_u, res_f, norm_f, res_o, norm_o] = &res[k];
                 assert!(
+                    res_o == res_f && norm_o == norm_f,
+                    "{:?} rows {} rank {rank}: the overlapped launch gave another result",
+                    c.dtype,
+                    c.rows
+                );
+                assert_eq!(
+                    res_f, res_u,
+                    "{:?} rows {} rank {rank}: fused residual differs from unfused",
+                    c.dtype, c.rows
+                );
+                let mut identical = 0;
+                for i in 0..n {
+                    let (u, f) = (element(c.dtype, norm_u, i), element(c.dtype, norm_f, i));
+                    assert!(
                     (u - f).abs() <= tol * u.abs().max(1e-3),
                     "{:?} rows {} rank {rank} element {i}: fused {f} vs unfused {u} (tolerance {tol:e} relative)",
                     c.dtype,
                     c.rows
                 );
-                identical += (u.to_bits() == f.to_bits()) as usize;
-                let r = element(c.dtype, res_f, i);
-                assert!(
-                    (r - ref_res[i]).abs() <= 4.0 * tol * ref_res[i].abs().max(1.0),
-                    "{:?} rows {} rank {rank} element {i}: residual {r} vs float64 {}",
-                    c.dtype,
-                    c.rows,
-                    ref_res[i]
-                );
-                assert!(
-                    (f - ref_norm[i]).abs() <= 4.0 * tol * ref_norm[i].abs().max(1.0),
-                    "{:?} rows {} rank {rank} element {i}: normed {f} vs float64 {}",
-                    c.dtype,
-                    c.rows,
-                    ref_norm[i]
+                    identical += (u.to_bits() == f.to_bits()) as usize;
+                    let r = element(c.dtype, res_f, i);
+                    assert!(
+                        (r - ref_res[i]).abs() <= 4.0 * tol * ref_res[i].abs().max(1.0),
+                        "{:?} rows {} rank {rank} element {i}: residual {r} vs float64 {}",
+                        c.dtype,
+                        c.rows,
+                        ref_res[i]
+                    );
+                    assert!(
+                        (f - ref_norm[i]).abs() <= 4.0 * tol * ref_norm[i].abs().max(1.0),
+                        "{:?} rows {} rank {rank} element {i}: normed {f} vs float64 {}",
+                        c.dtype,
+                        c.rows,
+                        ref_norm[i]
+                    );
+                }
+                eprintln!(
+                "{:?} rows {} hidden {} rank {rank} ({}): {identical}/{n} normed elements bit-identical to unfused",
+                c.dtype, c.rows, c.hidden, describe(world)
+            );
+            }
+            // Every rank computes the same sums in the same order.
+            for res in &results[1..] {
+                assert_eq!(
+                    res[k][3], results[0][k][3],
+                    "{:?} rows {}: ranks differ",
+                    c.dtype, c.rows
                 );
             }
-            eprintln!(
-                "{:?} rows {} hidden {} rank {rank}: {identical}/{n} normed elements bit-identical to unfused",
-                c.dtype, c.rows, c.hidden
-            );
-        }
-        // Every rank computes the same sums in the same order.
-        for res in &results[1..] {
-            assert_eq!(
-                res[k][3], results[0][k][3],
-                "{:?} rows {}: ranks differ",
-                c.dtype, c.rows
-            );
         }
     }
 }
 
 #[test]
-#[ignore = "needs 2+ GPUs; run with TPCOMM_GPU_TESTS=1 --ignored"]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn fused_call_whose_peer_never_arrives_times_out_naming_it() {
-    let Some(_) = gpu_world() else { return };
+    let Some(_) = gpu_worlds() else { return };
     let timeout = Duration::from_millis(300);
     let group = ThreadGroup::new(2);
     let comms: Vec<CudaCommunicator> = (0..2)
         .map(|r| {
             let rv = Rendezvous::Threads(group.clone());
             std::thread::spawn(move || {
-                let mut cfg = CudaConfig::new(r, 2, r);
+                let mut cfg = CudaConfig::new(r, 2, device_of(r));
                 cfg.max_bytes = ByteSize::mib(1);
                 cfg.timeout = timeout;
                 CudaCommunicator::new(&cfg, &rv).expect("create communicator")

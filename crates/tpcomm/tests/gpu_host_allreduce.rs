@@ -16,15 +16,16 @@ use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
 
 mod gpu_common;
 use gpu_common::{
-    check_batch, check_every_size, run_batch, stress, stress_calls, Arenas, Call, Rank,
+    check_batch, check_every_size, describe, device_of, run_batch, stress, stress_calls, Arenas,
+    Call, Rank,
 };
 
-fn gpu_world() -> Option<usize> {
-    gpu_common::gpu_world("2+ GPUs")
+fn gpu_worlds() -> Option<Vec<usize>> {
+    gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin")
 }
 
 fn config(r: usize, world: usize, max: ByteSize, timeout: Duration) -> CudaConfig {
-    let mut cfg = CudaConfig::new(r, world, r);
+    let mut cfg = CudaConfig::new(r, world, device_of(r));
     cfg.max_bytes = max;
     cfg.timeout = timeout;
     cfg.transport = Transport::Host;
@@ -73,30 +74,37 @@ fn one_mib_ranks(small: &str, world: usize) -> Vec<Rank<GpuComm>> {
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
-    let Some(world) = gpu_world() else { return };
-    let max = ByteSize::mib(8);
-    let mut total = 0;
-    // OneShot and Auto run the one-pass kernel (push, delta or LL words) up
-    // to 1 MiB, chunks above; TwoShot runs chunks.
-    for small in ["push", "delta", "ll"] {
-        let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
-        let what = format!("one-pass kernel {small}");
-        total += check_every_size(&mut ranks, max, &mut Rng::new(42), &what);
-    }
-    eprintln!(
-        "host path: checked {total} calls (push, delta and ll) on {world} GPUs: 0 wrong, bit-identical across ranks"
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        let max = ByteSize::mib(8);
+        let mut total = 0;
+        // OneShot and Auto run the one-pass kernel (push, delta or LL words) up
+        // to 1 MiB, chunks above; TwoShot runs chunks.
+        for small in ["push", "delta", "ll"] {
+            let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
+            let what = format!("one-pass kernel {small}");
+            total += check_every_size(&mut ranks, max, &mut Rng::new(42), &what);
+        }
+        eprintln!(
+        "host path: checked {total} calls (push, delta and ll) on {}: 0 wrong, bit-identical across ranks",
+            describe(world)
     );
+    }
 }
 
 /// The push and delta kernels' sentinel is the all-ones element (a NaN in
 /// every type): such an input element must arrive as a NaN, not hang the
 /// call, and leave every other element right and the next calls unaffected.
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_push_and_delta_carry_all_ones_elements_as_nan() {
-    let Some(world) = gpu_world() else { return };
-    for small in ["push", "delta"] {
-        all_ones_elements_arrive_as_nan(small, world);
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        for small in ["push", "delta"] {
+            all_ones_elements_arrive_as_nan(small, world);
+        }
     }
 }
 
@@ -180,91 +188,99 @@ fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
 /// same input, whole or in part, must still give the float64 sum. Run for
 /// every one-pass kernel.
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_repeated_inputs_are_right_with_every_one_pass_kernel() {
-    let Some(world) = gpu_world() else { return };
-    for small in ["push", "delta", "ll"] {
-        let mut ranks = one_mib_ranks(small, world);
-        let mut rng = Rng::new(5);
-        for graph in [false, true] {
-            for dtype in DType::ALL {
-                let count = 3001;
-                let size = dtype.size();
-                // Half the elements equal on every rank and call: the
-                // input is the same in all calls, so from the third call on
-                // every element repeats its buffer's previous content.
-                let mut inputs: Vec<Vec<u8>> = (0..world)
-                    .map(|_| random_bytes(dtype, count, &mut rng))
-                    .collect();
-                let shared = random_bytes(dtype, count, &mut rng);
-                for input in inputs.iter_mut() {
-                    for i in (0..count).filter(|i| i % 2 == 0) {
-                        input[i * size..(i + 1) * size]
-                            .copy_from_slice(&shared[i * size..(i + 1) * size]);
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        for small in ["push", "delta", "ll"] {
+            let mut ranks = one_mib_ranks(small, world);
+            let mut rng = Rng::new(5);
+            for graph in [false, true] {
+                for dtype in DType::ALL {
+                    let count = 3001;
+                    let size = dtype.size();
+                    // Half the elements equal on every rank and call: the
+                    // input is the same in all calls, so from the third call on
+                    // every element repeats its buffer's previous content.
+                    let mut inputs: Vec<Vec<u8>> = (0..world)
+                        .map(|_| random_bytes(dtype, count, &mut rng))
+                        .collect();
+                    let shared = random_bytes(dtype, count, &mut rng);
+                    for input in inputs.iter_mut() {
+                        for i in (0..count).filter(|i| i % 2 == 0) {
+                            input[i * size..(i + 1) * size]
+                                .copy_from_slice(&shared[i * size..(i + 1) * size]);
+                        }
                     }
-                }
-                // Five calls of the same input, then one of a prefix of it.
-                let mut calls: Vec<Call> = (0..5)
-                    .map(|_| Call {
+                    // Five calls of the same input, then one of a prefix of it.
+                    let mut calls: Vec<Call> = (0..5)
+                        .map(|_| Call {
+                            dtype,
+                            count,
+                            algo: Algo::OneShot,
+                            in_place: false,
+                            offset: 0,
+                        })
+                        .collect();
+                    calls.push(Call {
                         dtype,
-                        count,
+                        count: count / 2,
                         algo: Algo::OneShot,
                         in_place: false,
                         offset: 0,
-                    })
-                    .collect();
-                calls.push(Call {
-                    dtype,
-                    count: count / 2,
-                    algo: Algo::OneShot,
-                    in_place: false,
-                    offset: 0,
-                });
-                let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
-                    .into_iter()
-                    .map(|r| r.unwrap_or_else(|e| panic!("{small}: repeated calls: {e}")))
-                    .collect();
-                let ins: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
-                let want = reference(dtype, &ins, count);
-                for (r, res) in results.iter().enumerate() {
-                    // The prefix comes from the last call, the rest from the fifth.
-                    let wrong = count_wrong(dtype, &res.1[..count * size], &want, world);
-                    assert_eq!(
-                        wrong, 0,
-                        "{small} {dtype} graph={graph} rank {r}: repeated inputs"
-                    );
+                    });
+                    let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
+                        .into_iter()
+                        .map(|r| r.unwrap_or_else(|e| panic!("{small}: repeated calls: {e}")))
+                        .collect();
+                    let ins: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+                    let want = reference(dtype, &ins, count);
+                    for (r, res) in results.iter().enumerate() {
+                        // The prefix comes from the last call, the rest from the fifth.
+                        let wrong = count_wrong(dtype, &res.1[..count * size], &want, world);
+                        assert_eq!(
+                            wrong, 0,
+                            "{small} {dtype} graph={graph} rank {r}: repeated inputs"
+                        );
+                    }
+                    // Then ordinary random calls stay right.
+                    let spec: Vec<_> = (0..4)
+                        .map(|k| (dtype, 700 + 300 * k, Algo::OneShot, k % 2 == 1))
+                        .collect();
+                    let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
+                    assert_eq!(wrong, 0, "{small} {dtype} graph={graph}: calls after");
                 }
-                // Then ordinary random calls stay right.
-                let spec: Vec<_> = (0..4)
-                    .map(|k| (dtype, 700 + 300 * k, Algo::OneShot, k % 2 == 1))
-                    .collect();
-                let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
-                assert_eq!(wrong, 0, "{small} {dtype} graph={graph}: calls after");
             }
         }
+        eprintln!("host path: repeated inputs right with push, delta and ll");
     }
-    eprintln!("host path: repeated inputs right with push, delta and ll");
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
-    let Some(world) = gpu_world() else { return };
-    let max = ByteSize::kib(256);
-    let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
-    let t0 = Instant::now();
-    let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
-    eprintln!(
-        "host stress: {} calls ({} batches in graphs) on {world} GPUs in {:.1} s: {} wrong elements",
-        s.calls,
-        s.graph_batches,
-        t0.elapsed().as_secs_f64(),
-        s.wrong
-    );
-    assert_eq!(s.wrong, 0);
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        let max = ByteSize::kib(256);
+        let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
+        eprintln!(
+            "host stress: {} calls ({} batches in graphs) on {} in {:.1} s: {} wrong elements",
+            describe(world),
+            s.calls,
+            s.graph_batches,
+            t0.elapsed().as_secs_f64(),
+            s.wrong
+        );
+        assert_eq!(s.wrong, 0);
+    }
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
-    let Some(_) = gpu_world() else { return };
+    let Some(_) = gpu_worlds() else { return };
     let timeout = Duration::from_millis(300);
     for algo in [Algo::OneShot, Algo::TwoShot] {
         let mut ranks = make_ranks(2, ByteSize::mib(1), 1 << 20, timeout);
@@ -310,94 +326,123 @@ fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
-    let Some(world) = gpu_world() else { return };
-    // The first group loads the kernels; the second's drop is its buffers alone.
-    drop(make_ranks(
-        world,
-        ByteSize::mib(8),
-        16,
-        Duration::from_secs(10),
-    ));
-    let max = ByteSize::b((8 << 20) + 6);
-    let group = ThreadGroup::new(world);
-    let hs: Vec<_> = (0..world)
-        .map(|r| {
-            let rv = Rendezvous::Threads(group.clone());
-            std::thread::spawn(move || {
-                let ctx = open_context(r).unwrap();
-                ctx.synchronize().unwrap();
-                let (free_before, _) = tpcomm::cuda::mem_get_info().unwrap();
-                let comm =
-                    GpuComm::new(&config(r, world, max, Duration::from_secs(10)), &rv).unwrap();
-                let (free_after, _) = tpcomm::cuda::mem_get_info().unwrap();
-                let rep = comm.memory_report().clone();
-                eprintln!(
-                    "{rep}  free memory dropped by {} bytes",
-                    free_before - free_after
-                );
-                (rep, free_before - free_after)
-            })
-        })
-        .collect();
-    let area = HostLayout::new(max.bytes() as usize, world).area_bytes(4096);
-    for h in hs {
-        let (rep, drop) = h.join().unwrap();
-        let host = rep.total_in(Place::PinnedHost).unwrap().bytes();
-        // The own area (threads map the peers' without new memory) plus the 64-byte status.
-        assert_eq!(host, area as u64 + 64, "{rep}");
-        // Device memory: the control words' one allocation granule and the
-        // delta kernel's shadows (the default one-pass kernel), nothing else.
-        let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
-        let delta_cap = HostLayout::new(max.bytes() as usize, world).delta_cap;
-        let shadows = delta_shadow_bytes(world, delta_cap, granularity.bytes() as usize);
-        assert_eq!(
-            rep.device_requested().bytes(),
-            granularity.bytes() + shadows as u64,
-            "{rep}"
-        );
-        assert_eq!(
-            rep.device_reserved().bytes() as usize,
-            drop,
-            "reported reserved bytes vs free-memory drop"
-        );
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        // The first group loads the kernels; the second's drop is its buffers alone.
+        drop(make_ranks(
+            world,
+            ByteSize::mib(8),
+            16,
+            Duration::from_secs(10),
+        ));
+        let max = ByteSize::b((8 << 20) + 6);
+        let group = ThreadGroup::new(world);
+        let made = gpu_common::create_measured(world, move |r| {
+            GpuComm::new(
+                &config(r, world, max, Duration::from_secs(10)),
+                &Rendezvous::Threads(group.clone()),
+            )
+            .unwrap()
+        });
+        let mut sums = Vec::new();
+        let area = HostLayout::new(max.bytes() as usize, world).area_bytes(4096);
+        for (comm, drop) in &made {
+            let rep = comm.memory_report();
+            eprintln!("{rep}");
+            let host = rep.total_in(Place::PinnedHost).unwrap().bytes();
+            // The own area (threads map the peers' without new memory) plus the 64-byte status.
+            assert_eq!(host, area as u64 + 64, "{rep}");
+            // Device memory: the control words' one allocation granule and the
+            // delta kernel's shadows (the default one-pass kernel), nothing else.
+            let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
+            let delta_cap = HostLayout::new(max.bytes() as usize, world).delta_cap;
+            let shadows = delta_shadow_bytes(world, delta_cap, granularity.bytes() as usize);
+            assert_eq!(
+                rep.device_requested().bytes(),
+                granularity.bytes() + shadows as u64,
+                "{rep}"
+            );
+            sums.push((rep.device_reserved().bytes() as usize, *drop));
+        }
+        gpu_common::assert_reports_add_up(&sums);
     }
 }
 
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_transport_auto_picks_p2p_only_when_every_pair_has_it() {
-    let Some(world) = gpu_world() else { return };
-    tpcomm::cuda::ensure_driver().unwrap();
-    let mut all_p2p = true;
-    for a in 0..world {
-        open_context(a).unwrap();
-        for b in 0..world {
-            if a != b {
-                let mut v = 0i32;
-                // SAFETY: writes one int; both ordinals exist.
-                let r = unsafe { sys::cuDeviceCanAccessPeer(&mut v, a as i32, b as i32) };
-                assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
-                all_p2p &= v != 0;
+    let Some(worlds) = gpu_worlds() else { return };
+    for world in worlds {
+        tpcomm::cuda::ensure_driver().unwrap();
+        let mut all_p2p = true;
+        for a in 0..world {
+            open_context(a).unwrap();
+            for b in 0..world {
+                if a != b {
+                    let mut v = 0i32;
+                    // SAFETY: writes one int; both ordinals exist.
+                    let r = unsafe { sys::cuDeviceCanAccessPeer(&mut v, a as i32, b as i32) };
+                    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+                    all_p2p &= v != 0;
+                }
             }
         }
-    }
-    let group = ThreadGroup::new(world);
-    let hs: Vec<_> = (0..world)
-        .map(|r| {
-            let rv = Rendezvous::Threads(group.clone());
-            std::thread::spawn(move || {
-                let mut cfg = config(r, world, ByteSize::mib(1), Duration::from_secs(10));
-                cfg.transport = Transport::Auto;
-                GpuComm::new(&cfg, &rv).unwrap().transport()
+        let group = ThreadGroup::new(world);
+        let hs: Vec<_> = (0..world)
+            .map(|r| {
+                let rv = Rendezvous::Threads(group.clone());
+                std::thread::spawn(move || {
+                    let mut cfg = config(r, world, ByteSize::mib(1), Duration::from_secs(10));
+                    cfg.transport = Transport::Auto;
+                    GpuComm::new(&cfg, &rv).unwrap().transport()
+                })
             })
-        })
-        .collect();
-    let want = if all_p2p {
-        Transport::Cuda
-    } else {
-        Transport::Host
-    };
-    for h in hs {
-        assert_eq!(h.join().unwrap(), want);
+            .collect();
+        let want = if all_p2p {
+            Transport::Cuda
+        } else {
+            Transport::Host
+        };
+        for h in hs {
+            assert_eq!(h.join().unwrap(), want);
+        }
+    }
+}
+
+/// Every algorithm at the largest message the buffers take, at every world
+/// size: when ranks share a GPU their grids must fit on it together
+/// (cuda/share.rs) or the calls time out. Before the grids were sized for
+/// sharing, 8 ranks on one H200 timed out here with one-shot from 262,143
+/// f32 elements on (issue 15).
+#[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
+fn gpu_largest_messages_finish_for_every_algorithm_with_ranks_sharing_a_gpu() {
+    let Some(worlds) = gpu_worlds() else { return };
+    let max = ByteSize::mib(8);
+    for world in worlds {
+        let mut ranks = make_ranks(world, max, 16 << 20, Duration::from_secs(10));
+        let mut rng = Rng::new(11);
+        for graph in [false, true] {
+            for algo in [Algo::OneShot, Algo::TwoShot, Algo::Auto] {
+                for dtype in [DType::F32, DType::Bf16] {
+                    let count = max.bytes() as usize / dtype.size();
+                    let t0 = Instant::now();
+                    let (wrong, _) = gpu_common::check_batch(
+                        &mut ranks,
+                        &[(dtype, count, algo, false)],
+                        graph,
+                        &mut rng,
+                    );
+                    eprintln!(
+                        "host path {algo:?} {dtype} {count} elements graph={graph} on {}: {wrong} wrong, {:.1} ms",
+                        describe(world),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                    assert_eq!(wrong, 0);
+                }
+            }
+        }
     }
 }

@@ -8,10 +8,13 @@ use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
+mod gpu_common;
+use gpu_common::device_of;
+
 #[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 cargo test -- --ignored"]
 fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs 2+ GPUs with P2P)");
+    if gpu_common::gpu_worlds("a GPU").is_none() {
         return;
     }
     let world = 2;
@@ -38,7 +41,7 @@ fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() 
             std::thread::spawn(move || {
                 // Compile (or load) the kernels first, so the timed creation
                 // below is the communicator and its self-tune.
-                let mut cfg = CudaConfig::new(r, world, r);
+                let mut cfg = CudaConfig::new(r, world, device_of(r));
                 cfg.max_bytes = max;
                 cfg.timeout = Duration::from_secs(10);
                 cfg.self_tune = false;

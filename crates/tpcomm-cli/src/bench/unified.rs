@@ -96,8 +96,10 @@ struct BenchOpts {
     #[arg(long)]
     timeout_ms: Option<u64>,
 
-    /// CPU: number of ranks (default 2).
-    #[arg(long, help_heading = "CPU ranks")]
+    /// Number of ranks. CPU: default 2. GPUs: 2 to 8, default every GPU;
+    /// ranks go round-robin over the GPUs, so more ranks than GPUs share
+    /// them (rows then say "shared GPU": never an N-GPU result).
+    #[arg(long)]
     ranks: Option<usize>,
     /// CPU: reduce op: sum, max, min (GPUs: sum only). Default sum.
     #[arg(long, help_heading = "CPU ranks")]
@@ -121,7 +123,7 @@ struct BenchOpts {
     /// pair lacks P2P; the default).
     #[arg(long, help_heading = "GPUs")]
     transport: Option<Transport>,
-    /// GPU: number of GPUs (ranks); default every GPU, at most 8.
+    /// GPU: the same as --ranks (kept for earlier scripts).
     #[arg(long, help_heading = "GPUs")]
     gpus: Option<usize>,
     /// GPU: modes, comma separated: eager, graph (default both). CPU ranks run eager only.
@@ -335,8 +337,8 @@ fn cpu_algo(algos: &[String]) -> Result<Option<String>, String> {
 fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     let cpu_only = [
         (
-            o.ranks.is_some(),
-            "--ranks counts CPU ranks; on GPUs use --gpus",
+            o.ranks.is_some() && o.gpus.is_some(),
+            "--ranks and --gpus both count GPU ranks; give one",
         ),
         (
             o.op.is_some_and(|op| op != ReduceOp::Sum),
@@ -372,7 +374,7 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     if let Some(t) = o.transport {
         v.extend(os(&["--transport", t.name()]));
     }
-    if let Some(n) = o.gpus {
+    if let Some(n) = o.gpus.or(o.ranks) {
         v.extend(os(&["--gpus", &n.to_string()]));
     }
     if let Some(d) = o.dtype {

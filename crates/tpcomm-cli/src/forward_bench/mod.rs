@@ -31,8 +31,12 @@ pub const TOLERANCE_VS_NCCL: f64 = 1e-2;
 
 #[derive(Args, Clone, Debug)]
 pub struct ForwardBenchArgs {
-    /// Number of GPUs (ranks, one process each); default: every GPU, at most 8.
-    #[arg(long)]
+    /// Number of ranks (one process each, 2 to 8); default: every GPU, at
+    /// most 8. Ranks go round-robin over the visible GPUs: more ranks than
+    /// GPUs share them (start the MPS daemon first, or every call takes a
+    /// time slice), the report says "shared GPU", and nccl is left out
+    /// (NCCL refuses ranks that share a GPU).
+    #[arg(long, visible_alias = "ranks")]
     gpus: Option<usize>,
     /// Transformer layers (two all-reduce sites each).
     #[arg(long, default_value_t = 61)]
@@ -200,6 +204,9 @@ struct RankInfo {
     /// Default modes left out because that transport cannot run them.
     #[serde(default)]
     skipped_modes: Vec<String>,
+    /// Ranks on this rank's GPU (1: a GPU of its own).
+    #[serde(default)]
+    ranks_on_device: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -251,11 +258,12 @@ fn run_inner(args: ForwardBenchArgs) -> Result<()> {
     tpcomm::cuda::forward::ensure_cublas()?;
     let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize;
     let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
-    if world < 2 || world > n {
+    if n == 0 || !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
-            "--gpus",
+            "--ranks",
             format!(
-                "{world} ranks, but this machine has {n} GPU(s); the forward bench needs 2 or more"
+                "{world} ranks: the forward bench takes 2 to {} (round-robin over this machine's {n} GPU(s))",
+                tpcomm::cuda::MAX_WORLD
             ),
         ));
     }

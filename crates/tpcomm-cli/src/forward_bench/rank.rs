@@ -12,7 +12,12 @@ pub(super) fn rank_main(
     rv: Rendezvous,
 ) -> Result<RankOut> {
     let timeout = Duration::from_millis(args.timeout_ms);
-    let ctx = open_context(rank)?;
+    // Ranks go round-robin over the visible GPUs; more ranks than GPUs share them.
+    let gpus = CudaContext::device_count()
+        .map_err(cuda("cuDeviceGetCount"))?
+        .max(1) as usize;
+    let device = rank % gpus;
+    let ctx = open_context(device)?;
     // SAFETY: every buffer is used on this one stream, so cudarc's per-buffer
     // events are not needed (and must not be recorded into graphs).
     unsafe { ctx.disable_event_tracking() };
@@ -26,7 +31,7 @@ pub(super) fn rank_main(
         max_tokens,
         world,
     };
-    let mut cfg = CudaConfig::new(rank, world, rank);
+    let mut cfg = CudaConfig::new(rank, world, device);
     cfg.max_bytes = ByteSize::from_usize(max_tokens * args.hidden * 2);
     cfg.timeout = timeout;
     cfg.transport = args.transport;
@@ -35,7 +40,12 @@ pub(super) fn rank_main(
     // refused mode fails them all here, before NCCL or the model.
     let comm = GpuComm::new(&cfg, &rv)?;
     let transport = comm.transport();
-    let (modes, skipped) = modes_for(args.modes.as_deref(), transport)?;
+    let (mut modes, mut skipped) = modes_for(args.modes.as_deref(), transport)?;
+    if world > gpus && modes.contains(&Mode::Nccl) {
+        // NCCL refuses ranks that share a GPU ("Duplicate GPU detected").
+        modes.retain(|m| *m != Mode::Nccl);
+        skipped.push("nccl");
+    }
     let modes = &modes[..];
     let p2p = match &comm {
         GpuComm::Cuda(c) => Some(c),
@@ -69,6 +79,7 @@ pub(super) fn rank_main(
         model_bytes: model.device_bytes().bytes(),
         transport: transport.name().to_string(),
         skipped_modes: skipped.iter().map(|s| s.to_string()).collect(),
+        ranks_on_device: comm.sharing().ranks_on_device,
     };
     let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
     let ev0 = ctx

@@ -144,9 +144,19 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         args.reps,
         args.iters
     );
+    let shared = outs
+        .iter()
+        .map(|o| o.info.ranks_on_device)
+        .max()
+        .unwrap_or(1);
+    if shared > 1 {
+        println!(
+            "# shared GPU: up to {shared} ranks per device; one GPU does every rank's work, so these are not {world}-GPU figures"
+        );
+    }
     if !info.skipped_modes.is_empty() {
         println!(
-            "# not run: {} (need P2P; the {} transport has none)",
+            "# not run: {} (fused modes need P2P, and NCCL a GPU per rank; transport {})",
             info.skipped_modes.join(", "),
             info.transport
         );
@@ -199,6 +209,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
                 "transport_requested": args.transport.name(),
                 "transport": info.transport,
                 "modes_skipped": info.skipped_modes,
+                "shared_gpu": (shared > 1).then_some(shared),
                 "layers": args.layers,
                 "hidden": args.hidden,
                 "mlp": args.mlp,

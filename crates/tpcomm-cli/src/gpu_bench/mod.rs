@@ -49,8 +49,12 @@ pub struct GpuBenchArgs {
     /// pair lacks P2P).
     #[arg(long, default_value = "auto")]
     transport: Transport,
-    /// Number of GPUs (ranks); default: every GPU, at most 8.
-    #[arg(long)]
+    /// Number of ranks (2 to 8); default: every GPU, at most 8. Ranks go
+    /// round-robin over the visible GPUs, so more ranks than GPUs share them
+    /// (the report then says "shared GPU": such timings are one GPU doing
+    /// every rank's work, never an N-GPU result; NCCL rows are skipped, as
+    /// NCCL refuses ranks that share a GPU).
+    #[arg(long, visible_alias = "ranks")]
     gpus: Option<usize>,
     /// Element type: bf16, f16 or f32.
     #[arg(long, default_value = "bf16")]
@@ -126,6 +130,9 @@ pub(crate) struct RankInfo {
     pub(crate) memory: String,
     #[serde(default)]
     pub(crate) transport: String,
+    /// Ranks on this rank's GPU (1: a GPU of its own).
+    #[serde(default)]
+    pub(crate) ranks_on_device: usize,
 }
 
 #[derive(Serialize, serde::Deserialize)]
@@ -186,11 +193,18 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
         args.class = Some(machine.class.name().to_string());
         args.fingerprint = Some(machine.fingerprint);
     }
-    if world < 2 || world > n {
+    if n == 0 {
         return Err(Error::invalid(
-            "--gpus",
+            "--device gpu",
+            "this machine has no CUDA GPU; `tpcomm bench --device cpu` measures CPU ranks",
+        ));
+    }
+    if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
+        return Err(Error::invalid(
+            "--ranks",
             format!(
-                "{world} ranks, but this machine has {n} GPU(s); the GPU bench needs 2 or more"
+                "{world} ranks: the GPU bench takes 2 to {} (they go round-robin over this machine's {n} GPU(s))",
+                tpcomm::cuda::MAX_WORLD
             ),
         ));
     }

@@ -47,12 +47,17 @@ pub(super) fn rank_main(
     rv: Rendezvous,
 ) -> Result<RankOut> {
     let timeout = Duration::from_millis(args.timeout_ms);
-    let ctx = open_context(rank)?;
+    // Ranks go round-robin over the visible GPUs; more ranks than GPUs share them.
+    let gpus = tpcomm::cuda::cudarc::driver::CudaContext::device_count()
+        .map_err(cuda("cuDeviceGetCount"))?
+        .max(1) as usize;
+    let device = rank % gpus;
+    let ctx = open_context(device)?;
     // SAFETY: every buffer here is used on one stream only, so cudarc's
     // per-buffer events are not needed (and must not be recorded into graphs).
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
-    let mut cfg = CudaConfig::new(rank, world, rank);
+    let mut cfg = CudaConfig::new(rank, world, device);
     cfg.max_bytes = args.max;
     cfg.timeout = timeout;
     cfg.transport = args.transport;
@@ -70,8 +75,14 @@ pub(super) fn rank_main(
         nccl: None,
         memory: comm.memory_report().to_string(),
         transport: comm.transport().name().to_string(),
+        ranks_on_device: comm.sharing().ranks_on_device,
     };
-    let nccl = if args.algos.iter().any(|a| a == "nccl") {
+    let nccl = if world > gpus && args.algos.iter().any(|a| a == "nccl") {
+        if rank == 0 {
+            eprintln!("NCCL rows skipped: NCCL refuses ranks that share a GPU ({world} ranks on {gpus} GPU(s))");
+        }
+        None
+    } else if args.algos.iter().any(|a| a == "nccl") {
         nccl_comm(rank, world, &rv, timeout, &mut info)
     } else {
         None

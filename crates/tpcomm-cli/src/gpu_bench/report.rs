@@ -35,6 +35,11 @@ pub(super) fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> R
         args.iters_text(),
         args.rotate
     );
+    if let Some(k) = doc.meta.shared_gpu {
+        println!(
+            "# shared GPU: up to {k} ranks per device; these timings are one GPU doing every rank's work, not a {world}-GPU result"
+        );
+    }
     println!("{}", crate::bench::columns::header());
     for r in &doc.rows {
         println!("{}", crate::bench::columns::line(r));
@@ -96,6 +101,11 @@ pub(super) fn bench_report(
                 args.iters_text()
             ),
         ),
+        shared_gpu: outs
+            .iter()
+            .map(|o| o.info.ranks_on_device)
+            .max()
+            .filter(|&k| k > 1),
     };
     let rows = rows
         .iter()

@@ -103,6 +103,7 @@ fn rank_out(gpu: &str, wrong: usize, nccl: Option<&str>) -> RankOut {
             nccl: nccl.map(str::to_string),
             memory: String::new(),
             transport: "host".into(),
+            ranks_on_device: 1,
         },
         rows: vec![Row {
             bytes: 4096,
@@ -309,4 +310,20 @@ fn calls_per_repetition_follow_the_anchor_unless_given() {
     assert_eq!((a.iters_for(1024), a.iters_for(64 << 20)), (7, 7));
     assert_eq!(a.iters_text(), "7");
     assert!(validate(&parse(&["--iters", "0"])).is_err());
+}
+
+/// Ranks that shared a GPU are said so in the JSON (the most ranks on one
+/// device); a run with a GPU per rank writes no such field.
+#[test]
+fn shared_gpu_runs_say_so_in_the_json_and_others_do_not() {
+    let args = parse(&["--launch", "threads", "--ranks", "4"]);
+    let mut outs: Vec<_> = (0..4).map(|_| rank_out("H200", 0, None)).collect();
+    let own = bench_report(&args, 4, &outs, &outs[0].rows, "").unwrap();
+    assert_eq!(own.meta.shared_gpu, None);
+    assert!(!serde_json::to_string(&own).unwrap().contains("shared_gpu"));
+    for o in &mut outs {
+        o.info.ranks_on_device = 4;
+    }
+    let shared = bench_report(&args, 4, &outs, &outs[0].rows, "").unwrap();
+    assert_eq!(shared.meta.shared_gpu, Some(4));
 }

@@ -8,6 +8,7 @@ use super::loader::check_call;
 use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
+use super::share::{grid_cap, time_slice_warning, DeviceIdentity, Sharing};
 use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
 use crate::algo::Algo;
@@ -86,6 +87,11 @@ impl CudaConfig {
 }
 
 // The status codes the kernels write (TPCOMM_WAIT_* in kernels/allreduce.cu).
+// The record each rank posts at creation: its GPU's identity, device
+// ordinal and receive buffer's address, and for processes the IPC handle.
+const RECORD_THREADS: usize = DeviceIdentity::BYTES + 12;
+const RECORD_PROCS: usize = RECORD_THREADS + 64;
+
 const WAIT_ONESHOT: u32 = 1;
 const WAIT_REDUCE_SCATTER: u32 = 2;
 const WAIT_ALL_GATHER: u32 = 3;
@@ -120,6 +126,8 @@ pub(crate) struct ProtocolParts<'a> {
     pub status: u64,
     pub timeout_ns: u64,
     pub sms: u32,
+    /// How the group sits on this GPU: the fused kernel sizes its grid by it.
+    pub sharing: Sharing,
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
@@ -141,7 +149,11 @@ pub struct CudaCommunicator {
     /// Threads per block of the all-reduce kernels: the kernels' own limit,
     /// or less when TPCOMM_P2P_BLOCK asks (read at creation).
     block: u32,
+    /// The most blocks a launch may have: one per SM, or this rank's share
+    /// of the device when ranks share it (share.rs).
+    grid: u32,
     sms: u32,
+    sharing: Sharing,
     recv: DeviceAlloc,
     status: HostMapped,
     bufs: [u64; MAX_WORLD],
@@ -210,8 +222,12 @@ impl CudaCommunicator {
 
         // Published only after the fill completed, so no peer can write into
         // this buffer before it holds the sentinel.
-        let mut mine = Vec::with_capacity(80);
-        mine.extend_from_slice(&std::process::id().to_le_bytes());
+        let identity = DeviceIdentity {
+            uuid: raw::device_uuid(dev)?,
+            pid: std::process::id(),
+        };
+        let mut mine = Vec::with_capacity(RECORD_PROCS);
+        mine.extend_from_slice(&identity.to_bytes());
         mine.extend_from_slice(&(cfg.device as u32).to_le_bytes());
         mine.extend_from_slice(&recv.ptr().to_le_bytes());
         let threads = matches!(rendezvous, Rendezvous::Threads(_));
@@ -219,17 +235,32 @@ impl CudaCommunicator {
             mine.extend_from_slice(&recv.ipc_handle()?);
         }
         let all = rendezvous.exchange("cuda-buffers", cfg.rank, cfg.world, &mine, cfg.timeout)?;
+        let expect = if threads {
+            RECORD_THREADS
+        } else {
+            RECORD_PROCS
+        };
+        let mut ids = Vec::with_capacity(cfg.world);
+        for (p, blob) in all.iter().enumerate() {
+            match DeviceIdentity::from_bytes(blob) {
+                Some(id) if blob.len() == expect => ids.push(id),
+                _ => return Err(Error::invalid("rendezvous", format!("rank {p} posted {} bytes, expected {expect}: do all ranks run the same tpcomm with the same kind of rendezvous?", blob.len()))),
+            }
+        }
+        let sharing = Sharing::of(&ids, cfg.rank);
+        let grid = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
+        if let Some(w) = time_slice_warning(sharing, raw::mps_enabled(dev)?, cfg.device) {
+            eprintln!("{w}");
+        }
 
         let mut bufs = [0u64; MAX_WORLD];
         let mut peer_ctxs = Vec::new();
         let mut ipc = Vec::new();
         for (p, blob) in all.iter().enumerate() {
-            let expect = if threads { 16 } else { 80 };
-            if blob.len() != expect {
-                return Err(Error::invalid("rendezvous", format!("rank {p} posted {} bytes, expected {expect}: do all ranks use the same kind of rendezvous?", blob.len())));
-            }
-            let peer_dev = u32::from_le_bytes(blob[4..8].try_into().unwrap_or_default()) as i32;
-            let ptr = u64::from_le_bytes(blob[8..16].try_into().unwrap_or_default());
+            let at = DeviceIdentity::BYTES;
+            let peer_dev =
+                u32::from_le_bytes(blob[at..at + 4].try_into().unwrap_or_default()) as i32;
+            let ptr = u64::from_le_bytes(blob[at + 4..at + 12].try_into().unwrap_or_default());
             if p == cfg.rank {
                 bufs[p] = recv.ptr();
                 continue;
@@ -250,7 +281,7 @@ impl CudaCommunicator {
                 bufs[p] = ptr;
             } else {
                 let mut h = [0u8; 64];
-                h.copy_from_slice(&blob[16..80]);
+                h.copy_from_slice(&blob[RECORD_THREADS..RECORD_PROCS]);
                 let m = IpcMapping::open(ctx.cu_ctx(), &h)?;
                 bufs[p] = m.ptr();
                 ipc.push(m);
@@ -271,7 +302,9 @@ impl CudaCommunicator {
             layout,
             kernels,
             block,
+            grid,
             sms,
+            sharing,
             recv,
             status,
             bufs,
@@ -284,6 +317,11 @@ impl CudaCommunicator {
             comm.selector = Some(Arc::new(s));
         }
         Ok(comm)
+    }
+
+    /// How the group's ranks share this rank's GPU.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
     }
 
     /// What `Algo::Auto` consults (`None`: the built-in NVLink defaults).
@@ -355,10 +393,10 @@ impl StreamAllReduce for CudaCommunicator {
         // vector per thread; two-shot takes the full block.
         let block = match algo {
             Algo::TwoShot => self.block as usize,
-            _ => oneshot_block(nvec, self.sms as usize, self.block as usize),
+            _ => oneshot_block(nvec, self.grid as usize, self.block as usize),
         }
         .min(nvec.div_ceil(32) * 32) as u32;
-        let blocks = nvec.div_ceil(block as usize).clamp(1, self.sms as usize) as u32;
+        let blocks = nvec.div_ceil(block as usize).clamp(1, self.grid as usize) as u32;
         let d = dtype_index(dtype);
         let one_vector_per_thread = nvec <= block as usize * blocks as usize;
         let f = match algo {
@@ -406,6 +444,7 @@ impl CudaCommunicator {
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             sms: self.sms,
+            sharing: self.sharing,
         }
     }
 

@@ -7,9 +7,10 @@
 use super::comm::CudaCommunicator;
 use super::compile;
 use super::kernels::KernelArgs;
-use super::loader::{compile_and_load, per_device, per_type, PerDevice};
+use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
 use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
+use super::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
@@ -78,6 +79,9 @@ pub(crate) struct FusedKernels {
     pub(crate) silu_mul_bf16: Function,
     pub(crate) fill_uniform_bf16: Function,
     cubin_bytes: usize,
+    /// Blocks of the fused kernel one SM holds at its largest block
+    /// (NORM_BLOCK_MAX threads): what sizes its grid on a shared GPU.
+    fused_blocks_per_sm: u32,
     /// Compute capability major: programmatic dependent launch from 9 on.
     arch_major: i32,
     _module: Module,
@@ -92,8 +96,10 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
     per_device(&CACHE, ctx, || {
         let l = compile_and_load(ctx, compile::FUSED_SRC, "fused.cu", "the fused kernels")?;
         let f = |n: &str| l.module.function(n);
+        let fused = per_type(&l.module, "tpcomm_fused_rmsnorm")?;
         Ok(FusedKernels {
-            fused: per_type(&l.module, "tpcomm_fused_rmsnorm")?,
+            fused_blocks_per_sm: resident_blocks_per_sm(&fused, NORM_BLOCK_MAX)?,
+            fused,
             add_rmsnorm: per_type(&l.module, "tpcomm_add_rmsnorm")?,
             silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
             fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
@@ -127,8 +133,10 @@ impl FusedKernels {
 /// (rounded to whole warps), at most 1024. Both kernels must use the same
 /// value so they sum each row's squares in the same order.
 fn norm_block(row_vecs: usize) -> u32 {
-    (row_vecs.div_ceil(32) * 32).clamp(32, 1024) as u32
+    (row_vecs.div_ceil(32) * 32).clamp(32, NORM_BLOCK_MAX as usize) as u32
 }
+
+const NORM_BLOCK_MAX: u32 = 1024;
 
 /// The shape checks both norm kernels share; returns (row bytes, vectors per row).
 fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) -> Result<usize> {
@@ -279,6 +287,7 @@ impl CudaCommunicator {
         let p = self.protocol_parts();
         let k = fused_kernels(p.ctx)?;
         let spread = fused_spread(rows);
+        let grid = grid_cap(p.sms as usize, k.fused_blocks_per_sm as usize, p.sharing)?;
         let args = FusedArgs {
             base: KernelArgs {
                 input: partial,
@@ -313,7 +322,7 @@ impl CudaCommunicator {
         unsafe {
             k.launch(
                 k.fused[dtype_index(dtype)],
-                fused_grid(rows, row_vecs, p.sms as usize, spread),
+                fused_grid(rows, row_vecs, grid, spread),
                 norm_block(row_vecs),
                 &args,
                 stream,

@@ -1,7 +1,9 @@
 //! The compiled kernels of a device and their by-value argument.
 
 use super::compile;
-use super::loader::{common_block, compile_and_load, per_device, per_type, PerDevice};
+use super::loader::{
+    common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
+};
 use super::raw::{Function, Module};
 use super::MAX_WORLD;
 use crate::error::Result;
@@ -39,6 +41,9 @@ pub(super) struct Kernels {
     pub twoshot: [Function; 3],
     /// Threads per block: BLOCK, or less if a kernel cannot take that many.
     pub block: u32,
+    /// Blocks of `block` threads one SM holds at once, for the kernel that
+    /// fits fewest (the occupancy API on the kernels as compiled).
+    pub blocks_per_sm: u32,
     pub nvrtc: (i32, i32),
     pub arch: (i32, i32),
     pub cubin_bytes: usize,
@@ -63,11 +68,14 @@ pub(super) fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
             "the all-reduce kernels",
             l.arch,
         )?;
+        let blocks_per_sm =
+            resident_blocks_per_sm(oneshot.iter().chain(&oneshot_small).chain(&twoshot), block)?;
         Ok(Kernels {
             oneshot,
             oneshot_small,
             twoshot,
             block,
+            blocks_per_sm,
             nvrtc: l.nvrtc,
             arch: l.arch,
             cubin_bytes: l.cubin_bytes,

@@ -90,6 +90,19 @@ pub(crate) fn common_block<'a>(
     Ok(block)
 }
 
+/// Blocks of `block` threads that one SM holds at once for the kernel of
+/// `fns` that fits fewest: what decides how many grids fit on a shared GPU.
+pub(crate) fn resident_blocks_per_sm<'a>(
+    fns: impl IntoIterator<Item = &'a Function>,
+    block: u32,
+) -> Result<u32> {
+    let mut fewest = u32::MAX;
+    for k in fns {
+        fewest = fewest.min(k.resident_blocks_per_sm(block)?);
+    }
+    Ok(if fewest == u32::MAX { 1 } else { fewest.max(1) })
+}
+
 /// Index of `d` in a family's per-type kernel arrays ([f32, f16, bf16]).
 /// A family's kernel for each element type, `{base}_f32`, `{base}_f16`,
 /// `{base}_bf16`, in [`dtype_index`] order.

@@ -16,6 +16,7 @@ mod loader;
 mod pdl;
 mod raw;
 mod rendezvous;
+pub mod share;
 mod stream_all_reduce;
 
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's

@@ -12,18 +12,66 @@ use tpcomm::cuda::{open_context, CudaCommunicator, GpuComm, StreamAllReduce};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, DType, Error, ReduceOp};
 
-/// The GPU count when TPCOMM_GPU_TESTS is set (at least two asserted),
-/// `None` (after saying the test is skipped) otherwise. `needs` says what
-/// the GPUs need, for the skip message.
-pub fn gpu_world(needs: &str) -> Option<usize> {
+/// The GPUs this process sees (once asked, the same for the whole run).
+pub fn gpu_count() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        tpcomm::cuda::ensure_driver().expect("CUDA driver");
+        CudaContext::device_count().expect("device count") as usize
+    })
+}
+
+/// The GPU of `rank`: ranks go round-robin over the GPUs, so on one GPU
+/// every rank shares it.
+pub fn device_of(rank: usize) -> usize {
+    rank % gpu_count().max(1)
+}
+
+/// The world sizes to test when TPCOMM_GPU_TESTS is set: TPCOMM_TEST_WORLDS
+/// (a comma list, each from 2 to 8, e.g. "2,3,4,5,8"), else every GPU (two
+/// ranks sharing it on a machine of one GPU). `None` (after saying the test
+/// is skipped) when TPCOMM_GPU_TESTS is unset. `needs` says what the GPUs
+/// need, for the skip message.
+pub fn gpu_worlds(needs: &str) -> Option<Vec<usize>> {
     if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs {needs})");
         return None;
     }
-    tpcomm::cuda::ensure_driver().expect("CUDA driver");
-    let n = CudaContext::device_count().expect("device count") as usize;
-    assert!(n >= 2, "TPCOMM_GPU_TESTS=1 but only {n} GPU(s)");
-    Some(n.min(tpcomm::cuda::MAX_WORLD))
+    let n = gpu_count();
+    assert!(n >= 1, "TPCOMM_GPU_TESTS=1 but no GPU");
+    let worlds = match std::env::var("TPCOMM_TEST_WORLDS") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(|w| {
+                let w: usize = w.trim().parse().unwrap_or_else(|_| {
+                    panic!("TPCOMM_TEST_WORLDS={list:?}: {w:?} is not a number")
+                });
+                assert!(
+                    (2..=tpcomm::cuda::MAX_WORLD).contains(&w),
+                    "TPCOMM_TEST_WORLDS={list:?}: {w} is not from 2 to {}",
+                    tpcomm::cuda::MAX_WORLD
+                );
+                w
+            })
+            .collect(),
+        _ => vec![n.clamp(2, tpcomm::cuda::MAX_WORLD)],
+    };
+    Some(worlds)
+}
+
+/// "4 ranks on 1 GPU (shared GPU: up to 4 ranks per device)", for the
+/// lines a test prints: timings of shared GPUs are never an N-GPU result.
+pub fn describe(world: usize) -> String {
+    let n = gpu_count().max(1);
+    let per = world.div_ceil(n);
+    if per > 1 {
+        format!(
+            "{world} ranks on {} GPU(s) (shared GPU: up to {per} ranks per device)",
+            n.min(world)
+        )
+    } else {
+        format!("{world} ranks on {world} GPUs")
+    }
 }
 
 /// A communicator the harness drives: its calls, and the outcome of the
@@ -59,7 +107,7 @@ impl<C> Rank<C> {
     }
 }
 
-/// Creates `world` ranks on GPUs 0..world, rank r's communicator by
+/// Creates `world` ranks, rank r on GPU [`device_of`]`(r)`, its communicator by
 /// `new(r)` on its own thread (all ranks create theirs at once, as the
 /// rendezvous needs), each with two arenas of `arena` bytes.
 pub fn make_ranks<C: TestComm + 'static>(
@@ -72,7 +120,7 @@ pub fn make_ranks<C: TestComm + 'static>(
             let new = new.clone();
             std::thread::spawn(move || {
                 let comm = new(r);
-                let ctx = open_context(r).unwrap();
+                let ctx = open_context(device_of(r)).unwrap();
                 // SAFETY (test): no slice is shared between streams, so
                 // cudarc's per-slice events are not needed, and they would be
                 // recorded into captured graphs otherwise.
@@ -357,4 +405,59 @@ pub fn stress_calls() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000)
+}
+
+/// Creates rank r's communicator with `new(r)` on its own thread, every
+/// rank at once, and reads every GPU's free memory before any rank
+/// allocates and after every rank is done. Returns, per rank, its
+/// communicator and how much its GPU's free memory dropped (one figure for
+/// all the ranks sharing that GPU).
+pub fn create_measured<C: Send + 'static>(
+    world: usize,
+    new: impl Fn(usize) -> C + Send + Sync + Clone + 'static,
+) -> Vec<(C, usize)> {
+    let gate = Arc::new(std::sync::Barrier::new(world));
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let (new, gate) = (new.clone(), gate.clone());
+            std::thread::spawn(move || {
+                let ctx = open_context(device_of(r)).unwrap();
+                ctx.synchronize().unwrap();
+                gate.wait();
+                let (free_before, _) = tpcomm::cuda::mem_get_info().unwrap();
+                gate.wait();
+                let comm = new(r);
+                ctx.synchronize().unwrap();
+                gate.wait();
+                let (free_after, _) = tpcomm::cuda::mem_get_info().unwrap();
+                (comm, free_before - free_after)
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Asserts that on every GPU the bytes the ranks there report reserved add
+/// up to the drop of that GPU's free memory.
+pub fn assert_reports_add_up(reserved_and_drop: &[(usize, usize)]) {
+    let mut per_device = std::collections::BTreeMap::<usize, (usize, usize)>::new();
+    for (r, &(reserved, drop)) in reserved_and_drop.iter().enumerate() {
+        let e = per_device.entry(device_of(r)).or_insert((0, drop));
+        e.0 += reserved;
+        assert_eq!(
+            e.1,
+            drop,
+            "ranks on GPU {} saw different drops",
+            device_of(r)
+        );
+    }
+    for (d, (reserved, drop)) in per_device {
+        eprintln!(
+            "GPU {d}: ranks there report {reserved} bytes reserved; free memory dropped by {drop}"
+        );
+        assert_eq!(
+            reserved, drop,
+            "GPU {d}: reported reserved bytes vs free-memory drop"
+        );
+    }
 }

@@ -9,6 +9,7 @@ use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
+use crate::cuda::share::{time_slice_warning, DeviceIdentity, Sharing};
 use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
@@ -175,10 +176,13 @@ pub struct HostGpuCommunicator {
     timeout: Duration,
     layout: HostLayout,
     kernels: Arc<HostKernels>,
-    sms: usize,
-    /// The smallest SM count of the group (agreed at creation): chunk sizes
+    /// The most blocks a launch may have: one per SM, or this rank's share
+    /// of the GPU when ranks share it (group.rs, share.rs).
+    grid: usize,
+    /// The smallest such grid of the group (agreed at creation): chunk sizes
     /// come from it, so every rank cuts the same chunks.
-    group_sms: usize,
+    group_grid: usize,
+    sharing: Sharing,
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
     /// The one-pass kernel for small messages (environment, read at creation).
@@ -337,7 +341,12 @@ impl HostGpuCommunicator {
         let record = GroupRecord {
             small,
             sms: sms.min(u32::MAX as usize) as u32,
+            blocks_per_sm: kernels.blocks_per_sm,
             chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
+            device: DeviceIdentity {
+                uuid: raw::device_uuid(cfg.device as i32)?,
+                pid: std::process::id(),
+            },
         };
         let all = rendezvous.exchange(
             "host-gpu-mapped",
@@ -346,7 +355,14 @@ impl HostGpuCommunicator {
             &record.to_bytes(),
             cfg.timeout,
         )?;
-        let group_sms = agree(cfg.rank, &all)?;
+        let agreed = agree(cfg.rank, &all)?;
+        if let Some(w) = time_slice_warning(
+            agreed.sharing,
+            raw::mps_enabled(cfg.device as i32)?,
+            cfg.device,
+        ) {
+            eprintln!("{w}");
+        }
 
         items.push(MemoryLine::device(
             "control words (epoch, abort; one granule)",
@@ -391,8 +407,9 @@ impl HostGpuCommunicator {
             timeout: cfg.timeout,
             layout,
             kernels,
-            sms,
-            group_sms,
+            grid: agreed.grid,
+            group_grid: agreed.group_grid,
+            sharing: agreed.sharing,
             shape,
             small,
             one_pass_block,
@@ -485,6 +502,10 @@ impl HostGpuCommunicator {
 
     pub fn rank(&self) -> usize {
         self.rank
+    }
+    /// How the group's ranks share this rank's GPU.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
     }
     pub fn world(&self) -> usize {
         self.world
@@ -582,18 +603,18 @@ impl StreamAllReduce for HostGpuCommunicator {
                 let nvec = bytes.div_ceil(16);
                 block = self
                     .one_pass_block
-                    .unwrap_or_else(|| oneshot_block(nvec, self.sms, block as usize) as u32)
+                    .unwrap_or_else(|| oneshot_block(nvec, self.grid, block as usize) as u32)
                     .min(nvec.div_ceil(32) as u32 * 32);
                 let f = match which {
                     HostAlgo::Push => self.kernels.push[d],
                     HostAlgo::Delta => self.kernels.delta[d],
                     _ => self.kernels.ll[d],
                 };
-                (f, ll_blocks(bytes, block as usize, self.sms))
+                (f, ll_blocks(bytes, block as usize, self.grid))
             }
             HostAlgo::Chunked => {
                 let plan =
-                    chunk_plan_with(bytes, self.world, self.sms, self.group_sms, &self.shape);
+                    chunk_plan_with(bytes, self.world, self.grid, self.group_grid, &self.shape);
                 if plan.chunks > self.layout.max_chunks {
                     return Err(Error::invalid(
                         "chunk plan",

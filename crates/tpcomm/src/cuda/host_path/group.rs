@@ -5,19 +5,33 @@
 //! ranks see the same records, so all accept or all refuse.
 
 use super::comm::SmallKernel;
+use crate::cuda::share::{grid_cap, DeviceIdentity, Sharing};
 use crate::error::{Error, Result};
 
-/// One rank's record: its one-pass kernel, its GPU's SM count and its chunk
-/// size override (TPCOMM_HOST_CHUNK; 0 when unset).
+/// One rank's record: its one-pass kernel, its GPU's SM count, how many
+/// blocks of the host kernels one of its SMs holds, its chunk size override
+/// (TPCOMM_HOST_CHUNK; 0 when unset) and its GPU's identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupRecord {
     pub small: SmallKernel,
     pub sms: u32,
+    pub blocks_per_sm: u32,
     pub chunk_override: u64,
+    pub device: DeviceIdentity,
 }
 
-const RECORD_BYTES: usize = 1 + 1 + 4 + 8;
-const VERSION: u8 = 1;
+const RECORD_BYTES: usize = 1 + 1 + 4 + 4 + 8 + DeviceIdentity::BYTES;
+const VERSION: u8 = 2;
+
+/// What the records decide for this rank: how its GPU is shared, the most
+/// blocks its launches may have, and the smallest such grid of the group
+/// (chunks are sized from it, so every rank cuts the same chunks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Agreed {
+    pub sharing: Sharing,
+    pub grid: usize,
+    pub group_grid: usize,
+}
 
 // A kernel's code in the record: its index in SmallKernel::ALL.
 fn small_code(k: SmallKernel) -> u8 {
@@ -30,7 +44,9 @@ impl GroupRecord {
         b.push(VERSION);
         b.push(small_code(self.small));
         b.extend_from_slice(&self.sms.to_le_bytes());
+        b.extend_from_slice(&self.blocks_per_sm.to_le_bytes());
         b.extend_from_slice(&self.chunk_override.to_le_bytes());
+        b.extend_from_slice(&self.device.to_bytes());
         b
     }
 
@@ -42,15 +58,18 @@ impl GroupRecord {
         Some(Self {
             small,
             sms: u32::from_le_bytes(b[2..6].try_into().ok()?),
-            chunk_override: u64::from_le_bytes(b[6..14].try_into().ok()?),
+            blocks_per_sm: u32::from_le_bytes(b[6..10].try_into().ok()?),
+            chunk_override: u64::from_le_bytes(b[10..18].try_into().ok()?),
+            device: DeviceIdentity::from_bytes(&b[18..])?,
         })
     }
 }
 
-/// Checks every rank's record against this rank's (`all[me]`) and returns the
-/// smallest SM count of the group: the chunked kernel sizes its chunks from
-/// it, so ranks on GPUs with different SM counts cut the same chunks.
-pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<usize> {
+/// Checks every rank's record against this rank's (`all[me]`) and decides
+/// the grids: each rank's share of its GPU, and the group's smallest, from
+/// which the chunked kernel sizes its chunks, so ranks on GPUs with different
+/// SM counts, or sharing GPUs unevenly, cut the same chunks.
+pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
     let parse = |p: usize, b: &Vec<u8>| {
         GroupRecord::parse(b).ok_or_else(|| {
             Error::invalid(
@@ -65,9 +84,16 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<usize> {
             Error::invalid("rendezvous", format!("no record of this rank ({me})"))
         })?,
     )?;
-    let mut sms = mine.sms;
-    for (p, b) in all.iter().enumerate() {
-        let r = parse(p, b)?;
+    let records = all
+        .iter()
+        .enumerate()
+        .map(|(p, b)| parse(p, b))
+        .collect::<Result<Vec<_>>>()?;
+    let ids: Vec<_> = records.iter().map(|r| r.device).collect();
+    let mut group_grid = usize::MAX;
+    for (p, r) in records.iter().enumerate() {
+        let share = Sharing::of(&ids, p);
+        group_grid = group_grid.min(grid_cap(r.sms as usize, r.blocks_per_sm as usize, share)?);
         if r.small != mine.small {
             return Err(Error::invalid(
                 "TPCOMM_HOST_SMALL",
@@ -87,22 +113,37 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<usize> {
                 ),
             ));
         }
-        sms = sms.min(r.sms);
     }
-    Ok(sms.max(1) as usize)
+    let sharing = Sharing::of(&ids, me);
+    Ok(Agreed {
+        sharing,
+        grid: grid_cap(mine.sms as usize, mine.blocks_per_sm as usize, sharing)?,
+        group_grid,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rec(small: SmallKernel, sms: u32, chunk: u64) -> Vec<u8> {
+    // Every rank on a GPU of its own (GPU r), one block per SM.
+    fn record(small: SmallKernel, sms: u32, chunk: u64, gpu: u8) -> GroupRecord {
         GroupRecord {
             small,
             sms,
+            blocks_per_sm: 1,
             chunk_override: chunk,
+            device: DeviceIdentity {
+                uuid: [gpu; 16],
+                pid: 1,
+            },
         }
-        .to_bytes()
+    }
+
+    fn rec(small: SmallKernel, sms: u32, chunk: u64) -> Vec<u8> {
+        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+        let gpu = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        record(small, sms, chunk, gpu).to_bytes()
     }
 
     /// The records as `HostGpuCommunicator::new` exchanges them (threads
@@ -117,11 +158,7 @@ mod tests {
             .map(|r| {
                 let rv = Rendezvous::Threads(group.clone());
                 std::thread::spawn(move || {
-                    let mine = GroupRecord {
-                        small: SmallKernel::Delta,
-                        sms: sms[r],
-                        chunk_override: 0,
-                    };
+                    let mine = record(SmallKernel::Delta, sms[r], 0, r as u8);
                     let all = rv
                         .exchange(
                             "host-gpu-mapped",
@@ -135,19 +172,16 @@ mod tests {
                 })
             })
             .collect();
-        for h in hs {
-            assert_eq!(h.join().unwrap().unwrap(), 82);
+        for (r, h) in hs.into_iter().enumerate() {
+            let a = h.join().unwrap().unwrap();
+            assert_eq!((a.grid, a.group_grid), (sms[r] as usize, 82));
         }
     }
 
     #[test]
     fn records_round_trip() {
         for small in SmallKernel::ALL {
-            let r = GroupRecord {
-                small,
-                sms: 132,
-                chunk_override: 64 << 10,
-            };
+            let r = record(small, 132, 64 << 10, 5);
             assert_eq!(GroupRecord::parse(&r.to_bytes()), Some(r));
         }
         assert_eq!(GroupRecord::parse(&[1, 2, 3]), None);
@@ -164,8 +198,32 @@ mod tests {
             rec(SmallKernel::Delta, 132, 0),
         ];
         for me in 0..3 {
-            assert_eq!(agree(me, &all).unwrap(), 82);
+            assert_eq!(agree(me, &all).unwrap().group_grid, 82);
         }
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_split_what_it_holds_and_cut_the_same_chunks() {
+        // 5 ranks: 3 on GPU 0 (132 SMs), 2 on GPU 1 (132 SMs), 2 blocks per SM.
+        let all: Vec<_> = (0..5)
+            .map(|r| {
+                let mut x = record(SmallKernel::Delta, 132, 0, (r % 2) as u8);
+                x.blocks_per_sm = 2;
+                x.to_bytes()
+            })
+            .collect();
+        let a: Vec<_> = (0..5).map(|me| agree(me, &all).unwrap()).collect();
+        assert_eq!(a[0].sharing.ranks_on_device, 3);
+        assert_eq!(a[0].grid, 88); // 264 / 3
+        assert_eq!(a[1].grid, 132); // 264 / 2, at most one per SM
+        assert!(a.iter().all(|x| x.group_grid == 88));
+        // 8 ranks on one GPU of 132 SMs at one block per SM: 16 blocks each.
+        let all: Vec<_> = (0..8)
+            .map(|_| record(SmallKernel::Delta, 132, 0, 0).to_bytes())
+            .collect();
+        let a = agree(3, &all).unwrap();
+        assert_eq!((a.grid, a.group_grid), (16, 16));
+        assert!(a.grid * 8 <= 132);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
 use super::super::compile::HOST_ALLREDUCE_SRC;
-use super::super::loader::{common_block, compile_and_load, per_device, per_type, PerDevice};
+use super::super::loader::{
+    common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
+};
 use super::super::raw::{Function, Module};
 use super::super::MAX_WORLD;
 use crate::error::Result;
@@ -41,6 +43,9 @@ pub(super) struct HostKernels {
     pub ll: [Function; 3],
     pub chunked: [Function; 3],
     pub block: u32,
+    /// Blocks of `block` threads one SM holds at once, for the kernel that
+    /// fits fewest (sizes the grids when ranks share a GPU).
+    pub blocks_per_sm: u32,
     pub nvrtc: (i32, i32),
     pub arch: (i32, i32),
     pub cubin_bytes: usize,
@@ -72,7 +77,10 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             "the host-path kernels",
             l.arch,
         )?;
+        let blocks_per_sm =
+            resident_blocks_per_sm(push.iter().chain(&delta).chain(&ll).chain(&chunked), block)?;
         Ok(HostKernels {
+            blocks_per_sm,
             push,
             delta,
             ll,

@@ -183,6 +183,13 @@ impl GpuComm {
             GpuComm::Host(c) => c.compiled_with(),
         }
     }
+    /// How the group's ranks share this rank's GPU.
+    pub fn sharing(&self) -> crate::cuda::share::Sharing {
+        match self {
+            GpuComm::Cuda(c) => c.sharing(),
+            GpuComm::Host(c) => c.sharing(),
+        }
+    }
 }
 
 #[cfg(test)]

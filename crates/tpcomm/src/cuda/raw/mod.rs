@@ -144,6 +144,35 @@ pub fn sm_count(device: i32) -> Result<i32> {
     Ok(v)
 }
 
+/// The device's UUID: what identifies one GPU across processes, whatever
+/// ordinal CUDA_VISIBLE_DEVICES gives it in each.
+pub fn device_uuid(device: i32) -> Result<[u8; 16]> {
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: writes one handle; `device` is an ordinal the caller opened.
+    check("cuDeviceGet", unsafe { cu::cuDeviceGet(&mut dev, device) })?;
+    let mut id = cu::CUuuid { bytes: [0; 16] };
+    // SAFETY: writes the 16 bytes of `id`; `dev` came from cuDeviceGet.
+    check("cuDeviceGetUuid", unsafe {
+        cu::cuDeviceGetUuid_v2(&mut id, dev)
+    })?;
+    Ok(id.bytes.map(|b| b as u8))
+}
+
+/// Whether contexts on `device` are served by an MPS server (kernels of
+/// different processes then run at once instead of in time slices).
+pub fn mps_enabled(device: i32) -> Result<bool> {
+    let mut v = 0i32;
+    // SAFETY: writes one int; `device` is an ordinal the caller opened.
+    check("cuDeviceGetAttribute", unsafe {
+        cu::cuDeviceGetAttribute(
+            &mut v,
+            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
+            device,
+        )
+    })?;
+    Ok(v != 0)
+}
+
 /// Whether `device` can map the memory of `peer`.
 pub fn can_access_peer(device: i32, peer: i32) -> Result<bool> {
     let mut v = 0i32;
@@ -365,6 +394,16 @@ impl Function {
                 cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                 self.0,
             )
+        })?;
+        Ok(v.max(0) as u32)
+    }
+    /// How many blocks of `block` threads of this kernel, as compiled, one SM
+    /// holds at once (registers, shared memory and thread limits together).
+    pub fn resident_blocks_per_sm(&self, block: u32) -> Result<u32> {
+        let mut v = 0i32;
+        // SAFETY: valid function handle; writes one int; no dynamic shared memory.
+        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+            cu::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut v, self.0, block as i32, 0)
         })?;
         Ok(v.max(0) as u32)
     }

@@ -1,0 +1,175 @@
+//! Ranks that share one GPU: who shares it, and how many blocks each rank's
+//! kernels may launch so that the grids which wait on each other all fit on
+//! the device at once.
+//!
+//! Every block of tpcomm's kernels may spin until a peer's data arrives, and
+//! the peer's data is written by blocks of the peer's grid. On separate GPUs
+//! each grid has a device to itself. When k ranks share a device, a grid that
+//! took every SM could leave no room for the peer grid it waits on, and the
+//! spinning blocks would never yield: a deadlock. So each rank launches at
+//! most `resident capacity / k` blocks, where the capacity comes from the
+//! occupancy API for the kernels as compiled.
+
+use crate::error::{Error, Result};
+
+/// What a rank tells its peers about its GPU at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    /// The GPU's UUID (the same in every process, whatever the ordinal).
+    pub uuid: [u8; 16],
+    /// The process the rank runs in.
+    pub pid: u32,
+}
+
+impl DeviceIdentity {
+    pub const BYTES: usize = 20;
+
+    pub fn to_bytes(self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[..16].copy_from_slice(&self.uuid);
+        b[16..].copy_from_slice(&self.pid.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let uuid: [u8; 16] = b.get(..16)?.try_into().ok()?;
+        let pid = u32::from_le_bytes(b.get(16..20)?.try_into().ok()?);
+        Some(Self { uuid, pid })
+    }
+}
+
+/// How the group's ranks sit on this rank's GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sharing {
+    /// Ranks on this rank's GPU, itself included (1 on a GPU of its own).
+    pub ranks_on_device: usize,
+    /// Whether some rank on this GPU runs in another process (then their
+    /// kernels run at once only under MPS).
+    pub other_processes: bool,
+}
+
+impl Sharing {
+    /// This rank's view of `all` (every rank's identity, in rank order).
+    pub fn of(all: &[DeviceIdentity], rank: usize) -> Self {
+        let me = all[rank];
+        let same: Vec<_> = all.iter().filter(|d| d.uuid == me.uuid).collect();
+        Self {
+            ranks_on_device: same.len(),
+            other_processes: same.iter().any(|d| d.pid != me.pid),
+        }
+    }
+
+    pub fn shared(&self) -> bool {
+        self.ranks_on_device > 1
+    }
+
+    /// "" on a GPU of its own, else a note for logs and reports.
+    pub fn label(&self) -> String {
+        if self.shared() {
+            format!("shared GPU: {} ranks on this device", self.ranks_on_device)
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// The most blocks one rank's grid may have: one per SM when the device is
+/// its own (as before), else its share of what the device holds at once.
+/// `blocks_per_sm` is the occupancy of the kernels at their largest block
+/// (a smaller block never fits fewer blocks per SM).
+pub fn grid_cap(sms: usize, blocks_per_sm: usize, sharing: Sharing) -> Result<usize> {
+    let k = sharing.ranks_on_device.max(1);
+    let capacity = sms * blocks_per_sm;
+    let cap = sms.min(capacity / k);
+    if cap == 0 {
+        return Err(Error::Unsupported(format!(
+            "{k} ranks share one GPU, but it holds only {capacity} blocks of tpcomm's kernels at once \
+             ({sms} SMs x {blocks_per_sm}); put at most {capacity} ranks on this GPU"
+        )));
+    }
+    Ok(cap)
+}
+
+/// What a rank whose GPU is shared with ranks of other processes does when
+/// no MPS server serves it: the calls stay correct but each costs a time
+/// slice (milliseconds), so it says so once.
+pub fn time_slice_warning(sharing: Sharing, mps: bool, device: usize) -> Option<String> {
+    (sharing.other_processes && !mps).then(|| {
+        format!(
+            "tpcomm: warning: {} ranks share GPU {device} from different processes without MPS; \
+             their kernels run in time slices (milliseconds per call). Start the MPS daemon \
+             (`nvidia-cuda-mps-control -d`) before the ranks for microsecond calls",
+            sharing.ranks_on_device
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(gpu: u8, pid: u32) -> DeviceIdentity {
+        DeviceIdentity {
+            uuid: [gpu; 16],
+            pid,
+        }
+    }
+
+    #[test]
+    fn ranks_count_only_the_ranks_on_their_own_gpu() {
+        // 5 ranks round-robin over 2 GPUs, one process.
+        let all: Vec<_> = (0..5).map(|r| id((r % 2) as u8, 7)).collect();
+        assert_eq!(Sharing::of(&all, 0).ranks_on_device, 3);
+        assert_eq!(Sharing::of(&all, 1).ranks_on_device, 2);
+        assert!(!Sharing::of(&all, 0).other_processes);
+        let own: Vec<_> = (0..2).map(|r| id(r as u8, 7)).collect();
+        assert!(!Sharing::of(&own, 1).shared());
+    }
+
+    #[test]
+    fn ranks_in_other_processes_on_the_same_gpu_are_noticed() {
+        let all = [id(0, 10), id(0, 11), id(1, 12)];
+        assert!(Sharing::of(&all, 0).other_processes);
+        assert!(!Sharing::of(&all, 2).other_processes);
+        let s = Sharing::of(&all, 0);
+        assert!(time_slice_warning(s, false, 0).unwrap().contains("MPS"));
+        assert!(time_slice_warning(s, true, 0).is_none());
+    }
+
+    #[test]
+    fn shared_grids_fit_the_device_together() {
+        // H200: 132 SMs; the kernels' 512-thread blocks fit once per SM.
+        for k in 1..=8 {
+            let s = Sharing {
+                ranks_on_device: k,
+                other_processes: false,
+            };
+            for per_sm in 1..=4 {
+                let cap = grid_cap(132, per_sm, s).unwrap();
+                assert!(cap * k <= 132 * per_sm, "k={k} per_sm={per_sm} cap={cap}");
+                assert!(cap <= 132);
+            }
+        }
+        let own = Sharing {
+            ranks_on_device: 1,
+            other_processes: false,
+        };
+        // A GPU of its own keeps one block per SM, as before.
+        assert_eq!(grid_cap(132, 1, own).unwrap(), 132);
+        assert_eq!(grid_cap(132, 4, own).unwrap(), 132);
+        // 8 ranks at one block per SM: 16 blocks each.
+        let eight = Sharing {
+            ranks_on_device: 8,
+            other_processes: false,
+        };
+        assert_eq!(grid_cap(132, 1, eight).unwrap(), 16);
+        assert!(grid_cap(4, 1, eight).is_err());
+    }
+
+    #[test]
+    fn identities_round_trip_and_short_records_are_refused() {
+        let d = id(3, 4242);
+        assert_eq!(DeviceIdentity::from_bytes(&d.to_bytes()), Some(d));
+        assert_eq!(DeviceIdentity::from_bytes(&[0u8; 19]), None);
+    }
+}
