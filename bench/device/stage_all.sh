@@ -26,7 +26,7 @@ case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune nccl_gpu)
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout nccl_gpu)
 TESTS_CLI=(gpu_forward)
 
 anchor=""
@@ -92,7 +92,8 @@ nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
 cp bench/dropin/*.py "$DEST/dropin/"
 cp "$anchor" "$DEST/torch_allreduce.py"
 cp bench/device/verify_all.sh "$DEST/verify_all.sh"
-cp bench/device/common.sh bench/device/session3.sh bench/device/session4.sh bench/device/session2_final.sh bench/device/scale.sh bench/device/copy_bw.py "$DEST/"
+cp bench/device/common.sh bench/device/shared.sh bench/device/copy_bw.py "$DEST/"
+[ -d bench/plan ] && cp -r bench/plan "$DEST/plan"
 
 {
   echo "commit $(git rev-parse HEAD) ($(git rev-parse --abbrev-ref HEAD))"

@@ -120,6 +120,8 @@ fn bad_inputs_exit_with_a_message() {
         "h100-sxm",
         "--draft",
         "llama-3.1-8b-eagle3",
+        "--tp",
+        "2",
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("--allreduce-us"), "{err}");
@@ -198,4 +200,184 @@ fn spec_from_bench_file_config_and_plots() {
         err.contains("no row matches") && err.contains("algo=oneshot"),
         "{err}"
     );
+}
+
+/// `plan spec` cannot run without a draft, and says so in its usage line.
+#[test]
+fn spec_usage_shows_draft_is_required() {
+    let (code, out, _) = tpcomm(&["plan", "spec", "--help"]);
+    assert_eq!(code, 0);
+    let usage = out.lines().find(|l| l.starts_with("Usage:")).unwrap_or("");
+    assert!(usage.contains("--draft <DRAFT>"), "{usage}");
+    let (code, _, err) = tpcomm(&[
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--draft"), "{err}");
+}
+
+/// Issue 17: numbers near 2^64 and absurd latencies are errors, never a
+/// wrapped figure or NaN.
+#[test]
+fn huge_numbers_are_errors() {
+    let spec = |extra: &[&str]| {
+        let mut a = vec![
+            "plan",
+            "spec",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100-sxm",
+            "--tp",
+            "2",
+            "--draft",
+            "llama-3.1-8b-eagle3",
+        ];
+        a.extend_from_slice(extra);
+        tpcomm(&a)
+    };
+    let (code, out, err) = spec(&["--allreduce-us", "1e308"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("--allreduce-us") && !out.contains("NaN"),
+        "{err}"
+    );
+    let (code, _, err) = spec(&["--allreduce-us", "5", "--context", "18446744073709551615"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--context"), "{err}");
+    for flag in ["--max-batch-tokens", "--logit-rows"] {
+        let (code, out, err) = tpcomm(&[
+            "plan",
+            "memory",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h200-sxm",
+            flag,
+            "18446744073709551615",
+        ]);
+        assert_ne!(code, 0, "{flag}: {out}");
+        assert!(err.contains("64-bit"), "{flag}: {err}");
+    }
+}
+
+/// GPU memory comes from the catalog's nvidia-smi MiB, or from a probe file.
+#[test]
+fn gpu_memory_from_catalog_or_probe() {
+    let (code, out, err) = tpcomm(&[
+        "plan",
+        "memory",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h200-sxm",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["plan"]["gpu_memory"].as_u64(),
+        Some(143_771 << 20),
+        "{out}"
+    );
+
+    let probe = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/results/2026-11-30-h200x2-probe.json"
+    );
+    let (code, out, err) = tpcomm(&[
+        "plan",
+        "memory",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h200-sxm",
+        "--from-probe",
+        probe,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("139.8 GiB") && out.contains("GPU memory: from"),
+        "{out}"
+    );
+}
+
+/// "1 draft step", not "1 draft steps"; TP 1 needs no latency.
+#[test]
+fn one_step_is_singular_and_tp1_needs_no_latency() {
+    let (code, out, err) = tpcomm(&[
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--max-steps",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 draft step,") && !out.contains("1 draft steps"),
+        "{out}"
+    );
+    assert!(out.contains("no all-reduces"), "{out}");
+    // Asking for more steps than the draft has rates is said, not hidden.
+    let (code, out, err) = tpcomm(&[
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--max-steps",
+        "10",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("--max-steps 10") && out.contains("tried 1 to 7"),
+        "{out}"
+    );
+}
+
+/// `--tree` adds a tree setting beside the chains; a bad one is refused.
+#[test]
+fn trees_from_the_command_line() {
+    let base = [
+        "plan",
+        "spec",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--draft",
+        "llama-3.1-8b-eagle3",
+        "--json",
+        "--tree",
+    ];
+    let mut a = base.to_vec();
+    a.push("5,4,8,3.5");
+    let (code, out, err) = tpcomm(&a);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let settings = v["plan"]["settings"].as_array().unwrap();
+    let t = settings.last().unwrap();
+    assert_eq!(t["which"]["kind"], "tree", "{t}");
+    assert_eq!(
+        (t["topk"].as_u64(), t["verify_tokens"].as_u64()),
+        (Some(4), Some(8))
+    );
+    let mut a = base.to_vec();
+    a.push("5,4,99,3.5");
+    let (code, _, err) = tpcomm(&a);
+    assert_ne!(code, 0);
+    assert!(err.contains("draft_tokens 99"), "{err}");
 }

@@ -3,6 +3,7 @@
 //! and the bytes and FLOPs of one forward pass (the roofline's inputs).
 
 use crate::catalog::{Attention, Draft, DraftShape, Model};
+use crate::ck::{ck, Ck};
 use crate::error::{PlanError, Result};
 use serde::Serialize;
 use tpcomm::ByteSize;
@@ -31,7 +32,11 @@ pub const BF16_BYTES: u64 = 2;
 
 impl WeightType {
     /// Exact bytes to store `n` weights of this type, scales included.
-    pub fn bytes(self, n: u64) -> u64 {
+    pub fn bytes(self, n: u64) -> Result<u64> {
+        self.bytes_ck(ck(n)).get("weight bytes")
+    }
+
+    fn bytes_ck(self, n: Ck) -> Ck {
         match self {
             WeightType::Bf16 => n * 2,
             WeightType::Fp8 => n + n.div_ceil(FP8_BLOCK) * FP8_SCALE_BYTES,
@@ -97,8 +102,8 @@ pub struct Params {
 }
 
 impl Params {
-    pub fn total(&self) -> u64 {
-        self.embedding
+    pub fn total(&self) -> Result<u64> {
+        (ck(self.embedding)
             + self.lm_head
             + self.norms
             + self.attention_sharded
@@ -106,18 +111,22 @@ impl Params {
             + self.dense_mlp
             + self.router
             + self.shared_experts
-            + self.routed_experts
+            + self.routed_experts)
+            .get("the parameter count")
     }
 
     /// Parameters one token touches: everything but the routed experts it
     /// is not sent to.
-    pub fn active(&self) -> u64 {
-        self.total() - self.routed_experts + self.moe_layers * self.active_experts * self.expert
+    pub fn active(&self) -> Result<u64> {
+        (ck(self.total()?) - self.routed_experts
+            + ck(self.moe_layers) * self.active_experts * self.expert)
+            .get("the active parameter count")
     }
 }
 
 /// Parameters of one attention block: (sharded, replicated).
-fn attention_params(a: &Attention, hidden: u64, in_dim: u64) -> (u64, u64) {
+fn attention_params(a: &Attention, hidden: u64, in_dim: u64) -> (Ck, Ck) {
+    let (hidden, in_dim) = (ck(hidden), ck(in_dim));
     match *a {
         Attention::Gqa {
             heads,
@@ -126,13 +135,13 @@ fn attention_params(a: &Attention, hidden: u64, in_dim: u64) -> (u64, u64) {
             qkv_bias,
             qk_norm,
         } => {
-            let q = heads * head_dim;
-            let kv = kv_heads * head_dim;
-            let mut sharded = in_dim * (q + 2 * kv) + q * hidden;
+            let q = ck(heads) * head_dim;
+            let kv = ck(kv_heads) * head_dim;
+            let mut sharded = in_dim * (q + kv * 2) + q * hidden;
             if qkv_bias {
-                sharded += q + 2 * kv;
+                sharded = sharded + q + kv * 2;
             }
-            let replicated = if qk_norm { 2 * head_dim } else { 0 };
+            let replicated = ck(if qk_norm { 2 } else { 0 }) * head_dim;
             (sharded, replicated)
         }
         Attention::Mla {
@@ -143,46 +152,66 @@ fn attention_params(a: &Attention, hidden: u64, in_dim: u64) -> (u64, u64) {
             qk_rope_head_dim,
             v_head_dim,
         } => {
-            let qk = qk_nope_head_dim + qk_rope_head_dim;
+            let qk = ck(qk_nope_head_dim) + qk_rope_head_dim;
             let (q_rep, q_sh) = match q_lora_rank {
-                Some(r) => (in_dim * r + r, r * heads * qk),
-                None => (0, in_dim * heads * qk),
+                Some(r) => (in_dim * r + r, ck(r) * heads * qk),
+                None => (ck(0), in_dim * heads * qk),
             };
-            let kv_rep = in_dim * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank;
-            let kv_sh = kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim);
-            let o = heads * v_head_dim * hidden;
+            let kv_rep = in_dim * (ck(kv_lora_rank) + qk_rope_head_dim) + kv_lora_rank;
+            let kv_sh = ck(kv_lora_rank) * heads * (ck(qk_nope_head_dim) + v_head_dim);
+            let o = ck(heads) * v_head_dim * hidden;
             (q_sh + kv_sh + o, q_rep + kv_rep)
         }
     }
 }
 
-pub fn model_params(m: &Model) -> Params {
-    let h = m.hidden;
-    let (att_sh, att_rep) = attention_params(&m.attention, h, h);
+/// Parameter counts of a model; an error (never a wrapped count) when a
+/// size is so large that a count overflows 64 bits, or when the shape is
+/// inconsistent (more leading dense layers than layers).
+pub fn model_params(m: &Model) -> Result<Params> {
+    let h = ck(m.hidden);
+    let layers = ck(m.layers);
+    let (att_sh, att_rep) = attention_params(&m.attention, m.hidden, m.hidden);
+    let what = |part: &str| format!("{}: the {part} parameter count", m.name);
+    let embedding = (ck(m.vocab) * h).get(&what("embedding"))?;
     let mut p = Params {
-        embedding: m.vocab * h,
-        lm_head: if m.tie_embeddings { 0 } else { m.vocab * h },
-        norms: m.layers * 2 * h + h,
-        attention_sharded: m.layers * att_sh,
-        attention_replicated: m.layers * att_rep,
+        embedding,
+        lm_head: if m.tie_embeddings { 0 } else { embedding },
+        norms: (layers * 2 * h + h).get(&what("norm"))?,
+        attention_sharded: (layers * att_sh).get(&what("attention"))?,
+        attention_replicated: (layers * att_rep).get(&what("attention"))?,
         ..Params::default()
     };
     match &m.moe {
-        None => p.dense_mlp = m.layers * 3 * h * m.intermediate,
+        None => p.dense_mlp = (layers * 3 * h * m.intermediate).get(&what("MLP"))?,
         Some(moe) => {
+            if moe.dense_layers >= m.layers {
+                return Err(PlanError::invalid(
+                    "model",
+                    format!(
+                        "{}: {} leading dense layers leave no MoE layer of {}",
+                        m.name, moe.dense_layers, m.layers
+                    ),
+                ));
+            }
             let moe_layers = m.layers - moe.dense_layers;
-            let expert = 3 * h * moe.expert_intermediate;
-            p.dense_mlp = moe.dense_layers * 3 * h * m.intermediate;
-            p.router =
-                moe_layers * (h * moe.experts + if moe.router_bias { moe.experts } else { 0 });
-            p.shared_experts = moe_layers * moe.shared * expert;
-            p.routed_experts = moe_layers * moe.experts * expert;
+            let expert = (h * 3 * moe.expert_intermediate).get(&what("expert"))?;
+            p.dense_mlp = (ck(moe.dense_layers) * 3 * h * m.intermediate).get(&what("MLP"))?;
+            p.router = (ck(moe_layers)
+                * (h * moe.experts + if moe.router_bias { moe.experts } else { 0 }))
+            .get(&what("router"))?;
+            p.shared_experts =
+                (ck(moe_layers) * moe.shared * expert).get(&what("shared expert"))?;
+            p.routed_experts =
+                (ck(moe_layers) * moe.experts * expert).get(&what("routed expert"))?;
             p.expert = expert;
             p.moe_layers = moe_layers;
             p.active_experts = moe.active;
         }
     }
-    p
+    p.total()?;
+    p.active()?;
+    Ok(p)
 }
 
 /// Ranks must split attention heads evenly; KV heads are split when there
@@ -221,7 +250,8 @@ fn kv_elems_per_layer(a: &Attention, tp: u64) -> Result<u64> {
             kv_heads,
             head_dim,
             ..
-        } => 2 * kv_heads_per_rank(heads, kv_heads, tp)? * head_dim,
+        } => (ck(2) * kv_heads_per_rank(heads, kv_heads, tp)? * head_dim)
+            .get("KV-cache elements per layer")?,
         // The latent and the RoPE key are shared by all heads, so every rank
         // caches them whole.
         Attention::Mla {
@@ -231,7 +261,7 @@ fn kv_elems_per_layer(a: &Attention, tp: u64) -> Result<u64> {
             ..
         } => {
             kv_heads_per_rank(heads, heads, tp)?;
-            kv_lora_rank + qk_rope_head_dim
+            (ck(kv_lora_rank) + qk_rope_head_dim).get("KV-cache elements per layer")?
         }
     })
 }
@@ -239,32 +269,41 @@ fn kv_elems_per_layer(a: &Attention, tp: u64) -> Result<u64> {
 /// KV-cache bytes one token takes on one rank (all layers).
 pub fn kv_bytes_per_token(m: &Model, tp: u64, kv: KvType) -> Result<ByteSize> {
     Ok(ByteSize::b(
-        m.layers * kv_elems_per_layer(&m.attention, tp)? * kv.bytes(),
+        (ck(m.layers) * kv_elems_per_layer(&m.attention, tp)? * kv.bytes())
+            .get("KV-cache bytes per token")?,
     ))
 }
 
 /// Weight bytes on one rank. Expert parallelism is not modelled: each
 /// expert is split across the TP ranks like every other linear layer.
-pub fn weight_bytes_per_rank(p: &Params, tp: u64, wt: WeightType, scope: QuantScope) -> ByteSize {
-    let lin = |n: u64| match scope {
-        QuantScope::Linear => wt.bytes(n),
-        QuantScope::Experts => WeightType::Bf16.bytes(n),
+pub fn weight_bytes_per_rank(
+    p: &Params,
+    tp: u64,
+    wt: WeightType,
+    scope: QuantScope,
+) -> Result<ByteSize> {
+    let lin = |n: Ck| match scope {
+        QuantScope::Linear => wt.bytes_ck(n),
+        QuantScope::Experts => WeightType::Bf16.bytes_ck(n),
     };
-    let sharded = |n: u64| n.div_ceil(tp);
-    let bytes = BF16_BYTES * (sharded(p.embedding) + sharded(p.lm_head) + p.norms + p.router)
+    let sharded = |n: u64| ck(n).div_ceil(tp);
+    let bytes = (sharded(p.embedding) + sharded(p.lm_head) + p.norms + p.router) * BF16_BYTES
         + lin(sharded(p.attention_sharded))
-        + lin(p.attention_replicated)
+        + lin(ck(p.attention_replicated))
         + lin(sharded(p.dense_mlp))
         + lin(sharded(p.shared_experts))
-        + wt.bytes(sharded(p.routed_experts));
-    ByteSize::b(bytes)
+        + wt.bytes_ck(sharded(p.routed_experts));
+    Ok(ByteSize::b(bytes.get("weight bytes per GPU")?))
 }
 
 /// Expected number of distinct experts `tokens` tokens are routed to in one
 /// layer, each picking `active` of `experts` uniformly and independently.
 pub fn expected_distinct_experts(experts: u64, active: u64, tokens: u64) -> f64 {
+    if experts == 0 {
+        return 0.0;
+    }
     let miss = 1.0 - active as f64 / experts as f64;
-    experts as f64 * (1.0 - miss.powi(tokens as i32))
+    experts as f64 * (1.0 - miss.powi(i32::try_from(tokens).unwrap_or(i32::MAX)))
 }
 
 /// What one forward pass of `tokens` tokens costs one rank.
@@ -286,7 +325,7 @@ pub fn forward_cost(
     tokens: u64,
     context: u64,
 ) -> Result<ForwardCost> {
-    let p = model_params(m);
+    let p = model_params(m)?;
     // Weights a forward touches: everything but untouched routed experts and
     // the embedding table (only `tokens` rows of it are read).
     let mut touched = p.clone();
@@ -296,12 +335,12 @@ pub fn forward_cost(
         distinct = expected_distinct_experts(moe.experts, moe.active, tokens);
         touched.routed_experts = 0;
     }
-    let base = weight_bytes_per_rank(&touched, tp, wt, scope).bytes() as f64;
-    let expert_bytes = wt.bytes(p.expert.div_ceil(tp)) as f64;
+    let base = weight_bytes_per_rank(&touched, tp, wt, scope)?.bytes() as f64;
+    let expert_bytes = wt.bytes(ck(p.expert).div_ceil(tp).get("an expert's weights")?)? as f64;
     let experts_read = distinct * expert_bytes * p.moe_layers as f64;
-    let kv_read = (context * kv_bytes_per_token(m, tp, kv)?.bytes()) as f64;
+    let kv_read = context as f64 * kv_bytes_per_token(m, tp, kv)?.bytes() as f64;
 
-    let matmul_params = (p.active() - p.embedding) as f64 / tp as f64;
+    let matmul_params = (p.active()? - p.embedding) as f64 / tp as f64;
     let heads = m.attention.heads() as f64 / tp as f64;
     let att_dim = match m.attention {
         Attention::Gqa { head_dim, .. } => 2 * head_dim,
@@ -329,6 +368,7 @@ pub struct DraftArch {
 }
 
 pub fn draft_arch(d: &Draft, target: &Model, tp: u64, kv: KvType) -> Result<DraftArch> {
+    let what = |part: &str| format!("draft {}: the {part} parameter count", d.name);
     match d.shape {
         DraftShape::Eagle3 {
             layers,
@@ -346,18 +386,22 @@ pub fn draft_arch(d: &Draft, target: &Model, tp: u64, kv: KvType) -> Result<Draf
                 qkv_bias: false,
                 qk_norm: false,
             };
-            let (sh, rep) = attention_params(&att, hidden, 2 * hidden);
+            let in_dim = (ck(hidden) * 2).get(&what("attention"))?;
+            let (sh, rep) = attention_params(&att, hidden, in_dim);
+            let (l, h) = (ck(layers), ck(hidden));
             let params = Params {
-                lm_head: draft_vocab * hidden,
+                lm_head: (ck(draft_vocab) * h).get(&what("LM head"))?,
                 // input, hidden-state and post-attention norms per layer + final.
-                norms: layers * 3 * hidden + hidden,
-                attention_sharded: layers * sh,
-                attention_replicated: layers * rep + 3 * hidden * hidden,
-                dense_mlp: layers * 3 * hidden * intermediate,
+                norms: (l * 3 * h + h).get(&what("norm"))?,
+                attention_sharded: (l * sh).get(&what("attention"))?,
+                attention_replicated: (l * rep + h * 3 * h).get(&what("attention"))?,
+                dense_mlp: (l * 3 * h * intermediate).get(&what("MLP"))?,
                 ..Params::default()
             };
+            params.active()?;
             let kv_per_token = ByteSize::b(
-                layers * 2 * kv_heads_per_rank(heads, kv_heads, tp)? * head_dim * kv.bytes(),
+                (l * 2 * kv_heads_per_rank(heads, kv_heads, tp)? * head_dim * kv.bytes())
+                    .get("draft KV-cache bytes per token")?,
             );
             Ok(DraftArch {
                 params,
@@ -367,35 +411,40 @@ pub fn draft_arch(d: &Draft, target: &Model, tp: u64, kv: KvType) -> Result<Draf
             })
         }
         DraftShape::Mtp { layers } => {
-            let t = model_params(target);
-            let per_layer = |n: u64| n / target.layers;
+            let t = model_params(target)?;
             let (att_sh, att_rep) =
                 attention_params(&target.attention, target.hidden, target.hidden);
-            let h = target.hidden;
+            let (l, h) = (ck(layers), ck(target.hidden));
             let mut params = Params {
-                norms: layers * 4 * h,
-                attention_sharded: layers * att_sh,
-                attention_replicated: layers * att_rep,
-                dense_mlp: layers * 2 * h * h,
+                norms: (l * 4 * h).get(&what("norm"))?,
+                attention_sharded: (l * att_sh).get(&what("attention"))?,
+                attention_replicated: (l * att_rep).get(&what("attention"))?,
+                dense_mlp: (l * 2 * h * h).get(&what("projection"))?,
                 ..Params::default()
             };
             if let Some(moe) = &target.moe {
-                let moe_layers = t.moe_layers;
-                params.router = layers * (t.router / moe_layers);
-                params.shared_experts = layers * (t.shared_experts / moe_layers);
-                params.routed_experts = layers * moe.experts * t.expert;
+                let per_moe_layer = |n: u64| ck(n).div_floor(t.moe_layers);
+                params.router = (l * per_moe_layer(t.router)).get(&what("router"))?;
+                params.shared_experts =
+                    (l * per_moe_layer(t.shared_experts)).get(&what("shared expert"))?;
+                params.routed_experts = (l * moe.experts * t.expert).get(&what("routed expert"))?;
                 params.expert = t.expert;
                 params.moe_layers = layers;
                 params.active_experts = moe.active;
             } else {
-                params.dense_mlp += layers * per_layer(t.dense_mlp);
+                params.dense_mlp = (ck(params.dense_mlp)
+                    + l * ck(t.dense_mlp).div_floor(target.layers))
+                .get(&what("MLP"))?;
             }
-            let kv_per_token =
-                ByteSize::b(layers * kv_elems_per_layer(&target.attention, tp)? * kv.bytes());
+            params.active()?;
+            let kv_per_token = ByteSize::b(
+                (l * kv_elems_per_layer(&target.attention, tp)? * kv.bytes())
+                    .get("draft KV-cache bytes per token")?,
+            );
             Ok(DraftArch {
                 params,
                 layers,
-                hidden: h,
+                hidden: target.hidden,
                 kv_per_token,
             })
         }
@@ -410,23 +459,24 @@ pub fn draft_forward_cost(
     scope: QuantScope,
     tokens: u64,
     context: u64,
-) -> ForwardCost {
+) -> Result<ForwardCost> {
     let mut touched = a.params.clone();
     let mut experts_read = 0.0;
     if a.params.moe_layers > 0 {
-        let distinct = expected_distinct_experts(
-            a.params.routed_experts / (a.params.expert * a.params.moe_layers),
-            a.params.active_experts,
-            tokens,
-        );
-        experts_read =
-            distinct * wt.bytes(a.params.expert.div_ceil(tp)) as f64 * a.params.moe_layers as f64;
+        let experts = ck(a.params.routed_experts)
+            .div_floor(a.params.expert)
+            .div_floor(a.params.moe_layers)
+            .get("draft experts")?;
+        let distinct = expected_distinct_experts(experts, a.params.active_experts, tokens);
+        experts_read = distinct
+            * wt.bytes(ck(a.params.expert).div_ceil(tp).get("draft expert")?)? as f64
+            * a.params.moe_layers as f64;
         touched.routed_experts = 0;
     }
-    let base = weight_bytes_per_rank(&touched, tp, wt, scope).bytes() as f64;
-    let kv_read = (context * a.kv_per_token.bytes()) as f64;
-    ForwardCost {
+    let base = weight_bytes_per_rank(&touched, tp, wt, scope)?.bytes() as f64;
+    let kv_read = context as f64 * a.kv_per_token.bytes() as f64;
+    Ok(ForwardCost {
         bytes_read: base + experts_read + kv_read,
-        flops: 2.0 * tokens as f64 * a.params.active() as f64 / tp as f64,
-    }
+        flops: 2.0 * tokens as f64 * a.params.active()? as f64 / tp as f64,
+    })
 }

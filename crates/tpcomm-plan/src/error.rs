@@ -12,10 +12,12 @@ pub enum PlanError {
     #[error("{file}: not valid TOML: {detail}")]
     Toml { file: String, detail: String },
 
-    /// A catalog entry has a missing, mistyped or out-of-range field.
-    #[error("{file}: entry {entry:?}, field `{field}`: {problem}")]
+    /// A catalog entry has a missing, mistyped or out-of-range field; `line`
+    /// is where the field (or, when it is missing, the entry) starts.
+    #[error("{file}{}: entry {entry:?}, field `{field}`: {problem}", line_suffix(*.line))]
     Field {
         file: String,
+        line: Option<usize>,
         entry: String,
         field: String,
         problem: String,
@@ -68,9 +70,18 @@ pub enum PlanError {
     #[error("plot {path}: {detail}")]
     Plot { path: String, detail: String },
 
+    /// A planner formula overflowed 64-bit integers (an absurd size in a
+    /// model, a config.json or an option); never wrapped silently.
+    #[error("{what} does not fit in 64-bit arithmetic (is a size in the model or an option absurdly large?)")]
+    Overflow { what: String },
+
     /// Byte arithmetic overflowed (from tpcomm's ByteSize).
     #[error(transparent)]
     Core(#[from] tpcomm::Error),
+}
+
+fn line_suffix(line: Option<usize>) -> String {
+    line.map(|l| format!(":{l}")).unwrap_or_default()
 }
 
 impl PlanError {

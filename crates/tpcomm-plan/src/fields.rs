@@ -38,6 +38,7 @@ impl<'a> Fields<'a> {
     pub fn err(&self, field: &str, problem: impl Into<String>) -> PlanError {
         PlanError::Field {
             file: self.file.to_string(),
+            line: None,
             entry: self.entry.clone(),
             field: format!("{}{field}", self.prefix),
             problem: problem.into(),
@@ -144,6 +145,24 @@ impl<'a> Fields<'a> {
         Ok(x)
     }
 
+    /// A finite number at or above zero (integers accepted).
+    pub fn nonneg_f64(&self, field: &str) -> Result<f64> {
+        let x = match self.required(field)? {
+            Value::Float(x) => *x,
+            Value::Integer(n) => *n as f64,
+            other => {
+                return Err(self.err(
+                    field,
+                    format!("must be a number, found {}", other.type_str()),
+                ))
+            }
+        };
+        if !x.is_finite() || x < 0.0 {
+            return Err(self.err(field, format!("must be a number >= 0, found {x}")));
+        }
+        Ok(x)
+    }
+
     /// A byte size: a positive integer of bytes or a string such as "80 GB".
     pub fn bytes(&self, field: &str) -> Result<ByteSize> {
         let b = match self.required(field)? {
@@ -197,6 +216,11 @@ impl<'a> Fields<'a> {
             Value::Array(_) => Err(self.err(field, "is an empty list")),
             other => Err(self.err(field, format!("must be a list, found {}", other.type_str()))),
         }
+    }
+
+    /// Whether the table has `field` (marking it as read).
+    pub fn has(&self, field: &str) -> bool {
+        self.get(field).is_some()
     }
 
     /// Fails on any key that was never asked for: a typo must not pass silently.

@@ -127,7 +127,21 @@ pub fn model_from_config_str(path: &str, text: &str) -> Result<Model> {
             })
         }
     };
-    Ok(Model {
+    if let Some(moe) = &moe {
+        if moe.dense_layers >= layers {
+            return Err(bad(format!(
+                "first_k_dense_replace {} leaves no MoE layer of num_hidden_layers {layers}",
+                moe.dense_layers
+            )));
+        }
+        if moe.active > moe.experts {
+            return Err(bad(format!(
+                "num_experts_per_tok {} is above the {} experts",
+                moe.active, moe.experts
+            )));
+        }
+    }
+    let model = Model {
         name: c
             .get("_name_or_path")
             .and_then(|n| n.as_str())
@@ -146,5 +160,8 @@ pub fn model_from_config_str(path: &str, text: &str) -> Result<Model> {
         moe,
         mtp_layers: opt("num_nextn_predict_layers")?.unwrap_or(0),
         published: None,
-    })
+    };
+    // Every count the planner takes from this shape must fit in 64 bits.
+    crate::arch::model_params(&model).map_err(|e| bad(e.to_string()))?;
+    Ok(model)
 }

@@ -50,9 +50,10 @@ impl LatencyTable {
             if *b == ByteSize::ZERO {
                 return Err(bad("a row has 0 bytes".into()));
             }
-            if !us.is_finite() || *us <= 0.0 {
+            if !us.is_finite() || *us <= 0.0 || *us > crate::spec::MAX_LATENCY_US {
                 return Err(bad(format!(
-                    "the row for {b} has time {us} us; times must be positive"
+                    "the row for {b} has time {us} us; times must be positive and at most {} us",
+                    crate::spec::MAX_LATENCY_US
                 )));
             }
         }

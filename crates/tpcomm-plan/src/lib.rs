@@ -7,6 +7,7 @@
 
 pub mod arch;
 pub mod catalog;
+mod ck;
 pub mod error;
 mod fields;
 pub mod hf;

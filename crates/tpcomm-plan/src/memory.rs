@@ -6,34 +6,84 @@ use crate::arch::{
     WeightType,
 };
 use crate::catalog::{Attention, Draft, DraftShape, Model};
+use crate::ck::ck;
 use crate::error::{PlanError, Result};
 use serde::Serialize;
-use tpcomm::ByteSize;
-
-/// The planner's model of tpcomm's buffers (DESIGN.md, "The protocol" and
-/// "Memory"): each rank's receive area holds one slot of the maximum message
-/// size per peer, for each of the rotating epoch buffers, plus a small area
-/// for flags and epoch counters. The communicator's own memory report is the
-/// authority; pass its total with `--comm-bytes` when you have it.
-pub const TPCOMM_EPOCH_BUFFERS: u64 = 3;
-/// Flags, epoch counters and timeout state per rank (planner's allowance).
-pub const TPCOMM_SIGNAL_BYTES: ByteSize = ByteSize::kib(64);
+use tpcomm::plan_layout::{planned_report, PlannedTransport, DEFAULT_GRANULARITY};
+use tpcomm::{ByteSize, Place};
 
 /// NCCL's default per-connection buffer for its Simple protocol
 /// (NCCL_BUFFSIZE, 4 MiB, NCCL environment-variable documentation).
 pub const NCCL_BUFFSIZE: ByteSize = ByteSize::mib(4);
 
-/// tpcomm's buffer bytes on one rank for a given maximum message size.
-pub fn tpcomm_buffer_bytes(world: u64, max_message: ByteSize) -> Result<ByteSize> {
-    let slots = max_message.checked_mul(TPCOMM_EPOCH_BUFFERS * world.saturating_sub(1))?;
-    Ok(slots.checked_add(TPCOMM_SIGNAL_BYTES)?)
+/// Which of tpcomm's GPU transports the buffers are for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TpcommTransport {
+    /// Peer-to-peer device memory (NVLink, PCIe P2P).
+    #[default]
+    P2p,
+    /// Pinned host memory (no P2P), with the default delta kernel.
+    Host,
+}
+
+/// tpcomm's device memory on one rank for a group of `world` ranks and
+/// messages up to `max_message`: the library's own layout code
+/// ([`tpcomm::plan_layout`]), rounded to the driver's allocation granularity
+/// (2 MiB assumed), as free memory drops by. Returns the bytes and a line
+/// saying how they were computed. At TP 1 there is no communicator.
+pub fn tpcomm_buffer_bytes(
+    transport: TpcommTransport,
+    world: u64,
+    max_message: ByteSize,
+) -> Result<(ByteSize, String)> {
+    if world <= 1 {
+        return Ok((ByteSize::ZERO, "no communicator at TP 1".into()));
+    }
+    let world_us = usize::try_from(world)
+        .map_err(|_| PlanError::invalid("tensor-parallel size", format!("{world}")))?;
+    let planned = match transport {
+        TpcommTransport::P2p => PlannedTransport::P2p,
+        TpcommTransport::Host => PlannedTransport::Host {
+            delta: true,
+            processes: true,
+        },
+    };
+    let report = planned_report(
+        planned,
+        world_us,
+        max_message.as_usize()?,
+        DEFAULT_GRANULARITY,
+        0,
+    )?;
+    let lines = report
+        .lines
+        .iter()
+        .filter(|l| l.place == Place::Device)
+        .map(|l| format!("{} {}", l.name, l.bytes))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    Ok((
+        report.device_reserved(),
+        format!(
+            "tpcomm {} transport, {world} ranks, {max_message} max message (library layout code): {lines}, in {} granules",
+            match transport {
+                TpcommTransport::P2p => "P2P",
+                TpcommTransport::Host => "host-memory",
+            },
+            ByteSize::from_usize(DEFAULT_GRANULARITY)
+        ),
+    ))
 }
 
 /// An estimate of NCCL's buffers on one rank: for each channel, one
 /// NCCL_BUFFSIZE receive buffer from each ring neighbour. Other protocols'
 /// buffers and NCCL's internal allocations come on top; measure when it matters.
 pub fn nccl_buffer_estimate(channels: u64) -> Result<ByteSize> {
-    Ok(NCCL_BUFFSIZE.checked_mul(channels * 2)?)
+    let n = channels.checked_mul(2).ok_or_else(|| PlanError::Overflow {
+        what: "the NCCL channel count".into(),
+    })?;
+    Ok(NCCL_BUFFSIZE.checked_mul(n)?)
 }
 
 /// Which communication buffers to reserve.
@@ -42,6 +92,7 @@ pub fn nccl_buffer_estimate(channels: u64) -> Result<ByteSize> {
 pub enum CommChoice {
     Tpcomm {
         max_message: ByteSize,
+        transport: TpcommTransport,
     },
     Nccl {
         channels: u64,
@@ -49,6 +100,7 @@ pub enum CommChoice {
     /// tpcomm plus NCCL as its fallback (the usual deployment).
     Both {
         max_message: ByteSize,
+        transport: TpcommTransport,
         channels: u64,
     },
     /// A figure the user measured (e.g. the communicator's memory report).
@@ -100,32 +152,37 @@ pub struct MemoryPlan {
     pub kv_draft: ByteSize,
 }
 
-fn activation_bytes(m: &Model, tp: u64, tokens: u64, logit_rows: u64) -> u64 {
+fn activation_bytes(m: &Model, tp: u64, tokens: u64, logit_rows: u64) -> Result<u64> {
     let qkv = match m.attention {
         Attention::Gqa {
             heads,
             kv_heads,
             head_dim,
             ..
-        } => (heads + 2 * kv_heads) * head_dim,
+        } => (ck(heads) + ck(kv_heads) * 2) * head_dim,
         Attention::Mla {
             heads,
             kv_lora_rank,
             qk_nope_head_dim,
             qk_rope_head_dim,
             ..
-        } => heads * (qk_nope_head_dim + qk_rope_head_dim) + kv_lora_rank + qk_rope_head_dim,
+        } => {
+            ck(heads) * (ck(qk_nope_head_dim) + qk_rope_head_dim) + kv_lora_rank + qk_rope_head_dim
+        }
     };
     let mlp = match &m.moe {
-        None => m.intermediate,
-        Some(moe) => m
-            .intermediate
-            .max(moe.expert_intermediate * (moe.active + moe.shared)),
+        None => ck(m.intermediate),
+        Some(moe) => {
+            let experts =
+                (ck(moe.expert_intermediate) * (ck(moe.active) + moe.shared)).get("activations")?;
+            ck(m.intermediate.max(experts))
+        }
     };
     // Residual and normed input (whole), q/k/v and gate/up (sharded) in
     // bf16, plus f32 logits for the sampled rows (vocab-sharded).
-    let per_token = 2 * m.hidden + qkv.div_ceil(tp) + 2 * mlp.div_ceil(tp);
-    tokens * per_token * 2 + logit_rows * m.vocab.div_ceil(tp) * 4
+    let per_token = ck(m.hidden) * 2 + qkv.div_ceil(tp) + mlp.div_ceil(tp) * 2;
+    (ck(tokens) * per_token * 2 + ck(logit_rows) * ck(m.vocab).div_ceil(tp) * 4)
+        .get("activation bytes (--max-batch-tokens, --logit-rows)")
 }
 
 pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
@@ -143,13 +200,13 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
         how: "CUDA context, library workspaces, allocator slack (estimate; --runtime-reserve)"
             .into(),
     });
-    let params = model_params(m);
+    let params = model_params(m)?;
     terms.push(Term {
         name: "target weights".into(),
-        bytes: weight_bytes_per_rank(&params, inp.tp, inp.weights, inp.scope),
+        bytes: weight_bytes_per_rank(&params, inp.tp, inp.weights, inp.scope)?,
         how: format!(
             "{:.1}B params; {} on {}, the rest bf16; split over TP {}",
-            params.total() as f64 / 1e9,
+            params.total()? as f64 / 1e9,
             inp.weights.describe(),
             match inp.scope {
                 QuantScope::Experts => "routed experts",
@@ -158,43 +215,36 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
             inp.tp
         ),
     });
-    let (comm_bytes, comm_how) = match inp.comm {
-        CommChoice::Tpcomm { max_message } => (
-            tpcomm_buffer_bytes(inp.tp, max_message)?,
-            format!(
-                "tpcomm: {TPCOMM_EPOCH_BUFFERS} epochs x {} peers x {max_message} + {TPCOMM_SIGNAL_BYTES} flags",
-                inp.tp - 1
-            ),
-        ),
-        CommChoice::Nccl { channels } => (
-            nccl_buffer_estimate(channels)?,
-            format!("NCCL estimate: {channels} channels x 2 neighbours x NCCL_BUFFSIZE {NCCL_BUFFSIZE}"),
-        ),
-        CommChoice::Both {
-            max_message,
-            channels,
-        } => (
-            tpcomm_buffer_bytes(inp.tp, max_message)?
-                .checked_add(nccl_buffer_estimate(channels)?)?,
-            format!(
-                "tpcomm ({TPCOMM_EPOCH_BUFFERS} x {} x {max_message} + {TPCOMM_SIGNAL_BYTES}) + NCCL estimate ({channels} x 2 x {NCCL_BUFFSIZE})",
-                inp.tp - 1
-            ),
-        ),
-        CommChoice::Bytes { bytes } => (bytes, "given with --comm-bytes".into()),
+    let nccl_how = |channels: u64| {
+        format!("NCCL estimate: {channels} channels x 2 ring neighbours x NCCL_BUFFSIZE {NCCL_BUFFSIZE} (Simple protocol only; not computed from NCCL)")
+    };
+    let (comm_bytes, comm_how) = if inp.tp == 1 {
+        (ByteSize::ZERO, "none at TP 1".to_string())
+    } else {
+        match inp.comm {
+            CommChoice::Tpcomm {
+                max_message,
+                transport,
+            } => tpcomm_buffer_bytes(transport, inp.tp, max_message)?,
+            CommChoice::Nccl { channels } => (nccl_buffer_estimate(channels)?, nccl_how(channels)),
+            CommChoice::Both {
+                max_message,
+                transport,
+                channels,
+            } => {
+                let (t, how) = tpcomm_buffer_bytes(transport, inp.tp, max_message)?;
+                (
+                    t.checked_add(nccl_buffer_estimate(channels)?)?,
+                    format!("{how}; plus {}", nccl_how(channels)),
+                )
+            }
+            CommChoice::Bytes { bytes } => (bytes, "given with --comm-bytes".into()),
+        }
     };
     terms.push(Term {
         name: "communication buffers".into(),
-        bytes: if inp.tp == 1 {
-            ByteSize::ZERO
-        } else {
-            comm_bytes
-        },
-        how: if inp.tp == 1 {
-            "none at TP 1".into()
-        } else {
-            comm_how
-        },
+        bytes: comm_bytes,
+        how: comm_how,
     });
     terms.push(Term {
         name: "CUDA graphs".into(),
@@ -208,7 +258,7 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
             inp.tp,
             inp.max_batch_tokens,
             inp.logit_rows,
-        )),
+        )?),
         how: format!(
             "{} tokens x (2 x hidden + qkv/TP + 2 x mlp/TP) x 2 B + {} logit rows x vocab/TP x 4 B",
             inp.max_batch_tokens, inp.logit_rows
@@ -224,11 +274,11 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
         };
         terms.push(Term {
             name: "draft weights".into(),
-            bytes: weight_bytes_per_rank(&a.params, inp.tp, inp.draft_weights, scope),
+            bytes: weight_bytes_per_rank(&a.params, inp.tp, inp.draft_weights, scope)?,
             how: format!(
                 "{} ({:.2}B params, {})",
                 d.name,
-                a.params.total() as f64 / 1e9,
+                a.params.total()? as f64 / 1e9,
                 inp.draft_weights.describe()
             ),
         });
@@ -242,7 +292,7 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
                 term: t.name.clone(),
                 needed: t.bytes,
                 available: left,
-                short: ByteSize::b(t.bytes.bytes() - left.bytes()),
+                short: ByteSize::b(t.bytes.bytes().saturating_sub(left.bytes())),
                 hint: "use more GPUs (--tp), a smaller weight type, or lower the estimates".into(),
             })?;
     }
@@ -253,7 +303,7 @@ pub fn plan_memory(inp: &MemoryInput) -> Result<MemoryPlan> {
             term: "KV cache (one token)".into(),
             needed: per_token,
             available: left,
-            short: ByteSize::b(per_token.bytes() - left.bytes()),
+            short: ByteSize::b(per_token.bytes().saturating_sub(left.bytes())),
             hint: "nothing is left for the KV cache after the terms above".into(),
         });
     }

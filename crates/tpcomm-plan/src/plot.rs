@@ -3,7 +3,7 @@
 //! licence), so no system font library is needed.
 
 use crate::error::{PlanError, Result};
-use crate::spec::{BreakEven, Planner, SpecPlan};
+use crate::spec::{BreakEven, Planner, Setting, SpecPlan, Which};
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::{Path, PathBuf};
@@ -43,26 +43,32 @@ pub fn draw(dir: &Path, planner: &Planner, plan: &SpecPlan) -> Result<Vec<PathBu
 
 fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
     let best = &plan.settings[plan.best];
-    let be_scale = match best.break_even {
+    // The x axis and the break-even line follow the setting the text quotes
+    // (the plan's most forgiving one), so the two always agree.
+    let key = plan
+        .most_forgiving
+        .and_then(|i| plan.settings.get(i))
+        .unwrap_or(best);
+    let be_scale = match key.break_even {
         BreakEven::At { scale, .. } => Some(scale),
         _ => None,
     };
     let smax = 2.0f64.max(be_scale.unwrap_or(0.0) * 2.0);
     let n = 200;
     let mut plain = Vec::new();
-    let mut spec: Vec<(u64, Vec<(f64, f64)>)> = Vec::new();
+    let mut spec: Vec<(&Setting, Vec<(f64, f64)>)> = Vec::new();
     for st in &plan.settings {
-        spec.push((st.steps, Vec::new()));
+        spec.push((st, Vec::new()));
     }
     let mut ymax: f64 = 1.0;
     for i in 0..=n {
         let s = smax * i as f64 / n as f64;
-        let x = planner.mean_latency_us(best.steps, s)?;
+        let x = planner.mean_latency_of(key.which, s)?;
         let p = planner.plain(s).tok_s;
         plain.push((x, p));
         ymax = ymax.max(p);
-        for (steps, pts) in spec.iter_mut() {
-            let t = planner.setting(*steps, s)?.tok_s;
+        for (st, pts) in spec.iter_mut() {
+            let t = planner.setting_of(st.which, s)?.tok_s;
             ymax = ymax.max(t);
             pts.push((x, t));
         }
@@ -92,28 +98,28 @@ fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
         .map_err(|e| perr(path, e))?
         .label("plain decoding")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
-    for (i, (steps, pts)) in spec.into_iter().enumerate() {
+    for (i, (st, pts)) in spec.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let width = if steps == best.steps { 3 } else { 1 };
+        let width = if st.which == best.which { 3 } else { 1 };
         chart
             .draw_series(LineSeries::new(pts, color.stroke_width(width)))
             .map_err(|e| perr(path, e))?
-            .label(format!("spec, {steps} draft steps"))
+            .label(format!("spec, {}", st.label()))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
             });
     }
-    if let BreakEven::At { mean_us, .. } = best.break_even {
+    if let BreakEven::At { mean_us, .. } = key.break_even {
         chart
             .draw_series(LineSeries::new(
                 vec![(mean_us, 0.0), (mean_us, ymax * 1.1)],
                 RED.stroke_width(2),
             ))
             .map_err(|e| perr(path, e))?
-            .label(format!("break-even {mean_us:.1} us ({} steps)", best.steps))
+            .label(format!("break-even {mean_us:.1} us ({})", key.label()))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
     }
-    let now = planner.mean_latency_us(best.steps, 1.0)?;
+    let now = planner.mean_latency_of(key.which, 1.0)?;
     chart
         .draw_series(std::iter::once(Circle::new(
             (now, best.tok_s),
@@ -142,7 +148,12 @@ fn draw_cycle(path: &Path, plan: &SpecPlan) -> Result<()> {
     )];
     for s in &plan.settings {
         bars.push((
-            format!("{} steps", s.steps),
+            match s.which {
+                Which::Chain { .. } => {
+                    format!("{} step{}", s.steps, if s.steps == 1 { "" } else { "s" })
+                }
+                Which::Tree { .. } => format!("{}x{}/{}", s.steps, s.topk, s.verify_tokens),
+            },
             [
                 s.draft_compute_us,
                 s.draft_comm_us,

@@ -1,15 +1,29 @@
-//! The speculative-decoding planner. A cycle is `steps` draft forwards (one
-//! token each: chain drafts, top-1; trees are not modelled) followed by one
-//! target forward verifying `steps + 1` tokens. Every forward ends each
-//! attention and MLP block with an all-reduce, plus one after the
-//! vocabulary-parallel embedding: 2 x layers + 1 per forward, each of
-//! hidden x tokens x 2 bytes (bf16 activations).
+//! The speculative-decoding planner. A chain cycle is `steps` draft forwards
+//! of one token each (top-1) followed by one target forward verifying
+//! `steps + 1` tokens; its tokens per cycle come from the draft's
+//! per-position acceptance rates. A tree cycle (SGLang's EAGLE trees:
+//! `steps`, `topk`, `draft_tokens`) is one draft forward of one token, then
+//! `steps - 1` of `topk` tokens each, then one target forward verifying
+//! `draft_tokens` tokens; its tokens per cycle are a published (or given)
+//! acceptance length for exactly that shape, never extrapolated. Under tensor parallelism
+//! (TP > 1) every forward ends each attention and MLP block with an
+//! all-reduce, plus one after the vocabulary-parallel embedding: 2 x layers
+//! plus 1 per forward, each of hidden x tokens x 2 bytes (bf16
+//! activations); at TP 1 there are none.
+//!
+//! Compute time is a roofline: bytes read over the GPU's memory bandwidth
+//! (or FLOPs over its peak, whichever is longer), plus a per-layer cost. With
+//! a `[gpu.measured]` block in the catalog both come from measurements (a
+//! streaming copy's bandwidth, a measured per-layer cost); without it the
+//! datasheet bandwidth and no per-layer cost are used, which overestimates
+//! decode speed, and the plan says so.
 
 use crate::arch::{
     draft_arch, draft_forward_cost, forward_cost, DraftArch, ForwardCost, KvType, QuantScope,
     WeightType,
 };
-use crate::catalog::{Draft, DraftShape, Gpu, Model};
+use crate::catalog::{Draft, DraftShape, Gpu, Model, Tree};
+use crate::ck::ck;
 use crate::error::{PlanError, Result};
 use crate::latency::LatencySource;
 use serde::Serialize;
@@ -18,13 +32,29 @@ use tpcomm::ByteSize;
 /// Activations travel in bf16.
 pub const ACT_BYTES: u64 = 2;
 
+/// Largest all-reduce latency a plan accepts (1000 s), so that no sum of
+/// latencies can reach infinity and turn a rate into NaN.
+pub const MAX_LATENCY_US: f64 = 1e9;
+
 /// The per-layer overhead added to the roofline (launches, synchronisation,
-/// kernels below peak): given, or fitted to a measured plain-decoding rate.
+/// kernels below peak): the GPU's measured figure from the catalog (none
+/// when it has no `[gpu.measured]` block), given, or fitted to a measured
+/// plain-decoding rate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Overhead {
+    Catalog,
     PerLayerUs { us: f64 },
     CalibrateTokS { tok_s: f64 },
+}
+
+/// Which cycle a setting is: a chain of `steps`, or the tree at an index of
+/// the planner's trees (the draft's catalog trees, then the given ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Which {
+    Chain { steps: u64 },
+    Tree { index: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -48,6 +78,9 @@ pub struct SpecInput<'a> {
     pub overhead: Overhead,
     /// Largest number of draft steps to try (at most the draft's rates).
     pub max_steps: u64,
+    /// Tree shapes to plan besides the draft's own catalog trees (e.g. given
+    /// on the command line), each with its acceptance length.
+    pub trees: Vec<Tree>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -75,7 +108,10 @@ pub enum BreakEven {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Setting {
+    pub which: Which,
     pub steps: u64,
+    /// Candidates per draft step (1: a chain).
+    pub topk: u64,
     pub verify_tokens: u64,
     /// Expected tokens produced per cycle (accepted drafts + the bonus token).
     pub tokens_per_cycle: f64,
@@ -90,6 +126,24 @@ pub struct Setting {
     pub break_even: BreakEven,
 }
 
+impl Setting {
+    /// "1 draft step", "4 draft steps", or "tree: 5 steps, topk 4, 8 tokens".
+    pub fn label(&self) -> String {
+        match self.which {
+            Which::Chain { steps } => {
+                format!("{steps} draft step{}", if steps == 1 { "" } else { "s" })
+            }
+            Which::Tree { .. } => format!(
+                "tree: {} step{}, topk {}, {} tokens",
+                self.steps,
+                if self.steps == 1 { "" } else { "s" },
+                self.topk,
+                self.verify_tokens
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SpecPlan {
     pub plain: Plain,
@@ -98,6 +152,13 @@ pub struct SpecPlan {
     pub settings: Vec<Setting>,
     /// Index into `settings` of the fastest.
     pub best: usize,
+    /// Index into `settings` of the setting that keeps winning up to the
+    /// highest all-reduce latency (the one the text and the plot quote).
+    pub most_forgiving: Option<usize>,
+    /// Where the roofline's bandwidth comes from.
+    pub bandwidth_from: String,
+    /// Things the user should know (e.g. fewer steps tried than asked).
+    pub notes: Vec<String>,
     pub spec_latency: String,
     pub plain_latency: String,
 }
@@ -115,8 +176,39 @@ pub fn expected_tokens(acceptance: &[f64], steps: usize) -> f64 {
     sum
 }
 
+/// The bandwidth the roofline uses: the measured one when the catalog has it.
+pub fn roofline_bandwidth(gpu: &Gpu) -> (f64, String) {
+    match &gpu.measured {
+        Some(m) => (
+            m.bandwidth_bytes_per_s,
+            format!(
+                "measured {:.0} GB/s ({})",
+                m.bandwidth_bytes_per_s / 1e9,
+                m.source
+            ),
+        ),
+        None => (
+            gpu.bandwidth_bytes_per_s,
+            format!(
+                "datasheet {:.0} GB/s (uncalibrated: no [gpu.measured] for {}; real decoding is slower)",
+                gpu.bandwidth_bytes_per_s / 1e9,
+                gpu.name
+            ),
+        ),
+    }
+}
+
 fn roofline_us(c: ForwardCost, gpu: &Gpu) -> f64 {
-    (c.bytes_read / gpu.bandwidth_bytes_per_s).max(c.flops / gpu.bf16_flops_per_s) * 1e6
+    let bw = roofline_bandwidth(gpu).0;
+    (c.bytes_read / bw).max(c.flops / gpu.bf16_flops_per_s) * 1e6
+}
+
+/// All-reduces of one forward of a model with `layers` layers at `tp`.
+pub fn allreduces_per_forward(layers: u64, tp: u64) -> Result<u64> {
+    if tp <= 1 {
+        return Ok(0);
+    }
+    (ck(layers) * 2 + 1u64).get("the all-reduce count")
 }
 
 /// Everything about the configuration that does not depend on latency.
@@ -142,9 +234,44 @@ impl<'a> Planner<'a> {
         if inp.max_steps == 0 {
             return Err(PlanError::invalid("--max-steps", "must be at least 1"));
         }
+        for t in inp.draft.trees.iter().chain(&inp.trees) {
+            t.check().map_err(|e| PlanError::invalid("tree", e))?;
+        }
+        for (what, src) in [
+            ("cycle all-reduce latency", Some(&inp.spec_latency)),
+            ("plain all-reduce latency", inp.plain_latency.as_ref()),
+        ] {
+            if let Some(LatencySource::Flat { us }) = src {
+                if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(us)) {
+                    return Err(PlanError::invalid(
+                        what,
+                        format!("{us} us (give 0 to {MAX_LATENCY_US} us)"),
+                    ));
+                }
+            }
+        }
+        if inp.context > 1 << 40 {
+            return Err(PlanError::invalid(
+                "--context",
+                format!("{} tokens is beyond any model's context", inp.context),
+            ));
+        }
         let draft = draft_arch(inp.draft, m, inp.tp, inp.kv)?;
-        let target_allreduces = 2 * m.layers + 1;
-        let draft_allreduces = 2 * draft.layers + 1;
+        let target_allreduces = allreduces_per_forward(m.layers, inp.tp)?;
+        let draft_allreduces = allreduces_per_forward(draft.layers, inp.tp)?;
+        // Messages of the largest verify are computed once here, so that
+        // no later step can overflow.
+        let most_tokens = inp
+            .draft
+            .trees
+            .iter()
+            .chain(inp.trees.iter())
+            .map(|t| t.draft_tokens.max(t.topk))
+            .fold(
+                inp.max_steps.min(inp.draft.acceptance.len() as u64) + 1,
+                u64::max,
+            );
+        (ck(m.hidden) * most_tokens * ACT_BYTES).get("the verify pass's all-reduce message")?;
         let plain_roof = roofline_us(
             forward_cost(m, inp.tp, inp.weights, inp.scope, inp.kv, 1, inp.context)?,
             inp.gpu,
@@ -159,6 +286,18 @@ impl<'a> Planner<'a> {
             inp,
         };
         match p.inp.overhead {
+            Overhead::Catalog => match &p.inp.gpu.measured {
+                Some(e) => {
+                    p.overhead_us = e.layer_us;
+                    p.overhead_from = format!("measured ({})", e.source);
+                }
+                None => {
+                    p.overhead_from = format!(
+                        "none: no [gpu.measured] for {} (uncalibrated; give --overhead-us or --calibrate-tok-s)",
+                        p.inp.gpu.name
+                    );
+                }
+            },
             Overhead::PerLayerUs { us } => {
                 if !(us.is_finite() && us >= 0.0) {
                     return Err(PlanError::invalid("per-layer overhead", format!("{us} us")));
@@ -190,7 +329,15 @@ impl<'a> Planner<'a> {
     }
 
     fn target_message(&self, tokens: u64) -> ByteSize {
-        ByteSize::b(self.inp.model.hidden * tokens * ACT_BYTES)
+        // Checked in `new` for every token count the plan uses; saturates
+        // for a caller that asks beyond it.
+        ByteSize::b(
+            self.inp
+                .model
+                .hidden
+                .saturating_mul(tokens)
+                .saturating_mul(ACT_BYTES),
+        )
     }
 
     /// Plain decoding's all-reduce time per token; `scale` applies only when
@@ -215,25 +362,77 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// One cycle of `steps` draft steps with the cycle's latencies multiplied by `scale`.
+    /// Every tree this planner costs: the draft's catalog trees, then the given ones.
+    pub fn trees(&self) -> impl Iterator<Item = &Tree> {
+        self.inp.draft.trees.iter().chain(self.inp.trees.iter())
+    }
+
+    /// One chain cycle of `steps` draft steps with the cycle's latencies
+    /// multiplied by `scale`.
     pub fn setting(&self, steps: u64, scale: f64) -> Result<Setting> {
+        self.setting_of(Which::Chain { steps }, scale)
+    }
+
+    /// One cycle (chain or tree) with the cycle's latencies multiplied by `scale`.
+    pub fn setting_of(&self, which: Which, scale: f64) -> Result<Setting> {
         let i = &self.inp;
-        let verify_tokens = steps + 1;
+        let (steps, topk, verify_tokens, tokens) = match which {
+            Which::Chain { steps } => {
+                if steps == 0 || steps > i.draft.acceptance.len() as u64 {
+                    return Err(PlanError::invalid(
+                        "draft steps",
+                        format!(
+                            "{steps}: the draft {} has acceptance rates for 1 to {} steps",
+                            i.draft.name,
+                            i.draft.acceptance.len()
+                        ),
+                    ));
+                }
+                (
+                    steps,
+                    1,
+                    steps + 1,
+                    expected_tokens(&i.draft.acceptance, steps as usize),
+                )
+            }
+            Which::Tree { index } => {
+                let t = self
+                    .trees()
+                    .nth(index)
+                    .ok_or_else(|| PlanError::invalid("tree", format!("no tree number {index}")))?;
+                (t.steps, t.topk, t.draft_tokens, t.accept_length)
+            }
+        };
         let draft_scope = match i.draft.shape {
             DraftShape::Mtp { .. } => i.scope,
             DraftShape::Eagle3 { .. } => QuantScope::Linear,
         };
-        let d_cost = draft_forward_cost(
-            &self.draft,
-            i.tp,
-            i.draft_weights,
-            draft_scope,
-            1,
-            i.context,
-        );
-        let d_compute = roofline_us(d_cost, i.gpu) + self.draft.layers as f64 * self.overhead_us;
-        let d_msg = ByteSize::b(self.draft.hidden * ACT_BYTES);
-        let d_comm = self.draft_allreduces as f64 * scale * i.spec_latency.latency_us(d_msg);
+        // One draft step over `n` tokens: its compute and its all-reduces.
+        let step = |n: u64| -> Result<(f64, f64)> {
+            let cost = draft_forward_cost(
+                &self.draft,
+                i.tp,
+                i.draft_weights,
+                draft_scope,
+                n,
+                i.context,
+            )?;
+            let compute = roofline_us(cost, i.gpu) + self.draft.layers as f64 * self.overhead_us;
+            let msg = ByteSize::b(
+                self.draft
+                    .hidden
+                    .saturating_mul(n)
+                    .saturating_mul(ACT_BYTES),
+            );
+            let comm = self.draft_allreduces as f64 * scale * i.spec_latency.latency_us(msg);
+            Ok((compute, comm))
+        };
+        // The first step drafts from one token; a tree's later steps run
+        // its `topk` candidates at once.
+        let (c1, a1) = step(1)?;
+        let (ck_, ak) = if topk == 1 { (c1, a1) } else { step(topk)? };
+        let rest = (steps - 1) as f64;
+        let (d_compute, d_comm) = (c1 + rest * ck_, a1 + rest * ak);
         let v_cost = forward_cost(
             i.model,
             i.tp,
@@ -248,19 +447,22 @@ impl<'a> Planner<'a> {
             * scale
             * i.spec_latency
                 .latency_us(self.target_message(verify_tokens));
-        let tokens = expected_tokens(&i.draft.acceptance, steps as usize);
-        let cycle = steps as f64 * (d_compute + d_comm) + v_compute + v_comm;
+        let cycle = d_compute + d_comm + v_compute + v_comm;
         let tok_s = tokens * 1e6 / cycle;
         Ok(Setting {
+            which,
             steps,
+            topk,
             verify_tokens,
             tokens_per_cycle: tokens,
-            draft_compute_us: steps as f64 * d_compute,
-            draft_comm_us: steps as f64 * d_comm,
+            draft_compute_us: d_compute,
+            draft_comm_us: d_comm,
             verify_compute_us: v_compute,
             verify_comm_us: v_comm,
             cycle_us: cycle,
-            allreduces: steps * self.draft_allreduces + self.target_allreduces,
+            allreduces: steps
+                .saturating_mul(self.draft_allreduces)
+                .saturating_add(self.target_allreduces),
             tok_s,
             speedup: tok_s / self.plain(scale).tok_s,
             break_even: BreakEven::NeverWins,
@@ -269,14 +471,27 @@ impl<'a> Planner<'a> {
 
     /// Mean latency of one of the cycle's all-reduces at `scale`.
     pub fn mean_latency_us(&self, steps: u64, scale: f64) -> Result<f64> {
-        let s = self.setting(steps, 1.0)?;
+        self.mean_latency_of(Which::Chain { steps }, scale)
+    }
+
+    /// Mean latency of one of the cycle's all-reduces at `scale`, any cycle.
+    pub fn mean_latency_of(&self, which: Which, scale: f64) -> Result<f64> {
+        let s = self.setting_of(which, 1.0)?;
+        if s.allreduces == 0 {
+            return Ok(0.0);
+        }
         Ok(scale * (s.draft_comm_us + s.verify_comm_us) / s.allreduces as f64)
     }
 
     /// The latency scale at which speculation and plain decoding are equally fast.
     pub fn break_even(&self, steps: u64) -> Result<BreakEven> {
+        self.break_even_of(Which::Chain { steps })
+    }
+
+    /// The break-even of any cycle.
+    pub fn break_even_of(&self, which: Which) -> Result<BreakEven> {
         let gain =
-            |s: f64| -> Result<f64> { Ok(self.setting(steps, s)?.tok_s - self.plain(s).tok_s) };
+            |s: f64| -> Result<f64> { Ok(self.setting_of(which, s)?.tok_s - self.plain(s).tok_s) };
         if gain(0.0)? <= 0.0 {
             return Ok(BreakEven::NeverWins);
         }
@@ -302,7 +517,7 @@ impl<'a> Planner<'a> {
         let scale = 0.5 * (lo + hi);
         Ok(BreakEven::At {
             scale,
-            mean_us: self.mean_latency_us(steps, scale)?,
+            mean_us: self.mean_latency_of(which, scale)?,
         })
     }
 
@@ -315,9 +530,14 @@ impl<'a> Planner<'a> {
 
     pub fn plan(&self) -> Result<SpecPlan> {
         let mut settings = Vec::new();
-        for k in self.steps_range() {
-            let mut s = self.setting(k, 1.0)?;
-            s.break_even = self.break_even(k)?;
+        let trees = self.trees().count();
+        let whiches = self
+            .steps_range()
+            .map(|steps| Which::Chain { steps })
+            .chain((0..trees).map(|index| Which::Tree { index }));
+        for w in whiches {
+            let mut s = self.setting_of(w, 1.0)?;
+            s.break_even = self.break_even_of(w)?;
             settings.push(s);
         }
         let best = settings
@@ -326,7 +546,30 @@ impl<'a> Planner<'a> {
             .max_by(|a, b| a.1.tok_s.total_cmp(&b.1.tok_s))
             .map(|(i, _)| i)
             .unwrap_or(0);
+        let most_forgiving = settings
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s.break_even {
+                BreakEven::At { mean_us, .. } => Some((i, mean_us)),
+                _ => None,
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(i, _)| i);
+        let mut notes = Vec::new();
+        let rates = self.inp.draft.acceptance.len() as u64;
+        if self.inp.max_steps > rates {
+            notes.push(format!(
+                "--max-steps {} asked for more steps than the {rates} acceptance rates of draft {}; tried 1 to {rates}",
+                self.inp.max_steps, self.inp.draft.name
+            ));
+        }
+        if self.inp.tp == 1 {
+            notes.push("TP 1: no all-reduces; the latency source is not used".into());
+        }
         Ok(SpecPlan {
+            most_forgiving,
+            bandwidth_from: roofline_bandwidth(self.inp.gpu).1,
+            notes,
             plain: self.plain(1.0),
             overhead_per_layer_us: self.overhead_us,
             overhead_from: self.overhead_from.clone(),

@@ -45,14 +45,14 @@ fn parameter_counts_match_published_figures() {
     let c = Catalog::builtin().unwrap();
     let mut checked = 0;
     for m in &c.models {
-        let p = model_params(m);
+        let p = model_params(m).unwrap();
         let pb = m
             .published
             .as_ref()
             .expect("every catalog model has published figures");
         for (what, computed, published) in [
-            ("total", p.total(), pb.total_params),
-            ("active", p.active(), pb.active_params),
+            ("total", p.total().unwrap(), pb.total_params),
+            ("active", p.active().unwrap(), pb.active_params),
         ] {
             if let Some(published) = published {
                 let off = 100.0 * (computed as f64 - published as f64).abs() / published as f64;
@@ -74,9 +74,15 @@ fn parameter_counts_match_published_figures() {
 #[test]
 fn tight_parameter_counts() {
     let c = Catalog::builtin().unwrap();
-    let l8 = model_params(c.model("llama-3.1-8b").unwrap()).total() as f64;
+    let l8 = model_params(c.model("llama-3.1-8b").unwrap())
+        .unwrap()
+        .total()
+        .unwrap() as f64;
     assert!((l8 / 8.03e9 - 1.0).abs() < 1e-3, "{l8}");
-    let ds = model_params(c.model("deepseek-v3").unwrap()).total() as f64;
+    let ds = model_params(c.model("deepseek-v3").unwrap())
+        .unwrap()
+        .total()
+        .unwrap() as f64;
     assert!((ds / 671e9 - 1.0).abs() < 1e-3, "{ds}");
 }
 
@@ -126,9 +132,68 @@ fn field_error(e: PlanError) -> (String, String, String, String) {
             entry,
             field,
             problem,
+            ..
         } => (file, entry, field, problem),
         other => panic!("expected a field error, got: {other}"),
     }
+}
+
+fn error_line(e: &PlanError) -> Option<usize> {
+    match e {
+        PlanError::Field { line, .. } => *line,
+        other => panic!("expected a field error, got: {other}"),
+    }
+}
+
+/// 1-based line of the first line of `text` that starts with `prefix`
+/// (after indentation).
+fn line_of(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(prefix))
+        .expect("prefix present")
+        + 1
+}
+
+#[test]
+fn field_errors_carry_the_line_of_the_field_or_entry() {
+    // A bad value: the line that holds it.
+    let bad = replace_once(
+        MODELS,
+        "layers = 32\nhidden = 4096\n",
+        "layers = 32\nhidden = -4096\n",
+    );
+    let e = load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err();
+    let want = line_of(&bad, "hidden = -4096");
+    assert_eq!(error_line(&e), Some(want));
+    assert!(
+        e.to_string().starts_with(&format!("models.toml:{want}: ")),
+        "{e}"
+    );
+    // A nested table's field.
+    let bad = replace_once(MODELS, "kv_heads = 4\n", "kv_heads = 4\nkv_haeds = 4\n");
+    let e = load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err();
+    assert_eq!(error_line(&e), Some(line_of(&bad, "kv_haeds")));
+    // A field inside an inline table of a list.
+    let bad = replace_once(
+        MACHINES,
+        "{ bytes = \"16 MiB\", us = 949 }",
+        "{ bytes = \"16 MiB\", us = -949 }",
+    );
+    let e = load(MODELS, GPUS, &bad, DRAFTS).unwrap_err();
+    assert_eq!(
+        error_line(&e),
+        Some(line_of(&bad, "{ bytes = \"16 MiB\", us = -949 }"))
+    );
+    // A missing field: the line of its entry's [[model]] header.
+    let bad = replace_once(MODELS, "layers = 80\n", "");
+    let e = load(&bad, GPUS, MACHINES, DRAFTS).unwrap_err();
+    let entry = line_of(&bad, "name = \"llama-3.1-70b\"") - 1;
+    assert_eq!(bad.lines().nth(entry - 1).map(str::trim), Some("[[model]]"));
+    assert_eq!(error_line(&e), Some(entry));
+    // A reference to a GPU that does not exist: the line of the reference.
+    let bad = replace_once(MACHINES, "gpu = \"h200-sxm\"", "gpu = \"h300\"");
+    let e = load(MODELS, GPUS, &bad, DRAFTS).unwrap_err();
+    assert_eq!(error_line(&e), Some(line_of(&bad, "gpu = \"h300\"")));
 }
 
 #[test]
@@ -170,9 +235,17 @@ fn negative_and_zero_values_are_rejected() {
         ("gpus.toml", "l40s", "bandwidth_gb_s")
     );
 
-    let bad = replace_once(GPUS, "memory = \"48 GB\"", "memory = -1");
+    let bad = replace_once(GPUS, "memory_mib = 46068", "memory_mib = -1");
     let (_, _, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
-    assert_eq!(field, "memory");
+    assert_eq!(field, "memory_mib");
+    // Issue 17: a size whose bytes overflow 64 bits is an error, not a wrap.
+    let bad = replace_once(
+        GPUS,
+        "memory_mib = 46068",
+        "memory_mib = 9223372036854775807",
+    );
+    let (_, _, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
+    assert_eq!(field, "memory_mib");
 
     let bad = replace_once(
         MACHINES,
@@ -334,4 +407,20 @@ fn an_entry_without_a_name_is_reported_by_position() {
         (file.as_str(), entry.as_str(), field.as_str()),
         ("gpus.toml", "gpu #7", "name")
     );
+}
+
+/// `[[draft.tree]]` entries are read and checked like every field.
+#[test]
+fn draft_trees_are_read_and_checked() {
+    let with_tree = format!(
+        "{DRAFTS}\n[[draft.tree]]\nsteps = 3\ntopk = 2\ndraft_tokens = 6\naccept_length = 2.9\nsource = \"test\"\n"
+    );
+    let c = load(MODELS, GPUS, MACHINES, &with_tree).unwrap();
+    let last = c.drafts.last().unwrap();
+    assert_eq!(last.trees.len(), 1);
+    assert_eq!((last.trees[0].steps, last.trees[0].topk), (3, 2));
+    let bad = with_tree.replace("accept_length = 2.9", "accept_length = 9.5");
+    let e = load(MODELS, GPUS, MACHINES, &bad).unwrap_err();
+    assert_eq!(error_line(&e), Some(line_of(&bad, "accept_length = 9.5")));
+    assert!(e.to_string().contains("accept_length"), "{e}");
 }

@@ -29,7 +29,7 @@ fn llama_config_matches_the_catalog_entry() {
     let c = Catalog::builtin().unwrap();
     let cat = c.model("llama-3.1-8b").unwrap();
     assert_eq!(m.attention, cat.attention);
-    assert_eq!(model_params(&m), model_params(cat));
+    assert_eq!(model_params(&m).unwrap(), model_params(cat).unwrap());
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn deepseek_config_reads_mla_and_moe() {
     ));
     assert_eq!(m.moe, cat.moe);
     assert_eq!(m.mtp_layers, 1);
-    assert_eq!(model_params(&m), model_params(cat));
+    assert_eq!(model_params(&m).unwrap(), model_params(cat).unwrap());
 }
 
 /// Kimi K2.5's config nests the language model under text_config.
@@ -69,8 +69,8 @@ fn multimodal_text_config_is_used() {
     let m = model_from_config_str("kimi/config.json", &wrapped).unwrap();
     let c = Catalog::builtin().unwrap();
     assert_eq!(
-        model_params(&m),
-        model_params(c.model("kimi-k2.5").unwrap())
+        model_params(&m).unwrap(),
+        model_params(c.model("kimi-k2.5").unwrap()).unwrap()
     );
 }
 
@@ -82,8 +82,8 @@ fn qwen3_explicit_head_dim_and_qk_norm() {
     let m = model_from_config_str("q/config.json", q).unwrap();
     let c = Catalog::builtin().unwrap();
     assert_eq!(
-        model_params(&m),
-        model_params(c.model("qwen3-32b").unwrap())
+        model_params(&m).unwrap(),
+        model_params(c.model("qwen3-32b").unwrap()).unwrap()
     );
 }
 

@@ -6,30 +6,44 @@ use tpcomm_plan::arch::{model_params, weight_bytes_per_rank, KvType, QuantScope,
 use tpcomm_plan::catalog::Catalog;
 use tpcomm_plan::memory::{
     nccl_buffer_estimate, plan_memory, tpcomm_buffer_bytes, CommChoice, MemoryInput,
+    TpcommTransport,
 };
 use tpcomm_plan::PlanError;
 
 #[test]
 fn weight_types_count_their_scales() {
     // 64 int4 weights: 32 bytes + two 2-byte group scales.
-    assert_eq!(WeightType::Int4.bytes(64), 36);
-    assert_eq!(WeightType::Int4.bytes(65), 33 + 3 * 2);
+    assert_eq!(WeightType::Int4.bytes(64).unwrap(), 36);
+    assert_eq!(WeightType::Int4.bytes(65).unwrap(), 33 + 3 * 2);
     // Two 128x128 fp8 blocks: 32768 bytes + two 4-byte scales.
-    assert_eq!(WeightType::Fp8.bytes(2 * 128 * 128), 32768 + 8);
-    assert_eq!(WeightType::Bf16.bytes(10), 20);
+    assert_eq!(WeightType::Fp8.bytes(2 * 128 * 128).unwrap(), 32768 + 8);
+    assert_eq!(WeightType::Bf16.bytes(10).unwrap(), 20);
+    // Issue 17: no wrapping in release builds.
+    assert!(WeightType::Bf16.bytes(u64::MAX / 2 + 1).is_err());
 }
 
 #[test]
-fn communication_buffer_formulas() {
-    // 3 epochs x 7 peers x 8 MiB + 64 KiB of flags.
+fn communication_buffers_come_from_the_library_layout() {
+    // Issue 22: the library allocates 2 epochs x max(world x slot, 2 x world
+    // x shard): 128 MiB at TP 8 / 8 MiB (+ 256 B of control words, in 2 MiB
+    // granules: 130 MiB), 32 MiB at TP 2 (34 MiB).
+    let (b, how) = tpcomm_buffer_bytes(TpcommTransport::P2p, 8, ByteSize::mib(8)).unwrap();
+    assert_eq!(b, ByteSize::mib(130));
+    assert!(how.contains("library layout code"), "{how}");
+    let (b, _) = tpcomm_buffer_bytes(TpcommTransport::P2p, 2, ByteSize::mib(8)).unwrap();
+    assert_eq!(b, ByteSize::mib(34));
+    // Host path: a control granule + delta shadows (2 x 2 ranks x 2 MiB).
+    let (b, _) = tpcomm_buffer_bytes(TpcommTransport::Host, 2, ByteSize::mib(8)).unwrap();
+    assert_eq!(b, ByteSize::mib(10));
     assert_eq!(
-        tpcomm_buffer_bytes(8, ByteSize::mib(8)).unwrap(),
-        ByteSize::b(168 * (1 << 20) + 64 * 1024)
+        tpcomm_buffer_bytes(TpcommTransport::P2p, 1, ByteSize::mib(8))
+            .unwrap()
+            .0,
+        ByteSize::ZERO
     );
-    assert_eq!(
-        tpcomm_buffer_bytes(1, ByteSize::mib(8)).unwrap(),
-        ByteSize::kib(64)
-    );
+    // Beyond the library's 8 ranks, or an absurd message: an error.
+    assert!(tpcomm_buffer_bytes(TpcommTransport::P2p, 9, ByteSize::mib(8)).is_err());
+    assert!(tpcomm_buffer_bytes(TpcommTransport::P2p, 8, ByteSize::b(u64::MAX)).is_err());
     // 16 channels x 2 neighbours x 4 MiB.
     assert_eq!(nccl_buffer_estimate(16).unwrap(), ByteSize::mib(128));
 }
@@ -67,7 +81,7 @@ fn llama_8b_by_hand() {
         + 32 * 3 * 4096 * 14336 // MLP
         + 32 * 2 * 4096 + 4096; // norms
     assert_eq!(params, 8_030_261_248);
-    assert_eq!(model_params(inp.model).total(), params);
+    assert_eq!(model_params(inp.model).unwrap().total().unwrap(), params);
     let weights = plan
         .terms
         .iter()
@@ -111,14 +125,16 @@ fn tp_splits_weights_and_kv_heads() {
 fn int4_experts_scope_quantizes_only_routed_experts() {
     let c = Catalog::builtin().unwrap();
     let m = c.model("kimi-k2.5").unwrap();
-    let p = model_params(m);
-    let experts_only = weight_bytes_per_rank(&p, 8, WeightType::Int4, QuantScope::Experts);
-    let all = weight_bytes_per_rank(&p, 8, WeightType::Int4, QuantScope::Linear);
+    let p = model_params(m).unwrap();
+    let experts_only = weight_bytes_per_rank(&p, 8, WeightType::Int4, QuantScope::Experts).unwrap();
+    let all = weight_bytes_per_rank(&p, 8, WeightType::Int4, QuantScope::Linear).unwrap();
     assert!(experts_only > all);
-    let routed = WeightType::Int4.bytes(p.routed_experts.div_ceil(8));
+    let routed = WeightType::Int4
+        .bytes(p.routed_experts.div_ceil(8))
+        .unwrap();
     let rest_bf16 = experts_only.bytes() - routed;
     // The non-expert part in bf16: 2 bytes per parameter (sharded parts / 8).
-    assert!(rest_bf16 > 2 * (p.total() - p.routed_experts) / 8);
+    assert!(rest_bf16 > 2 * (p.total().unwrap() - p.routed_experts) / 8);
 }
 
 #[test]

@@ -26,6 +26,14 @@ fn draws_latency_and_cycle_pngs() {
         plain_latency: None,
         overhead: Overhead::PerLayerUs { us: 20.0 },
         max_steps: 4,
+        // A tree among the chains: the plot draws it too.
+        trees: vec![tpcomm_plan::catalog::Tree {
+            steps: 3,
+            topk: 2,
+            draft_tokens: 6,
+            accept_length: 3.0,
+            source: "test".into(),
+        }],
     })
     .unwrap();
     let plan = p.plan().unwrap();

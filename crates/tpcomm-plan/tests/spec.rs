@@ -4,14 +4,16 @@
 use proptest::prelude::*;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
+use tpcomm_plan::catalog::Tree;
 use tpcomm_plan::catalog::{Attention, Catalog, Draft, DraftShape, Gpu, Model};
 use tpcomm_plan::latency::LatencySource;
-use tpcomm_plan::spec::{expected_tokens, BreakEven, Overhead, Planner, SpecInput};
+use tpcomm_plan::latency::LatencyTable;
+use tpcomm_plan::spec::{expected_tokens, BreakEven, Overhead, Planner, SpecInput, Which};
 
-/// A model small enough to cost by hand: 1 layer, hidden 64, one 64-wide
-/// head, MLP 128, vocabulary 1000. Weights read per forward (bf16, no
-/// embedding): LM head 64,000 + norms 192 + attention 16,384 + MLP 24,576 =
-/// 105,152 parameters = 210,304 bytes.
+/// A model small enough to cost by hand: 1 layer, hidden 64, two 32-wide
+/// heads, MLP 512, vocabulary 1000. Weights one of two TP ranks reads per
+/// forward (bf16, no embedding): LM head 64,000 / 2 + norms 192 (whole) +
+/// attention 16,384 / 2 + MLP 98,304 / 2 = 89,536 parameters = 179,072 bytes.
 fn tiny_model(layers: u64) -> Model {
     Model {
         name: "tiny".into(),
@@ -19,12 +21,12 @@ fn tiny_model(layers: u64) -> Model {
         layers,
         hidden: 64,
         vocab: 1000,
-        intermediate: 128,
+        intermediate: 512,
         tie_embeddings: false,
         attention: Attention::Gqa {
-            heads: 1,
-            kv_heads: 1,
-            head_dim: 64,
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 32,
             qkv_bias: false,
             qk_norm: false,
         },
@@ -34,9 +36,10 @@ fn tiny_model(layers: u64) -> Model {
     }
 }
 
-/// One EAGLE-3 layer: q/k/v from 2 x 64 inputs (24,576) + o (4,096) + fc
-/// 3 x 64 x 64 (12,288) + MLP (24,576) + 100-token head (6,400) + norms (256)
-/// = 72,192 parameters = 144,384 bytes.
+/// One EAGLE-3 layer, on one of two TP ranks: q/k/v from 2 x 64 inputs
+/// (24,576) + o (4,096) split in two, fc 3 x 64 x 64 (12,288, whole), MLP
+/// (24,576) and 100-token head (6,400) split in two, norms (256, whole) =
+/// 42,368 parameters = 84,736 bytes.
 fn tiny_draft(acceptance: Vec<f64>) -> Draft {
     Draft {
         name: "tiny-eagle".into(),
@@ -44,15 +47,16 @@ fn tiny_draft(acceptance: Vec<f64>) -> Draft {
         shape: DraftShape::Eagle3 {
             layers: 1,
             hidden: 64,
-            heads: 1,
-            kv_heads: 1,
-            head_dim: 64,
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 32,
             intermediate: 128,
             draft_vocab: 100,
         },
         source: "test".into(),
         acceptance,
         acceptance_source: "test".into(),
+        trees: Vec::new(),
     }
 }
 
@@ -61,9 +65,11 @@ fn slow_gpu() -> Gpu {
     Gpu {
         name: "slow".into(),
         memory: ByteSize::gib(1),
+        memory_source: "test".into(),
         bandwidth_bytes_per_s: 1e9,
         bf16_flops_per_s: 1e30,
         source: "test".into(),
+        measured: None,
     }
 }
 
@@ -79,7 +85,7 @@ fn tiny_input<'a>(
         model,
         draft,
         gpu,
-        tp: 1,
+        tp: 2,
         weights: WeightType::Bf16,
         scope: QuantScope::Linear,
         draft_weights: WeightType::Bf16,
@@ -89,6 +95,7 @@ fn tiny_input<'a>(
         plain_latency: plain_us.map(|us| LatencySource::Flat { us }),
         overhead,
         max_steps: 8,
+        trees: Vec::new(),
     }
 }
 
@@ -119,27 +126,27 @@ fn cycle_by_hand() {
     let plain = p.plain(1.0);
     assert_eq!(plain.allreduces, 3);
     assert_eq!(plain.message, ByteSize::b(128));
-    assert!(close(plain.compute_us, 210.304));
+    assert!(close(plain.compute_us, 179.072));
     assert!(close(plain.comm_us, 30.0));
-    assert!(close(plain.tok_s, 1e6 / 240.304));
+    assert!(close(plain.tok_s, 1e6 / 209.072));
 
     let s = p.setting(1, 1.0).unwrap();
     assert_eq!((s.verify_tokens, s.allreduces), (2, 6));
-    assert!(close(s.draft_compute_us, 144.384));
+    assert!(close(s.draft_compute_us, 84.736));
     assert!(close(s.draft_comm_us, 30.0));
-    assert!(close(s.verify_compute_us, 210.304));
+    assert!(close(s.verify_compute_us, 179.072));
     assert!(close(s.verify_comm_us, 30.0));
-    assert!(close(s.cycle_us, 414.688));
-    assert!(close(s.tok_s, 1.8e6 / 414.688));
+    assert!(close(s.cycle_us, 323.808));
+    assert!(close(s.tok_s, 1.8e6 / 323.808));
 
     let s2 = p.setting(2, 1.0).unwrap();
-    assert!(close(s2.cycle_us, 2.0 * 174.384 + 240.304));
+    assert!(close(s2.cycle_us, 2.0 * 114.736 + 209.072));
     assert!(close(s2.tok_s, 2.2e6 / s2.cycle_us));
     assert_eq!(s2.allreduces, 9);
 }
 
 /// Break-even with plain decoding scaled alongside:
-/// 1.8 / (354.688 + 6L) = 1 / (210.304 + 3L)  =>  L = 23.8592 / 0.6 = 39.765 us.
+/// 1.8 / (263.808 + 6L) = 1 / (179.072 + 3L)  =>  L = 58.5216 / 0.6 = 97.536 us.
 #[test]
 fn break_even_by_hand() {
     let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
@@ -154,7 +161,7 @@ fn break_even_by_hand() {
     .unwrap();
     match p.break_even(1).unwrap() {
         BreakEven::At { scale, mean_us } => {
-            let want = (1.8 * 210.304 - 354.688) / 0.6;
+            let want = (1.8 * 179.072 - 263.808) / 0.6;
             assert!((mean_us - want).abs() < 1e-6, "{mean_us} vs {want}");
             assert!((scale - want / 10.0).abs() < 1e-7);
             let s = p.setting(1, scale).unwrap();
@@ -162,7 +169,7 @@ fn break_even_by_hand() {
         }
         other => panic!("{other:?}"),
     }
-    // Plain decoding on its own free path: 1.8 / (354.688 + 6L) = 1 / 210.304.
+    // Plain decoding on its own free path: 1.8 / (263.808 + 6L) = 1 / 179.072.
     let p = Planner::new(tiny_input(
         &m,
         &d,
@@ -174,7 +181,7 @@ fn break_even_by_hand() {
     .unwrap();
     match p.break_even(1).unwrap() {
         BreakEven::At { mean_us, .. } => {
-            let want = (1.8 * 210.304 - 354.688) / 6.0;
+            let want = (1.8 * 179.072 - 263.808) / 6.0;
             assert!((mean_us - want).abs() < 1e-6, "{mean_us} vs {want}");
         }
         other => panic!("{other:?}"),
@@ -224,12 +231,12 @@ fn calibration_fits_the_measured_rate() {
     ))
     .unwrap();
     let plan = p.plan().unwrap();
-    assert!(close(plan.overhead_per_layer_us, 500.0 - 210.304 - 30.0));
+    assert!(close(plan.overhead_per_layer_us, 500.0 - 179.072 - 30.0));
     assert!(close(plan.plain.tok_s, 2000.0));
     // The overhead applies to the draft's layer too.
     assert!(close(
         plan.settings[0].draft_compute_us,
-        144.384 + plan.overhead_per_layer_us
+        84.736 + plan.overhead_per_layer_us
     ));
     // A rate faster than the all-reduces allow cannot be fitted.
     let e = Planner::new(tiny_input(
@@ -251,14 +258,94 @@ fn bad_inputs_are_rejected() {
     let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
     i.tp = 0;
     assert!(Planner::new(i.clone()).is_err());
-    i.tp = 1;
+    i.tp = 2;
     i.max_steps = 0;
     assert!(Planner::new(i.clone()).is_err());
     i.max_steps = 8;
     i.overhead = Overhead::PerLayerUs { us: -1.0 };
     assert!(Planner::new(i.clone()).is_err());
     i.overhead = Overhead::CalibrateTokS { tok_s: 0.0 };
-    assert!(Planner::new(i).is_err());
+    assert!(Planner::new(i.clone()).is_err());
+    i.overhead = Overhead::PerLayerUs { us: 0.0 };
+    // Issue 17: 1e308 us per all-reduce printed NaN; infinite and negative
+    // latencies too must be refused, never planned.
+    for us in [1e308, f64::INFINITY, f64::NAN, -1.0] {
+        i.spec_latency = LatencySource::Flat { us };
+        assert!(Planner::new(i.clone()).is_err(), "{us}");
+    }
+    i.spec_latency = LatencySource::Flat { us: 10.0 };
+    i.plain_latency = Some(LatencySource::Flat { us: 1e308 });
+    assert!(Planner::new(i.clone()).is_err());
+    i.plain_latency = None;
+    i.context = u64::MAX;
+    assert!(Planner::new(i.clone()).is_err());
+    i.context = 0;
+    let p = Planner::new(i).unwrap();
+    // Steps beyond the draft's rates are an error, not a silent cap.
+    assert!(p.setting(2, 1.0).is_err());
+    assert!(p.setting(u64::MAX, 1.0).is_err());
+    assert!(p.setting(0, 1.0).is_err());
+}
+
+#[test]
+fn tp_1_has_no_all_reduces() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.tp = 1;
+    let p = Planner::new(i).unwrap();
+    let plain = p.plain(1.0);
+    assert_eq!((plain.allreduces, plain.comm_us), (0, 0.0));
+    let s = p.setting(2, 1.0).unwrap();
+    assert_eq!(
+        (s.allreduces, s.draft_comm_us, s.verify_comm_us),
+        (0, 0.0, 0.0)
+    );
+    // Latency cannot change anything, so speculation wins or loses at any.
+    assert_ne!(p.break_even(1).unwrap(), BreakEven::NeverWins);
+    let plan = p.plan().unwrap();
+    assert!(
+        plan.notes.iter().any(|n| n.contains("TP 1")),
+        "{:?}",
+        plan.notes
+    );
+}
+
+#[test]
+fn measured_efficiencies_replace_the_datasheet() {
+    let (m, d) = (tiny_model(1), tiny_draft(vec![0.8]));
+    let mut g = slow_gpu();
+    g.measured = Some(tpcomm_plan::catalog::Efficiency {
+        bandwidth_bytes_per_s: 0.5e9,
+        layer_us: 7.0,
+        source: "test".into(),
+    });
+    let p = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+    let plan = p.plan().unwrap();
+    // Half the bandwidth doubles the streaming time; 7 us per layer on top.
+    assert!(close(plan.plain.compute_us, 2.0 * 179.072 + 7.0));
+    assert!(close(plan.overhead_per_layer_us, 7.0));
+    assert!(plan.bandwidth_from.starts_with("measured"));
+    // Without a measured block: the datasheet and no per-layer cost, said so.
+    let g = slow_gpu();
+    let p = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+    let plan = p.plan().unwrap();
+    assert!(close(plan.plain.compute_us, 179.072));
+    assert!(plan.bandwidth_from.contains("uncalibrated"));
+    assert!(plan.overhead_from.contains("uncalibrated"));
+}
+
+#[test]
+fn steps_beyond_the_rates_are_reported_not_silently_capped() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.max_steps = 10;
+    let plan = Planner::new(i).unwrap().plan().unwrap();
+    assert_eq!(plan.settings.len(), 2);
+    assert!(
+        plan.notes.iter().any(|n| n.contains("--max-steps 10")),
+        "{:?}",
+        plan.notes
+    );
 }
 
 fn kimi_planner<'a>(
@@ -281,6 +368,7 @@ fn kimi_planner<'a>(
         plain_latency: plain,
         overhead: Overhead::CalibrateTokS { tok_s: 89.5 },
         max_steps: 8,
+        trees: Vec::new(),
     })
     .unwrap()
 }
@@ -351,5 +439,85 @@ proptest! {
         let table = LatencySource::Table { table: m.tables[0].clone(), interp: Default::default() };
         let p = kimi_planner(&c, table, Some(LatencySource::Flat { us: 0.0 }));
         prop_assert!(p.setting(steps, hi / 100.0).unwrap().tok_s <= p.setting(steps, lo / 100.0).unwrap().tok_s);
+    }
+}
+
+fn tree(steps: u64, topk: u64, draft_tokens: u64, accept_length: f64) -> Tree {
+    Tree {
+        steps,
+        topk,
+        draft_tokens,
+        accept_length,
+        source: "test".into(),
+    }
+}
+
+/// A tree of 2 steps, top-2, verifying 4 tokens, accepting 2.5 per cycle:
+/// the draft runs 1 token then 2 (same weight bytes, 84.736 us each), the
+/// target verifies 4 (179.072 us), 3 all-reduces of 10 us per forward.
+#[test]
+fn tree_cycle_by_hand() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.trees = vec![tree(2, 2, 4, 2.5)];
+    let p = Planner::new(i).unwrap();
+    let s = p.setting_of(Which::Tree { index: 0 }, 1.0).unwrap();
+    assert_eq!(
+        (s.steps, s.topk, s.verify_tokens, s.allreduces),
+        (2, 2, 4, 9)
+    );
+    assert!(close(s.draft_compute_us, 2.0 * 84.736));
+    assert!(close(s.draft_comm_us, 60.0));
+    assert!(close(s.verify_compute_us, 179.072));
+    assert!(close(s.cycle_us, 2.0 * 114.736 + 209.072));
+    assert!(close(s.tok_s, 2.5e6 / s.cycle_us));
+    assert_eq!(s.label(), "tree: 2 steps, topk 2, 4 tokens");
+    // The plan holds the chains, then the tree.
+    let plan = p.plan().unwrap();
+    assert_eq!(plan.settings.len(), 3);
+    assert_eq!(plan.settings[2].which, Which::Tree { index: 0 });
+    assert!(p.setting_of(Which::Tree { index: 1 }, 1.0).is_err());
+}
+
+/// A tree's later draft steps carry `topk` tokens each, so their all-reduce
+/// messages are `topk` times larger: with latency growing with size (10 us
+/// at 128 B, 80 us at 1 KiB, linear), a top-2 step costs 20 us per all-reduce.
+#[test]
+fn tree_steps_send_topk_tokens() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8, 0.5]), slow_gpu());
+    let table = LatencyTable::new(
+        "grows",
+        vec![(ByteSize::b(128), 10.0), (ByteSize::b(1024), 80.0)],
+    )
+    .unwrap();
+    let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+    i.spec_latency = LatencySource::Table {
+        table,
+        interp: tpcomm_plan::latency::Interp::Linear,
+    };
+    i.trees = vec![tree(2, 2, 4, 2.5)];
+    let p = Planner::new(i).unwrap();
+    let t = p.setting_of(Which::Tree { index: 0 }, 1.0).unwrap();
+    let c = p.setting(2, 1.0).unwrap();
+    assert!(close(c.draft_comm_us, 2.0 * 3.0 * 10.0));
+    assert!(close(t.draft_comm_us, 3.0 * 10.0 + 3.0 * 20.0));
+}
+
+#[test]
+fn impossible_trees_are_rejected() {
+    let (m, d, g) = (tiny_model(1), tiny_draft(vec![0.8]), slow_gpu());
+    for bad in [
+        tree(0, 1, 2, 1.5),  // no steps
+        tree(2, 0, 2, 1.5),  // no candidates
+        tree(2, 2, 1, 1.0),  // nothing verified beyond the root
+        tree(2, 2, 99, 2.0), // more tokens than the tree has
+        tree(2, 2, 4, 3.5),  // more accepted than steps + 1
+        tree(2, 2, 4, 0.5),  // less than the bonus token
+        tree(2, 2, 4, f64::NAN),
+        tree(u64::MAX, 2, 4, 2.0),
+    ] {
+        let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
+        i.trees = vec![bad.clone()];
+        assert!(Planner::new(i).is_err(), "{bad:?}");
     }
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod host;
 pub mod memory;
 pub mod nccl;
+pub mod plan_layout;
 pub mod report;
 pub mod select;
 pub mod topology;

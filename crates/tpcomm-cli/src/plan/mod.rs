@@ -22,10 +22,10 @@ use print::{list, print_spec};
 use std::path::PathBuf;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
-use tpcomm_plan::catalog::{Catalog, Gpu, Model};
+use tpcomm_plan::catalog::{Catalog, Gpu, Model, Tree};
 use tpcomm_plan::latency::{Interp, LatencySource, LatencyTable};
-use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, MemoryPlan};
-use tpcomm_plan::spec::{Overhead, Planner, SpecInput, SpecPlan};
+use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, MemoryPlan, TpcommTransport};
+use tpcomm_plan::spec::{Overhead, Planner, SpecInput, SpecPlan, MAX_LATENCY_US};
 use tpcomm_plan::{PlanError, Result};
 
 #[derive(Subcommand)]
@@ -79,6 +79,12 @@ enum CommArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum TransportArg {
+    P2p,
+    Host,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum InterpArg {
     LogLog,
     Linear,
@@ -113,9 +119,6 @@ pub struct Common {
     /// KV-cache element type.
     #[arg(long, value_enum, default_value = "bf16")]
     kv: KvArg,
-    /// Catalog draft (EAGLE-3 head or MTP layers).
-    #[arg(long)]
-    draft: Option<String>,
     /// Weight type of an EAGLE draft (MTP drafts follow --weights).
     #[arg(long, value_enum, default_value = "bf16")]
     draft_weights: WeightsArg,
@@ -128,12 +131,23 @@ pub struct Common {
 pub struct MemoryArgs {
     #[command(flatten)]
     common: Common,
-    /// Memory of one GPU, overriding the catalog (e.g. "139 GiB").
+    /// Catalog draft (EAGLE-3 head or MTP layers) whose weights and KV cache
+    /// to count.
     #[arg(long)]
+    draft: Option<String>,
+    /// Memory of one GPU, overriding the catalog (e.g. "139 GiB").
+    #[arg(long, conflicts_with = "from_probe")]
     gpu_memory: Option<ByteSize>,
+    /// Take the GPU memory from a `tpcomm probe --json` file (the smallest
+    /// GPU's, as the CUDA driver reports it).
+    #[arg(long, value_name = "FILE")]
+    from_probe: Option<PathBuf>,
     /// Communication buffers to reserve.
     #[arg(long, value_enum, default_value = "both")]
     comm: CommArg,
+    /// tpcomm's transport: p2p (NVLink/PCIe P2P) or host (pinned host memory).
+    #[arg(long, value_enum, default_value = "p2p")]
+    transport: TransportArg,
     /// tpcomm's maximum message size (its buffers scale with it).
     #[arg(long, default_value = "8 MiB")]
     max_message: ByteSize,
@@ -162,6 +176,9 @@ pub struct MemoryArgs {
 pub struct SpecArgs {
     #[command(flatten)]
     common: Common,
+    /// Catalog draft (EAGLE-3 head or MTP layers; see `tpcomm plan list`).
+    #[arg(long, required = true)]
+    draft: String,
     /// Tokens already in the KV cache, read by attention every forward.
     #[arg(long, default_value_t = 4096)]
     context: u64,
@@ -196,12 +213,21 @@ pub struct SpecArgs {
     /// Fit the per-layer overhead to this measured plain-decoding rate.
     #[arg(long, conflicts_with = "overhead_us")]
     calibrate_tok_s: Option<f64>,
-    /// Per-layer overhead added to the roofline, in microseconds.
-    #[arg(long, default_value_t = 0.0)]
-    overhead_us: f64,
-    /// Most draft steps to try.
-    #[arg(long, default_value_t = 8)]
-    max_steps: u64,
+    /// Per-layer overhead added to the roofline, in microseconds [default:
+    /// the GPU's measured figure from the catalog, else 0].
+    #[arg(long)]
+    overhead_us: Option<f64>,
+    /// Most draft steps to try [default: as many as the draft has
+    /// acceptance rates; more than that is reported and capped].
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// A draft tree to plan besides the chains, with its measured acceptance
+    /// length: STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH (SGLang's
+    /// --speculative-num-steps, --speculative-eagle-topk,
+    /// --speculative-num-draft-tokens, and the average accepted tokens per
+    /// cycle it reports, bonus token included). Repeatable.
+    #[arg(long, value_name = "S,K,N,TAU", value_parser = parse_tree)]
+    tree: Vec<Tree>,
     /// Write latency.png and cycle.png here.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
@@ -241,7 +267,7 @@ fn weights(w: WeightsArg) -> WeightType {
     }
 }
 
-fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
+fn resolve<'c>(c: &Common, draft: Option<&str>, cat: &'c Catalog) -> Result<Resolved<'c>> {
     let model = match (&c.model, &c.config) {
         (Some(name), _) => cat.model(name)?.clone(),
         (None, Some(path)) => tpcomm_plan::hf::model_from_config_path(path)?,
@@ -260,7 +286,7 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
         None if model.moe.is_some() => QuantScope::Experts,
         None => QuantScope::Linear,
     };
-    let draft = c.draft.as_deref().map(|d| cat.draft(d)).transpose()?;
+    let draft = draft.map(|d| cat.draft(d)).transpose()?;
     if let Some(d) = draft {
         if !d.target.eq_ignore_ascii_case(&model.name) {
             eprintln!(
@@ -284,6 +310,47 @@ fn resolve<'c>(c: &Common, cat: &'c Catalog) -> Result<Resolved<'c>> {
     })
 }
 
+/// `--tree STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH`.
+fn parse_tree(v: &str) -> std::result::Result<Tree, String> {
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    let [s, k, n, tau] = parts.as_slice() else {
+        return Err(format!(
+            "{v:?}: give STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH, e.g. 5,4,8,3.2"
+        ));
+    };
+    let int = |x: &str, what: &str| {
+        x.parse::<u64>()
+            .map_err(|_| format!("{what} {x:?} is not a whole number"))
+    };
+    let tree = Tree {
+        steps: int(s, "STEPS")?,
+        topk: int(k, "TOPK")?,
+        draft_tokens: int(n, "DRAFT_TOKENS")?,
+        accept_length: tau
+            .parse::<f64>()
+            .map_err(|_| format!("ACCEPT_LENGTH {tau:?} is not a number"))?,
+        source: "given with --tree".into(),
+    };
+    tree.check()?;
+    Ok(tree)
+}
+
+/// The smallest GPU memory in a `tpcomm probe --json` file.
+fn probe_memory(path: &std::path::Path) -> Result<ByteSize> {
+    let topo = tpcomm::topology::Topology::from_path(path)
+        .map_err(|e| PlanError::invalid("--from-probe", format!("{}: {e}", path.display())))?;
+    topo.gpus
+        .iter()
+        .filter_map(|g| g.memory)
+        .min()
+        .ok_or_else(|| {
+            PlanError::invalid(
+                "--from-probe",
+                format!("{}: no GPU with a memory size", path.display()),
+            )
+        })
+}
+
 fn lower(x: impl std::fmt::Debug) -> String {
     format!("{x:?}").to_lowercase()
 }
@@ -297,25 +364,36 @@ fn json_out<T: serde::Serialize>(v: &T) -> Result<()> {
 
 fn memory(a: MemoryArgs) -> Result<()> {
     let cat = load_catalog(&a.common.catalog)?;
-    let r = resolve(&a.common, &cat)?;
+    let r = resolve(&a.common, a.draft.as_deref(), &cat)?;
+    let transport = match a.transport {
+        TransportArg::P2p => TpcommTransport::P2p,
+        TransportArg::Host => TpcommTransport::Host,
+    };
     let comm = match (a.comm_bytes, a.comm) {
         (Some(bytes), _) => CommChoice::Bytes { bytes },
         (None, CommArg::Tpcomm) => CommChoice::Tpcomm {
             max_message: a.max_message,
+            transport,
         },
         (None, CommArg::Nccl) => CommChoice::Nccl {
             channels: a.nccl_channels,
         },
         (None, CommArg::Both) => CommChoice::Both {
             max_message: a.max_message,
+            transport,
             channels: a.nccl_channels,
         },
+    };
+    let (gpu_memory, memory_from) = match (&a.from_probe, a.gpu_memory) {
+        (Some(path), _) => (probe_memory(path)?, format!("from {}", path.display())),
+        (None, Some(m)) => (m, "given with --gpu-memory".to_string()),
+        (None, None) => (r.gpu.memory, r.gpu.memory_source.clone()),
     };
     let inp = MemoryInput {
         model: &r.model,
         draft: r.draft,
         tp: r.tp,
-        gpu_memory: a.gpu_memory.unwrap_or(r.gpu.memory),
+        gpu_memory,
         weights: r.weights,
         scope: r.scope,
         draft_weights: match r.draft.map(|d| &d.shape) {
@@ -366,6 +444,7 @@ fn memory(a: MemoryArgs) -> Result<()> {
             .map(|d| format!(", draft {}", d.name))
             .unwrap_or_default()
     );
+    outln!("GPU memory: {}", memory_from);
     outln!("per GPU:");
     for t in &plan.terms {
         outln!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
@@ -426,7 +505,7 @@ fn table_of(
 
 fn spec(a: SpecArgs) -> Result<()> {
     let cat = load_catalog(&a.common.catalog)?;
-    let r = resolve(&a.common, &cat)?;
+    let r = resolve(&a.common, Some(&a.draft), &cat)?;
     let draft = r
         .draft
         .ok_or_else(|| PlanError::invalid("draft", "give --draft (see `tpcomm plan list`)"))?;
@@ -436,8 +515,11 @@ fn spec(a: SpecArgs) -> Result<()> {
     };
     let machine = a.common.machine.as_deref();
     let spec_latency = if let Some(us) = a.allreduce_us {
-        if !(us.is_finite() && us >= 0.0) {
-            return Err(PlanError::invalid("--allreduce-us", format!("{us}")));
+        if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
+            return Err(PlanError::invalid(
+                "--allreduce-us",
+                format!("{us} (give 0 to {MAX_LATENCY_US} microseconds)"),
+            ));
         }
         LatencySource::Flat { us }
     } else if let Some(path) = &a.bench {
@@ -452,6 +534,9 @@ fn spec(a: SpecArgs) -> Result<()> {
         }
     } else if let Some(t) = &a.table {
         table_of(&cat, machine, t, interp)?
+    } else if r.tp == 1 {
+        // No all-reduces at TP 1: nothing to look up.
+        LatencySource::Flat { us: 0.0 }
     } else {
         let tables = match machine {
             Some(m) => format!(
@@ -472,17 +557,21 @@ fn spec(a: SpecArgs) -> Result<()> {
     };
     let plain_latency = match (a.plain_allreduce_us, &a.plain_table) {
         (Some(us), _) => {
-            if !(us.is_finite() && us >= 0.0) {
-                return Err(PlanError::invalid("--plain-allreduce-us", format!("{us}")));
+            if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
+                return Err(PlanError::invalid(
+                    "--plain-allreduce-us",
+                    format!("{us} (give 0 to {MAX_LATENCY_US} microseconds)"),
+                ));
             }
             Some(LatencySource::Flat { us })
         }
         (None, Some(t)) => Some(table_of(&cat, machine, t, interp)?),
         (None, None) => None,
     };
-    let overhead = match a.calibrate_tok_s {
-        Some(tok_s) => Overhead::CalibrateTokS { tok_s },
-        None => Overhead::PerLayerUs { us: a.overhead_us },
+    let overhead = match (a.calibrate_tok_s, a.overhead_us) {
+        (Some(tok_s), _) => Overhead::CalibrateTokS { tok_s },
+        (None, Some(us)) => Overhead::PerLayerUs { us },
+        (None, None) => Overhead::Catalog,
     };
     let draft_weights = match draft.shape {
         tpcomm_plan::catalog::DraftShape::Mtp { .. } => r.weights,
@@ -501,7 +590,8 @@ fn spec(a: SpecArgs) -> Result<()> {
         spec_latency,
         plain_latency,
         overhead,
-        max_steps: a.max_steps,
+        max_steps: a.max_steps.unwrap_or(draft.acceptance.len() as u64),
+        trees: a.tree.clone(),
     })?;
     let plan = planner.plan()?;
     let plots = match &a.plot {

@@ -18,6 +18,7 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     );
     outln!("cycle all-reduces: {}", plan.spec_latency);
     outln!("plain all-reduces: {}", plan.plain_latency);
+    outln!("memory bandwidth: {}", plan.bandwidth_from);
     outln!(
         "per-layer overhead: {:.1} us ({})",
         plan.overhead_per_layer_us,
@@ -33,8 +34,9 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     );
     outln!();
     outln!(
-        "{:>5} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
+        "{:>5} {:>4} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
         "steps",
+        "topk",
         "verify",
         "tok/cyc",
         "draft cmp",
@@ -55,8 +57,9 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
             BreakEven::NeverWins => "loses even with free all-reduces".into(),
         };
         outln!(
-            "{:>5} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
+            "{:>5} {:>4} {:>6} {:>8.3} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>5} {:>8.1} {:>6.2}x  {}{}",
             s.steps,
+            s.topk,
             s.verify_tokens,
             s.tokens_per_cycle,
             s.draft_compute_us,
@@ -75,8 +78,8 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
     outln!();
     let comm = b.draft_comm_us + b.verify_comm_us;
     outln!(
-        "best: {} draft steps, {:.1} tok/s vs {:.1} plain ({:.2}x); cycle {:.0} us = {:.0} us compute ({:.0}%) + {:.0} us communication ({:.0}%)",
-        b.steps,
+        "best: {}, {:.1} tok/s vs {:.1} plain ({:.2}x); cycle {:.0} us = {:.0} us compute ({:.0}%) + {:.0} us communication ({:.0}%)",
+        b.label(),
         b.tok_s,
         p.tok_s,
         b.speedup,
@@ -86,33 +89,37 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
         comm,
         100.0 * comm / b.cycle_us
     );
-    // The most forgiving setting: the highest latency at which some setting still wins.
+    // The most forgiving setting (the plan's, which the plot draws too): the
+    // highest latency at which some setting still wins.
     let most = plan
-        .settings
-        .iter()
-        .filter_map(|s| match s.break_even {
-            BreakEven::At { mean_us, .. } => Some((mean_us, s.steps)),
+        .most_forgiving
+        .and_then(|i| plan.settings.get(i))
+        .and_then(|s| match s.break_even {
+            BreakEven::At { mean_us, .. } => Some((mean_us, s.label())),
             _ => None,
-        })
-        .max_by(|a, b| a.0.total_cmp(&b.0));
+        });
     if plan
         .settings
         .iter()
         .any(|s| s.break_even == BreakEven::AlwaysWins)
     {
         outln!("speculation wins at any all-reduce latency with some setting");
-    } else if let Some((us, steps)) = most {
+    } else if let Some((us, label)) = most {
         let verb = if b.speedup < 1.0 {
             "loses here; it would win"
         } else {
             "wins here, and keeps winning"
         };
         outln!(
-            "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {steps} draft steps){}",
+            "speculation {verb} while the cycle's all-reduces take less than {us:.1} us each (with {}){}",
+            label,
             if shared { "; plain decoding's all-reduces are scaled with them" } else { "" }
         );
     } else {
         outln!("speculation loses even with free all-reduces");
+    }
+    for n in &plan.notes {
+        outln!("note: {n}");
     }
 }
 
@@ -120,24 +127,32 @@ pub(super) fn list(a: CatalogArg) -> Result<()> {
     let cat = load_catalog(&a)?;
     outln!("models:");
     for m in &cat.models {
-        let p = tpcomm_plan::arch::model_params(m);
+        let p = tpcomm_plan::arch::model_params(m)?;
         outln!(
             "  {:<20} {} layers, hidden {}, {:.1}B params ({:.1}B active)",
             m.name,
             m.layers,
             m.hidden,
-            p.total() as f64 / 1e9,
-            p.active() as f64 / 1e9
+            p.total()? as f64 / 1e9,
+            p.active()? as f64 / 1e9
         );
     }
     outln!("gpus:");
     for g in &cat.gpus {
         outln!(
-            "  {:<24} {}, {:.0} GB/s, {:.0} bf16 TFLOP/s",
+            "  {:<24} {}, {:.0} GB/s, {:.0} bf16 TFLOP/s, {}",
             g.name,
             g.memory,
             g.bandwidth_bytes_per_s / 1e9,
-            g.bf16_flops_per_s / 1e12
+            g.bf16_flops_per_s / 1e12,
+            match &g.measured {
+                Some(m) => format!(
+                    "measured {:.0} GB/s and {:.1} us per layer",
+                    m.bandwidth_bytes_per_s / 1e9,
+                    m.layer_us
+                ),
+                None => "no measured efficiencies".into(),
+            }
         );
     }
     outln!("machines:");

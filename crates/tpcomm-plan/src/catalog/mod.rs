@@ -8,7 +8,7 @@ mod parse;
 use crate::error::{PlanError, Result};
 use crate::fields::Fields;
 use crate::latency::LatencyTable;
-use parse::{entries, parse_draft, parse_gpu, parse_machine, parse_model};
+use parse::{entries, locate, parse_draft, parse_gpu, parse_machine, parse_model};
 use serde::Serialize;
 use std::path::Path;
 use tpcomm::ByteSize;
@@ -93,11 +93,27 @@ pub struct Model {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gpu {
     pub name: String,
+    /// Total memory as the device reports it (nvidia-smi's MiB).
     pub memory: ByteSize,
-    /// Bytes per second.
+    /// Where the memory figure comes from.
+    pub memory_source: String,
+    /// Datasheet memory bandwidth, bytes per second.
     pub bandwidth_bytes_per_s: f64,
     /// Dense (no sparsity) bf16 tensor-core peak, FLOP per second.
     pub bf16_flops_per_s: f64,
+    pub source: String,
+    /// Measured efficiencies, when someone measured them.
+    pub measured: Option<Efficiency>,
+}
+
+/// What a GPU achieves in practice, measured (never fitted to a decode rate).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Efficiency {
+    /// Bytes per second a streaming copy sustains (read + write counted).
+    pub bandwidth_bytes_per_s: f64,
+    /// Time per decoder layer beyond streaming its bytes at that bandwidth:
+    /// kernel launches and tails, norms, small kernels; one token, TP 1.
+    pub layer_us: f64,
     pub source: String,
 }
 
@@ -133,6 +149,56 @@ pub enum DraftShape {
     Mtp { layers: u64 },
 }
 
+/// A draft tree (SGLang's EAGLE settings) with its measured acceptance length.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tree {
+    /// Draft forwards per cycle (`--speculative-num-steps`).
+    pub steps: u64,
+    /// Candidates kept per step (`--speculative-eagle-topk`).
+    pub topk: u64,
+    /// Tokens the target verifies, the root included
+    /// (`--speculative-num-draft-tokens`; steps + 1 for a chain).
+    pub draft_tokens: u64,
+    /// Average tokens per cycle, the bonus token included (tau).
+    pub accept_length: f64,
+    pub source: String,
+}
+
+impl Tree {
+    /// Whether the shape is possible and the acceptance length fits it.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.steps == 0 || self.topk == 0 {
+            return Err("steps and topk must be at least 1".into());
+        }
+        if self.steps > 64 || self.topk > 64 {
+            return Err(format!(
+                "steps {} and topk {} must be at most 64",
+                self.steps, self.topk
+            ));
+        }
+        // At most 1 + topk + (steps - 1) x topk^2 candidate nodes (topk
+        // children of each of the topk kept per step); at least 2 verified.
+        let most = 1 + self.topk + (self.steps - 1) * self.topk * self.topk;
+        if self.draft_tokens < 2 || self.draft_tokens > most {
+            return Err(format!(
+                "draft_tokens {} must lie in 2..={most} for steps {} and topk {}",
+                self.draft_tokens, self.steps, self.topk
+            ));
+        }
+        let deepest = (self.steps + 1).min(self.draft_tokens) as f64;
+        if !(self.accept_length.is_finite()
+            && self.accept_length >= 1.0
+            && self.accept_length <= deepest)
+        {
+            return Err(format!(
+                "accept_length {} must lie in 1..={deepest} (the bonus token plus at most one accepted token per step)",
+                self.accept_length
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Draft {
     pub name: String,
@@ -144,6 +210,8 @@ pub struct Draft {
     /// probability that draft token k is accepted given tokens 1..k-1 were.
     pub acceptance: Vec<f64>,
     pub acceptance_source: String,
+    /// Tree shapes with published acceptance lengths (`[[draft.tree]]`).
+    pub trees: Vec<Tree>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -171,6 +239,39 @@ const BUILTIN: [(&str, &str); 4] = [
 
 fn names<T>(items: &[T], name: impl Fn(&T) -> &str) -> String {
     items.iter().map(name).collect::<Vec<_>>().join(", ")
+}
+
+/// Parses every `[[kind]]` entry of one file; a field error gets the line
+/// of the field (or of its entry) in that file.
+fn parse_all<T>(
+    (file, text): (&str, &str),
+    kind: &str,
+    parse: impl Fn(&Fields) -> Result<T>,
+) -> Result<Vec<T>> {
+    entries(file, text, kind)?
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            Fields::new(file, i, kind, t)
+                .and_then(|f| parse(&f))
+                .map_err(|e| match e {
+                    PlanError::Field {
+                        file,
+                        line: None,
+                        entry,
+                        field,
+                        problem,
+                    } => PlanError::Field {
+                        line: locate(text, kind, i, Some(&field)),
+                        file,
+                        entry,
+                        field,
+                        problem,
+                    },
+                    other => other,
+                })
+        })
+        .collect()
 }
 
 impl Catalog {
@@ -212,43 +313,52 @@ impl Catalog {
         drafts: (&str, &str),
     ) -> Result<Catalog> {
         let cat = Catalog {
-            models: entries(models.0, models.1, "model")?
-                .iter()
-                .enumerate()
-                .map(|(i, t)| parse_model(&Fields::new(models.0, i, "model", t)?))
-                .collect::<Result<_>>()?,
-            gpus: entries(gpus.0, gpus.1, "gpu")?
-                .iter()
-                .enumerate()
-                .map(|(i, t)| parse_gpu(&Fields::new(gpus.0, i, "gpu", t)?))
-                .collect::<Result<_>>()?,
-            machines: entries(machines.0, machines.1, "machine")?
-                .iter()
-                .enumerate()
-                .map(|(i, t)| parse_machine(&Fields::new(machines.0, i, "machine", t)?))
-                .collect::<Result<_>>()?,
-            drafts: entries(drafts.0, drafts.1, "draft")?
-                .iter()
-                .enumerate()
-                .map(|(i, t)| parse_draft(&Fields::new(drafts.0, i, "draft", t)?))
-                .collect::<Result<_>>()?,
+            models: parse_all(models, "model", parse_model)?,
+            gpus: parse_all(gpus, "gpu", parse_gpu)?,
+            machines: parse_all(machines, "machine", parse_machine)?,
+            drafts: parse_all(drafts, "draft", parse_draft)?,
         };
-        cat.check_references(machines.0, drafts.0)?;
+        cat.check_references(models, gpus, machines, drafts)?;
         Ok(cat)
     }
 
-    fn check_references(&self, machines_file: &str, drafts_file: &str) -> Result<()> {
-        for (file, kind, list) in [
-            (MODELS_FILE, "model", names(&self.models, |m| &m.name)),
-            (GPUS_FILE, "gpu", names(&self.gpus, |g| &g.name)),
-            (MACHINES_FILE, "machine", names(&self.machines, |m| &m.name)),
-            (DRAFTS_FILE, "draft", names(&self.drafts, |d| &d.name)),
+    fn check_references(
+        &self,
+        models: (&str, &str),
+        gpus: (&str, &str),
+        machines: (&str, &str),
+        drafts: (&str, &str),
+    ) -> Result<()> {
+        for (file, kind, all) in [
+            (
+                models,
+                "model",
+                self.models
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                gpus,
+                "gpu",
+                self.gpus.iter().map(|g| g.name.as_str()).collect(),
+            ),
+            (
+                machines,
+                "machine",
+                self.machines.iter().map(|m| m.name.as_str()).collect(),
+            ),
+            (
+                drafts,
+                "draft",
+                self.drafts.iter().map(|d| d.name.as_str()).collect(),
+            ),
         ] {
-            let all: Vec<&str> = list.split(", ").collect();
             for (i, n) in all.iter().enumerate() {
-                if all[..i].contains(n) {
+                if all[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
                     return Err(PlanError::Field {
-                        file: file.into(),
+                        file: file.0.into(),
+                        line: locate(file.1, kind, i, Some("name")),
                         entry: n.to_string(),
                         field: "name".into(),
                         problem: format!("a second {kind} has this name"),
@@ -256,10 +366,11 @@ impl Catalog {
                 }
             }
         }
-        for m in &self.machines {
+        for (i, m) in self.machines.iter().enumerate() {
             if self.gpu(&m.gpu).is_err() {
                 return Err(PlanError::Field {
-                    file: machines_file.into(),
+                    file: machines.0.into(),
+                    line: locate(machines.1, "machine", i, Some("gpu")),
                     entry: m.name.clone(),
                     field: "gpu".into(),
                     problem: format!(
@@ -270,9 +381,10 @@ impl Catalog {
                 });
             }
         }
-        for d in &self.drafts {
+        for (i, d) in self.drafts.iter().enumerate() {
             self.model(&d.target).map_err(|_| PlanError::Field {
-                file: drafts_file.into(),
+                file: drafts.0.into(),
+                line: locate(drafts.1, "draft", i, Some("target")),
                 entry: d.name.clone(),
                 field: "target".into(),
                 problem: format!(

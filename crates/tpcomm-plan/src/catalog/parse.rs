@@ -1,10 +1,11 @@
 //! Reading catalog entries from TOML tables, field by field.
 
-use super::{Attention, Draft, DraftShape, Gpu, Machine, Model, Moe, Published};
+use super::{Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published, Tree};
 use crate::error::{PlanError, Result};
 use crate::fields::Fields;
 use crate::latency::LatencyTable;
 use toml::{Table, Value};
+use tpcomm::ByteSize;
 
 /// The `[[kind]]` tables of one file; nothing else may be at the top level.
 pub(super) fn entries(file: &str, text: &str, kind: &str) -> Result<Vec<Table>> {
@@ -92,12 +93,14 @@ pub(super) fn parse_model(f: &Fields) -> Result<Model> {
                 ));
             }
             let explicit_dim = a.bool_or("head_dim_differs_from_hidden", false)?;
-            if heads * head_dim != hidden && !explicit_dim {
+            let q_dim = heads
+                .checked_mul(head_dim)
+                .ok_or_else(|| a.err("head_dim", "heads x head_dim does not fit in 64 bits"))?;
+            if q_dim != hidden && !explicit_dim {
                 return Err(a.err(
                     "head_dim",
                     format!(
-                        "heads x head_dim = {} but hidden = {hidden}; if that is intended (as in Qwen3), set head_dim_differs_from_hidden = true",
-                        heads * head_dim
+                        "heads x head_dim = {q_dim} but hidden = {hidden}; if that is intended (as in Qwen3), set head_dim_differs_from_hidden = true"
                     ),
                 ));
             }
@@ -183,7 +186,7 @@ pub(super) fn parse_model(f: &Fields) -> Result<Model> {
         }
     };
     f.finish()?;
-    Ok(Model {
+    let m = Model {
         name,
         source,
         layers,
@@ -195,17 +198,58 @@ pub(super) fn parse_model(f: &Fields) -> Result<Model> {
         moe,
         mtp_layers,
         published,
-    })
+    };
+    // Every count the planner takes from this shape must fit in 64 bits.
+    crate::arch::model_params(&m).map_err(|e| f.err("layers", e.to_string()))?;
+    Ok(m)
 }
 
 pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
+    let mib = f.pos("memory_mib")?;
+    let memory = ByteSize::mib(1)
+        .checked_mul(mib)
+        .map_err(|_| f.err("memory_mib", format!("{mib} MiB does not fit in 64 bits")))?;
+    let measured = match f.sub("measured")? {
+        None => None,
+        Some(m) => {
+            let e = Efficiency {
+                bandwidth_bytes_per_s: m.pos_f64("bandwidth_gb_s")? * 1e9,
+                layer_us: m.nonneg_f64("layer_us")?,
+                source: m.string("source")?,
+            };
+            m.finish()?;
+            Some(e)
+        }
+    };
     let g = Gpu {
         name: f.entry().to_string(),
-        memory: f.bytes("memory")?,
+        memory,
+        memory_source: f.string("memory_source")?,
         bandwidth_bytes_per_s: f.pos_f64("bandwidth_gb_s")? * 1e9,
         bf16_flops_per_s: f.pos_f64("bf16_dense_tflops")? * 1e12,
         source: f.string("source")?,
+        measured,
     };
+    for (field, x) in [
+        ("bandwidth_gb_s", g.bandwidth_bytes_per_s),
+        ("bf16_dense_tflops", g.bf16_flops_per_s),
+    ] {
+        if !x.is_finite() {
+            return Err(f.err(field, "is too large"));
+        }
+    }
+    if let Some(m) = &g.measured {
+        if m.bandwidth_bytes_per_s > g.bandwidth_bytes_per_s {
+            return Err(f.err(
+                "measured.bandwidth_gb_s",
+                format!(
+                    "{} GB/s is above the datasheet's {} GB/s",
+                    m.bandwidth_bytes_per_s / 1e9,
+                    g.bandwidth_bytes_per_s / 1e9
+                ),
+            ));
+        }
+    }
     f.finish()?;
     Ok(g)
 }
@@ -297,6 +341,22 @@ pub(super) fn parse_draft(f: &Fields) -> Result<Draft> {
         }
     }
     let acceptance_source = f.string("acceptance_source")?;
+    let mut trees = Vec::new();
+    if f.has("tree") {
+        for (i, t) in f.tables("tree")?.into_iter().enumerate() {
+            let tf = f.child(&format!("tree[{i}]"), t);
+            let tree = Tree {
+                steps: tf.pos("steps")?,
+                topk: tf.pos("topk")?,
+                draft_tokens: tf.pos("draft_tokens")?,
+                accept_length: tf.pos_f64("accept_length")?,
+                source: tf.string("source")?,
+            };
+            tree.check().map_err(|e| tf.err("accept_length", e))?;
+            tf.finish()?;
+            trees.push(tree);
+        }
+    }
     f.finish()?;
     Ok(Draft {
         name,
@@ -305,5 +365,67 @@ pub(super) fn parse_draft(f: &Fields) -> Result<Draft> {
         source,
         acceptance,
         acceptance_source,
+        trees,
     })
+}
+
+/// The 1-based line of entry `index` (its `[[kind]]` header) in `text`, or,
+/// given a field path such as `attention.heads` or `allreduce[0].rows[2].us`,
+/// the first line of that entry which holds the path's keys in turn; the
+/// entry's line when a key is not written (a missing field).
+pub(crate) fn locate(text: &str, kind: &str, index: usize, field: Option<&str>) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_header = |l: &str| {
+        let t = l.trim();
+        t.strip_prefix("[[")
+            .and_then(|r| r.split("]]").next())
+            .is_some_and(|k| k.trim() == kind)
+    };
+    let start = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| is_header(l))
+        .nth(index)?
+        .0;
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| is_header(l))
+        .map_or(lines.len(), |p| start + 1 + p);
+    let mut at = start;
+    for comp in field.unwrap_or("").split('.').filter(|c| !c.is_empty()) {
+        let (key, index) = match comp.split_once('[') {
+            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (comp, None),
+        };
+        let hits: Vec<usize> = (at..end).filter(|&i| holds_key(lines[i], key)).collect();
+        let Some(&first) = hits.first() else {
+            return Some(at + 1);
+        };
+        at = match index {
+            // An array of tables: the k-th `[[... .key]]` header.
+            Some(k) if hits.len() > k => hits[k],
+            // An array written one element per line after `key = [`.
+            Some(k) if !lines[first].contains(']') && first + 1 + k < end => first + 1 + k,
+            _ => first,
+        };
+    }
+    Some(at + 1)
+}
+
+/// Whether `line` writes `key` as a key: `key =`, `{ key =`, `, key =`, or
+/// a table header `[... .key]`, outside a comment.
+fn holds_key(line: &str, key: &str) -> bool {
+    let code = line.split('#').next().unwrap_or("");
+    let mut from = 0;
+    while let Some(p) = code[from..].find(key) {
+        let i = from + p;
+        let before = code[..i].chars().next_back();
+        let after = code[i + key.len()..].trim_start().chars().next();
+        let starts = matches!(before, None | Some(' ' | '\t' | '{' | ',' | '.' | '['));
+        if starts && matches!(after, Some('=' | ']')) {
+            return true;
+        }
+        from = i + key.len();
+    }
+    false
 }

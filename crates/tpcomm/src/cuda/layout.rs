@@ -9,7 +9,7 @@ pub(super) fn round_up(x: usize, a: usize) -> usize {
 
 /// Byte layout of one rank's receive area (identical on every rank).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Layout {
+pub(crate) struct Layout {
     /// One-shot: bytes between the slots of two senders.
     pub slot_stride: usize,
     /// Two-shot: bytes between the slots of two senders.

@@ -11,7 +11,7 @@ pub mod forward;
 pub mod fused;
 pub mod host_path;
 mod kernels;
-mod layout;
+pub(crate) mod layout;
 mod loader;
 mod pdl;
 mod raw;
