@@ -21,8 +21,10 @@ if [ ! -x "$venv/bin/maturin" ]; then
     "$venv/bin/python" -m pip install --quiet 'maturin>=1.8,<2' >&2
 fi
 
-echo "build_wheel: cargo build --release (drop-in and command)" >&2
-cargo build --release -p tpcomm-nccl -p tpcomm-cli >&2
+echo "build_wheel: cargo build --workspace --release (drop-in and command)" >&2
+# The whole workspace, as scripts/test.sh builds it: the same feature set, so
+# nothing is compiled twice when both run.
+cargo build --workspace --release >&2
 bin="$root/python/tpcomm/_bin"
 rm -rf "$bin"
 mkdir -p "$bin"
