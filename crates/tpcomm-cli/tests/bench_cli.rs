@@ -218,7 +218,12 @@ fn gpu_requests_without_a_gpu_fail_cleanly() {
             "--device auto chose CPU ranks",
         ),
         (vec!["bench", "--transport", "host"], "--transport"),
-        (vec!["bench", "--device", "gpu", "--ranks", "2"], "--gpus"),
+        // --ranks counts GPU ranks now: it gets as far as the driver.
+        (vec!["bench", "--device", "gpu", "--ranks", "2"], "CUDA"),
+        (
+            vec!["bench", "--device", "gpu", "--ranks", "2", "--gpus", "2"],
+            "--ranks and --gpus both count GPU ranks",
+        ),
         (vec!["gpu-bench"], "CUDA"),
         (vec!["bench", "forward", "--tokens", "1"], "CUDA"),
         (vec!["forward-bench", "--tokens", "1"], "CUDA"),
