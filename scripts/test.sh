@@ -9,7 +9,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== tests"
-# NVRTC from PyPI, so the kernel compile test (tests/nvrtc_compile.rs) runs and cannot skip.
+# NVRTC from PyPI into .venv/ (nothing outside the repository), so the kernel compile test
+# (tests/nvrtc_compile.rs) runs and cannot skip.
 NVRTC_LIB_DIR="$(./scripts/install_nvrtc.sh)"
 export LD_LIBRARY_PATH="${NVRTC_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TPCOMM_REQUIRE_NVRTC=1
 # The drop-in tests load the built libtpcomm_nccl.so, which `cargo test` alone does not build.

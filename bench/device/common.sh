@@ -1,4 +1,4 @@
-# Shared by the device scripts (session2_final.sh, scale.sh); sourced, not run.
+# Shared by the device scripts (scale.sh); sourced, not run.
 # Before sourcing set O (the output folder) and STEPS (comma list); D (the
 # staged binaries, default .dev/all) may be set. Gives: the environment every
 # device call needs, T (the staged tpcomm), on STEP, run NAME LIMIT CMD...,

@@ -26,7 +26,7 @@ case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout nccl_gpu)
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu)
 TESTS_CLI=(gpu_forward)
 
 anchor=""
@@ -37,7 +37,7 @@ done
 
 echo "== build (release): tpcomm, libtpcomm_nccl.so"
 cargo build --release -p tpcomm-cli -p tpcomm-nccl
-cargo build --release -p tpcomm --example tp_allreduce
+cargo build --release -p tpcomm --example tp_allreduce --example quant_bench
 
 # Prints "name<TAB>path" for each test executable cargo reports.
 test_exes() {
@@ -69,6 +69,7 @@ rm -rf "$DEST"
 mkdir -p "$DEST/dropin"
 cp target/release/tpcomm "$DEST/tpcomm"
 cp target/release/examples/tp_allreduce "$DEST/tp_allreduce"
+cp target/release/examples/quant_bench "$DEST/quant_bench"
 cp target/release/libtpcomm_nccl.so "$DEST/libtpcomm_nccl.so"
 missing=()
 for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}"; do
@@ -83,7 +84,7 @@ echo "$ROOT/target/release/tpcomm" > "$DEST/gpu_forward.tpcomm-path"
 grep -qF "$ROOT/target/release/tpcomm" "$DEST/gpu_forward" ||
   echo "stage_all: warning: $ROOT/target/release/tpcomm not found in gpu_forward; its test may not find tpcomm" >&2
 
-strip "$DEST/tpcomm" "$DEST/tp_allreduce" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
+strip "$DEST/tpcomm" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
 # Keep the dynamic symbol table: it is the NCCL API the drop-in exports.
 strip --strip-unneeded "$DEST/libtpcomm_nccl.so"
 nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
@@ -92,8 +93,9 @@ nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
 cp bench/dropin/*.py "$DEST/dropin/"
 cp "$anchor" "$DEST/torch_allreduce.py"
 cp bench/device/verify_all.sh "$DEST/verify_all.sh"
-cp bench/device/common.sh bench/device/shared.sh bench/device/copy_bw.py "$DEST/"
+cp bench/device/common.sh bench/device/run.sh bench/device/scale.sh bench/device/shared.sh bench/device/shared_verify.sh bench/device/copy_bw.py "$DEST/"
 [ -d bench/plan ] && cp -r bench/plan "$DEST/plan"
+[ -d bench/quant ] && cp -r bench/quant "$DEST/quant"
 
 {
   echo "commit $(git rev-parse HEAD) ($(git rev-parse --abbrev-ref HEAD))"

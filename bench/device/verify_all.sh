@@ -229,7 +229,7 @@ else
 fi
 step b3 45 100 p2p/torch-anchor.txt python3 "$D/torch_allreduce.py" --tag h200x2 --out "$W/p2p/torch-anchor.json"
 
-# c: the host transport against NCCL without P2P (names as summarize_hostgpu.py reads them).
+# c: the host transport against NCCL without P2P (one bench JSON per command, as bench/summarize.py reads them).
 H=(--launch procs --transport host --dtype bf16 --modes "eager,graph" --iters 20 --timeout-ms 10000)
 step c1 20 50 host/bench-procs-small.txt env NCCL_P2P_DISABLE=1 "$T" gpu-bench "${H[@]}" --reps 15 \
   --min 1KiB --max 1MiB --algos one-shot,two-shot,nccl --json "$W/host/bench-procs-small.json"
@@ -314,7 +314,7 @@ STEPS_SAVED=
 # f6, f7: the host transport forced (NCCL without P2P too): one tune of host:*
 # and nccl rows (a table of its own; docs/tuning.md says how it is used), then
 # auto against every fixed choice and NCCL on that transport, procs, with it.
-# summarize_auto.py reads auto-host.json as it reads auto.json.
+# bench/summarize.py reads auto-host.json as it reads auto.json.
 if selected f6 && [ $((BUDGET - $(now))) -lt 125 ]; then
   for x in f6 f7; do
     if selected "$x"; then SKIPPED+=("$x"); fi

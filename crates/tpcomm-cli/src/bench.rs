@@ -10,6 +10,7 @@ pub(crate) mod columns;
 mod measure;
 pub(crate) mod unified;
 
+use crate::workers::{Supervisor, POLL};
 use clap::{Args, ValueEnum};
 use measure::{worker, worker_process};
 use std::io::{BufRead, BufReader};
@@ -17,9 +18,15 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tpcomm::report::{utc_now, BenchMeta, BenchReport, BenchRow, Machine};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, JobKey, ReduceOp};
 
+/// `tpcomm::env::BENCH_WORKER`, spelled out for the messages.
 pub(crate) const WORKER_ENV: &str = "TPCOMM_BENCH_WORKER";
+/// Most timed calls (`--iters`) and untimed calls (`--warmup`) per size.
+pub(crate) const MAX_CALLS: usize = 1_000_000;
+
+/// Most CPU ranks one bench runs (the host transport's own limit).
+const MAX_RANKS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Launch {
@@ -107,8 +114,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 
 impl BenchArgs {
     fn validate(&self) -> Result<(), String> {
-        if self.ranks == 0 || self.ranks > 64 {
-            return Err(format!("--ranks {} is not in 1..=64", self.ranks));
+        if !(2..=MAX_RANKS).contains(&self.ranks) {
+            return Err(format!(
+                "--ranks {}: an all-reduce needs at least 2 ranks, and this bench runs at most {MAX_RANKS}",
+                self.ranks
+            ));
         }
         if self.min_bytes.bytes() == 0 || self.min_bytes > self.max_bytes {
             return Err(format!(
@@ -125,7 +135,52 @@ impl BenchArgs {
         if self.iters == Some(0) {
             return Err("--iters must be at least 1".into());
         }
+        if let Some(n) = self.iters.filter(|&n| n > MAX_CALLS) {
+            return Err(format!(
+                "--iters {n} is above the {MAX_CALLS} timed calls per size this benchmark allows"
+            ));
+        }
+        if self.warmup > MAX_CALLS {
+            return Err(format!(
+                "--warmup {} is above the {MAX_CALLS} untimed calls per size this benchmark allows",
+                self.warmup
+            ));
+        }
         Ok(())
+    }
+
+    /// About how much memory the whole run takes at its largest size: per
+    /// rank, every rank's input (each rank rebuilds them all to check its
+    /// result), its output and a float64 reference (value and scale per
+    /// element); plus the shared segment, about 2 x ranks x --max-message.
+    fn memory_needed(&self) -> u64 {
+        let b = self.max_bytes.bytes();
+        let elems = b / self.dtype.size() as u64;
+        let per_rank = b
+            .saturating_mul(self.ranks as u64 + 1)
+            .saturating_add(elems.saturating_mul(16));
+        let segment = self
+            .max_message
+            .bytes()
+            .saturating_mul(2 * self.ranks as u64);
+        per_rank
+            .saturating_mul(self.ranks as u64)
+            .saturating_add(segment)
+    }
+
+    /// Fails when the run would not fit the memory available now.
+    fn check_memory(&self, available: Option<ByteSize>) -> Result<(), String> {
+        let needed = self.memory_needed();
+        match available {
+            Some(a) if needed > a.bytes() => Err(format!(
+                "--max-bytes {} with --ranks {} needs about {} of memory (each rank holds every rank's input, its output and a float64 reference, plus the shared segment) but {} is available; lower --max-bytes or --ranks",
+                self.max_bytes,
+                self.ranks,
+                ByteSize::b(needed),
+                a
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn algos(&self) -> Vec<Algo> {
@@ -158,19 +213,23 @@ impl BenchArgs {
 /// Entry point of `tpcomm bench` (parent or worker).
 pub fn run(args: BenchArgs) -> Result<(), String> {
     args.validate()?;
-    if let Ok(spec) = std::env::var(WORKER_ENV) {
+    if let Some(spec) = tpcomm::env::BENCH_WORKER.checked_value() {
         return worker_process(&args, &spec);
     }
+    args.check_memory(tpcomm::host::available_memory())?;
     let dir = tempdir()?;
     let rendezvous = args.rendezvous.clone().unwrap_or_else(|| dir.clone());
     let nonce: u64 = rand::random();
+    // One fresh key per run: its ranks find each other and no other run's.
+    let key = JobKey::random();
     let result = match args.launch {
-        Launch::Processes => parent_processes(&args, &rendezvous, nonce),
-        Launch::Threads => parent_threads(&args, &rendezvous, nonce),
+        Launch::Processes => parent_processes(&args, &rendezvous, nonce, key),
+        Launch::Threads => parent_threads(&args, &rendezvous, nonce, key),
     };
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    println!("{}", summary(&args, &rows, wrong));
     if let Some(path) = &args.json {
         let report = BenchReport {
             meta: meta(&args),
@@ -187,6 +246,22 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The closing line: what was checked and how much of it was wrong.
+fn summary(args: &BenchArgs, rows: &[BenchRow], wrong: u64) -> String {
+    let elements: u64 = rows.iter().map(|r| r.count * args.ranks as u64).sum();
+    format!(
+        "# checked {} all-reduces ({} sizes x {} algorithm(s), {} ranks, {} {}) against a float64 reference: {} of {} output elements wrong",
+        rows.len(),
+        args.sizes().len(),
+        args.algos().len(),
+        args.ranks,
+        args.dtype,
+        args.op,
+        wrong,
+        elements
+    )
 }
 
 fn meta(args: &BenchArgs) -> BenchMeta {
@@ -270,6 +345,7 @@ fn parent_processes(
     args: &BenchArgs,
     rendezvous: &std::path::Path,
     nonce: u64,
+    key: JobKey,
 ) -> Result<Vec<BenchRow>, String> {
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find this program to start ranks: {e}"))?;
@@ -282,6 +358,7 @@ fn parent_processes(
                 WORKER_ENV,
                 format!("{rank} {nonce} {}", rendezvous.display()),
             )
+            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
             .stdout(if rank == 0 {
                 Stdio::piped()
             } else {
@@ -293,36 +370,48 @@ fn parent_processes(
         match child {
             Ok(c) => kids.push(c),
             Err(e) => {
-                for k in &mut kids {
-                    let _ = k.kill();
-                    let _ = k.wait();
-                }
+                // Dropping the supervisor ends the ranks already started.
+                drop(Supervisor::new(kids, args.timeout));
                 return Err(e);
             }
         }
     }
-    let mut table = Table::new(args);
-    let out = kids[0].stdout.take().expect("rank 0 stdout is piped");
-    for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-        if let Ok(row) = serde_json::from_str::<BenchRow>(&line) {
-            table.add(row);
+    // A stopped rank is given the ranks' own timeout: by then its peers
+    // have timed out and failed anyway.
+    let mut ranks = Supervisor::new(kids, args.timeout);
+    let out = ranks
+        .child_mut(0)
+        .and_then(|k| k.stdout.take())
+        .ok_or("rank 0's output is not connected")?;
+    // Rank 0's rows arrive on a thread of their own, so the parent keeps
+    // watching every rank while it waits for them.
+    let (tx, rx) = std::sync::mpsc::channel::<BenchRow>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if let Ok(row) = serde_json::from_str::<BenchRow>(&line) {
+                let _ = tx.send(row);
+            }
         }
+    });
+    let mut table = Table::new(args);
+    let outcome = loop {
+        match rx.recv_timeout(POLL) {
+            Ok(row) => table.add(row),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break ranks.wait(),
+        }
+        match ranks.poll() {
+            Ok(false) => {}
+            done => break done.map(|_| ()),
+        }
+    };
+    // Every rank has exited or been ended, so rank 0's output is closed.
+    let _ = reader.join();
+    for row in rx.try_iter() {
+        table.add(row);
     }
     let rows = table.finish();
-    let mut failed = Vec::new();
-    for (rank, k) in kids.iter_mut().enumerate() {
-        match k.wait() {
-            Ok(s) if s.success() => {}
-            Ok(s) => failed.push(format!("rank {rank} ({s})")),
-            Err(e) => failed.push(format!("rank {rank} ({e})")),
-        }
-    }
-    if !failed.is_empty() {
-        return Err(format!(
-            "benchmark ranks failed: {} (their errors are above)",
-            failed.join(", ")
-        ));
-    }
+    outcome.map_err(|why| format!("benchmark ranks failed: {why} (their errors are above)"))?;
     Ok(rows)
 }
 
@@ -330,6 +419,7 @@ fn parent_threads(
     args: &BenchArgs,
     rendezvous: &std::path::Path,
     nonce: u64,
+    key: JobKey,
 ) -> Result<Vec<BenchRow>, String> {
     let (tx, rx) = std::sync::mpsc::channel::<BenchRow>();
     let mut table = Table::new(args);
@@ -338,7 +428,7 @@ fn parent_threads(
             .map(|rank| {
                 let tx = tx.clone();
                 s.spawn(move || {
-                    worker(args, rank, rendezvous, nonce, &mut |row| {
+                    worker(args, rank, rendezvous, nonce, Some(key), &mut |row| {
                         let _ = tx.send(row);
                     })
                 })

@@ -1,9 +1,11 @@
 //! `tpcomm explain`: which algorithm an all-reduce of a given size gets, the
 //! table row or rule behind it, and what the alternatives would cost.
 
+use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use tpcomm::cuda::MAX_WORLD;
 use tpcomm::select::{self, Decision, Query, Selector, Table};
 use tpcomm::topology::MachineClass;
 use tpcomm::{ByteSize, DType, Error, Result};
@@ -19,8 +21,8 @@ pub struct ExplainArgs {
     /// Launched inside a CUDA graph (default: eager).
     #[arg(long)]
     graph: bool,
-    /// Number of ranks (default: the table's, else 2).
-    #[arg(long)]
+    /// Number of ranks, 2 to 8 (default: the table's, else 2).
+    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(2..=MAX_WORLD as u64))]
     world: Option<usize>,
     /// Use this machine class's defaults instead of probing this machine
     /// (nvlink, pcie-p2p, pcie-nop2p, mixed); needs no GPU.
@@ -111,7 +113,12 @@ fn run_inner(args: &ExplainArgs) -> Result<String> {
             )),
             _ => selector.choose(&q),
         };
-    Ok(render(&selector, &q, &d))
+    let mut text = render(&selector, &q, &d);
+    if let Some(line) = tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, q.bytes) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 /// The explanation, as printed.

@@ -1,15 +1,153 @@
-//! One worker process per rank for the GPU benches: the command re-runs
-//! itself with a worker's command line, the workers meet in a fresh
-//! directory, and each leaves its result there as `result.rank<r>.json`.
+//! Rank processes and their supervision, for every command that starts one
+//! process per rank (`tpcomm bench` on CPU ranks, the GPU and forward
+//! benches).
+//!
+//! The parent never waits on one child blindly: it polls all of them, and
+//! as soon as one fails (exits unsuccessfully or by a signal) or stays
+//! stopped (SIGSTOP) longer than the ranks' own timeout, it kills every rank
+//! and reports which one it was. The peers of a stopped rank time out after
+//! the timeout and fail, so every rank is gone within timeout + a poll.
+//! Once the ranks are gone it removes the shared-memory segments a rank
+//! killed during set-up left (`tpcomm::host::sweep_stale_segments`).
 
 use serde::de::DeserializeOwned;
 use std::ffi::OsStr;
 use std::path::Path;
-use tpcomm::{Error, Result};
+use std::process::Child;
+use std::time::{Duration, Instant};
+use tpcomm::{Error, JobKey, Result};
+
+/// How often the parent looks at its ranks.
+pub(crate) const POLL: Duration = Duration::from_millis(10);
+
+/// For commands that do not pass their ranks' timeout: how long a stopped
+/// rank is left before every rank is ended.
+pub(crate) const DEFAULT_STOPPED_LIMIT: Duration = Duration::from_secs(30);
+
+/// A child's state letter from /proc/<pid>/stat ('T': stopped, 't': traced).
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The ranks of one run. Dropping it ends every rank still running.
+pub(crate) struct Supervisor {
+    kids: Vec<Option<Child>>,
+    stopped_since: Vec<Option<Instant>>,
+    stopped_limit: Duration,
+}
+
+impl Supervisor {
+    /// `stopped_limit`: how long a rank may stay stopped (use the ranks' timeout).
+    pub(crate) fn new(kids: Vec<Child>, stopped_limit: Duration) -> Self {
+        let n = kids.len();
+        Supervisor {
+            kids: kids.into_iter().map(Some).collect(),
+            stopped_since: vec![None; n],
+            stopped_limit,
+        }
+    }
+
+    pub(crate) fn child_mut(&mut self, rank: usize) -> Option<&mut Child> {
+        self.kids.get_mut(rank).and_then(|k| k.as_mut())
+    }
+
+    /// Looks at every rank once. `Ok(true)`: all exited successfully;
+    /// `Ok(false)`: some still run; `Err`: a rank failed or stayed stopped,
+    /// every rank has been ended, and the message names the rank(s).
+    pub(crate) fn poll(&mut self) -> std::result::Result<bool, String> {
+        let mut failed = Vec::new();
+        let mut running = false;
+        for (rank, slot) in self.kids.iter_mut().enumerate() {
+            let Some(k) = slot else { continue };
+            match k.try_wait() {
+                Ok(Some(s)) if s.success() => *slot = None,
+                Ok(Some(s)) => {
+                    failed.push(format!("rank {rank} failed ({s})"));
+                    *slot = None;
+                }
+                Ok(None) => {
+                    running = true;
+                    let stopped = matches!(proc_state(k.id()), Some('T' | 't'));
+                    let since = &mut self.stopped_since[rank];
+                    match (stopped, *since) {
+                        (false, _) => *since = None,
+                        (true, None) => *since = Some(Instant::now()),
+                        (true, Some(t)) if t.elapsed() >= self.stopped_limit => failed.push(
+                            format!("rank {rank} was stopped (SIGSTOP?) for {:?}", t.elapsed()),
+                        ),
+                        (true, Some(_)) => {}
+                    }
+                }
+                Err(e) => failed.push(format!("rank {rank}: cannot wait for it ({e})")),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(!running);
+        }
+        // Name stopped ranks too: a stopped rank is usually why the others
+        // timed out and failed.
+        for (rank, k) in self.kids.iter().enumerate() {
+            if let Some(k) = k {
+                if matches!(proc_state(k.id()), Some('T' | 't'))
+                    && !failed
+                        .iter()
+                        .any(|f| f.starts_with(&format!("rank {rank} ")))
+                {
+                    failed.push(format!("rank {rank} is stopped (SIGSTOP?)"));
+                }
+            }
+        }
+        let ended = self.end_all();
+        Err(format!(
+            "{}; ended the other ranks{}",
+            failed.join(", "),
+            if ended.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", ended.join(", "))
+            }
+        ))
+    }
+
+    /// Polls until every rank has exited or one failed.
+    pub(crate) fn wait(&mut self) -> std::result::Result<(), String> {
+        while !self.poll()? {
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    }
+
+    /// Kills and reaps every rank still running (SIGKILL ends stopped
+    /// processes too), then sweeps the segments killed ranks left. Returns
+    /// the ranks it killed.
+    fn end_all(&mut self) -> Vec<String> {
+        let mut ended = Vec::new();
+        for (rank, slot) in self.kids.iter_mut().enumerate() {
+            if let Some(mut k) = slot.take() {
+                if matches!(k.try_wait(), Ok(None)) {
+                    let _ = k.kill();
+                    ended.push(format!("rank {rank}"));
+                }
+                let _ = k.wait();
+            }
+        }
+        tpcomm::host::sweep_stale_segments();
+        ended
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.end_all();
+    }
+}
 
 /// Starts `world` copies of this executable, rank `r` with `argv(r, dir)`,
-/// waits for every one, and returns their results in rank order. `tag` names
-/// the meeting directory (under the temporary directory), removed at the end.
+/// supervises them (see the module doc; a rank stopped longer than
+/// [`DEFAULT_STOPPED_LIMIT`] ends the run), and returns their results in
+/// rank order. `tag` names the meeting directory (under the temporary
+/// directory), removed at the end. Every rank gets the same fresh job key.
 pub(crate) fn run_worker_processes<T, A, S>(
     tag: &str,
     world: usize,
@@ -30,26 +168,27 @@ where
             .unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    let key = JobKey::random();
     let mut children = Vec::new();
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(argv(r, &dir));
-        children.push(
-            cmd.spawn()
-                .map_err(|e| Error::io("start a worker process", e))?,
-        );
-    }
-    let mut failed = Vec::new();
-    for (r, mut c) in children.into_iter().enumerate() {
-        let status = c.wait().map_err(|e| Error::io("wait for a worker", e))?;
-        if !status.success() {
-            failed.push(format!("rank {r}: {status}"));
+        cmd.args(argv(r, &dir))
+            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex());
+        match cmd.spawn() {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                // Dropping the supervisor ends the ranks already started.
+                drop(Supervisor::new(children, DEFAULT_STOPPED_LIMIT));
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(Error::io("start a worker process", e));
+            }
         }
     }
-    if !failed.is_empty() {
+    let waited = Supervisor::new(children, DEFAULT_STOPPED_LIMIT).wait();
+    if let Err(why) = waited {
+        let _ = std::fs::remove_dir_all(&dir);
         return Err(Error::Aborted(format!(
-            "worker processes failed ({}); their messages are above",
-            failed.join(", ")
+            "worker processes failed: {why}; their messages are above"
         )));
     }
     let outs = (0..world)

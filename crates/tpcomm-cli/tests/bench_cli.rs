@@ -218,11 +218,11 @@ fn gpu_requests_without_a_gpu_fail_cleanly() {
             "--device auto chose CPU ranks",
         ),
         (vec!["bench", "--transport", "host"], "--transport"),
-        // --ranks counts GPU ranks now: it gets as far as the driver.
+        // --ranks counts GPU ranks too: the GPU bench runs and finds no driver.
         (vec!["bench", "--device", "gpu", "--ranks", "2"], "CUDA"),
         (
             vec!["bench", "--device", "gpu", "--ranks", "2", "--gpus", "2"],
-            "--ranks and --gpus both count GPU ranks",
+            "--gpus",
         ),
         (vec!["gpu-bench"], "CUDA"),
         (vec!["bench", "forward", "--tokens", "1"], "CUDA"),
@@ -270,7 +270,8 @@ fn old_spellings_are_hidden_but_still_check_their_options() {
 #[test]
 fn tune_from_bench_reads_old_and_new_shapes_alike_and_refuses_cpu_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let old_path = root().join("bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json");
+    let old_path =
+        root().join("crates/tpcomm/src/select/testdata/2026-11-30-h200x2-v4-gpu-bench-procs.json");
     let old: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&old_path).unwrap()).unwrap();
     let m = &old["meta"];

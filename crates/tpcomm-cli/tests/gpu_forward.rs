@@ -9,7 +9,10 @@ use std::process::Command;
 #[test]
 #[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
 fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
         return;
     }
@@ -66,7 +69,10 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
 #[test]
 #[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
 fn forward_over_the_host_transport_matches_nccl_without_p2p() {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
         return;
     }

@@ -102,7 +102,8 @@ fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
     ]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("choice: cuda:two-shot") && out.contains("tuning/default-nvlink.toml"),
+        out.contains("choice: cuda:two-shot")
+            && out.contains("crates/tpcomm/tables/default-nvlink.toml"),
         "{out}"
     );
     let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "1"]);
@@ -135,7 +136,8 @@ fn explain_with_a_malformed_table_names_line_and_field() {
 fn the_committed_nvlink_default_is_rebuilt_from_the_committed_measurement() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nvlink.toml");
-    let bench = root().join("bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json");
+    let bench =
+        root().join("crates/tpcomm/src/select/testdata/2026-11-30-h200x2-v4-gpu-bench-procs.json");
     let (ok, _, err) = run(&[
         "tune",
         "--from-bench",
@@ -147,7 +149,8 @@ fn the_committed_nvlink_default_is_rebuilt_from_the_committed_measurement() {
     ]);
     assert!(ok, "{err}");
     let made = std::fs::read_to_string(&out).unwrap();
-    let committed = std::fs::read_to_string(root().join("tuning/default-nvlink.toml")).unwrap();
+    let committed =
+        std::fs::read_to_string(root().join("crates/tpcomm/tables/default-nvlink.toml")).unwrap();
     assert_eq!(made, committed);
     assert_eq!(made.matches("dtype = ").count(), 34);
 }

@@ -79,6 +79,50 @@ pub unsafe extern "C" fn ncclAllReduce(
                 // the 16-byte-aligned staging buffer (TPCOMM_MAX_BYTES, and
                 // `route` kept the call within that), reduced there in place
                 // and copied out, all ordered on the caller's stream.
+                // The quantized wire (TPCOMM_WIRE) takes sums from
+                // TPCOMM_WIRE_MIN_BYTES up, aligned or staged (ranks' buffers
+                // may differ in alignment, never in size); every rank agreed
+                // on the wire at set-up, so all take it together.
+                if let Some(q) = b.quant.as_ref() {
+                    // SAFETY: as below; the staging buffer holds the call
+                    // (route kept it within TPCOMM_MAX_BYTES).
+                    let ran = unsafe {
+                        if !staged {
+                            q.try_all_reduce(sendbuff as u64, recvbuff as u64, count, dt, st)
+                        } else if q.wire_for(bytes) != tpcomm::quant::Wire::Exact {
+                            let p = b.staging.ptr();
+                            Some(
+                                b.staging
+                                    .copy(p, sendbuff as u64, bytes, st)
+                                    .and_then(|_| {
+                                        q.try_all_reduce(p, p, count, dt, st)
+                                            .unwrap_or(Ok(tpcomm::quant::Wire::Exact))
+                                    })
+                                    .and_then(|w| {
+                                        b.staging.copy(recvbuff as u64, p, bytes, st).map(|_| w)
+                                    }),
+                            )
+                        } else {
+                            None
+                        }
+                    };
+                    match ran {
+                        Some(Ok(wire)) => {
+                            log_first(comm, bytes, datatype, 200 + staged as u8, || {
+                                format!(
+                                    "tpcomm on the quantized {} wire (staged: {staged})",
+                                    wire.label()
+                                )
+                            });
+                            return SUCCESS;
+                        }
+                        Some(Err(e)) => {
+                            warn!("ncclAllReduce: tpcomm's quantized wire failed ({e}); returning ncclInternalError");
+                            return INTERNAL_ERROR;
+                        }
+                        None => {}
+                    }
+                }
                 let done = unsafe {
                     if !staged {
                         b.cuda.all_reduce(

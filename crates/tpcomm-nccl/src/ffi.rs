@@ -39,6 +39,12 @@ impl Fail for () {
 }
 
 /// Runs an exported function's body; a panic becomes `R::internal()` and a log line.
+///
+/// Nothing after a caught panic may panic again (that would unwind into C,
+/// which aborts the process): the log line is written by level without
+/// reading the settings (reading them may be what panicked), the message is
+/// built from plain strings, and the payload is dropped under a second
+/// `catch_unwind` (a payload's destructor may itself panic).
 pub fn guard<R: Fail>(name: &str, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
@@ -48,9 +54,12 @@ pub fn guard<R: Fail>(name: &str, f: impl FnOnce() -> R) -> R {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            settings::warn!(
-                "{name}: tpcomm failed internally ({what}); returning ncclInternalError"
-            );
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+            if settings::logs(settings::Level::Warn) {
+                settings::emit(format_args!(
+                    "{name}: tpcomm failed internally ({what}); returning ncclInternalError"
+                ));
+            }
             R::internal()
         }
     }
@@ -113,3 +122,30 @@ macro_rules! forward {
     };
 }
 pub(crate) use forward;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_inside_an_export_becomes_internal_error() {
+        let r: NcclResult = guard("test", || panic!("boom"));
+        assert_eq!(r, INTERNAL_ERROR);
+        let s: *const c_char = guard("test", || panic!("{}", String::from("boom")));
+        assert!(!s.is_null());
+    }
+
+    /// A panic payload whose destructor panics too: dropping it outside a
+    /// second catch_unwind would unwind into C.
+    #[test]
+    fn a_payload_that_panics_when_dropped_is_contained() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's destructor panicked");
+            }
+        }
+        let r: NcclResult = guard("test", || std::panic::panic_any(Bomb));
+        assert_eq!(r, INTERNAL_ERROR);
+    }
+}

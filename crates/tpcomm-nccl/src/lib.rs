@@ -17,6 +17,7 @@ mod exchange;
 mod ffi;
 mod forwarded;
 mod intercepted;
+mod quant;
 mod real;
 mod route;
 mod settings;

@@ -1,10 +1,14 @@
 //! What the environment asks of the library, read once per process.
 
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
+use tpcomm::env::{self, EnvError};
 use tpcomm::ByteSize;
 
 /// How much the library says on stderr.
+#[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     /// Nothing, not even errors (`TPCOMM_LOG=off`).
@@ -17,7 +21,8 @@ pub enum Level {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// `TPCOMM_DISABLE=1`: forward every call to the real NCCL and set nothing up.
+    /// `TPCOMM_DISABLE=1`, or a bad value of any variable: forward every
+    /// call to the real NCCL and set nothing up.
     pub disabled: bool,
     pub level: Level,
     /// `TPCOMM_MAX_BYTES`: the largest all-reduce tpcomm runs; buffers are sized for it.
@@ -34,55 +39,28 @@ pub const DEFAULT_MAX_BYTES: ByteSize = ByteSize::mib(16);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Settings {
-    /// Reads the variables through `get`, so tests need not touch the process
-    /// environment. Returns the settings and the complaints about bad values
-    /// (which fall back to their defaults).
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> (Settings, Vec<String>) {
+    /// Reads the variables (declared in `tpcomm::env`) through `get`, so
+    /// tests need not touch the process environment. Returns the settings
+    /// and the errors about bad values. A bad value is never replaced by a
+    /// guess: with any error, tpcomm stays out of the way (`disabled`, every
+    /// call goes to the real NCCL) and the errors are logged, because a
+    /// drop-in must not fail the program that loaded it over a setting of
+    /// its own. Parsing cannot panic (every range is checked first).
+    pub fn from_vars(get: impl Fn(&str) -> Option<OsString>) -> (Settings, Vec<EnvError>) {
         let mut bad = Vec::new();
-        let disabled = match get("TPCOMM_DISABLE").as_deref().map(str::trim) {
-            None | Some("") | Some("0") | Some("false") | Some("no") => false,
-            Some(_) => true,
+        let disabled = take(&mut bad, env::DISABLE.read_with(&get)).unwrap_or(false);
+        let level = match take(&mut bad, env::LOG.read_with(&get)) {
+            Some("off") => Level::Off,
+            Some("info") => Level::Info,
+            _ => Level::Warn,
         };
-        let level = match get("TPCOMM_LOG").as_deref().map(str::trim) {
-            None | Some("") | Some("warn") | Some("error") => Level::Warn,
-            Some("off") | Some("none") | Some("0") => Level::Off,
-            Some("info") | Some("debug") | Some("1") => Level::Info,
-            Some(other) => {
-                bad.push(format!(
-                    "TPCOMM_LOG={other:?} is not one of off, warn, info; using warn"
-                ));
-                Level::Warn
-            }
-        };
-        let max_bytes = match get("TPCOMM_MAX_BYTES") {
-            None => DEFAULT_MAX_BYTES,
-            Some(v) => match v.parse::<ByteSize>() {
-                Ok(b) if b.bytes() > 0 => b,
-                _ => {
-                    bad.push(format!(
-                        "TPCOMM_MAX_BYTES={v:?} is not a size above 0 such as \"16 MiB\"; using {DEFAULT_MAX_BYTES}"
-                    ));
-                    DEFAULT_MAX_BYTES
-                }
-            },
-        };
-        let timeout = match get("TPCOMM_TIMEOUT_S") {
-            None => DEFAULT_TIMEOUT,
-            Some(v) => match v.trim().parse::<f64>() {
-                Ok(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s),
-                _ => {
-                    bad.push(format!(
-                        "TPCOMM_TIMEOUT_S={v:?} is not a positive number of seconds; using {}",
-                        DEFAULT_TIMEOUT.as_secs()
-                    ));
-                    DEFAULT_TIMEOUT
-                }
-            },
-        };
-        let real_nccl = get("TPCOMM_REAL_NCCL").filter(|v| !v.is_empty());
+        let max_bytes = take(&mut bad, env::MAX_BYTES.read_with(&get)).unwrap_or(DEFAULT_MAX_BYTES);
+        let timeout = take(&mut bad, env::TIMEOUT_S.read_with(&get)).unwrap_or(DEFAULT_TIMEOUT);
+        let real_nccl = take(&mut bad, env::REAL_NCCL.read_with(&get))
+            .map(|p| p.to_string_lossy().into_owned());
         (
             Settings {
-                disabled,
+                disabled: disabled || !bad.is_empty(),
                 level,
                 max_bytes,
                 timeout,
@@ -93,18 +71,36 @@ impl Settings {
     }
 }
 
+/// The value of one variable; a bad one goes to `bad` and reads as unset.
+fn take<T>(bad: &mut Vec<EnvError>, r: Result<Option<T>, EnvError>) -> Option<T> {
+    r.map_err(|e| bad.push(e)).ok().flatten()
+}
+
+/// The level of the settings once they are read, else `Level::Warn`; what
+/// the panic path of `ffi::guard` logs by, so that it never reads the
+/// settings itself (reading them is what may have panicked).
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+
 /// The process's settings, from its environment at the first call.
 pub fn get() -> &'static Settings {
     static S: OnceLock<Settings> = OnceLock::new();
     S.get_or_init(|| {
-        let (s, bad) = Settings::from_vars(|k| std::env::var(k).ok());
+        let (s, bad) = Settings::from_vars(|k| std::env::var_os(k));
+        LEVEL.store(s.level as u8, Ordering::Relaxed);
         if s.level > Level::Off {
             for b in bad {
-                emit(format_args!("{b}"));
+                emit(format_args!(
+                    "{b}; tpcomm stays out of the way until it is fixed (every call goes to the real NCCL)"
+                ));
             }
         }
         s
     })
+}
+
+/// Whether lines of `level` are logged, without reading the settings.
+pub fn logs(level: Level) -> bool {
+    LEVEL.load(Ordering::Relaxed) >= level as u8
 }
 
 /// Writes one log line with a single write, so that the lines of the ranks
@@ -139,10 +135,10 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn with(vars: &[(&str, &str)]) -> (Settings, Vec<String>) {
-        let m: HashMap<String, String> = vars
+    fn with(vars: &[(&str, &str)]) -> (Settings, Vec<EnvError>) {
+        let m: HashMap<String, OsString> = vars
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         Settings::from_vars(|k| m.get(k).cloned())
     }
@@ -153,28 +149,59 @@ mod tests {
         assert!(!s.disabled && bad.is_empty());
         assert_eq!(s.level, Level::Warn);
         assert_eq!(s.max_bytes, ByteSize::mib(16));
+        assert_eq!(s.timeout, DEFAULT_TIMEOUT);
         assert_eq!(s.real_nccl, None);
     }
 
     #[test]
-    fn disable_accepts_one_and_rejects_zero() {
-        assert!(with(&[("TPCOMM_DISABLE", "1")]).0.disabled);
-        assert!(with(&[("TPCOMM_DISABLE", "yes")]).0.disabled);
-        assert!(!with(&[("TPCOMM_DISABLE", "0")]).0.disabled);
-        assert!(!with(&[("TPCOMM_DISABLE", "")]).0.disabled);
+    fn disable_takes_the_documented_booleans_only() {
+        for on in ["1", "yes", "TRUE", "on"] {
+            let (s, bad) = with(&[("TPCOMM_DISABLE", on)]);
+            assert!(s.disabled && bad.is_empty(), "{on}");
+        }
+        for off in ["0", "", "no", "false", "Off"] {
+            let (s, bad) = with(&[("TPCOMM_DISABLE", off)]);
+            assert!(!s.disabled && bad.is_empty(), "{off}");
+        }
+        // Not a boolean: an error naming the variable, and tpcomm stays out
+        // of the way (it never guesses which the user meant).
+        let (s, bad) = with(&[("TPCOMM_DISABLE", "maybe")]);
+        assert!(s.disabled);
+        assert_eq!(bad.len(), 1);
+        assert!(
+            bad[0].to_string().contains("TPCOMM_DISABLE=\"maybe\""),
+            "{}",
+            bad[0]
+        );
     }
 
     #[test]
-    fn bad_values_fall_back_and_are_reported() {
+    fn bad_values_are_reported_by_name_and_disable_tpcomm() {
         let (s, bad) = with(&[
             ("TPCOMM_MAX_BYTES", "lots"),
             ("TPCOMM_LOG", "loud"),
             ("TPCOMM_TIMEOUT_S", "-3"),
         ]);
-        assert_eq!(s.max_bytes, DEFAULT_MAX_BYTES);
-        assert_eq!(s.level, Level::Warn);
-        assert_eq!(s.timeout, DEFAULT_TIMEOUT);
-        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(s.disabled);
+        assert_eq!(s.level, Level::Warn, "a bad level still lets errors out");
+        let names: Vec<&str> = bad.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            ["TPCOMM_LOG", "TPCOMM_MAX_BYTES", "TPCOMM_TIMEOUT_S"],
+            "{bad:?}"
+        );
+    }
+
+    /// Issue 17 item 4: these aborted the process that loaded the drop-in.
+    #[test]
+    fn huge_timeouts_are_errors_not_panics() {
+        for v in ["1e20", "18446744073709551616", "1e309", "inf", "NaN"] {
+            let (s, bad) = with(&[("TPCOMM_TIMEOUT_S", v)]);
+            assert!(s.disabled, "{v}");
+            assert_eq!(s.timeout, DEFAULT_TIMEOUT);
+            assert_eq!(bad.len(), 1, "{v}");
+            assert!(bad[0].to_string().contains("604800"), "{}", bad[0]);
+        }
     }
 
     #[test]
@@ -186,6 +213,7 @@ mod tests {
             ("TPCOMM_REAL_NCCL", "/x/libnccl.so.2"),
         ]);
         assert!(bad.is_empty(), "{bad:?}");
+        assert!(!s.disabled);
         assert_eq!(s.max_bytes, ByteSize::mib(4));
         assert_eq!(s.level, Level::Info);
         assert_eq!(s.timeout, Duration::from_millis(2500));

@@ -19,6 +19,8 @@ pub struct Beside {
     pub cap: Capacity,
     /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
     pub staging: crate::cuda::Staging,
+    /// The quantized wire (TPCOMM_WIRE), when enabled.
+    pub quant: Option<crate::quant::QuantBeside>,
 }
 
 type Map = RwLock<HashMap<usize, Arc<Beside>>>;
@@ -132,7 +134,7 @@ pub fn set_up(comm: NcclComm, origin: &str) {
         }
     };
     match build(&ex, &tag, rank, world, device) {
-        Ok((cuda, staging)) => {
+        Ok((cuda, staging, quant)) => {
             let r = cuda.memory_report();
             warn!(
                 "{tag}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) plus {} bytes of staging for unaligned buffers, and {} bytes of pinned host memory",
@@ -152,6 +154,7 @@ pub fn set_up(comm: NcclComm, origin: &str) {
                         max_bytes: s.max_bytes.bytes(),
                     },
                     staging,
+                    quant,
                 },
             );
         }
@@ -172,7 +175,7 @@ fn build(
     rank: usize,
     world: usize,
     device: usize,
-) -> Result<(CudaCommunicator, Staging)> {
+) -> Result<(CudaCommunicator, Staging, Option<crate::quant::QuantBeside>)> {
     let s = settings::get();
     let made = (|| {
         let key = host_key();
@@ -190,8 +193,9 @@ fn build(
         cfg.timeout = s.timeout;
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
         let cuda = CudaCommunicator::new(&cfg, &rv)?;
+        let quant = crate::quant::set_up(&cfg, &rv)?;
         let staging = Staging::new(cuda.context(), s.max_bytes.as_usize()?)?;
-        Ok((cuda, staging))
+        Ok((cuda, staging, quant))
     })();
     if let Err(e) = &made {
         info!("{tag}: this rank leaves the set-up: {e}");
@@ -218,7 +222,8 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     }
     let _restore = SavedContext::save();
     let group = ThreadGroup::new(world);
-    let made: Vec<Result<(CudaCommunicator, Staging)>> = std::thread::scope(|sc| {
+    type Made = (CudaCommunicator, Staging, Option<crate::quant::QuantBeside>);
+    let made: Vec<Result<Made>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
                 let rv = Rendezvous::Threads(group.clone());
@@ -228,8 +233,9 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                 cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
                 sc.spawn(move || {
                     let cuda = CudaCommunicator::new(&cfg, &rv)?;
+                    let quant = crate::quant::set_up(&cfg, &rv)?;
                     let staging = Staging::new(cuda.context(), cfg.max_bytes.as_usize()?)?;
-                    Ok((cuda, staging))
+                    Ok((cuda, staging, quant))
                 })
             })
             .collect();
@@ -243,7 +249,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     if let Some(Err(e)) = made.iter().find(|m| m.is_err()) {
         return warn!("ncclCommInitAll: tpcomm not set up ({e}); all-reduces go to NCCL");
     }
-    for (comm, (cuda, staging)) in comms.iter().zip(made.into_iter().flatten()) {
+    for (comm, (cuda, staging, quant)) in comms.iter().zip(made.into_iter().flatten()) {
         let r = cuda.memory_report();
         warn!(
             "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes) plus {} bytes of staging for unaligned buffers",
@@ -262,6 +268,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                     max_bytes: s.max_bytes.bytes(),
                 },
                 staging,
+                quant,
             },
         );
     }

@@ -4,7 +4,7 @@
 //! all-reduce on the engine's own stream, and the same call launched
 //! overlapped, as it would follow a GEMM.
 //!
-//!     cargo run --release --example tp_allreduce        # 2+ GPUs
+//!     cargo run --release -p tpcomm --example tp_allreduce   # 2+ GPUs
 //!
 //! Without GPUs it says why and exits with status 2.
 
@@ -103,7 +103,7 @@ fn rank_main(rank: usize, world: usize, group: Arc<ThreadGroup>) -> Result<Strin
 
 fn main() -> ExitCode {
     if let Err(e) = tpcomm::cuda::ensure_driver() {
-        eprintln!("tp_allreduce: {e}");
+        eprintln!("tp_allreduce: this example needs 2 or more NVIDIA GPUs and found none ({e})");
         return ExitCode::from(2);
     }
     let world = match CudaContext::device_count() {

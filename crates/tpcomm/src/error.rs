@@ -13,6 +13,10 @@ pub enum Error {
     #[error("invalid {what}: {detail}")]
     InvalidArgument { what: String, detail: String },
 
+    /// An environment variable holds a value tpcomm does not accept.
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+
     /// A byte size could not be parsed.
     #[error("cannot read {input:?} as a byte size: {reason} (examples: \"4096\", \"8MiB\", \"1.5 GiB\", \"64k\")")]
     ParseByteSize { input: String, reason: String },
@@ -21,13 +25,17 @@ pub enum Error {
     #[error("byte size arithmetic overflowed: {0}")]
     ByteSizeOverflow(String),
 
-    /// A peer rank did not arrive within the timeout.
-    #[error("rank {rank} timed out after {waited:?} waiting for rank {peer} ({what}) at epoch {epoch}; is that rank alive? Raise the timeout if ranks are merely slow")]
+    /// A peer rank did not arrive within the timeout (or its process was
+    /// seen to exit while this rank waited).
+    #[error("rank {peer} did not arrive within the timeout: rank {rank} waited for it ({what}) at epoch {epoch}; is rank {peer} alive? Raise the timeout if ranks are merely slow")]
     PeerTimeout {
         rank: usize,
         peer: usize,
         epoch: u64,
         what: String,
+        /// How long this rank waited: the timeout, or less when the peer's
+        /// process was seen to exit first. Not in the message, which would
+        /// otherwise read as a timeout of that length.
         waited: Duration,
     },
 
@@ -104,5 +112,29 @@ impl Error {
             source,
             hint: String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 17 item 7: a dead peer found after 626 us read "timed out after 626us".
+    #[test]
+    fn a_peer_timeout_names_the_peer_and_not_the_time_waited() {
+        let e = Error::PeerTimeout {
+            rank: 0,
+            peer: 1,
+            epoch: 7,
+            what: "one-shot data; its process (pid 42) has exited".into(),
+            waited: Duration::from_micros(626),
+        };
+        let m = e.to_string();
+        assert!(
+            m.starts_with("rank 1 did not arrive within the timeout: rank 0 waited for it"),
+            "{m}"
+        );
+        assert!(m.contains("epoch 7") && m.contains("pid 42"), "{m}");
+        assert!(!m.contains("626") && !m.contains("timed out"), "{m}");
     }
 }

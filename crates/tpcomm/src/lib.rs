@@ -1,16 +1,18 @@
 //! tpcomm: all-reduce for tensor-parallel inference on one machine.
 //!
 //! Layers (see DESIGN.md at the repository root of the project): basic types
-//! ([`units`], [`dtype`], [`error`]), transports, algorithms, the communicator.
+//! ([`units`], [`dtype`], [`error`], [`env`]), transports, algorithms, the communicator.
 
 pub mod algo;
 pub mod cuda;
 pub mod dtype;
+pub mod env;
 pub mod error;
 pub mod host;
 pub mod memory;
 pub mod nccl;
 pub mod plan_layout;
+pub mod quant;
 pub mod report;
 pub mod select;
 pub mod topology;
@@ -20,6 +22,6 @@ pub mod verify;
 pub use algo::Algo;
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, Result};
-pub use host::{HostCommunicator, HostConfig};
+pub use host::{HostCommunicator, HostConfig, JobKey};
 pub use memory::{GpuAllocations, MemoryLine, MemoryReport, Place};
 pub use units::ByteSize;

@@ -3,6 +3,7 @@
 //! `BenchMeta` describing the machine.
 
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
 /// One measured size.
@@ -124,6 +125,103 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
+/// What a latency table needs of a row of a `tpcomm bench --json` file.
+/// Hand-written tables and files of older versions hold only some of the
+/// fields of [`BenchRow`]; a missing size or time is an error only in a row
+/// a table takes, as `tpcomm plan --bench` has always read them.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct TimedRow {
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    #[serde(default)]
+    pub dtype: String,
+    #[serde(default)]
+    pub algo: String,
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub time_us: Option<f64>,
+    /// Elements outside tolerance; absent in hand-written tables.
+    #[serde(default)]
+    pub wrong: u64,
+}
+
+/// Which rows a latency table takes; `None` matches any. Names compare
+/// without regard to case, as `tpcomm plan --bench` does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowFilter<'a> {
+    pub algo: Option<&'a str>,
+    pub mode: Option<&'a str>,
+    pub dtype: Option<&'a str>,
+}
+
+impl RowFilter<'_> {
+    pub fn matches(&self, r: &TimedRow) -> bool {
+        let is = |want: Option<&str>, have: &str| want.is_none_or(|w| w.eq_ignore_ascii_case(have));
+        is(self.algo, &r.algo) && is(self.mode, &r.mode) && is(self.dtype, &r.dtype)
+    }
+}
+
+/// The rows of a `tpcomm bench --json` file (its `meta` is not read);
+/// `origin` names the file in messages.
+pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<TimedRow>> {
+    #[derive(serde::Deserialize)]
+    struct Rows {
+        rows: Vec<TimedRow>,
+    }
+    serde_json::from_str::<Rows>(text)
+        .map(|r| r.rows)
+        .map_err(|e| {
+            Error::invalid(
+                format!("bench file {origin}"),
+                format!("{e}; give a file written by `tpcomm bench --json`"),
+            )
+        })
+}
+
+/// The rows `filter` takes, each checked to be a latency: a size above 0, a
+/// finite time above 0, and no wrong element (a fast wrong answer is no
+/// answer). A row that fails is an error naming it.
+pub fn latency_rows<'a>(
+    rows: &'a [TimedRow],
+    origin: &str,
+    filter: RowFilter,
+) -> Result<Vec<&'a TimedRow>> {
+    let mut out = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        if !filter.matches(r) {
+            continue;
+        }
+        let bad = |why: String| {
+            Error::invalid(
+                format!("bench file {origin}"),
+                format!(
+                    "rows[{i}] ({} bytes, {} {} {}): {why}",
+                    r.bytes.map_or("?".into(), |b| b.to_string()),
+                    r.dtype,
+                    r.algo,
+                    r.mode
+                ),
+            )
+        };
+        if r.wrong > 0 {
+            return Err(bad(format!(
+                "{} wrong element(s), so its time is not a latency; fix or leave out that algorithm (--algo) and run `tpcomm bench` again",
+                r.wrong
+            )));
+        }
+        if r.bytes.is_none_or(|b| b == 0) {
+            return Err(bad("no size above 0 (\"bytes\")".into()));
+        }
+        match r.time_us {
+            Some(t) if t.is_finite() && t > 0.0 => out.push(r),
+            Some(t) => return Err(bad(format!("time_us {t} is not a time above 0"))),
+            None => return Err(bad("no time (\"time_us\")".into())),
+        }
+    }
+    Ok(out)
+}
+
 impl Machine {
     /// This machine, from /proc and the hostname (unknown parts say so).
     pub fn this() -> Self {
@@ -225,5 +323,184 @@ mod tests {
         let d = utc_now();
         assert_eq!(d.len(), 20, "{d}");
         assert!(d.starts_with("20") && d.ends_with('Z'));
+    }
+
+    fn row(algo: &str, bytes: u64, time_us: f64, wrong: u64) -> BenchRow {
+        BenchRow::new(
+            bytes,
+            bytes / 2,
+            DType::Bf16,
+            "sum",
+            algo,
+            "graph",
+            time_us,
+            2,
+            wrong,
+        )
+    }
+
+    fn json(rows: &[BenchRow]) -> String {
+        serde_json::json!({ "meta": {}, "rows": rows }).to_string()
+    }
+
+    /// Issue 17 item 7: rows with wrong results were taken as latencies.
+    #[test]
+    fn a_latency_row_with_wrong_results_is_refused_by_name() {
+        let rows = parse_rows(
+            &json(&[
+                row("one-shot", 1024, 3.0, 0),
+                row("two-shot", 1024, 2.0, 0),
+                row("two-shot", 4096, 2.5, 12),
+            ]),
+            "b.json",
+        )
+        .unwrap();
+        let all = |algo| RowFilter {
+            algo,
+            mode: Some("GRAPH"),
+            dtype: Some("bf16"),
+        };
+        let e = latency_rows(&rows, "b.json", all(Some("two-shot")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("b.json")
+                && e.contains("rows[2] (4096 bytes, bf16 two-shot graph): 12 wrong element(s)"),
+            "{e}"
+        );
+        // Rows of another algorithm are not this table's business.
+        let ok = latency_rows(&rows, "b.json", all(Some("one-shot"))).unwrap();
+        assert_eq!(ok.len(), 1);
+        let timed = |r: &BenchRow| parse_rows(&json(std::slice::from_ref(r)), "b.json").unwrap();
+        let e =
+            latency_rows(&timed(&row("x", 0, 1.0, 0)), "b.json", RowFilter::default()).unwrap_err();
+        assert!(e.to_string().contains("no size above 0"), "{e}");
+        // NaN is written as null: no time.
+        let nan = timed(&row("x", 64, f64::NAN, 0));
+        let e = latency_rows(&nan, "b.json", RowFilter::default()).unwrap_err();
+        assert!(e.to_string().contains("no time"), "{e}");
+        let negative = timed(&row("x", 64, -1.0, 0));
+        let e = latency_rows(&negative, "b.json", RowFilter::default()).unwrap_err();
+        assert!(e.to_string().contains("-1 is not a time"), "{e}");
+    }
+
+    /// Hand-written tables hold only what a latency needs; a row the table
+    /// does not take may lack even that.
+    #[test]
+    fn hand_written_rows_read_and_only_taken_rows_must_be_complete() {
+        let text = r#"{"rows": [{"bytes": 64, "dtype": "f32", "algo": "oneshot", "mode": "eager", "time_us": 1.5},
+            {"algo": "nccl", "mode": "eager"}]}"#;
+        let rows = parse_rows(text, "hand.json").unwrap();
+        assert_eq!(
+            (rows[0].bytes, rows[0].time_us, rows[0].wrong),
+            (Some(64), Some(1.5), 0)
+        );
+        let only = |algo| RowFilter {
+            algo: Some(algo),
+            mode: None,
+            dtype: None,
+        };
+        assert_eq!(
+            latency_rows(&rows, "hand.json", only("oneshot"))
+                .unwrap()
+                .len(),
+            1
+        );
+        let e = latency_rows(&rows, "hand.json", only("nccl"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rows[1] (? bytes") && e.contains("no size"),
+            "{e}"
+        );
+        let e = parse_rows("{\"rows\": [{\"bytes\": -1}]}", "bad.json").unwrap_err();
+        assert!(
+            e.to_string().contains("bad.json") && e.to_string().contains("line 1"),
+            "{e}"
+        );
+    }
+
+    fn arb_row() -> impl proptest::strategy::Strategy<Value = BenchRow> {
+        use proptest::prelude::*;
+        (
+            0u64..(1 << 40),
+            proptest::sample::select(vec![DType::F32, DType::F16, DType::Bf16]),
+            proptest::sample::select(vec!["one-shot", "two-shot", "nccl"]),
+            proptest::sample::select(vec!["eager", "graph"]),
+            proptest::num::f64::ANY,
+            0u64..3,
+        )
+            .prop_map(|(bytes, dtype, algo, mode, t, wrong)| {
+                BenchRow::new(bytes, bytes / 2, dtype, "sum", algo, mode, t, 2, wrong)
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        /// Every row written reads back with the fields a latency needs
+        /// (a time that is not finite is written as null: no time).
+        #[test]
+        fn bench_rows_round_trip_through_json(rows in proptest::collection::vec(arb_row(), 0..8)) {
+            // serde_json's default float parser may be one unit in the last
+            // place off; everything else must be exact.
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-15 * a.abs().max(b.abs());
+            let back = parse_rows(&json(&rows), "r.json").unwrap();
+            proptest::prop_assert_eq!(back.len(), rows.len());
+            for (b, r) in back.iter().zip(&rows) {
+                proptest::prop_assert_eq!(
+                    (b.bytes, b.dtype.as_str(), b.algo.as_str(), b.mode.as_str(), b.wrong),
+                    (Some(r.bytes), r.dtype.name(), r.algo.as_str(), r.mode.as_str(), r.wrong)
+                );
+                match b.time_us {
+                    Some(t) => proptest::prop_assert!(close(t, r.time_us), "{} vs {}", t, r.time_us),
+                    None => proptest::prop_assert!(!r.time_us.is_finite()),
+                }
+            }
+        }
+
+        /// The latency reader takes a set of rows exactly when each taken row
+        /// has no wrong element, a size and a finite time above 0.
+        #[test]
+        fn latency_rows_take_only_correct_timed_rows(
+            rows in proptest::collection::vec(arb_row(), 0..8),
+            algo in proptest::option::of(proptest::sample::select(vec!["one-shot", "TWO-SHOT", "nccl"])),
+        ) {
+            let rows = parse_rows(&json(&rows), "r.json").unwrap();
+            let filter = RowFilter { algo, mode: None, dtype: None };
+            let taken: Vec<&TimedRow> = rows.iter().filter(|r| filter.matches(r)).collect();
+            let valid = |r: &TimedRow| {
+                r.wrong == 0
+                    && r.bytes.is_some_and(|b| b > 0)
+                    && r.time_us.is_some_and(|t| t.is_finite() && t > 0.0)
+            };
+            match latency_rows(&rows, "r.json", filter) {
+                Ok(got) => {
+                    proptest::prop_assert!(taken.iter().all(|r| valid(r)));
+                    proptest::prop_assert_eq!(got, taken);
+                }
+                Err(e) => {
+                    proptest::prop_assert!(taken.iter().any(|r| !valid(r)));
+                    proptest::prop_assert!(e.to_string().contains("rows["), "{}", e);
+                }
+            }
+        }
+
+        /// Damaged JSON never panics the reader; an error names the file.
+        #[test]
+        fn damaged_bench_json_gives_an_error_naming_the_file(
+            rows in proptest::collection::vec(arb_row(), 1..4),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            len in 0usize..20,
+            insert in "[ -~]{0,4}",
+        ) {
+            let text = json(&rows);
+            let i = at.index(text.len());
+            let j = (i + len).min(text.len());
+            let damaged = format!("{}{insert}{}", &text[..i], &text[j..]);
+            if let Err(e) = parse_rows(&damaged, "d.json") {
+                proptest::prop_assert!(e.to_string().contains("d.json"), "{}", e);
+            }
+        }
     }
 }

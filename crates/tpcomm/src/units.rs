@@ -138,7 +138,8 @@ impl FromStr for ByteSize {
             .unwrap_or(s.len());
         let (num, suffix) = s.split_at(num_end);
         let num: String = num.chars().filter(|&c| c != '_').collect();
-        if num.is_empty() {
+        // "." or "_" alone would otherwise read as 0 bytes.
+        if !num.chars().any(|c| c.is_ascii_digit()) {
             return Err(err("it does not start with a number"));
         }
         let unit = unit_of(suffix)
@@ -310,7 +311,89 @@ mod tests {
         assert_eq!(serde_json::to_string(&a).unwrap(), "8388608");
     }
 
+    #[test]
+    fn a_point_or_an_underscore_alone_is_not_zero_bytes() {
+        for bad in [".", "_", "._", " . KiB", "_MiB"] {
+            assert!(bad.parse::<ByteSize>().is_err(), "{bad:?}");
+        }
+        assert_eq!(".5k".parse::<ByteSize>().unwrap(), ByteSize(512));
+    }
+
+    const UNITS: [(&str, u64); 12] = [
+        ("", 1),
+        ("B", 1),
+        (" bytes", 1),
+        ("k", KIB),
+        ("KiB", KIB),
+        (" MiB", MIB),
+        ("m", MIB),
+        ("GiB", GIB),
+        (" TiB", TIB),
+        ("KB", 1_000),
+        ("MB", 1_000_000),
+        (" GB", 1_000_000_000),
+    ];
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Any text: a size or an error, never a panic; and a size only
+        /// from text that holds a digit.
+        #[test]
+        fn any_text_is_a_size_or_an_error(s in "\\PC{0,24}|[0-9._ kKmMgGtTiIbB]{0,12}") {
+            if s.parse::<ByteSize>().is_ok() {
+                proptest::prop_assert!(s.chars().any(|c| c.is_ascii_digit()), "{:?}", s);
+            }
+        }
+
+        /// A whole number with a unit is that many bytes, or an error when
+        /// it does not fit in 64 bits (checked, never wrapped).
+        #[test]
+        fn whole_numbers_with_units_are_exact_or_overflow_errors(
+            n in proptest::prelude::any::<u64>(),
+            small in 0u64..100_000,
+            unit in proptest::sample::select(UNITS.to_vec()),
+        ) {
+            for n in [n, small] {
+                let got = format!("{n}{}", unit.0).parse::<ByteSize>();
+                match n.checked_mul(unit.1) {
+                    Some(b) => proptest::prop_assert_eq!(got.unwrap(), ByteSize(b)),
+                    None => proptest::prop_assert!(got.is_err()),
+                }
+            }
+        }
+
+        /// A decimal is accepted exactly when it is a whole number of bytes
+        /// that fits in 64 bits, and then it is that number.
+        #[test]
+        fn decimals_are_exact_or_refused(
+            int in 0u64..10_000_000,
+            frac in "[0-9]{1,6}",
+            unit in proptest::sample::select(UNITS.to_vec()),
+        ) {
+            let scale = 10u128.pow(frac.len() as u32);
+            let f: u128 = frac.parse().unwrap();
+            let exact = (int as u128 * scale + f) * unit.1 as u128;
+            let want = exact
+                .is_multiple_of(scale)
+                .then(|| exact / scale)
+                .and_then(|b| u64::try_from(b).ok());
+            let got = format!("{int}.{frac}{}", unit.0).parse::<ByteSize>().ok();
+            proptest::prop_assert_eq!(got, want.map(ByteSize));
+        }
+
+        /// What a size shows reads back as at most that size and within a
+        /// hundredth of its unit, when it reads back at all (two decimals
+        /// may not be a whole number of bytes).
+        #[test]
+        fn displayed_sizes_read_back_close_below(v in proptest::prelude::any::<u64>()) {
+            let shown = ByteSize(v).to_string();
+            if let Ok(b) = shown.parse::<ByteSize>() {
+                let unit = [TIB, GIB, MIB, KIB, 1].into_iter().find(|&u| v >= u).unwrap_or(1);
+                proptest::prop_assert!(b.0 <= v && v - b.0 <= unit / 100 + 1, "{} shown as {}", v, shown);
+            }
+        }
+
         #[test]
         fn display_then_parse_round_trips_for_exact_units(n in 0u64..1_000_000, shift in 0u32..4) {
             let v = ByteSize(n << (10 * shift));

@@ -59,9 +59,9 @@ fn gpu_stress_100k_random_calls_are_all_right_and_bit_identical() {
         let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
         eprintln!(
             "stress: {} calls ({} batches captured in graphs) on {} in {:.1} s: {} wrong elements",
-            describe(world),
             s.calls,
             s.graph_batches,
+            describe(world),
             t0.elapsed().as_secs_f64(),
             s.wrong
         );
@@ -74,10 +74,9 @@ fn gpu_stress_100k_random_calls_are_all_right_and_bit_identical() {
 fn gpu_graph_replayed_10000_times_is_right_every_time() {
     let Some(worlds) = gpu_worlds() else { return };
     for world in worlds {
-        let replays: usize = std::env::var("TPCOMM_REPLAYS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(10_000);
+        let replays = tpcomm::env::REPLAYS
+            .get_or(10_000)
+            .unwrap_or_else(|e| panic!("{e}")) as usize;
         let mut ranks = make_ranks(world, ByteSize::mib(1), 4 << 20, Duration::from_secs(10));
         // First validate the expected bytes eagerly against the reference.
         let mut rng = Rng::new(3);

@@ -267,9 +267,9 @@ fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
         let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
         eprintln!(
             "host stress: {} calls ({} batches in graphs) on {} in {:.1} s: {} wrong elements",
-            describe(world),
             s.calls,
             s.graph_batches,
+            describe(world),
             t0.elapsed().as_secs_f64(),
             s.wrong
         );
@@ -378,12 +378,14 @@ fn gpu_transport_auto_picks_p2p_only_when_every_pair_has_it() {
         tpcomm::cuda::ensure_driver().unwrap();
         let mut all_p2p = true;
         for a in 0..world {
-            open_context(a).unwrap();
+            open_context(device_of(a)).unwrap();
             for b in 0..world {
-                if a != b {
+                let (da, db) = (device_of(a), device_of(b));
+                // Ranks on one GPU reach each other's memory without P2P.
+                if da != db {
                     let mut v = 0i32;
                     // SAFETY: writes one int; both ordinals exist.
-                    let r = unsafe { sys::cuDeviceCanAccessPeer(&mut v, a as i32, b as i32) };
+                    let r = unsafe { sys::cuDeviceCanAccessPeer(&mut v, da as i32, db as i32) };
                     assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
                     all_p2p &= v != 0;
                 }

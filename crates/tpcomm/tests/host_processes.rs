@@ -14,6 +14,9 @@ use tpcomm::{Algo, ByteSize, Element, HostCommunicator, ReduceOp};
 
 const CHILD: &str = "TPCOMM_TEST_CHILD";
 
+/// Starts one rank. Ranks of one job share a job key, as a launcher gives
+/// them; here the key is made from the meeting directory's name, which is
+/// fresh for every job.
 fn spawn(
     scenario: &str,
     rank: usize,
@@ -21,8 +24,15 @@ fn spawn(
     dir: &std::path::Path,
     timeout_ms: u64,
 ) -> Child {
+    let key = format!("{:032x}", {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        dir.hash(&mut h);
+        h.finish() | 1
+    });
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
+        .env(tpcomm::host::JOB_KEY_ENV, key)
         .env(
             CHILD,
             format!("{scenario} {rank} {world} {} {timeout_ms}", dir.display()),
@@ -206,6 +216,12 @@ fn killing_a_rank_mid_run_makes_every_other_rank_fail_promptly_naming_it() {
             assert!(
                 err.contains("rank 1"),
                 "world {world} rank {r}: error does not name rank 1: {err}"
+            );
+            // Said as a peer that did not arrive, not as a timeout of however
+            // long this rank happened to wait before seeing the death.
+            assert!(
+                err.contains("did not arrive within the timeout") && !err.contains("timed out"),
+                "world {world} rank {r}: {err}"
             );
             assert!(
                 took < timeout + Duration::from_secs(1),

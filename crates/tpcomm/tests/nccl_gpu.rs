@@ -164,8 +164,8 @@ fn run_rank(nccl: std::sync::Arc<Nccl>, id: UniqueId, rank: usize) -> Result<usi
 #[ignore = "needs 2 GPUs and NCCL: TPCOMM_GPU_TESTS=1 cargo test -p tpcomm --test nccl_gpu -- --ignored"]
 fn nccl_all_reduce_two_gpus_one_thread_each_matches_float64() {
     assert_eq!(
-        std::env::var("TPCOMM_GPU_TESTS").as_deref(),
-        Ok("1"),
+        tpcomm::env::GPU_TESTS.get(),
+        Ok(Some(true)),
         "set TPCOMM_GPU_TESTS=1 to run GPU tests"
     );
     let nccl = Nccl::load().unwrap_or_else(|e| panic!("{e}"));

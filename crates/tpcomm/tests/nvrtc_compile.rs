@@ -36,6 +36,16 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         ],
         &["f32", "f16", "bf16"],
     ),
+    (
+        "quant.cu",
+        &[
+            "tpcomm_quant_oneshot_int8",
+            "tpcomm_quant_oneshot_fp8",
+            "tpcomm_quant_twoshot_int8",
+            "tpcomm_quant_twoshot_fp8",
+        ],
+        &["f32", "f16", "bf16"],
+    ),
 ];
 
 /// FNV-1a of the cubin.
@@ -48,7 +58,10 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 #[test]
 fn every_kernel_compiles_for_every_architecture_without_warnings() {
     if let Err(e) = tpcomm::cuda::ensure_nvrtc() {
-        if std::env::var_os("TPCOMM_REQUIRE_NVRTC").is_some() {
+        if tpcomm::env::REQUIRE_NVRTC
+            .get_or(false)
+            .unwrap_or_else(|e| panic!("{e}"))
+        {
             panic!("TPCOMM_REQUIRE_NVRTC is set but NVRTC cannot be loaded: {e}");
         }
         eprintln!("SKIPPED: NVRTC not found ({e}); run scripts/install_nvrtc.sh and add its directory to LD_LIBRARY_PATH");

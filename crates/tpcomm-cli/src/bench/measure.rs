@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::Instant;
 use tpcomm::report::BenchRow;
 use tpcomm::verify::{random_input, Reference};
-use tpcomm::{Algo, ByteSize, DType, Element, HostCommunicator, HostConfig, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, Element, HostCommunicator, HostConfig, JobKey, ReduceOp};
 
 pub(super) fn worker_process(args: &BenchArgs, spec: &str) -> Result<(), String> {
     let mut f = spec.splitn(3, ' ');
@@ -22,11 +22,19 @@ pub(super) fn worker_process(args: &BenchArgs, spec: &str) -> Result<(), String>
         .parse()
         .map_err(|_| format!("bad nonce in {WORKER_ENV}"))?;
     let stdout = std::io::stdout();
-    let r = worker(args, rank, std::path::Path::new(path), nonce, &mut |row| {
-        let mut o = stdout.lock();
-        let _ = writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default());
-        let _ = o.flush();
-    });
+    // The key comes from TPCOMM_JOB_KEY, which the parent set.
+    let r = worker(
+        args,
+        rank,
+        std::path::Path::new(path),
+        nonce,
+        None,
+        &mut |row| {
+            let mut o = stdout.lock();
+            let _ = writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default());
+            let _ = o.flush();
+        },
+    );
     r.map_err(|e| format!("rank {rank}: {e}"))
 }
 
@@ -36,9 +44,11 @@ pub(super) fn worker(
     rank: usize,
     rendezvous: &std::path::Path,
     nonce: u64,
+    key: Option<JobKey>,
     emit: &mut dyn FnMut(BenchRow),
 ) -> Result<(), String> {
     let mut cfg = HostConfig::new(rank, args.ranks, rendezvous);
+    cfg.job_key = key;
     cfg.max_message = args.max_message;
     cfg.timeout = args.timeout;
     cfg.piece = args.piece;

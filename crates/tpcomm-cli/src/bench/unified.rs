@@ -7,7 +7,7 @@
 //! as if typed, so their defaults and checks stay in one place each.
 //! `tpcomm bench forward` is the forward benchmark.
 
-use super::{parse_duration, BenchArgs, WORKER_ENV};
+use super::{parse_duration, BenchArgs};
 use crate::forward_bench::ForwardBenchArgs;
 use crate::gpu_bench::GpuBenchArgs;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -96,7 +96,7 @@ struct BenchOpts {
     #[arg(long)]
     timeout_ms: Option<u64>,
 
-    /// Number of ranks. CPU: default 2. GPUs: 2 to 8, default every GPU;
+    /// Number of ranks. CPU: 2 to 64, default 2. GPUs: 2 to 8, default every GPU;
     /// ranks go round-robin over the GPUs, so more ranks than GPUs share
     /// them (rows then say "shared GPU": never an N-GPU result).
     #[arg(long)]
@@ -193,29 +193,45 @@ fn detect() -> Result<usize, String> {
 /// for `--device auto`, and never in a CPU rank's worker process (which runs
 /// with its parent's arguments and must land on the CPU bench again).
 fn resolve(o: &BenchOpts, gpus: impl FnOnce() -> Result<usize, String>) -> Result<Run, String> {
-    let (device, why) = match o.device {
-        Device::Cpu => (Device::Cpu, None),
-        Device::Gpu => (Device::Gpu, None),
-        Device::Auto if std::env::var_os(WORKER_ENV).is_some() => (Device::Cpu, None),
+    // `why`: the reason auto chose CPU ranks, in full for error messages;
+    // `found`: the same in a few words for the line a run starts with (a
+    // machine without GPUs is the normal case here, not an error).
+    let (device, why, found) = match o.device {
+        Device::Cpu => (Device::Cpu, None, None),
+        Device::Gpu => (Device::Gpu, None, None),
+        Device::Auto if tpcomm::env::BENCH_WORKER.checked_value().is_some() => {
+            (Device::Cpu, None, None)
+        }
         Device::Auto => match gpus() {
-            Ok(n) if n >= 2 => (Device::Gpu, None),
-            Ok(n) => (
+            Ok(n) if n >= 2 => (Device::Gpu, None, None),
+            Ok(n) => {
+                let w = format!("{n} CUDA GPU here, the GPU bench needs 2");
+                (Device::Cpu, Some(w.clone()), Some(w))
+            }
+            Err(e) => (
                 Device::Cpu,
-                Some(format!("{n} CUDA GPU(s) here, the GPU bench needs 2")),
+                Some(format!("no usable CUDA GPU: {e}")),
+                Some("no GPU found".to_string()),
             ),
-            Err(e) => (Device::Cpu, Some(format!("no usable CUDA GPU: {e}"))),
         },
     };
+    // A GPU-only option on CPU ranks: say why auto did not pick GPUs.
     let auto_note = |msg: String| match &why {
-        Some(w) => format!("{msg} (--device auto chose CPU ranks: {w})"),
-        None => msg,
+        Some(w) if gpu_only_option(o).is_some() => {
+            format!("{msg} (--device auto chose CPU ranks: {w})")
+        }
+        _ => msg,
     };
     match device {
         Device::Gpu => gpu_args(o).map(Run::Gpu),
         _ => {
             let args = cpu_args(o).map_err(auto_note)?;
-            if let Some(w) = &why {
-                eprintln!("tpcomm bench: {w}; measuring CPU ranks (--device gpu insists on GPUs)");
+            // Checked before the line below, so a bad value is the only message.
+            args.validate()?;
+            if let Some(found) = &found {
+                eprintln!(
+                    "tpcomm bench: {found}, so running the CPU all-reduce (shared memory between CPU ranks)"
+                );
             }
             Ok(Run::Cpu(args))
         }
@@ -226,7 +242,8 @@ fn os(items: &[&str]) -> Vec<OsString> {
     items.iter().map(OsString::from).collect()
 }
 
-fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
+/// The first option given that only the GPU bench takes, as a message.
+fn gpu_only_option(o: &BenchOpts) -> Option<&'static str> {
     let gpu_only = [
         (
             o.transport.is_some(),
@@ -251,7 +268,14 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
             "--table is for the GPU bench's --algos auto",
         ),
     ];
-    if let Some((_, msg)) = gpu_only.iter().find(|(given, _)| *given) {
+    gpu_only
+        .iter()
+        .find(|(given, _)| *given)
+        .map(|(_, msg)| *msg)
+}
+
+fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
+    if let Some(msg) = gpu_only_option(o) {
         return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
     }
     let mut v: Vec<OsString> = vec!["bench".into()];
@@ -363,6 +387,11 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
             "{msg} (the run is on GPUs; --device cpu runs CPU ranks)"
         ));
     }
+    // Checked here, before any GPU is looked for, so a misspelt algorithm
+    // gets the list of valid ones on any machine.
+    for a in o.algos.iter().filter(|a| *a != "all" && *a != "nccl") {
+        crate::gpu_bench::parse_algo(a).map_err(|e| format!("{e} (or all)"))?;
+    }
     let mut v: Vec<OsString> = vec!["gpu-bench".into()];
     if let Some(l) = o.launch {
         let name = match l {
@@ -433,10 +462,19 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
         .map_err(|e| first_line(&e.to_string()))
 }
 
-/// clap's message without its "error: " prefix and usage lines.
+/// clap's message without its "error: " prefix and usage lines, keeping the
+/// list of valid values when clap gives one.
 fn first_line(s: &str) -> String {
     let l = s.lines().next().unwrap_or(s);
-    l.strip_prefix("error: ").unwrap_or(l).to_string()
+    let l = l.strip_prefix("error: ").unwrap_or(l);
+    match s
+        .lines()
+        .map(str::trim)
+        .find(|x| x.starts_with("[possible values:"))
+    {
+        Some(values) => format!("{l} {values}"),
+        None => l.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -134,7 +134,8 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         info.gpu,
         info.arch,
         info.nccl.clone().unwrap_or_else(|| "not run".into()),
-        std::env::var("NCCL_P2P_DISABLE")
+        tpcomm::env::NCCL_P2P_DISABLE
+            .checked_value()
             .map(|v| format!(" (NCCL_P2P_DISABLE={v})"))
             .unwrap_or_default(),
         transport_label(args.transport, info),
@@ -205,7 +206,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
                 "arch": info.arch,
                 "driver": driver,
                 "nccl": info.nccl,
-                "nccl_p2p_disable": std::env::var("NCCL_P2P_DISABLE").ok(),
+                "nccl_p2p_disable": tpcomm::env::NCCL_P2P_DISABLE.checked_value(),
                 "transport_requested": args.transport.name(),
                 "transport": info.transport,
                 "modes_skipped": info.skipped_modes,

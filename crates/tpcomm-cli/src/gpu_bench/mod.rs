@@ -16,6 +16,7 @@ use tpcomm::{Algo, ByteSize, DType, Error, Result};
 
 mod check;
 mod launch;
+mod quant;
 mod rank;
 mod report;
 #[cfg(test)]
@@ -69,6 +70,9 @@ pub struct GpuBenchArgs {
     /// the library's selection picks at each size and mode (rows `auto:<choice>`).
     /// one-shot-pdl and two-shot-pdl launch the same kernels with programmatic
     /// dependent launch (sm_90+), so each call's launch overlaps the previous call.
+    /// int8 and fp8 (optionally /32, /64, /128: the group) run the quantized
+    /// wire (docs/quantized.md); their rows also print the error against the
+    /// float64 sum, and `#wrong` counts elements that differ from the CPU model.
     #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
     algos: Vec<String>,
     /// Modes, comma separated: eager, graph.
@@ -119,6 +123,11 @@ pub(crate) struct Row {
     pub(crate) algbw_gbps: f64,
     pub(crate) busbw_gbps: f64,
     pub(crate) wrong: usize,
+    /// Quantized-wire rows: error against the float64 sum (docs/quantized.md).
+    #[serde(default)]
+    pub(crate) rel_rms: Option<f64>,
+    #[serde(default)]
+    pub(crate) max_rel: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
@@ -257,8 +266,14 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         ));
     }
     for a in &args.algos {
-        if a != "nccl" {
-            parse_algo(a)?;
+        match quant::wire_of(a) {
+            Some(w) => {
+                w?;
+            }
+            None if a != "nccl" => {
+                parse_algo(a)?;
+            }
+            None => {}
         }
     }
     for m in &args.modes {

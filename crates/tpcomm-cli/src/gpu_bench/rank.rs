@@ -26,6 +26,8 @@ enum Impl {
     Nccl,
     /// What the library's selection picks for each size and mode.
     Auto,
+    /// The quantized all-reduce on this wire.
+    Quant(tpcomm::quant::Wire),
 }
 
 fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
@@ -84,6 +86,19 @@ pub(super) fn rank_main(
         None
     } else if args.algos.iter().any(|a| a == "nccl") {
         nccl_comm(rank, world, &rv, timeout, &mut info)
+    } else {
+        None
+    };
+    let quant = if args
+        .algos
+        .iter()
+        .any(|a| super::quant::wire_of(a).is_some())
+    {
+        Some(tpcomm::cuda::quant::QuantComm::new(
+            &cfg,
+            comm.transport(),
+            &rv,
+        )?)
     } else {
         None
     };
@@ -162,6 +177,9 @@ pub(super) fn rank_main(
                 Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
                 }),
+                Impl::Quant(w) => quant.as_ref().map_or(Ok(()), |q| {
+                    q.all_reduce(i, o, count, dtype, *w, stream.cu_stream(), Launch::Ordinary)
+                }),
                 Impl::Auto => unreachable!("resolved before any call"),
             }
         }
@@ -175,7 +193,9 @@ pub(super) fn rank_main(
         // Every (algorithm, mode) of this size, resolved to what it runs.
         let mut entries: Vec<Entry> = Vec::new();
         for algo_name in &args.algos {
-            let imp = if algo_name == "nccl" {
+            let imp = if let Some(w) = super::quant::wire_of(algo_name) {
+                Impl::Quant(w?)
+            } else if algo_name == "nccl" {
                 match &nccl {
                     Some(_) => Impl::Nccl,
                     None => continue,
@@ -210,9 +230,11 @@ pub(super) fn rank_main(
                     }
                     (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
                     (Impl::Nccl, _) => Impl::Nccl,
+                    (Impl::Quant(w), _) => Impl::Quant(*w),
                     (Impl::Auto, None) => Impl::Tp(Algo::Auto, Launch::Ordinary),
                 };
                 let name = match (&decision, &imp) {
+                    (_, Impl::Quant(w)) => w.label(),
                     (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
                     (_, Impl::Tp(a, Launch::Ordinary)) => comm.algo_name(*a, bytes).to_string(),
                     (_, Impl::Tp(a, Launch::Overlapped)) => {
@@ -304,6 +326,7 @@ pub(super) fn rank_main(
             stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
             comm.check()?;
             let mut wrong = 0;
+            let (mut rel_rms, mut max_rel) = (None, None);
             let mut host = vec![0u8; bytes];
             let written = if e.graph.is_some() {
                 rot.min(iters)
@@ -316,6 +339,16 @@ pub(super) fn rank_main(
                     .map_err(cuda("cuMemcpyDtoH"))?;
                 stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
                 let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
+                if let Impl::Quant(w) = &e.imp {
+                    // Against the CPU model (one buffer: the model is slow).
+                    if k == 0 {
+                        let c = super::quant::check(dtype, *w, &host, &ins_k);
+                        wrong += c.wrong;
+                        rel_rms = Some(c.rel_rms);
+                        max_rel = Some(c.max_rel);
+                    }
+                    continue;
+                }
                 wrong += count_wrong_par(dtype, &host, &ins_k, world, workers);
             }
             let t = median(t);
@@ -330,6 +363,8 @@ pub(super) fn rank_main(
                 algbw_gbps: algbw,
                 busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
                 wrong,
+                rel_rms,
+                max_rel,
             });
         }
     }

@@ -44,6 +44,24 @@ pub(super) fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> R
     for r in &doc.rows {
         println!("{}", crate::bench::columns::line(r));
     }
+    let quant: Vec<&Row> = rows.iter().filter(|r| r.rel_rms.is_some()).collect();
+    if !quant.is_empty() {
+        println!("# quantized wire rows: error against the float64 sum (docs/quantized.md); #wrong counts elements that differ from the CPU model");
+        println!(
+            "# {:>12} {:>10} {:>6} {:>10} {:>9}",
+            "size", "wire", "mode", "rel-RMS", "max-rel"
+        );
+        for r in quant {
+            println!(
+                "# {:>12} {:>10} {:>6} {:>9.3}% {:>9.3}",
+                r.bytes,
+                r.algo,
+                r.mode,
+                100.0 * r.rel_rms.unwrap_or(0.0),
+                r.max_rel.unwrap_or(0.0)
+            );
+        }
+    }
     let wrong: u64 = doc.rows.iter().map(|r| r.wrong).sum();
     println!("# total wrong elements: {wrong}");
     if let Some(path) = &args.json {

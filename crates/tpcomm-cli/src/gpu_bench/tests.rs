@@ -115,6 +115,8 @@ fn rank_out(gpu: &str, wrong: usize, nccl: Option<&str>) -> RankOut {
             algbw_gbps: 0.32768,
             busbw_gbps: 0.32768,
             wrong,
+            rel_rms: None,
+            max_rel: None,
         }],
     }
 }

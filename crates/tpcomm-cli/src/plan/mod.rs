@@ -503,6 +503,29 @@ fn table_of(
     })
 }
 
+/// Refuses a bench file whose rows for the latency table are not latencies
+/// (wrong results, no time): the planner's reader takes only their times.
+fn check_bench_rows(
+    path: &std::path::Path,
+    algo: Option<&str>,
+    mode: Option<&str>,
+    dtype: &str,
+) -> Result<()> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| PlanError::Io {
+        path: name.clone(),
+        source,
+    })?;
+    let filter = tpcomm::report::RowFilter {
+        algo,
+        mode,
+        dtype: Some(dtype),
+    };
+    tpcomm::report::parse_rows(&text, &name)
+        .and_then(|rows| tpcomm::report::latency_rows(&rows, &name, filter).map(|_| ()))
+        .map_err(|e| PlanError::invalid("--bench", e.to_string()))
+}
+
 fn spec(a: SpecArgs) -> Result<()> {
     let cat = load_catalog(&a.common.catalog)?;
     let r = resolve(&a.common, Some(&a.draft), &cat)?;
@@ -523,6 +546,7 @@ fn spec(a: SpecArgs) -> Result<()> {
         }
         LatencySource::Flat { us }
     } else if let Some(path) = &a.bench {
+        check_bench_rows(path, a.algo.as_deref(), a.mode.as_deref(), &a.dtype)?;
         LatencySource::Table {
             table: LatencyTable::from_bench_json(
                 path,
@@ -626,4 +650,31 @@ fn spec(a: SpecArgs) -> Result<()> {
         outln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod bench_check_tests {
+    use super::check_bench_rows;
+    use tpcomm::report::BenchRow;
+    use tpcomm::DType;
+
+    /// Issue 17 item 7: `plan --bench` took rows with wrong results as latencies.
+    #[test]
+    fn a_bench_file_with_wrong_rows_is_refused_as_a_latency_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.json");
+        let row = |algo, wrong| {
+            BenchRow::new(4096, 2048, DType::Bf16, "sum", algo, "graph", 5.0, 2, wrong)
+        };
+        let rows = [row("one-shot", 0), row("two-shot", 3)];
+        std::fs::write(&p, serde_json::json!({ "rows": rows }).to_string()).unwrap();
+        assert!(check_bench_rows(&p, Some("one-shot"), Some("graph"), "bf16").is_ok());
+        let e = check_bench_rows(&p, Some("two-shot"), Some("graph"), "bf16")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--bench") && e.contains("rows[1]") && e.contains("3 wrong element(s)"),
+            "{e}"
+        );
+    }
 }

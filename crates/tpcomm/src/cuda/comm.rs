@@ -46,6 +46,12 @@ pub struct CudaConfig {
     /// min) on NCCL instead of failing. Default: off, or on with
     /// TPCOMM_NCCL_FALLBACK=1.
     pub nccl_fallback: bool,
+    /// The wire of `cuda::Communicator`'s all-reduces of at least
+    /// `wire_min_bytes` (docs/quantized.md). `None`: TPCOMM_WIRE, exact when
+    /// unset. A quantized wire allocates its buffers at creation.
+    pub wire: Option<crate::quant::Wire>,
+    /// `None`: TPCOMM_WIRE_MIN_BYTES, else 1 MiB.
+    pub wire_min_bytes: Option<ByteSize>,
 }
 
 impl CudaConfig {
@@ -53,6 +59,7 @@ impl CudaConfig {
     /// the world size, a buffer above 0 bytes) and returns the buffer size;
     /// `transport` names the caller in the messages.
     pub(crate) fn checked(&self, transport: &str) -> Result<usize> {
+        crate::env::check_library()?;
         if !(2..=MAX_WORLD).contains(&self.world) {
             return Err(Error::invalid(
                 "world size",
@@ -81,7 +88,9 @@ impl CudaConfig {
             selector: None,
             self_tune: crate::select::self_tune::requested_by_env(),
             transport: super::host_path::Transport::Auto,
-            nccl_fallback: std::env::var("TPCOMM_NCCL_FALLBACK").is_ok_and(|v| v == "1"),
+            nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
+            wire: None,
+            wire_min_bytes: None,
         }
     }
 }

@@ -7,12 +7,14 @@
 //! communicator it set up beside its own, on the same ranks and stream.
 
 use super::host_path::GpuComm;
+use super::quant::{agree_wire, resolve_wire, wire_for, QuantComm};
 use super::raw::{CUdeviceptr, CUstream};
 use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
+use crate::quant::Wire;
 use crate::units::ByteSize;
 use std::time::Duration;
 
@@ -21,6 +23,9 @@ use std::time::Duration;
 pub enum Route {
     /// tpcomm's kernels.
     Tpcomm,
+    /// tpcomm's quantized kernels (int8 / fp8 on the wire): the communicator
+    /// was created with a quantized wire and the message is large enough.
+    TpcommQuantized,
     /// NCCL, because the message is larger than the communicator's buffers.
     NcclTooLarge,
     /// NCCL, because the kernels only sum.
@@ -43,6 +48,7 @@ impl Route {
     pub fn name(self) -> &'static str {
         match self {
             Route::Tpcomm => "tpcomm",
+            Route::TpcommQuantized => "tpcomm (quantized wire)",
             Route::NcclTooLarge => "nccl (message above the buffers)",
             Route::NcclOp => "nccl (op not in the kernels)",
         }
@@ -54,6 +60,10 @@ pub struct Communicator {
     gpu: GpuComm,
     nccl: Option<NcclComm>,
     max_bytes: ByteSize,
+    /// The quantized wire's kernels and buffers, when one is enabled.
+    quant: Option<QuantComm>,
+    wire: Wire,
+    wire_min_bytes: ByteSize,
 }
 
 impl Communicator {
@@ -62,7 +72,13 @@ impl Communicator {
     /// (rank 0's unique id goes to every rank through `rendezvous`). Every rank
     /// calls this with the same configuration.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        let (wire, wire_min_bytes) = resolve_wire(cfg)?;
         let gpu = GpuComm::new(cfg, rendezvous)?;
+        agree_wire(cfg, rendezvous, wire, wire_min_bytes)?;
+        let quant = match wire {
+            Wire::Exact => None,
+            _ => Some(QuantComm::new(cfg, gpu.transport(), rendezvous)?),
+        };
         let nccl = if cfg.nccl_fallback {
             Some(nccl_over_rendezvous(
                 cfg.rank,
@@ -77,12 +93,75 @@ impl Communicator {
             gpu,
             nccl,
             max_bytes: cfg.max_bytes,
+            quant,
+            wire,
+            wire_min_bytes,
         })
     }
 
     /// tpcomm's own communicator (memory report, transport, checks).
     pub fn gpu(&self) -> &GpuComm {
         &self.gpu
+    }
+
+    /// The quantized wire's communicator (its memory report shows the
+    /// quantized layout), when one is enabled.
+    pub fn quant(&self) -> Option<&QuantComm> {
+        self.quant.as_ref()
+    }
+
+    /// The wire a sum of `bytes` travels on: what `explain` prints.
+    pub fn wire_for(&self, bytes: u64) -> Wire {
+        wire_for(self.wire, self.wire_min_bytes, bytes)
+    }
+
+    /// An all-reduce on the given wire, whatever the communicator's default
+    /// (`Wire::Exact` runs the ordinary route). A quantized wire needs the
+    /// buffers a quantized communicator allocated at creation, and only sums.
+    ///
+    /// # Safety
+    /// As [`StreamAllReduce::all_reduce_launched`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_wire(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        wire: Wire,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<Route> {
+        if wire == Wire::Exact {
+            // SAFETY: the caller's contract is passed on unchanged.
+            return unsafe {
+                self.route_exact(input, output, count, dtype, op, Algo::Auto, stream, how)
+            };
+        }
+        let Some(q) = &self.quant else {
+            return Err(Error::Unsupported(format!(
+                "the {} wire on a communicator created without one; create it with CudaConfig::wire (or TPCOMM_WIRE) set so its buffers are allocated",
+                wire.label()
+            )));
+        };
+        if op != ReduceOp::Sum {
+            return Err(Error::Unsupported(format!(
+                "reduce op {op} on the {} wire (only sum)",
+                wire.label()
+            )));
+        }
+        self.gpu.check()?;
+        // SAFETY: as above.
+        unsafe { q.all_reduce(input, output, count, dtype, wire, stream, how)? };
+        Ok(Route::TpcommQuantized)
+    }
+
+    /// Reports a peer that did not arrive, in the exact or the quantized
+    /// kernels.
+    pub fn check(&self) -> Result<()> {
+        self.gpu.check()?;
+        self.quant.as_ref().map_or(Ok(()), QuantComm::check)
     }
 
     /// The NCCL communicator behind it, if it was asked for.
@@ -100,6 +179,38 @@ impl StreamAllReduce for Communicator {
 
     #[allow(clippy::too_many_arguments)]
     unsafe fn all_reduce_launched(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<Route> {
+        let bytes = (count as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let wire = self.wire_for(bytes);
+        if wire != Wire::Exact && Route::of(bytes, self.max_bytes, op) == Route::Tpcomm {
+            // SAFETY: the caller's contract is passed on unchanged.
+            return unsafe {
+                self.all_reduce_wire(input, output, count, dtype, op, wire, stream, how)
+            };
+        }
+        // SAFETY: as above.
+        unsafe { self.route_exact(input, output, count, dtype, op, algo, stream, how) }
+    }
+}
+
+impl Communicator {
+    /// The exact route: tpcomm's kernels or NCCL.
+    ///
+    /// # Safety
+    /// As [`StreamAllReduce::all_reduce_launched`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn route_exact(
         &self,
         input: CUdeviceptr,
         output: CUdeviceptr,
@@ -131,6 +242,11 @@ impl StreamAllReduce for Communicator {
                 return Err(Error::Unsupported(format!(
                     "reduce op {op} in tpcomm's kernels (they only sum); create the communicator with nccl_fallback to run it on NCCL"
                 )))
+            }
+            (Route::TpcommQuantized, None) => {
+                return Err(Error::Unsupported(
+                    "the quantized wire is not an exact route".into(),
+                ))
             }
             (Route::NcclTooLarge, None) => {
                 return Err(Error::invalid(

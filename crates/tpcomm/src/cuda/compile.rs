@@ -38,12 +38,17 @@ pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu", "forw
 pub const HOST_ALLREDUCE_SRC: &str =
     family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu");
 
+/// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
+/// transports (src/cuda/quant.rs).
+pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
     ("allreduce.cu", ALLREDUCE_SRC),
     ("fused.cu", FUSED_SRC),
     ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
+    ("quant.cu", QUANT_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.
@@ -77,13 +82,15 @@ pub fn compile_uncached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compi
 /// The cache directory: $TPCOMM_CACHE_DIR, else $XDG_CACHE_HOME/tpcomm, else
 /// ~/.cache/tpcomm. None when no home directory is known.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("TPCOMM_CACHE_DIR") {
-        return Some(PathBuf::from(d));
+    if let Some(d) = crate::env::CACHE_DIR.checked_value() {
+        return Some(d);
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("tpcomm"));
+    if let Some(d) = crate::env::XDG_CACHE_HOME.checked_value() {
+        return Some(d.join("tpcomm"));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("tpcomm"))
+    crate::env::HOME
+        .checked_value()
+        .map(|h| h.join(".cache").join("tpcomm"))
 }
 
 /// FNV-1a: stable across Rust versions, unlike std's hasher, so cache keys
@@ -170,6 +177,7 @@ mod tests {
             "host_allreduce.cu",
             include_str!("kernels/host_allreduce.cu"),
         ),
+        ("quant.cu", include_str!("kernels/quant.cu")),
     ];
 
     /// The names a CUDA source defines at file level: typedefs, macros,

@@ -52,11 +52,7 @@ const FUSED_SPREAD_MAX_ROWS: usize = 1;
 /// row count (up to FUSED_SPREAD_MAX_ROWS). The variable is read once.
 fn fused_spread(rows: usize) -> bool {
     static SPREAD: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *SPREAD.get_or_init(|| match std::env::var("TPCOMM_FUSED_SPREAD") {
-        Ok(v) if v.trim() == "0" => Some(false),
-        Ok(v) if v.trim() == "1" => Some(true),
-        _ => None,
-    });
+    let forced = *SPREAD.get_or_init(|| crate::env::FUSED_SPREAD.checked_value());
     forced.unwrap_or(rows <= FUSED_SPREAD_MAX_ROWS)
 }
 

@@ -79,15 +79,15 @@ pub(crate) fn oneshot_block(nvec: usize, sms: usize, max: usize) -> usize {
 /// `max`), for measuring other shapes: fewer threads per block spread a
 /// message over more SMs.
 pub(super) fn block_from_env(max: u32) -> Result<u32> {
-    Ok(block_var("TPCOMM_P2P_BLOCK", max)?.unwrap_or(max))
+    Ok(block_var(&crate::env::P2P_BLOCK, max)?.unwrap_or(max))
 }
 
 /// The block size the variable `name` asks for (a multiple of 32 from 32 to
 /// `max`), `None` when unset or empty.
-pub(crate) fn block_var(name: &'static str, max: u32) -> Result<Option<u32>> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => parse_block(name, &v, max).map(Some),
-        _ => Ok(None),
+pub(crate) fn block_var(var: &crate::env::Var<crate::env::Count>, max: u32) -> Result<Option<u32>> {
+    match var.get()? {
+        Some(n) => parse_block(var.name, &n.to_string(), max).map(Some),
+        None => Ok(None),
     }
 }
 

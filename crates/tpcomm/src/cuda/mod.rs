@@ -14,6 +14,7 @@ mod kernels;
 pub(crate) mod layout;
 mod loader;
 mod pdl;
+pub mod quant;
 mod raw;
 mod rendezvous;
 pub mod share;

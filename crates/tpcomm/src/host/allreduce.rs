@@ -69,12 +69,15 @@ impl Desc {
 // Never 0 once set (kind >= 1).
 const ABORT_TIMEOUT: u64 = 1;
 const ABORT_MISMATCH: u64 = 2;
+/// Set by a rank that could not join during set-up (rendezvous.rs).
+pub(super) const ABORT_SETUP: u64 = 3;
 const EPOCH_MASK: u64 = (1 << 40) - 1;
 
 fn abort_message(word: u64) -> String {
     let kind = match word >> 56 {
-        ABORT_TIMEOUT => "timed out waiting for a peer",
+        ABORT_TIMEOUT => "found that a peer did not arrive within the timeout",
         ABORT_MISMATCH => "found ranks calling different all-reduces",
+        ABORT_SETUP => "could not join during set-up",
         _ => "failed",
     };
     format!(
@@ -332,7 +335,16 @@ impl HostCommunicator {
 
 #[cfg(test)]
 mod tests {
-    use super::shard_range;
+    use super::{abort_message, shard_range, ABORT_TIMEOUT};
+
+    #[test]
+    fn an_abort_for_a_missing_peer_says_it_did_not_arrive() {
+        let m = abort_message(ABORT_TIMEOUT << 56 | 2 << 40 | 5);
+        assert_eq!(
+            m,
+            "rank 0 found that a peer did not arrive within the timeout (rank 2) at epoch 5"
+        );
+    }
 
     #[test]
     fn shards_cover_every_element_once_in_whole_cache_lines() {

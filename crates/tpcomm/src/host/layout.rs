@@ -8,7 +8,7 @@ use crate::units::ByteSize;
 use std::sync::atomic::AtomicU64;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPCOMMH1");
-pub(crate) const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 2;
 /// Fewest buffers the epochs rotate through. Two suffice: a rank can start
 /// epoch e + 2 only after every peer has published a flag of epoch e + 1,
 /// which each peer does only after it finished reading everything of epoch e.
@@ -36,6 +36,9 @@ pub(crate) const H_WORLD: usize = 32;
 pub(crate) const H_SLOT: usize = 40;
 pub(crate) const H_TOTAL: usize = 48;
 pub(crate) const H_CREATOR: usize = 56;
+/// Hash of the job key (two words): a rank attaches only when it equals its own.
+pub(crate) const H_KEY0: usize = 64;
+pub(crate) const H_KEY1: usize = 72;
 pub(crate) const H_ATTACHED: usize = LINE;
 pub(crate) const H_READY: usize = 2 * LINE;
 pub(crate) const H_ABORT: usize = 3 * LINE;
@@ -139,6 +142,41 @@ impl Segment {
             name: name.to_string(),
             layout,
         })
+    }
+
+    /// A segment whose size is not yet checked against this rank's layout:
+    /// only its header words are reachable (to check it, or to set the abort
+    /// word when this rank cannot join).
+    pub(crate) fn header_only(map: Mapping, name: &str) -> Result<Self> {
+        if map.len() < HEADER_BYTES {
+            return Err(Error::invalid(
+                "segment",
+                format!("{name} is {} bytes, smaller than a header", map.len()),
+            ));
+        }
+        let layout = Layout {
+            world: 0,
+            nbuf: 0,
+            slot_bytes: 0,
+            signal_bytes: 0,
+            data_offset: HEADER_BYTES,
+            total: map.len(),
+        };
+        Ok(Segment {
+            map,
+            name: name.to_string(),
+            layout,
+        })
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn map_len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// This segment with the full layout (checked against the mapping).
+    pub(crate) fn with_layout(self, layout: Layout) -> Result<Self> {
+        Segment::new(self.map, layout, &self.name)
     }
 
     /// A 64-bit word of the header or signal area.

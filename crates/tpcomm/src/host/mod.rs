@@ -4,11 +4,25 @@
 //! docs/protocol.md states the rules this code follows.
 
 mod allreduce;
+mod identity;
+mod job;
 mod layout;
+mod notice;
 mod reduce;
 mod rendezvous;
+mod room;
 pub(crate) mod shm;
+mod ticket;
 mod wait;
+
+pub use identity::{JobKey, JOB_KEY_ENV};
+pub use shm::sweep_stale_segments;
+
+/// Memory the kernel reports as available now (`MemAvailable`), if known:
+/// for front ends that check a run fits before starting it.
+pub fn available_memory() -> Option<ByteSize> {
+    room::mem_available().map(ByteSize::b)
+}
 
 use crate::algo::Algo;
 use crate::dtype::{DType, Element, ReduceOp};
@@ -50,6 +64,12 @@ pub struct HostConfig {
     /// the same size whatever the piece: its 2 x `max_message` per rank is cut
     /// into 2 x `max_message / piece` buffers.
     pub piece: ByteSize,
+    /// The secret every rank of this job shares and no other job knows
+    /// (docs/protocol.md, "Meeting"). `None`: the key in `TPCOMM_JOB_KEY`
+    /// if set; else ranks that are threads of one process share a key made
+    /// by their rank 0 in memory, and a rank in another process is refused
+    /// (it could not tell this job's rank 0 from another job's).
+    pub job_key: Option<JobKey>,
 }
 
 impl HostConfig {
@@ -61,6 +81,7 @@ impl HostConfig {
             max_message: DEFAULT_MAX_MESSAGE,
             timeout: DEFAULT_TIMEOUT,
             piece: DEFAULT_PIECE,
+            job_key: None,
         }
     }
 

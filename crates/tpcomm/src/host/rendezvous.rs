@@ -1,17 +1,21 @@
-//! How ranks find the segment: rank 0 creates it under a fresh random name and
-//! writes that name and the segment's 128-bit id into the rendezvous file;
-//! the other ranks read the file, attach, check the id and claim their rank.
-//! Once every rank is attached rank 0 removes both the segment's name and the
-//! file, so nothing is left in /dev/shm or on disk while the run goes on.
+//! How ranks find the segment (docs/protocol.md, "Meeting"). Rank 0 creates
+//! it under a fresh name and announces it in the rendezvous file (a ticket,
+//! see `ticket.rs`); the other ranks read the ticket, attach, check that the
+//! segment is this user's and carries their job key's hash, and claim their
+//! rank. Once every rank is attached rank 0 removes the segment's name and
+//! the ticket, so nothing is left in /dev/shm or on disk while the run goes on.
 
+use super::identity::{euid, JobKey, Proc};
+use super::job::{failed_error, given_key, local_failure, local_key, Job};
 use super::layout::*;
-use super::shm;
+use super::notice;
+use super::ticket::{self, Published, Ticket};
 use super::wait::Backoff;
-use super::HostConfig;
+use super::{room, shm, HostConfig};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The file ranks meet through: the path itself, or a fixed name inside it
 /// when the path is a directory.
@@ -23,126 +27,197 @@ pub(crate) fn rendezvous_file(path: &Path) -> PathBuf {
     }
 }
 
-struct Ticket {
-    name: String,
-    id: [u64; 2],
-    world: usize,
-    creator: u32,
-}
-
-impl Ticket {
-    fn render(&self) -> String {
-        format!(
-            "tpcomm-rendezvous 1 {} {:016x}{:016x} {} {}\n",
-            self.name, self.id[0], self.id[1], self.world, self.creator
-        )
-    }
-
-    fn parse(s: &str) -> Option<Ticket> {
-        let f: Vec<&str> = s.split_whitespace().collect();
-        if f.len() != 6 || f[0] != "tpcomm-rendezvous" || f[1] != "1" || f[3].len() != 32 {
-            return None;
-        }
-        Some(Ticket {
-            name: f[2].to_string(),
-            id: [
-                u64::from_str_radix(&f[3][..16], 16).ok()?,
-                u64::from_str_radix(&f[3][16..], 16).ok()?,
-            ],
-            world: f[4].parse().ok()?,
-            creator: f[5].parse().ok()?,
-        })
-    }
-}
-
 fn claim_word(pid: u32) -> u64 {
     (1 << 63) | pid as u64
+}
+
+/// Abort word a rank sets when it fails while attaching (allreduce.rs
+/// decodes it): the kind in the top byte, the rank below.
+fn setup_abort_word(rank: usize) -> u64 {
+    super::allreduce::ABORT_SETUP << 56 | (rank as u64) << 48
+}
+
+fn in_use(file: &Path, t: &Ticket) -> Error {
+    Error::invalid(
+        "rendezvous",
+        format!(
+            "{} is in use by another communicator (created by pid {} for {} ranks, still running); two jobs cannot share a rendezvous path: give every job its own path",
+            file.display(),
+            t.creator.pid,
+            t.world
+        ),
+    )
 }
 
 /// Rank 0: create, publish, wait for everyone, then remove the names.
 pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     let file = rendezvous_file(&cfg.rendezvous);
-    // A file left by a crashed run: remove it and, if its creator is gone,
-    // the segment it names (which a crash leaves in /dev/shm).
-    if let Ok(old) = std::fs::read_to_string(&file) {
-        if let Some(t) = Ticket::parse(&old) {
-            if !shm::pid_alive(t.creator) {
-                shm::unlink(&t.name);
+    let job = Job::for_rank_0(cfg, &file)?;
+    let r = create_with(cfg, layout, &job);
+    match &r {
+        Ok(_) => job.set_up(),
+        Err(_) => job.failed(0),
+    }
+    r
+}
+
+fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
+    let file = job.file;
+    let me = Proc::me();
+    let uid = euid();
+    let mut ticket = Ticket {
+        name: String::new(),
+        id: [rand::random::<u64>() | 1, rand::random::<u64>()],
+        key_hash: job.key.hash(),
+        world: cfg.world,
+        creator: me,
+    };
+    // Segments whose creator died during set-up, abort notices and
+    // temporary tickets whose writer is gone (this user's only).
+    shm::sweep_stale_segments();
+    notice::sweep(file, uid);
+    ticket::sweep_temps(file, uid);
+    // Whatever is at the path now: a live job's ticket is never touched.
+    if let Some(found) = ticket::read(file, uid)? {
+        match &found.ticket {
+            Some(t) if t.creator.alive() => return Err(in_use(file, t)),
+            // A dead creator's ticket: its segment, if any, is swept by
+            // name above, never unlinked on the ticket's word.
+            Some(_) => ticket::remove_if_same(file, &found),
+            None if found.old_format => ticket::remove_if_same(file, &found),
+            None => {
+                return Err(Error::invalid(
+                    "rendezvous",
+                    format!(
+                    "{} exists and is not a tpcomm rendezvous file; remove it or give another path",
+                    file.display()
+                ),
+                ))
             }
         }
-        let _ = std::fs::remove_file(&file);
     }
-    let pid = std::process::id();
-    let id = [rand::random::<u64>(), rand::random::<u64>()];
-    let name = format!("/tpcomm-{pid}-{:016x}", id[0]);
-    let seg = Segment::new(shm::create(&name, layout.total)?, layout, &name)?;
+    let name = shm::segment_name(uid, me, rand::random());
+    let seg = room::check_segment(layout.total, cfg.world)
+        .and_then(|()| shm::create(&name, layout.total))
+        .and_then(|m| Segment::new(m, layout, &name));
+    let seg = seg?;
     // Fresh pages from posix_fallocate are zero, so every flag starts at 0
     // (epochs start at 1) and the abort word is clear.
     seg.word(H_VERSION).store(VERSION, Relaxed);
-    seg.word(H_ID0).store(id[0], Relaxed);
-    seg.word(H_ID1).store(id[1], Relaxed);
+    seg.word(H_ID0).store(ticket.id[0], Relaxed);
+    seg.word(H_ID1).store(ticket.id[1], Relaxed);
+    seg.word(H_KEY0).store(ticket.key_hash[0], Relaxed);
+    seg.word(H_KEY1).store(ticket.key_hash[1], Relaxed);
     seg.word(H_WORLD).store(cfg.world as u64, Relaxed);
     seg.word(H_SLOT).store(layout.slot_bytes as u64, Relaxed);
     seg.word(H_TOTAL).store(layout.total as u64, Relaxed);
-    seg.word(H_CREATOR).store(pid as u64, Relaxed);
-    seg.word(H_PIDS).store(claim_word(pid), Relaxed);
+    seg.word(H_CREATOR).store(me.pid as u64, Relaxed);
+    seg.word(H_PIDS).store(claim_word(me.pid), Relaxed);
     seg.word(H_ATTACHED).store(1, Relaxed);
     // Magic last, with release: whoever reads it sees the whole header.
     seg.word(H_MAGIC).store(MAGIC, Release);
 
-    let ticket = Ticket {
-        name: name.clone(),
-        id,
-        world: cfg.world,
-        creator: pid,
+    ticket.name = name.clone();
+    let found = match ticket::publish(file, &ticket) {
+        Ok(Published::Done(f)) => f,
+        Ok(Published::Occupied) => {
+            shm::unlink(&name);
+            // Another rank 0 got there between our check and now.
+            return Err(match ticket::read(file, uid) {
+                Ok(Some(ticket::Found {
+                    ticket: Some(t), ..
+                })) => in_use(file, &t),
+                Err(e) => e,
+                _ => Error::invalid(
+                    "rendezvous",
+                    format!(
+                        "{} appeared while this rank was creating it; give every job its own path",
+                        file.display()
+                    ),
+                ),
+            });
+        }
+        Err(e) => {
+            shm::unlink(&name);
+            return Err(e);
+        }
     };
-    let cleanup = |seg_name: &str| {
-        shm::unlink(seg_name);
-        let _ = std::fs::remove_file(&file);
-    };
-    // Write-then-rename so a reader never sees half a file.
-    let tmp = file.with_extension(format!("tmp{pid}"));
-    if let Err(e) = std::fs::write(&tmp, ticket.render()).and_then(|_| std::fs::rename(&tmp, &file))
-    {
-        shm::unlink(&name);
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::Os {
-            call: format!("writing the rendezvous file {}", file.display()),
-            source: e,
-            hint: "; give a rendezvous path in a writable directory".into(),
-        });
-    }
 
+    let fail = |e: Error| {
+        shm::unlink(&name);
+        ticket::remove_if_same(file, &found);
+        e
+    };
     let start = Instant::now();
     let mut backoff = Backoff::new();
+    let mut checked = Instant::now();
     while seg.word(H_ATTACHED).load(Acquire) < cfg.world as u64 {
-        if start.elapsed() >= cfg.timeout {
-            cleanup(&name);
-            let missing = (1..cfg.world)
-                .find(|&r| seg.word(H_PIDS + 8 * r).load(Acquire) == 0)
-                .unwrap_or(0);
-            return Err(Error::PeerTimeout {
-                rank: 0,
-                peer: missing,
-                epoch: 0,
-                what: format!("attach to the segment announced in {}", file.display()),
-                waited: start.elapsed(),
-            });
+        if backoff.slow() {
+            let abort = seg.word(H_ABORT).load(Acquire);
+            if abort != 0 {
+                return Err(fail(failed_error(((abort >> 48) & 0xff) as usize, 0)));
+            }
+            if checked.elapsed() > Duration::from_millis(5) {
+                checked = Instant::now();
+                if let Some(r) = job.failure() {
+                    return Err(fail(failed_error(r, 0)));
+                }
+            }
+            if start.elapsed() >= cfg.timeout {
+                let missing = (1..cfg.world)
+                    .find(|&r| seg.word(H_PIDS + 8 * r).load(Acquire) == 0)
+                    .unwrap_or(0);
+                return Err(fail(Error::PeerTimeout {
+                    rank: 0,
+                    peer: missing,
+                    epoch: 0,
+                    what: format!("attach to the segment announced in {}", file.display()),
+                    waited: start.elapsed(),
+                }));
+            }
         }
         backoff.snooze();
     }
-    cleanup(&name);
+    shm::unlink(&name);
+    ticket::remove_if_same(file, &found);
     seg.word(H_READY).store(1, Release);
     Ok(seg)
 }
 
-/// Ranks 1..world: find the segment, check it is this run's, claim the rank.
+/// Ranks 1..world: find the segment, check it is this job's, claim the rank.
 pub(crate) fn attach(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     let file = rendezvous_file(&cfg.rendezvous);
+    let given = given_key(cfg)?;
+    let r = attach_with(cfg, layout, &file, given);
+    if let Err(e) = &r {
+        // Timeouts and aborts are seen by every rank anyway; any other
+        // failure is told to this job's other ranks, so they stop now.
+        if !matches!(e, Error::PeerTimeout { .. } | Error::Aborted(_)) {
+            let key = given.or_else(|| local_key(&file));
+            if let Some(key) = key {
+                Job {
+                    file: &file,
+                    key,
+                    local: given.is_none(),
+                    recent: cfg.timeout,
+                }
+                .failed(cfg.rank);
+            }
+        }
+    }
+    r
+}
+
+fn attach_with(
+    cfg: &HostConfig,
+    layout: Layout,
+    file: &Path,
+    given: Option<JobKey>,
+) -> Result<Segment> {
     let start = Instant::now();
     let mut backoff = Backoff::new();
     let mut last_problem = format!("{} does not exist yet", file.display());
-    let seg = loop {
+    let (seg, creator) = loop {
         if start.elapsed() >= cfg.timeout {
             return Err(Error::PeerTimeout {
                 rank: cfg.rank,
@@ -155,59 +230,123 @@ pub(crate) fn attach(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
                 waited: start.elapsed(),
             });
         }
-        match try_attach(cfg, layout, &file)? {
-            Ok(seg) => break seg,
+        let failed = match given {
+            Some(k) => notice::read(file, k.hash(), euid(), cfg.timeout).map(|n| n.rank),
+            None => local_failure(file, cfg.timeout),
+        };
+        if let Some(r) = failed {
+            return Err(failed_error(r, cfg.rank));
+        }
+        match try_attach(cfg, layout, file, given)? {
+            Ok(found) => break found,
             Err(problem) => last_problem = problem,
         }
+        // Files are polled at most every 200 us (rank 0 takes far longer
+        // than that to create a segment).
         backoff.snooze();
+        std::thread::sleep(Duration::from_micros(200));
     };
     // Claimed and counted; wait for rank 0 to see everyone.
     let mut backoff = Backoff::new();
+    let mut checked = Instant::now();
     while seg.word(H_READY).load(Acquire) == 0 {
-        if seg.word(H_ABORT).load(Acquire) != 0 {
-            return Err(Error::Aborted(
-                "a rank failed while the communicator was being set up".into(),
-            ));
-        }
-        if start.elapsed() >= cfg.timeout {
-            let missing = (0..cfg.world)
-                .find(|&r| seg.word(H_PIDS + 8 * r).load(Acquire) == 0)
-                .unwrap_or(0);
-            return Err(Error::PeerTimeout {
-                rank: cfg.rank,
-                peer: missing,
-                epoch: 0,
-                what: "attach to the segment".into(),
-                waited: start.elapsed(),
-            });
+        if backoff.slow() {
+            let abort = seg.word(H_ABORT).load(Acquire);
+            if abort != 0 {
+                return Err(Error::Aborted(format!(
+                    "rank {} failed while the communicator was being set up",
+                    (abort >> 48) & 0xff
+                )));
+            }
+            if checked.elapsed() > Duration::from_millis(10) {
+                checked = Instant::now();
+                if !creator.alive() {
+                    return Err(Error::Aborted(format!(
+                        "rank 0 (pid {}) died while the communicator was being set up",
+                        creator.pid
+                    )));
+                }
+            }
+            if start.elapsed() >= cfg.timeout {
+                let missing = (0..cfg.world)
+                    .find(|&r| seg.word(H_PIDS + 8 * r).load(Acquire) == 0)
+                    .unwrap_or(0);
+                return Err(Error::PeerTimeout {
+                    rank: cfg.rank,
+                    peer: missing,
+                    epoch: 0,
+                    what: "attach to the segment".into(),
+                    waited: start.elapsed(),
+                });
+            }
         }
         backoff.snooze();
     }
     Ok(seg)
 }
 
-/// One attempt. The outer `Result` is a hard error (wrong world size, rank
-/// taken); the inner `Err` says why this attempt found nothing usable yet.
+/// One attempt. The outer `Result` is a hard error (another job's ticket,
+/// another user's file, wrong world size, rank taken); the inner `Err` says
+/// why this attempt found nothing usable yet.
 fn try_attach(
     cfg: &HostConfig,
     layout: Layout,
     file: &Path,
-) -> Result<std::result::Result<Segment, String>> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(_) => return Ok(Err(format!("{} does not exist yet", file.display()))),
+    given: Option<JobKey>,
+) -> Result<std::result::Result<(Segment, Proc), String>> {
+    let uid = euid();
+    let found = match ticket::read(file, uid)? {
+        Some(f) => f,
+        None => return Ok(Err(format!("{} does not exist yet", file.display()))),
     };
-    let Some(t) = Ticket::parse(&text) else {
-        return Ok(Err(format!(
-            "{} is not a tpcomm rendezvous file",
-            file.display()
-        )));
+    let Some(t) = found.ticket else {
+        if found.old_format {
+            return Ok(Err("a rendezvous file of an older tpcomm".into()));
+        }
+        return Err(Error::invalid(
+            "rendezvous",
+            format!(
+                "{} is not a tpcomm rendezvous file; remove it or give another path",
+                file.display()
+            ),
+        ));
     };
-    if !shm::pid_alive(t.creator) {
+    if !t.creator.alive() {
         return Ok(Err(format!(
             "stale file: its creator (pid {}) is gone",
-            t.creator
+            t.creator.pid
         )));
+    }
+    let key = match given {
+        Some(k) => k,
+        None if t.creator.pid == std::process::id() => {
+            match local_key(file) {
+                Some(k) => k,
+                None => return Ok(Err("a ticket of this process without its key".into())),
+            }
+        }
+        None => {
+            return Err(Error::invalid(
+                "job key",
+                format!(
+                    "rank {} was given no job key, and the communicator at {} was created by another process (pid {}): ranks in separate processes must share a key; set {} to the same 32 hex digits in every rank (or HostConfig::job_key); the tpcomm command does this for its ranks",
+                    cfg.rank,
+                    file.display(),
+                    t.creator.pid,
+                    super::identity::JOB_KEY_ENV
+                ),
+            ))
+        }
+    };
+    if t.key_hash != key.hash() {
+        return Err(Error::invalid(
+            "rendezvous",
+            format!(
+                "{} belongs to another job (pid {} created it with a different job key); two jobs cannot share a rendezvous path: give every job its own path",
+                file.display(),
+                t.creator.pid
+            ),
+        ));
     }
     if t.world != cfg.world {
         return Err(Error::invalid(
@@ -221,16 +360,7 @@ fn try_attach(
     let Some(map) = shm::open(&t.name)? else {
         return Ok(Err(format!("segment {} is gone (stale file)", t.name)));
     };
-    if map.len() != layout.total {
-        return Err(Error::invalid(
-            "maximum message size",
-            format!(
-                "rank {}'s segment would be {} bytes but rank 0's is {}; every rank must use the same maximum message size",
-                cfg.rank, layout.total, map.len()
-            ),
-        ));
-    }
-    let seg = Segment::new(map, layout, &t.name)?;
+    let seg = Segment::header_only(map, &t.name)?;
     if seg.word(H_MAGIC).load(Acquire) != MAGIC
         || seg.word(H_VERSION).load(Relaxed) != VERSION
         || seg.word(H_ID0).load(Relaxed) != t.id[0]
@@ -241,8 +371,37 @@ fn try_attach(
             t.name
         )));
     }
-    if seg.word(H_SLOT).load(Relaxed) != layout.slot_bytes as u64 {
+    if [
+        seg.word(H_KEY0).load(Relaxed),
+        seg.word(H_KEY1).load(Relaxed),
+    ] != t.key_hash
+    {
         return Err(Error::invalid(
+            "rendezvous",
+            format!(
+                "segment {} does not carry the job key its ticket names; it was not made by this job's rank 0",
+                t.name
+            ),
+        ));
+    }
+    // From here on rank 0 is this job's: tell it when this rank cannot join.
+    let refuse = |e: Error| {
+        let _ = seg
+            .word(H_ABORT)
+            .compare_exchange(0, setup_abort_word(cfg.rank), AcqRel, Acquire);
+        e
+    };
+    if seg.map_len() != layout.total {
+        return Err(refuse(Error::invalid(
+            "maximum message size",
+            format!(
+                "rank {}'s segment would be {} bytes but rank 0's is {}; every rank must use the same maximum message size",
+                cfg.rank, layout.total, seg.map_len()
+            ),
+        )));
+    }
+    if seg.word(H_SLOT).load(Relaxed) != layout.slot_bytes as u64 {
+        return Err(refuse(Error::invalid(
             "piece size",
             format!(
                 "rank {} uses pieces of {} bytes but rank 0 uses {}; every rank must use the same piece size",
@@ -250,7 +409,7 @@ fn try_attach(
                 layout.slot_bytes,
                 seg.word(H_SLOT).load(Relaxed)
             ),
-        ));
+        )));
     }
     let pid = std::process::id();
     if seg
@@ -258,11 +417,11 @@ fn try_attach(
         .compare_exchange(0, claim_word(pid), AcqRel, Acquire)
         .is_err()
     {
-        return Err(Error::invalid(
+        return Err(refuse(Error::invalid(
             "rank",
             format!("rank {} is already attached to this communicator; give every rank a distinct rank number", cfg.rank),
-        ));
+        )));
     }
     seg.word(H_ATTACHED).fetch_add(1, AcqRel);
-    Ok(Ok(seg))
+    Ok(Ok((seg.with_layout(layout)?, t.creator)))
 }

@@ -131,7 +131,11 @@ fn install_hint() -> String {
 impl Nccl {
     /// Finds and opens NCCL as the module documentation describes.
     pub fn load() -> Result<Arc<Nccl>> {
-        Nccl::load_with(std::env::var_os(NCCL_LIBRARY_ENV))
+        Nccl::load_with(
+            crate::env::NCCL_LIBRARY
+                .checked_value()
+                .map(std::path::PathBuf::into_os_string),
+        )
     }
 
     /// [`Nccl::load`] with the value of `$TPCOMM_NCCL_LIBRARY` passed in, so

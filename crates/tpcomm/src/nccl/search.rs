@@ -55,9 +55,15 @@ impl fmt::Display for Candidate {
 /// sonames, then the files that exist among the well-known folders.
 pub fn candidates() -> Vec<Candidate> {
     let prefixes = python_prefixes(
-        std::env::var_os("VIRTUAL_ENV"),
-        std::env::var_os("CONDA_PREFIX"),
-        std::env::var_os("HOME"),
+        crate::env::VIRTUAL_ENV
+            .checked_value()
+            .map(PathBuf::into_os_string),
+        crate::env::CONDA_PREFIX
+            .checked_value()
+            .map(PathBuf::into_os_string),
+        crate::env::HOME
+            .checked_value()
+            .map(PathBuf::into_os_string),
     );
     candidates_in(&prefixes, |p| p.is_file())
 }

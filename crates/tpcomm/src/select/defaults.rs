@@ -8,9 +8,9 @@ use crate::cuda::auto_oneshot_max;
 use crate::topology::MachineClass;
 use crate::units::ByteSize;
 
-/// The NVLink default table: 2 x H200 (NV18), bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json
+/// The NVLink default table: 2 x H200 (NV18), crates/tpcomm/src/select/testdata/2026-11-30-h200x2-v4-gpu-bench-procs.json
 /// turned into a table by `tpcomm tune --from-bench` (docs/tuning.md).
-pub const BUILTIN_NVLINK_TOML: &str = include_str!("../../../../tuning/default-nvlink.toml");
+pub const BUILTIN_NVLINK_TOML: &str = include_str!("../../tables/default-nvlink.toml");
 
 /// The committed default table of a class, with its name, if the class was measured.
 pub fn builtin_table(class: MachineClass) -> Option<(Table, &'static str)> {
@@ -18,9 +18,12 @@ pub fn builtin_table(class: MachineClass) -> Option<(Table, &'static str)> {
         MachineClass::Nvlink => {
             // The file is checked by a test; a broken edit shows there, and
             // here falls back to the rules rather than failing a server.
-            Table::parse(BUILTIN_NVLINK_TOML, "tuning/default-nvlink.toml")
-                .ok()
-                .map(|t| (t, "tuning/default-nvlink.toml"))
+            Table::parse(
+                BUILTIN_NVLINK_TOML,
+                "crates/tpcomm/tables/default-nvlink.toml",
+            )
+            .ok()
+            .map(|t| (t, "crates/tpcomm/tables/default-nvlink.toml"))
         }
         _ => None,
     }
@@ -64,7 +67,7 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
         MachineClass::PcieNop2p => {
             // Crossovers measured with the host path forced on 2 x H200
             // against NCCL 2.28.3 with NCCL_P2P_DISABLE=1
-            // (bench/results/2026-11-30-session4/final/ and cap2m/): delta
+            // (bench/runs/2026-11-30-h200x2-session4/final/ and cap2m/): delta
             // words win up to 2 MiB, their largest size (0.36-0.47x NCCL's
             // time up to 256 KiB, 0.65x at 1 MiB, 0.74x at 2 MiB), NCCL from
             // 2 MiB to 16 MiB (chunked 1.19-1.26x its time from 3 to 8 MiB),

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::topology::MachineClass;
 use std::path::{Path, PathBuf};
 
-/// Environment variable naming a tuning table file.
+/// Environment variable naming a tuning table file (`env::TUNING_TABLE`).
 pub const ENV_TABLE: &str = "TPCOMM_TUNING_TABLE";
 
 /// Where the table came from.
@@ -23,8 +23,8 @@ pub enum TableSource {
 /// `$HOME/.config` when XDG_CONFIG_HOME is unset; `None` with neither.
 pub fn default_table_path(fingerprint: &str) -> Option<PathBuf> {
     default_path_in(
-        std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from),
-        std::env::var_os("HOME").map(PathBuf::from),
+        crate::env::XDG_CONFIG_HOME.checked_value(),
+        crate::env::HOME.checked_value(),
         fingerprint,
     )
 }
@@ -107,7 +107,7 @@ pub fn check_machine(table: &Table, origin: &str, machine: &Machine) -> Result<(
 pub fn find_table(explicit: Option<&Path>, machine: &Machine) -> Result<(Selector, TableSource)> {
     find_with(
         explicit,
-        std::env::var_os(ENV_TABLE).map(PathBuf::from),
+        crate::env::TUNING_TABLE.checked_value(),
         default_table_path(&machine.fingerprint),
         machine,
     )

@@ -19,12 +19,13 @@ use crate::topology::MachineClass;
 use crate::units::ByteSize;
 use std::time::{Duration, Instant};
 
-/// Environment variable that turns the self-tune on ("1").
+/// Environment variable that turns the self-tune on (`env::SELF_TUNE`).
 pub const ENV_SELF_TUNE: &str = "TPCOMM_SELF_TUNE";
 
-/// Whether the environment asks for a self-tune.
+/// Whether the environment asks for a self-tune (a bad value reads as no
+/// here; the creation check, `env::check_library`, reports it).
 pub fn requested_by_env() -> bool {
-    std::env::var(ENV_SELF_TUNE).is_ok_and(|v| v == "1")
+    crate::env::SELF_TUNE.checked_value().unwrap_or(false)
 }
 
 const WARMUP: usize = 2;

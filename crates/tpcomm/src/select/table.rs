@@ -66,21 +66,34 @@ struct RawRow {
     times_us: Spanned<BTreeMap<String, Spanned<f64>>>,
 }
 
+/// `text` up to `offset`, moved back to a character boundary (spans come
+/// from the parser; slicing inside a character would panic).
+fn head(text: &str, offset: usize) -> &str {
+    let mut i = offset.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    &text[..i]
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
+    head(text, offset).matches('\n').count() + 1
 }
 
 /// The key written just before a value that starts at `offset` (`key = value`).
 fn key_before(text: &str, offset: usize) -> Option<String> {
-    let head = text[..offset.min(text.len())].trim_end();
+    let head = head(text, offset).trim_end();
     let head = head.strip_suffix('=')?.trim_end();
     let key: String = if let Some(h) = head.strip_suffix('"') {
         let start = h.rfind('"')?;
         h[start + 1..].to_string()
     } else {
+        // Past the last character that cannot be in a bare key (which may
+        // be several bytes long: a panic here was found by the proptest).
         let start = head
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         head[start..].to_string()
     };
     (!key.is_empty()).then_some(key)
@@ -98,17 +111,21 @@ impl Table {
             )
         };
         let raw: RawTable = toml::from_str(text).map_err(|e| {
-            let msg = e.message().trim().to_string();
-            match e.span() {
-                Some(span) => {
-                    // serde names the field in "missing field" and "unknown
-                    // field" messages; otherwise it is the key of the value.
-                    let field = key_before(text, span.start)
-                        .or_else(|| named_in(&msg))
-                        .unwrap_or_else(|| "?".into());
-                    at(span.start, &field, msg)
-                }
-                None => Error::invalid(what(), msg),
+            let (field, reason) = toml_problem(text, &e);
+            match (e.span(), field) {
+                (Some(span), Some(Field::Named(f))) => at(span.start, &f, reason),
+                (Some(span), Some(Field::After(f))) => Error::invalid(
+                    what(),
+                    format!(
+                        "line {}, after field `{f}`: {reason}",
+                        line_of(text, span.start)
+                    ),
+                ),
+                (Some(span), None) => Error::invalid(
+                    what(),
+                    format!("line {}: {reason}", line_of(text, span.start)),
+                ),
+                (None, _) => Error::invalid(what(), reason),
             }
         })?;
         if *raw.format.get_ref() != FORMAT {
@@ -342,6 +359,80 @@ fn named_in(msg: &str) -> Option<String> {
     let start = msg.find('`')? + 1;
     let len = msg[start..].find('`')?;
     Some(msg[start..start + len].to_string())
+}
+
+/// Where a TOML error is.
+#[derive(Debug, PartialEq)]
+enum Field {
+    /// The value of this field is wrong (or the field itself is).
+    Named(String),
+    /// The text is not TOML somewhere after this field on the same line.
+    After(String),
+}
+
+/// serde's own messages, about a field or its value; anything else comes
+/// from the TOML parser and is about the text.
+const SERDE_MESSAGES: [&str; 8] = [
+    "missing field",
+    "unknown field",
+    "duplicate field",
+    "duplicate key",
+    "invalid type",
+    "invalid value",
+    "invalid length",
+    "unknown variant",
+];
+
+/// The field a TOML error is about and its reason on one line. serde names
+/// the field in messages about fields ("missing field `bytes`"); a wrong
+/// value is the value of the key written before it; a syntax error is
+/// located after the last key of its line (its message, such as "expected
+/// `}`", names a token, not a field).
+fn toml_problem(text: &str, e: &toml::de::Error) -> (Option<Field>, String) {
+    let msg = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let start = e.span().map(|s| s.start);
+    let about_field = ["missing field", "unknown field", "duplicate"]
+        .iter()
+        .any(|p| msg.starts_with(p));
+    if about_field {
+        return (named_in(&msg).map(Field::Named), msg);
+    }
+    if SERDE_MESSAGES.iter().any(|p| msg.starts_with(p)) {
+        let key = start.and_then(|s| key_before(text, s));
+        return (key.map(Field::Named), msg);
+    }
+    let Some(start) = start else {
+        return (None, format!("not valid TOML: {msg}"));
+    };
+    // A key with nothing after its `=`: the parser says nothing at all.
+    if msg.is_empty() {
+        if let Some(k) = key_before(text, start) {
+            return (
+                Some(Field::Named(k)),
+                "no value after `=` (the text ends or the value is cut short)".into(),
+            );
+        }
+    }
+    let reason = if msg.is_empty() {
+        "not valid TOML".to_string()
+    } else {
+        format!("not valid TOML ({msg})")
+    };
+    (last_key_before(text, start).map(Field::After), reason)
+}
+
+/// The last key written before `offset` on its line.
+fn last_key_before(text: &str, offset: usize) -> Option<String> {
+    let head = head(text, offset);
+    let line_start = head.rfind('\n').map_or(0, |i| i + 1);
+    let eq = head[line_start..].rfind('=')?;
+    key_before(text, line_start + eq + 1)
 }
 
 /// One measured time, as `tpcomm tune` and gpu-bench JSON give them.

@@ -345,8 +345,8 @@ fn candidates_print_and_parse_back() {
 #[test]
 fn the_nvlink_default_is_within_5_percent_of_the_best_on_the_committed_measurements() {
     let runs = [
-        include_str!("../../../../bench/results/2026-11-30-h200x2-v4-gpu-bench-threads.json"),
-        include_str!("../../../../bench/results/2026-11-30-h200x2-v4-gpu-bench-procs.json"),
+        include_str!("testdata/2026-11-30-h200x2-v4-gpu-bench-threads.json"),
+        include_str!("testdata/2026-11-30-h200x2-v4-gpu-bench-procs.json"),
     ];
     let sel = Selector::for_class(MachineClass::Nvlink);
     assert!(
@@ -512,4 +512,168 @@ fn the_auto_memo_keeps_the_two_transports_apart() {
         Algo::TwoShot
     );
     assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
+}
+
+/// Issue 17 item 7: syntax errors named a token ("field `}`") as the field,
+/// and a key with no value gave no reason at all.
+#[test]
+fn toml_syntax_errors_name_the_field_before_them_and_a_reason() {
+    let good = fixture();
+    // A comma missing after `bytes = 4096` (line 12).
+    let e = parse_err(&good.replace("bytes = 4096,", "bytes = 4096"));
+    assert!(
+        e.contains(
+            "line 12, after field `bytes`: not valid TOML (invalid inline table, expected `}`)"
+        ),
+        "{e}"
+    );
+    // A doubled comma inside times_us (line 10).
+    let e = parse_err(&good.replacen("\"cuda:one-shot\" = 3.0,", "\"cuda:one-shot\" = 3.0,,", 1));
+    assert!(
+        e.contains("line 10, after field `cuda:one-shot`: not valid TOML"),
+        "{e}"
+    );
+    // A key with nothing after `=`: the parser's message is empty.
+    let cut = good.find("bytes = 2048").unwrap() + "bytes =".len();
+    let e = parse_err(&good[..cut]);
+    assert!(
+        e.contains("line 11, field `bytes`: no value after `=`"),
+        "{e}"
+    );
+    // A key cut short.
+    let cut = good.find("bytes = 2048").unwrap() + "byt".len();
+    let e = parse_err(&good[..cut]);
+    assert!(
+        e.contains("line 11, after field `mode`: not valid TOML"),
+        "{e}"
+    );
+}
+
+/// The `field `...`` a message names, if any.
+fn field_named(msg: &str) -> Option<&str> {
+    let start = msg.find("field `")? + "field `".len();
+    let len = msg[start..].find('`')?;
+    Some(&msg[start..start + len])
+}
+
+fn arb_table() -> impl proptest::strategy::Strategy<Value = Table> {
+    use proptest::prelude::*;
+    let candidates = [
+        Candidate::NCCL,
+        Candidate::cuda(Algo::OneShot),
+        Candidate::cuda(Algo::TwoShot),
+        Candidate::host(Algo::OneShot),
+        Candidate::host(Algo::TwoShot),
+    ];
+    let row = (
+        proptest::sample::select(vec![DType::F32, DType::F16, DType::Bf16]),
+        proptest::sample::select(vec![Mode::Eager, Mode::Graph]),
+        1u64..(1 << 40),
+        proptest::collection::btree_map(
+            proptest::sample::select(candidates.to_vec()),
+            // Hundredths of a microsecond: what to_toml writes exactly.
+            (1u64..100_000_000).prop_map(|h| h as f64 / 100.0),
+            1..5,
+        ),
+    )
+        .prop_map(|(dtype, mode, bytes, times_us)| Row {
+            dtype,
+            mode,
+            bytes,
+            line: 0,
+            times_us,
+        });
+    (
+        proptest::collection::vec(row, 1..12),
+        2usize..=64,
+        "\\PC{0,24}",
+        proptest::option::of("[a-z0-9.-]{1,16}"),
+        any::<bool>(),
+    )
+        .prop_map(|(mut rows, world, gpu, nccl, has_fp)| {
+            rows.sort_by_key(|r| (r.dtype.name(), r.mode, r.bytes));
+            rows.dedup_by_key(|r| (r.dtype, r.mode, r.bytes));
+            Table {
+                fingerprint: has_fp.then(|| FP.to_string()),
+                machine_class: MachineClass::PcieP2p,
+                world,
+                gpu: gpu.clone(),
+                driver: "13.0".into(),
+                nccl,
+                measured: format!("by \"proptest\" \\ {gpu}"),
+                rows,
+            }
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Any valid table reads back equal from the TOML it is written as.
+    #[test]
+    fn tables_round_trip_through_toml(t in arb_table()) {
+        let text = t.to_toml();
+        let mut back = Table::parse(&text, "gen.toml").map_err(|e| {
+            proptest::test_runner::TestCaseError::fail(format!("{e}\n{text}"))
+        })?;
+        for r in &mut back.rows {
+            proptest::prop_assert!(r.line > 0);
+            r.line = 0;
+        }
+        proptest::prop_assert_eq!(back, t);
+    }
+
+    /// A written table cut, or with text spliced in, never panics, and an
+    /// error names the file and a line, and never a TOML token as a field.
+    #[test]
+    fn damaged_tables_give_errors_that_name_a_real_field(
+        t in arb_table(),
+        at in proptest::prelude::any::<proptest::sample::Index>(),
+        len in 0usize..40,
+        insert in "[ -~]{0,6}|\\PC{0,3}",
+    ) {
+        let text = t.to_toml();
+        let mut i = at.index(text.len());
+        while !text.is_char_boundary(i) { i -= 1; }
+        let mut j = (i + len).min(text.len());
+        while !text.is_char_boundary(j) { j -= 1; }
+        let damaged = format!("{}{insert}{}", &text[..i], &text[j..]);
+        if let Err(e) = Table::parse(&damaged, "damaged.toml") {
+            let m = e.to_string();
+            proptest::prop_assert!(m.contains("damaged.toml"), "{}", m);
+            if let Some(f) = field_named(&m) {
+                proptest::prop_assert!(
+                    f.chars().any(|c| c.is_alphanumeric()),
+                    "field {:?} in {}\n{}", f, m, damaged
+                );
+            }
+            let reason = m.rsplit(": ").next().unwrap_or("");
+            proptest::prop_assert!(!reason.trim().is_empty(), "no reason: {}", m);
+        }
+    }
+
+    /// Values outside what a table may hold are errors, not read as
+    /// something else.
+    #[test]
+    fn out_of_range_values_are_refused(t in arb_table(), case in 0usize..4) {
+        let text = t.to_toml();
+        let bad = match case {
+            0 => {
+                // The first row's size becomes 0.
+                let i = text.find("bytes = ").unwrap() + "bytes = ".len();
+                let j = i + text[i..].find(',').unwrap();
+                format!("{}0{}", &text[..i], &text[j..])
+            }
+            1 => {
+                // The first time becomes negative.
+                let i = text.find("times_us = { ").unwrap();
+                let k = i + "times_us = { ".len() + text[i + "times_us = { ".len()..].find(" = ").unwrap() + 3;
+                format!("{}-{}", &text[..k], &text[k..])
+            }
+            2 => text.replacen(&format!("world = {}", t.world), "world = 1", 1),
+            _ => text.replacen("format = 1", "format = 0", 1),
+        };
+        proptest::prop_assert_ne!(&bad, &text);
+        proptest::prop_assert!(Table::parse(&bad, "bad.toml").is_err(), "{}", bad);
+    }
 }

@@ -33,28 +33,21 @@ pub fn device_of(rank: usize) -> usize {
 /// is skipped) when TPCOMM_GPU_TESTS is unset. `needs` says what the GPUs
 /// need, for the skip message.
 pub fn gpu_worlds(needs: &str) -> Option<Vec<usize>> {
-    if std::env::var_os("TPCOMM_GPU_TESTS").is_none() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests (needs {needs})");
         return None;
     }
     let n = gpu_count();
     assert!(n >= 1, "TPCOMM_GPU_TESTS=1 but no GPU");
-    let worlds = match std::env::var("TPCOMM_TEST_WORLDS") {
-        Ok(list) if !list.trim().is_empty() => list
-            .split(',')
-            .map(|w| {
-                let w: usize = w.trim().parse().unwrap_or_else(|_| {
-                    panic!("TPCOMM_TEST_WORLDS={list:?}: {w:?} is not a number")
-                });
-                assert!(
-                    (2..=tpcomm::cuda::MAX_WORLD).contains(&w),
-                    "TPCOMM_TEST_WORLDS={list:?}: {w} is not from 2 to {}",
-                    tpcomm::cuda::MAX_WORLD
-                );
-                w
-            })
-            .collect(),
-        _ => vec![n.clamp(2, tpcomm::cuda::MAX_WORLD)],
+    let worlds = match tpcomm::env::TEST_WORLDS
+        .get()
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
+        Some(list) => list.into_iter().map(|w| w as usize).collect(),
+        None => vec![n.clamp(2, tpcomm::cuda::MAX_WORLD)],
     };
     Some(worlds)
 }
@@ -401,10 +394,9 @@ pub fn stress<C: TestComm>(
 
 /// TPCOMM_STRESS_CALLS, or 100,000.
 pub fn stress_calls() -> usize {
-    std::env::var("TPCOMM_STRESS_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000)
+    tpcomm::env::STRESS_CALLS
+        .get_or(100_000)
+        .unwrap_or_else(|e| panic!("{e}")) as usize
 }
 
 /// Creates rank r's communicator with `new(r)` on its own thread, every

@@ -237,7 +237,7 @@ impl HostGpuCommunicator {
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
         let shape = HostChunkShape::from_env()?;
         let small = SmallKernel::from_env()?;
-        let one_pass_block = block_var("TPCOMM_HOST_BLOCK", kernels.block)?;
+        let one_pass_block = block_var(&crate::env::HOST_BLOCK, kernels.block)?;
         let layout = HostLayout::new(max_bytes, cfg.world);
         let area_bytes = layout.area_bytes(PAGE);
 

@@ -134,23 +134,13 @@ impl HostChunkShape {
     pub fn from_env() -> crate::error::Result<Self> {
         use crate::error::Error;
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let count = |name: &'static str| -> crate::error::Result<Option<usize>> {
-            var(name)
-                .map(|v| match v.trim().parse::<usize>() {
-                    Ok(n) if n >= 1 => Ok(n),
-                    _ => Err(Error::invalid(
-                        name,
-                        format!("{v:?} (expected a block count of at least 1, or unset it)"),
-                    )),
-                })
-                .transpose()
-        };
-        let chunk_bytes = var("TPCOMM_HOST_CHUNK")
-            .map(|v| {
-                v.parse::<crate::units::ByteSize>()
-                    .map_err(|e| Error::invalid("TPCOMM_HOST_CHUNK", e.to_string()))
-                    .and_then(|b| b.as_usize())
-            })
+        let count =
+            |v: &crate::env::Var<crate::env::Count>| -> crate::error::Result<Option<usize>> {
+                Ok(v.get()?.map(|n| n as usize))
+            };
+        let chunk_bytes = crate::env::HOST_CHUNK
+            .get()?
+            .map(|b| b.as_usize())
             .transpose()?;
         let fence_once = match var("TPCOMM_HOST_FENCE").as_deref().map(str::trim) {
             None | Some("") | Some("block") => true,
@@ -164,8 +154,8 @@ impl HostChunkShape {
         };
         Ok(Self {
             chunk_bytes,
-            producers: count("TPCOMM_HOST_PRODUCERS")?,
-            consumers: count("TPCOMM_HOST_CONSUMERS")?,
+            producers: count(&crate::env::HOST_PRODUCERS)?,
+            consumers: count(&crate::env::HOST_CONSUMERS)?,
             fence_once,
         })
     }

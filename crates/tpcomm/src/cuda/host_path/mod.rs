@@ -15,7 +15,7 @@ mod comm;
 mod group;
 mod kernels;
 pub mod layout;
-mod pinned;
+pub(crate) mod pinned;
 mod select;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;

@@ -12,7 +12,11 @@
 // unchanged. A receiver waits until no element of its 16-byte vector is the
 // sentinel; each element is written exactly once per epoch, so the first
 // non-sentinel value it sees is the final one and no flag or fence is needed
-// for the data. After reading, the receiver writes the sentinel back.
+// for the data. After reading, the receiver writes the sentinel back, with a
+// strong (relaxed, system-scope) store like the senders': a plain store
+// racing with a peer's later write to the same slot is a data race in the
+// PTX memory model. (Made strong while chasing the shared-GPU graph-replay
+// timeout of issue 15; that timeout remains with strong resets too.)
 
 #define TPCOMM_MAX_WORLD 8
 
@@ -245,7 +249,7 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
             }
 #pragma unroll
             for (int u = 0; u < UNROLL; u++)
-                if (u < n) *slot[u] = sentinel_vec();
+                if (u < n) st_relaxed_sys(slot[u], sentinel_vec());
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
@@ -363,7 +367,7 @@ __device__ void oneshot_small(const Args& a) {
                         break;
                     }
                 }
-                *s = sentinel_vec();
+                st_relaxed_sys(s, sentinel_vec());
             }
             float x[T::E];
             T::unpack(v, x);
@@ -479,7 +483,7 @@ __device__ void twoshot(const Args& a) {
             for (int u = 0; u < UNROLL; u++) {
                 const u64 j = j0 + u * stride;
                 if (j < len) {
-                    *slot[u] = sentinel_vec();
+                    st_relaxed_sys(slot[u], sentinel_vec());
                     store_output(a, q * per + j, v[u]);
                 }
             }

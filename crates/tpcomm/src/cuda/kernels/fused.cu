@@ -156,7 +156,7 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
 #pragma unroll
                     for (int k = 0; k < T::E; k++) acc[k] += x[k];
                 }
-                if (s) *s = sentinel_vec();
+                if (s) st_relaxed_sys(s, sentinel_vec());
             }
             // Rounded exactly as the one-shot kernel stores its output.
             if (ok) ss += add_into_residual<T>(canon<T>(T::pack(acc)), residual, i);

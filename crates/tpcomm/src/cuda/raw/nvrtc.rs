@@ -52,7 +52,7 @@ pub struct Nvrtc {
 }
 
 fn candidates() -> Vec<String> {
-    if let Some(p) = std::env::var_os(NVRTC_LIBRARY_ENV).filter(|p| !p.is_empty()) {
+    if let Some(p) = crate::env::NVRTC_LIBRARY.checked_value() {
         return vec![p.to_string_lossy().into_owned()];
     }
     [
@@ -260,7 +260,7 @@ mod tests {
         let paths = ["libnvrtc.so.13".to_string()];
         let Ok(n) = open(&paths[0]) else {
             assert!(
-                std::env::var_os("TPCOMM_REQUIRE_NVRTC").is_none(),
+                !crate::env::REQUIRE_NVRTC.get_or(false).unwrap(),
                 "TPCOMM_REQUIRE_NVRTC is set but libnvrtc.so.13 does not load"
             );
             eprintln!("SKIPPED: libnvrtc.so.13 not found (scripts/install_nvrtc.sh installs it)");

@@ -1,0 +1,377 @@
+//! Times the quantized all-reduce (int8 and fp8 on the wire) against the
+//! exact one on the same communicator and transport, and prints each row's
+//! error against a float64 reference (rel-RMS, max-rel as
+//! docs/quantized.md defines them) and whether the output equals the CPU
+//! model bit for bit. Also the GPU's device-to-device copy bandwidth,
+//! measured in the same run, to set the quantized kernels' rate against.
+//! Ranks are threads; rank r drives GPU r % GPUs, so ranks may share a GPU
+//! (then the timings are "shared GPU" figures). bench/quant/run.sh runs it.
+//!
+//! cargo run --release -p tpcomm --example quant_bench -- \
+//!     [--ranks 2] [--gpus N] [--transport host|cuda|auto] [--min 4MiB] \
+//!     [--max 64MiB] [--iters 10] [--reps 15] [--group 64]
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext, DevicePtr};
+
+use tpcomm::cuda::{
+    open_context, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup, Transport,
+};
+use tpcomm::quant::model::{self, inputs, reference_f64};
+use tpcomm::quant::Wire;
+use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+
+struct Args {
+    ranks: usize,
+    gpus: Option<usize>,
+    transport: Transport,
+    min: ByteSize,
+    max: ByteSize,
+    iters: usize,
+    reps: usize,
+    group: u32,
+}
+
+fn parse() -> Result<Args> {
+    let mut a = Args {
+        ranks: 2,
+        gpus: None,
+        transport: Transport::Host,
+        min: ByteSize::mib(4),
+        max: ByteSize::mib(64),
+        iters: 10,
+        reps: 15,
+        group: 64,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let v = argv
+            .get(i + 1)
+            .ok_or_else(|| Error::invalid("arguments", format!("{} needs a value", argv[i])))?;
+        let num = |what: &str| -> Result<usize> {
+            v.parse()
+                .map_err(|_| Error::invalid(what, format!("{v:?} is not a number")))
+        };
+        match argv[i].as_str() {
+            "--ranks" => a.ranks = num("--ranks")?,
+            "--gpus" => a.gpus = Some(num("--gpus")?),
+            "--transport" => a.transport = v.parse()?,
+            "--min" => a.min = v.parse()?,
+            "--max" => a.max = v.parse()?,
+            "--iters" => a.iters = num("--iters")?.max(1),
+            "--reps" => a.reps = num("--reps")?.max(1),
+            "--group" => a.group = num("--group")? as u32,
+            other => return Err(Error::invalid("arguments", format!("unknown {other}"))),
+        }
+        i += 2;
+    }
+    Ok(a)
+}
+
+fn cuda<E: std::fmt::Display>(call: &'static str) -> impl Fn(E) -> Error {
+    move |e| Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}
+
+/// Device-to-device copy bandwidth of GPU 0 (bytes read + written per
+/// second), the ceiling a memory-bound kernel can reach.
+fn copy_bandwidth() -> Result<f64> {
+    let ctx = open_context(0)?;
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let n = 1usize << 30;
+    let src = stream.alloc_zeros::<u8>(n).map_err(cuda("cuMemAlloc"))?;
+    let mut dst = stream.alloc_zeros::<u8>(n).map_err(cuda("cuMemAlloc"))?;
+    let ev0 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let ev1 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    stream
+        .memcpy_dtod(&src, &mut dst)
+        .map_err(cuda("cuMemcpyDtoD"))?;
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
+        stream
+            .memcpy_dtod(&src, &mut dst)
+            .map_err(cuda("cuMemcpyDtoD"))?;
+        ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+        ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+        times.push(ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 / 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(2.0 * n as f64 / times[times.len() / 2])
+}
+
+/// One rank's results per (size, wire): median us per call, output bytes.
+type RankRows = Vec<(usize, Wire, f64, Vec<u8>)>;
+
+fn rank_main(
+    a: &Args,
+    r: usize,
+    gpus: usize,
+    group: Arc<ThreadGroup>,
+    barrier: &Barrier,
+    sizes: &[usize],
+    wires: &[Wire],
+) -> Result<(RankRows, String)> {
+    let dev = r % gpus;
+    let mut cfg = CudaConfig::new(r, a.ranks, dev);
+    cfg.max_bytes = a.max;
+    cfg.timeout = Duration::from_secs(30);
+    cfg.transport = a.transport;
+    cfg.wire = Some(Wire::Int8 { group: a.group });
+    cfg.wire_min_bytes = Some(ByteSize::b(0));
+    let comm = Communicator::new(&cfg, &Rendezvous::Threads(group))?;
+    let transport = comm.gpu().transport().name().to_string();
+    let ctx = open_context(dev)?;
+    // SAFETY: no slice is shared between streams; events must not be
+    // recorded into the captured graphs.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let max = a.max.as_usize()?;
+    let mut inp = stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?;
+    let out = stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?;
+    let (pi, po) = (inp.device_ptr(&stream).0, out.device_ptr(&stream).0);
+    let ev0 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let ev1 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let mut rows = Vec::new();
+    for &bytes in sizes {
+        let count = bytes / 2;
+        let xs = inputs::sample(
+            &mut inputs::Rng::new(seed(bytes, r)),
+            inputs::Dist::Gaussian,
+            DType::Bf16,
+            count,
+        );
+        let host: Vec<u8> = xs
+            .iter()
+            .flat_map(|&x| (model::round_to(DType::Bf16, x) as u16).to_le_bytes())
+            .collect();
+        stream
+            .memcpy_htod(&host[..], &mut inp.slice_mut(..bytes))
+            .map_err(cuda("cuMemcpyHtoD"))?;
+        let mut graphs = Vec::new();
+        for &wire in wires {
+            let call = || -> Result<()> {
+                // SAFETY: both buffers hold `max` bytes and outlive every
+                // launch (the stream is synchronized before they drop).
+                unsafe {
+                    comm.all_reduce_wire(
+                        pi,
+                        po,
+                        count,
+                        DType::Bf16,
+                        ReduceOp::Sum,
+                        wire,
+                        stream.cu_stream(),
+                        Launch::Ordinary,
+                    )?
+                };
+                Ok(())
+            };
+            for _ in 0..3 {
+                call()?;
+            }
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(cuda("cuStreamBeginCapture"))?;
+            for _ in 0..a.iters {
+                call()?;
+            }
+            let g = stream
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .map_err(cuda("cuStreamEndCapture"))?
+                .ok_or_else(|| Error::invalid("graph", "capture produced no graph"))?;
+            graphs.push(g);
+        }
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        comm.check()?;
+        barrier.wait();
+        // Wires take turns rep by rep, so a slow spell falls on all alike.
+        let mut times = vec![Vec::new(); wires.len()];
+        for _ in 0..a.reps {
+            for (g, t) in graphs.iter().zip(times.iter_mut()) {
+                ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
+                g.launch().map_err(cuda("cuGraphLaunch"))?;
+                ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                t.push(
+                    ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1e3
+                        / a.iters as f64,
+                );
+            }
+        }
+        comm.check()?;
+        for (&wire, mut t) in wires.iter().zip(times) {
+            t.sort_by(f64::total_cmp);
+            // One more call, read back for the error and the model check.
+            // SAFETY: as above.
+            unsafe {
+                comm.all_reduce_wire(
+                    pi,
+                    po,
+                    count,
+                    DType::Bf16,
+                    ReduceOp::Sum,
+                    wire,
+                    stream.cu_stream(),
+                    Launch::Ordinary,
+                )?
+            };
+            let mut o = vec![0u8; bytes];
+            stream
+                .memcpy_dtoh(&out.slice(..bytes), &mut o[..])
+                .map_err(cuda("cuMemcpyDtoH"))?;
+            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            comm.check()?;
+            rows.push((bytes, wire, t[t.len() / 2], o));
+        }
+        barrier.wait();
+    }
+    Ok((rows, transport))
+}
+
+fn seed(bytes: usize, r: usize) -> u64 {
+    0x9e37_79b9 ^ (bytes as u64) << 8 ^ r as u64
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("quant_bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let a = parse()?;
+    tpcomm::cuda::ensure_driver()?;
+    let gpus = a
+        .gpus
+        .unwrap_or(CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize)
+        .max(1);
+    let copy = copy_bandwidth()?;
+    let mut sizes = Vec::new();
+    let mut s = a.min.as_usize()?.max(4096);
+    while s <= a.max.as_usize()? {
+        sizes.push(s);
+        s *= 2;
+    }
+    let wires = [
+        Wire::Exact,
+        Wire::Int8 { group: a.group },
+        Wire::Fp8 { group: a.group },
+    ];
+    let group = ThreadGroup::new(a.ranks);
+    let barrier = Barrier::new(a.ranks);
+    let results: Vec<Result<(RankRows, String)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..a.ranks)
+            .map(|r| {
+                let (a, group, barrier, sizes, wires) =
+                    (&a, group.clone(), &barrier, &sizes, &wires);
+                sc.spawn(move || rank_main(a, r, gpus, group, barrier, sizes, wires))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Aborted("a rank panicked".into())))
+            })
+            .collect()
+    });
+    let mut all = Vec::new();
+    for r in results {
+        all.push(r?);
+    }
+    let transport = all[0].1.clone();
+    let shared = if a.ranks > gpus { ", shared GPU" } else { "" };
+    println!(
+        "{} ranks on {} GPU(s){shared}, transport {transport}, bf16, graph of {} calls, median of {} reps",
+        a.ranks,
+        gpus.min(a.ranks),
+        a.iters,
+        a.reps
+    );
+    println!(
+        "GPU 0 device-to-device copy: {:.0} GB/s (read + write)",
+        copy / 1e9
+    );
+    println!();
+    println!("| bytes | wire | time us | algbw GB/s | x exact | wire GB/s vs copy | rel-RMS | max-rel | = CPU model | ranks equal |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let rows0 = &all[0].0;
+    for (k, (bytes, wire, t, out)) in rows0.iter().enumerate() {
+        let count = bytes / 2;
+        let exact_t = rows0
+            .iter()
+            .find(|(b, w, _, _)| b == bytes && *w == Wire::Exact)
+            .map_or(f64::NAN, |x| x.2);
+        let equal = all.iter().all(|(rows, _)| &rows[k].3 == out);
+        let xs: Vec<Vec<f32>> = (0..a.ranks)
+            .map(|r| {
+                inputs::sample(
+                    &mut inputs::Rng::new(seed(*bytes, r)),
+                    inputs::Dist::Gaussian,
+                    DType::Bf16,
+                    count,
+                )
+            })
+            .collect();
+        let got: Vec<u32> = out
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .collect();
+        let vals: Vec<f32> = got
+            .iter()
+            .map(|&b| model::value_of(DType::Bf16, b))
+            .collect();
+        let e = model::error_stats(&vals, &reference_f64(&xs));
+        let (model_eq, rate) = match wire.quantized() {
+            Some((f, g)) => {
+                // Communicator::all_reduce_wire lets the kernels choose.
+                let twoshot = tpcomm::cuda::quant::QuantAlgo::Auto.runs_twoshot(count, a.ranks);
+                let want = if twoshot {
+                    model::all_reduce_twoshot_bits(f, g as usize, DType::Bf16, &xs)
+                } else {
+                    model::all_reduce_bits(f, g as usize, DType::Bf16, &xs)
+                };
+                // What the kernels read and write in device memory per
+                // rank: the input, every rank's codes and scales, the output.
+                let wire_bytes = count as f64 * (1.0 + 4.0 / g as f64);
+                let moved = 2.0 * *bytes as f64 + (1 + a.ranks) as f64 * wire_bytes;
+                (
+                    if got == want { "yes" } else { "NO" },
+                    format!(
+                        "{:.0} ({:.0}%)",
+                        moved / (t * 1e-6) / 1e9,
+                        100.0 * moved / (t * 1e-6) / copy
+                    ),
+                )
+            }
+            None => ("-", "-".into()),
+        };
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {:.3}% | {:.3} | {} | {} |",
+            ByteSize::from_usize(*bytes),
+            wire.label(),
+            t,
+            *bytes as f64 / (t * 1e-6) / 1e9,
+            t / exact_t,
+            rate,
+            100.0 * e.rel_rms,
+            e.max_rel,
+            model_eq,
+            if equal { "yes" } else { "NO" }
+        );
+    }
+    Ok(())
+}

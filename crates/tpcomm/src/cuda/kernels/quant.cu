@@ -1,0 +1,610 @@
+// tpcomm quantized one-shot all-reduce: int8 or fp8 (e4m3) codes with one
+// f32 scale per group of G elements (G a power of two, 32-128) on the wire,
+// f32 accumulation, the result rounded once to the element type.
+// docs/quantized.md states the rules; src/quant/model.rs is the bit-exact CPU
+// model of the arithmetic below (same operations, same order, same rounding):
+// change both together.
+//
+// common.cuh (integer names, V16, volatile loads, globaltimer, Status, the
+// bf16/f16 conversions, launch order) is compiled in front of this file.
+//
+// One kernel serves both GPU transports; only the addresses differ:
+// - each rank writes its codes, scales and per-chunk flags to `ndst`
+//   destinations: P2P, its own slot in every peer's receive area (world - 1
+//   destinations); host path, its own pinned host area (one destination,
+//   which every peer reads);
+// - it reads peer p's contribution at `src[p]`: P2P, slot p of its own
+//   receive area; host path, peer p's area. Its own codes it computes again
+//   from its input instead of reading them back (same function, same bits).
+// Each message is cut into chunks of Q_CHUNK elements; block b quantizes,
+// sends and flags chunks b, b + grid, ... and dequantizes and sums each
+// Q_LAG chunks later. A chunk's flag is written after a system-scope fence, so a
+// reader that sees the flag (acquire) sees the chunk's codes and scales.
+// Flags carry the call's epoch tag, so they are never reset. Two parities of
+// buffers alternate by epoch, for the reason docs/protocol-gpu.md gives for
+// the exact kernels: a rank writes parity e % 2 for epoch e + 2 only after it
+// finished epoch e + 1, which needed every peer's epoch e + 1 data, which
+// each peer sent only after it had finished reading epoch e.
+
+#define Q_MAX_WORLD 8
+#define Q_CHUNK 4096u
+// Timeout code written to Status::code (mirrored in src/cuda/quant.rs).
+#define Q_WAIT_QUANT 8u
+#define Q_EPOCH_SHIFT 20
+#define Q_EPOCH_UNIT (1ull << Q_EPOCH_SHIFT)
+
+#define Q_INT8 0
+#define Q_FP8 1
+
+// Per-rank control words in local device memory; the epoch is advanced by
+// the kernel itself (arrivals / Q_EPOCH_UNIT calls completed), so CUDA graph
+// replays stay correct.
+struct QCtl {
+    u64 arrivals;
+    u32 unused;
+    u32 abort;  // set once a wait timed out: every later wait gives up at once
+};
+
+// Kernel arguments, passed by value. Mirrored by `QuantArgs` in
+// src/cuda/quant.rs (repr(C)); keep both in the same order.
+struct QArgs {
+    u64 in;                  // device pointer, 16-byte aligned
+    u64 out;                 // device pointer, 16-byte aligned (may equal in)
+    u64 count;               // elements
+    u64 dst[Q_MAX_WORLD];    // P2P: this rank's slot in rank q's area at dst[q] (dst[rank] unused); host: dst[0], its own area
+    u64 src[Q_MAX_WORLD];    // where rank p's slot is read
+    u64 parity_stride;       // bytes between the two parities of a slot
+    u64 scales_off;          // scales (f32 per group) inside a slot
+    u64 flags_off;           // flags (u32 per chunk) inside a slot
+    u64 ctl;                 // QCtl* in local device memory
+    u64 status;              // Status* in host-mapped memory
+    u64 timeout_ns;          // bound on every wait
+    u32 rank;
+    u32 world;
+    u32 ndst;                // world (P2P) or 1 (host)
+    u32 group;               // elements per scale: 32, 64 or 128
+};
+
+// ---------------------------------------------------------------- arithmetic
+
+// Explicitly rounded f32 operations: the compiler never contracts these into
+// a fused multiply-add, so the results are the CPU model's.
+__device__ __forceinline__ float q_mul(float a, float b) {
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float q_add(float a, float b) {
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float q_div(float a, float b) {
+    float r;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+// NaN loses: max(x, NaN) = x, as the model's f32::max.
+__device__ __forceinline__ float q_max(float a, float b) {
+    float r;
+    asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+// Round half to even; saturating, NaN gives 0 (Rust's `as i32` does the same).
+__device__ __forceinline__ int q_rni(float a) {
+    int r;
+    asm("cvt.rni.s32.f32 %0, %1;" : "=r"(r) : "f"(a));
+    return r;
+}
+__device__ __forceinline__ float q_abs(float a) {
+    return __uint_as_float(__float_as_uint(a) & 0x7fffffffu);
+}
+__device__ __forceinline__ float q_shfl_xor(float v, u32 lane_mask) {
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(lane_mask));
+    return r;
+}
+
+// Below 2^-96 a group is sent as zeros (so Q / amax stays finite).
+#define Q_MIN_AMAX_BITS (31u << 23)
+
+template <int FMT>
+__device__ __forceinline__ float q_code_max() {
+    return FMT == Q_INT8 ? 127.0f : 448.0f;
+}
+
+// f32 to e4m3 (bias 7, no infinities, largest 448), ties to even,
+// saturating; NaN gives 0.
+__device__ __forceinline__ u32 e4m3_encode(float y) {
+    const u32 bits = __float_as_uint(y);
+    const u32 sign = (bits >> 24) & 0x80u;
+    const u32 ab = bits & 0x7fffffffu;
+    if (ab > 0x7f800000u) return 0u;
+    const float a = __uint_as_float(ab);
+    u32 mag;
+    if (a >= 448.0f) {
+        mag = 0x7eu;
+    } else if (ab < (121u << 23)) {
+        mag = (u32)q_rni(q_mul(a, 512.0f));  // subnormal codes m * 2^-9
+    } else {
+        const u32 u = ab + 0x7ffffu + ((ab >> 20) & 1u);
+        mag = (u >> 20) - (120u << 3);
+    }
+    return sign | mag;
+}
+
+__device__ __forceinline__ float e4m3_decode(u32 c) {
+    const u32 e = (c >> 3) & 15u;
+    const u32 m = c & 7u;
+    const float mag = e == 0u ? q_mul((float)m, 0.001953125f) : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (c & 0x80u) ? -mag : mag;
+}
+
+template <int FMT>
+__device__ __forceinline__ u32 q_encode(float x, float inv) {
+    const float y = q_mul(x, inv);
+    if (FMT == Q_INT8) {
+        int r = q_rni(y);
+        r = r < -127 ? -127 : (r > 127 ? 127 : r);
+        return (u32)r & 0xffu;
+    }
+    return e4m3_encode(y);
+}
+
+template <int FMT>
+__device__ __forceinline__ float q_decode(u32 c) {
+    if (FMT == Q_INT8) return (float)(int)(signed char)(unsigned char)c;
+    return e4m3_decode(c);
+}
+
+// ---------------------------------------------------------------- element types
+
+// Eight elements at element index e0 (a multiple of 8) as f32; elements at
+// or past n read as 0 (they never reach the output).
+struct QF32 {
+    static __device__ __forceinline__ void load8(u64 in, u64 e0, u64 n, float* x) {
+        if (e0 + 8 <= n) {
+            const V16 a = ((const V16*)in)[e0 / 4];
+            const V16 b = ((const V16*)in)[e0 / 4 + 1];
+            x[0] = __uint_as_float(a.x);
+            x[1] = __uint_as_float(a.y);
+            x[2] = __uint_as_float(a.z);
+            x[3] = __uint_as_float(a.w);
+            x[4] = __uint_as_float(b.x);
+            x[5] = __uint_as_float(b.y);
+            x[6] = __uint_as_float(b.z);
+            x[7] = __uint_as_float(b.w);
+            return;
+        }
+        const u32* p = (const u32*)in;
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = e0 + k < n ? __uint_as_float(p[e0 + k]) : 0.0f;
+    }
+    static __device__ __forceinline__ void store8(u64 out, u64 e0, u64 n, const float* x) {
+        if (e0 + 8 <= n) {
+            V16 a, b;
+            a.x = __float_as_uint(x[0]);
+            a.y = __float_as_uint(x[1]);
+            a.z = __float_as_uint(x[2]);
+            a.w = __float_as_uint(x[3]);
+            b.x = __float_as_uint(x[4]);
+            b.y = __float_as_uint(x[5]);
+            b.z = __float_as_uint(x[6]);
+            b.w = __float_as_uint(x[7]);
+            ((V16*)out)[e0 / 4] = a;
+            ((V16*)out)[e0 / 4 + 1] = b;
+            return;
+        }
+        u32* p = (u32*)out;
+        for (int k = 0; k < 8; k++)
+            if (e0 + k < n) p[e0 + k] = __float_as_uint(x[k]);
+    }
+};
+
+// 16-bit types: `to` and `from` are the element's conversions.
+template <typename H>
+struct QHalf {
+    static __device__ __forceinline__ void load8(u64 in, u64 e0, u64 n, float* x) {
+        if (e0 + 8 <= n) {
+            const V16 v = ((const V16*)in)[e0 / 8];
+            const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                x[2 * k] = H::to(w[k] & 0xffffu);
+                x[2 * k + 1] = H::to(w[k] >> 16);
+            }
+            return;
+        }
+        const u16* p = (const u16*)in;
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = e0 + k < n ? H::to((u32)p[e0 + k]) : 0.0f;
+    }
+    static __device__ __forceinline__ void store8(u64 out, u64 e0, u64 n, const float* x) {
+        if (e0 + 8 <= n) {
+            u32 w[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[k] = H::from(x[2 * k]) | (H::from(x[2 * k + 1]) << 16);
+            V16 v;
+            v.x = w[0];
+            v.y = w[1];
+            v.z = w[2];
+            v.w = w[3];
+            ((V16*)out)[e0 / 8] = v;
+            return;
+        }
+        u16* p = (u16*)out;
+        for (int k = 0; k < 8; k++)
+            if (e0 + k < n) p[e0 + k] = (u16)H::from(x[k]);
+    }
+};
+
+struct QBf16Conv {
+    static __device__ __forceinline__ float to(u32 h) { return bf16_to_f32(h); }
+    static __device__ __forceinline__ u32 from(float f) { return f32_to_bf16(f); }
+};
+struct QF16Conv {
+    static __device__ __forceinline__ float to(u32 h) { return f16_to_f32(h); }
+    static __device__ __forceinline__ u32 from(float f) { return f32_to_f16(f); }
+};
+typedef QHalf<QBf16Conv> QBF16;
+typedef QHalf<QF16Conv> QF16;
+
+// ---------------------------------------------------------------- memory ops
+
+__device__ __forceinline__ u32 q_ld_acquire_sys(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void q_st_release_sys(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// ---------------------------------------------------------------- bounded wait
+
+__device__ void q_report_timeout(u64 ctl_addr, u64 status, u32 peer, u64 epoch) {
+    QCtl* ctl = (QCtl*)ctl_addr;
+    if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
+        volatile Status* s = (volatile Status*)status;
+        s->peer = peer;
+        s->epoch = epoch;
+        __threadfence_system();
+        s->code = Q_WAIT_QUANT;
+        __threadfence_system();
+    }
+}
+
+// Waits until the flag holds `tag`, for at most the timeout; false when it
+// timed out (reported) or another wait of this rank gave up.
+__device__ __noinline__ bool q_wait_flag(const u32* flag, u32 tag, u64 ctl_addr, u64 status,
+                                         u64 timeout_ns, u32 peer, u64 epoch) {
+    if (q_ld_acquire_sys(flag) == tag) return true;
+    const u64 start = globaltimer();
+    const QCtl* ctl = (const QCtl*)ctl_addr;
+    for (u32 spins = 1;; spins++) {
+        if (q_ld_acquire_sys(flag) == tag) return true;
+        if ((spins & 31u) == 0u) {
+            if (ld_volatile_u32(&ctl->abort) != 0u) return false;
+            if (globaltimer() - start > timeout_ns) {
+                q_report_timeout(ctl_addr, status, peer, epoch);
+                return false;
+            }
+        }
+    }
+}
+
+// A block that failed does not count itself, so an aborted call never
+// advances the epoch.
+__device__ __forceinline__ void q_end_call(const QArgs& a, bool ok) {
+    const int failed = __syncthreads_or(!ok);
+    if (threadIdx.x != 0 || failed) return;
+    QCtl* ctl = (QCtl*)a.ctl;
+    const u64 add = blockIdx.x == 0 ? Q_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    atomicAdd(&ctl->arrivals, add);
+}
+
+// ---------------------------------------------------------------- one-shot
+
+// Chunks a block sends ahead of the one it sums: its stores to the peers
+// (or the host) drain while it reads, so both directions of the link work
+// at once.
+#define Q_LAG 2u
+
+// Quantizes the octet at e0 (elements past n count as 0): its 8 codes and
+// its group's scale. Every lane of the warp must call it together (the
+// group's maximum goes through the lanes of the group).
+template <typename T, int FMT>
+__device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, float* scale_out) {
+    float x[8];
+    T::load8(a.in, e0, a.count, x);
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
+    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
+    float scale = 0.0f, inv = 0.0f;
+    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
+        scale = q_div(amax, q_code_max<FMT>());
+        inv = q_div(q_code_max<FMT>(), amax);
+    }
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
+    *scale_out = scale;
+    return (u64)lo | ((u64)hi << 32);
+}
+
+// Whether destination d receives a send meant for `target` (a rank, or
+// Q_ALL for every peer): on the host path the one destination is the own
+// area, which every peer reads.
+#define Q_ALL 0xffffffffu
+__device__ __forceinline__ bool q_sends_to(const QArgs& a, u32 d, u32 target) {
+    if (a.ndst == 1u) return true;
+    return d != a.rank && (target == Q_ALL || d == target);
+}
+
+// Writes one octet's codes (and, from the group's first lane, its scale) to
+// the destinations of `target`.
+__device__ __forceinline__ void put_octet(const QArgs& a, u64 par, u32 target, u64 e0, u64 codes, float scale,
+                                          bool group_head, u32 gshift) {
+    for (u32 d = 0; d < a.ndst; d++) {
+        if (!q_sends_to(a, d, target)) continue;
+        const u64 base = a.dst[d] + par;
+        *(u64*)(base + e0) = codes;
+        if (group_head) *(u32*)(base + a.scales_off + 4ull * (e0 >> gshift)) = __float_as_uint(scale);
+    }
+}
+
+// After a chunk's octets: the barrier orders every thread's stores before
+// thread 0's fence, which is cumulative: one system fence per chunk, then
+// the flags of the destinations of `target`.
+__device__ __forceinline__ void flag_chunk(const QArgs& a, u64 par, u32 target, u64 c, u32 tag) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        for (u32 d = 0; d < a.ndst; d++)
+            if (q_sends_to(a, d, target)) q_st_release_sys((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
+    }
+}
+
+// Quantizes chunk c of the input and sends it to `target` (Q_ALL: every peer).
+template <typename T, int FMT>
+__device__ __forceinline__ void send_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
+                                           u32 target) {
+    const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
+    for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+        const u64 e0 = (u64)c * Q_CHUNK + off;
+        float scale;
+        const u64 codes = quantize8<T, FMT>(a, e0, lanes, &scale);
+        if (e0 < a.count) put_octet(a, par, target, e0, codes, scale, group_head, gshift);
+    }
+    flag_chunk(a, par, target, c, tag);
+}
+
+// Waits (thread 0) until chunk c's flag of every rank in `from` (a bit per
+// rank) holds the tag; false, on every thread, when one did not arrive.
+__device__ __forceinline__ bool wait_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 from, u64 epoch) {
+    bool arrived = true;
+    if (threadIdx.x == 0) {
+        for (u32 p = 0; arrived && p < a.world; p++)
+            if ((from >> p) & 1u)
+                arrived = q_wait_flag((const u32*)(a.src[p] + par + a.flags_off) + c, tag, a.ctl, a.status,
+                                      a.timeout_ns, p, epoch);
+    }
+    return __syncthreads_and(arrived) != 0;
+}
+
+// The rank-ordered f32 sum of every rank's codes of the octet at e0: peer
+// p's read from src[p], this rank's own given.
+template <int FMT>
+__device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 own, float own_scale, u32 gshift,
+                                          float* acc) {
+    for (u32 p = 0; p < a.world; p++) {
+        u64 codes = own;
+        float scale = own_scale;
+        if (p != a.rank) {
+            const u64 base = a.src[p] + par;
+            codes = ld_volatile_u64((const u64*)(base + e0));
+            scale = __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+            acc[k] = p == 0 ? v : q_add(acc[k], v);
+        }
+    }
+}
+
+// Waits for chunk c of every peer, then dequantizes every rank's codes and
+// sums them in rank order; this rank's own codes are quantized again from
+// its input (the same function, so the same bits) instead of read back.
+// False when a peer did not arrive.
+template <typename T, int FMT>
+__device__ __forceinline__ bool sum_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
+                                          u64 epoch) {
+    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
+    if (!wait_chunk(a, c, par, tag, peers, epoch)) return false;
+    for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+        const u64 e0 = (u64)c * Q_CHUNK + off;
+        float own_scale;
+        const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
+        if (e0 >= a.count) continue;
+        float acc[8];
+        sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
+        T::store8(a.out, e0, a.count, acc);
+    }
+    return true;
+}
+
+// Block b handles chunks b, b + grid, ...: it sends each and sums the one
+// Q_LAG steps behind, then the last ones. Thread t handles the octets t,
+// t + blockDim, ... of a chunk (blockDim a power of two from 32 to 512, so
+// a chunk is whole warps and a group's G / 8 octets are neighbouring lanes).
+// No wait cycle: sending chunk c waits only for sums of smaller chunks, each
+// of which waits only for sends of itself (induction on c); every block of
+// every rank is resident (quant_grid in src/cuda/quant.rs).
+// In place: a chunk's input is read (sent, then quantized again in the sum)
+// before the same block writes its output, each thread its own octets.
+template <typename T, int FMT>
+__device__ void quant_oneshot(const QArgs& a) {
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> Q_EPOCH_SHIFT;
+    const u64 par = (epoch & 1ull) * a.parity_stride;
+    const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;  // never 0, the flags' initial value
+    const u32 lanes = a.group / 8u;                     // threads per group
+    u32 gshift = 0u;  // log2(group): the scale of element e is scales[e >> gshift]
+    while ((1u << gshift) < a.group) gshift++;
+
+    bool ok = true;
+    u64 next_sum = blockIdx.x;
+    u32 step = 0u;
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x, step++) {
+        send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, Q_ALL);
+        if (step >= Q_LAG) {
+            ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+            next_sum += gridDim.x;
+        }
+    }
+    for (; ok && next_sum < nchunks; next_sum += gridDim.x)
+        ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+    q_end_call(a, ok);
+}
+
+// ---------------------------------------------------------------- two-shot
+
+// Quantizes 8 f32 values (zeros past the message) in the lanes of their
+// group, as quantize8 does with the input.
+template <int FMT>
+__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
+    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
+    float scale = 0.0f, inv = 0.0f;
+    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
+        scale = q_div(amax, q_code_max<FMT>());
+        inv = q_div(q_code_max<FMT>(), amax);
+    }
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
+    *scale_out = scale;
+    return (u64)lo | ((u64)hi << 32);
+}
+
+template <typename T, int FMT>
+__device__ __forceinline__ void store_dequantized(const QArgs& a, u64 e0, u64 codes, float scale) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+    T::store8(a.out, e0, a.count, v);
+}
+
+// Chunk c belongs to rank c % world. Reduce-scatter: every rank quantizes
+// the chunks of the others and sends each to its owner. The owner sums its
+// chunks in rank order (its own codes computed again from its input, as in
+// one-shot), quantizes the f32 sums again, sends those codes to every peer
+// (all-gather) and writes their dequantized values (not the sums) as its
+// output; every rank dequantizes the owners' codes of the other chunks. So
+// every rank's output is the same bits. Needs every rank to own a chunk
+// (src/quant/model.rs twoshot_fits; the host runs smaller messages
+// one-shot), so each rank hears from every peer in every call, which the
+// reuse of the two parities needs. A slot holds both phases: in rank q's
+// copy of rank s's slot, chunks q owns carry s's reduce-scatter codes and
+// chunks s owns carry s's all-gather codes. Waits: reduce-scatter data is
+// sent before any wait; all-gather data after reduce-scatter waits only.
+template <typename T, int FMT>
+__device__ void quant_twoshot(const QArgs& a) {
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> Q_EPOCH_SHIFT;
+    const u64 par = (epoch & 1ull) * a.parity_stride;
+    const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;
+    const u32 lanes = a.group / 8u;
+    const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
+    u32 gshift = 0u;
+    while ((1u << gshift) < a.group) gshift++;
+    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
+
+    // Reduce-scatter sends.
+    for (u64 c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        const u32 owner = (u32)(c % a.world);
+        if (owner != a.rank) send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, owner);
+    }
+    // The own chunks: sum, quantize again, send to every peer, write.
+    bool ok = true;
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x) {
+        if ((u32)(c % a.world) != a.rank) continue;
+        ok = wait_chunk(a, c, par, tag, peers, epoch);
+        if (!ok) break;
+        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+            const u64 e0 = (u64)c * Q_CHUNK + off;
+            float own_scale;
+            const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
+            float acc[8];
+            if (e0 < a.count) {
+                sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] = 0.0f;
+            }
+            // Past the message the sums are 0 (the inputs are), so they do
+            // not change a group's maximum.
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (e0 + k >= a.count) acc[k] = 0.0f;
+            float scale;
+            const u64 codes = quantize8_values<FMT>(acc, lanes, &scale);
+            if (e0 < a.count) {
+                put_octet(a, par, Q_ALL, e0, codes, scale, group_head, gshift);
+                store_dequantized<T, FMT>(a, e0, codes, scale);
+            }
+        }
+        flag_chunk(a, par, Q_ALL, c, tag);
+    }
+    // All-gather: the other chunks, from their owners.
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x) {
+        const u32 owner = (u32)(c % a.world);
+        if (owner == a.rank) continue;
+        ok = wait_chunk(a, c, par, tag, 1u << owner, epoch);
+        if (!ok) break;
+        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+            const u64 e0 = (u64)c * Q_CHUNK + off;
+            if (e0 >= a.count) break;
+            const u64 base = a.src[owner] + par;
+            const u64 codes = ld_volatile_u64((const u64*)(base + e0));
+            const float scale =
+                __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+            store_dequantized<T, FMT>(a, e0, codes, scale);
+        }
+    }
+    q_end_call(a, ok);
+}
+
+// ---------------------------------------------------------------- entry points
+
+#define Q_BLOCK 512
+#define QKERNEL extern "C" __global__ void __launch_bounds__(Q_BLOCK)
+QKERNEL tpcomm_quant_oneshot_int8_f32(QArgs a) { quant_oneshot<QF32, Q_INT8>(a); }
+QKERNEL tpcomm_quant_oneshot_int8_f16(QArgs a) { quant_oneshot<QF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_oneshot_int8_bf16(QArgs a) { quant_oneshot<QBF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_oneshot_fp8_f32(QArgs a) { quant_oneshot<QF32, Q_FP8>(a); }
+QKERNEL tpcomm_quant_oneshot_fp8_f16(QArgs a) { quant_oneshot<QF16, Q_FP8>(a); }
+QKERNEL tpcomm_quant_oneshot_fp8_bf16(QArgs a) { quant_oneshot<QBF16, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_f32(QArgs a) { quant_twoshot<QF32, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_f16(QArgs a) { quant_twoshot<QF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_int8_bf16(QArgs a) { quant_twoshot<QBF16, Q_INT8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_f32(QArgs a) { quant_twoshot<QF32, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_f16(QArgs a) { quant_twoshot<QF16, Q_FP8>(a); }
+QKERNEL tpcomm_quant_twoshot_fp8_bf16(QArgs a) { quant_twoshot<QBF16, Q_FP8>(a); }

@@ -1,0 +1,422 @@
+//! GPU tests of the quantized all-reduce (int8 / fp8 on the wire) over both
+//! GPU transports, ranks as threads. Ignored unless asked for, and then they
+//! run only with TPCOMM_GPU_TESTS=1 (`-- --ignored --test-threads=1`); world
+//! sizes come from TPCOMM_TEST_WORLDS (gpu_common), on however many GPUs
+//! there are: ranks go round-robin over the GPUs, so they may share one.
+//!
+//! Each case checks that every rank's output bytes are identical, that they
+//! equal the CPU model of the same arithmetic on the same inputs bit for bit
+//! (tpcomm::quant::model), and that the error against a float64 reference is
+//! within docs/quantized.md's bound; graph replays, mixing with exact calls,
+//! a peer that never arrives and the memory report are covered too.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use tpcomm::cuda::quant::QuantAlgo;
+use tpcomm::cuda::{
+    open_context, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
+};
+use tpcomm::quant::model::{self, inputs, reference_f64};
+use tpcomm::quant::{Format, Wire};
+use tpcomm::{ByteSize, DType, Error, Place, ReduceOp};
+
+mod gpu_common;
+use gpu_common::{describe, device_of, gpu_worlds};
+
+/// The world sizes when TPCOMM_GPU_TESTS is set (gpu_common's rules:
+/// TPCOMM_TEST_WORLDS, ranks round-robin over the GPUs); `None` after saying
+/// the test is skipped otherwise.
+fn setup() -> Option<Vec<usize>> {
+    gpu_worlds("1+ GPUs; ranks may share one")
+}
+
+/// The transports to test: host, and Auto, which is P2P when every GPU
+/// pair used can access each other (ranks of one GPU always can) and host
+/// otherwise (then host is simply tested twice).
+fn transports() -> [Transport; 2] {
+    [Transport::Host, Transport::Auto]
+}
+
+struct Rank {
+    comm: Communicator,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    inp: CudaSlice<u8>,
+    out: CudaSlice<u8>,
+}
+
+const MAX: ByteSize = ByteSize::mib(8);
+
+fn make_ranks(world: usize, transport: Transport, timeout: Duration) -> Vec<Rank> {
+    let group = ThreadGroup::new(world);
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let group = group.clone();
+            std::thread::spawn(move || {
+                let dev = device_of(r);
+                let mut cfg = CudaConfig::new(r, world, dev);
+                cfg.max_bytes = MAX;
+                cfg.timeout = timeout;
+                cfg.transport = transport;
+                cfg.wire = Some(Wire::int8());
+                cfg.wire_min_bytes = Some(ByteSize::b(0));
+                let comm = Communicator::new(&cfg, &Rendezvous::Threads(group))
+                    .expect("create communicator");
+                let ctx = open_context(dev).unwrap();
+                // SAFETY (test): no slice is shared between streams.
+                unsafe { ctx.disable_event_tracking() };
+                let stream = ctx.new_stream().unwrap();
+                let inp = stream.alloc_zeros::<u8>(MAX.bytes() as usize).unwrap();
+                let out = stream.alloc_zeros::<u8>(MAX.bytes() as usize).unwrap();
+                Rank {
+                    comm,
+                    ctx,
+                    stream,
+                    inp,
+                    out,
+                }
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Element bytes of `xs` (values already representable in `dtype`).
+fn to_bytes(dtype: DType, xs: &[f32]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(xs.len() * dtype.size());
+    for &x in xs {
+        let b = model::round_to(dtype, x);
+        v.extend_from_slice(&b.to_le_bytes()[..dtype.size()]);
+    }
+    v
+}
+
+fn from_bytes(dtype: DType, b: &[u8]) -> Vec<u32> {
+    b.chunks(dtype.size())
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// One quantized call on every rank: `inputs[r]` in, the output bytes of
+/// every rank (read back after `replays` launches of a captured graph, or
+/// one eager call), or the error.
+/// `algo` `None`: `Communicator::all_reduce_wire` (the quantized kernels'
+/// own choice); `Some`: that kernel through `QuantComm::all_reduce_with`.
+fn run(
+    ranks: &mut [Rank],
+    dtype: DType,
+    wire: Wire,
+    algo: Option<QuantAlgo>,
+    in_place: bool,
+    inputs: &[Vec<u8>],
+    graph_replays: usize,
+) -> Vec<Result<Vec<u8>, Error>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter_mut()
+            .zip(inputs)
+            .map(|(rank, input)| {
+                s.spawn(move || -> Result<Vec<u8>, Error> {
+                    rank.ctx.bind_to_thread().unwrap();
+                    let n = input.len();
+                    let count = n / dtype.size();
+                    rank.stream
+                        .memcpy_htod(&input[..], &mut rank.inp.slice_mut(..n))
+                        .unwrap();
+                    let poison = vec![0xa5u8; n];
+                    rank.stream
+                        .memcpy_htod(&poison[..], &mut rank.out.slice_mut(..n))
+                        .unwrap();
+                    let pi = rank.inp.device_ptr(&rank.stream).0;
+                    let po = if in_place {
+                        pi
+                    } else {
+                        rank.out.device_ptr(&rank.stream).0
+                    };
+                    let cs = rank.stream.cu_stream();
+                    let call = |how| -> Result<Route, Error> {
+                        // SAFETY: both buffers hold MAX bytes and outlive the
+                        // synchronisation below.
+                        unsafe {
+                            match (algo, rank.comm.quant()) {
+                                (Some(a), Some(q)) => q
+                                    .all_reduce_with(pi, po, count, dtype, wire, a, cs, how)
+                                    .map(|_| Route::TpcommQuantized),
+                                _ => rank.comm.all_reduce_wire(
+                                    pi,
+                                    po,
+                                    count,
+                                    dtype,
+                                    ReduceOp::Sum,
+                                    wire,
+                                    cs,
+                                    how,
+                                ),
+                            }
+                        }
+                    };
+                    if graph_replays == 0 {
+                        let route = call(Launch::Ordinary)?;
+                        if wire != Wire::Exact {
+                            assert_eq!(route, Route::TpcommQuantized);
+                        }
+                    } else {
+                        rank.stream
+                            .begin_capture(
+                                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                            )
+                            .unwrap();
+                        call(Launch::Ordinary)?;
+                        let g = rank
+                            .stream
+                            .end_capture(sys::CUgraphInstantiate_flags(0))
+                            .unwrap()
+                            .unwrap();
+                        for _ in 0..graph_replays {
+                            g.launch().unwrap();
+                        }
+                        rank.stream.synchronize().unwrap();
+                    }
+                    rank.stream.synchronize().unwrap();
+                    rank.comm.check()?;
+                    let mut o = vec![0u8; n];
+                    let src = if in_place { &rank.inp } else { &rank.out };
+                    rank.stream
+                        .memcpy_dtoh(&src.slice(..n), &mut o[..])
+                        .unwrap();
+                    rank.stream.synchronize().unwrap();
+                    Ok(o)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The documented bound on the relative RMS error for Gaussian inputs
+/// (docs/quantized.md), with room for small messages' sampling noise.
+fn bound(f: Format, twoshot: bool, count: usize) -> f64 {
+    let b = match (f, twoshot) {
+        (Format::Int8, false) => 0.01,
+        (Format::Int8, true) => 0.01,
+        (Format::Fp8E4m3, false) => 0.03,
+        (Format::Fp8E4m3, true) => 0.04,
+    };
+    if count >= 4096 {
+        b
+    } else {
+        3.0 * b
+    }
+}
+
+/// Runs one case and checks it; in-place calls of a graph replay their own
+/// output, so only out-of-place calls are replayed.
+#[allow(clippy::too_many_arguments)]
+fn check_case(
+    ranks: &mut [Rank],
+    dtype: DType,
+    wire: Wire,
+    algo: Option<QuantAlgo>,
+    count: usize,
+    in_place: bool,
+    replays: usize,
+    rng: &mut inputs::Rng,
+) {
+    let world = ranks.len();
+    let (f, g) = wire.quantized().unwrap();
+    let xs: Vec<Vec<f32>> = (0..world)
+        .map(|_| inputs::sample(rng, inputs::Dist::Gaussian, dtype, count))
+        .collect();
+    let bytes: Vec<Vec<u8>> = xs.iter().map(|x| to_bytes(dtype, x)).collect();
+    let twoshot = algo.unwrap_or(QuantAlgo::Auto).runs_twoshot(count, world);
+    let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, algo, in_place, &bytes, replays)
+        .into_iter()
+        .map(|r| r.expect("quantized all-reduce"))
+        .collect();
+    let what = format!(
+        "{} {dtype} count {count} two-shot {twoshot} in_place {in_place} replays {replays} world {world}",
+        wire.label()
+    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o == &outs[0], "rank {r} differs from rank 0: {what}");
+    }
+    let got = from_bytes(dtype, &outs[0]);
+    let want = if twoshot {
+        model::all_reduce_twoshot_bits(f, g as usize, dtype, &xs)
+    } else {
+        model::all_reduce_bits(f, g as usize, dtype, &xs)
+    };
+    let mismatches = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    if mismatches > 0 {
+        let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "{mismatches} elements differ from the CPU model ({what}); first at {i}: {:#x} vs {:#x}",
+            got[i], want[i]
+        );
+    }
+    let vals: Vec<f32> = got.iter().map(|&b| model::value_of(dtype, b)).collect();
+    let e = model::error_stats(&vals, &reference_f64(&xs));
+    assert!(
+        e.rel_rms <= bound(f, twoshot, count),
+        "rel RMS {:.4} above the bound ({what})",
+        e.rel_rms
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
+fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
+    let Some(worlds) = setup() else {
+        return;
+    };
+    let mut rng = inputs::Rng::new(0x9e37);
+    for &world in &worlds {
+        for t in transports() {
+            let mut ranks = make_ranks(world, t, Duration::from_secs(20));
+            let wires = [
+                Wire::Int8 { group: 32 },
+                Wire::Int8 { group: 64 },
+                Wire::Int8 { group: 128 },
+                Wire::Fp8 { group: 32 },
+                Wire::Fp8 { group: 128 },
+            ];
+            for wire in wires {
+                for dtype in DType::ALL {
+                    let max_count = MAX.bytes() as usize / dtype.size();
+                    for count in [1, 7, 8, 9, 33, 4095, 4096, 4097, 8193, 100_003, max_count] {
+                        for in_place in [false, true] {
+                            for algo in [None, Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                                check_case(
+                                    &mut ranks, dtype, wire, algo, count, in_place, 0, &mut rng,
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            eprintln!(
+                "{} over {}: every case matched",
+                describe(world),
+                ranks[0].comm.gpu().transport().name()
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
+fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
+    let Some(worlds) = setup() else {
+        return;
+    };
+    let mut rng = inputs::Rng::new(0x51ab);
+    for &world in &worlds {
+        for t in transports() {
+            let mut ranks = make_ranks(world, t, Duration::from_secs(20));
+            for replays in [1, 2, 5, 100] {
+                for algo in [Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                    check_case(
+                        &mut ranks,
+                        DType::Bf16,
+                        Wire::int8(),
+                        algo,
+                        300_001,
+                        false,
+                        replays,
+                        &mut rng,
+                    );
+                    check_case(
+                        &mut ranks,
+                        DType::F16,
+                        Wire::fp8(),
+                        algo,
+                        70_000,
+                        false,
+                        replays,
+                        &mut rng,
+                    );
+                }
+                // An exact call in between: separate buffers and epochs.
+                let xs: Vec<Vec<u8>> = (0..world)
+                    .map(|_| {
+                        to_bytes(
+                            DType::Bf16,
+                            &inputs::sample(&mut rng, inputs::Dist::Gaussian, DType::Bf16, 5000),
+                        )
+                    })
+                    .collect();
+                let outs = run(&mut ranks, DType::Bf16, Wire::Exact, None, false, &xs, 0);
+                // Wire::Exact routes to tpcomm's exact kernels.
+                for o in &outs {
+                    assert!(o.is_ok(), "{o:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
+fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
+    let Some(_) = setup() else { return };
+    // Created once with a long timeout first, so the kernels are compiled
+    // and loaded (once per device and process) before the short one counts.
+    drop(make_ranks(2, Transport::Host, Duration::from_secs(60)));
+    let mut ranks = make_ranks(2, Transport::Host, Duration::from_secs(2));
+    let r0 = &mut ranks[0];
+    r0.ctx.bind_to_thread().unwrap();
+    let p = r0.inp.device_ptr(&r0.stream).0;
+    // SAFETY: the buffer holds MAX bytes and outlives the sync below.
+    unsafe {
+        r0.comm
+            .all_reduce_wire(
+                p,
+                p,
+                1 << 20,
+                DType::Bf16,
+                ReduceOp::Sum,
+                Wire::int8(),
+                r0.stream.cu_stream(),
+                Launch::Ordinary,
+            )
+            .unwrap()
+    };
+    r0.stream.synchronize().unwrap();
+    match r0.comm.check() {
+        Err(Error::PeerTimeout { peer, what, .. }) => {
+            assert_eq!(peer, 1);
+            assert!(what.contains("quantized"), "{what}");
+        }
+        other => panic!("expected a timeout naming rank 1, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
+fn gpu_quant_memory_report_shows_the_quantized_layout() {
+    let Some(_) = setup() else { return };
+    for t in transports() {
+        let ranks = make_ranks(2, t, Duration::from_secs(20));
+        let q = ranks[0]
+            .comm
+            .quant()
+            .expect("a quantized wire was asked for");
+        let rep = q.memory_report();
+        eprintln!("{rep}");
+        let place = if q.transport() == Transport::Host {
+            Place::PinnedHost
+        } else {
+            Place::Device
+        };
+        assert!(rep
+            .lines
+            .iter()
+            .any(|l| l.place == place && l.name.contains("quantized wire")));
+        assert!(rep.total().unwrap().bytes() > MAX.bytes() / 2);
+    }
+}
