@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use tpcomm::cuda::MAX_WORLD;
 use tpcomm::select::{self, Decision, Query, Selector, Table};
-use tpcomm::topology::MachineClass;
 use tpcomm::{ByteSize, DType, Error, Result};
 
 #[derive(Args, Debug)]
@@ -57,24 +56,6 @@ pub fn run(args: ExplainArgs) -> i32 {
     }
 }
 
-pub(crate) fn parse_class(s: &str) -> Result<MachineClass> {
-    [
-        MachineClass::Nvlink,
-        MachineClass::PcieP2p,
-        MachineClass::PcieNop2p,
-        MachineClass::Mixed,
-        MachineClass::SingleGpu,
-    ]
-    .into_iter()
-    .find(|c| c.name() == s)
-    .ok_or_else(|| {
-        Error::invalid(
-            "machine class",
-            format!("{s:?} (expected nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu)"),
-        )
-    })
-}
-
 fn run_inner(args: &ExplainArgs) -> Result<String> {
     let selector = match (&args.table, &args.class) {
         (Some(path), _) => {
@@ -83,9 +64,9 @@ fn run_inner(args: &ExplainArgs) -> Result<String> {
             let t = Table::parse(&text, &path.display().to_string())?;
             Selector::with_table(t, path.display().to_string())
         }
-        (None, Some(c)) => Selector::for_class(parse_class(c)?),
+        (None, Some(c)) => Selector::for_class(crate::machine::parse_class(c)?),
         (None, None) => {
-            let (machine, _) = crate::tune::this_machine(None)?;
+            let (machine, _) = crate::machine::this_machine(None)?;
             select::find_table(None, &machine)?.0
         }
     };

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod explain;
 mod forward_bench;
 mod gpu_bench;
+mod machine;
 mod plan;
 mod probe;
 mod tune;

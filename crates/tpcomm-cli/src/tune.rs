@@ -9,8 +9,8 @@ use crate::gpu_bench::{self, RankOut, Row};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use tpcomm::cuda::Transport as GpuTransport;
-use tpcomm::select::{self, Machine, Measured, Table};
-use tpcomm::topology::{self, ProbeOptions};
+use tpcomm::select::{self, Measured, Table};
+use tpcomm::topology;
 use tpcomm::{ByteSize, DType, Error, Result};
 
 #[derive(Args, Debug)]
@@ -74,27 +74,6 @@ pub fn run(args: TuneArgs) -> i32 {
     }
 }
 
-/// This machine as the tuning table key sees it (probe without the timed
-/// peer copies, so it takes well under a second).
-pub(crate) fn this_machine(nccl: Option<String>) -> Result<(Machine, topology::Topology)> {
-    let topo = topology::probe(&ProbeOptions {
-        copy_test: false,
-        ..ProbeOptions::default()
-    })?;
-    let driver = tpcomm::cuda::driver_version()
-        .ok()
-        .map(|(a, b)| format!("{a}.{b}"));
-    Ok((
-        Machine {
-            fingerprint: topo.fingerprint.clone(),
-            class: topo.machine_class,
-            driver,
-            nccl,
-        },
-        topo,
-    ))
-}
-
 /// Rows of a measurement as table entries; rows with wrong elements are not
 /// candidates (a fast wrong answer is no answer), and are counted.
 fn measured(transport: &str, rows: &[Row]) -> Result<(Vec<Measured>, usize)> {
@@ -142,7 +121,7 @@ fn write_table(table: &Table, out: &Path) -> Result<()> {
 }
 
 fn from_bench(args: &TuneArgs) -> Result<()> {
-    let class = crate::explain::parse_class(&args.class)?;
+    let class = crate::machine::parse_class(&args.class)?;
     let mut all = Vec::new();
     let mut header: Option<Table> = None;
     for path in &args.from_bench {
@@ -262,7 +241,7 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
     if !args.from_bench.is_empty() {
         return from_bench(args);
     }
-    let (machine, topo) = this_machine(None)?;
+    let (machine, topo) = crate::machine::this_machine(None)?;
     let bench_args = gpu_bench::parse_args(&bench_argv(args))?;
     let started = std::time::Instant::now();
     let (bench_args, world, outs): (_, usize, Vec<RankOut>) = gpu_bench::measure(bench_args)?;

@@ -152,7 +152,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         .unwrap_or(1);
     if shared > 1 {
         println!(
-            "# shared GPU: up to {shared} ranks per device; one GPU does every rank's work, so these are not {world}-GPU figures"
+            "# shared GPU: up to {shared} ranks per device; one GPU does every rank's work, so these are not a measurement of {world} GPUs"
         );
     }
     if !info.skipped_modes.is_empty() {

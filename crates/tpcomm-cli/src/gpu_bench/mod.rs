@@ -191,7 +191,7 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
     if args.algos.iter().any(|a| a == "auto") && args.class.is_none() {
         // Resolve the table once here, so every rank (thread or process)
         // loads the same one and checks it against the same fingerprint.
-        let (machine, _) = crate::tune::this_machine(None)?;
+        let (machine, _) = crate::machine::this_machine(None)?;
         let (_, source) = select::find_table(args.table.as_deref(), &machine)?;
         args.table = match source {
             select::TableSource::ClassDefaults => None,

@@ -378,7 +378,7 @@ fn auto_selector(args: &GpuBenchArgs) -> Result<select::Selector> {
     let class = args
         .class
         .as_deref()
-        .map(crate::explain::parse_class)
+        .map(crate::machine::parse_class)
         .transpose()?
         .unwrap_or(tpcomm::topology::MachineClass::Nvlink);
     match (&args.table, &args.fingerprint) {

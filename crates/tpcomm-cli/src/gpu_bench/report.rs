@@ -37,7 +37,7 @@ pub(super) fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> R
     );
     if let Some(k) = doc.meta.shared_gpu {
         println!(
-            "# shared GPU: up to {k} ranks per device; these timings are one GPU doing every rank's work, not a {world}-GPU result"
+            "# shared GPU: up to {k} ranks per device; these timings are one GPU doing every rank's work, not a measurement of {world} GPUs"
         );
     }
     println!("{}", crate::bench::columns::header());

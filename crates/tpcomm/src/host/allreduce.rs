@@ -1,9 +1,9 @@
 //! One-shot and two-shot all-reduce on the segment (docs/protocol.md,
 //! "Algorithms"). Each piece of a message (at most one slot) is one epoch.
 
+use super::identity::pid_alive;
 use super::layout::*;
 use super::reduce::reduce;
-use super::shm::pid_alive;
 use super::wait::Backoff;
 use super::HostCommunicator;
 use crate::algo::Algo;

@@ -110,7 +110,7 @@ impl Proc {
     /// Whether this very process still runs (not a zombie, not a reused pid).
     pub(crate) fn alive(&self) -> bool {
         self.pid != 0
-            && super::shm::pid_alive(self.pid)
+            && pid_alive(self.pid)
             && start_time(self.pid).is_some_and(|s| s == self.start)
     }
 }
@@ -137,6 +137,30 @@ pub(crate) fn foreign_owner(what: &str, owner: u32, me: u32) -> Error {
             "{what} belongs to uid {owner}, not to you (uid {me}); someone else created it, so tpcomm will not use it: give a rendezvous path in a directory only you can write (not a shared /tmp name)"
         ),
     )
+}
+
+/// Whether a process id refers to a live process (or one we may not signal).
+/// A zombie (exited, not yet reaped by its parent) counts as dead.
+pub(crate) fn pid_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !zombie(pid)
+}
+
+fn zombie(pid: u32) -> bool {
+    // /proc/<pid>/stat: "pid (comm) state ..."; comm may hold spaces or
+    // parentheses, so the state is the first field after the last ')'.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -172,30 +172,6 @@ pub(crate) fn unlink(name: &str) {
     }
 }
 
-/// Whether a process id refers to a live process (or one we may not signal).
-/// A zombie (exited, not yet reaped by its parent) counts as dead.
-pub(crate) fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    exists && !zombie(pid)
-}
-
-fn zombie(pid: u32) -> bool {
-    // /proc/<pid>/stat: "pid (comm) state ..."; comm may hold spaces or
-    // parentheses, so the state is the first field after the last ')'.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-        })
-        .unwrap_or(false)
-}
-
 /// The name rank 0 gives a new segment: it says which user and which process
 /// (pid and start time) created it, so a later run can tell a segment whose
 /// creator died during set-up (nothing can ever use it) from a live one.

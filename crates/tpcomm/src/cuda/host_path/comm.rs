@@ -4,6 +4,7 @@ use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX};
 use super::pinned::{self, Registered, SharedFile};
+pub use super::small::SmallKernel;
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
@@ -53,51 +54,6 @@ impl HostAlgo {
             HostAlgo::Delta => "host-delta",
             HostAlgo::Ll => "host-ll",
             HostAlgo::Chunked => "host-chunked",
-        }
-    }
-}
-
-/// Which one-pass kernel `OneShot` (and `Auto` for small messages) runs:
-/// delta words unless TPCOMM_HOST_SMALL says `push` or `ll` (kept for
-/// measuring one against the other on a machine). Delta sends the message's
-/// bytes once each way; push also writes the sentinel back over them (twice
-/// the device-to-host bytes), LL words carry twice the bytes both ways.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SmallKernel {
-    Push,
-    #[default]
-    Delta,
-    Ll,
-}
-
-impl SmallKernel {
-    pub const ALL: [Self; 3] = [Self::Delta, Self::Push, Self::Ll];
-
-    /// The name TPCOMM_HOST_SMALL gives it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Push => "push",
-            Self::Delta => "delta",
-            Self::Ll => "ll",
-        }
-    }
-
-    /// Reads TPCOMM_HOST_SMALL (`delta`, `push` or `ll`; unset or empty: delta).
-    pub fn from_env() -> Result<Self> {
-        match std::env::var("TPCOMM_HOST_SMALL") {
-            Err(_) => Ok(Self::Delta),
-            Ok(v) => match v.trim() {
-                "" => Ok(Self::Delta),
-                name => Self::ALL
-                    .into_iter()
-                    .find(|k| k.name() == name)
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "TPCOMM_HOST_SMALL",
-                            format!("{name:?} (expected delta, push or ll, or unset it)"),
-                        )
-                    }),
-            },
         }
     }
 }

@@ -4,7 +4,7 @@
 //! or read a chunk's bytes before they land. Each rank posts a record; all
 //! ranks see the same records, so all accept or all refuse.
 
-use super::comm::SmallKernel;
+use super::small::SmallKernel;
 use crate::cuda::share::{grid_cap, DeviceIdentity, Sharing};
 use crate::error::{Error, Result};
 

@@ -17,6 +17,7 @@ mod kernels;
 pub mod layout;
 pub(crate) mod pinned;
 mod select;
+mod small;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
 pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator, SmallKernel};

@@ -1,0 +1,46 @@
+//! This machine as selection sees it (class, fingerprint, driver), and
+//! machine classes by name: what `explain`, `tune` and the GPU bench share.
+
+use tpcomm::select::Machine;
+use tpcomm::topology::{self, MachineClass, ProbeOptions};
+use tpcomm::{Error, Result};
+
+/// A machine class from its name (as `--class` takes it).
+pub(crate) fn parse_class(s: &str) -> Result<MachineClass> {
+    [
+        MachineClass::Nvlink,
+        MachineClass::PcieP2p,
+        MachineClass::PcieNop2p,
+        MachineClass::Mixed,
+        MachineClass::SingleGpu,
+    ]
+    .into_iter()
+    .find(|c| c.name() == s)
+    .ok_or_else(|| {
+        Error::invalid(
+            "machine class",
+            format!("{s:?} (expected nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu)"),
+        )
+    })
+}
+
+/// This machine as the tuning table key sees it (probe without the timed
+/// peer copies, so it takes well under a second).
+pub(crate) fn this_machine(nccl: Option<String>) -> Result<(Machine, topology::Topology)> {
+    let topo = topology::probe(&ProbeOptions {
+        copy_test: false,
+        ..ProbeOptions::default()
+    })?;
+    let driver = tpcomm::cuda::driver_version()
+        .ok()
+        .map(|(a, b)| format!("{a}.{b}"));
+    Ok((
+        Machine {
+            fingerprint: topo.fingerprint.clone(),
+            class: topo.machine_class,
+            driver,
+            nccl,
+        },
+        topo,
+    ))
+}
