@@ -16,3 +16,11 @@ export LD_LIBRARY_PATH="${NVRTC_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" T
 # The drop-in tests load the built libtpcomm_nccl.so, which `cargo test` alone does not build.
 cargo build --workspace --release
 cargo test --workspace --release
+
+echo "== python wheel"
+# The wheel (drop-in, command, torch ops) built and tested in a fresh venv;
+# no GPU or torch needed. docs/python.md says what this covers.
+wheel_start=$SECONDS
+wheel="$(./scripts/build_wheel.sh | tail -n 1)"
+./scripts/test_wheel.sh "$wheel"
+echo "== python wheel: built and tested in $((SECONDS - wheel_start)) s"

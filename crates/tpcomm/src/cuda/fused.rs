@@ -217,6 +217,14 @@ pub unsafe fn add_rmsnorm(
     }
 }
 
+/// Compiles (or reads from the cache) and loads the fused module on `ctx`'s
+/// device now, so a later [`add_rmsnorm`] loads nothing (inside a CUDA graph
+/// capture, for one); returns the size of the kernel image. For
+/// communicators without [`CudaCommunicator::prepare_fused`] (the host path).
+pub fn prepare(ctx: &Arc<CudaContext>) -> Result<ByteSize> {
+    Ok(ByteSize::from_usize(fused_kernels(ctx)?.cubin_bytes))
+}
+
 impl CudaCommunicator {
     /// Compiles (or reads from the cache) and loads the fused kernels now,
     /// so the first [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
