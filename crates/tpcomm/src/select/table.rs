@@ -96,7 +96,9 @@ fn key_before(text: &str, offset: usize) -> Option<String> {
             .map_or(0, |(i, c)| i + c.len_utf8());
         head[start..].to_string()
     };
-    (!key.is_empty()).then_some(key)
+    // A "key" of punctuation alone is a damaged value's quotes, not a key
+    // (the proptest found `" = "` named as a field).
+    key.chars().any(char::is_alphanumeric).then_some(key)
 }
 
 impl Table {
