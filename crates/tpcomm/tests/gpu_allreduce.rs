@@ -11,7 +11,7 @@ use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 mod gpu_common;
-use gpu_common::{check_every_size, describe, device_of, stress, stress_calls, Rank};
+use gpu_common::{check_every_size, describe, device_of, Rank};
 
 fn gpu_worlds() -> Option<Vec<usize>> {
     gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin")
@@ -55,17 +55,7 @@ fn gpu_stress_100k_random_calls_are_all_right_and_bit_identical() {
     for world in worlds {
         let max = ByteSize::kib(256);
         let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
-        let t0 = Instant::now();
-        let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
-        eprintln!(
-            "stress: {} calls ({} batches captured in graphs) on {} in {:.1} s: {} wrong elements",
-            s.calls,
-            s.graph_batches,
-            describe(world),
-            t0.elapsed().as_secs_f64(),
-            s.wrong
-        );
-        assert_eq!(s.wrong, 0);
+        gpu_common::assert_stress(&mut ranks, max, "stress");
     }
 }
 

@@ -16,8 +16,7 @@ use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
 
 mod gpu_common;
 use gpu_common::{
-    check_batch, check_every_size, describe, device_of, run_batch, stress, stress_calls, Arenas,
-    Call, Rank,
+    check_batch, check_every_size, describe, device_of, run_batch, Arenas, Call, Rank,
 };
 
 fn gpu_worlds() -> Option<Vec<usize>> {
@@ -263,17 +262,7 @@ fn gpu_host_stress_100k_random_calls_are_all_right_and_bit_identical() {
     for world in worlds {
         let max = ByteSize::kib(256);
         let mut ranks = make_ranks(world, max, 8 << 20, Duration::from_secs(10));
-        let t0 = Instant::now();
-        let s = stress(&mut ranks, max, stress_calls(), &mut Rng::new(7));
-        eprintln!(
-            "host stress: {} calls ({} batches in graphs) on {} in {:.1} s: {} wrong elements",
-            s.calls,
-            s.graph_batches,
-            describe(world),
-            t0.elapsed().as_secs_f64(),
-            s.wrong
-        );
-        assert_eq!(s.wrong, 0);
+        gpu_common::assert_stress(&mut ranks, max, "host stress");
     }
 }
 

@@ -481,3 +481,20 @@ pub fn check_largest_messages<C: TestComm>(
         }
     }
 }
+
+/// [`stress`] with [`stress_calls`] calls on `ranks`, timed, printed with
+/// `what` and where it ran; asserts that no element was wrong.
+pub fn assert_stress<C: TestComm>(ranks: &mut [Rank<C>], max: tpcomm::ByteSize, what: &str) {
+    let world = ranks.len();
+    let t0 = std::time::Instant::now();
+    let s = stress(ranks, max, stress_calls(), &mut Rng::new(7));
+    eprintln!(
+        "{what}: {} calls ({} batches captured in graphs) on {} in {:.1} s: {} wrong elements",
+        s.calls,
+        s.graph_batches,
+        describe(world),
+        t0.elapsed().as_secs_f64(),
+        s.wrong
+    );
+    assert_eq!(s.wrong, 0);
+}
