@@ -113,6 +113,27 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl BenchArgs {
+    /// The arguments with nothing given: the clap defaults above, spelt out
+    /// (`tpcomm bench` starts from these; its tests hold them equal).
+    fn defaults() -> Self {
+        BenchArgs {
+            ranks: 2,
+            launch: Launch::Processes,
+            min_bytes: ByteSize::kib(1),
+            max_bytes: ByteSize::mib(64),
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            algo: AlgoChoice::All,
+            iters: None,
+            warmup: 5,
+            max_message: ByteSize::mib(8),
+            piece: ByteSize::mib(8),
+            json: None,
+            rendezvous: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
         if !(2..=MAX_RANKS).contains(&self.ranks) {
             return Err(format!(

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
-fn bench(rv: &Path, iters: &str, max: &str) -> Child {
+/// A CPU bench of 2 ranks meeting at `rv`, each wait bounded by `timeout`.
+fn bench(rv: &Path, iters: &str, max: &str, timeout: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tpcomm"))
         .args([
             "bench", "--device", "cpu", "--ranks", "2", "--algo", "one-shot",
@@ -26,7 +27,7 @@ fn bench(rv: &Path, iters: &str, max: &str) -> Child {
             "--piece",
             "64KiB",
         ])
-        .args(["--timeout", "1s", "--rendezvous"])
+        .args(["--timeout", timeout, "--rendezvous"])
         .arg(rv)
         .env_remove("TPCOMM_JOB_KEY")
         .stdout(Stdio::null())
@@ -142,7 +143,7 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> Option<Duration> {
     let dir = tempfile::tempdir().unwrap();
     let rv = dir.path().join("rv");
     let long = phase != Phase::End;
-    let mut parent = bench(&rv, if long { "1000000" } else { "200" }, "2KiB");
+    let mut parent = bench(&rv, if long { "1000000" } else { "200" }, "2KiB", "1s");
     let ppid = parent.id();
     let mut ranks = Vec::new();
     if phase == Phase::SetUp {
@@ -312,11 +313,13 @@ fn two_runs_on_one_rendezvous_path_never_mix_ranks() {
     for trial in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let rv = dir.path().join("rv");
-        let mut a = bench(&rv, "50", "4KiB");
-        let mut b = bench(&rv, "50", "4KiB");
+        // A generous timeout: on a loaded 2-core machine a rank of the run
+        // that goes on may be slow, and this test is about mixing, not speed.
+        let mut a = bench(&rv, "50", "4KiB", "15s");
+        let mut b = bench(&rv, "50", "4KiB", "15s");
         let mut outs = Vec::new();
         for c in [&mut a, &mut b] {
-            let status = wait_bounded(c, Duration::from_secs(20));
+            let status = wait_bounded(c, Duration::from_secs(60));
             let mut err = String::new();
             c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
             outs.push((status.success(), err));

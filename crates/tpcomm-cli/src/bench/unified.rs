@@ -2,16 +2,16 @@
 //! default) it measures GPUs when this machine has two or more CUDA GPUs and
 //! CPU ranks otherwise. The options are one set; each device's own options
 //! are refused, with the other device's spelling, when the run is on the
-//! other device. The chosen device's options are handed to the CPU bench
-//! (`super::BenchArgs`) or the GPU bench (`crate::gpu_bench::GpuBenchArgs`)
-//! as if typed, so their defaults and checks stay in one place each.
+//! other device. The chosen device's options fill in the CPU bench's
+//! arguments (`super::BenchArgs`) or the GPU bench's
+//! (`crate::gpu_bench::GpuBenchArgs`), starting from that bench's defaults
+//! (`defaults()`, which tests hold equal to its clap defaults).
 //! `tpcomm bench forward` is the forward benchmark.
 
-use super::{parse_duration, BenchArgs};
+use super::{parse_duration, AlgoChoice, BenchArgs, Launch};
 use crate::forward_bench::ForwardBenchArgs;
-use crate::gpu_bench::GpuBenchArgs;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::ffi::OsString;
+use crate::gpu_bench::{GpuBenchArgs, Launch as GpuLaunch};
+use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::Transport;
@@ -238,10 +238,6 @@ fn resolve(o: &BenchOpts, gpus: impl FnOnce() -> Result<usize, String>) -> Resul
     }
 }
 
-fn os(items: &[&str]) -> Vec<OsString> {
-    items.iter().map(OsString::from).collect()
-}
-
 /// The first option given that only the GPU bench takes, as a message.
 fn gpu_only_option(o: &BenchOpts) -> Option<&'static str> {
     let gpu_only = [
@@ -278,67 +274,67 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
     if let Some(msg) = gpu_only_option(o) {
         return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
     }
-    let mut v: Vec<OsString> = vec!["bench".into()];
+    let mut a = BenchArgs::defaults();
     if let Some(n) = o.ranks {
-        v.extend(os(&["--ranks", &n.to_string()]));
+        a.ranks = n;
     }
     if let Some(l) = o.launch {
-        let name = match l {
-            LaunchChoice::Processes => "processes",
-            LaunchChoice::Threads => "threads",
+        a.launch = match l {
+            LaunchChoice::Processes => Launch::Processes,
+            LaunchChoice::Threads => Launch::Threads,
         };
-        v.extend(os(&["--launch", name]));
     }
     if let Some(b) = o.min_bytes {
-        v.extend(os(&["--min-bytes", &b.bytes().to_string()]));
+        a.min_bytes = b;
     }
     if let Some(b) = o.max_bytes {
-        v.extend(os(&["--max-bytes", &b.bytes().to_string()]));
+        a.max_bytes = b;
     }
     if let Some(d) = o.dtype {
-        v.extend(os(&["--dtype", d.name()]));
+        a.dtype = d;
     }
     if let Some(op) = o.op {
-        v.extend(os(&["--op", op.name()]));
+        a.op = op;
     }
-    if let Some(a) = cpu_algo(&o.algos)? {
-        v.extend(os(&["--algo", &a]));
+    if let Some(algo) = cpu_algo(&o.algos)? {
+        a.algo = algo;
     }
-    if let Some(n) = o.iters {
-        v.extend(os(&["--iters", &n.to_string()]));
+    if o.iters.is_some() {
+        a.iters = o.iters;
     }
     if let Some(n) = o.warmup {
-        v.extend(os(&["--warmup", &n.to_string()]));
+        a.warmup = n;
     }
     if let Some(b) = o.max_message {
-        v.extend(os(&["--max-message", &b.bytes().to_string()]));
+        a.max_message = b;
     }
     if let Some(b) = o.piece {
-        v.extend(os(&["--piece", &b.bytes().to_string()]));
+        a.piece = b;
     }
-    if let Some(p) = &o.json {
-        v.extend([OsString::from("--json"), p.clone().into()]);
+    if o.json.is_some() {
+        a.json = o.json.clone();
     }
-    if let Some(p) = &o.rendezvous {
-        v.extend([OsString::from("--rendezvous"), p.clone().into()]);
+    if o.rendezvous.is_some() {
+        a.rendezvous = o.rendezvous.clone();
     }
     match (o.timeout, o.timeout_ms) {
-        (Some(d), _) => v.extend(os(&["--timeout", &format!("{}s", d.as_secs_f64())])),
-        (None, Some(ms)) => v.extend(os(&["--timeout", &format!("{ms}ms")])),
+        (Some(d), _) => a.timeout = d,
+        (None, Some(ms)) => a.timeout = cpu_timeout_ms(ms)?,
         (None, None) => {}
     }
-    #[derive(Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        args: BenchArgs,
-    }
-    Wrap::try_parse_from(v)
-        .map(|w| w.args)
-        .map_err(|e| first_line(&e.to_string()))
+    Ok(a)
+}
+
+/// `--timeout-ms` for the CPU bench: the duration `--timeout {ms}ms` gives,
+/// refused as that would be.
+fn cpu_timeout_ms(ms: u64) -> Result<Duration, String> {
+    let text = format!("{ms}ms");
+    parse_duration(&text)
+        .map_err(|e| format!("invalid value '{text}' for '--timeout <TIMEOUT>': {e}"))
 }
 
 /// The CPU bench takes one algorithm choice; `one-shot,two-shot` is `all`.
-fn cpu_algo(algos: &[String]) -> Result<Option<String>, String> {
+fn cpu_algo(algos: &[String]) -> Result<Option<AlgoChoice>, String> {
     if algos.iter().any(|a| a == "nccl") {
         return Err(
             "--algos nccl: NCCL rows need GPUs (use --device gpu on a machine with GPUs); CPU ranks time auto, one-shot, two-shot or all".into(),
@@ -349,13 +345,32 @@ fn cpu_algo(algos: &[String]) -> Result<Option<String>, String> {
     set.dedup();
     match set.as_slice() {
         [] => Ok(None),
-        [one] => Ok(Some(one.to_string())),
-        ["one-shot", "two-shot"] => Ok(Some("all".into())),
+        [one] => cpu_algo_choice(one).map(Some),
+        ["one-shot", "two-shot"] => Ok(Some(AlgoChoice::All)),
         _ => Err(format!(
             "--algos {}: CPU ranks take one of auto, one-shot, two-shot or all",
             algos.join(",")
         )),
     }
+}
+
+/// One CPU algorithm by name, refused in the words the CPU bench's own
+/// `--algo` would use.
+fn cpu_algo_choice(name: &str) -> Result<AlgoChoice, String> {
+    if let Ok(choice) = AlgoChoice::from_str(name, false) {
+        return Ok(choice);
+    }
+    let values: Vec<String> = AlgoChoice::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .map(|v| v.get_name().to_string())
+        .collect();
+    let values = format!("[possible values: {}]", values.join(", "));
+    Err(if name.is_empty() {
+        format!("a value is required for '--algo <ALGO>' but none was supplied {values}")
+    } else {
+        format!("invalid value '{name}' for '--algo <ALGO>' {values}")
+    })
 }
 
 fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
@@ -392,89 +407,70 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     for a in o.algos.iter().filter(|a| *a != "all" && *a != "nccl") {
         crate::gpu_bench::parse_algo(a).map_err(|e| format!("{e} (or all)"))?;
     }
-    let mut v: Vec<OsString> = vec!["gpu-bench".into()];
+    let mut a = GpuBenchArgs::defaults();
     if let Some(l) = o.launch {
-        let name = match l {
-            LaunchChoice::Processes => "procs",
-            LaunchChoice::Threads => "threads",
+        a.launch = match l {
+            LaunchChoice::Processes => GpuLaunch::Procs,
+            LaunchChoice::Threads => GpuLaunch::Threads,
         };
-        v.extend(os(&["--launch", name]));
     }
     if let Some(t) = o.transport {
-        v.extend(os(&["--transport", t.name()]));
+        a.transport = t;
     }
     if let Some(n) = o.gpus.or(o.ranks) {
-        v.extend(os(&["--gpus", &n.to_string()]));
+        a.gpus = Some(n);
     }
     if let Some(d) = o.dtype {
-        v.extend(os(&["--dtype", d.name()]));
+        a.dtype = d;
     }
     if let Some(b) = o.min_bytes {
-        v.extend(os(&["--min", &b.bytes().to_string()]));
+        a.min = b;
     }
     if let Some(b) = o.max_bytes {
-        v.extend(os(&["--max", &b.bytes().to_string()]));
+        a.max = b;
     }
     if !o.algos.is_empty() {
-        let list: Vec<&str> = o
-            .algos
-            .iter()
-            .map(|a| if a == "all" { GPU_ALL } else { a.as_str() })
-            .collect();
-        v.extend(os(&["--algos", &list.join(",")]));
+        a.algos = gpu_algos(&o.algos);
     }
     if !o.modes.is_empty() {
-        v.extend(os(&["--modes", &o.modes.join(",")]));
+        a.modes = o.modes.clone();
     }
-    if let Some(n) = o.iters {
-        v.extend(os(&["--iters", &n.to_string()]));
+    if o.iters.is_some() {
+        a.iters = o.iters;
     }
     if let Some(n) = o.reps {
-        v.extend(os(&["--reps", &n.to_string()]));
+        a.reps = n;
     }
     if let Some(n) = o.rotate {
-        v.extend(os(&["--rotate", &n.to_string()]));
+        a.rotate = n;
     }
     match (o.timeout, o.timeout_ms) {
-        (Some(d), _) => {
-            let ms = d.as_millis().max(1);
-            v.extend(os(&["--timeout-ms", &ms.to_string()]))
-        }
-        (None, Some(ms)) => v.extend(os(&["--timeout-ms", &ms.to_string()])),
+        (Some(d), _) => a.timeout_ms = d.as_millis().max(1) as u64,
+        (None, Some(ms)) => a.timeout_ms = ms,
         (None, None) => {}
     }
-    if let Some(p) = &o.json {
-        v.extend([OsString::from("--json"), p.clone().into()]);
+    if o.json.is_some() {
+        a.json = o.json.clone();
     }
-    if o.midpoints {
-        v.push("--midpoints".into());
+    a.midpoints = o.midpoints;
+    if o.table.is_some() {
+        a.table = o.table.clone();
     }
-    if let Some(p) = &o.table {
-        v.extend([OsString::from("--table"), p.clone().into()]);
-    }
-    #[derive(Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        args: GpuBenchArgs,
-    }
-    Wrap::try_parse_from(v)
-        .map(|w| w.args)
-        .map_err(|e| first_line(&e.to_string()))
+    Ok(a)
 }
 
-/// clap's message without its "error: " prefix and usage lines, keeping the
-/// list of valid values when clap gives one.
-fn first_line(s: &str) -> String {
-    let l = s.lines().next().unwrap_or(s);
-    let l = l.strip_prefix("error: ").unwrap_or(l);
-    match s
-        .lines()
-        .map(str::trim)
-        .find(|x| x.starts_with("[possible values:"))
-    {
-        Some(values) => format!("{l} {values}"),
-        None => l.to_string(),
-    }
+/// The GPU bench's algorithm list: `all` is its default set.
+fn gpu_algos(algos: &[String]) -> Vec<String> {
+    algos
+        .iter()
+        .flat_map(|a| {
+            if a == "all" {
+                GPU_ALL.split(',').map(str::to_string).collect()
+            } else {
+                vec![a.clone()]
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! and mode.
 
 use super::*;
+use std::sync::Arc;
+use tpcomm::cuda::cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 use tpcomm::cuda::StreamAllReduce;
 
 pub(super) fn rank_main(
@@ -12,7 +14,61 @@ pub(super) fn rank_main(
     rv: Rendezvous,
 ) -> Result<RankOut> {
     let timeout = Duration::from_millis(args.timeout_ms);
-    // Ranks go round-robin over the visible GPUs; more ranks than GPUs share them.
+    let (setup, info) = set_up(rank, world, args, &rv, timeout)?;
+    let new_event = || {
+        setup
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda("cuEventCreate"))
+    };
+    let (ev0, ev1) = (new_event()?, new_event()?);
+    let f = Forward {
+        rank,
+        world,
+        args,
+        rv: &rv,
+        timeout,
+        s: &setup,
+        ev0,
+        ev1,
+    };
+    let mut rows = Vec::new();
+    for &tokens in &args.tokens {
+        // NCCL's output at this token count, for the modes after it.
+        let mut nccl_h: Option<Vec<u8>> = None;
+        for (mi, &mode) in setup.modes.iter().enumerate() {
+            let key = format!("t{tokens}m{mi}");
+            let graph = f.capture(tokens, mode, &key)?;
+            f.barrier(&format!("{key}-timed"))?;
+            let times = f.time(&graph)?;
+            rows.push(f.row(tokens, mode, times, &mut nccl_h)?);
+        }
+    }
+    f.barrier("end")?;
+    Ok(RankOut { info, rows })
+}
+
+/// This rank's GPU, communicators and model, and the modes it runs. The
+/// fields drop in the order rank_main's locals did: the model and NCCL
+/// before tpcomm's communicator, the stream and the context.
+struct Setup {
+    model: Model,
+    nccl: Option<NcclComm>,
+    comm: GpuComm,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+    modes: Vec<Mode>,
+}
+
+/// Opens this rank's GPU (round-robin over the visible ones: more ranks than
+/// GPUs share them), the communicators the modes need and the model.
+fn set_up(
+    rank: usize,
+    world: usize,
+    args: &ForwardBenchArgs,
+    rv: &Rendezvous,
+    timeout: Duration,
+) -> Result<(Setup, RankInfo)> {
     let gpus = CudaContext::device_count()
         .map_err(cuda("cuDeviceGetCount"))?
         .max(1) as usize;
@@ -22,7 +78,6 @@ pub(super) fn rank_main(
     // events are not needed (and must not be recorded into graphs).
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
-    let cs = stream.cu_stream();
     let max_tokens = args.tokens.iter().copied().max().unwrap_or(1);
     let shape = Shape {
         layers: args.layers,
@@ -38,29 +93,23 @@ pub(super) fn rank_main(
     // On cuda (P2P) this is CudaCommunicator::new, as before the host
     // transport was offered; every rank resolves auto the same way, so a
     // refused mode fails them all here, before NCCL or the model.
-    let comm = GpuComm::new(&cfg, &rv)?;
-    let transport = comm.transport();
-    let (mut modes, mut skipped) = modes_for(args.modes.as_deref(), transport)?;
+    let comm = GpuComm::new(&cfg, rv)?;
+    let (mut modes, mut skipped) = modes_for(args.modes.as_deref(), comm.transport())?;
     if world > gpus && modes.contains(&Mode::Nccl) {
         // NCCL refuses ranks that share a GPU ("Duplicate GPU detected").
         modes.retain(|m| *m != Mode::Nccl);
         skipped.push("nccl");
     }
-    let modes = &modes[..];
-    let p2p = match &comm {
-        GpuComm::Cuda(c) => Some(c),
+    let fused_image = match &comm {
+        GpuComm::Cuda(c) => Some(c.prepare_fused()?),
         GpuComm::Host(_) => None,
     };
-    let fused_image = match p2p {
-        Some(c) => Some(c.prepare_fused()?),
-        None => None,
-    };
     let nccl = if modes.contains(&Mode::Nccl) {
-        Some(nccl_comm(rank, world, &rv, timeout)?)
+        Some(nccl_comm(rank, world, rv, timeout)?)
     } else {
         None
     };
-    let model = Model::new(&ctx, shape, rank, cs)?;
+    let model = Model::new(&ctx, shape, rank, stream.cu_stream())?;
     stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
     let arch = ctx
         .compute_capability()
@@ -77,152 +126,200 @@ pub(super) fn rank_main(
             None => format!("{}", comm.memory_report()),
         },
         model_bytes: model.device_bytes().bytes(),
-        transport: transport.name().to_string(),
+        transport: comm.transport().name().to_string(),
         skipped_modes: skipped.iter().map(|s| s.to_string()).collect(),
         ranks_on_device: comm.sharing().ranks_on_device,
     };
-    let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
-    let ev0 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
-    let ev1 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
+    let setup = Setup {
+        model,
+        nccl,
+        comm,
+        stream,
+        ctx,
+        modes,
+    };
+    Ok((setup, info))
+}
 
-    let mut rows = Vec::new();
-    for &tokens in &args.tokens {
-        let mut nccl_h: Option<Vec<u8>> = None;
-        for (mi, &mode) in modes.iter().enumerate() {
-            let mut site = |s: &Site| -> Result<()> {
-                let count = s.rows * s.hidden;
-                // SAFETY: the site's buffers are the model's, sized for this
-                // many rows and alive until the end of rank_main, after every
-                // synchronization; `cs` is this device's stream.
-                unsafe {
-                    match mode {
-                        Mode::None(how) => model.add_norm(s, s.partial, cs, how),
-                        Mode::Nccl => {
-                            let n = nccl.as_ref().ok_or_else(|| {
-                                Error::Aborted("NCCL mode without a communicator".into())
-                            })?;
-                            n.all_reduce(
-                                s.partial,
-                                s.reduced,
-                                count,
-                                DType::Bf16,
-                                ReduceOp::Sum,
-                                cs,
-                            )?;
-                            model.add_norm(s, s.reduced, cs, Launch::Ordinary)
-                        }
-                        Mode::Tp(algo, how) => {
-                            comm.all_reduce_launched(
-                                s.partial,
-                                s.reduced,
-                                count,
-                                DType::Bf16,
-                                ReduceOp::Sum,
-                                algo,
-                                cs,
-                                how,
-                            )?;
-                            model.add_norm(s, s.reduced, cs, how)
-                        }
-                        Mode::Fused(how) => p2p
-                            .ok_or_else(|| {
-                                Error::Aborted(
-                                    "a fused mode on the host transport (modes_for refuses it)"
-                                        .into(),
-                                )
-                            })?
-                            .all_reduce_residual_rmsnorm(
-                                s.partial,
-                                s.residual,
-                                s.weight,
-                                s.normed,
-                                s.rows,
-                                s.hidden,
-                                DType::Bf16,
-                                s.eps,
-                                cs,
-                                how,
-                            ),
-                    }
-                }
-            };
-            let key = format!("t{tokens}m{mi}");
-            barrier(&format!("{key}-eager"))?;
-            // One eager forward first: cuBLAS and NCCL set themselves up
-            // outside the capture.
-            // SAFETY: `cs` is this context's stream; the model outlives every
-            // run of it (all synchronized before rank_main returns).
-            unsafe { model.record(tokens, cs, &mut site)? };
-            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-            comm.check()?;
-            stream
-                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(cuda("cuStreamBeginCapture"))?;
-            // SAFETY: as the eager run above; the graph is dropped before the model.
-            let recorded = unsafe { model.record(tokens, cs, &mut site) };
-            let graph = stream
-                .end_capture(sys::CUgraphInstantiate_flags(0))
-                .map_err(cuda("cuStreamEndCapture"))?;
-            recorded?;
-            let graph = graph.ok_or_else(|| Error::Cuda {
-                call: "cuStreamEndCapture".into(),
-                detail: "empty graph".into(),
-            })?;
-            graph.upload().map_err(cuda("cuGraphUpload"))?;
-            for _ in 0..3 {
-                graph.launch().map_err(cuda("cuGraphLaunch"))?;
-            }
-            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-            comm.check()?;
-            barrier(&format!("{key}-timed"))?;
-            let mut times = Vec::with_capacity(args.reps);
-            for _ in 0..args.reps {
-                ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
-                for _ in 0..args.iters {
-                    graph.launch().map_err(cuda("cuGraphLaunch"))?;
-                }
-                ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
-                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-                times.push(
-                    ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                        / args.iters as f64,
-                );
-            }
-            stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-            comm.check()?;
-            let (x, h) = model.output(tokens)?;
-            let (rel, equal) = match (&nccl_h, mode) {
-                (Some(r), Mode::Tp(..) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
-                _ => (None, None),
-            };
-            if mode == Mode::Nccl {
-                nccl_h = Some(h.clone());
-            }
-            let kernel = match (mode, &comm) {
-                (Mode::Tp(algo, how), GpuComm::Host(_)) => {
-                    let k = comm.algo_name(algo, tokens * args.hidden * 2);
-                    Some(match how {
-                        Launch::Ordinary => k.to_string(),
-                        Launch::Overlapped => format!("{k}-pdl"),
-                    })
-                }
-                _ => None,
-            };
-            rows.push(RankRow {
-                tokens,
-                mode: mode_name(mode),
-                kernel,
-                forward_us: median(times),
-                output_hash: fnv1a(&[&x, &h]),
-                rel_diff_vs_nccl: rel,
-                bitwise_equal_nccl: equal,
-            });
+/// One rank's forward runs, shared by every token count and mode.
+struct Forward<'a> {
+    rank: usize,
+    world: usize,
+    args: &'a ForwardBenchArgs,
+    rv: &'a Rendezvous,
+    timeout: Duration,
+    s: &'a Setup,
+    ev0: CudaEvent,
+    ev1: CudaEvent,
+}
+
+impl Forward<'_> {
+    fn barrier(&self, key: &str) -> Result<()> {
+        self.rv
+            .exchange(key, self.rank, self.world, &[], self.timeout)
+            .map(|_| ())
+    }
+
+    /// tpcomm's communicator when it is the P2P one (the fused modes need it).
+    fn p2p(&self) -> Option<&tpcomm::cuda::CudaCommunicator> {
+        match &self.s.comm {
+            GpuComm::Cuda(c) => Some(c),
+            GpuComm::Host(_) => None,
         }
     }
-    barrier("end")?;
-    Ok(RankOut { info, rows })
+
+    /// One all-reduce site of the forward, done the way `mode` says.
+    fn site(&self, mode: Mode, s: &Site) -> Result<()> {
+        let (model, cs) = (&self.s.model, self.s.stream.cu_stream());
+        let count = s.rows * s.hidden;
+        // SAFETY: the site's buffers are the model's, sized for this
+        // many rows and alive until the end of rank_main, after every
+        // synchronization; `cs` is this device's stream.
+        unsafe {
+            match mode {
+                Mode::None(how) => model.add_norm(s, s.partial, cs, how),
+                Mode::Nccl => {
+                    let n =
+                        self.s.nccl.as_ref().ok_or_else(|| {
+                            Error::Aborted("NCCL mode without a communicator".into())
+                        })?;
+                    n.all_reduce(s.partial, s.reduced, count, DType::Bf16, ReduceOp::Sum, cs)?;
+                    model.add_norm(s, s.reduced, cs, Launch::Ordinary)
+                }
+                Mode::Tp(algo, how) => {
+                    self.s.comm.all_reduce_launched(
+                        s.partial,
+                        s.reduced,
+                        count,
+                        DType::Bf16,
+                        ReduceOp::Sum,
+                        algo,
+                        cs,
+                        how,
+                    )?;
+                    model.add_norm(s, s.reduced, cs, how)
+                }
+                Mode::Fused(how) => self
+                    .p2p()
+                    .ok_or_else(|| {
+                        Error::Aborted(
+                            "a fused mode on the host transport (modes_for refuses it)".into(),
+                        )
+                    })?
+                    .all_reduce_residual_rmsnorm(
+                        s.partial,
+                        s.residual,
+                        s.weight,
+                        s.normed,
+                        s.rows,
+                        s.hidden,
+                        DType::Bf16,
+                        s.eps,
+                        cs,
+                        how,
+                    ),
+            }
+        }
+    }
+
+    /// The forward at `tokens` in one mode, captured in a CUDA graph after
+    /// one eager run (cuBLAS and NCCL set themselves up outside the
+    /// capture), uploaded and launched three times untimed.
+    fn capture(&self, tokens: usize, mode: Mode, key: &str) -> Result<CudaGraph> {
+        let (model, stream, comm) = (&self.s.model, &self.s.stream, &self.s.comm);
+        let cs = stream.cu_stream();
+        let mut site = |s: &Site| self.site(mode, s);
+        self.barrier(&format!("{key}-eager"))?;
+        // SAFETY: `cs` is this context's stream; the model outlives every
+        // run of it (all synchronized before rank_main returns).
+        unsafe { model.record(tokens, cs, &mut site)? };
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        comm.check()?;
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda("cuStreamBeginCapture"))?;
+        // SAFETY: as the eager run above; the graph is dropped before the
+        // model (each mode's graph at the end of its turn in rank_main).
+        let recorded = unsafe { model.record(tokens, cs, &mut site) };
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda("cuStreamEndCapture"))?;
+        recorded?;
+        let graph = graph.ok_or_else(|| Error::Cuda {
+            call: "cuStreamEndCapture".into(),
+            detail: "empty graph".into(),
+        })?;
+        graph.upload().map_err(cuda("cuGraphUpload"))?;
+        for _ in 0..3 {
+            graph.launch().map_err(cuda("cuGraphLaunch"))?;
+        }
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        comm.check()?;
+        Ok(graph)
+    }
+
+    /// Microseconds per forward, one per rep of `--iters` graph launches.
+    fn time(&self, graph: &CudaGraph) -> Result<Vec<f64>> {
+        let (ev0, ev1, stream) = (&self.ev0, &self.ev1, &self.s.stream);
+        let iters = self.args.iters;
+        let mut times = Vec::with_capacity(self.args.reps);
+        for _ in 0..self.args.reps {
+            ev0.record(stream).map_err(cuda("cuEventRecord"))?;
+            for _ in 0..iters {
+                graph.launch().map_err(cuda("cuGraphLaunch"))?;
+            }
+            ev1.record(stream).map_err(cuda("cuEventRecord"))?;
+            ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+            times.push(
+                ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
+                    / iters as f64,
+            );
+        }
+        Ok(times)
+    }
+
+    /// The row of one mode: its median time and its output, compared with
+    /// NCCL's at the same token count when NCCL ran before it (and kept as
+    /// that reference when this mode is NCCL).
+    fn row(
+        &self,
+        tokens: usize,
+        mode: Mode,
+        times: Vec<f64>,
+        nccl_h: &mut Option<Vec<u8>>,
+    ) -> Result<RankRow> {
+        let comm = &self.s.comm;
+        self.s
+            .stream
+            .synchronize()
+            .map_err(cuda("cuStreamSynchronize"))?;
+        comm.check()?;
+        let (x, h) = self.s.model.output(tokens)?;
+        let (rel, equal) = match (&*nccl_h, mode) {
+            (Some(r), Mode::Tp(..) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
+            _ => (None, None),
+        };
+        if mode == Mode::Nccl {
+            *nccl_h = Some(h.clone());
+        }
+        let kernel = match (mode, comm) {
+            (Mode::Tp(algo, how), GpuComm::Host(_)) => {
+                let k = comm.algo_name(algo, tokens * self.args.hidden * 2);
+                Some(match how {
+                    Launch::Ordinary => k.to_string(),
+                    Launch::Overlapped => format!("{k}-pdl"),
+                })
+            }
+            _ => None,
+        };
+        Ok(RankRow {
+            tokens,
+            mode: mode_name(mode),
+            kernel,
+            forward_us: median(times),
+            output_hash: fnv1a(&[&x, &h]),
+            rel_diff_vs_nccl: rel,
+            bitwise_equal_nccl: equal,
+        })
+    }
 }

@@ -76,54 +76,95 @@ fn attach_floors(rows: &mut [Row], sites: usize) {
 
 pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
     let sites = 2 * args.layers;
-    let mut rows: Vec<Row> = Vec::new();
     let mut failures = Vec::new();
-    for (i, r0) in outs[0].rows.iter().enumerate() {
-        let per_rank: Vec<f64> = outs.iter().map(|o| o.rows[i].forward_us).collect();
-        let t = per_rank.iter().copied().fold(0.0, f64::max);
-        let communicates = !r0.mode.starts_with("none");
-        let identical =
-            communicates.then(|| outs.iter().all(|o| o.rows[i].output_hash == r0.output_hash));
-        if identical == Some(false) {
-            failures.push(format!(
-                "{} at {} tokens: ranks' outputs differ",
-                r0.mode, r0.tokens
-            ));
-        }
-        let rel = outs
-            .iter()
-            .filter_map(|o| o.rows[i].rel_diff_vs_nccl)
-            .reduce(f64::max);
-        if rel.is_some_and(|d| d.is_nan() || d > TOLERANCE_VS_NCCL) {
-            failures.push(format!(
-                "{} at {} tokens: output differs from NCCL's by {:.3e} (tolerance {TOLERANCE_VS_NCCL:e})",
-                r0.mode, r0.tokens, rel.unwrap_or(f64::NAN)
-            ));
-        }
-        let equal = outs
-            .iter()
-            .map(|o| o.rows[i].bitwise_equal_nccl)
-            .reduce(|a, b| a.zip(b).map(|(a, b)| a && b))
-            .flatten();
-        rows.push(Row {
-            tokens: r0.tokens,
-            mode: r0.mode.clone(),
-            kernel: r0.kernel.clone(),
-            forward_us: t,
-            forward_us_per_rank: per_rank,
-            per_site_us: None,
-            per_site_vs_pdl_floor_us: None,
-            comm_share: None,
-            ranks_identical: identical,
-            rel_diff_vs_nccl: rel,
-            bitwise_equal_nccl: equal,
-        });
-    }
+    let mut rows: Vec<Row> = (0..outs[0].rows.len())
+        .map(|i| merged_row(&outs, i, &mut failures))
+        .collect();
     attach_floors(&mut rows, sites);
     let driver = tpcomm::cuda::driver_version()
         .map(|(a, b)| format!("{a}.{b}"))
         .unwrap_or_default();
-    let info = &outs[0].info;
+    let shared = outs
+        .iter()
+        .map(|o| o.info.ranks_on_device)
+        .max()
+        .unwrap_or(1);
+    print_header(args, world, &outs[0].info, &driver, shared);
+    print_table(&rows);
+    if let Some(path) = &args.json {
+        let run = JsonRun {
+            args,
+            world,
+            outs: &outs,
+            driver: &driver,
+            shared,
+            sites,
+        };
+        write_json(path, &run, &rows)?;
+    }
+    if !failures.is_empty() {
+        return Err(Error::Aborted(format!(
+            "forward outputs failed their checks: {}",
+            failures.join("; ")
+        )));
+    }
+    Ok(())
+}
+
+/// Row `i` of every rank as one row (the time: the slowest rank's), with
+/// what the output checks found added to `failures`.
+fn merged_row(outs: &[RankOut], i: usize, failures: &mut Vec<String>) -> Row {
+    let r0 = &outs[0].rows[i];
+    let per_rank: Vec<f64> = outs.iter().map(|o| o.rows[i].forward_us).collect();
+    let t = per_rank.iter().copied().fold(0.0, f64::max);
+    let communicates = !r0.mode.starts_with("none");
+    let identical =
+        communicates.then(|| outs.iter().all(|o| o.rows[i].output_hash == r0.output_hash));
+    if identical == Some(false) {
+        failures.push(format!(
+            "{} at {} tokens: ranks' outputs differ",
+            r0.mode, r0.tokens
+        ));
+    }
+    let rel = outs
+        .iter()
+        .filter_map(|o| o.rows[i].rel_diff_vs_nccl)
+        .reduce(f64::max);
+    if rel.is_some_and(|d| d.is_nan() || d > TOLERANCE_VS_NCCL) {
+        failures.push(format!(
+            "{} at {} tokens: output differs from NCCL's by {:.3e} (tolerance {TOLERANCE_VS_NCCL:e})",
+            r0.mode, r0.tokens, rel.unwrap_or(f64::NAN)
+        ));
+    }
+    let equal = outs
+        .iter()
+        .map(|o| o.rows[i].bitwise_equal_nccl)
+        .reduce(|a, b| a.zip(b).map(|(a, b)| a && b))
+        .flatten();
+    Row {
+        tokens: r0.tokens,
+        mode: r0.mode.clone(),
+        kernel: r0.kernel.clone(),
+        forward_us: t,
+        forward_us_per_rank: per_rank,
+        per_site_us: None,
+        per_site_vs_pdl_floor_us: None,
+        comm_share: None,
+        ranks_identical: identical,
+        rel_diff_vs_nccl: rel,
+        bitwise_equal_nccl: equal,
+    }
+}
+
+/// The memory lines (stderr) and the `#` lines above the table: the
+/// machine, the model, how it was timed, and what was shared or not run.
+fn print_header(
+    args: &ForwardBenchArgs,
+    world: usize,
+    info: &RankInfo,
+    driver: &str,
+    shared: usize,
+) {
     eprint!("{}", info.comm_memory);
     eprintln!(
         "model (weights shared by all layers, activations, cuBLAS workspace): {} per rank",
@@ -145,11 +186,6 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         args.reps,
         args.iters
     );
-    let shared = outs
-        .iter()
-        .map(|o| o.info.ranks_on_device)
-        .max()
-        .unwrap_or(1);
     if shared > 1 {
         println!(
             "# shared GPU: up to {shared} ranks per device; one GPU does every rank's work, so these are not a measurement of {world} GPUs"
@@ -162,6 +198,10 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
             info.transport
         );
     }
+}
+
+/// The table, one line per row.
+fn print_table(rows: &[Row]) {
     // Host kernels are named for what ran; the mode column widens only then.
     let shown = |r: &Row| r.kernel.clone().unwrap_or_else(|| r.mode.clone());
     let mw = rows.iter().map(|r| shown(r).len()).fold(9, usize::max);
@@ -176,7 +216,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         "ranks ==",
         "vs NCCL"
     );
-    for r in &rows {
+    for r in rows {
         let vs = match (r.bitwise_equal_nccl, r.rel_diff_vs_nccl) {
             (Some(true), _) => "bitwise equal".to_string(),
             (_, Some(d)) => format!("{d:.2e}"),
@@ -196,50 +236,56 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
             vs
         );
     }
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "meta": {
-                "tool": "tpcomm forward-bench",
-                "machine": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
-                "world": world,
-                "gpus": outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
-                "arch": info.arch,
-                "driver": driver,
-                "nccl": info.nccl,
-                "nccl_p2p_disable": tpcomm::env::NCCL_P2P_DISABLE.checked_value(),
-                "transport_requested": args.transport.name(),
-                "transport": info.transport,
-                "modes_skipped": info.skipped_modes,
-                "shared_gpu": (shared > 1).then_some(shared),
-                "layers": args.layers,
-                "hidden": args.hidden,
-                "mlp": args.mlp,
-                "dtype": "bf16",
-                "sites_per_forward": sites,
-                "reps": args.reps,
-                "iters": args.iters,
-                "model_bytes_per_rank": info.model_bytes,
-                "attention": "simplified: QKV GEMM, then the O GEMM on the V third of its output; no score computation",
-                "floor": "mode none: same graph, each site is one residual add + RMSNorm kernel, no communication",
-                "timing": "CUDA events per rank around iters back-to-back graph launches; median over reps; forward_us = max over ranks",
-                "per_site": "(forward_us - floor forward_us) / sites_per_forward",
-                "per_site_vs_pdl_floor": "for the -pdl modes: (forward_us - none-pdl forward_us) / sites_per_forward",
-                "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
-            },
-            "rows": rows,
-        });
-        let text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| Error::invalid("json", e.to_string()))?;
-        std::fs::write(path, text)
-            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
-    }
-    if !failures.is_empty() {
-        return Err(Error::Aborted(format!(
-            "forward outputs failed their checks: {}",
-            failures.join("; ")
-        )));
-    }
-    Ok(())
+}
+
+/// What the JSON's `meta` says about the run.
+struct JsonRun<'a> {
+    args: &'a ForwardBenchArgs,
+    world: usize,
+    outs: &'a [RankOut],
+    driver: &'a str,
+    shared: usize,
+    sites: usize,
+}
+
+/// The results as JSON at `path`: `meta` (the run, and how each column was
+/// computed) and `rows`.
+fn write_json(path: &std::path::Path, run: &JsonRun, rows: &[Row]) -> Result<()> {
+    let (args, info) = (run.args, &run.outs[0].info);
+    let doc = serde_json::json!({
+        "meta": {
+            "tool": "tpcomm forward-bench",
+            "machine": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+            "world": run.world,
+            "gpus": run.outs.iter().map(|o| o.info.gpu.clone()).collect::<Vec<_>>(),
+            "arch": info.arch,
+            "driver": run.driver,
+            "nccl": info.nccl,
+            "nccl_p2p_disable": tpcomm::env::NCCL_P2P_DISABLE.checked_value(),
+            "transport_requested": args.transport.name(),
+            "transport": info.transport,
+            "modes_skipped": info.skipped_modes,
+            "shared_gpu": (run.shared > 1).then_some(run.shared),
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "mlp": args.mlp,
+            "dtype": "bf16",
+            "sites_per_forward": run.sites,
+            "reps": args.reps,
+            "iters": args.iters,
+            "model_bytes_per_rank": info.model_bytes,
+            "attention": "simplified: QKV GEMM, then the O GEMM on the V third of its output; no score computation",
+            "floor": "mode none: same graph, each site is one residual add + RMSNorm kernel, no communication",
+            "timing": "CUDA events per rank around iters back-to-back graph launches; median over reps; forward_us = max over ranks",
+            "per_site": "(forward_us - floor forward_us) / sites_per_forward",
+            "per_site_vs_pdl_floor": "for the -pdl modes: (forward_us - none-pdl forward_us) / sites_per_forward",
+            "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
+        },
+        "rows": rows,
+    });
+    let text =
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::invalid("json", e.to_string()))?;
+    std::fs::write(path, text).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
 #[cfg(test)]

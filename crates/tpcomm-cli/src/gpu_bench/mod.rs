@@ -43,29 +43,29 @@ pub enum Launch {
 pub struct GpuBenchArgs {
     /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
     #[arg(long, value_enum, default_value = "procs")]
-    launch: Launch,
+    pub(crate) launch: Launch,
     /// GPU transport: cuda (P2P), host (through pinned host memory, no P2P
     /// needed; one-shot = delta words (push slots or LL words with TPCOMM_HOST_SMALL=push or ll), two-shot = chunked),
     /// auto (host when any
     /// pair lacks P2P).
     #[arg(long, default_value = "auto")]
-    transport: Transport,
+    pub(crate) transport: Transport,
     /// Number of ranks (2 to 8); default: every GPU, at most 8. Ranks go
     /// round-robin over the visible GPUs, so more ranks than GPUs share them
     /// (the report then says "shared GPU": such timings are one GPU doing
     /// every rank's work, never an N-GPU result; NCCL rows are skipped, as
     /// NCCL refuses ranks that share a GPU).
     #[arg(long, visible_alias = "ranks")]
-    gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
     /// Element type: bf16, f16 or f32.
     #[arg(long, default_value = "bf16")]
-    dtype: DType,
+    pub(crate) dtype: DType,
     /// Smallest message.
     #[arg(long, default_value = "1KiB")]
-    min: ByteSize,
+    pub(crate) min: ByteSize,
     /// Largest message (also the communicator's buffer size).
     #[arg(long, default_value = "64MiB")]
-    max: ByteSize,
+    pub(crate) max: ByteSize,
     /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
     /// the library's selection picks at each size and mode (rows `auto:<choice>`).
     /// one-shot-pdl and two-shot-pdl launch the same kernels with programmatic
@@ -74,34 +74,34 @@ pub struct GpuBenchArgs {
     /// wire (docs/quantized.md); their rows also print the error against the
     /// float64 sum, and `#wrong` counts elements that differ from the CPU model.
     #[arg(long, value_delimiter = ',', default_value = "one-shot,two-shot,nccl")]
-    algos: Vec<String>,
+    pub(crate) algos: Vec<String>,
     /// Modes, comma separated: eager, graph.
     #[arg(long, value_delimiter = ',', default_value = "eager,graph")]
-    modes: Vec<String>,
+    pub(crate) modes: Vec<String>,
     /// Calls per timed repetition (and per captured graph). Default: 100 below
     /// 4 MiB and 20 from 4 MiB, as shared/anchors/torch_allreduce.py times, so
     /// the one graph launch per repetition weighs the same in both.
     #[arg(long)]
-    iters: Option<usize>,
+    pub(crate) iters: Option<usize>,
     /// Timed repetitions; the median is reported.
     #[arg(long, default_value_t = 25)]
-    reps: usize,
+    pub(crate) reps: usize,
     /// Input/output buffer pairs rotated through, so caches do not flatter.
     #[arg(long, default_value_t = 4)]
-    rotate: usize,
+    pub(crate) rotate: usize,
     /// Bound on every wait, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
-    timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     /// Write the results as JSON here.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Also measure the midpoints between powers of two (1.5 x each), as `tpcomm tune` does.
     #[arg(long)]
-    midpoints: bool,
+    pub(crate) midpoints: bool,
     /// Tuning table for `--algos auto` (else $TPCOMM_TUNING_TABLE, then the
     /// default location for this machine's fingerprint, then the class defaults).
     #[arg(long, value_name = "FILE")]
-    table: Option<PathBuf>,
+    pub(crate) table: Option<PathBuf>,
     #[arg(long, hide = true)]
     fingerprint: Option<String>,
     #[arg(long, hide = true)]
@@ -110,6 +110,34 @@ pub struct GpuBenchArgs {
     worker_rank: Option<usize>,
     #[arg(long, hide = true)]
     rendezvous: Option<PathBuf>,
+}
+
+impl GpuBenchArgs {
+    /// The arguments with nothing given: the clap defaults above, spelt out
+    /// (`tpcomm bench` starts from these; its tests hold them equal).
+    pub(crate) fn defaults() -> Self {
+        GpuBenchArgs {
+            launch: Launch::Procs,
+            transport: Transport::Auto,
+            gpus: None,
+            dtype: DType::Bf16,
+            min: ByteSize::kib(1),
+            max: ByteSize::mib(64),
+            algos: ["one-shot", "two-shot", "nccl"].map(String::from).to_vec(),
+            modes: ["eager", "graph"].map(String::from).to_vec(),
+            iters: None,
+            reps: 25,
+            rotate: 4,
+            timeout_ms: 20_000,
+            json: None,
+            midpoints: false,
+            table: None,
+            fingerprint: None,
+            class: None,
+            worker_rank: None,
+            rendezvous: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]

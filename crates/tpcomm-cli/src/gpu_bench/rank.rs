@@ -4,8 +4,9 @@
 use super::check::cpu_workers;
 use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankInfo, RankOut, Row};
+use std::sync::Arc;
 use std::time::Duration;
-use tpcomm::cuda::cudarc::driver::{sys, CudaSlice, DevicePtr};
+use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
@@ -42,15 +43,27 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub(super) fn rank_main(
+/// This rank's device, stream and communicators. The fields drop in the
+/// order rank_main's locals did: the communicators before the stream and
+/// the context.
+struct Comms {
+    quant: Option<tpcomm::cuda::quant::QuantComm>,
+    nccl: Option<NcclComm>,
+    comm: GpuComm,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+}
+
+/// Opens this rank's GPU (round-robin over the visible ones: more ranks than
+/// GPUs share them) and its communicators; fills in `RankInfo`.
+fn open_comms(
     rank: usize,
     world: usize,
     args: &GpuBenchArgs,
-    rv: Rendezvous,
-) -> Result<RankOut> {
-    let timeout = Duration::from_millis(args.timeout_ms);
-    // Ranks go round-robin over the visible GPUs; more ranks than GPUs share them.
-    let gpus = tpcomm::cuda::cudarc::driver::CudaContext::device_count()
+    rv: &Rendezvous,
+    timeout: Duration,
+) -> Result<(Comms, RankInfo)> {
+    let gpus = CudaContext::device_count()
         .map_err(cuda("cuDeviceGetCount"))?
         .max(1) as usize;
     let device = rank % gpus;
@@ -63,7 +76,7 @@ pub(super) fn rank_main(
     cfg.max_bytes = args.max;
     cfg.timeout = timeout;
     cfg.transport = args.transport;
-    let comm = GpuComm::new(&cfg, &rv)?;
+    let comm = GpuComm::new(&cfg, rv)?;
     let (nvrtc, arch) = comm.compiled_with();
     let mut info = RankInfo {
         gpu: ctx.name().unwrap_or_default(),
@@ -85,7 +98,7 @@ pub(super) fn rank_main(
         }
         None
     } else if args.algos.iter().any(|a| a == "nccl") {
-        nccl_comm(rank, world, &rv, timeout, &mut info)
+        nccl_comm(rank, world, rv, timeout, &mut info)
     } else {
         None
     };
@@ -97,106 +110,235 @@ pub(super) fn rank_main(
         Some(tpcomm::cuda::quant::QuantComm::new(
             &cfg,
             comm.transport(),
-            &rv,
+            rv,
         )?)
     } else {
         None
     };
-    let barrier = |key: &str| rv.exchange(key, rank, world, &[], timeout).map(|_| ());
+    let comms = Comms {
+        quant,
+        nccl,
+        comm,
+        stream,
+        ctx,
+    };
+    Ok((comms, info))
+}
 
-    let dtype = args.dtype;
-    let max = args.max.as_usize()?;
-    let max_count = max / dtype.size();
-    let rot = args.rotate;
-    // Every rank makes every rank's inputs (seeded by rank and buffer), so each
-    // can check its results against the float64 reference on its own. Made
-    // once, reused by every size, algorithm and mode; spread over this rank's
-    // share of the cores (at 64 MiB that is rot x world buffers of 32 M
-    // elements each, seconds on one core).
-    let workers = cpu_workers(world);
-    let inputs = random_inputs(dtype, max_count, rot, world, workers);
-    let mut ins: Vec<CudaSlice<u8>> = Vec::new();
-    let mut outs: Vec<CudaSlice<u8>> = Vec::new();
-    for input in &inputs {
-        ins.push(
-            stream
-                .clone_htod(&input[rank][..])
-                .map_err(cuda("cuMemcpyHtoD"))?,
+/// The inputs every rank makes for every rank (seeded by rank and buffer),
+/// so each can check its results against the float64 reference on its own,
+/// and this rank's device copies of its own, with output buffers beside.
+struct Buffers {
+    inputs: Vec<Vec<Vec<u8>>>,
+    ins: Vec<CudaSlice<u8>>,
+    outs: Vec<CudaSlice<u8>>,
+    /// What every output is overwritten with before a check (`max` bytes).
+    poison: Vec<u8>,
+    /// This rank's share of the CPU cores, for making and checking.
+    workers: usize,
+}
+
+impl Buffers {
+    /// Made once, reused by every size, algorithm and mode; spread over this
+    /// rank's share of the cores (at 64 MiB that is rot x world buffers of
+    /// 32 M elements each, seconds on one core).
+    fn new(
+        rank: usize,
+        world: usize,
+        args: &GpuBenchArgs,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self> {
+        let max = args.max.as_usize()?;
+        let workers = cpu_workers(world);
+        let inputs = random_inputs(
+            args.dtype,
+            max / args.dtype.size(),
+            args.rotate,
+            world,
+            workers,
         );
-        outs.push(stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?);
+        let mut ins: Vec<CudaSlice<u8>> = Vec::new();
+        let mut outs: Vec<CudaSlice<u8>> = Vec::new();
+        for input in &inputs {
+            ins.push(
+                stream
+                    .clone_htod(&input[rank][..])
+                    .map_err(cuda("cuMemcpyHtoD"))?,
+            );
+            outs.push(stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?);
+        }
+        Ok(Buffers {
+            inputs,
+            ins,
+            outs,
+            poison: vec![0xffu8; max],
+            workers,
+        })
     }
-    let ptr = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
-    let in_ptrs: Vec<u64> = ins.iter().map(ptr).collect();
-    let out_ptrs: Vec<u64> = outs.iter().map(ptr).collect();
-    let poison = vec![0xffu8; max];
-    let ev0 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
-    let ev1 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
+}
 
-    let sizes: Vec<usize> = if args.midpoints {
-        select::tune_sizes(args.min, args.max)
+/// The message sizes measured: powers of two from --min to --max, or the
+/// tuning sizes (midpoints too) with --midpoints.
+fn sizes(args: &GpuBenchArgs) -> Result<Vec<usize>> {
+    if args.midpoints {
+        return Ok(select::tune_sizes(args.min, args.max)
             .into_iter()
             .map(|b| b as usize)
-            .collect()
-    } else {
-        let mut v = Vec::new();
-        let mut s = args.min.as_usize()?;
-        while s <= max {
-            v.push(s);
-            s *= 2;
-        }
-        v
+            .collect());
+    }
+    let max = args.max.as_usize()?;
+    let mut v = Vec::new();
+    let mut s = args.min.as_usize()?;
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    Ok(v)
+}
+
+pub(super) fn rank_main(
+    rank: usize,
+    world: usize,
+    args: &GpuBenchArgs,
+    rv: Rendezvous,
+) -> Result<RankOut> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let (comms, info) = open_comms(rank, world, args, &rv, timeout)?;
+    let mut bufs = Buffers::new(rank, world, args, &comms.stream)?;
+    let ptr = |s: &CudaSlice<u8>| s.device_ptr(&comms.stream).0;
+    let in_ptrs: Vec<u64> = bufs.ins.iter().map(ptr).collect();
+    let out_ptrs: Vec<u64> = bufs.outs.iter().map(ptr).collect();
+    let new_event = || {
+        comms
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda("cuEventCreate"))
     };
+    let (ev0, ev1) = (new_event()?, new_event()?);
+    let sizes = sizes(args)?;
     let selector = if args.algos.iter().any(|a| a == "auto") {
         Some(auto_selector(args)?)
     } else {
         None
     };
+    let r = Rank {
+        rank,
+        world,
+        args,
+        rv: &rv,
+        timeout,
+        c: &comms,
+        in_ptrs: &in_ptrs,
+        out_ptrs: &out_ptrs,
+        selector,
+        ev0,
+        ev1,
+    };
     let mut rows = Vec::new();
     let mut step = 0usize;
-    let call = |imp: &Impl, k: usize, count: usize| -> Result<()> {
-        let (i, o) = (in_ptrs[k % rot], out_ptrs[k % rot]);
+    for &bytes in &sizes {
+        let count = bytes / args.dtype.size();
+        if count == 0 {
+            continue;
+        }
+        step += 1;
+        r.measure_size(step, bytes, count, &mut bufs, &mut rows)?;
+    }
+    r.barrier("end")?;
+    Ok(RankOut { info, rows })
+}
+
+/// One rank's measurement state, shared by every size.
+struct Rank<'a> {
+    rank: usize,
+    world: usize,
+    args: &'a GpuBenchArgs,
+    rv: &'a Rendezvous,
+    timeout: Duration,
+    c: &'a Comms,
+    /// Device addresses of the rotated input and output buffers.
+    in_ptrs: &'a [u64],
+    out_ptrs: &'a [u64],
+    selector: Option<select::Selector>,
+    ev0: CudaEvent,
+    ev1: CudaEvent,
+}
+
+impl Rank<'_> {
+    fn barrier(&self, key: &str) -> Result<()> {
+        self.rv
+            .exchange(key, self.rank, self.world, &[], self.timeout)
+            .map(|_| ())
+    }
+
+    /// Call `k` of one algorithm: buffer pair `k % rotate`, `count` elements.
+    fn call(&self, imp: &Impl, k: usize, count: usize) -> Result<()> {
+        let rot = self.args.rotate;
+        let (i, o) = (self.in_ptrs[k % rot], self.out_ptrs[k % rot]);
+        let (dtype, stream) = (self.args.dtype, self.c.stream.cu_stream());
         // SAFETY: i and o are `max`-byte buffers of this rank's device that
         // live until the end of rank_main, after every sync; count elements
         // fit in them.
         unsafe {
             match imp {
-                Impl::Tp(a, how) => comm.all_reduce_launched(
+                Impl::Tp(a, how) => self.c.comm.all_reduce_launched(
                     i,
                     o,
                     count,
                     dtype,
                     ReduceOp::Sum,
                     *a,
-                    stream.cu_stream(),
+                    stream,
                     *how,
                 ),
-                Impl::Nccl => nccl.as_ref().map_or(Ok(()), |n| {
-                    n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream.cu_stream())
+                Impl::Nccl => self.c.nccl.as_ref().map_or(Ok(()), |n| {
+                    n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream)
                 }),
-                Impl::Quant(w) => quant.as_ref().map_or(Ok(()), |q| {
-                    q.all_reduce(i, o, count, dtype, *w, stream.cu_stream(), Launch::Ordinary)
+                Impl::Quant(w) => self.c.quant.as_ref().map_or(Ok(()), |q| {
+                    q.all_reduce(i, o, count, dtype, *w, stream, Launch::Ordinary)
                 }),
                 Impl::Auto => unreachable!("resolved before any call"),
             }
         }
-    };
-    for &bytes in &sizes {
-        let count = bytes / dtype.size();
-        if count == 0 {
-            continue;
+    }
+
+    /// One size: its entries prepared, timed rep by rep, then each checked
+    /// and reported as a row.
+    fn measure_size(
+        &self,
+        step: usize,
+        bytes: usize,
+        count: usize,
+        bufs: &mut Buffers,
+        rows: &mut Vec<Row>,
+    ) -> Result<()> {
+        let iters = self.args.iters_for(bytes);
+        let mut entries = self.entries(bytes)?;
+        self.barrier(&format!("b{step}"))?;
+        self.prepare(&mut entries, iters, count)?;
+        self.c
+            .stream
+            .synchronize()
+            .map_err(cuda("cuStreamSynchronize"))?;
+        self.c.comm.check()?;
+        self.barrier(&format!("t{step}"))?;
+        let times = self.time(&entries, iters, count)?;
+        self.c.comm.check()?;
+        for (e, t) in entries.iter().zip(times) {
+            let checked = self.check(e, bytes, count, iters, bufs)?;
+            rows.push(self.row(e, bytes, count, median(t), checked));
         }
-        let iters = args.iters_for(bytes);
-        // Every (algorithm, mode) of this size, resolved to what it runs.
+        Ok(())
+    }
+
+    /// Every (algorithm, mode) of this size, resolved to what it runs.
+    fn entries(&self, bytes: usize) -> Result<Vec<Entry>> {
         let mut entries: Vec<Entry> = Vec::new();
-        for algo_name in &args.algos {
+        for algo_name in &self.args.algos {
             let imp = if let Some(w) = super::quant::wire_of(algo_name) {
                 Impl::Quant(w?)
             } else if algo_name == "nccl" {
-                match &nccl {
+                match &self.c.nccl {
                     Some(_) => Impl::Nccl,
                     None => continue,
                 }
@@ -206,54 +348,62 @@ pub(super) fn rank_main(
                 let (algo, how) = super::parse_algo(algo_name)?;
                 Impl::Tp(algo, how)
             };
-            for mode in &args.modes {
-                // `auto` runs exactly what the library's selection picks for this
-                // size and mode among the candidates of the transport in use
-                // (NCCL only when it was loaded).
-                let have_nccl = nccl.is_some();
-                let decision = selector.as_ref().map(|s| {
-                    s.choose_on(
-                        &select::Query {
-                            world,
-                            dtype,
-                            bytes: bytes as u64,
-                            mode: mode.parse().unwrap_or(select::Mode::Eager),
-                        },
-                        select_transport(comm.transport()),
-                        have_nccl,
-                    )
-                });
-                let imp = match (&imp, &decision) {
-                    (Impl::Auto, Some(d)) if d.choice == select::Candidate::NCCL => Impl::Nccl,
-                    (Impl::Auto, Some(d)) => {
-                        Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto), Launch::Ordinary)
-                    }
-                    (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
-                    (Impl::Nccl, _) => Impl::Nccl,
-                    (Impl::Quant(w), _) => Impl::Quant(*w),
-                    (Impl::Auto, None) => Impl::Tp(Algo::Auto, Launch::Ordinary),
-                };
-                let name = match (&decision, &imp) {
-                    (_, Impl::Quant(w)) => w.label(),
-                    (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
-                    (_, Impl::Tp(a, Launch::Ordinary)) => comm.algo_name(*a, bytes).to_string(),
-                    (_, Impl::Tp(a, Launch::Overlapped)) => {
-                        format!("{}-pdl", comm.algo_name(*a, bytes))
-                    }
-                    _ => "nccl".to_string(),
-                };
-                entries.push(Entry {
-                    name,
-                    mode: mode.clone(),
-                    imp,
-                    graph: None,
-                });
+            for mode in &self.args.modes {
+                entries.push(self.entry(algo_name, &imp, mode, bytes));
             }
         }
-        step += 1;
-        barrier(&format!("b{step}"))?;
-        // Capture each graph mode's calls once (and run it once); warm the
-        // eager ones.
+        Ok(entries)
+    }
+
+    /// One algorithm in one mode. `auto` runs exactly what the library's
+    /// selection picks for this size and mode among the candidates of the
+    /// transport in use (NCCL only when it was loaded).
+    fn entry(&self, algo_name: &str, imp: &Impl, mode: &str, bytes: usize) -> Entry {
+        let comm = &self.c.comm;
+        let have_nccl = self.c.nccl.is_some();
+        let decision = self.selector.as_ref().map(|s| {
+            s.choose_on(
+                &select::Query {
+                    world: self.world,
+                    dtype: self.args.dtype,
+                    bytes: bytes as u64,
+                    mode: mode.parse().unwrap_or(select::Mode::Eager),
+                },
+                select_transport(comm.transport()),
+                have_nccl,
+            )
+        });
+        let imp = match (imp, &decision) {
+            (Impl::Auto, Some(d)) if d.choice == select::Candidate::NCCL => Impl::Nccl,
+            (Impl::Auto, Some(d)) => {
+                Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto), Launch::Ordinary)
+            }
+            (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
+            (Impl::Nccl, _) => Impl::Nccl,
+            (Impl::Quant(w), _) => Impl::Quant(*w),
+            (Impl::Auto, None) => Impl::Tp(Algo::Auto, Launch::Ordinary),
+        };
+        let name = match (&decision, &imp) {
+            (_, Impl::Quant(w)) => w.label(),
+            (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
+            (_, Impl::Tp(a, Launch::Ordinary)) => comm.algo_name(*a, bytes).to_string(),
+            (_, Impl::Tp(a, Launch::Overlapped)) => {
+                format!("{}-pdl", comm.algo_name(*a, bytes))
+            }
+            _ => "nccl".to_string(),
+        };
+        Entry {
+            name,
+            mode: mode.to_string(),
+            imp,
+            graph: None,
+        }
+    }
+
+    /// Captures each graph mode's calls once (and runs it once); warms the
+    /// eager ones.
+    fn prepare(&self, entries: &mut [Entry], iters: usize, count: usize) -> Result<()> {
+        let stream = &self.c.stream;
         for e in entries.iter_mut() {
             if e.mode == "graph" {
                 stream
@@ -261,7 +411,7 @@ pub(super) fn rank_main(
                     .map_err(cuda("cuStreamBeginCapture"))?;
                 let mut res = Ok(());
                 for k in 0..iters {
-                    res = res.and_then(|_| call(&e.imp, k, count));
+                    res = res.and_then(|_| self.call(&e.imp, k, count));
                 }
                 let g = stream
                     .end_capture(sys::CUgraphInstantiate_flags(0))
@@ -275,101 +425,116 @@ pub(super) fn rank_main(
                 g.launch().map_err(cuda("cuGraphLaunch"))?;
                 e.graph = Some(g);
             } else {
-                for k in 0..2 * rot {
-                    call(&e.imp, k, count)?;
+                for k in 0..2 * self.args.rotate {
+                    self.call(&e.imp, k, count)?;
                 }
             }
         }
-        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        comm.check()?;
-        barrier(&format!("t{step}"))?;
-        // The entries take turns rep by rep, so a slow spell of the machine
-        // (clocks, a noisy neighbour) falls on all of them alike and their
-        // ratios stay fair.
-        let mut times = vec![Vec::with_capacity(args.reps); entries.len()];
-        for _ in 0..args.reps {
+        Ok(())
+    }
+
+    /// One entry's calls: its graph, or `calls` eager calls.
+    fn run_entry(&self, e: &Entry, calls: usize, count: usize) -> Result<()> {
+        match &e.graph {
+            Some(g) => g.launch().map_err(cuda("cuGraphLaunch")),
+            None => (0..calls).try_for_each(|k| self.call(&e.imp, k, count)),
+        }
+    }
+
+    /// Microseconds per call, one per rep for each entry. The entries take
+    /// turns rep by rep, so a slow spell of the machine (clocks, a noisy
+    /// neighbour) falls on all of them alike and their ratios stay fair.
+    fn time(&self, entries: &[Entry], iters: usize, count: usize) -> Result<Vec<Vec<f64>>> {
+        let (ev0, ev1) = (&self.ev0, &self.ev1);
+        let mut times = vec![Vec::with_capacity(self.args.reps); entries.len()];
+        for _ in 0..self.args.reps {
             for (e, t) in entries.iter().zip(times.iter_mut()) {
-                ev0.record(&stream).map_err(cuda("cuEventRecord"))?;
-                match &e.graph {
-                    Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
-                    None => {
-                        for k in 0..iters {
-                            call(&e.imp, k, count)?;
-                        }
-                    }
-                }
-                ev1.record(&stream).map_err(cuda("cuEventRecord"))?;
+                ev0.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
+                self.run_entry(e, iters, count)?;
+                ev1.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
                 ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
                 t.push(
-                    ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
+                    ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
                         / iters as f64,
                 );
             }
         }
-        comm.check()?;
-        for (e, t) in entries.iter().zip(times) {
-            // Check: poison every output, run once more, compare each with
-            // the float64 reference.
-            for o in outs.iter_mut() {
-                stream
-                    .memcpy_htod(&poison[..bytes], &mut o.slice_mut(..bytes))
-                    .map_err(cuda("cuMemcpyHtoD"))?;
-            }
-            match &e.graph {
-                Some(g) => g.launch().map_err(cuda("cuGraphLaunch"))?,
-                None => {
-                    for k in 0..rot.max(iters) {
-                        call(&e.imp, k, count)?;
-                    }
-                }
-            }
+        Ok(times)
+    }
+
+    /// Poisons every output, runs the entry once more and compares each
+    /// output it wrote with the float64 reference (quantized wires: the first
+    /// against the CPU model, which is slow).
+    fn check(
+        &self,
+        e: &Entry,
+        bytes: usize,
+        count: usize,
+        iters: usize,
+        bufs: &mut Buffers,
+    ) -> Result<Checked> {
+        let (stream, rot, dtype) = (&self.c.stream, self.args.rotate, self.args.dtype);
+        for o in bufs.outs.iter_mut() {
+            stream
+                .memcpy_htod(&bufs.poison[..bytes], &mut o.slice_mut(..bytes))
+                .map_err(cuda("cuMemcpyHtoD"))?;
+        }
+        self.run_entry(e, rot.max(iters), count)?;
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        self.c.comm.check()?;
+        let mut c = Checked::default();
+        let mut host = vec![0u8; bytes];
+        let written = if e.graph.is_some() {
+            rot.min(iters)
+        } else {
+            rot
+        };
+        for (k, o) in bufs.outs.iter().enumerate().take(written) {
+            stream
+                .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
+                .map_err(cuda("cuMemcpyDtoH"))?;
             stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-            comm.check()?;
-            let mut wrong = 0;
-            let (mut rel_rms, mut max_rel) = (None, None);
-            let mut host = vec![0u8; bytes];
-            let written = if e.graph.is_some() {
-                rot.min(iters)
-            } else {
-                rot
-            };
-            for (k, o) in outs.iter().enumerate().take(written) {
-                stream
-                    .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
-                    .map_err(cuda("cuMemcpyDtoH"))?;
-                stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                let ins_k: Vec<&[u8]> = inputs[k].iter().map(|v| &v[..bytes]).collect();
-                if let Impl::Quant(w) = &e.imp {
-                    // Against the CPU model (one buffer: the model is slow).
-                    if k == 0 {
-                        let c = super::quant::check(dtype, *w, &host, &ins_k);
-                        wrong += c.wrong;
-                        rel_rms = Some(c.rel_rms);
-                        max_rel = Some(c.max_rel);
-                    }
-                    continue;
+            let ins_k: Vec<&[u8]> = bufs.inputs[k].iter().map(|v| &v[..bytes]).collect();
+            if let Impl::Quant(w) = &e.imp {
+                if k == 0 {
+                    let q = super::quant::check(dtype, *w, &host, &ins_k);
+                    c.wrong += q.wrong;
+                    c.rel_rms = Some(q.rel_rms);
+                    c.max_rel = Some(q.max_rel);
                 }
-                wrong += count_wrong_par(dtype, &host, &ins_k, world, workers);
+                continue;
             }
-            let t = median(t);
-            let algbw = bytes as f64 / (t * 1e-6) / 1e9;
-            rows.push(Row {
-                bytes: bytes as u64,
-                count,
-                dtype: dtype.name().to_string(),
-                algo: e.name.clone(),
-                mode: e.mode.clone(),
-                time_us: t,
-                algbw_gbps: algbw,
-                busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
-                wrong,
-                rel_rms,
-                max_rel,
-            });
+            c.wrong += count_wrong_par(dtype, &host, &ins_k, self.world, bufs.workers);
+        }
+        Ok(c)
+    }
+
+    /// The report row of one entry: its median time and what checking found.
+    fn row(&self, e: &Entry, bytes: usize, count: usize, t: f64, c: Checked) -> Row {
+        let world = self.world;
+        let algbw = bytes as f64 / (t * 1e-6) / 1e9;
+        Row {
+            bytes: bytes as u64,
+            count,
+            dtype: self.args.dtype.name().to_string(),
+            algo: e.name.clone(),
+            mode: e.mode.clone(),
+            time_us: t,
+            algbw_gbps: algbw,
+            busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
+            wrong: c.wrong,
+            rel_rms: c.rel_rms,
+            max_rel: c.max_rel,
         }
     }
-    barrier("end")?;
-    Ok(RankOut { info, rows })
+}
+
+/// What checking one entry's outputs found.
+#[derive(Default)]
+struct Checked {
+    wrong: usize,
+    rel_rms: Option<f64>,
+    max_rel: Option<f64>,
 }
 
 /// The selector every rank uses for `--algos auto`: the table the parent

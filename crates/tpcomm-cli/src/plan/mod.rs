@@ -362,14 +362,14 @@ fn json_out<T: serde::Serialize>(v: &T) -> Result<()> {
     Ok(())
 }
 
-fn memory(a: MemoryArgs) -> Result<()> {
-    let cat = load_catalog(&a.common.catalog)?;
-    let r = resolve(&a.common, a.draft.as_deref(), &cat)?;
+/// What the communication buffers are sized for: given bytes, or tpcomm's,
+/// NCCL's or both communicators' own sizing.
+fn comm_choice(a: &MemoryArgs) -> CommChoice {
     let transport = match a.transport {
         TransportArg::P2p => TpcommTransport::P2p,
         TransportArg::Host => TpcommTransport::Host,
     };
-    let comm = match (a.comm_bytes, a.comm) {
+    match (a.comm_bytes, a.comm) {
         (Some(bytes), _) => CommChoice::Bytes { bytes },
         (None, CommArg::Tpcomm) => CommChoice::Tpcomm {
             max_message: a.max_message,
@@ -383,7 +383,58 @@ fn memory(a: MemoryArgs) -> Result<()> {
             transport,
             channels: a.nccl_channels,
         },
-    };
+    }
+}
+
+/// The memory plan as text: the run, then each term per GPU and what is left
+/// for the KV cache.
+fn print_memory(r: &Resolved, plan: &MemoryPlan, memory_from: &str) {
+    outln!(
+        "{} on {} ({} per GPU), TP {}, weights {} ({}), KV {}{}",
+        r.model.name,
+        r.gpu.name,
+        plan.gpu_memory,
+        r.tp,
+        lower(r.weights),
+        lower(r.scope),
+        lower(r.kv),
+        r.draft
+            .map(|d| format!(", draft {}", d.name))
+            .unwrap_or_default()
+    );
+    outln!("GPU memory: {}", memory_from);
+    outln!("per GPU:");
+    for t in &plan.terms {
+        outln!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
+    }
+    outln!(
+        "  {:<24} {:>12}   {} tokens x ({} target{})",
+        "left for the KV cache",
+        plan.kv_budget.to_string(),
+        plan.kv_tokens,
+        plan.kv_per_token_target,
+        if plan.kv_per_token_draft > ByteSize::ZERO {
+            format!(" + {} draft", plan.kv_per_token_draft)
+        } else {
+            String::new()
+        }
+    );
+    outln!(
+        "KV cache: {} tokens ({} target KV{}) per GPU; with TP every rank holds the same tokens",
+        plan.kv_tokens,
+        plan.kv_target,
+        if plan.kv_draft > ByteSize::ZERO {
+            format!(" + {} draft KV", plan.kv_draft)
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn memory(a: MemoryArgs) -> Result<()> {
+    let cat = load_catalog(&a.common.catalog)?;
+    let r = resolve(&a.common, a.draft.as_deref(), &cat)?;
+    let comm = comm_choice(&a);
     let (gpu_memory, memory_from) = match (&a.from_probe, a.gpu_memory) {
         (Some(path), _) => (probe_memory(path)?, format!("from {}", path.display())),
         (None, Some(m)) => (m, "given with --gpu-memory".to_string()),
@@ -431,46 +482,7 @@ fn memory(a: MemoryArgs) -> Result<()> {
             plan: &plan,
         });
     }
-    outln!(
-        "{} on {} ({} per GPU), TP {}, weights {} ({}), KV {}{}",
-        r.model.name,
-        r.gpu.name,
-        plan.gpu_memory,
-        r.tp,
-        lower(r.weights),
-        lower(r.scope),
-        lower(r.kv),
-        r.draft
-            .map(|d| format!(", draft {}", d.name))
-            .unwrap_or_default()
-    );
-    outln!("GPU memory: {}", memory_from);
-    outln!("per GPU:");
-    for t in &plan.terms {
-        outln!("  {:<24} {:>12}   {}", t.name, t.bytes.to_string(), t.how);
-    }
-    outln!(
-        "  {:<24} {:>12}   {} tokens x ({} target{})",
-        "left for the KV cache",
-        plan.kv_budget.to_string(),
-        plan.kv_tokens,
-        plan.kv_per_token_target,
-        if plan.kv_per_token_draft > ByteSize::ZERO {
-            format!(" + {} draft", plan.kv_per_token_draft)
-        } else {
-            String::new()
-        }
-    );
-    outln!(
-        "KV cache: {} tokens ({} target KV{}) per GPU; with TP every rank holds the same tokens",
-        plan.kv_tokens,
-        plan.kv_target,
-        if plan.kv_draft > ByteSize::ZERO {
-            format!(" + {} draft KV", plan.kv_draft)
-        } else {
-            String::new()
-        }
-    );
+    print_memory(&r, &plan, &memory_from);
     Ok(())
 }
 
@@ -526,6 +538,77 @@ fn check_bench_rows(
         .map_err(|e| PlanError::invalid("--bench", e.to_string()))
 }
 
+/// A flat latency given in microseconds, refused outside 0 to MAX_LATENCY_US.
+fn flat_latency(flag: &str, us: f64) -> Result<LatencySource> {
+    if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
+        return Err(PlanError::invalid(
+            flag,
+            format!("{us} (give 0 to {MAX_LATENCY_US} microseconds)"),
+        ));
+    }
+    Ok(LatencySource::Flat { us })
+}
+
+/// The all-reduce latency of the speculative run: --allreduce-us, a bench
+/// file, a catalog table, or none at TP 1; else an error naming the
+/// machine's tables.
+fn spec_latency(
+    a: &SpecArgs,
+    r: &Resolved,
+    cat: &Catalog,
+    interp: Interp,
+) -> Result<LatencySource> {
+    let machine = a.common.machine.as_deref();
+    if let Some(us) = a.allreduce_us {
+        return flat_latency("--allreduce-us", us);
+    }
+    if let Some(path) = &a.bench {
+        check_bench_rows(path, a.algo.as_deref(), a.mode.as_deref(), &a.dtype)?;
+        return Ok(LatencySource::Table {
+            table: LatencyTable::from_bench_json(
+                path,
+                a.algo.as_deref(),
+                a.mode.as_deref(),
+                Some(&a.dtype),
+            )?,
+            interp,
+        });
+    }
+    if let Some(t) = &a.table {
+        return table_of(cat, machine, t, interp);
+    }
+    if r.tp == 1 {
+        // No all-reduces at TP 1: nothing to look up.
+        return Ok(LatencySource::Flat { us: 0.0 });
+    }
+    let tables = match machine {
+        Some(m) => format!(
+            "; machine {m} has tables: {}",
+            cat.machine(m)?
+                .tables
+                .iter()
+                .map(|t| t.name.rsplit('/').next().unwrap_or(&t.name).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => String::new(),
+    };
+    Err(PlanError::invalid(
+        "all-reduce latency",
+        format!("give --allreduce-us, --bench FILE, or --machine with --table{tables}"),
+    ))
+}
+
+/// The all-reduce latency of the plain (non-speculative) run, when given
+/// apart from the speculative one.
+fn plain_latency(a: &SpecArgs, cat: &Catalog, interp: Interp) -> Result<Option<LatencySource>> {
+    match (a.plain_allreduce_us, &a.plain_table) {
+        (Some(us), _) => flat_latency("--plain-allreduce-us", us).map(Some),
+        (None, Some(t)) => table_of(cat, a.common.machine.as_deref(), t, interp).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
 fn spec(a: SpecArgs) -> Result<()> {
     let cat = load_catalog(&a.common.catalog)?;
     let r = resolve(&a.common, Some(&a.draft), &cat)?;
@@ -536,62 +619,8 @@ fn spec(a: SpecArgs) -> Result<()> {
         InterpArg::LogLog => Interp::LogLog,
         InterpArg::Linear => Interp::Linear,
     };
-    let machine = a.common.machine.as_deref();
-    let spec_latency = if let Some(us) = a.allreduce_us {
-        if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
-            return Err(PlanError::invalid(
-                "--allreduce-us",
-                format!("{us} (give 0 to {MAX_LATENCY_US} microseconds)"),
-            ));
-        }
-        LatencySource::Flat { us }
-    } else if let Some(path) = &a.bench {
-        check_bench_rows(path, a.algo.as_deref(), a.mode.as_deref(), &a.dtype)?;
-        LatencySource::Table {
-            table: LatencyTable::from_bench_json(
-                path,
-                a.algo.as_deref(),
-                a.mode.as_deref(),
-                Some(&a.dtype),
-            )?,
-            interp,
-        }
-    } else if let Some(t) = &a.table {
-        table_of(&cat, machine, t, interp)?
-    } else if r.tp == 1 {
-        // No all-reduces at TP 1: nothing to look up.
-        LatencySource::Flat { us: 0.0 }
-    } else {
-        let tables = match machine {
-            Some(m) => format!(
-                "; machine {m} has tables: {}",
-                cat.machine(m)?
-                    .tables
-                    .iter()
-                    .map(|t| t.name.rsplit('/').next().unwrap_or(&t.name).to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            None => String::new(),
-        };
-        return Err(PlanError::invalid(
-            "all-reduce latency",
-            format!("give --allreduce-us, --bench FILE, or --machine with --table{tables}"),
-        ));
-    };
-    let plain_latency = match (a.plain_allreduce_us, &a.plain_table) {
-        (Some(us), _) => {
-            if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
-                return Err(PlanError::invalid(
-                    "--plain-allreduce-us",
-                    format!("{us} (give 0 to {MAX_LATENCY_US} microseconds)"),
-                ));
-            }
-            Some(LatencySource::Flat { us })
-        }
-        (None, Some(t)) => Some(table_of(&cat, machine, t, interp)?),
-        (None, None) => None,
-    };
+    let spec_latency = spec_latency(&a, &r, &cat, interp)?;
+    let plain_latency = plain_latency(&a, &cat, interp)?;
     let overhead = match (a.calibrate_tok_s, a.overhead_us) {
         (Some(tok_s), _) => Overhead::CalibrateTokS { tok_s },
         (None, Some(us)) => Overhead::PerLayerUs { us },

@@ -6,6 +6,15 @@ use tpcomm_plan::spec::{BreakEven, SpecPlan};
 use tpcomm_plan::Result;
 
 pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: bool) {
+    print_spec_header(r, draft, plan);
+    outln!();
+    print_settings(plan);
+    print_verdict(plan, shared);
+}
+
+/// The run, where each latency and the bandwidth came from, and plain
+/// decoding's rate.
+fn print_spec_header(r: &Resolved, draft: &Draft, plan: &SpecPlan) {
     let p = &plan.plain;
     outln!(
         "{} + {} on {} x TP {}, weights {} ({})",
@@ -32,7 +41,10 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
         p.allreduces,
         p.message
     );
-    outln!();
+}
+
+/// The table: one line per setting, with its break-even latency.
+fn print_settings(plan: &SpecPlan) {
     outln!(
         "{:>5} {:>4} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  break-even",
         "steps",
@@ -74,6 +86,12 @@ pub(super) fn print_spec(r: &Resolved, draft: &Draft, plan: &SpecPlan, shared: b
             if i == plan.best { "   <- best" } else { "" }
         );
     }
+}
+
+/// The best setting against plain decoding, and up to which all-reduce
+/// latency speculation wins; then the plan's notes.
+fn print_verdict(plan: &SpecPlan, shared: bool) {
+    let p = &plan.plain;
     let b = &plan.settings[plan.best];
     outln!();
     let comm = b.draft_comm_us + b.verify_comm_us;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::{Cli, Command};
+use clap::Parser;
 
 fn opts(args: &[&str]) -> BenchOpts {
     let cli = Cli::try_parse_from(["tpcomm", "bench"].iter().chain(args)).unwrap();
@@ -257,4 +258,60 @@ fn bench_forward_and_the_hidden_old_spellings_parse() {
     assert_eq!(format!("{f:?}"), format!("{g:?}"));
     // Bench options and the forward subcommand do not mix.
     assert!(Cli::try_parse_from(["tpcomm", "bench", "--ranks", "2", "forward"]).is_err());
+}
+
+#[test]
+fn the_spelt_out_defaults_are_the_clap_defaults() {
+    #[derive(Parser)]
+    struct Cpu {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+    #[derive(Parser)]
+    struct Gpu {
+        #[command(flatten)]
+        args: GpuBenchArgs,
+    }
+    let cpu = Cpu::try_parse_from(["bench"]).unwrap().args;
+    assert_eq!(format!("{:?}", BenchArgs::defaults()), format!("{cpu:?}"));
+    let gpu = Gpu::try_parse_from(["gpu-bench"]).unwrap().args;
+    assert_eq!(
+        format!("{:?}", GpuBenchArgs::defaults()),
+        format!("{gpu:?}")
+    );
+}
+
+#[test]
+fn values_the_device_bench_would_refuse_get_its_words() {
+    let e = err(&["--device", "cpu", "--algo", "one_shot"], Ok(0));
+    assert_eq!(
+        e,
+        "invalid value 'one_shot' for '--algo <ALGO>' [possible values: auto, one-shot, two-shot, all]"
+    );
+    let e = err(&["--device", "cpu", "--algos", ""], Ok(0));
+    assert_eq!(
+        e,
+        "a value is required for '--algo <ALGO>' but none was supplied [possible values: auto, one-shot, two-shot, all]"
+    );
+    let e = err(&["--device", "cpu", "--timeout-ms", "0"], Ok(0));
+    assert_eq!(
+        e,
+        r#"invalid value '0ms' for '--timeout <TIMEOUT>': "0ms" is not a duration above zero (examples: "5s", "500ms", "2.5")"#
+    );
+    assert!(err(&["--device", "cpu", "--timeout-ms", "86400000"], Ok(0)).contains("86400000ms"));
+    assert!(cpu(&["--timeout-ms", "86399999"]).contains("timeout: 86399.999s"));
+    // The GPU bench takes 0 ms as given and rounds a --timeout up to 1 ms.
+    assert_eq!(
+        gpu(&["--timeout-ms", "0"]),
+        legacy_gpu(&["--timeout-ms", "0"])
+    );
+    assert_eq!(
+        gpu(&["--timeout", "0.0001s"]),
+        legacy_gpu(&["--timeout-ms", "1"])
+    );
+    assert_eq!(
+        gpu(&["--algos", "all,auto"]),
+        legacy_gpu(&["--algos", "one-shot,two-shot,nccl,auto"])
+    );
+    assert_eq!(gpu(&["--modes", ""]), legacy_gpu(&["--modes", ""]));
 }
