@@ -394,6 +394,17 @@ fn derived_acceptance_rates_reproduce_published_tau() {
         let got = expected_tokens(&d.acceptance, 7);
         assert!((got / tau - 1.0).abs() < 1e-3, "{draft}: {got} vs {tau}");
     }
+    // AngelSlim's Qwen3 Eagle3 heads: mean accept lengths, reproduced at 6 steps.
+    for (draft, tau) in [
+        ("qwen3-8b-eagle3", 1.99),
+        ("qwen3-14b-eagle3", 1.79),
+        ("qwen3-32b-eagle3", 1.91),
+        ("qwen3-30b-a3b-eagle3", 2.04),
+    ] {
+        let d = c.draft(draft).unwrap();
+        let got = expected_tokens(&d.acceptance, 6);
+        assert!((got / tau - 1.0).abs() < 1e-3, "{draft}: {got} vs {tau}");
+    }
     // DeepSeek-V3's MTP: one extra token accepted 85% of the time.
     let d = c.draft("deepseek-v3-mtp").unwrap();
     assert_eq!(expected_tokens(&d.acceptance, 1), 1.85);
