@@ -4,12 +4,12 @@
 //! All-reduce itself is in allreduce.rs.
 
 use crate::ffi::{call_real, guard, Fail};
-use crate::settings::{self, info, warn};
+use crate::settings::{self, info};
+use crate::ready::wait_ready;
 use crate::state;
 use crate::types::*;
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int};
-use std::time::{Duration, Instant};
 
 /// Every function this library does more than forward (defined here and in
 /// allreduce.rs), by name.
@@ -44,27 +44,6 @@ pub(crate) fn group_depth() -> u32 {
 
 fn ok(r: NcclResult) -> bool {
     r == SUCCESS || r == IN_PROGRESS
-}
-
-/// Waits until a non-blocking communicator is ready (bounded).
-pub(crate) fn wait_ready(comm: NcclComm) -> bool {
-    let start = Instant::now();
-    loop {
-        let mut state: NcclResult = IN_PROGRESS;
-        let r =
-            call_real!(ncclCommGetAsyncError(comm, &mut state)
-                as fn(NcclComm, *mut NcclResult) -> NcclResult);
-        match r {
-            Ok(SUCCESS) if state == SUCCESS => return true,
-            Ok(SUCCESS) if state == IN_PROGRESS => {}
-            _ => return false,
-        }
-        if start.elapsed() > settings::get().timeout {
-            warn!("a non-blocking NCCL communicator was not ready in time; tpcomm not set up");
-            return false;
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
 }
 
 /// After the real creation of `comm` returned `r`: set tpcomm up now, or at

@@ -18,6 +18,7 @@ mod ffi;
 mod forwarded;
 mod intercepted;
 mod quant;
+mod ready;
 mod real;
 mod route;
 mod settings;
