@@ -4,8 +4,8 @@
 //! All-reduce itself is in allreduce.rs.
 
 use crate::ffi::{call_real, guard, Fail};
-use crate::settings::{self, info};
 use crate::ready::wait_ready;
+use crate::settings::{self, info};
 use crate::state;
 use crate::types::*;
 use std::cell::{Cell, RefCell};

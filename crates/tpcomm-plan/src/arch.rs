@@ -2,7 +2,7 @@
 //! GPU under tensor parallelism and quantization, KV-cache bytes per token,
 //! and the bytes and FLOPs of one forward pass (the roofline's inputs).
 
-use crate::catalog::{Attention, Draft, DraftShape, Model};
+use crate::catalog::types::{Attention, Draft, DraftShape, Model};
 use crate::ck::{ck, Ck};
 use crate::error::{PlanError, Result};
 use serde::Serialize;

@@ -7,6 +7,10 @@ use serde::Serialize;
 use std::path::Path;
 use tpcomm::ByteSize;
 
+/// Largest all-reduce latency a plan accepts (1000 s), so that no sum of
+/// latencies can reach infinity and turn a rate into NaN.
+pub const MAX_LATENCY_US: f64 = 1e9;
+
 /// How to read between two measured sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -50,10 +54,10 @@ impl LatencyTable {
             if *b == ByteSize::ZERO {
                 return Err(bad("a row has 0 bytes".into()));
             }
-            if !us.is_finite() || *us <= 0.0 || *us > crate::spec::MAX_LATENCY_US {
+            if !us.is_finite() || *us <= 0.0 || *us > MAX_LATENCY_US {
                 return Err(bad(format!(
                     "the row for {b} has time {us} us; times must be positive and at most {} us",
-                    crate::spec::MAX_LATENCY_US
+                    MAX_LATENCY_US
                 )));
             }
         }

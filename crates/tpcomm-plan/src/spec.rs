@@ -32,9 +32,7 @@ use tpcomm::ByteSize;
 /// Activations travel in bf16.
 pub const ACT_BYTES: u64 = 2;
 
-/// Largest all-reduce latency a plan accepts (1000 s), so that no sum of
-/// latencies can reach infinity and turn a rate into NaN.
-pub const MAX_LATENCY_US: f64 = 1e9;
+pub use crate::latency::MAX_LATENCY_US;
 
 /// The per-layer overhead added to the roofline (launches, synchronisation,
 /// kernels below peak): the GPU's measured figure from the catalog (none

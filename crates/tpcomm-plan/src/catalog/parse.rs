@@ -1,6 +1,8 @@
 //! Reading catalog entries from TOML tables, field by field.
 
-use super::{Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published, Tree};
+use super::types::{
+    Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published, Tree,
+};
 use crate::error::{PlanError, Result};
 use crate::fields::Fields;
 use crate::latency::LatencyTable;
