@@ -158,14 +158,25 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> Option<Duration> {
             }),
             "rank 1 did not start"
         );
-        signal(r1.unwrap(), "-STOP");
-        ranks = ranks_of(ppid);
+        let r1 = r1.unwrap();
+        signal(r1, "-STOP");
+        // Rank 0 started before rank 1, but on a loaded machine it may have
+        // already given up on rank 1 (or be exiting): then the run is past
+        // set-up and this try does not count.
+        if !wait_until(Duration::from_secs(3), || {
+            ranks = ranks_of(ppid);
+            ranks.len() == 2
+        }) {
+            let _ = parent.kill();
+            // SAFETY: as in `signal`; the rank may be gone already.
+            unsafe { libc::kill(r1 as libc::pid_t, libc::SIGKILL) };
+            let _ = parent.wait();
+            return None;
+        }
     }
     assert!(
         wait_until(Duration::from_secs(10), || {
-            if phase != Phase::SetUp {
-                ranks = ranks_of(ppid);
-            }
+            ranks = ranks_of(ppid);
             ranks.len() == 2
         }),
         "ranks did not start"
