@@ -165,9 +165,13 @@ fn repeat_calls(
                             .memcpy_dtoh(&rank.b.slice(..end), &mut out[..])
                             .unwrap();
                         rank.stream.synchronize().unwrap();
-                        rank.comm
-                            .check()
-                            .map_err(|e| format!("repetition {i}: {e}"))?;
+                        rank.comm.check().map_err(|e| {
+                            // Where the wait was and what the slot holds:
+                            // the shared-GPU graph-replay timeout (issue 15).
+                            let detail = rank.comm.timeout_detail().unwrap_or_default();
+                            eprintln!("rank {r}: repetition {i}: {e}\n  {detail}");
+                            format!("repetition {i}: {e}; {detail}")
+                        })?;
                         match &expected {
                             None => {
                                 for (k, c) in calls.iter().enumerate() {

@@ -457,6 +457,69 @@ impl CudaCommunicator {
         }
     }
 
+    /// After a timeout: where the wait was and what the slot holds, for a
+    /// diagnosis (`None` when no wait timed out). Names the slot's epoch
+    /// buffer and place (one-shot slot of a sender, two-shot reduce-scatter
+    /// or all-gather slot; the receive area is laid out the same for every
+    /// rank, so both readings are given), the vector, the value last read
+    /// and the value there now, this rank's arrival counter when the wait
+    /// gave up and now, and the block and thread that waited. Synchronize
+    /// the stream first.
+    pub fn timeout_detail(&self) -> Option<String> {
+        if self.status.read_u32(0) == 0 {
+            return None;
+        }
+        let slot = self.status.read_u64(16);
+        let arrivals_then = self.status.read_u64(24);
+        let last: Vec<u32> = (0..4).map(|k| self.status.read_u32(32 + 4 * k)).collect();
+        let (block, thread) = (self.status.read_u32(48), self.status.read_u32(52));
+        let l = &self.layout;
+        let base = self.recv.ptr();
+        let recv = l.receive_bytes() as u64;
+        let mut out = format!(
+            "rank {}: waited in block {block} thread {thread}; arrivals {arrivals_then:#x} (epoch {}) when it gave up",
+            self.rank,
+            arrivals_then >> 20
+        );
+        if let Ok(now) = self.recv.read(l.receive_bytes(), 8) {
+            let now = u64::from_le_bytes(now.try_into().unwrap_or_default());
+            out += &format!(", {now:#x} (epoch {}) now", now >> 20);
+        }
+        out += &format!("; last read {last:08x?}");
+        if slot < base || slot >= base + recv {
+            out += &format!("; slot {slot:#x} is outside this rank's receive area");
+            return Some(out);
+        }
+        let off = slot - base;
+        let (parity, within) = (off / l.epoch_stride as u64, off % l.epoch_stride as u64);
+        let one = (
+            within / l.slot_stride as u64,
+            within % l.slot_stride as u64 / 16,
+        );
+        let two = if within < l.ag_offset as u64 {
+            format!(
+                "reduce-scatter slot of sender {} vector {}",
+                within / l.shard_stride as u64,
+                within % l.shard_stride as u64 / 16
+            )
+        } else {
+            let w = within - l.ag_offset as u64;
+            format!(
+                "all-gather slot of shard {} vector {}",
+                w / l.shard_stride as u64,
+                w % l.shard_stride as u64 / 16
+            )
+        };
+        out += &format!(
+            "; slot at offset {off:#x}: epoch buffer {parity}, as one-shot: sender {} vector {}, as two-shot: {two}",
+            one.0, one.1
+        );
+        if let Ok(v) = self.recv.read(off as usize, 16) {
+            out += &format!("; holds now {v:02x?}");
+        }
+        Some(out)
+    }
+
     /// Reports a peer that did not arrive in an earlier call (read from the
     /// status the kernels write). Synchronize the stream first to see the
     /// outcome of the latest call.

@@ -151,10 +151,25 @@ __device__ __forceinline__ V16* slot_ptr(u64 base, u64 offset, u64 i) {
 
 // Records the first timeout of this rank (later ones are consequences) and
 // raises the abort word so every other waiting thread gives up at once.
-__device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64 epoch) {
+// Behind the Status (bytes 0-15) it leaves what a diagnosis needs (bytes
+// 16-63, read by CudaCommunicator::timeout_detail): the address of the slot
+// waited on, this rank's arrival counter when it gave up, the last value
+// read from the slot, and the block and thread that waited.
+__device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64 epoch,
+                               const V16* slot, V16 last) {
     Ctl* ctl = (Ctl*)ctl_addr;
     if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
         volatile Status* s = (volatile Status*)status;
+        volatile u64* d = (volatile u64*)(status + 16);
+        d[0] = (u64)slot;
+        d[1] = ld_volatile_u64(&ctl->arrivals);
+        volatile u32* w = (volatile u32*)(status + 32);
+        w[0] = last.x;
+        w[1] = last.y;
+        w[2] = last.z;
+        w[3] = last.w;
+        w[4] = blockIdx.x;
+        w[5] = threadIdx.x;
         s->peer = peer;
         s->epoch = epoch;
         __threadfence_system();
@@ -183,7 +198,7 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
         if ((spins & 31u) == 0u) {
             if (ld_volatile_u32(&ctl->abort) != 0u) return v;
             if (globaltimer() - start > timeout_ns) {
-                report_timeout(ctl_addr, status, what, peer, epoch);
+                report_timeout(ctl_addr, status, what, peer, epoch, p, v);
                 return v;
             }
         }
