@@ -62,10 +62,17 @@ fn gpu_stress_100k_random_calls_are_all_right_and_bit_identical() {
 /// The calls a replay test repeats: (type, elements, algorithm).
 type Calls = [(DType, usize, Algo)];
 
+/// Input sets the repetitions cycle through: repetition i uses set i % 3,
+/// so consecutive repetitions always reduce different data and a slot read
+/// one epoch early (the previous repetition's data still there) gives a
+/// wrong result instead of an identical one.
+const INPUT_SETS: usize = 3;
+
 /// Runs `calls` `replays` times on every rank, captured once in a CUDA graph
 /// and replayed (`graph`) or issued again each time, with the output
-/// poisoned before every repetition. The first repetition is checked against
-/// the float64 reference, every later one against the first, bit for bit.
+/// poisoned and the inputs replaced (cycling through INPUT_SETS sets) before
+/// every repetition. The first repetition of each set is checked against
+/// the float64 reference, every later one against it, bit for bit.
 /// Returns per rank the repetitions that differed, or the error that
 /// stopped it (a call's, or the communicator's status).
 fn repeat_calls(
@@ -82,18 +89,30 @@ fn repeat_calls(
         offsets.push(end);
         end += (c.1 * c.0.size()).div_ceil(256) * 256;
     }
-    let inputs: Vec<Vec<Vec<u8>>> = calls
-        .iter()
-        .map(|c| {
-            (0..world)
-                .map(|_| random_bytes(c.0, c.1, &mut rng))
+    // inputs[set][call][rank], refs[set][call].
+    let inputs: Vec<Vec<Vec<Vec<u8>>>> = (0..INPUT_SETS)
+        .map(|_| {
+            calls
+                .iter()
+                .map(|c| {
+                    (0..world)
+                        .map(|_| random_bytes(c.0, c.1, &mut rng))
+                        .collect()
+                })
                 .collect()
         })
         .collect();
-    let refs: Vec<tpcomm::verify::Reference> = calls
+    let refs: Vec<Vec<tpcomm::verify::Reference>> = inputs
         .iter()
-        .zip(&inputs)
-        .map(|(c, ins)| reference(c.0, &ins.iter().map(|v| &v[..]).collect::<Vec<_>>(), c.1))
+        .map(|set| {
+            calls
+                .iter()
+                .zip(set)
+                .map(|(c, ins)| {
+                    reference(c.0, &ins.iter().map(|v| &v[..]).collect::<Vec<_>>(), c.1)
+                })
+                .collect()
+        })
         .collect();
     std::thread::scope(|s| {
         let hs: Vec<_> = ranks
@@ -103,14 +122,17 @@ fn repeat_calls(
                 let (inputs, refs, offsets) = (&inputs, &refs, &offsets);
                 s.spawn(move || -> Result<usize, String> {
                     rank.comm.context().bind_to_thread().unwrap();
-                    let mut arena = vec![0u8; end];
-                    for (k, c) in calls.iter().enumerate() {
-                        let n = c.1 * c.0.size();
-                        arena[offsets[k]..offsets[k] + n].copy_from_slice(&inputs[k][r]);
-                    }
-                    rank.stream
-                        .memcpy_htod(&arena[..], &mut rank.a.slice_mut(..end))
-                        .unwrap();
+                    let arenas: Vec<Vec<u8>> = inputs
+                        .iter()
+                        .map(|set| {
+                            let mut arena = vec![0u8; end];
+                            for (k, c) in calls.iter().enumerate() {
+                                let n = c.1 * c.0.size();
+                                arena[offsets[k]..offsets[k] + n].copy_from_slice(&set[k][r]);
+                            }
+                            arena
+                        })
+                        .collect();
                     let (pa, pb) = (rank.ptr(&rank.a), rank.ptr(&rank.b));
                     let cs = rank.stream.cu_stream();
                     let issue = |rank: &Rank<CudaCommunicator>| -> Result<(), String> {
@@ -151,9 +173,13 @@ fn repeat_calls(
                     };
                     let poison = vec![0xffu8; end];
                     let mut out = vec![0u8; end];
-                    let mut expected: Option<Vec<u8>> = None;
+                    let mut expected: Vec<Option<Vec<u8>>> = vec![None; INPUT_SETS];
                     let mut bad = 0usize;
                     for i in 0..replays {
+                        let set = i % INPUT_SETS;
+                        rank.stream
+                            .memcpy_htod(&arenas[set][..], &mut rank.a.slice_mut(..end))
+                            .unwrap();
                         rank.stream
                             .memcpy_htod(&poison[..], &mut rank.b.slice_mut(..end))
                             .unwrap();
@@ -172,19 +198,19 @@ fn repeat_calls(
                             eprintln!("rank {r}: repetition {i}: {e}\n  {detail}");
                             format!("repetition {i}: {e}; {detail}")
                         })?;
-                        match &expected {
+                        match &expected[set] {
                             None => {
                                 for (k, c) in calls.iter().enumerate() {
                                     let n = c.1 * c.0.size();
                                     let o = &out[offsets[k]..offsets[k] + n];
-                                    assert_eq!(count_wrong(c.0, o, &refs[k], world), 0);
+                                    assert_eq!(count_wrong(c.0, o, &refs[set][k], world), 0);
                                 }
-                                expected = Some(out.clone());
+                                expected[set] = Some(out.clone());
                             }
                             Some(e) => {
                                 if *e != out {
                                     bad += 1;
-                                    eprintln!("rank {r}: repetition {i} differs from the first");
+                                    eprintln!("rank {r}: repetition {i} (input set {set}) differs from the first of its set");
                                 }
                             }
                         }
