@@ -677,3 +677,30 @@ fn builtin_h100_uses_its_published_figures() {
     let streaming = raw.plain.compute_us * 3350.0 / 2900.0;
     assert!(close(plan.plain.compute_us, streaming + 324.0 * 1.3));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Published efficiencies only ever slow a plan down: a bandwidth at or
+    /// below the datasheet's and a per-kernel cost at or above zero never
+    /// raise plain or speculative tok/s, and a larger kernel cost never does.
+    #[test]
+    fn published_efficiencies_never_speed_up(frac in 0.05f64..=1.0, k in 0.0f64..50.0, more in 0.0f64..50.0, steps in 1u64..=2) {
+        let (m, d) = (tiny_model(2), tiny_draft(vec![0.8, 0.5]));
+        let g = slow_gpu();
+        let base = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+        let with = |k: f64| {
+            let mut g = slow_gpu();
+            g.published = Some(published(Some(frac * g.bandwidth_bytes_per_s), Some(k)));
+            g
+        };
+        let (g1, g2) = (with(k), with(k + more));
+        let p1 = Planner::new(tiny_input(&m, &d, &g1, 10.0, None, Overhead::Catalog)).unwrap();
+        let p2 = Planner::new(tiny_input(&m, &d, &g2, 10.0, None, Overhead::Catalog)).unwrap();
+        prop_assert!(p1.plain(1.0).tok_s <= base.plain(1.0).tok_s * (1.0 + 1e-12));
+        prop_assert!(p2.plain(1.0).tok_s <= p1.plain(1.0).tok_s * (1.0 + 1e-12));
+        let s = |p: &Planner| p.setting(steps, 1.0).unwrap().tok_s;
+        prop_assert!(s(&p1) <= s(&base) * (1.0 + 1e-12));
+        prop_assert!(s(&p2) <= s(&p1) * (1.0 + 1e-12));
+    }
+}
