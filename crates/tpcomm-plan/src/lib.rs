@@ -11,6 +11,7 @@ mod ck;
 pub mod error;
 mod fields;
 pub mod hf;
+pub mod kernels;
 pub mod latency;
 pub mod memory;
 pub mod plot;

@@ -12,11 +12,14 @@
 //! activations); at TP 1 there are none.
 //!
 //! Compute time is a roofline: bytes read over the GPU's memory bandwidth
-//! (or FLOPs over its peak, whichever is longer), plus a per-layer cost. With
-//! a `[gpu.measured]` block in the catalog both come from measurements (a
-//! streaming copy's bandwidth, a measured per-layer cost); without it the
-//! datasheet bandwidth and no per-layer cost are used, which overestimates
-//! decode speed, and the plan says so.
+//! (or FLOPs over its peak, whichever is longer), plus a fixed cost per
+//! forward. With a `[gpu.measured]` block in the catalog both come from
+//! measurements (a streaming copy's bandwidth, a measured per-layer cost).
+//! Without it, a `[gpu.published]` block supplies what it has: a published
+//! streaming bandwidth, and a published per-kernel cost times the kernels a
+//! forward launches ([`crate::kernels`]). What is still missing falls back
+//! to the datasheet bandwidth and no fixed cost, which overestimates decode
+//! speed; the plan says which figure it used.
 
 use crate::arch::{
     draft_arch, draft_forward_cost, forward_cost, DraftArch, ForwardCost, KvType, QuantScope,
@@ -25,6 +28,7 @@ use crate::arch::{
 use crate::catalog::{Draft, DraftShape, Gpu, Model, Tree};
 use crate::ck::ck;
 use crate::error::{PlanError, Result};
+use crate::kernels::{draft_kernels, model_kernels};
 use crate::latency::LatencySource;
 use serde::Serialize;
 use tpcomm::ByteSize;
@@ -34,10 +38,10 @@ pub const ACT_BYTES: u64 = 2;
 
 pub use crate::latency::MAX_LATENCY_US;
 
-/// The per-layer overhead added to the roofline (launches, synchronisation,
-/// kernels below peak): the GPU's measured figure from the catalog (none
-/// when it has no `[gpu.measured]` block), given, or fitted to a measured
-/// plain-decoding rate.
+/// The overhead added to the roofline (launches, synchronisation, kernels
+/// below peak): from the catalog (the GPU's measured per-layer figure, else
+/// its published per-kernel cost times the kernels of a forward, else none),
+/// given per layer, or fitted per layer to a measured plain-decoding rate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Overhead {
@@ -145,6 +149,8 @@ impl Setting {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SpecPlan {
     pub plain: Plain,
+    /// The target forward's fixed cost over its layers (with per-kernel
+    /// costs, the kernels outside the layers are spread over them).
     pub overhead_per_layer_us: f64,
     pub overhead_from: String,
     pub settings: Vec<Setting>,
@@ -174,10 +180,15 @@ pub fn expected_tokens(acceptance: &[f64], steps: usize) -> f64 {
     sum
 }
 
-/// The bandwidth the roofline uses: the measured one when the catalog has it.
+/// The bandwidth the roofline uses: the measured one when the catalog has
+/// it, else a published one, else the datasheet's.
 pub fn roofline_bandwidth(gpu: &Gpu) -> (f64, String) {
-    match &gpu.measured {
-        Some(m) => (
+    let published = gpu
+        .published
+        .as_ref()
+        .and_then(|p| p.bandwidth_bytes_per_s.as_ref());
+    match (&gpu.measured, published) {
+        (Some(m), _) => (
             m.bandwidth_bytes_per_s,
             format!(
                 "measured {:.0} GB/s ({})",
@@ -185,10 +196,14 @@ pub fn roofline_bandwidth(gpu: &Gpu) -> (f64, String) {
                 m.source
             ),
         ),
-        None => (
+        (None, Some(b)) => (
+            b.value,
+            format!("published {:.0} GB/s ({})", b.value / 1e9, b.source),
+        ),
+        (None, None) => (
             gpu.bandwidth_bytes_per_s,
             format!(
-                "datasheet {:.0} GB/s (uncalibrated: no [gpu.measured] for {}; real decoding is slower)",
+                "datasheet {:.0} GB/s (uncalibrated: no measured or published bandwidth for {}; real decoding is slower)",
                 gpu.bandwidth_bytes_per_s / 1e9,
                 gpu.name
             ),
@@ -215,7 +230,11 @@ pub struct Planner<'a> {
     draft: DraftArch,
     target_allreduces: u64,
     draft_allreduces: u64,
-    overhead_us: f64,
+    /// Fixed time of one target forward beyond its roofline (per-layer
+    /// overhead x layers, or kernels x per-kernel cost).
+    target_fixed_us: f64,
+    /// The same for one draft forward.
+    draft_fixed_us: f64,
     plain_compute_us: f64,
     overhead_from: String,
 }
@@ -278,20 +297,42 @@ impl<'a> Planner<'a> {
             draft,
             target_allreduces,
             draft_allreduces,
-            overhead_us: 0.0,
+            target_fixed_us: 0.0,
+            draft_fixed_us: 0.0,
             plain_compute_us: plain_roof,
             overhead_from: String::new(),
             inp,
         };
+        // A cost per layer, the same for target and draft layers.
+        let per_layer = |p: &mut Planner, us: f64| {
+            p.target_fixed_us = m.layers as f64 * us;
+            p.draft_fixed_us = p.draft.layers as f64 * us;
+        };
+        let published_kernel = p
+            .inp
+            .gpu
+            .published
+            .as_ref()
+            .and_then(|x| x.kernel_us.clone());
         match p.inp.overhead {
-            Overhead::Catalog => match &p.inp.gpu.measured {
-                Some(e) => {
-                    p.overhead_us = e.layer_us;
+            Overhead::Catalog => match (&p.inp.gpu.measured, published_kernel) {
+                (Some(e), _) => {
+                    per_layer(&mut p, e.layer_us);
                     p.overhead_from = format!("measured ({})", e.source);
                 }
-                None => {
+                (None, Some(k)) => {
+                    let target = model_kernels(m)?;
+                    let draft = draft_kernels(p.inp.draft, m)?;
+                    p.target_fixed_us = target as f64 * k.value;
+                    p.draft_fixed_us = draft as f64 * k.value;
                     p.overhead_from = format!(
-                        "none: no [gpu.measured] for {} (uncalibrated; give --overhead-us or --calibrate-tok-s)",
+                        "published: {target} kernels per target forward and {draft} per draft forward (counted from the architecture) x {} us per kernel ({})",
+                        k.value, k.source
+                    );
+                }
+                (None, None) => {
+                    p.overhead_from = format!(
+                        "none: no measured or published per-kernel cost for {} (uncalibrated; give --overhead-us or --calibrate-tok-s)",
                         p.inp.gpu.name
                     );
                 }
@@ -300,7 +341,7 @@ impl<'a> Planner<'a> {
                 if !(us.is_finite() && us >= 0.0) {
                     return Err(PlanError::invalid("per-layer overhead", format!("{us} us")));
                 }
-                p.overhead_us = us;
+                per_layer(&mut p, us);
                 p.overhead_from = "given".into();
             }
             Overhead::CalibrateTokS { tok_s } => {
@@ -318,11 +359,11 @@ impl<'a> Planner<'a> {
                         ),
                     ));
                 }
-                p.overhead_us = spare / m.layers as f64;
+                per_layer(&mut p, spare / m.layers as f64);
                 p.overhead_from = format!("fitted to a measured {tok_s} tok/s plain decoding");
             }
         }
-        p.plain_compute_us = plain_roof + m.layers as f64 * p.overhead_us;
+        p.plain_compute_us = plain_roof + p.target_fixed_us;
         Ok(p)
     }
 
@@ -415,7 +456,7 @@ impl<'a> Planner<'a> {
                 n,
                 i.context,
             )?;
-            let compute = roofline_us(cost, i.gpu) + self.draft.layers as f64 * self.overhead_us;
+            let compute = roofline_us(cost, i.gpu) + self.draft_fixed_us;
             let msg = ByteSize::b(
                 self.draft
                     .hidden
@@ -440,7 +481,7 @@ impl<'a> Planner<'a> {
             verify_tokens,
             i.context,
         )?;
-        let v_compute = roofline_us(v_cost, i.gpu) + i.model.layers as f64 * self.overhead_us;
+        let v_compute = roofline_us(v_cost, i.gpu) + self.target_fixed_us;
         let v_comm = self.target_allreduces as f64
             * scale
             * i.spec_latency
@@ -569,7 +610,7 @@ impl<'a> Planner<'a> {
             bandwidth_from: roofline_bandwidth(self.inp.gpu).1,
             notes,
             plain: self.plain(1.0),
-            overhead_per_layer_us: self.overhead_us,
+            overhead_per_layer_us: self.target_fixed_us / self.inp.model.layers as f64,
             overhead_from: self.overhead_from.clone(),
             settings,
             best,

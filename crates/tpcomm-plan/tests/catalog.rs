@@ -435,3 +435,106 @@ fn draft_trees_are_read_and_checked() {
     assert_eq!(error_line(&e), Some(line_of(&bad, "accept_length = 9.5")));
     assert!(e.to_string().contains("accept_length"), "{e}");
 }
+
+/// `[gpu.published]`: the built-in figures are read with their sources, and
+/// a bad one is rejected at the line that holds it.
+#[test]
+fn published_efficiencies_are_read_and_checked() {
+    let c = Catalog::builtin().unwrap();
+    let h100 = c.gpu("h100-sxm").unwrap().published.as_ref().unwrap();
+    let bw = h100.bandwidth_bytes_per_s.as_ref().unwrap();
+    assert_eq!(bw.value, 2900e9);
+    assert!(
+        bw.source.starts_with("published: BabelStream"),
+        "{}",
+        bw.source
+    );
+    assert_eq!(h100.kernel_us.as_ref().unwrap().value, 1.3);
+    // A slot with nothing published stays empty: no H20 bandwidth was found.
+    let h20 = c.gpu("h20").unwrap().published.as_ref().unwrap();
+    assert!(h20.bandwidth_bytes_per_s.is_none() && h20.kernel_us.is_some());
+    // Every published figure names a source.
+    for g in &c.gpus {
+        if let Some(p) = &g.published {
+            for s in p.bandwidth_bytes_per_s.iter().chain(p.kernel_us.iter()) {
+                assert!(s.source.contains("https://"), "{}: {}", g.name, s.source);
+            }
+        }
+    }
+
+    // The H100's kernel figure, by the start of its source (unique).
+    const H: &str = "kernel_source = \"published: Hazy";
+    let reject = |from: &str, to: &str, line_prefix: &str, says: &str| {
+        let bad = replace_once(GPUS, from, to);
+        let e = load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err();
+        assert_eq!(error_line(&e), Some(line_of(&bad, line_prefix)), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().starts_with("gpus.toml:"), "{e}");
+    };
+    // A negative or zero figure.
+    reject(
+        &format!("kernel_us = 1.3\n{H}"),
+        &format!("kernel_us = -1.3\n{H}"),
+        "kernel_us = -1.3",
+        "positive",
+    );
+    reject(
+        "bandwidth_gb_s = 2900\n",
+        "bandwidth_gb_s = 0\n",
+        "bandwidth_gb_s = 0",
+        "positive",
+    );
+    // Not a number.
+    reject(
+        &format!("kernel_us = 1.3\n{H}"),
+        &format!("kernel_us = \"1.3\"\n{H}"),
+        "kernel_us = \"1.3\"",
+        "number",
+    );
+    // A unit mistake (milliseconds as microseconds would be 1300).
+    reject(
+        &format!("kernel_us = 1.3\n{H}"),
+        &format!("kernel_us = 1300000\n{H}"),
+        "kernel_us = 1300000",
+        "beyond any launch cost",
+    );
+    // Above the datasheet.
+    reject(
+        "bandwidth_gb_s = 2900\n",
+        "bandwidth_gb_s = 3400\n",
+        "bandwidth_gb_s = 3400",
+        "above the datasheet",
+    );
+    // A figure without its source, and a source without its figure.
+    reject(
+        &format!("kernel_us = 1.3\n{H}"),
+        &format!(
+            "kernel_us = 1.3\n{}",
+            H.replace("kernel_source", "kernel_sauce")
+        ),
+        "kernel_us = 1.3",
+        "needs its source",
+    );
+    reject(
+        "bandwidth_gb_s = 2900\n",
+        "",
+        "bandwidth_source",
+        "without its figure",
+    );
+    // A misspelt key.
+    reject(
+        &format!("kernel_us = 1.3\n{H}"),
+        &format!("kernel_us = 1.3\nkernel_ms = 1.3\n{H}"),
+        "kernel_ms",
+        "unknown field",
+    );
+    // An empty block: the line of its header.
+    let bad = replace_once(
+        GPUS,
+        "source = \"NVIDIA L40S datasheet",
+        "published = {}\nsource = \"NVIDIA L40S datasheet",
+    );
+    let e = load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err();
+    assert_eq!(error_line(&e), Some(line_of(&bad, "published = {}")), "{e}");
+    assert!(e.to_string().contains("empty [gpu.published]"), "{e}");
+}

@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
 use tpcomm_plan::catalog::Tree;
-use tpcomm_plan::catalog::{Attention, Catalog, Draft, DraftShape, Gpu, Model};
+use tpcomm_plan::catalog::{
+    Attention, Catalog, Draft, DraftShape, Gpu, Model, PublishedEfficiency, Sourced,
+};
 use tpcomm_plan::latency::LatencySource;
 use tpcomm_plan::latency::LatencyTable;
 use tpcomm_plan::spec::{expected_tokens, BreakEven, Overhead, Planner, SpecInput, Which};
@@ -70,6 +72,7 @@ fn slow_gpu() -> Gpu {
         bf16_flops_per_s: 1e30,
         source: "test".into(),
         measured: None,
+        published: None,
     }
 }
 
@@ -519,5 +522,185 @@ fn impossible_trees_are_rejected() {
         let mut i = tiny_input(&m, &d, &g, 10.0, None, Overhead::PerLayerUs { us: 0.0 });
         i.trees = vec![bad.clone()];
         assert!(Planner::new(i).is_err(), "{bad:?}");
+    }
+}
+
+/// Kernels per forward, counted from the architecture (kernels.rs): a
+/// Llama layer 6 attention + 4 MLP kernels, Qwen3 one more for q/k norm, an
+/// MoE block 8 (+4 for shared experts), MLA attention 11 with q_lora; 4
+/// outside the layers.
+#[test]
+fn kernel_counts_by_hand() {
+    use tpcomm_plan::kernels::{draft_kernels, model_kernels};
+    let c = Catalog::builtin().unwrap();
+    let count = |m: &str| model_kernels(c.model(m).unwrap()).unwrap();
+    assert_eq!(count("llama-3.1-8b"), 32 * 10 + 4);
+    assert_eq!(count("qwen3-8b"), 36 * 11 + 4);
+    assert_eq!(count("qwen3-30b-a3b"), 48 * (7 + 8) + 4);
+    assert_eq!(count("deepseek-v3"), 3 * (11 + 4) + 58 * (11 + 12) + 4);
+    // EAGLE-3: per layer a hidden-state norm + a Llama layer; the fusion
+    // GEMM and 4 kernels outside. MTP: 3 + a target layer (MoE here).
+    let (m, d) = (tiny_model(1), tiny_draft(vec![0.8]));
+    assert_eq!(model_kernels(&m).unwrap(), 14);
+    assert_eq!(draft_kernels(&d, &m).unwrap(), 11 + 1 + 4);
+    let ds = c.model("deepseek-v3").unwrap();
+    let mtp = Draft {
+        shape: DraftShape::Mtp { layers: 1 },
+        ..tiny_draft(vec![0.8])
+    };
+    assert_eq!(draft_kernels(&mtp, ds).unwrap(), 3 + 11 + 12 + 4);
+    // The counts are checked: an absurd layer count is an error, not a wrap.
+    let mut huge = tiny_model(1);
+    huge.layers = u64::MAX / 2;
+    assert!(model_kernels(&huge).is_err());
+}
+
+fn published(bandwidth: Option<f64>, kernel_us: Option<f64>) -> PublishedEfficiency {
+    let s = |value: f64| Sourced {
+        value,
+        source: "published: test".into(),
+    };
+    PublishedEfficiency {
+        bandwidth_bytes_per_s: bandwidth.map(s),
+        kernel_us: kernel_us.map(s),
+    }
+}
+
+#[test]
+fn published_efficiencies_replace_the_datasheet() {
+    let (m, d) = (tiny_model(1), tiny_draft(vec![0.8]));
+    let mut g = slow_gpu();
+    g.published = Some(published(Some(0.5e9), Some(2.0)));
+    let p = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+    let plan = p.plan().unwrap();
+    // Half the bandwidth doubles the streaming; 14 kernels x 2 us on top.
+    assert!(close(plan.plain.compute_us, 2.0 * 179.072 + 28.0));
+    assert!(close(plan.overhead_per_layer_us, 28.0));
+    assert!(
+        plan.bandwidth_from == "published 0 GB/s (published: test)",
+        "{}",
+        plan.bandwidth_from
+    );
+    assert!(
+        plan.overhead_from
+            .starts_with("published: 14 kernels per target forward and 16 per draft forward")
+            && plan
+                .overhead_from
+                .contains("x 2 us per kernel (published: test)"),
+        "{}",
+        plan.overhead_from
+    );
+    // A draft step: 2 x 84.736 us streaming + 16 kernels x 2 us; the verify
+    // pass: the target's forward again.
+    let s = p.setting(1, 1.0).unwrap();
+    assert!(close(s.draft_compute_us, 2.0 * 84.736 + 32.0));
+    assert!(close(s.verify_compute_us, 2.0 * 179.072 + 28.0));
+
+    // Only a kernel cost published: the datasheet bandwidth, said so.
+    g.published = Some(published(None, Some(2.0)));
+    let plan = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog))
+        .unwrap()
+        .plan()
+        .unwrap();
+    assert!(close(plan.plain.compute_us, 179.072 + 28.0));
+    assert!(
+        plan.bandwidth_from.contains("uncalibrated"),
+        "{}",
+        plan.bandwidth_from
+    );
+    assert!(plan.overhead_from.starts_with("published"));
+
+    // Only a bandwidth: no fixed cost, said so.
+    g.published = Some(published(Some(0.5e9), None));
+    let plan = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog))
+        .unwrap()
+        .plan()
+        .unwrap();
+    assert!(close(plan.plain.compute_us, 2.0 * 179.072));
+    assert!(
+        plan.overhead_from.contains("uncalibrated"),
+        "{}",
+        plan.overhead_from
+    );
+
+    // A measured block wins over the published one.
+    g.published = Some(published(Some(0.5e9), Some(2.0)));
+    g.measured = Some(tpcomm_plan::catalog::Efficiency {
+        bandwidth_bytes_per_s: 0.25e9,
+        layer_us: 7.0,
+        source: "test".into(),
+    });
+    let plan = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog))
+        .unwrap()
+        .plan()
+        .unwrap();
+    assert!(close(plan.plain.compute_us, 4.0 * 179.072 + 7.0));
+    assert!(
+        plan.bandwidth_from.starts_with("measured") && plan.overhead_from.starts_with("measured")
+    );
+
+    // A given overhead replaces the published kernel cost, but the
+    // published bandwidth stays.
+    g.measured = None;
+    let plan = Planner::new(tiny_input(
+        &m,
+        &d,
+        &g,
+        10.0,
+        None,
+        Overhead::PerLayerUs { us: 5.0 },
+    ))
+    .unwrap()
+    .plan()
+    .unwrap();
+    assert!(close(plan.plain.compute_us, 2.0 * 179.072 + 5.0));
+    assert_eq!(plan.overhead_from, "given");
+}
+
+/// The built-in H100 with its published figures: Llama-3.1-8B plain decode
+/// streams its weights at 2.9 TB/s and pays 324 kernels x 1.3 us.
+#[test]
+fn builtin_h100_uses_its_published_figures() {
+    let c = Catalog::builtin().unwrap();
+    let (m, g) = (c.model("llama-3.1-8b").unwrap(), c.gpu("h100-sxm").unwrap());
+    let d = c.draft("llama-3.1-8b-eagle3").unwrap();
+    let mut i = tiny_input(m, d, g, 0.0, None, Overhead::Catalog);
+    i.tp = 1;
+    let plan = Planner::new(i).unwrap().plan().unwrap();
+    assert!(plan.bandwidth_from.starts_with("published 2900 GB/s"));
+    assert!(close(plan.overhead_per_layer_us * 32.0, 324.0 * 1.3));
+    let mut datasheet = g.clone();
+    datasheet.published = None;
+    let mut i = tiny_input(m, d, &datasheet, 0.0, None, Overhead::Catalog);
+    i.tp = 1;
+    let raw = Planner::new(i).unwrap().plan().unwrap();
+    let streaming = raw.plain.compute_us * 3350.0 / 2900.0;
+    assert!(close(plan.plain.compute_us, streaming + 324.0 * 1.3));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Published efficiencies only ever slow a plan down: a bandwidth at or
+    /// below the datasheet's and a per-kernel cost at or above zero never
+    /// raise plain or speculative tok/s, and a larger kernel cost never does.
+    #[test]
+    fn published_efficiencies_never_speed_up(frac in 0.05f64..=1.0, k in 0.0f64..50.0, more in 0.0f64..50.0, steps in 1u64..=2) {
+        let (m, d) = (tiny_model(2), tiny_draft(vec![0.8, 0.5]));
+        let g = slow_gpu();
+        let base = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+        let with = |k: f64| {
+            let mut g = slow_gpu();
+            g.published = Some(published(Some(frac * g.bandwidth_bytes_per_s), Some(k)));
+            g
+        };
+        let (g1, g2) = (with(k), with(k + more));
+        let p1 = Planner::new(tiny_input(&m, &d, &g1, 10.0, None, Overhead::Catalog)).unwrap();
+        let p2 = Planner::new(tiny_input(&m, &d, &g2, 10.0, None, Overhead::Catalog)).unwrap();
+        prop_assert!(p1.plain(1.0).tok_s <= base.plain(1.0).tok_s * (1.0 + 1e-12));
+        prop_assert!(p2.plain(1.0).tok_s <= p1.plain(1.0).tok_s * (1.0 + 1e-12));
+        let s = |p: &Planner| p.setting(steps, 1.0).unwrap().tok_s;
+        prop_assert!(s(&p1) <= s(&base) * (1.0 + 1e-12));
+        prop_assert!(s(&p2) <= s(&p1) * (1.0 + 1e-12));
     }
 }

@@ -1,7 +1,8 @@
 //! Reading catalog entries from TOML tables, field by field.
 
 use super::types::{
-    Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published, Tree,
+    Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published,
+    PublishedEfficiency, Sourced, Tree,
 };
 use crate::error::{PlanError, Result};
 use crate::fields::Fields;
@@ -223,6 +224,14 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
             Some(e)
         }
     };
+    let published = match f.sub("published")? {
+        None => None,
+        Some(p) => {
+            let e = parse_published(&p)?;
+            p.finish()?;
+            Some(e)
+        }
+    };
     let g = Gpu {
         name: f.entry().to_string(),
         memory,
@@ -231,6 +240,7 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
         bf16_flops_per_s: f.pos_f64("bf16_dense_tflops")? * 1e12,
         source: f.string("source")?,
         measured,
+        published,
     };
     for (field, x) in [
         ("bandwidth_gb_s", g.bandwidth_bytes_per_s),
@@ -252,8 +262,82 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
             ));
         }
     }
+    let published_bw = g
+        .published
+        .as_ref()
+        .and_then(|p| p.bandwidth_bytes_per_s.as_ref());
+    if let Some(b) = published_bw {
+        if b.value > g.bandwidth_bytes_per_s {
+            return Err(f.err(
+                "published.bandwidth_gb_s",
+                format!(
+                    "{} GB/s is above the datasheet's {} GB/s",
+                    b.value / 1e9,
+                    g.bandwidth_bytes_per_s / 1e9
+                ),
+            ));
+        }
+    }
     f.finish()?;
     Ok(g)
+}
+
+/// Largest per-kernel cost accepted: a launch costs microseconds, not
+/// milliseconds; anything larger is a unit mistake.
+const MAX_KERNEL_US: f64 = 1000.0;
+
+/// `[gpu.published]`: `bandwidth_gb_s` with `bandwidth_source`, and/or
+/// `kernel_us` with `kernel_source`; each figure needs its source and the
+/// block at least one figure.
+fn parse_published(p: &Fields) -> Result<PublishedEfficiency> {
+    let pair = |value: &str, source: &str| -> Result<Option<Sourced>> {
+        match (p.has(value), p.has(source)) {
+            (false, false) => Ok(None),
+            (true, false) => Err(p.err(
+                value,
+                format!("a published figure needs its source: add {source}"),
+            )),
+            (false, true) => Err(p.err(
+                source,
+                format!("a source without its figure: add {value} or remove {source}"),
+            )),
+            (true, true) => Ok(Some(Sourced {
+                value: p.pos_f64(value)?,
+                source: p.string(source)?,
+            })),
+        }
+    };
+    let bandwidth = pair("bandwidth_gb_s", "bandwidth_source")?.map(|mut s| {
+        s.value *= 1e9;
+        s
+    });
+    if let Some(b) = &bandwidth {
+        if !b.value.is_finite() {
+            return Err(p.err("bandwidth_gb_s", "is too large"));
+        }
+    }
+    let kernel = pair("kernel_us", "kernel_source")?;
+    if let Some(k) = &kernel {
+        if k.value > MAX_KERNEL_US {
+            return Err(p.err(
+                "kernel_us",
+                format!(
+                    "{} us per kernel is beyond any launch cost (at most {MAX_KERNEL_US} us; is it in microseconds?)",
+                    k.value
+                ),
+            ));
+        }
+    }
+    if bandwidth.is_none() && kernel.is_none() {
+        return Err(p.err(
+            "bandwidth_gb_s",
+            "an empty [gpu.published] block: give bandwidth_gb_s and/or kernel_us, each with its source, or remove the block",
+        ));
+    }
+    Ok(PublishedEfficiency {
+        bandwidth_bytes_per_s: bandwidth,
+        kernel_us: kernel,
+    })
 }
 
 pub(super) fn parse_machine(f: &Fields) -> Result<Machine> {

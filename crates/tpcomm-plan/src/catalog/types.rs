@@ -96,6 +96,9 @@ pub struct Gpu {
     pub source: String,
     /// Measured efficiencies, when someone measured them.
     pub measured: Option<Efficiency>,
+    /// Efficiencies taken from publications (`[gpu.published]`), each
+    /// figure with its source; used where there is no measured block.
+    pub published: Option<PublishedEfficiency>,
 }
 
 /// What a GPU achieves in practice, measured (never fitted to a decode rate).
@@ -107,6 +110,25 @@ pub struct Efficiency {
     /// kernel launches and tails, norms, small kernels; one token, TP 1.
     pub layer_us: f64,
     pub source: String,
+}
+
+/// A figure somebody else measured and published, with what exactly was
+/// measured and where (never fitted to a decode rate).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sourced {
+    pub value: f64,
+    pub source: String,
+}
+
+/// What a GPU achieves according to published measurements: either figure
+/// may be missing (no publication found), and each carries its own source.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PublishedEfficiency {
+    /// Bytes per second a published streaming benchmark sustained.
+    pub bandwidth_bytes_per_s: Option<Sourced>,
+    /// Microseconds one small kernel costs beyond its memory traffic (launch,
+    /// ramp-up and drain; in a CUDA graph where the source says so).
+    pub kernel_us: Option<Sourced>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
