@@ -268,18 +268,6 @@ impl GpuBenchArgs {
     }
 }
 
-pub(crate) fn parse_args(argv: &[String]) -> Result<GpuBenchArgs> {
-    #[derive(clap::Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        args: GpuBenchArgs,
-    }
-    use clap::Parser as _;
-    Wrap::try_parse_from(std::iter::once("gpu-bench".to_string()).chain(argv.iter().cloned()))
-        .map(|w| w.args)
-        .map_err(|e| Error::invalid("gpu-bench arguments", e.to_string()))
-}
-
 fn validate(args: &GpuBenchArgs) -> Result<()> {
     if args.min.bytes() == 0 || args.min > args.max {
         return Err(Error::invalid(
