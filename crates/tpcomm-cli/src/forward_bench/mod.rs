@@ -1,4 +1,4 @@
-//! `tpcomm bench forward` (also the hidden `forward-bench`): what an all-reduce costs where it lives. A
+//! `tpcomm bench forward`: what an all-reduce costs where it lives. A
 //! tensor-parallel transformer forward (the tpcomm-forward crate), one process
 //! per GPU (the command re-executes itself as workers), captured in a CUDA
 //! graph and timed as whole forwards, once per way of doing its all-reduce
@@ -283,9 +283,9 @@ fn run_workers(world: usize, add_gpus: bool, timeout: Duration) -> Result<Vec<Ra
     })
 }
 
-/// A worker's command line: this command's own (either spelling, `bench
-/// forward` or `forward-bench`, parses the same), plus the rank, the meeting
-/// directory and, when the user left it out, the world size.
+/// A worker's command line: this command's own (`bench forward ...`), plus
+/// the rank, the meeting directory and, when the user left it out, the world
+/// size.
 fn worker_argv(
     own: impl Iterator<Item = std::ffi::OsString>,
     add_gpus: bool,
