@@ -5,8 +5,7 @@
 //! element-wise kernels ([`kernels`]) are a kernel family of its own, and it
 //! takes from the library only what any caller may: device memory, kernel
 //! compilation and launch (`tpcomm::cuda::{launch, DeviceAlloc}`, `loader`,
-//! `compile`) and the
-//! add + RMSNorm kernel (`tpcomm::cuda::fused::add_rmsnorm`).
+//! `compile`) and the add + RMSNorm kernel (`tpcomm::cuda::fused::add_rmsnorm`).
 //!
 //! Per layer: `h = rmsnorm(x)` (done by the previous site), QKV GEMM
 //! (column-parallel), O GEMM (row-parallel) on the V part of the QKV output,
@@ -97,6 +96,7 @@ pub struct Site {
     pub eps: f32,
 }
 
+/// The error of making the model's context current on this thread.
 fn bind_err(e: tpcomm::cuda::cudarc::driver::DriverError) -> Error {
     Error::Cuda {
         call: "cuCtxSetCurrent".into(),
