@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (release) everything bench/device/verify_all.sh runs on the device and
 # copies it, stripped, into DEST (default /work/main/.dev/all, emptied first):
-#   tpcomm                 the command (gpu-bench, forward-bench, tune)
+#   tpcomm                 the command (bench --device gpu, bench forward, tune)
 #   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
 #   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune

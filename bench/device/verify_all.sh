@@ -3,10 +3,10 @@
 # a GPU, most important first, within a time budget:
 #   a  GPU tests: gpu_fallback, gpu_host_allreduce (incl. the 100k stress),
 #      gpu_allreduce, gpu_fused, nccl_gpu, gpu_self_tune
-#   b  P2P gpu-bench (procs) with PyTorch's NCCL, NCCL rows again with the
+#   b  P2P `tpcomm bench --device gpu` (procs) with PyTorch's NCCL, NCCL rows again with the
 #      system NCCL, and the torch anchor: is the NCCL gap the build or the measuring?
-#   c  host transport gpu-bench and torch anchor, both with NCCL_P2P_DISABLE=1
-#   d  gpu_forward test, forward-bench (P2P; host transport too if it has --transport)
+#   c  host transport GPU bench and torch anchor, both with NCCL_P2P_DISABLE=1
+#   d  gpu_forward test, `tpcomm bench forward` (P2P; host transport too if it has --transport)
 #   e  drop-in: pynccl_ctypes.py and torch_dropin.py with libtpcomm_nccl.so
 #   f  tune in two halves, merged, then auto against every fixed choice and NCCL;
 #      then (f6, f7) the same with the host transport forced, NCCL_P2P_DISABLE=1
@@ -134,7 +134,7 @@ finish() {
     grep "=" "$W"/p2p/nccl-libs.txt 2>/dev/null
     for f in "$W"/p2p/gpu-bench-*.txt; do
       [ -f "$f" ] || continue
-      echo "${f##*/}: $(grep -m1 '^# tpcomm gpu-bench' "$f" | grep -o 'NCCL [0-9.]*')"
+      echo "${f##*/}: $(grep -m1 '^# tpcomm bench' "$f" | grep -o 'NCCL [0-9.]*')"
       grep -E "^ +(1024|65536|1048576) " "$f"
     done
     for f in "$W"/p2p/torch-anchor.txt "$W"/host/torch-nop2p.txt; do
@@ -216,13 +216,13 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 P2P=(--launch procs --transport cuda --modes "eager,graph" --min 1KiB --max 64MiB --iters 20 --reps 15)
 if [ -n "$WHEEL_NCCL" ]; then
-  step b1 45 100 p2p/gpu-bench-torchnccl.txt env TPCOMM_NCCL_LIBRARY="$WHEEL_NCCL" "$T" gpu-bench "${P2P[@]}" \
+  step b1 45 100 p2p/gpu-bench-torchnccl.txt env TPCOMM_NCCL_LIBRARY="$WHEEL_NCCL" "$T" bench --device gpu "${P2P[@]}" \
     --algos one-shot,two-shot,nccl --json "$W/p2p/gpu-bench-torchnccl.json"
 else
   selected b1 && { FAILED+=("b1:no-torch-nccl"); log "-- b1 not run: no PyTorch NCCL found (see p2p/nccl-libs.txt)"; }
 fi
 if [ -n "$SYS_NCCL" ]; then
-  step b2 25 60 p2p/gpu-bench-sysnccl.txt env TPCOMM_NCCL_LIBRARY="$SYS_NCCL" "$T" gpu-bench "${P2P[@]}" \
+  step b2 25 60 p2p/gpu-bench-sysnccl.txt env TPCOMM_NCCL_LIBRARY="$SYS_NCCL" "$T" bench --device gpu "${P2P[@]}" \
     --algos nccl --json "$W/p2p/gpu-bench-sysnccl.json"
 else
   selected b2 && { FAILED+=("b2:no-system-nccl"); log "-- b2 not run: no system libnccl.so.2 found"; }
@@ -231,9 +231,9 @@ step b3 45 100 p2p/torch-anchor.txt python3 "$D/torch_allreduce.py" --tag h200x2
 
 # c: the host transport against NCCL without P2P (one bench JSON per command, as bench/summarize.py reads them).
 H=(--launch procs --transport host --dtype bf16 --modes "eager,graph" --iters 20 --timeout-ms 10000)
-step c1 20 50 host/bench-procs-small.txt env NCCL_P2P_DISABLE=1 "$T" gpu-bench "${H[@]}" --reps 15 \
+step c1 20 50 host/bench-procs-small.txt env NCCL_P2P_DISABLE=1 "$T" bench --device gpu "${H[@]}" --reps 15 \
   --min 1KiB --max 1MiB --algos one-shot,two-shot,nccl --json "$W/host/bench-procs-small.json"
-step c2 25 70 host/bench-procs-large.txt env NCCL_P2P_DISABLE=1 "$T" gpu-bench "${H[@]}" --rotate 2 --reps 10 \
+step c2 25 70 host/bench-procs-large.txt env NCCL_P2P_DISABLE=1 "$T" bench --device gpu "${H[@]}" --rotate 2 --reps 10 \
   --min 2MiB --max 64MiB --algos two-shot,nccl --json "$W/host/bench-procs-large.json"
 step c3 45 100 host/torch-nop2p.txt env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag nop2p \
   --out "$W/host/torch-nop2p.json"
@@ -257,12 +257,12 @@ if selected d1; then
   fi
 fi
 step d1 40 180 forward/gpu_forward-test.txt "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
-step d2 70 180 forward/forward-p2p.txt "$T" forward-bench --tokens 1,4,8,16 --json "$W/forward/forward-p2p.json"
-if timeout 10 "$T" forward-bench --help 2>/dev/null | grep -q -- "--transport"; then
-  step d3 70 180 forward/forward-host.txt env NCCL_P2P_DISABLE=1 "$T" forward-bench --transport host \
+step d2 70 180 forward/forward-p2p.txt "$T" bench forward --tokens 1,4,8,16 --json "$W/forward/forward-p2p.json"
+if timeout 10 "$T" bench forward --help 2>/dev/null | grep -q -- "--transport"; then
+  step d3 70 180 forward/forward-host.txt env NCCL_P2P_DISABLE=1 "$T" bench forward --transport host \
     --tokens 1,4,8,16 --json "$W/forward/forward-host.json"
 else
-  selected d3 && log "-- d3 not run: this tpcomm's forward-bench has no --transport option"
+  selected d3 && log "-- d3 not run: this tpcomm's bench forward has no --transport option"
 fi
 
 # e: the drop-in (the real NCCL behind it is the one PyTorch loads).
@@ -304,7 +304,7 @@ fi
 TABLE=()
 if { [ "$DRY_RUN" = 1 ] && did f3; } || [ -s "$W/tune/tuning.toml" ]; then TABLE=(--table "$W/tune/tuning.toml"); fi
 [ "${#TABLE[@]}" -gt 0 ] || { selected f4 && log "-- f4: no merged table; auto uses the class defaults"; }
-step f4 55 110 tune/auto.txt "$T" gpu-bench --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
+step f4 55 110 tune/auto.txt "$T" bench --device gpu --launch procs --algos one-shot,two-shot,nccl,auto --midpoints \
   --min 1KiB --max 64MiB --iters 20 --reps 9 "${TABLE[@]}" --json "$W/tune/auto.json"
 step f5 5 20 tune/explain.txt bash -c "for a in '--bytes 14KiB --graph' '--bytes 224KiB --graph' '--bytes 2MiB --graph' '--bytes 2MiB' '--bytes 5MiB --graph' '--bytes 64MiB'; do $T explain ${TABLE[*]} \$a || r=1; echo; done; exit \${r:-0}"
 

@@ -33,12 +33,10 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Time all-reduce on this machine's GPUs (every tpcomm algorithm and NCCL, eager and in CUDA graphs) or, without GPUs, on CPU ranks; nccl-tests columns, every result checked. `tpcomm bench forward`: all-reduce inside a transformer forward.
     Bench(Box<bench::unified::BenchCommand>),
-    /// The GPU bench's older spelling (`tpcomm bench --device gpu`); its worker processes run through it.
-    #[command(hide = true)]
-    GpuBench(gpu_bench::GpuBenchArgs),
-    /// The forward bench's older spelling (`tpcomm bench forward`).
-    #[command(hide = true)]
-    ForwardBench(forward_bench::ForwardBenchArgs),
+    /// Internal: one rank of `tpcomm bench --device gpu --launch processes`,
+    /// which starts it with --worker-rank and --rendezvous (refused without).
+    #[command(hide = true, name = "gpu-bench-worker")]
+    GpuBenchWorker(gpu_bench::GpuBenchArgs),
     /// Measure every algorithm and NCCL at every size, eager and graph, and write this machine's tuning table.
     Tune(tune::TuneArgs),
     /// Which algorithm an all-reduce of a given size gets, why, and what the alternatives cost.
@@ -55,11 +53,8 @@ fn main() {
             }
         }
         Command::Probe(args) => std::process::exit(probe::run(args)),
-        Command::GpuBench(args) => std::process::exit(gpu_bench::run(args, "tpcomm gpu-bench")),
+        Command::GpuBenchWorker(args) => std::process::exit(gpu_bench::run_worker(args)),
         Command::Bench(cmd) => std::process::exit(bench::unified::run(*cmd)),
-        Command::ForwardBench(args) => {
-            std::process::exit(forward_bench::run(args, "tpcomm forward-bench"))
-        }
         Command::Tune(args) => std::process::exit(tune::run(args)),
         Command::Explain(args) => std::process::exit(explain::run(args)),
     }

@@ -5,7 +5,7 @@
 //! `--from-bench` turns GPU bench JSON (`tpcomm bench --json` on GPUs, or an
 //! older `tpcomm gpu-bench --json` file) into a table instead (no GPU).
 
-use crate::gpu_bench::{self, RankOut, Row};
+use crate::gpu_bench::{self, GpuBenchArgs, RankOut, Row};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use tpcomm::cuda::Transport as GpuTransport;
@@ -205,36 +205,28 @@ fn read_bench(
     Ok((m, wrong, header))
 }
 
-/// The GPU bench arguments a measuring tune runs with.
-fn bench_argv(args: &TuneArgs) -> Vec<String> {
-    let mut argv: Vec<String> = vec![
-        "--launch".into(),
-        args.launch.clone(),
-        "--dtype".into(),
-        args.dtype.name().into(),
-        "--min".into(),
-        args.min.bytes().to_string(),
-        "--max".into(),
-        args.max.bytes().to_string(),
-        "--algos".into(),
-        "one-shot,two-shot,nccl".into(),
-        "--modes".into(),
-        "eager,graph".into(),
-        "--iters".into(),
-        args.iters.to_string(),
-        "--reps".into(),
-        args.reps.to_string(),
-        "--midpoints".into(),
-        "--transport".into(),
-        args.transport.name().into(),
-    ];
-    if let Some(g) = args.gpus {
-        argv.extend(["--gpus".into(), g.to_string()]);
-    }
-    if let Some(j) = &args.json {
-        argv.extend(["--json".into(), j.display().to_string()]);
-    }
-    argv
+/// The GPU bench arguments a measuring tune runs with: every candidate
+/// (one-shot, two-shot, nccl), eager and graph, with midpoints; launch,
+/// transport, GPUs, element type, sizes, calls, repetitions and JSON from
+/// tune's options; the rest the bench's defaults. Built directly (tests hold
+/// it equal to the bench's own parse of the command line it once built).
+fn bench_args(args: &TuneArgs) -> Result<GpuBenchArgs> {
+    let launch = <gpu_bench::Launch as clap::ValueEnum>::from_str(&args.launch, false)
+        .map_err(|_| Error::invalid("--launch", format!("{:?} (procs or threads)", args.launch)))?;
+    let mut a = GpuBenchArgs::defaults();
+    a.launch = launch;
+    a.transport = args.transport;
+    a.gpus = args.gpus;
+    a.dtype = args.dtype;
+    a.min = args.min;
+    a.max = args.max;
+    a.algos = ["one-shot", "two-shot", "nccl"].map(String::from).to_vec();
+    a.modes = ["eager", "graph"].map(String::from).to_vec();
+    a.iters = Some(args.iters);
+    a.reps = args.reps;
+    a.json = args.json.clone();
+    a.midpoints = true;
+    Ok(a)
 }
 
 fn run_inner(args: &TuneArgs) -> Result<()> {
@@ -242,7 +234,7 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
         return from_bench(args);
     }
     let (machine, topo) = crate::machine::this_machine(None)?;
-    let bench_args = gpu_bench::parse_args(&bench_argv(args))?;
+    let bench_args = bench_args(args)?;
     let started = std::time::Instant::now();
     let (bench_args, world, outs): (_, usize, Vec<RankOut>) = gpu_bench::measure(bench_args)?;
     // The transport the communicators ended up on (never auto).
@@ -306,6 +298,96 @@ mod tests {
         Cmd::try_parse_from(std::iter::once("tune").chain(argv.iter().copied())).map(|c| c.args)
     }
 
+    /// The bench arguments as they were made before tune built them itself:
+    /// an argv, parsed by the GPU bench's own clap definition.
+    fn round_trip(args: &TuneArgs) -> GpuBenchArgs {
+        let mut argv: Vec<String> = vec![
+            "--launch".into(),
+            args.launch.clone(),
+            "--dtype".into(),
+            args.dtype.name().into(),
+            "--min".into(),
+            args.min.bytes().to_string(),
+            "--max".into(),
+            args.max.bytes().to_string(),
+            "--algos".into(),
+            "one-shot,two-shot,nccl".into(),
+            "--modes".into(),
+            "eager,graph".into(),
+            "--iters".into(),
+            args.iters.to_string(),
+            "--reps".into(),
+            args.reps.to_string(),
+            "--midpoints".into(),
+            "--transport".into(),
+            args.transport.name().into(),
+        ];
+        if let Some(g) = args.gpus {
+            argv.extend(["--gpus".into(), g.to_string()]);
+        }
+        if let Some(j) = &args.json {
+            argv.extend(["--json".into(), j.display().to_string()]);
+        }
+        #[derive(Parser)]
+        struct Gpu {
+            #[command(flatten)]
+            args: GpuBenchArgs,
+        }
+        Gpu::try_parse_from(std::iter::once("gpu-bench".to_string()).chain(argv))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn the_bench_arguments_are_those_the_argv_round_trip_gave() {
+        let cases: &[&[&str]] = &[
+            &[],
+            &["--launch", "procs"],
+            &["--launch", "processes"],
+            &["--launch", "threads", "--transport", "cuda"],
+            &["--transport", "host", "--gpus", "4"],
+            &["--dtype", "f32", "--min", "4KiB", "--max", "1GiB"],
+            &["--dtype", "f16", "--min", "1", "--max", "1.5MiB"],
+            &["--iters", "3", "--reps", "1"],
+            &["--json", "raw.json", "--out", "t.toml"],
+            &[
+                "--launch",
+                "procs",
+                "--transport",
+                "auto",
+                "--gpus",
+                "8",
+                "--dtype",
+                "bf16",
+                "--min",
+                "64k",
+                "--max",
+                "256MiB",
+                "--iters",
+                "20",
+                "--reps",
+                "9",
+                "--json",
+                "/tmp/tune/raw.json",
+            ],
+        ];
+        for argv in cases {
+            let a = parse(argv).unwrap();
+            assert_eq!(
+                format!("{:?}", bench_args(&a).unwrap()),
+                format!("{:?}", round_trip(&a)),
+                "{argv:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_launch_is_an_error_naming_it() {
+        let e = bench_args(&parse(&["--launch", "fibers"]).unwrap()).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("--launch") && m.contains("\"fibers\""), "{m}");
+    }
+
     #[test]
     fn the_transport_defaults_to_auto_and_reaches_the_bench() {
         let a = parse(&[]).unwrap();
@@ -315,18 +397,12 @@ mod tests {
             ("cuda", GpuTransport::Cuda),
             ("host", GpuTransport::Host),
         ] {
-            let a = parse(&["--transport", given]).unwrap();
-            assert_eq!(a.transport, want);
-            let argv = bench_argv(&a);
-            // The GPU bench accepts what tune hands it.
-            gpu_bench::parse_args(&argv).unwrap();
-            let at = argv.iter().position(|x| x == "--transport").unwrap();
-            assert_eq!(argv[at + 1], given);
+            let b = bench_args(&parse(&["--transport", given]).unwrap()).unwrap();
+            assert_eq!(b.transport, want);
             // Still every candidate, eager and graph, with midpoints.
-            assert!(argv
-                .windows(2)
-                .any(|w| w[0] == "--algos" && w[1] == "one-shot,two-shot,nccl"));
-            assert!(argv.iter().any(|x| x == "--midpoints"));
+            assert_eq!(b.algos, ["one-shot", "two-shot", "nccl"]);
+            assert_eq!(b.modes, ["eager", "graph"]);
+            assert!(b.midpoints);
         }
         assert!(parse(&["--transport", "nvlink"]).is_err());
     }

@@ -224,9 +224,7 @@ fn gpu_requests_without_a_gpu_fail_cleanly() {
             vec!["bench", "--device", "gpu", "--ranks", "2", "--gpus", "2"],
             "--gpus",
         ),
-        (vec!["gpu-bench"], "CUDA"),
         (vec!["bench", "forward", "--tokens", "1"], "CUDA"),
-        (vec!["forward-bench", "--tokens", "1"], "CUDA"),
     ] {
         let out = tpcomm(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -236,13 +234,28 @@ fn gpu_requests_without_a_gpu_fail_cleanly() {
     }
 }
 
+/// The old spellings `gpu-bench` and `forward-bench` are gone; the GPU
+/// bench's internal worker command is hidden and refuses to run a bench.
 #[test]
-fn old_spellings_are_hidden_but_still_check_their_options() {
+fn the_old_spellings_are_gone_and_the_public_ones_check_their_options() {
     let help = tpcomm(&["--help"]);
     let text = String::from_utf8_lossy(&help.stdout);
     assert!(
-        text.contains("bench") && !text.contains("gpu-bench") && !text.contains("forward-bench")
+        text.contains("bench") && !text.contains("gpu-bench"),
+        "{text}"
     );
+    for old in ["gpu-bench", "forward-bench"] {
+        let out = tpcomm(&[old, "--help"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("unrecognized subcommand"),
+            "{old}: {err}"
+        );
+    }
+    let out = tpcomm(&["gpu-bench-worker", "--gpus", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("tpcomm bench --device gpu"), "{err}");
     let help = tpcomm(&["bench", "--help"]);
     let text = String::from_utf8_lossy(&help.stdout);
     assert!(
@@ -250,10 +263,8 @@ fn old_spellings_are_hidden_but_still_check_their_options() {
         "{text}"
     );
     for (args, needle) in [
-        (vec!["gpu-bench", "--modes", "lazy"], "lazy"),
         (vec!["bench", "--device", "gpu", "--modes", "lazy"], "lazy"),
         (vec!["bench", "forward", "--modes", "fast"], "fast"),
-        (vec!["forward-bench", "--modes", "fast"], "fast"),
     ] {
         let out = tpcomm(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -346,11 +357,11 @@ fn tune_from_bench_reads_old_and_new_shapes_alike_and_refuses_cpu_runs() {
 }
 
 /// `--transport host` refuses the fused modes (they need P2P) before it
-/// looks for a GPU, so this holds on any machine, in both spellings; the
-/// help names the option (bench/device/verify_all.sh greps for it).
+/// looks for a GPU, so this holds on any machine; the help names the
+/// option (bench/device/verify_all.sh greps for it).
 #[test]
 fn forward_refuses_fused_modes_on_the_host_transport() {
-    for spelling in [&["bench", "forward"][..], &["forward-bench"]] {
+    for spelling in [&["bench", "forward"][..]] {
         let mut help = spelling.to_vec();
         help.push("--help");
         let text = String::from_utf8_lossy(&tpcomm(&help).stdout).to_string();

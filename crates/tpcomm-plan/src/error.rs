@@ -84,6 +84,13 @@ fn line_suffix(line: Option<usize>) -> String {
     line.map(|l| format!(":{l}")).unwrap_or_default()
 }
 
+/// Byte arithmetic's own error reaches the planner as the library's.
+impl From<tpcomm::units::UnitsError> for PlanError {
+    fn from(e: tpcomm::units::UnitsError) -> Self {
+        PlanError::Core(e.into())
+    }
+}
+
 impl PlanError {
     pub fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Self {
         PlanError::Invalid {

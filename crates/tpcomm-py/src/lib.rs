@@ -93,9 +93,7 @@ create_exception!(
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
-        Error::InvalidArgument { .. }
-        | Error::ParseByteSize { .. }
-        | Error::ByteSizeOverflow(_) => InvalidArgumentError::new_err(msg),
+        Error::InvalidArgument { .. } | Error::Units(_) => InvalidArgumentError::new_err(msg),
         Error::PeerTimeout { .. } => PeerTimeoutError::new_err(msg),
         Error::Mismatch { .. } => MismatchError::new_err(msg),
         Error::Aborted(_) => AbortedError::new_err(msg),

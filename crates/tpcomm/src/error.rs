@@ -1,7 +1,9 @@
-//! The one error type of the library. Every message says what went wrong and
-//! what the user can do about it.
+//! The one error type of the library, and the error of a bad environment
+//! variable it wraps ([`EnvError`], defined here so that `env` and the types
+//! it parses into need nothing of each other). Every message says what went
+//! wrong and what the user can do about it.
 
-use crate::units::ByteSize;
+use crate::units::{ByteSize, UnitsError};
 use std::time::Duration;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -15,15 +17,11 @@ pub enum Error {
 
     /// An environment variable holds a value tpcomm does not accept.
     #[error(transparent)]
-    Env(#[from] crate::env::EnvError),
+    Env(#[from] EnvError),
 
-    /// A byte size could not be parsed.
-    #[error("cannot read {input:?} as a byte size: {reason} (examples: \"4096\", \"8MiB\", \"1.5 GiB\", \"64k\")")]
-    ParseByteSize { input: String, reason: String },
-
-    /// Arithmetic on byte sizes overflowed.
-    #[error("byte size arithmetic overflowed: {0}")]
-    ByteSizeOverflow(String),
+    /// A byte size could not be parsed, or arithmetic on byte sizes overflowed.
+    #[error(transparent)]
+    Units(#[from] UnitsError),
 
     /// A peer rank did not arrive within the timeout (or its process was
     /// seen to exit while this rank waited).
@@ -87,6 +85,31 @@ pub enum Error {
     /// Something this build or machine does not support.
     #[error("not supported: {0}")]
     Unsupported(String),
+}
+
+/// A bad value of an environment variable (read through `crate::env`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("environment variable {name}={value:?} is not valid: it takes {accepted}; fix the value or unset {name}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        accepted: String,
+    },
+    #[error("environment variable {name} is not valid UTF-8: it takes {accepted}; fix the value or unset {name}")]
+    NotUnicode {
+        name: &'static str,
+        accepted: String,
+    },
+}
+
+impl EnvError {
+    /// The variable the error is about.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EnvError::Invalid { name, .. } | EnvError::NotUnicode { name, .. } => name,
+        }
+    }
 }
 
 impl Error {

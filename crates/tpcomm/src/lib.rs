@@ -1,7 +1,8 @@
 //! tpcomm: all-reduce for tensor-parallel inference on one machine.
 //!
-//! Layers (see DESIGN.md at the repository root of the project): basic types
-//! ([`units`], [`dtype`], [`error`], [`env`]), transports, algorithms, the communicator.
+//! Layers (docs/architecture.md): basic types ([`units`], [`error`],
+//! [`dtype`], [`algo`], [`wire`], [`env`]), transports, algorithms, the
+//! communicator.
 
 pub mod algo;
 pub mod cuda;
@@ -18,6 +19,7 @@ pub mod select;
 pub mod topology;
 pub mod units;
 pub mod verify;
+pub mod wire;
 
 pub use algo::Algo;
 pub use dtype::{DType, Element, ReduceOp};

@@ -123,17 +123,17 @@ impl MemoryReport {
 
     /// The sum of all lines.
     pub fn total(&self) -> Result<ByteSize> {
-        ByteSize::checked_sum(self.lines.iter().map(|l| l.bytes))
+        Ok(ByteSize::checked_sum(self.lines.iter().map(|l| l.bytes))?)
     }
 
     /// The sum of the lines that live in `place`.
     pub fn total_in(&self, place: Place) -> Result<ByteSize> {
-        ByteSize::checked_sum(
+        Ok(ByteSize::checked_sum(
             self.lines
                 .iter()
                 .filter(|l| l.place == place)
                 .map(|l| l.bytes),
-        )
+        )?)
     }
 
     /// Bytes of device memory asked for (zero without GPU allocations).

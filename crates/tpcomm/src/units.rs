@@ -5,9 +5,24 @@
 //! arithmetic is checked and integer-only: there is no floating-point GiB
 //! anywhere in tpcomm.
 
-use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
+
+/// What can go wrong with a byte size: reading one, or arithmetic on it.
+/// Its own type, so that `units` needs nothing of the library above it;
+/// [`crate::Error`] takes it in with `From` (its `Units` variant).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnitsError {
+    /// A byte size could not be parsed.
+    #[error("cannot read {input:?} as a byte size: {reason} (examples: \"4096\", \"8MiB\", \"1.5 GiB\", \"64k\")")]
+    Parse { input: String, reason: String },
+
+    /// Arithmetic on byte sizes overflowed.
+    #[error("byte size arithmetic overflowed: {0}")]
+    Overflow(String),
+}
+
+type Result<T, E = UnitsError> = std::result::Result<T, E>;
 
 /// A number of bytes.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -42,7 +57,7 @@ impl ByteSize {
     /// The size in bytes as `usize`, for indexing memory on this machine.
     pub fn as_usize(self) -> Result<usize> {
         usize::try_from(self.0).map_err(|_| {
-            Error::ByteSizeOverflow(format!(
+            UnitsError::Overflow(format!(
                 "{self} does not fit in this machine's address space"
             ))
         })
@@ -57,27 +72,27 @@ impl ByteSize {
         self.0
             .checked_add(rhs.0)
             .map(ByteSize)
-            .ok_or_else(|| Error::ByteSizeOverflow(format!("{self} + {rhs}")))
+            .ok_or_else(|| UnitsError::Overflow(format!("{self} + {rhs}")))
     }
 
     pub fn checked_sub(self, rhs: ByteSize) -> Result<ByteSize> {
         self.0
             .checked_sub(rhs.0)
             .map(ByteSize)
-            .ok_or_else(|| Error::ByteSizeOverflow(format!("{self} - {rhs} is negative")))
+            .ok_or_else(|| UnitsError::Overflow(format!("{self} - {rhs} is negative")))
     }
 
     pub fn checked_mul(self, n: u64) -> Result<ByteSize> {
         self.0
             .checked_mul(n)
             .map(ByteSize)
-            .ok_or_else(|| Error::ByteSizeOverflow(format!("{self} x {n}")))
+            .ok_or_else(|| UnitsError::Overflow(format!("{self} x {n}")))
     }
 
     /// How many whole `unit`s fit in `self` (e.g. tokens that fit in a KV budget).
     pub fn div_floor(self, unit: ByteSize) -> Result<u64> {
         if unit.0 == 0 {
-            return Err(Error::ByteSizeOverflow(format!("{self} / 0 B")));
+            return Err(UnitsError::Overflow(format!("{self} / 0 B")));
         }
         Ok(self.0 / unit.0)
     }
@@ -85,7 +100,7 @@ impl ByteSize {
     /// Rounds up to a multiple of `align` (which must be non-zero).
     pub fn align_up(self, align: ByteSize) -> Result<ByteSize> {
         if align.0 == 0 {
-            return Err(Error::ByteSizeOverflow("alignment of 0 B".into()));
+            return Err(UnitsError::Overflow("alignment of 0 B".into()));
         }
         let rem = self.0 % align.0;
         if rem == 0 {
@@ -119,13 +134,13 @@ fn unit_of(suffix: &str) -> Option<u64> {
 }
 
 impl FromStr for ByteSize {
-    type Err = Error;
+    type Err = UnitsError;
 
     /// Parses "4096", "8MiB", "1.5 GiB", "64k" (single letters are binary
     /// units, as in nccl-tests), "2GB" (decimal). The result must be a whole
     /// number of bytes.
     fn from_str(input: &str) -> Result<Self> {
-        let err = |reason: &str| Error::ParseByteSize {
+        let err = |reason: &str| UnitsError::Parse {
             input: input.to_string(),
             reason: reason.to_string(),
         };
@@ -280,7 +295,7 @@ mod tests {
             "-1",
         ] {
             let e = bad.parse::<ByteSize>().unwrap_err();
-            assert!(matches!(e, Error::ParseByteSize { .. }), "{bad}: {e}");
+            assert!(matches!(e, UnitsError::Parse { .. }), "{bad}: {e}");
         }
     }
 

@@ -22,11 +22,6 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         &["f32", "f16", "bf16"],
     ),
     (
-        "fused.cu",
-        &["tpcomm_silu_mul", "tpcomm_fill_uniform"],
-        &["bf16"],
-    ),
-    (
         "host_allreduce.cu",
         &[
             "tpcomm_host_push",

@@ -1,5 +1,5 @@
-//! `tpcomm bench forward` (also the hidden `forward-bench`): what an all-reduce costs where it lives. A
-//! tensor-parallel transformer forward (tpcomm::cuda::forward), one process
+//! `tpcomm bench forward`: what an all-reduce costs where it lives. A
+//! tensor-parallel transformer forward (the tpcomm-forward crate), one process
 //! per GPU (the command re-executes itself as workers), captured in a CUDA
 //! graph and timed as whole forwards, once per way of doing its all-reduce
 //! sites: none (the compute floor), NCCL, each tpcomm algorithm, and the
@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
-use tpcomm::cuda::forward::{Model, Shape, Site};
 use tpcomm::cuda::host_path::{GpuComm, Transport};
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::{open_context, CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
+use tpcomm_forward::{Model, Shape, Site};
 
 mod rank;
 mod report;
@@ -255,7 +255,7 @@ fn run_inner(args: ForwardBenchArgs) -> Result<()> {
             .map_err(|e| Error::io(format!("write {}", path.display()), e));
     }
     tpcomm::cuda::ensure_driver()?;
-    tpcomm::cuda::forward::ensure_cublas()?;
+    tpcomm_forward::ensure_cublas()?;
     let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize;
     let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
     if n == 0 || !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
@@ -283,9 +283,9 @@ fn run_workers(world: usize, add_gpus: bool, timeout: Duration) -> Result<Vec<Ra
     })
 }
 
-/// A worker's command line: this command's own (either spelling, `bench
-/// forward` or `forward-bench`, parses the same), plus the rank, the meeting
-/// directory and, when the user left it out, the world size.
+/// A worker's command line: this command's own (`bench forward ...`), plus
+/// the rank, the meeting directory and, when the user left it out, the world
+/// size.
 fn worker_argv(
     own: impl Iterator<Item = std::ffi::OsString>,
     add_gpus: bool,

@@ -336,12 +336,12 @@ mod tests {
 
     fn args(extra: &[&str]) -> ForwardBenchArgs {
         use clap::Parser;
-        let argv = ["tpcomm", "forward-bench", "--layers", "2"]
+        let argv = ["tpcomm", "bench", "forward", "--layers", "2"]
             .iter()
             .chain(extra)
             .map(|s| s.to_string());
         match crate::Cli::try_parse_from(argv).unwrap().command {
-            crate::Command::ForwardBench(a) => a,
+            crate::Command::Bench(b) => b.forward().expect("the forward bench"),
             _ => panic!("not the forward bench"),
         }
     }

@@ -44,30 +44,25 @@ fn parse_worker(own: &[&str], dir: &std::path::Path) -> ForwardBenchArgs {
     let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv))
         .unwrap_or_else(|e| panic!("{own:?}: {e}"));
     match cli.command {
-        crate::Command::ForwardBench(a) => a,
         crate::Command::Bench(b) => b
             .forward()
             .unwrap_or_else(|| panic!("{own:?}: not forward")),
-        _ => panic!("{own:?}: neither spelling"),
+        _ => panic!("{own:?}: not `bench forward`"),
     }
 }
 
-/// A worker re-parses its parent's own command line (either spelling)
-/// plus the rank fields, and lands in the forward bench as a worker.
+/// A worker re-parses its parent's own command line plus the rank fields,
+/// and lands in the forward bench as a worker.
 #[test]
-fn workers_parse_back_either_spelling() {
+fn workers_parse_back_the_parents_command_line() {
     let dir = std::path::Path::new("/tmp/fw rv");
-    for own in [
-        &["bench", "forward", "--tokens", "8", "--modes", "none,nccl"][..],
-        &["forward-bench", "--tokens", "8", "--modes", "none,nccl"][..],
-    ] {
-        let a = parse_worker(own, dir);
-        check_worker(&a, dir);
-        assert_eq!(a.transport, Transport::Auto, "{own:?}");
-    }
+    let own = &["bench", "forward", "--tokens", "8", "--modes", "none,nccl"];
+    let a = parse_worker(own, dir);
+    check_worker(&a, dir);
+    assert_eq!(a.transport, Transport::Auto, "{own:?}");
 }
 
-/// --transport reaches the workers in both spellings, in any position.
+/// --transport reaches the workers, in any position.
 #[test]
 fn workers_keep_the_transport() {
     let dir = std::path::Path::new("/tmp/fw rv");
@@ -83,7 +78,8 @@ fn workers_keep_the_transport() {
             "none,nccl",
         ][..],
         &[
-            "forward-bench",
+            "bench",
+            "forward",
             "--tokens",
             "8",
             "--modes",
@@ -92,7 +88,8 @@ fn workers_keep_the_transport() {
             "host",
         ][..],
         &[
-            "forward-bench",
+            "bench",
+            "forward",
             "--transport=cuda",
             "--tokens",
             "8",
@@ -110,7 +107,7 @@ fn workers_keep_the_transport() {
         assert_eq!(a.transport, want, "{own:?}");
     }
     // Without --modes the worker also sees none, so it picks the same default.
-    let a = parse_worker(&["forward-bench", "--transport", "host"], dir);
+    let a = parse_worker(&["bench", "forward", "--transport", "host"], dir);
     assert_eq!(a.modes, None);
     assert_eq!(a.transport, Transport::Host);
 }
@@ -120,7 +117,7 @@ fn unknown_transports_are_refused() {
     use clap::Parser;
     for bad in [
         &["tpcomm", "bench", "forward", "--transport", "nvlink"][..],
-        &["tpcomm", "forward-bench", "--transport", "shm"][..],
+        &["tpcomm", "bench", "forward", "--transport", "shm"][..],
     ] {
         assert!(crate::Cli::try_parse_from(bad).is_err(), "{bad:?}");
     }

@@ -30,7 +30,7 @@ pub(super) fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut
     })
 }
 
-/// The command line of worker `rank`: the hidden `gpu-bench` spelling with
+/// The command line of worker `rank`: the internal `gpu-bench-worker` with
 /// every option that shapes the measurement, so each worker measures exactly
 /// what the parent was asked for.
 pub(super) fn worker_argv(
@@ -42,7 +42,7 @@ pub(super) fn worker_argv(
     use std::ffi::OsString;
     let strs = |items: &[&str]| items.iter().map(OsString::from).collect::<Vec<_>>();
     let mut v = strs(&[
-        "gpu-bench",
+        "gpu-bench-worker",
         "--gpus",
         &world.to_string(),
         "--worker-rank",

@@ -1,8 +1,8 @@
-//! `tpcomm bench` on GPUs (`--device gpu`, or auto with 2+ GPUs; the hidden
-//! `gpu-bench` spelling runs the same): every tpcomm GPU all-reduce algorithm
-//! and NCCL, eager and inside CUDA graphs, in one run, every result checked
-//! against a float64 reference. One process per GPU (the command re-executes
-//! itself as workers, through `gpu-bench`) or one thread per GPU
+//! `tpcomm bench` on GPUs (`--device gpu`, or auto with 2+ GPUs): every
+//! tpcomm GPU all-reduce algorithm and NCCL, eager and inside CUDA graphs, in
+//! one run, every result checked against a float64 reference. One process
+//! per GPU (the command re-executes itself as workers, through the internal
+//! `gpu-bench-worker`) or one thread per GPU
 //! (`--launch threads`). The JSON is `tpcomm::report::BenchReport`, as the
 //! CPU bench writes.
 
@@ -189,6 +189,19 @@ pub fn run(args: GpuBenchArgs, name: &str) -> i32 {
     }
 }
 
+/// Entry point of the internal `tpcomm gpu-bench-worker`: one rank, started
+/// by the bench itself (launch.rs), never a whole bench.
+pub fn run_worker(args: GpuBenchArgs) -> i32 {
+    let name = "tpcomm gpu-bench-worker";
+    if args.worker_rank.is_none() || args.rendezvous.is_none() {
+        eprintln!(
+            "{name}: internal: one rank of `tpcomm bench --device gpu`, which starts it with --worker-rank and --rendezvous; run `tpcomm bench --device gpu` instead"
+        );
+        return 2;
+    }
+    run(args, name)
+}
+
 fn run_inner(args: GpuBenchArgs) -> Result<()> {
     let (args, world, outs) = measure(args)?;
     report(&args, world, outs)
@@ -266,18 +279,6 @@ impl GpuBenchArgs {
             None => "100 (< 4 MiB) / 20".into(),
         }
     }
-}
-
-pub(crate) fn parse_args(argv: &[String]) -> Result<GpuBenchArgs> {
-    #[derive(clap::Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        args: GpuBenchArgs,
-    }
-    use clap::Parser as _;
-    Wrap::try_parse_from(std::iter::once("gpu-bench".to_string()).chain(argv.iter().cloned()))
-        .map(|w| w.args)
-        .map_err(|e| Error::invalid("gpu-bench arguments", e.to_string()))
 }
 
 fn validate(args: &GpuBenchArgs) -> Result<()> {

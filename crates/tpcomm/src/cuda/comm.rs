@@ -75,7 +75,7 @@ impl CudaConfig {
         if self.max_bytes.bytes() == 0 {
             return Err(Error::invalid("max message size", "must be above 0"));
         }
-        self.max_bytes.as_usize()
+        Ok(self.max_bytes.as_usize()?)
     }
 
     pub fn new(rank: usize, world: usize, device: usize) -> Self {

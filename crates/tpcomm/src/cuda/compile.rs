@@ -29,9 +29,8 @@ pub const COMMON_SRC: &str = include_str!("kernels/common.cuh");
 pub const ALLREDUCE_SRC: &str = family_source!(""; "allreduce.cu");
 
 /// The fused all-reduce + residual + RMSNorm kernels, which reuse
-/// allreduce.cu's protocol pieces, and the benchmark forward's element-wise
-/// kernels, which use its conversions.
-pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu", "forward.cu");
+/// allreduce.cu's protocol pieces.
+pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu");
 
 /// The host-memory all-reduce kernels, with V16 at the 4-byte alignment
 /// they were verified with (see common.cuh).
@@ -172,7 +171,6 @@ mod tests {
     const FAMILY_FILES: &[(&str, &str)] = &[
         ("allreduce.cu", include_str!("kernels/allreduce.cu")),
         ("fused.cu", include_str!("kernels/fused.cu")),
-        ("forward.cu", include_str!("kernels/forward.cu")),
         (
             "host_allreduce.cu",
             include_str!("kernels/host_allreduce.cu"),

@@ -1,8 +1,7 @@
 //! All-reduce fused with the residual add and RMSNorm that follow it
 //! ([`CudaCommunicator::all_reduce_residual_rmsnorm`]), the unfused add +
 //! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
-//! live in (shared with the benchmark forward's element-wise kernels; its
-//! source is `compile::FUSED_SRC`).
+//! live in (its source is `compile::FUSED_SRC`).
 
 use super::comm::CudaCommunicator;
 use super::compile;
@@ -72,8 +71,6 @@ fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
 pub(crate) struct FusedKernels {
     fused: [Function; 3],
     add_rmsnorm: [Function; 3],
-    pub(crate) silu_mul_bf16: Function,
-    pub(crate) fill_uniform_bf16: Function,
     cubin_bytes: usize,
     /// Blocks of the fused kernel one SM holds at its largest block
     /// (NORM_BLOCK_MAX threads): what sizes its grid on a shared GPU.
@@ -91,14 +88,11 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
     static CACHE: PerDevice<FusedKernels> = PerDevice::new();
     per_device(&CACHE, ctx, || {
         let l = compile_and_load(ctx, compile::FUSED_SRC, "fused.cu", "the fused kernels")?;
-        let f = |n: &str| l.module.function(n);
         let fused = per_type(&l.module, "tpcomm_fused_rmsnorm")?;
         Ok(FusedKernels {
             fused_blocks_per_sm: resident_blocks_per_sm(&fused, NORM_BLOCK_MAX)?,
             fused,
             add_rmsnorm: per_type(&l.module, "tpcomm_add_rmsnorm")?,
-            silu_mul_bf16: f("tpcomm_silu_mul_bf16")?,
-            fill_uniform_bf16: f("tpcomm_fill_uniform_bf16")?,
             arch_major: l.arch.0,
             cubin_bytes: l.cubin_bytes,
             _module: l.module,

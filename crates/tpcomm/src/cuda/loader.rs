@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A kernel source compiled for one device and loaded into its context.
-pub(crate) struct Loaded {
+pub struct Loaded {
     pub module: Module,
     pub arch: (i32, i32),
     pub nvrtc: (i32, i32),
@@ -23,7 +23,7 @@ pub(crate) struct Loaded {
 
 /// Compiles `src` (through the disk cache) for `ctx`'s compute capability and
 /// loads it; `what` names the family in the error ("the host-path kernels").
-pub(crate) fn compile_and_load(
+pub fn compile_and_load(
     ctx: &Arc<CudaContext>,
     src: &str,
     name: &str,
@@ -49,10 +49,10 @@ pub(crate) fn compile_and_load(
 }
 
 /// A kernel family's loaded copy per device ordinal.
-pub(crate) type PerDevice<T> = OnceLock<Mutex<HashMap<usize, Arc<T>>>>;
+pub type PerDevice<T> = OnceLock<Mutex<HashMap<usize, Arc<T>>>>;
 
 /// The copy of `ctx`'s device in `cache`, made by `make` the first time.
-pub(crate) fn per_device<T>(
+pub fn per_device<T>(
     cache: &'static PerDevice<T>,
     ctx: &Arc<CudaContext>,
     make: impl FnOnce() -> Result<T>,

@@ -2,17 +2,19 @@
 //! GPUs write into directly, kernels compiled by NVRTC at run time.
 //!
 //! `raw` holds every unsafe CUDA call; the rest is safe code on top of it.
+//! `loader`, `compile` and the re-exported launch, module and allocation types
+//! of `raw` are public for kernel families outside the library (the benchmark
+//! forward's, in crates/tpcomm-forward).
 
 mod algo;
 mod comm;
 pub mod communicator;
 pub mod compile;
-pub mod forward;
 pub mod fused;
 pub mod host_path;
 mod kernels;
 pub(crate) mod layout;
-mod loader;
+pub mod loader;
 mod pdl;
 pub mod quant;
 mod raw;
@@ -34,6 +36,8 @@ pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
 };
+/// What a kernel family outside the library launches with.
+pub use raw::{launch, DeviceAlloc, Function, Module};
 pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
 pub use stream_all_reduce::StreamAllReduce;
 

@@ -4,7 +4,7 @@
 use super::shm::Mapping;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryLine, MemoryReport, Place};
-use crate::units::ByteSize;
+use crate::units::{ByteSize, UnitsError};
 use std::sync::atomic::AtomicU64;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPCOMMH1");
@@ -88,10 +88,10 @@ impl Layout {
         let data_offset = HEADER_BYTES + signal_bytes;
         let data = slot
             .checked_mul(world * nbuf)
-            .ok_or_else(|| Error::ByteSizeOverflow(format!("{world} ranks x {nbuf} x {piece}")))?;
+            .ok_or_else(|| UnitsError::Overflow(format!("{world} ranks x {nbuf} x {piece}")))?;
         let total = data_offset
             .checked_add(data)
-            .ok_or_else(|| Error::ByteSizeOverflow("segment size".into()))?;
+            .ok_or_else(|| UnitsError::Overflow("segment size".into()))?;
         Ok(Layout {
             world,
             nbuf,

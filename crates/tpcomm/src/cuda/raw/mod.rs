@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 pub use cu::{CUcontext, CUdeviceptr, CUstream};
 
+mod copy;
 pub mod nvrtc;
 
 fn check(call: &str, r: cu::CUresult) -> Result<()> {

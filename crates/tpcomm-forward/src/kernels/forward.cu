@@ -1,7 +1,7 @@
-// The element-wise pieces of the benchmark forward (src/cuda/forward/): the
-// SiLU-gated MLP activation and random initialisation. bf16 only. Compiled
-// appended to common.cuh, allreduce.cu and fused.cu (src/cuda/compile.rs,
-// FUSED_SRC); the bf16 conversions are common.cuh's.
+// The element-wise pieces of the benchmark forward (crates/tpcomm-forward):
+// the SiLU-gated MLP activation and random initialisation. bf16 only.
+// Compiled appended to the library's common.cuh (src/kernels.rs), whose bf16
+// conversions it uses.
 // Each kernel takes one struct (the launcher passes a single argument).
 
 struct SiluArgs {

@@ -1,12 +1,12 @@
-//! Every unsafe call of the benchmark forward: cuBLAS (loaded at run time by
-//! cudarc, checked for presence first because its loader panics) and the
-//! driver copies the forward needs.
+//! cuBLAS, the one C library this crate calls itself (loaded at run time by
+//! cudarc, checked for presence first because its loader panics): a handle
+//! bound to one stream and the bf16 GEMM of the forward. Every other call
+//! to CUDA goes through the library (`tpcomm::cuda`).
 
-use crate::error::{Error, Result};
 use cudarc::cublas::result as blas;
 use cudarc::cublas::sys as bsys;
-use cudarc::driver::result as drv;
-use cudarc::driver::sys::{CUdeviceptr, CUstream};
+use tpcomm::cuda::{CUdeviceptr, CUstream};
+use tpcomm::{Error, Result};
 
 fn blas_err(call: &str) -> impl Fn(blas::CublasError) -> Error + '_ {
     move |e| Error::Library {
@@ -117,36 +117,4 @@ impl Drop for Blas {
         // SAFETY: created in new(), destroyed once.
         let _ = unsafe { blas::destroy_handle(self.handle) };
     }
-}
-
-fn drv_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| Error::Cuda {
-        call: call.into(),
-        detail: e.to_string(),
-    }
-}
-
-/// Stream-ordered device-to-device copy (capturable).
-///
-/// # Safety
-/// Both ranges are `bytes` of device memory of the stream's context, valid
-/// until the stream has run the copy.
-pub unsafe fn copy_dtod(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    bytes: usize,
-    s: CUstream,
-) -> Result<()> {
-    // SAFETY: the caller's contract above.
-    unsafe { drv::memcpy_dtod_async(dst, src, bytes, s) }.map_err(drv_err("cuMemcpyDtoDAsync"))
-}
-
-/// Synchronous copy of `dst.len()` bytes from device memory at `src`.
-///
-/// # Safety
-/// `src` holds at least `dst.len()` bytes of device memory of the current
-/// context, and no stream is writing it.
-pub unsafe fn copy_dtoh(dst: &mut [u8], src: CUdeviceptr) -> Result<()> {
-    // SAFETY: the caller's contract above; `dst` is a valid host slice.
-    unsafe { drv::memcpy_dtoh_sync(dst, src) }.map_err(drv_err("cuMemcpyDtoH"))
 }

@@ -1,5 +1,11 @@
 //! One rank's share of a tensor-parallel transformer forward, for measuring
-//! what an all-reduce costs where it lives (`tpcomm forward-bench`).
+//! what an all-reduce costs where it lives (`tpcomm bench forward`, in
+//! crates/tpcomm-cli). Not part of the library: its GEMMs run in cuBLAS
+//! ([`blas`], the one module of this crate that calls a C library), its
+//! element-wise kernels ([`kernels`]) are a kernel family of its own, and it
+//! takes from the library only what any caller may: device memory, kernel
+//! compilation and launch (`tpcomm::cuda::{launch, DeviceAlloc}`, `loader`,
+//! `compile`) and the add + RMSNorm kernel (`tpcomm::cuda::fused::add_rmsnorm`).
 //!
 //! Per layer: `h = rmsnorm(x)` (done by the previous site), QKV GEMM
 //! (column-parallel), O GEMM (row-parallel) on the V part of the QKV output,
@@ -12,19 +18,18 @@
 //! every layer (a layer's weights are far larger than L2, so reuse does not
 //! flatter the GEMMs), so the model fits on small GPUs.
 
-mod ffi;
+mod blas;
+pub mod kernels;
 
-pub use ffi::ensure_cublas;
+pub use blas::ensure_cublas;
 
-use super::fused::{add_rmsnorm, fused_kernels, FusedKernels};
-use super::pdl::Launch;
-use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::units::ByteSize;
-use cudarc::driver::CudaContext;
-use ffi::Blas;
+use blas::Blas;
+use kernels::{forward_kernels, ForwardKernels};
 use std::sync::Arc;
+use tpcomm::cuda::cudarc::driver::CudaContext;
+use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::{launch, CUdeviceptr, CUstream, DeviceAlloc, Launch};
+use tpcomm::{ByteSize, DType, Error, Result};
 
 /// Sizes of the model and of the largest batch.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
@@ -91,6 +96,14 @@ pub struct Site {
     pub eps: f32,
 }
 
+/// The error of making the model's context current on this thread.
+fn bind_err(e: tpcomm::cuda::cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        call: "cuCtxSetCurrent".into(),
+        detail: e.to_string(),
+    }
+}
+
 /// RMSNorm epsilon of the benchmark model.
 pub const EPS: f32 = 1e-6;
 const WORKSPACE: usize = 32 << 20;
@@ -98,7 +111,7 @@ const WORKSPACE: usize = 32 << 20;
 /// One rank's weights, activations and cuBLAS handle.
 pub struct Model {
     ctx: Arc<CudaContext>,
-    kernels: Arc<FusedKernels>,
+    kernels: Arc<ForwardKernels>,
     shape: Shape,
     blas: Blas,
     // Field order: the handle is destroyed before the memory it uses.
@@ -139,7 +152,7 @@ impl Model {
     ) -> Result<Self> {
         shape.check()?;
         ensure_cublas()?;
-        let kernels = fused_kernels(ctx)?;
+        let kernels = forward_kernels(ctx)?;
         let (h, hs, ms, t) = (shape.hidden, shape.hs(), shape.ms(), shape.max_tokens);
         let mut total = 0;
         let a = |n: usize, total: &mut usize| bf16_alloc(ctx, n, total);
@@ -158,7 +171,7 @@ impl Model {
         let act = a(t * ms, &mut total)?;
         let workspace = DeviceAlloc::new(ctx.cu_ctx(), WORKSPACE)?;
         total += WORKSPACE;
-        raw::set_current(ctx.cu_ctx())?;
+        ctx.bind_to_thread().map_err(bind_err)?;
         let blas = Blas::new(stream, workspace.ptr(), WORKSPACE)?;
         let m = Self {
             ctx: ctx.clone(),
@@ -233,10 +246,10 @@ impl Model {
             offset,
             scale,
         };
-        raw::set_current(self.ctx.cu_ctx())?;
+        self.ctx.bind_to_thread().map_err(bind_err)?;
         // SAFETY: FillArgs mirrors the kernel's struct; `out` is one of this
         // model's allocations of at least `n` bf16 elements.
-        unsafe { raw::launch(self.kernels.fill_uniform_bf16, 1024, 256, &args, stream) }
+        unsafe { launch(self.kernels.fill_uniform_bf16, 1024, 256, &args, stream) }
     }
 
     fn silu_mul(&self, rows: usize, stream: CUstream) -> Result<()> {
@@ -257,7 +270,7 @@ impl Model {
         let blocks = (rows * inter).div_ceil(256).min(1024) as u32;
         // SAFETY: SiluArgs mirrors the kernel's struct; `up` holds rows x
         // 2*inter and `act` rows x inter elements (rows <= max_tokens).
-        unsafe { raw::launch(self.kernels.silu_mul_bf16, blocks, 256, &args, stream) }
+        unsafe { launch(self.kernels.silu_mul_bf16, blocks, 256, &args, stream) }
     }
 
     /// Enqueues one forward of `tokens` tokens on `stream` (capturable):
@@ -282,7 +295,7 @@ impl Model {
             ));
         }
         let (h, hs, ms) = (sh.hidden, sh.hs(), sh.ms());
-        raw::set_current(self.ctx.cu_ctx())?;
+        self.ctx.bind_to_thread().map_err(bind_err)?;
         let s = Site {
             partial: self.part.ptr(),
             reduced: self.reduced.ptr(),
@@ -297,7 +310,7 @@ impl Model {
         // allocations, sized for max_tokens >= tokens rows; they live as long
         // as `self`, which the caller keeps until the stream has finished.
         unsafe {
-            ffi::copy_dtod(self.x.ptr(), self.x0.ptr(), tokens * h * 2, stream)?;
+            self.x.copy_from_async(&self.x0, tokens * h * 2, stream)?;
             add_rmsnorm(
                 &self.ctx,
                 s.residual,
@@ -395,12 +408,8 @@ impl Model {
     pub fn output(&self, tokens: usize) -> Result<(Vec<u8>, Vec<u8>)> {
         let n = tokens.min(self.shape.max_tokens) * self.shape.hidden * 2;
         let (mut x, mut h) = (vec![0u8; n], vec![0u8; n]);
-        raw::set_current(self.ctx.cu_ctx())?;
-        // SAFETY: both buffers hold max_tokens rows; the caller synchronized.
-        unsafe {
-            ffi::copy_dtoh(&mut x, self.x.ptr())?;
-            ffi::copy_dtoh(&mut h, self.h.ptr())?;
-        }
+        self.x.read(&mut x)?;
+        self.h.read(&mut h)?;
         Ok((x, h))
     }
 }

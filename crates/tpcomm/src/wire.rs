@@ -1,0 +1,138 @@
+//! The quantized wire setting, a basic type like `DType`: how an all-reduce's
+//! data travels between ranks ([`Wire`]) and the code format of a quantized
+//! wire. Below `env`, which parses TPCOMM_WIRE into a [`Wire`]; `quant`
+//! (which reads that variable) re-exports it as `quant::Wire`.
+
+use crate::error::{Error, Result};
+
+/// Smallest and largest group (elements per scale); a power of two.
+pub const MIN_GROUP: u32 = 32;
+pub const MAX_GROUP: u32 = 128;
+
+/// How an all-reduce's data travels between ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// The element type itself: the exact all-reduce (the default).
+    #[default]
+    Exact,
+    /// int8 codes, one f32 scale per `group` elements (amax / 127).
+    Int8 { group: u32 },
+    /// fp8 e4m3 codes, one f32 scale per `group` elements (amax / 448).
+    Fp8 { group: u32 },
+}
+
+/// The code format of a quantized wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    Int8,
+    Fp8E4m3,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Int8 => "int8",
+            Format::Fp8E4m3 => "fp8",
+        }
+    }
+}
+
+impl Wire {
+    /// The default group of both formats: 64 elements per scale.
+    pub const DEFAULT_GROUP: u32 = 64;
+
+    pub fn int8() -> Self {
+        Wire::Int8 {
+            group: Self::DEFAULT_GROUP,
+        }
+    }
+    pub fn fp8() -> Self {
+        Wire::Fp8 {
+            group: Self::DEFAULT_GROUP,
+        }
+    }
+
+    /// (format, group) of a quantized wire; `None` for `Exact`.
+    pub fn quantized(self) -> Option<(Format, u32)> {
+        match self {
+            Wire::Exact => None,
+            Wire::Int8 { group } => Some((Format::Int8, group)),
+            Wire::Fp8 { group } => Some((Format::Fp8E4m3, group)),
+        }
+    }
+
+    /// Checks the group: a power of two from MIN_GROUP to MAX_GROUP.
+    pub fn checked(self) -> Result<Self> {
+        if let Some((f, g)) = self.quantized() {
+            if !(MIN_GROUP..=MAX_GROUP).contains(&g) || !g.is_power_of_two() {
+                return Err(Error::invalid(
+                    "quantized wire group",
+                    format!(
+                        "{g} for {} (a power of two from {MIN_GROUP} to {MAX_GROUP})",
+                        f.name()
+                    ),
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// "exact", "int8/g64", "fp8/g128": what bench rows and `explain` print.
+    pub fn label(self) -> String {
+        match self.quantized() {
+            None => "exact".into(),
+            Some((f, g)) => format!("{}/g{g}", f.name()),
+        }
+    }
+
+    /// Parses "exact", "int8", "fp8", optionally with a group: "int8/64",
+    /// "fp8:128", "int8/g32".
+    pub fn parse(s: &str) -> Result<Self> {
+        let t = s.trim().to_ascii_lowercase();
+        let (name, group) = match t.split_once(['/', ':']) {
+            Some((n, g)) => {
+                let g = g.trim().trim_start_matches('g');
+                let g = g.parse::<u32>().map_err(|_| {
+                    Error::invalid(
+                        "quantized wire",
+                        format!("{s:?}: group {g:?} is not a number"),
+                    )
+                })?;
+                (n.trim().to_string(), Some(g))
+            }
+            None => (t.clone(), None),
+        };
+        let group = group.unwrap_or(Self::DEFAULT_GROUP);
+        let w = match name.as_str() {
+            "exact" | "" if group == Self::DEFAULT_GROUP => Wire::Exact,
+            "int8" => Wire::Int8 { group },
+            "fp8" | "e4m3" | "fp8e4m3" => Wire::Fp8 { group },
+            _ => {
+                return Err(Error::invalid(
+                    "quantized wire",
+                    format!("{s:?} (expected exact, int8 or fp8, optionally /GROUP with GROUP 32, 64 or 128)"),
+                ))
+            }
+        };
+        w.checked()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wires_parse_with_and_without_a_group() {
+        assert_eq!(Wire::parse("exact").unwrap(), Wire::Exact);
+        assert_eq!(Wire::parse("int8").unwrap(), Wire::Int8 { group: 64 });
+        assert_eq!(Wire::parse(" FP8/128 ").unwrap(), Wire::Fp8 { group: 128 });
+        assert_eq!(Wire::parse("int8:g32").unwrap(), Wire::Int8 { group: 32 });
+        for bad in [
+            "int4", "int8/48", "int8/16", "int8/256", "fp8/x", "exact/32",
+        ] {
+            assert!(Wire::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Wire::Int8 { group: 32 }.label(), "int8/g32");
+    }
+}
