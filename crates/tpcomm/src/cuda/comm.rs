@@ -481,7 +481,7 @@ impl CudaCommunicator {
             self.rank,
             arrivals_then >> 20
         );
-        if let Ok(now) = self.recv.read(l.receive_bytes(), 8) {
+        if let Ok(now) = self.recv.read_at(l.receive_bytes(), 8) {
             let now = u64::from_le_bytes(now.try_into().unwrap_or_default());
             out += &format!(", {now:#x} (epoch {}) now", now >> 20);
         }
@@ -514,7 +514,7 @@ impl CudaCommunicator {
             "; slot at offset {off:#x}: epoch buffer {parity}, as one-shot: sender {} vector {}, as two-shot: {two}",
             one.0, one.1
         );
-        if let Ok(v) = self.recv.read(off as usize, 16) {
+        if let Ok(v) = self.recv.read_at(off as usize, 16) {
             out += &format!("; holds now {v:02x?}");
         }
         Some(out)

@@ -54,4 +54,27 @@ impl DeviceAlloc {
             cu::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, self.ptr, dst.len())
         })
     }
+
+    /// Copies `len` bytes at `offset` of this allocation to the host and
+    /// waits for it (a diagnostic read; synchronize the writers first).
+    pub fn read_at(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        if offset.checked_add(len).is_none_or(|end| end > self.bytes) {
+            return Err(Error::invalid(
+                "read range",
+                format!("{len} bytes at {offset} of an allocation of {}", self.bytes),
+            ));
+        }
+        set_current(self.ctx)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: the source range lies inside this live allocation (checked
+        // above) and `out` holds exactly `len` writable bytes.
+        check("cuMemcpyDtoH", unsafe {
+            cu::cuMemcpyDtoH_v2(
+                out.as_mut_ptr() as *mut c_void,
+                self.ptr + offset as u64,
+                len,
+            )
+        })?;
+        Ok(out)
+    }
 }

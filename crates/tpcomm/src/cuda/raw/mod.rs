@@ -232,25 +232,6 @@ impl DeviceAlloc {
         // SAFETY: no arguments; waits for the memset.
         check("cuCtxSynchronize", unsafe { cu::cuCtxSynchronize() })
     }
-    /// Copies `len` bytes at `offset` of this allocation to the host, after
-    /// everything queued in the context has finished (a diagnostic read).
-    pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
-        if offset.checked_add(len).is_none_or(|end| end > self.bytes) {
-            return Err(Error::invalid("read range", "outside the allocation"));
-        }
-        set_current(self.ctx)?;
-        let mut out = vec![0u8; len];
-        // SAFETY: the source range lies inside this allocation (checked
-        // above) and `out` holds `len` writable bytes.
-        check("cuMemcpyDtoH", unsafe {
-            cu::cuMemcpyDtoH_v2(
-                out.as_mut_ptr() as *mut c_void,
-                self.ptr + offset as u64,
-                len,
-            )
-        })?;
-        Ok(out)
-    }
     /// A CUDA IPC handle other processes open to map this allocation.
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
         set_current(self.ctx)?;
