@@ -163,14 +163,7 @@ pub(super) fn list(a: CatalogArg) -> Result<()> {
             g.memory,
             g.bandwidth_bytes_per_s / 1e9,
             g.bf16_flops_per_s / 1e12,
-            match &g.measured {
-                Some(m) => format!(
-                    "measured {:.0} GB/s and {:.1} us per layer",
-                    m.bandwidth_bytes_per_s / 1e9,
-                    m.layer_us
-                ),
-                None => "no measured efficiencies".into(),
-            }
+            efficiency_note(g)
         );
     }
     outln!("machines:");
@@ -193,4 +186,30 @@ pub(super) fn list(a: CatalogArg) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What `plan list` says about a GPU's efficiencies: measured, else the
+/// published figures the planner will use, else that it has neither.
+fn efficiency_note(g: &tpcomm_plan::catalog::Gpu) -> String {
+    if let Some(m) = &g.measured {
+        return format!(
+            "measured {:.0} GB/s and {:.1} us per layer",
+            m.bandwidth_bytes_per_s / 1e9,
+            m.layer_us
+        );
+    }
+    let published = g.published.as_ref().map(|p| {
+        let mut parts = Vec::new();
+        if let Some(b) = &p.bandwidth_bytes_per_s {
+            parts.push(format!("{:.0} GB/s", b.value / 1e9));
+        }
+        if let Some(k) = &p.kernel_us {
+            parts.push(format!("{:.2} us per kernel", k.value));
+        }
+        parts
+    });
+    match published {
+        Some(parts) if !parts.is_empty() => format!("published {}", parts.join(" and ")),
+        _ => "no measured or published efficiencies".into(),
+    }
 }
