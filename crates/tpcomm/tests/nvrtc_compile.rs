@@ -46,6 +46,15 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         ],
         &["f32", "f16", "bf16"],
     ),
+    (
+        "collectives.cu",
+        &[
+            "tpcomm_all_gather",
+            "tpcomm_reduce_scatter",
+            "tpcomm_broadcast",
+        ],
+        &["f32", "f16", "bf16"],
+    ),
 ];
 
 /// FNV-1a of the cubin.

@@ -42,6 +42,11 @@ pub const HOST_ALLREDUCE_SRC: &str =
 /// transports (src/cuda/quant.rs).
 pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
 
+/// All-gather, reduce-scatter and broadcast on the P2P all-reduce's buffers
+/// and epoch (src/cuda/collectives.rs), which reuse allreduce.cu's protocol
+/// pieces.
+pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collectives.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -49,6 +54,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("fused.cu", FUSED_SRC),
     ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
     ("quant.cu", QUANT_SRC),
+    ("collectives.cu", COLLECTIVES_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.
@@ -178,6 +184,7 @@ mod tests {
             include_str!("kernels/host_allreduce.cu"),
         ),
         ("quant.cu", include_str!("kernels/quant.cu")),
+        ("collectives.cu", include_str!("kernels/collectives.cu")),
     ];
 
     /// The names a CUDA source defines at file level: typedefs, macros,
