@@ -58,6 +58,15 @@ enum LaunchChoice {
 
 #[derive(Args, Clone, Debug)]
 struct BenchOpts {
+    /// Collective: all-reduce (default), all-gather, reduce-scatter,
+    /// broadcast (the last three on CPU ranks only so far). Columns as
+    /// nccl-tests: size is the whole array (all-gather: the output of a rank,
+    /// world x its input; reduce-scatter: the input of a rank, world x its
+    /// output; broadcast and all-reduce: the message); busbw = algbw x
+    /// 2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter,
+    /// x 1 for broadcast.
+    #[arg(long, value_enum)]
+    coll: Option<super::coll::Coll>,
     /// Where ranks run.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
@@ -275,6 +284,15 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
         return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
     }
     let mut a = BenchArgs::defaults();
+    if let Some(c) = o.coll {
+        if c != super::coll::Coll::AllReduce && !o.algos.is_empty() {
+            return Err(format!(
+                "--algos applies to the all-reduce only; the {} has one algorithm on CPU ranks",
+                c.name()
+            ));
+        }
+        a.coll = c;
+    }
     if let Some(n) = o.ranks {
         a.ranks = n;
     }
@@ -374,6 +392,13 @@ fn cpu_algo_choice(name: &str) -> Result<AlgoChoice, String> {
 }
 
 fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
+    if let Some(c) = o.coll.filter(|c| *c != super::coll::Coll::AllReduce) {
+        return Err(format!(
+            "--coll {}: the GPU bench measures the all-reduce only so far; --device cpu measures the {} on CPU ranks",
+            c.name(),
+            c.name()
+        ));
+    }
     let cpu_only = [
         (
             o.ranks.is_some() && o.gpus.is_some(),
