@@ -12,6 +12,7 @@
 #![allow(non_snake_case)] // exported names are NCCL's
 
 mod allreduce;
+mod collectives;
 mod cuda;
 mod exchange;
 mod ffi;
