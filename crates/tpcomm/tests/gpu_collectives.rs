@@ -3,30 +3,68 @@
 //! checked (gathered and broadcast bytes exactly, sums against a float64
 //! reference), every rank's bytes against the others', in and out of place,
 //! eager and captured in a CUDA graph, mixed with all-reduces on the same
-//! epoch. Ranks are threads, round-robin over the GPUs; world sizes from
-//! TPCOMM_TEST_WORLDS. Runs only with TPCOMM_GPU_TESTS=1 (and --ignored).
+//! epoch, on both GPU transports (P2P: kernels/collectives.cu; pinned host
+//! memory: kernels/host_collectives.cu). Ranks are threads, round-robin over
+//! the GPUs (P2P needs peer access between them; one GPU is fine); world
+//! sizes from TPCOMM_TEST_WORLDS. Runs only with TPCOMM_GPU_TESTS=1 (and
+//! --ignored).
 
 mod gpu_common;
 
 use gpu_common::{describe, device_of, make_ranks, Rank};
 use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::{
-    CudaCommunicator, CudaConfig, Launch, Rendezvous, StreamAllReduce, ThreadGroup,
+    Collective, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce, ThreadGroup, Transport,
 };
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 const MAX: ByteSize = ByteSize::mib(1);
 
-fn ranks(world: usize) -> Vec<Rank<CudaCommunicator>> {
+fn ranks(world: usize, transport: Transport) -> Vec<Rank<GpuComm>> {
     let group = ThreadGroup::new(world);
     make_ranks(world, 16 << 20, move |r| {
         let mut cfg = CudaConfig::new(r, world, device_of(r));
         cfg.max_bytes = MAX;
-        let c = CudaCommunicator::new(&cfg, &Rendezvous::Threads(group.clone())).unwrap();
-        c.prepare_collectives().unwrap();
+        cfg.transport = transport;
+        let c = GpuComm::new(&cfg, &Rendezvous::Threads(group.clone())).unwrap();
+        match &c {
+            GpuComm::Cuda(p) => p.prepare_collectives().unwrap(),
+            GpuComm::Host(h) => h.prepare_collectives().unwrap(),
+        };
         c
     })
+}
+
+/// One collective on either transport.
+///
+/// # Safety
+/// As `CudaCommunicator::all_gather`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn collective(
+    comm: &GpuComm,
+    what: Collective,
+    input: u64,
+    output: u64,
+    count: usize,
+    dtype: DType,
+    stream: tpcomm::cuda::CUstream,
+    how: Launch,
+) -> tpcomm::Result<()> {
+    unsafe {
+        match (comm, what) {
+            (GpuComm::Host(h), w) => h.collective(w, input, output, count, dtype, stream, how),
+            (GpuComm::Cuda(c), Collective::AllGather) => {
+                c.all_gather(input, output, count, dtype, stream, how)
+            }
+            (GpuComm::Cuda(c), Collective::ReduceScatter) => {
+                c.reduce_scatter(input, output, count, dtype, ReduceOp::Sum, stream, how)
+            }
+            (GpuComm::Cuda(c), Collective::Broadcast { root }) => {
+                c.broadcast(input, output, count, dtype, root, stream, how)
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -40,48 +78,51 @@ enum Op {
 /// One call on one rank: (input offset, output offset) in arena a / b.
 /// Inputs live in arena a at 0; outputs in arena b at 0, or in arena a for
 /// in-place calls.
-fn launch(rank: &Rank<CudaCommunicator>, op: Op, count: usize, dtype: DType) {
+fn launch(rank: &Rank<GpuComm>, op: Op, count: usize, dtype: DType) {
     let (pa, pb) = (rank.ptr(&rank.a), rank.ptr(&rank.b));
-    let me = rank.comm.rank() as u64;
+    let me = match &rank.comm {
+        GpuComm::Cuda(p) => p.rank(),
+        GpuComm::Host(h) => h.rank(),
+    } as u64;
     let block = (count * dtype.size()) as u64;
     let cs = rank.stream.cu_stream();
+    let c = &rank.comm;
+    let (ag, rs) = (Collective::AllGather, Collective::ReduceScatter);
+    let o = Launch::Ordinary;
     // SAFETY (test): every range lies inside this rank's 16 MiB arenas, which
     // outlive the synchronisation that follows every batch.
     unsafe {
         match op {
-            Op::AllGather { in_place: false } => {
-                rank.comm
-                    .all_gather(pa, pb, count, dtype, cs, Launch::Ordinary)
-            }
+            Op::AllGather { in_place: false } => collective(c, ag, pa, pb, count, dtype, cs, o),
             Op::AllGather { in_place: true } => {
-                rank.comm
-                    .all_gather(pa + me * block, pa, count, dtype, cs, Launch::Ordinary)
+                collective(c, ag, pa + me * block, pa, count, dtype, cs, o)
             }
-            Op::ReduceScatter { in_place: false } => {
-                rank.comm
-                    .reduce_scatter(pa, pb, count, dtype, ReduceOp::Sum, cs, Launch::Ordinary)
-            }
-            Op::ReduceScatter { in_place: true } => rank.comm.reduce_scatter(
+            Op::ReduceScatter { in_place: false } => collective(c, rs, pa, pb, count, dtype, cs, o),
+            Op::ReduceScatter { in_place: true } => collective(
+                c,
+                rs,
                 pa,
                 pa + me * block,
                 count,
                 dtype,
-                ReduceOp::Sum,
                 cs,
                 Launch::Overlapped,
             ),
-            Op::Broadcast { root, in_place } => rank.comm.broadcast(
-                pa,
-                if in_place { pa } else { pb },
-                count,
-                dtype,
-                root,
-                cs,
-                Launch::Ordinary,
-            ),
-            Op::AllReduce => rank
-                .comm
-                .all_reduce(pb, pb, count, dtype, ReduceOp::Sum, Algo::OneShot, cs)
+            Op::Broadcast { root, in_place } => {
+                let out = if in_place { pa } else { pb };
+                collective(
+                    c,
+                    Collective::Broadcast { root },
+                    pa,
+                    out,
+                    count,
+                    dtype,
+                    cs,
+                    o,
+                )
+            }
+            Op::AllReduce => c
+                .all_reduce(pb, pb, count, dtype, ReduceOp::Sum, Algo::Auto, cs)
                 .map(|_| ()),
         }
         .unwrap();
@@ -91,7 +132,7 @@ fn launch(rank: &Rank<CudaCommunicator>, op: Op, count: usize, dtype: DType) {
 /// Runs `op` on every rank with `inputs[r]` in
 /// arena a; returns each rank's (arena a, arena b) of `len` bytes.
 fn run(
-    ranks: &mut [Rank<CudaCommunicator>],
+    ranks: &mut [Rank<GpuComm>],
     op: Op,
     count: usize,
     dtype: DType,
@@ -163,8 +204,8 @@ fn canon(dtype: DType, bytes: &[u8]) -> Vec<u8> {
     v
 }
 
-fn check_world(world: usize, rng: &mut Rng) -> usize {
-    let mut ranks = ranks(world);
+fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
+    let mut ranks = ranks(world, transport);
     let mut checked = 0;
     let counts = [1usize, 3, 8, 9, 255, 1000, 4097, 65_536, 262_143];
     for graph in [false, true] {
@@ -174,7 +215,9 @@ fn check_world(world: usize, rng: &mut Rng) -> usize {
                 if block > MAX.bytes() as usize {
                     continue;
                 }
-                let what = |op: Op| format!("{op:?} {count} x {dtype} world {world} graph {graph}");
+                let what = |op: Op| {
+                    format!("{op:?} {count} x {dtype} world {world} {transport:?} graph {graph}")
+                };
                 // All-gather.
                 for in_place in [false, true] {
                     let op = Op::AllGather { in_place };
@@ -284,7 +327,13 @@ fn collectives_match_the_reference_eager_and_in_graphs_at_every_world() {
     };
     let mut rng = Rng::new(19);
     for world in worlds {
-        let n = check_world(world, &mut rng);
-        eprintln!("{}: {n} collective calls checked", describe(world));
+        for transport in [Transport::Cuda, Transport::Host] {
+            let n = check_world(world, transport, &mut rng);
+            eprintln!(
+                "{} over {}: {n} collective calls checked",
+                describe(world),
+                transport.name()
+            );
+        }
     }
 }

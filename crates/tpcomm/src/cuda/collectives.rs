@@ -348,23 +348,21 @@ impl CudaCommunicator {
 pub enum CollectiveRoute {
     /// tpcomm's kernels on the P2P buffers.
     Tpcomm,
-    /// NCCL: the block is larger than the buffers.
+    /// NCCL: the block is larger than the buffers (or, through pinned host
+    /// memory, its blocks do not fit the areas).
     NcclTooLarge,
     /// NCCL: the kernels only sum.
     NcclOp,
-    /// NCCL: the transport (GPUs through pinned host memory) has no kernels
-    /// for this collective yet.
-    NcclTransport,
 }
 
 impl CollectiveRoute {
     /// Decides from what the kernels can do; pure, tested without a GPU.
-    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp, p2p: bool) -> CollectiveRoute {
-        if !p2p {
-            CollectiveRoute::NcclTransport
-        } else if op != ReduceOp::Sum {
+    /// `fits`: the transport's buffers hold the call's blocks (always on
+    /// P2P below `max_bytes`; see `host_path::collectives::fits`).
+    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp, fits: bool) -> CollectiveRoute {
+        if op != ReduceOp::Sum {
             CollectiveRoute::NcclOp
-        } else if bytes > max_bytes.bytes() {
+        } else if bytes > max_bytes.bytes() || !fits {
             CollectiveRoute::NcclTooLarge
         } else {
             CollectiveRoute::Tpcomm
@@ -377,7 +375,6 @@ impl CollectiveRoute {
             CollectiveRoute::Tpcomm => "",
             CollectiveRoute::NcclTooLarge => "the block is above the buffers",
             CollectiveRoute::NcclOp => "the kernels only sum",
-            CollectiveRoute::NcclTransport => "this transport has no kernels for it yet",
         }
     }
 
@@ -386,19 +383,17 @@ impl CollectiveRoute {
             CollectiveRoute::Tpcomm => "tpcomm",
             CollectiveRoute::NcclTooLarge => "nccl (block above the buffers)",
             CollectiveRoute::NcclOp => "nccl (op not in the kernels)",
-            CollectiveRoute::NcclTransport => "nccl (no kernels on this transport yet)",
         }
     }
 }
 
 impl Communicator {
-    /// Loads the collective kernels now (see
-    /// [`CudaCommunicator::prepare_collectives`]); `None` on a transport
-    /// that has none (its collectives run on NCCL).
-    pub fn prepare_collectives(&self) -> Result<Option<ByteSize>> {
+    /// Loads the collective kernels of its transport now (see
+    /// [`CudaCommunicator::prepare_collectives`]); returns the image's size.
+    pub fn prepare_collectives(&self) -> Result<ByteSize> {
         match self.gpu() {
-            GpuComm::Cuda(c) => c.prepare_collectives().map(Some),
-            GpuComm::Host(_) => Ok(None),
+            GpuComm::Cuda(c) => c.prepare_collectives(),
+            GpuComm::Host(c) => c.prepare_collectives(),
         }
     }
 
@@ -419,8 +414,11 @@ impl Communicator {
         let bytes = (count as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-        let p2p = matches!(self.gpu(), GpuComm::Cuda(_));
-        let route = CollectiveRoute::of(bytes, self.max_bytes_of_gpu(), op, p2p);
+        let fits = match self.gpu() {
+            GpuComm::Cuda(_) => true,
+            GpuComm::Host(h) => h.collective_fits(what, count, dtype),
+        };
+        let route = CollectiveRoute::of(bytes, self.max_bytes_of_gpu(), op, fits);
         if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {
             return Err(Error::Unsupported(format!(
                 "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
@@ -453,6 +451,17 @@ impl Communicator {
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.all_gather(input, output, count, dtype, stream, how)?
             },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::AllGather,
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
+            },
             (_, _, Some(n)) => unsafe { n.all_gather(input, output, count, dtype, stream)? },
             _ => return Err(no_route()),
         }
@@ -480,6 +489,17 @@ impl Communicator {
         match (route, self.gpu(), self.nccl()) {
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.reduce_scatter(input, output, count, dtype, op, stream, how)?
+            },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::ReduceScatter,
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
             },
             (_, _, Some(n)) => unsafe {
                 n.reduce_scatter(input, output, count, dtype, op, stream)?
@@ -512,6 +532,17 @@ impl Communicator {
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.broadcast(input, output, count, dtype, root, stream, how)?
             },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::Broadcast { root },
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
+            },
             (_, _, Some(n)) => unsafe { n.broadcast(input, output, count, dtype, root, stream)? },
             _ => return Err(no_route()),
         }
@@ -520,7 +551,7 @@ impl Communicator {
 }
 
 /// Unreachable in practice: `route_collective` refuses non-tpcomm routes
-/// without NCCL, and the Tpcomm route needs the P2P transport.
+/// without NCCL.
 fn no_route() -> Error {
     Error::Unsupported("no route for this collective (tpcomm bug: please report)".into())
 }
@@ -565,7 +596,7 @@ mod tests {
         assert_eq!(of(16, max, ReduceOp::Max, true), CollectiveRoute::NcclOp);
         assert_eq!(
             of(16, max, ReduceOp::Sum, false),
-            CollectiveRoute::NcclTransport
+            CollectiveRoute::NcclTooLarge
         );
     }
 
