@@ -59,7 +59,8 @@ enum LaunchChoice {
 #[derive(Args, Clone, Debug)]
 struct BenchOpts {
     /// Collective: all-reduce (default), all-gather, reduce-scatter,
-    /// broadcast (the last three on CPU ranks only so far). Columns as
+    /// broadcast (on GPUs the last three run tpcomm's kernel, row `tpcomm`,
+    /// and NCCL; on CPU ranks one row per size). Columns as
     /// nccl-tests: size is the whole array (all-gather: the output of a rank,
     /// world x its input; reduce-scatter: the input of a rank, world x its
     /// output; broadcast and all-reduce: the message); busbw = algbw x
@@ -392,13 +393,6 @@ fn cpu_algo_choice(name: &str) -> Result<AlgoChoice, String> {
 }
 
 fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
-    if let Some(c) = o.coll.filter(|c| *c != super::coll::Coll::AllReduce) {
-        return Err(format!(
-            "--coll {}: the GPU bench measures the all-reduce only so far; --device cpu measures the {} on CPU ranks",
-            c.name(),
-            c.name()
-        ));
-    }
     let cpu_only = [
         (
             o.ranks.is_some() && o.gpus.is_some(),
@@ -433,6 +427,9 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
         crate::gpu_bench::parse_algo(a).map_err(|e| format!("{e} (or all)"))?;
     }
     let mut a = GpuBenchArgs::defaults();
+    if let Some(c) = o.coll {
+        a.coll = c;
+    }
     if let Some(l) = o.launch {
         a.launch = match l {
             LaunchChoice::Processes => GpuLaunch::Procs,
