@@ -23,6 +23,7 @@ mod ready;
 mod real;
 mod route;
 mod settings;
+mod standalone;
 mod state;
 mod types;
 
