@@ -82,7 +82,7 @@ const EPOCH_MASK: u64 = (1 << 40) - 1;
 fn abort_message(word: u64) -> String {
     let kind = match word >> 56 {
         ABORT_TIMEOUT => "found that a peer did not arrive within the timeout",
-        ABORT_MISMATCH => "found ranks calling different all-reduces",
+        ABORT_MISMATCH => "found ranks calling different collectives",
         ABORT_SETUP => "could not join during set-up",
         _ => "failed",
     };
