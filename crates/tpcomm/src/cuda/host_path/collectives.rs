@@ -204,7 +204,11 @@ impl HostGpuCommunicator {
             ));
         };
         let k = kernels(p.ctx)?;
-        let grid = grid_cap(p.grid, k.blocks_per_sm as usize, p.sharing)?.min(p.grid);
+        // One block per SM, or this rank's share of what the GPU holds of
+        // these kernels at once when ranks share it (all blocks must be
+        // resident: readers wait on writers of the same grid).
+        let sms = raw::sm_count(p.ctx.ordinal() as i32)? as usize;
+        let grid = grid_cap(sms, k.blocks_per_sm as usize, p.sharing)?;
         if grid < 2 {
             return Err(Error::Unsupported(format!(
                 "the host-path {} needs 2 blocks (one writing, one reading) but this rank may launch {grid}",

@@ -601,7 +601,6 @@ pub(super) struct HostParts<'a> {
     pub ctx: &'a Arc<CudaContext>,
     pub args: HostKernelArgs,
     pub layout: HostLayout,
-    pub grid: usize,
     pub group_grid: usize,
     pub sharing: Sharing,
     pub arch_major: i32,
@@ -610,7 +609,7 @@ pub(super) struct HostParts<'a> {
 impl HostGpuCommunicator {
     /// The protocol state the collective kernels run on (collectives.rs):
     /// the all-reduce's kernel arguments with this communicator's areas,
-    /// epoch and status, and its layout and grids.
+    /// epoch and status, its layout and the group's smallest grid.
     pub(super) fn parts(&self) -> HostParts<'_> {
         HostParts {
             ctx: &self.ctx,
@@ -635,7 +634,6 @@ impl HostGpuCommunicator {
                 fence_once: 1,
             },
             layout: self.layout,
-            grid: self.grid,
             group_grid: self.group_grid,
             sharing: self.sharing,
             arch_major: self.kernels.arch.0,
