@@ -4,8 +4,10 @@
 # drop-in preloaded) at 2, 4 and 8 ranks. Staged binaries come from
 # bench/device/stage_all.sh (D, default .dev/all; it must hold gpu_collectives
 # and libtpcomm_nccl.so); outputs go to O (default $OUT). Steps (STEPS):
-#   g  the GPU test of the P2P all-gather / reduce-scatter / broadcast kernels
-#      (crates/tpcomm/tests/gpu_collectives.rs) at WORLDS, ranks as threads
+#   g  the GPU tests of the all-gather / reduce-scatter / broadcast kernels
+#      on both transports (crates/tpcomm/tests/gpu_collectives.rs) and of
+#      Communicator's NCCL fallback for them (gpu_coll_fallback.rs) at WORLDS,
+#      ranks as threads
 #   s  collectives_check.py with every rank on cuda:0 under MPS, with the
 #      drop-in; expected to fail with "Duplicate GPU detected" until the
 #      drop-in's standalone mode exists (real NCCL refuses shared GPUs)
@@ -38,6 +40,8 @@ mps_off() {
 
 if on g; then
   run gpu_collectives 300 "$D/gpu_collectives" --ignored --test-threads=1 --nocapture
+  # Its NCCL half skips world sizes above the GPU count (NCCL needs a GPU per rank).
+  run gpu_coll_fallback 120 "$D/gpu_coll_fallback" --ignored --test-threads=1 --nocapture
 fi
 if on s; then
   mps_on

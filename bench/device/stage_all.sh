@@ -26,7 +26,7 @@ case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives)
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback)
 TESTS_CLI=(gpu_forward)
 
 anchor=""
