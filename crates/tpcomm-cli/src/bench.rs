@@ -6,6 +6,7 @@
 //! environment variable below tells a child which rank it is and where to
 //! meet. Rank 0 sends its rows to the parent as JSON lines on stdout.
 
+pub(crate) mod coll;
 pub(crate) mod columns;
 mod measure;
 pub(crate) mod unified;
@@ -48,6 +49,9 @@ pub enum AlgoChoice {
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
+    /// Collective to time (see `coll.rs` for the size and busbw conventions).
+    #[arg(long, value_enum, default_value_t = coll::Coll::AllReduce)]
+    pub(crate) coll: coll::Coll,
     /// Number of ranks.
     #[arg(long, default_value_t = 2)]
     ranks: usize,
@@ -117,6 +121,7 @@ impl BenchArgs {
     /// (`tpcomm bench` starts from these; its tests hold them equal).
     fn defaults() -> Self {
         BenchArgs {
+            coll: coll::Coll::AllReduce,
             ranks: 2,
             launch: Launch::Processes,
             min_bytes: ByteSize::kib(1),
@@ -205,6 +210,10 @@ impl BenchArgs {
     }
 
     fn algos(&self) -> Vec<Algo> {
+        if self.coll != coll::Coll::AllReduce {
+            // The other collectives have one algorithm on the host transport.
+            return vec![Algo::Auto];
+        }
         match self.algo {
             AlgoChoice::Auto => vec![Algo::Auto],
             AlgoChoice::OneShot => vec![Algo::OneShot],
@@ -271,15 +280,26 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
 
 /// The closing line: what was checked and how much of it was wrong.
 fn summary(args: &BenchArgs, rows: &[BenchRow], wrong: u64) -> String {
-    let elements: u64 = rows.iter().map(|r| r.count * args.ranks as u64).sum();
+    // Output elements over all ranks: a reduce-scatter's row counts its
+    // whole input, of which each rank gets one block.
+    let per_rank = |r: &BenchRow| match args.coll {
+        coll::Coll::ReduceScatter => r.count / args.ranks as u64,
+        _ => r.count,
+    };
+    let elements: u64 = rows.iter().map(|r| per_rank(r) * args.ranks as u64).sum();
     format!(
-        "# checked {} all-reduces ({} sizes x {} algorithm(s), {} ranks, {} {}) against a float64 reference: {} of {} output elements wrong",
+        "# checked {} {}s ({} sizes x {} algorithm(s), {} ranks, {} {}) against {}: {} of {} output elements wrong",
         rows.len(),
+        args.coll.name(),
         args.sizes().len(),
         args.algos().len(),
         args.ranks,
         args.dtype,
-        args.op,
+        args.coll.op_label(args.op),
+        match args.coll {
+            coll::Coll::AllReduce | coll::Coll::ReduceScatter => "a float64 reference",
+            _ => "the inputs, bit for bit",
+        },
         wrong,
         elements
     )
@@ -336,11 +356,12 @@ impl Table {
         );
         bar.set_message(format!("{} ranks ({:?})", args.ranks, args.launch).to_lowercase());
         println!(
-            "# tpcomm bench (cpu): host transport, {} ranks as {}, {} {}, timeout {:?}",
+            "# tpcomm bench (cpu): {}, host transport, {} ranks as {}, {} {}, timeout {:?}",
+            args.coll.name(),
             args.ranks,
             format!("{:?}", args.launch).to_lowercase(),
             args.dtype,
-            args.op,
+            args.coll.op_label(args.op),
             args.timeout
         );
         println!("{}", columns::header());

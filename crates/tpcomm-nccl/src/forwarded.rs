@@ -1,6 +1,7 @@
 //! The NCCL functions this library only forwards: with them exported, a
 //! program that opens the library by path (vLLM's and SGLang's pynccl) finds
-//! the whole API it calls. nccl.h (2.28) gives each prototype.
+//! the whole API it calls. (ncclAllGather, ncclReduceScatter, ncclBroadcast
+//! and ncclBcast are in collectives.rs.) nccl.h (2.28) gives each prototype.
 
 use crate::ffi::forward;
 use crate::types::{CudaStream, NcclComm, NcclDataType, NcclRedOp, NcclResult, Opaque, UniqueId};
@@ -23,10 +24,6 @@ forward! {
     fn ncclRedOpCreatePreMulSum(op: *mut NcclRedOp, scalar: *mut c_void, datatype: NcclDataType, residence: c_int, comm: NcclComm) -> NcclResult;
     fn ncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) -> NcclResult;
     fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult;
-    fn ncclBcast(buff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult;
-    fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult;
-    fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) -> NcclResult;
-    fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) -> NcclResult;
     fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) -> NcclResult;
     fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult;
     fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult;

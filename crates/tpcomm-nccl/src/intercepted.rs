@@ -11,8 +11,8 @@ use crate::types::*;
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int};
 
-/// Every function this library does more than forward (defined here and in
-/// allreduce.rs), by name.
+/// Every function this library does more than forward (defined here, in
+/// allreduce.rs and in collectives.rs), by name.
 #[cfg_attr(not(test), allow(dead_code))]
 pub const INTERCEPTED: &[&str] = &[
     "ncclGetErrorString",
@@ -28,6 +28,11 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclCommDestroy",
     "ncclCommAbort",
     "ncclAllReduce",
+    // collectives.rs
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclBroadcast",
+    "ncclBcast",
 ];
 
 thread_local! {

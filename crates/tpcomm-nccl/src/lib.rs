@@ -12,6 +12,7 @@
 #![allow(non_snake_case)] // exported names are NCCL's
 
 mod allreduce;
+mod collectives;
 mod cuda;
 mod exchange;
 mod ffi;
@@ -22,6 +23,7 @@ mod ready;
 mod real;
 mod route;
 mod settings;
+mod standalone;
 mod state;
 mod types;
 

@@ -193,6 +193,7 @@ fn build(
         cfg.timeout = s.timeout;
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
         let cuda = CudaCommunicator::new(&cfg, &rv)?;
+        crate::collectives::prepare(&cuda, tag)?;
         let quant = crate::quant::set_up(&cfg, &rv)?;
         let staging = Staging::new(cuda.context(), s.max_bytes.as_usize()?)?;
         Ok((cuda, staging, quant))
@@ -233,6 +234,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                 cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
                 sc.spawn(move || {
                     let cuda = CudaCommunicator::new(&cfg, &rv)?;
+                    crate::collectives::prepare(&cuda, "ncclCommInitAll")?;
                     let quant = crate::quant::set_up(&cfg, &rv)?;
                     let staging = Staging::new(cuda.context(), cfg.max_bytes.as_usize()?)?;
                     Ok((cuda, staging, quant))

@@ -41,6 +41,24 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         ],
         &["f32", "f16", "bf16"],
     ),
+    (
+        "collectives.cu",
+        &[
+            "tpcomm_all_gather",
+            "tpcomm_reduce_scatter",
+            "tpcomm_broadcast",
+        ],
+        &["f32", "f16", "bf16"],
+    ),
+    (
+        "host_collectives.cu",
+        &[
+            "tpcomm_host_all_gather",
+            "tpcomm_host_reduce_scatter",
+            "tpcomm_host_broadcast",
+        ],
+        &["f32", "f16", "bf16"],
+    ),
 ];
 
 /// FNV-1a of the cubin.

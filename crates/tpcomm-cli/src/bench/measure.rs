@@ -53,6 +53,14 @@ pub(super) fn worker(
     cfg.timeout = args.timeout;
     cfg.piece = args.piece;
     let mut c = HostCommunicator::new(cfg).map_err(|e| e.to_string())?;
+    if args.coll != super::coll::Coll::AllReduce {
+        return match args.dtype {
+            DType::F32 => super::coll::sweep::<f32>(args, &mut c, nonce, emit),
+            DType::F16 => super::coll::sweep::<f16>(args, &mut c, nonce, emit),
+            DType::Bf16 => super::coll::sweep::<bf16>(args, &mut c, nonce, emit),
+        }
+        .map_err(|e| e.to_string());
+    }
     match args.dtype {
         DType::F32 => sweep::<f32>(args, &mut c, nonce, emit),
         DType::F16 => sweep::<f16>(args, &mut c, nonce, emit),

@@ -58,6 +58,16 @@ enum LaunchChoice {
 
 #[derive(Args, Clone, Debug)]
 struct BenchOpts {
+    /// Collective: all-reduce (default), all-gather, reduce-scatter,
+    /// broadcast (on GPUs the last three run tpcomm's kernel, row `tpcomm`,
+    /// and NCCL; on CPU ranks one row per size). Columns as
+    /// nccl-tests: size is the whole array (all-gather: the output of a rank,
+    /// world x its input; reduce-scatter: the input of a rank, world x its
+    /// output; broadcast and all-reduce: the message); busbw = algbw x
+    /// 2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter,
+    /// x 1 for broadcast.
+    #[arg(long, value_enum)]
+    coll: Option<super::coll::Coll>,
     /// Where ranks run.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
@@ -275,6 +285,15 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
         return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
     }
     let mut a = BenchArgs::defaults();
+    if let Some(c) = o.coll {
+        if c != super::coll::Coll::AllReduce && !o.algos.is_empty() {
+            return Err(format!(
+                "--algos applies to the all-reduce only; the {} has one algorithm on CPU ranks",
+                c.name()
+            ));
+        }
+        a.coll = c;
+    }
     if let Some(n) = o.ranks {
         a.ranks = n;
     }
@@ -408,6 +427,9 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
         crate::gpu_bench::parse_algo(a).map_err(|e| format!("{e} (or all)"))?;
     }
     let mut a = GpuBenchArgs::defaults();
+    if let Some(c) = o.coll {
+        a.coll = c;
+    }
     if let Some(l) = o.launch {
         a.launch = match l {
             LaunchChoice::Processes => GpuLaunch::Procs,

@@ -69,6 +69,8 @@ pub(super) fn worker_argv(
         &args.timeout_ms.to_string(),
         "--transport",
         args.transport.name(),
+        "--coll",
+        args.coll.name(),
     ]));
     if let Some(n) = args.iters {
         v.extend(strs(&["--iters", &n.to_string()]));

@@ -41,6 +41,11 @@ pub enum Launch {
 
 #[derive(Args, Clone, Debug)]
 pub struct GpuBenchArgs {
+    /// Collective to time: all-reduce, all-gather, reduce-scatter, broadcast
+    /// (the last three: tpcomm's one kernel per transport, row `tpcomm`, and
+    /// NCCL; nccl-tests' size and busbw conventions, see bench/coll.rs).
+    #[arg(long, value_enum, default_value = "all-reduce")]
+    pub(crate) coll: crate::bench::coll::Coll,
     /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
     #[arg(long, value_enum, default_value = "procs")]
     pub(crate) launch: Launch,
@@ -117,6 +122,7 @@ impl GpuBenchArgs {
     /// (`tpcomm bench` starts from these; its tests hold them equal).
     pub(crate) fn defaults() -> Self {
         GpuBenchArgs {
+            coll: crate::bench::coll::Coll::AllReduce,
             launch: Launch::Procs,
             transport: Transport::Auto,
             gpus: None,
@@ -293,6 +299,21 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
             "--iters/--reps/--rotate",
             "must be at least 1",
         ));
+    }
+    if args.coll != crate::bench::coll::Coll::AllReduce {
+        if let Some(a) = args
+            .algos
+            .iter()
+            .find(|a| quant::wire_of(a).is_some() || a.ends_with("-pdl"))
+        {
+            return Err(Error::invalid(
+                "--algos",
+                format!(
+                    "{a} is an all-reduce algorithm; the {} runs tpcomm's kernel (any of one-shot, two-shot, auto) and nccl",
+                    args.coll.name()
+                ),
+            ));
+        }
     }
     for a in &args.algos {
         match quant::wire_of(a) {

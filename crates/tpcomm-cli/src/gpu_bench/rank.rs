@@ -4,13 +4,14 @@
 use super::check::cpu_workers;
 use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankInfo, RankOut, Row};
+use crate::bench::coll::Coll;
 use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
-use tpcomm::{Error, ReduceOp, Result};
+use tpcomm::{DType, Error, ReduceOp, Result};
 
 /// One algorithm in one mode at the size being measured.
 struct Entry {
@@ -24,6 +25,8 @@ struct Entry {
 enum Impl {
     /// A tpcomm algorithm, launched ordinarily or overlapped (`-pdl` names).
     Tp(Algo, Launch),
+    /// `--coll` other than all-reduce: tpcomm's kernel for it.
+    Coll,
     Nccl,
     /// What the library's selection picks for each size and mode.
     Auto,
@@ -233,11 +236,17 @@ pub(super) fn rank_main(
         selector,
         ev0,
         ev1,
+        root_at: std::cell::Cell::new(0),
     };
     let mut rows = Vec::new();
     let mut step = 0usize;
     for &bytes in &sizes {
-        let count = bytes / args.dtype.size();
+        // `count`: one rank's block for the collectives (the size column
+        // is world x block for all-gather and reduce-scatter, bench/coll.rs).
+        let count = match args.coll {
+            Coll::AllGather | Coll::ReduceScatter => bytes / args.dtype.size() / world,
+            _ => bytes / args.dtype.size(),
+        };
         if count == 0 {
             continue;
         }
@@ -262,6 +271,8 @@ struct Rank<'a> {
     selector: Option<select::Selector>,
     ev0: CudaEvent,
     ev1: CudaEvent,
+    /// Where the broadcast's root is taken from at the size being measured.
+    root_at: std::cell::Cell<usize>,
 }
 
 impl Rank<'_> {
@@ -279,6 +290,25 @@ impl Rank<'_> {
         // SAFETY: i and o are `max`-byte buffers of this rank's device that
         // live until the end of rank_main, after every sync; count elements
         // fit in them.
+        let coll = self.args.coll;
+        if coll != Coll::AllReduce {
+            let root = self.root();
+            // SAFETY: as below; a collective's buffers (world x count for
+            // the gathered output and the scattered input) fit `max`, which
+            // the size column (world x count) is at most.
+            return unsafe {
+                match imp {
+                    Impl::Nccl => self.c.nccl.as_ref().map_or(Ok(()), |n| match coll {
+                        Coll::AllGather => n.all_gather(i, o, count, dtype, stream),
+                        Coll::ReduceScatter => {
+                            n.reduce_scatter(i, o, count, dtype, ReduceOp::Sum, stream)
+                        }
+                        _ => n.broadcast(i, o, count, dtype, root, stream),
+                    }),
+                    _ => tp_collective(&self.c.comm, coll, i, o, count, dtype, root, stream),
+                }
+            };
+        }
         unsafe {
             match imp {
                 Impl::Tp(a, how) => self.c.comm.all_reduce_launched(
@@ -297,9 +327,15 @@ impl Rank<'_> {
                 Impl::Quant(w) => self.c.quant.as_ref().map_or(Ok(()), |q| {
                     q.all_reduce(i, o, count, dtype, *w, stream, Launch::Ordinary)
                 }),
-                Impl::Auto => unreachable!("resolved before any call"),
+                Impl::Auto | Impl::Coll => unreachable!("resolved before any call"),
             }
         }
+    }
+
+    /// The broadcast's root: it moves with the size (bytes' bit count mod
+    /// world), the same on every rank.
+    fn root(&self) -> usize {
+        self.root_at.get() % self.world
     }
 
     /// One size: its entries prepared, timed rep by rep, then each checked
@@ -334,6 +370,31 @@ impl Rank<'_> {
     /// Every (algorithm, mode) of this size, resolved to what it runs.
     fn entries(&self, bytes: usize) -> Result<Vec<Entry>> {
         let mut entries: Vec<Entry> = Vec::new();
+        self.root_at.set(bytes.trailing_zeros() as usize);
+        if self.args.coll != Coll::AllReduce {
+            // One tpcomm row (whichever tpcomm algorithms were named) and NCCL's.
+            let mut imps = Vec::new();
+            if self.args.algos.iter().any(|a| a != "nccl") {
+                imps.push(("tpcomm", Impl::Coll));
+            }
+            if self.args.algos.iter().any(|a| a == "nccl") && self.c.nccl.is_some() {
+                imps.push(("nccl", Impl::Nccl));
+            }
+            for (name, imp) in imps {
+                for mode in &self.args.modes {
+                    entries.push(Entry {
+                        name: name.to_string(),
+                        mode: mode.clone(),
+                        imp: match imp {
+                            Impl::Nccl => Impl::Nccl,
+                            _ => Impl::Coll,
+                        },
+                        graph: None,
+                    });
+                }
+            }
+            return Ok(entries);
+        }
         for algo_name in &self.args.algos {
             let imp = if let Some(w) = super::quant::wire_of(algo_name) {
                 Impl::Quant(w?)
@@ -382,6 +443,7 @@ impl Rank<'_> {
             (Impl::Nccl, _) => Impl::Nccl,
             (Impl::Quant(w), _) => Impl::Quant(*w),
             (Impl::Auto, None) => Impl::Tp(Algo::Auto, Launch::Ordinary),
+            (Impl::Coll, _) => Impl::Coll,
         };
         let name = match (&decision, &imp) {
             (_, Impl::Quant(w)) => w.label(),
@@ -474,6 +536,14 @@ impl Rank<'_> {
         bufs: &mut Buffers,
     ) -> Result<Checked> {
         let (stream, rot, dtype) = (&self.c.stream, self.args.rotate, self.args.dtype);
+        // Bytes of one output: a collective's gathered output or one block.
+        let coll = self.args.coll;
+        let block = count * dtype.size();
+        let bytes = match coll {
+            Coll::AllReduce => bytes,
+            Coll::AllGather => self.world * block,
+            _ => block,
+        };
         for o in bufs.outs.iter_mut() {
             stream
                 .memcpy_htod(&bufs.poison[..bytes], &mut o.slice_mut(..bytes))
@@ -494,6 +564,10 @@ impl Rank<'_> {
                 .memcpy_dtoh(&o.slice(..bytes), &mut host[..])
                 .map_err(cuda("cuMemcpyDtoH"))?;
             stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            if coll != Coll::AllReduce {
+                c.wrong += self.check_collective(&host, &bufs.inputs[k], count, bufs.workers);
+                continue;
+            }
             let ins_k: Vec<&[u8]> = bufs.inputs[k].iter().map(|v| &v[..bytes]).collect();
             if let Impl::Quant(w) = &e.imp {
                 if k == 0 {
@@ -512,6 +586,15 @@ impl Rank<'_> {
     /// The report row of one entry: its median time and what checking found.
     fn row(&self, e: &Entry, bytes: usize, count: usize, t: f64, c: Checked) -> Row {
         let world = self.world;
+        let coll = self.args.coll;
+        // nccl-tests' size column: the whole array (bench/coll.rs).
+        let (bytes, count) = match coll {
+            Coll::AllReduce => (bytes, count),
+            _ => {
+                let n = coll.total_count(count as u64, world) as usize;
+                (n * self.args.dtype.size(), n)
+            }
+        };
         let algbw = bytes as f64 / (t * 1e-6) / 1e9;
         Row {
             bytes: bytes as u64,
@@ -521,10 +604,87 @@ impl Rank<'_> {
             mode: e.mode.clone(),
             time_us: t,
             algbw_gbps: algbw,
-            busbw_gbps: algbw * 2.0 * (world - 1) as f64 / world as f64,
+            busbw_gbps: algbw * coll.busbw_factor(world),
             wrong: c.wrong,
             rel_rms: c.rel_rms,
             max_rel: c.max_rel,
+        }
+    }
+}
+
+impl Rank<'_> {
+    /// Wrong elements of one collective output of this rank: gathered and
+    /// broadcast bytes against the inputs exactly (every element; the inputs
+    /// hold no all-ones element, which the P2P kernels would send as another
+    /// NaN), reduce-scatter sums against the float64 reference of this
+    /// rank's block.
+    fn check_collective(
+        &self,
+        out: &[u8],
+        inputs: &[Vec<u8>],
+        count: usize,
+        workers: usize,
+    ) -> usize {
+        let (world, dtype) = (self.world, self.args.dtype);
+        let block = count * dtype.size();
+        let differ = |a: &[u8], b: &[u8]| {
+            a.chunks(dtype.size())
+                .zip(b.chunks(dtype.size()))
+                .filter(|(x, y)| x != y)
+                .count()
+        };
+        match self.args.coll {
+            Coll::AllGather => (0..world)
+                .map(|r| differ(&out[r * block..(r + 1) * block], &inputs[r][..block]))
+                .sum(),
+            Coll::Broadcast => differ(&out[..block], &inputs[self.root()][..block]),
+            _ => {
+                let me = self.rank;
+                let ins: Vec<&[u8]> = inputs
+                    .iter()
+                    .map(|v| &v[me * block..(me + 1) * block])
+                    .collect();
+                count_wrong_par(dtype, &out[..block], &ins, world, workers)
+            }
+        }
+    }
+}
+
+/// tpcomm's kernel of `coll` on either transport.
+///
+/// # Safety
+/// As `CudaCommunicator::all_gather`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tp_collective(
+    comm: &GpuComm,
+    coll: Coll,
+    i: u64,
+    o: u64,
+    count: usize,
+    dtype: DType,
+    root: usize,
+    stream: tpcomm::cuda::CUstream,
+) -> Result<()> {
+    use tpcomm::cuda::Collective;
+    let what = match coll {
+        Coll::AllGather => Collective::AllGather,
+        Coll::ReduceScatter => Collective::ReduceScatter,
+        _ => Collective::Broadcast { root },
+    };
+    let how = Launch::Ordinary;
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (comm, what) {
+            (GpuComm::Host(h), w) => h.collective(w, i, o, count, dtype, stream, how),
+            (GpuComm::Cuda(c), Collective::AllGather) => {
+                c.all_gather(i, o, count, dtype, stream, how)
+            }
+            (GpuComm::Cuda(c), Collective::ReduceScatter) => {
+                c.reduce_scatter(i, o, count, dtype, ReduceOp::Sum, stream, how)
+            }
+            (GpuComm::Cuda(c), Collective::Broadcast { root }) => {
+                c.broadcast(i, o, count, dtype, root, stream, how)
+            }
         }
     }
 }

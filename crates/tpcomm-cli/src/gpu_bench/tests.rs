@@ -329,3 +329,18 @@ fn shared_gpu_runs_say_so_in_the_json_and_others_do_not() {
     let shared = bench_report(&args, 4, &outs, &outs[0].rows, "").unwrap();
     assert_eq!(shared.meta.shared_gpu, Some(4));
 }
+
+#[test]
+fn the_collective_reaches_the_workers_and_all_reduce_wires_are_refused_for_it() {
+    use crate::bench::coll::Coll;
+    assert_eq!(parse(&[]).coll, Coll::AllReduce);
+    let parent = parse(&["--coll", "reduce-scatter"]);
+    validate(&parent).unwrap();
+    let argv = worker_argv(&parent, 2, 1, std::path::Path::new("/tmp/x"));
+    let worker = Cmd::parse_from(argv.iter().map(|s| s.to_str().unwrap())).args;
+    assert_eq!(worker.coll, Coll::ReduceScatter);
+    for algos in ["int8", "one-shot-pdl"] {
+        let e = validate(&parse(&["--coll", "all-gather", "--algos", algos])).unwrap_err();
+        assert!(e.to_string().contains("all-reduce algorithm"), "{e}");
+    }
+}

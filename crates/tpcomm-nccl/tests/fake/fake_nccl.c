@@ -43,6 +43,24 @@ int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, void *comm
   note(b);
   return 0;
 }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, void *comm, void *st) {
+  char b[160];
+  snprintf(b, sizeof b, "allgather %p %p %zu %d %p %p", s, r, n, dt, comm, st);
+  note(b);
+  return 0;
+}
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, void *comm, void *st) {
+  char b[160];
+  snprintf(b, sizeof b, "reducescatter %p %p %zu %d %d %p %p", s, r, n, dt, op, comm, st);
+  note(b);
+  return 0;
+}
+int ncclBcast(void *buf, size_t n, int dt, int root, void *comm, void *st) {
+  char b[160];
+  snprintf(b, sizeof b, "bcast %p %zu %d %d %p %p", buf, n, dt, root, comm, st);
+  note(b);
+  return 0;
+}
 int ncclGroupStart(void) { note("groupstart"); return 0; }
 int ncclGroupEnd(void) { note("groupend"); return 0; }
 int ncclCommDestroy(void *c) {

@@ -41,6 +41,17 @@ pub const HOST_ALLREDUCE_SRC: &str =
 /// transports (src/cuda/quant.rs).
 pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
 
+/// All-gather, reduce-scatter and broadcast on the P2P all-reduce's buffers
+/// and epoch (src/cuda/collectives.rs), which reuse allreduce.cu's protocol
+/// pieces.
+pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collectives.cu");
+
+/// All-gather, reduce-scatter and broadcast through pinned host memory
+/// (src/cuda/host_path/collectives.rs), which reuse host_allreduce.cu's
+/// protocol pieces, with V16 as that family has it.
+pub const HOST_COLLECTIVES_SRC: &str =
+    family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu", "host_collectives.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -48,6 +59,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("fused.cu", FUSED_SRC),
     ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
     ("quant.cu", QUANT_SRC),
+    ("collectives.cu", COLLECTIVES_SRC),
+    ("host_collectives.cu", HOST_COLLECTIVES_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.
@@ -176,6 +189,11 @@ mod tests {
             include_str!("kernels/host_allreduce.cu"),
         ),
         ("quant.cu", include_str!("kernels/quant.cu")),
+        ("collectives.cu", include_str!("kernels/collectives.cu")),
+        (
+            "host_collectives.cu",
+            include_str!("kernels/host_collectives.cu"),
+        ),
     ];
 
     /// The names a CUDA source defines at file level: typedefs, macros,
@@ -289,12 +307,13 @@ mod tests {
                 "{name}: its own file must follow common.cuh"
             );
         }
-        // Only the host path asks for the 4-byte V16 it was verified with.
+        // Only the host path (and the family built on its file) asks for
+        // the 4-byte V16 it was verified with.
         for (name, src) in SOURCES {
             let defines = &src[..src.find(COMMON_SRC).unwrap()];
             assert_eq!(
                 defines.contains("#define TPCOMM_V16_ALIGN 4"),
-                *name == "host_allreduce.cu",
+                *name == "host_allreduce.cu" || *name == "host_collectives.cu",
                 "{name}: {defines:?}"
             );
         }

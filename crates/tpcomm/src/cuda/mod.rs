@@ -7,6 +7,7 @@
 //! forward's, in crates/tpcomm-forward).
 
 mod algo;
+pub mod collectives;
 mod comm;
 pub mod communicator;
 pub mod compile;
@@ -26,6 +27,7 @@ mod stream_all_reduce;
 /// rank loop imports it from here).
 pub use crate::algo::Algo;
 pub use algo::{auto_oneshot_max, resolve_by_size};
+pub use collectives::{Collective, CollectiveRoute};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 /// The cudarc this crate is built with, so callers use the same types.

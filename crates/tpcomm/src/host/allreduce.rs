@@ -16,14 +16,16 @@ use std::time::Instant;
 /// What every rank publishes beside its arrival flag; ranks that disagree on
 /// any field fail with `Error::Mismatch` instead of reducing.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Desc {
-    count: u64,
-    meta: u64,
-    seq: u64,
-    offset: u64,
+pub(super) struct Desc {
+    pub(super) count: u64,
+    /// dtype | op << 8 | algo << 16 | collective << 24 | root << 32
+    /// (collective and root: collectives.rs; 0 for an all-reduce).
+    pub(super) meta: u64,
+    pub(super) seq: u64,
+    pub(super) offset: u64,
 }
 
-fn dtype_code(d: DType) -> u64 {
+pub(super) fn dtype_code(d: DType) -> u64 {
     match d {
         DType::F32 => 1,
         DType::F16 => 2,
@@ -31,7 +33,7 @@ fn dtype_code(d: DType) -> u64 {
     }
 }
 
-fn op_code(op: ReduceOp) -> u64 {
+pub(super) fn op_code(op: ReduceOp) -> u64 {
     match op {
         ReduceOp::Sum => 1,
         ReduceOp::Max => 2,
@@ -58,8 +60,12 @@ impl Desc {
             2 => "two-shot",
             _ => "?",
         };
+        let what = match (self.meta >> 24) & 0xff {
+            0 => format!("all-reduce, {op}, {algo}"),
+            c => super::collectives::describe_collective(c, self.meta >> 32, op),
+        };
         format!(
-            "{} x {dt}, {op}, {algo} (call #{}, piece at element {})",
+            "{} x {dt}, {what} (call #{}, piece at element {})",
             self.count, self.seq, self.offset
         )
     }
@@ -76,7 +82,7 @@ const EPOCH_MASK: u64 = (1 << 40) - 1;
 fn abort_message(word: u64) -> String {
     let kind = match word >> 56 {
         ABORT_TIMEOUT => "found that a peer did not arrive within the timeout",
-        ABORT_MISMATCH => "found ranks calling different all-reduces",
+        ABORT_MISMATCH => "found ranks calling different collectives",
         ABORT_SETUP => "could not join during set-up",
         _ => "failed",
     };
@@ -145,7 +151,7 @@ impl HostCommunicator {
 
     /// Poisons this communicator and, for failures this rank found itself,
     /// the segment, so peers stop waiting at once.
-    fn fail(&mut self, e: &Error, ep: u64) {
+    pub(super) fn fail(&mut self, e: &Error, ep: u64) {
         self.poisoned = Some(format!("this rank failed earlier: {e}"));
         let (kind, peer) = match e {
             Error::PeerTimeout { peer, .. } => (ABORT_TIMEOUT, *peer),
@@ -160,13 +166,13 @@ impl HostCommunicator {
             .compare_exchange(0, word, AcqRel, Acquire);
     }
 
-    fn buf(&self, ep: u64) -> usize {
+    pub(super) fn buf(&self, ep: u64) -> usize {
         (ep % self.seg.layout.nbuf as u64) as usize
     }
 
     /// Copies this rank's piece into its slot, except elements `skip` (which
     /// no peer reads), and publishes it.
-    unsafe fn publish<T: Element>(
+    pub(super) unsafe fn publish<T: Element>(
         &self,
         ep: u64,
         desc: Desc,
@@ -192,7 +198,7 @@ impl HostCommunicator {
     }
 
     /// Waits for every peer's piece of epoch `ep` and checks its descriptor.
-    fn gather_arrivals(&self, ep: u64, desc: Desc) -> Result<()> {
+    pub(super) fn gather_arrivals(&self, ep: u64, desc: Desc) -> Result<()> {
         let b = self.buf(ep);
         for p in (0..self.cfg.world).filter(|&p| p != self.cfg.rank) {
             self.wait(self.seg.line_a(p, b, 0), ep, p, "its data")?;
@@ -215,7 +221,7 @@ impl HostCommunicator {
         Ok(())
     }
 
-    fn slots<T>(&self, b: usize) -> [*const T; MAX_WORLD] {
+    pub(super) fn slots<T>(&self, b: usize) -> [*const T; MAX_WORLD] {
         let mut s = [std::ptr::null(); MAX_WORLD];
         for (r, p) in s.iter_mut().enumerate().take(self.cfg.world) {
             *p = self.seg.slot(b, r) as *const T;
@@ -295,7 +301,7 @@ impl HostCommunicator {
 
     /// Waits until `flag` holds `ep`, bounded by the timeout, failing early
     /// if the segment is aborted or `peer`'s process has exited.
-    fn wait(&self, flag: &AtomicU64, ep: u64, peer: usize, what: &str) -> Result<()> {
+    pub(super) fn wait(&self, flag: &AtomicU64, ep: u64, peer: usize, what: &str) -> Result<()> {
         let mut backoff = Backoff::new();
         let mut start: Option<Instant> = None;
         let mut slow_rounds: u32 = 0;

@@ -4,6 +4,7 @@
 //! docs/protocol.md states the rules this code follows.
 
 mod allreduce;
+mod collectives;
 mod identity;
 mod job;
 mod layout;

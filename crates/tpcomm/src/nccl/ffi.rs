@@ -49,6 +49,18 @@ type AllReduceFn = unsafe extern "C" fn(
     RawComm,
     *mut c_void,
 ) -> c_int;
+type AllGatherFn =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int;
+type ReduceScatterFn = AllReduceFn;
+type BroadcastFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    RawComm,
+    *mut c_void,
+) -> c_int;
 type CommFn = unsafe extern "C" fn(RawComm) -> c_int;
 type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type GetLastErrorFn = unsafe extern "C" fn(RawComm) -> *const c_char;
@@ -63,6 +75,11 @@ pub(super) struct Api {
     get_unique_id: GetUniqueIdFn,
     comm_init_rank: CommInitRankFn,
     all_reduce: AllReduceFn,
+    /// The other collectives (collectives.rs); looked up but not required,
+    /// so a library lacking one still serves the all-reduce.
+    all_gather: Option<AllGatherFn>,
+    reduce_scatter: Option<ReduceScatterFn>,
+    broadcast: Option<BroadcastFn>,
     comm_destroy: CommFn,
     comm_abort: CommFn,
     get_error_string: GetErrorStringFn,
@@ -87,6 +104,9 @@ impl Api {
             let get_unique_id: GetUniqueIdFn = get(&lib, "ncclGetUniqueId")?;
             let comm_init_rank: CommInitRankFn = get(&lib, "ncclCommInitRank")?;
             let all_reduce: AllReduceFn = get(&lib, "ncclAllReduce")?;
+            let all_gather: Option<AllGatherFn> = get(&lib, "ncclAllGather").ok();
+            let reduce_scatter: Option<ReduceScatterFn> = get(&lib, "ncclReduceScatter").ok();
+            let broadcast: Option<BroadcastFn> = get(&lib, "ncclBroadcast").ok();
             let comm_destroy: CommFn = get(&lib, "ncclCommDestroy")?;
             let comm_abort: CommFn = get(&lib, "ncclCommAbort")?;
             let get_error_string: GetErrorStringFn = get(&lib, "ncclGetErrorString")?;
@@ -97,6 +117,9 @@ impl Api {
                 get_unique_id,
                 comm_init_rank,
                 all_reduce,
+                all_gather,
+                reduce_scatter,
+                broadcast,
                 comm_destroy,
                 comm_abort,
                 get_error_string,
@@ -174,6 +197,85 @@ impl Api {
             comm,
             stream,
         )
+    }
+
+    /// `ncclAllGather` (`count`: one rank's block), enqueued on `stream`;
+    /// `None` when the library has no such function.
+    ///
+    /// # Safety
+    /// As [`Api::all_reduce`], with `recv` of `world * count` elements.
+    pub(super) unsafe fn all_gather(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        comm: RawComm,
+        stream: *mut c_void,
+    ) -> Option<c_int> {
+        let f = self.all_gather?;
+        Some(f(
+            send as usize as *const c_void,
+            recv as usize as *mut c_void,
+            count,
+            dtype,
+            comm,
+            stream,
+        ))
+    }
+
+    /// `ncclReduceScatter` (`count`: one rank's output block).
+    ///
+    /// # Safety
+    /// As [`Api::all_reduce`], with `send` of `world * count` elements.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn reduce_scatter(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+        comm: RawComm,
+        stream: *mut c_void,
+    ) -> Option<c_int> {
+        let f = self.reduce_scatter?;
+        Some(f(
+            send as usize as *const c_void,
+            recv as usize as *mut c_void,
+            count,
+            dtype,
+            op,
+            comm,
+            stream,
+        ))
+    }
+
+    /// `ncclBroadcast` from `root`.
+    ///
+    /// # Safety
+    /// As [`Api::all_reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn broadcast(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        root: c_int,
+        comm: RawComm,
+        stream: *mut c_void,
+    ) -> Option<c_int> {
+        let f = self.broadcast?;
+        Some(f(
+            send as usize as *const c_void,
+            recv as usize as *mut c_void,
+            count,
+            dtype,
+            root,
+            comm,
+            stream,
+        ))
     }
 
     /// `ncclCommDestroy` (or `ncclCommAbort` when `abort`). `comm` must come

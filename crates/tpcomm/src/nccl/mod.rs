@@ -353,6 +353,98 @@ impl NcclComm {
         self.nccl.check(status, self.raw(), "ncclAllReduce")
     }
 
+    /// Enqueues `ncclAllGather` (`count`: one rank's block; `recv` holds
+    /// `world * count`).
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce), with `recv` of `world * count`
+    /// elements.
+    pub unsafe fn all_gather(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DType,
+        stream: CuStream,
+    ) -> Result<()> {
+        let status = self.nccl.api.all_gather(
+            send,
+            recv,
+            count,
+            nccl_dtype(dtype),
+            self.raw(),
+            stream.cast(),
+        );
+        self.collective_status(status, "ncclAllGather")
+    }
+
+    /// Enqueues `ncclReduceScatter` (`count`: one rank's output block; `send`
+    /// holds `world * count`).
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce), with `send` of `world * count`
+    /// elements.
+    pub unsafe fn reduce_scatter(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: CuStream,
+    ) -> Result<()> {
+        let status = self.nccl.api.reduce_scatter(
+            send,
+            recv,
+            count,
+            nccl_dtype(dtype),
+            nccl_op(op),
+            self.raw(),
+            stream.cast(),
+        );
+        self.collective_status(status, "ncclReduceScatter")
+    }
+
+    /// Enqueues `ncclBroadcast` of `count` elements from `root`.
+    ///
+    /// # Safety
+    /// As [`all_reduce`](Self::all_reduce).
+    pub unsafe fn broadcast(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        stream: CuStream,
+    ) -> Result<()> {
+        let root = std::ffi::c_int::try_from(root)
+            .map_err(|_| Error::invalid("broadcast root", format!("{root} is too large")))?;
+        let status = self.nccl.api.broadcast(
+            send,
+            recv,
+            count,
+            nccl_dtype(dtype),
+            root,
+            self.raw(),
+            stream.cast(),
+        );
+        self.collective_status(status, "ncclBroadcast")
+    }
+
+    fn collective_status(&self, status: Option<std::ffi::c_int>, call: &str) -> Result<()> {
+        match status {
+            Some(s) => self.nccl.check(s, self.raw(), call),
+            None => Err(Error::Library {
+                library: "NCCL".into(),
+                detail: format!(
+                    "{} has no {call}; use an NCCL 2.x library that does (TPCOMM_NCCL_LIBRARY)",
+                    self.nccl.location()
+                ),
+            }),
+        }
+    }
+
     /// Frees the communicator (`ncclCommDestroy`), reporting NCCL's status.
     pub fn destroy(mut self) -> Result<()> {
         self.free(false, "ncclCommDestroy")

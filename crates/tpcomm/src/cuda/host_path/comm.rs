@@ -596,6 +596,51 @@ impl StreamAllReduce for HostGpuCommunicator {
     }
 }
 
+/// What the collective kernels (collectives.rs) need of a communicator.
+pub(super) struct HostParts<'a> {
+    pub ctx: &'a Arc<CudaContext>,
+    pub args: HostKernelArgs,
+    pub layout: HostLayout,
+    pub group_grid: usize,
+    pub sharing: Sharing,
+    pub arch_major: i32,
+}
+
+impl HostGpuCommunicator {
+    /// The protocol state the collective kernels run on (collectives.rs):
+    /// the all-reduce's kernel arguments with this communicator's areas,
+    /// epoch and status, its layout and the group's smallest grid.
+    pub(super) fn parts(&self) -> HostParts<'_> {
+        HostParts {
+            ctx: &self.ctx,
+            args: HostKernelArgs {
+                input: 0,
+                output: 0,
+                nbytes: 0,
+                areas: self.areas,
+                half_stride: self.layout.half_stride as u64,
+                data_offset: self.layout.data_offset as u64,
+                flag_offset: self.layout.flag_offset as u64,
+                chunk_bytes: 16,
+                ctl: self.ctl.ptr(),
+                status: self.status.device_ptr(),
+                timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+                push_offset: self.layout.push_offset as u64,
+                slot_bytes: self.one_pass_cap() as u64,
+                shadow: self.shadow.as_ref().map_or(0, |s| s.ptr()),
+                rank: self.rank as u32,
+                world: self.world as u32,
+                producers: 0,
+                fence_once: 1,
+            },
+            layout: self.layout,
+            group_grid: self.group_grid,
+            sharing: self.sharing,
+            arch_major: self.kernels.arch.0,
+        }
+    }
+}
+
 impl HostGpuCommunicator {
     /// `Algo::Auto` as selection answers it for this communicator (its
     /// selector's `host:*` rows, else the pcie-nop2p rules); other algorithms
@@ -624,7 +669,7 @@ impl HostGpuCommunicator {
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_PUSH => "host-path push slot",
             WAIT_DELTA => "host-path delta words",
-            _ => "host-path data",
+            c => super::collectives::wait_what(c).unwrap_or("host-path data"),
         };
         Err(Error::PeerTimeout {
             rank: self.rank,

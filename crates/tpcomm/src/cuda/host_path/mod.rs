@@ -11,6 +11,7 @@
 //! blocks, for larger ones. [`GpuComm`]
 //! picks this path or the P2P one ([`Transport`]).
 
+pub mod collectives;
 mod comm;
 mod group;
 mod kernels;

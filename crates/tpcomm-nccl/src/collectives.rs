@@ -1,0 +1,356 @@
+//! `ncclAllGather`, `ncclReduceScatter`, `ncclBroadcast` and `ncclBcast`:
+//! run by tpcomm's collective kernels where the all-reduce's route rule
+//! allows (set up beside this communicator, outside a group, f32/f16/bf16,
+//! sum for reduce-scatter, a non-empty block within TPCOMM_MAX_BYTES), by
+//! NCCL otherwise, with the caller's arguments unchanged. The rule is a pure
+//! function of the call, so every rank routes it the same way.
+
+use crate::ffi::{call_real, guard, Fail};
+use crate::route::{route, Call, Route};
+use crate::settings::{self, info, warn};
+use crate::state;
+use crate::types::*;
+use std::ffi::{c_int, c_void};
+use tpcomm::cuda::{CUstream, Launch};
+use tpcomm::ReduceOp;
+
+/// Every function defined here, by name (they are in `INTERCEPTED` too).
+#[cfg_attr(not(test), allow(dead_code))]
+pub const COLLECTIVES: &[&str] = &[
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclBroadcast",
+    "ncclBcast",
+];
+
+/// Loads the collective kernels while the communicator is set up, so no
+/// call (inside a CUDA graph capture, say) ever compiles or loads a module.
+pub fn prepare(cuda: &tpcomm::cuda::CudaCommunicator, tag: &str) -> tpcomm::Result<()> {
+    let image = cuda.prepare_collectives()?;
+    info!(
+        "{tag}: all-gather, reduce-scatter and broadcast kernels loaded ({image} of kernel image)"
+    );
+    Ok(())
+}
+
+/// Logs (at TPCOMM_LOG=info) the first call of each (function,
+/// communicator, route); `what` is only formatted then.
+fn log_first(name: &'static str, comm: NcclComm, route: &str, what: impl Fn() -> String) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    if settings::get().level < settings::Level::Info {
+        return;
+    }
+    type Seen = HashSet<(&'static str, usize, String)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
+    let key = (name, comm as usize, route.to_string());
+    if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
+        info!("{name} comm {comm:p}: {}", what());
+    }
+}
+
+/// The route of a collective whose block is `count` elements.
+fn route_of(
+    disabled: bool,
+    beside: Option<&state::Beside>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+) -> Route {
+    let call = Call {
+        send: send as usize,
+        recv: recv as usize,
+        count,
+        dtype: datatype,
+        op,
+        group_depth: crate::intercepted::group_depth(),
+    };
+    route(disabled, beside.map(|b| b.cap), &call)
+}
+
+/// Runs `f` (tpcomm's launch) with the caller's CUDA context restored after;
+/// a failure is not forwarded (the peers launched tpcomm kernels, and an
+/// NCCL call here would never pair up).
+fn on_tpcomm(
+    name: &'static str,
+    comm: NcclComm,
+    f: impl FnOnce() -> tpcomm::Result<()>,
+) -> NcclResult {
+    let _restore = crate::cuda::SavedContext::save();
+    match f() {
+        Ok(()) => {
+            log_first(name, comm, "tpcomm", || "tpcomm".into());
+            SUCCESS
+        }
+        Err(e) => {
+            warn!("{name}: tpcomm failed ({e}); returning ncclInternalError");
+            INTERNAL_ERROR
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: NcclDataType,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    guard("ncclAllGather", || {
+        let s = settings::get();
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
+        let r = route_of(
+            s.disabled,
+            beside.as_deref(),
+            sendbuff,
+            recvbuff,
+            sendcount,
+            datatype,
+            OP_SUM,
+        );
+        if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
+            // SAFETY: NCCL's contract for ncclAllGather is the kernels': device
+            // buffers of the communicator's GPU, sendbuff of sendcount and
+            // recvbuff of world x sendcount elements (or sendbuff inside
+            // recvbuff at this rank's block), valid until the stream runs
+            // the call, and a stream of that GPU.
+            return on_tpcomm("ncclAllGather", comm, || unsafe {
+                b.cuda.all_gather(
+                    sendbuff as u64,
+                    recvbuff as u64,
+                    sendcount,
+                    dt,
+                    stream as CUstream,
+                    Launch::Ordinary,
+                )
+            });
+        }
+        if let Route::Nccl(why) = r {
+            log_first("ncclAllGather", comm, why.text(), || {
+                format!("NCCL ({})", why.text())
+            });
+        }
+        call_real!(
+            ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
+                as fn(
+                    *const c_void,
+                    *mut c_void,
+                    usize,
+                    NcclDataType,
+                    NcclComm,
+                    CudaStream,
+                ) -> NcclResult
+        )
+        .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    guard("ncclReduceScatter", || {
+        let s = settings::get();
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
+        let r = route_of(
+            s.disabled,
+            beside.as_deref(),
+            sendbuff,
+            recvbuff,
+            recvcount,
+            datatype,
+            op,
+        );
+        if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
+            // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
+            // and recvbuff of recvcount elements (or at this rank's block).
+            return on_tpcomm("ncclReduceScatter", comm, || unsafe {
+                b.cuda.reduce_scatter(
+                    sendbuff as u64,
+                    recvbuff as u64,
+                    recvcount,
+                    dt,
+                    ReduceOp::Sum,
+                    stream as CUstream,
+                    Launch::Ordinary,
+                )
+            });
+        }
+        if let Route::Nccl(why) = r {
+            log_first("ncclReduceScatter", comm, why.text(), || {
+                format!("NCCL ({})", why.text())
+            });
+        }
+        call_real!(
+            ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+                as fn(
+                    *const c_void,
+                    *mut c_void,
+                    usize,
+                    NcclDataType,
+                    NcclRedOp,
+                    NcclComm,
+                    CudaStream,
+                ) -> NcclResult
+        )
+        .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+/// The route of a broadcast: the all-reduce's rule, and a root that is a rank
+/// (a bad root goes to NCCL, which reports it).
+fn broadcast_route(
+    s: &settings::Settings,
+    beside: Option<&state::Beside>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+) -> Option<tpcomm::DType> {
+    match route_of(s.disabled, beside, send, recv, count, datatype, OP_SUM) {
+        Route::Tpcomm(dt)
+            if root >= 0 && beside.is_some_and(|b| (root as usize) < b.cuda.world()) =>
+        {
+            Some(dt)
+        }
+        _ => None,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    guard("ncclBroadcast", || {
+        let s = settings::get();
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
+        if let (Some(dt), Some(b)) = (
+            broadcast_route(
+                s,
+                beside.as_deref(),
+                sendbuff,
+                recvbuff,
+                count,
+                datatype,
+                root,
+            ),
+            &beside,
+        ) {
+            // SAFETY: as in ncclAllGather, with both buffers of count
+            // elements (the same or disjoint); only the root's sendbuff is read.
+            return on_tpcomm("ncclBroadcast", comm, || unsafe {
+                b.cuda.broadcast(
+                    sendbuff as u64,
+                    recvbuff as u64,
+                    count,
+                    dt,
+                    root as usize,
+                    stream as CUstream,
+                    Launch::Ordinary,
+                )
+            });
+        }
+        call_real!(
+            ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
+                as fn(
+                    *const c_void,
+                    *mut c_void,
+                    usize,
+                    NcclDataType,
+                    c_int,
+                    NcclComm,
+                    CudaStream,
+                ) -> NcclResult
+        )
+        .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+    comm: NcclComm,
+    stream: CudaStream,
+) -> NcclResult {
+    guard("ncclBcast", || {
+        let s = settings::get();
+        let beside = if s.disabled {
+            None
+        } else {
+            state::lookup(comm)
+        };
+        if let (Some(dt), Some(b)) = (
+            broadcast_route(s, beside.as_deref(), buff, buff, count, datatype, root),
+            &beside,
+        ) {
+            // SAFETY: as in ncclBroadcast, in place.
+            return on_tpcomm("ncclBcast", comm, || unsafe {
+                b.cuda.broadcast(
+                    buff as u64,
+                    buff as u64,
+                    count,
+                    dt,
+                    root as usize,
+                    stream as CUstream,
+                    Launch::Ordinary,
+                )
+            });
+        }
+        call_real!(ncclBcast(buff, count, datatype, root, comm, stream)
+            as fn(
+                *mut c_void,
+                usize,
+                NcclDataType,
+                c_int,
+                NcclComm,
+                CudaStream,
+            ) -> NcclResult)
+        .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_collective_defined_here_is_listed_as_intercepted() {
+        for name in COLLECTIVES {
+            assert!(crate::intercepted::INTERCEPTED.contains(name), "{name}");
+            assert!(!crate::forwarded::FORWARDED.contains(name), "{name}");
+        }
+    }
+}

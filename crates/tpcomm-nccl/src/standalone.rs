@@ -1,0 +1,366 @@
+//! The first piece of standalone mode (docs/standalone.md): a unique id that
+//! real NCCL never sees, and the rendezvous of a communicator's ranks through
+//! its bytes on this host. Not reachable from the exported functions yet:
+//! serving a communicator without real NCCL also needs every call that takes
+//! one (docs/standalone.md lists them), which is still to come.
+//!
+//! The id is NCCL's 128 opaque bytes: a magic, a 128-bit secret from the
+//! operating system's random source, and the creator's pid. The program
+//! passes it from rank to rank itself (torch.distributed through its store),
+//! as it does a real id. Ranks meet in a directory named after a hash of the
+//! secret, under this user's runtime directory, created mode 0700 and
+//! accepted only as a real directory of this user that nobody else may enter;
+//! records are written and read as the CUDA rendezvous writes them (mode 0600
+//! files of this user, no links followed) and each carries a tag derived from
+//! the secret, so a record of another job, or of anyone who knows only the
+//! directory's name, is refused by name. This is the shared-memory
+//! rendezvous's rule (a job key's hash in every header, files only this user
+//! can write), with the key carried in the id instead of TPCOMM_JOB_KEY.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use std::ffi::c_int;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tpcomm::cuda::Rendezvous;
+use tpcomm::{Error, Result};
+
+/// The first 8 bytes of a standalone id.
+pub const MAGIC: &[u8; 8] = b"TPCSTND1";
+/// `ncclInvalidUsage`: what a call standalone mode cannot serve returns.
+pub const INVALID_USAGE: c_int = 5;
+
+/// A standalone unique id's secret, parsed from the id.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Secret([u8; 16]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(tag {:016x})", self.tag(0))
+    }
+}
+
+/// A 64-bit finalizer (MurmurHash3's): every input bit affects every output bit.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+impl Secret {
+    fn words(&self) -> [u64; 2] {
+        let w = |r: std::ops::Range<usize>| {
+            u64::from_le_bytes(self.0[r].try_into().unwrap_or_default())
+        };
+        [w(0..8), w(8..16)]
+    }
+
+    /// A 64-bit value derived from the secret and `salt`. It names the
+    /// meeting directory (salt 0) and tags records (salt 1); neither gives
+    /// the secret away.
+    pub fn tag(&self, salt: u64) -> u64 {
+        let [a, b] = self.words();
+        let x = mix(a ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x7470_636f_6d6d_5341);
+        mix(x ^ b.rotate_left(29)) ^ mix(b ^ x.rotate_left(13))
+    }
+}
+
+/// Fills `buf` from the kernel's random source.
+fn random_bytes(buf: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: getrandom writes at most `len` bytes to the live buffer
+        // slice it is given.
+        let n = unsafe {
+            libc::getrandom(
+                buf[done..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - done,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::io("getrandom for a standalone unique id", e));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// A new standalone unique id (what ncclGetUniqueId will return in
+/// standalone mode).
+pub fn new_id() -> Result<[u8; 128]> {
+    let mut id = [0u8; 128];
+    id[..8].copy_from_slice(MAGIC);
+    let mut secret = [0u8; 16];
+    while secret == [0u8; 16] {
+        random_bytes(&mut secret)?;
+    }
+    id[8..24].copy_from_slice(&secret);
+    id[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+    Ok(id)
+}
+
+/// The secret of a standalone id; `None` for any other 128 bytes (a real
+/// NCCL id, which starts with NCCL's own data and never with the magic).
+pub fn parse(id: &[u8; 128]) -> Option<Secret> {
+    if &id[..8] != MAGIC {
+        return None;
+    }
+    let s: [u8; 16] = id[8..24].try_into().ok()?;
+    (s != [0u8; 16]).then_some(Secret(s))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The directory ranks of `secret` meet in, under `base` (this user's
+/// runtime directory by default: see [`runtime_base`]); created if missing.
+/// Refused unless it is a real directory (not a link) owned by this user
+/// with no access for anyone else.
+pub fn meeting_dir(base: &Path, secret: &Secret) -> Result<PathBuf> {
+    let dir = base.join(format!("tpcomm-standalone-{:016x}", secret.tag(0)));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io(format!("create {}", dir.display()), e)),
+    }
+    let m = std::fs::symlink_metadata(&dir)
+        .map_err(|e| Error::io(format!("inspect {}", dir.display()), e))?;
+    let refuse = |why: &str| {
+        Err(Error::invalid(
+            "standalone rendezvous",
+            format!(
+                "{} {why}; remove it, or set XDG_RUNTIME_DIR to a directory only you can write",
+                dir.display()
+            ),
+        ))
+    };
+    if m.file_type().is_symlink() || !m.is_dir() {
+        return refuse("is not a plain directory");
+    }
+    if m.uid() != euid() {
+        return refuse(&format!("belongs to user {}, not to this user", m.uid()));
+    }
+    if m.mode() & 0o077 != 0 {
+        return refuse(&format!(
+            "has mode {:o}; other users may enter it",
+            m.mode() & 0o777
+        ));
+    }
+    Ok(dir)
+}
+
+/// This user's runtime directory ($XDG_RUNTIME_DIR), else the temporary
+/// directory (the meeting directory itself is 0700 either way).
+pub fn runtime_base() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Swaps `mine` with every rank of the communicator of `secret` meeting in
+/// `dir` (from [`meeting_dir`]): the records in rank order, each checked to
+/// carry this secret's tag. Bounded by `timeout`, naming a rank that did not
+/// post; `key` names the step (each rank uses the same keys in the same
+/// order).
+pub fn exchange(
+    dir: &Path,
+    secret: &Secret,
+    key: &str,
+    rank: usize,
+    world: usize,
+    mine: &[u8],
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>> {
+    let tag = secret.tag(1).to_le_bytes();
+    let mut rec = Vec::with_capacity(8 + mine.len());
+    rec.extend_from_slice(&tag);
+    rec.extend_from_slice(mine);
+    let all = Rendezvous::Dir(dir.to_path_buf()).exchange(key, rank, world, &rec, timeout)?;
+    all.into_iter()
+        .enumerate()
+        .map(|(r, v)| match v.strip_prefix(&tag[..]) {
+            Some(body) => Ok(body.to_vec()),
+            None => Err(Error::invalid(
+                "standalone rendezvous",
+                format!(
+                    "rank {r}'s record in {} was not made with this communicator's unique id (another job meeting at the same place?)",
+                    dir.display()
+                ),
+            )),
+        })
+        .collect()
+}
+
+thread_local! {
+    /// What ncclGetLastError will say after a call standalone mode refused.
+    static LAST_ERROR: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Refuses `call` on a standalone communicator: records the text
+/// ncclGetLastError returns on this thread and gives `ncclInvalidUsage`.
+pub fn unservable(call: &str, why: &str) -> c_int {
+    let text = format!(
+        "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
+    );
+    LAST_ERROR.with_borrow_mut(|s| *s = text);
+    INVALID_USAGE
+}
+
+/// The text of this thread's last refused call (empty if none).
+pub fn last_error() -> String {
+    LAST_ERROR.with_borrow(|s| s.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn ids_carry_a_fresh_secret_that_only_standalone_ids_have() {
+        let a = new_id().unwrap();
+        let b = new_id().unwrap();
+        let (sa, sb) = (parse(&a).unwrap(), parse(&b).unwrap());
+        assert_ne!(sa, sb, "two ids share a secret");
+        assert_ne!(sa.tag(0), sb.tag(0));
+        assert_ne!(sa.tag(0), sa.tag(1));
+        // A real NCCL id (socket address bytes first) is not standalone.
+        let mut real = [0u8; 128];
+        real[0] = 2;
+        real[2] = 0x9a;
+        assert!(parse(&real).is_none());
+        // Nor is a standalone magic with an all-zero secret.
+        let mut zero = [0u8; 128];
+        zero[..8].copy_from_slice(MAGIC);
+        assert!(parse(&zero).is_none());
+        // The Debug form shows a tag, never the secret's bytes.
+        let shown = format!("{sa:?}");
+        assert!(shown.starts_with("Secret(tag "), "{shown}");
+    }
+
+    #[test]
+    fn ranks_holding_the_same_id_meet_and_get_every_record_in_rank_order() {
+        let base = tempfile_dir();
+        let id = new_id().unwrap();
+        let world = 4;
+        let out: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|r| {
+                    let (base, id) = (&base, &id);
+                    s.spawn(move || {
+                        let secret = parse(id).unwrap();
+                        let dir = meeting_dir(base, &secret).unwrap();
+                        exchange(
+                            &dir,
+                            &secret,
+                            "init",
+                            r,
+                            world,
+                            &[r as u8; 3],
+                            Duration::from_secs(10),
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for res in out {
+            let all = res.unwrap();
+            assert_eq!(
+                all,
+                (0..world).map(|r| vec![r as u8; 3]).collect::<Vec<_>>()
+            );
+        }
+        let dir = meeting_dir(&base, &parse(&id).unwrap()).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_record_made_without_the_secret_is_refused_and_a_missing_rank_is_named() {
+        let base = tempfile_dir();
+        let id = new_id().unwrap();
+        let secret = parse(&id).unwrap();
+        let dir = meeting_dir(&base, &secret).unwrap();
+        // Someone who knows the directory but not the secret posts rank 1.
+        let impostor = Secret([7u8; 16]);
+        let t = Duration::from_secs(5);
+        let out = std::thread::scope(|s| {
+            let h = s.spawn(|| exchange(&dir, &impostor, "init", 1, 2, b"x", t));
+            let mine = exchange(&dir, &secret, "init", 0, 2, b"y", t);
+            let _ = h.join();
+            mine
+        });
+        let e = out.unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1's record") && e.contains("unique id"),
+            "{e}"
+        );
+        // Nobody posts rank 1 of a second step: the wait ends naming it.
+        let e = exchange(
+            &dir,
+            &secret,
+            "step2",
+            0,
+            2,
+            b"y",
+            Duration::from_millis(300),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rank 1"), "{e}");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_meeting_directory_others_may_enter_or_a_link_is_refused() {
+        let base = tempfile_dir();
+        let secret = parse(&new_id().unwrap()).unwrap();
+        let dir = meeting_dir(&base, &secret).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = meeting_dir(&base, &secret).unwrap_err().to_string();
+        assert!(e.contains("other users may enter it"), "{e}");
+        std::fs::remove_dir(&dir).unwrap();
+        let target = base.join("elsewhere");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, &dir).unwrap();
+        let e = meeting_dir(&base, &secret).unwrap_err().to_string();
+        assert!(e.contains("not a plain directory"), "{e}");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn an_unservable_call_is_invalid_usage_and_the_last_error_names_it() {
+        assert_eq!(unservable("ncclAlltoAll", "all-to-all is not in tpcomm"), 5);
+        let t = last_error();
+        assert!(
+            t.contains("ncclAlltoAll") && t.contains("all-to-all is not in tpcomm"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_default_base_is_an_existing_directory() {
+        assert!(runtime_base().is_dir());
+    }
+
+    /// A fresh private directory (no tempfile crate in this crate's deps).
+    fn tempfile_dir() -> PathBuf {
+        let mut r = [0u8; 8];
+        random_bytes(&mut r).unwrap();
+        let d = std::env::temp_dir().join(format!("tpcomm-sa-test-{:016x}", u64::from_le_bytes(r)));
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        d
+    }
+}

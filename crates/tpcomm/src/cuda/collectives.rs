@@ -1,0 +1,637 @@
+//! All-gather, reduce-scatter and broadcast beside the all-reduce: on the
+//! P2P communicator's own receive buffers and epoch (kernels/collectives.cu,
+//! no memory beyond what creation allocated), and on [`Communicator`] with
+//! NCCL behind them for what the kernels cannot take.
+//!
+//! Sizes follow NCCL: `count` is one rank's block (the all-gather's input,
+//! the reduce-scatter's output, the broadcast's message), at most the
+//! communicator's `max_bytes`.
+
+use super::comm::CudaCommunicator;
+use super::communicator::Communicator;
+use super::compile;
+use super::host_path::GpuComm;
+use super::kernels::KernelArgs;
+use super::loader::{
+    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
+    PerDevice,
+};
+use super::pdl::{self, Launch};
+use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
+use super::share::grid_cap;
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::units::ByteSize;
+use cudarc::driver::CudaContext;
+use std::sync::Arc;
+
+// TPCOMM_WAIT_COLL_* in kernels/collectives.cu.
+const WAIT_ALL_GATHER: u32 = 5;
+const WAIT_REDUCE_SCATTER: u32 = 6;
+const WAIT_BROADCAST: u32 = 7;
+
+/// What a status code of the collective kernels was waiting for, for
+/// `CudaCommunicator::check`; `None` for other codes.
+pub(super) fn wait_what(code: u32) -> Option<&'static str> {
+    match code {
+        WAIT_ALL_GATHER => Some("all-gather data"),
+        WAIT_REDUCE_SCATTER => Some("reduce-scatter data"),
+        WAIT_BROADCAST => Some("broadcast data or a peer's broadcast token"),
+        _ => None,
+    }
+}
+
+/// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
+const BLOCK: u32 = 512;
+
+/// Mirrors `struct CollArgs` in collectives.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct CollArgs {
+    base: KernelArgs,
+    root: u32,
+    pad: u32,
+}
+
+/// Which collective, for the checks and the launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    AllGather,
+    ReduceScatter,
+    Broadcast { root: usize },
+}
+
+impl Collective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter => "reduce-scatter",
+            Collective::Broadcast { .. } => "broadcast",
+        }
+    }
+}
+
+struct CollKernels {
+    all_gather: [Function; 3],
+    reduce_scatter: [Function; 3],
+    broadcast: [Function; 3],
+    block: u32,
+    blocks_per_sm: u32,
+    arch_major: i32,
+    cubin_bytes: usize,
+    _module: Module,
+    // Keeps the primary context (and so the module) alive for the process.
+    _ctx: Arc<CudaContext>,
+}
+
+fn coll_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<CollKernels>> {
+    static CACHE: PerDevice<CollKernels> = PerDevice::new();
+    per_device(&CACHE, ctx, || {
+        let l = compile_and_load(
+            ctx,
+            compile::COLLECTIVES_SRC,
+            "collectives.cu",
+            "the collective kernels",
+        )?;
+        let all_gather = per_type(&l.module, "tpcomm_all_gather")?;
+        let reduce_scatter = per_type(&l.module, "tpcomm_reduce_scatter")?;
+        let broadcast = per_type(&l.module, "tpcomm_broadcast")?;
+        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
+        let block = common_block(all(), BLOCK, "the collective kernels", l.arch)?;
+        Ok(CollKernels {
+            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
+            block,
+            all_gather,
+            reduce_scatter,
+            broadcast,
+            arch_major: l.arch.0,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    })
+}
+
+/// The checks every transport makes before a collective; returns one rank's
+/// block in bytes.
+pub(crate) fn check_collective(
+    what: Collective,
+    ptrs: [CUdeviceptr; 2],
+    count: usize,
+    dtype: DType,
+    world: usize,
+    max_bytes: ByteSize,
+) -> Result<usize> {
+    let bytes = count
+        .checked_mul(dtype.size())
+        .filter(|b| b.checked_mul(world).is_some())
+        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    if bytes as u64 > max_bytes.bytes() {
+        return Err(Error::invalid(
+            "message size",
+            format!(
+                "a {} block of {} is above this communicator's maximum {}; create it with a larger max_bytes",
+                what.name(),
+                ByteSize::from_usize(bytes),
+                max_bytes
+            ),
+        ));
+    }
+    if let Collective::Broadcast { root } = what {
+        if root >= world {
+            return Err(Error::invalid(
+                "broadcast root",
+                format!("{root} is not a rank of this communicator (0..{world})"),
+            ));
+        }
+    }
+    if count > 0 && ptrs.iter().any(|p| *p == 0 || !p.is_multiple_of(2)) {
+        return Err(Error::invalid(
+            "buffer address",
+            format!(
+                "{} buffers must be non-null device addresses aligned to 2 bytes",
+                what.name()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+impl CudaCommunicator {
+    /// Compiles (or reads from the cache) and loads the collective kernels
+    /// now, so the first all-gather, reduce-scatter or broadcast loads
+    /// nothing (inside a CUDA graph capture, for one) and takes no memory a
+    /// server has not seen. Returns the size of the kernel image (loaded
+    /// once per device and process). Call it right after creation.
+    pub fn prepare_collectives(&self) -> Result<ByteSize> {
+        Ok(ByteSize::from_usize(
+            coll_kernels(self.context())?.cubin_bytes,
+        ))
+    }
+
+    /// All-gather: `input` (`count` elements) of every rank lands in
+    /// `output` (`world * count`) in rank order, the same bytes on every
+    /// rank (an element whose bits are all ones, a NaN, arrives as the same
+    /// NaN with its sign bit cleared, on every rank including the sender).
+    /// In place when `input == output + rank * count * size`.
+    ///
+    /// # Safety
+    /// Device addresses of this communicator's device, valid until `stream`
+    /// has run the call: `input` of `count` elements, `output` of
+    /// `world * count`, either disjoint or in place as above; `stream` of this
+    /// device's primary context (or null).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_gather(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.collective(
+                Collective::AllGather,
+                input,
+                output,
+                count,
+                dtype,
+                stream,
+                how,
+            )
+        }
+    }
+
+    /// Reduce-scatter (sum): every rank gives `world * count` elements and
+    /// gets in `output` (`count`) the sum of block `rank` over the ranks,
+    /// with the bits of that block of a tpcomm all-reduce of the same inputs.
+    /// In place when `output == input + rank * count * size`.
+    ///
+    /// # Safety
+    /// As [`all_gather`](Self::all_gather), with `input` of `world * count`
+    /// elements and `output` of `count`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_scatter(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        if op != ReduceOp::Sum {
+            return Err(Error::Unsupported(format!(
+                "reduce op {op} in the reduce-scatter kernels (only sum); use Communicator with nccl_fallback for it"
+            )));
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.collective(
+                Collective::ReduceScatter,
+                input,
+                output,
+                count,
+                dtype,
+                stream,
+                how,
+            )
+        }
+    }
+
+    /// Broadcast: `input` of rank `root` (`count` elements) lands in `output`
+    /// of every rank (the root's too, unless in place). Other ranks' `input`
+    /// is not read.
+    ///
+    /// # Safety
+    /// As [`all_gather`](Self::all_gather), with `input` and `output` of
+    /// `count` elements, equal or disjoint.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn broadcast(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.collective(
+                Collective::Broadcast { root },
+                input,
+                output,
+                count,
+                dtype,
+                stream,
+                how,
+            )
+        }
+    }
+
+    /// # Safety
+    /// As the public entry points.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn collective(
+        &self,
+        what: Collective,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        self.check()?;
+        let bytes = check_collective(
+            what,
+            [input, output],
+            count,
+            dtype,
+            self.world(),
+            self.max_bytes(),
+        )?;
+        // Every rank gives the same count, so every rank skips together and
+        // the epoch stays in step.
+        if count == 0 {
+            return Ok(());
+        }
+        let p = self.protocol_parts();
+        let k = coll_kernels(p.ctx)?;
+        let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
+        let nvec = bytes.div_ceil(16);
+        // At least one warp: a broadcast's token threads are the grid's
+        // first `world` threads.
+        let block = (nvec.div_ceil(32) * 32).clamp(32, k.block as usize) as u32;
+        let blocks = nvec.div_ceil(block as usize).clamp(1, grid) as u32;
+        let d = dtype_index(dtype);
+        let (f, root) = match what {
+            Collective::AllGather => (k.all_gather[d], 0),
+            Collective::ReduceScatter => (k.reduce_scatter[d], 0),
+            Collective::Broadcast { root } => (k.broadcast[d], root as u32),
+        };
+        let args = CollArgs {
+            base: KernelArgs {
+                input,
+                output,
+                nbytes: bytes as u64,
+                bufs: p.bufs,
+                epoch_stride: p.epoch_stride,
+                slot_stride: p.slot_stride,
+                ctl: p.ctl,
+                status: p.status,
+                timeout_ns: p.timeout_ns,
+                rank: self.rank() as u32,
+                world: self.world() as u32,
+                ..Default::default()
+            },
+            root,
+            pad: 0,
+        };
+        raw::set_current(p.ctx.cu_ctx())?;
+        // SAFETY: CollArgs mirrors the kernel's parameter; the receive
+        // buffers, control words and status belong to `self`, which callers
+        // keep alive until their streams finish; the pointers are the
+        // caller's contract; every kernel of collectives.cu starts with
+        // wait_for_previous_kernel, as an overlapped launch requires.
+        unsafe { pdl::launch(f, blocks, block, &args, stream, how, k.arch_major) }
+    }
+}
+
+/// Where one collective of [`Communicator`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectiveRoute {
+    /// tpcomm's kernels on the P2P buffers.
+    Tpcomm,
+    /// NCCL: the block is larger than the buffers (or, through pinned host
+    /// memory, its blocks do not fit the areas).
+    NcclTooLarge,
+    /// NCCL: the kernels only sum.
+    NcclOp,
+}
+
+impl CollectiveRoute {
+    /// Decides from what the kernels can do; pure, tested without a GPU.
+    /// `fits`: the transport's buffers hold the call's blocks (always on
+    /// P2P below `max_bytes`; see `host_path::collectives::fits`).
+    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp, fits: bool) -> CollectiveRoute {
+        if op != ReduceOp::Sum {
+            CollectiveRoute::NcclOp
+        } else if bytes > max_bytes.bytes() || !fits {
+            CollectiveRoute::NcclTooLarge
+        } else {
+            CollectiveRoute::Tpcomm
+        }
+    }
+
+    /// Why it is not on tpcomm's kernels (empty for `Tpcomm`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            CollectiveRoute::Tpcomm => "",
+            CollectiveRoute::NcclTooLarge => "the block is above the buffers",
+            CollectiveRoute::NcclOp => "the kernels only sum",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveRoute::Tpcomm => "tpcomm",
+            CollectiveRoute::NcclTooLarge => "nccl (block above the buffers)",
+            CollectiveRoute::NcclOp => "nccl (op not in the kernels)",
+        }
+    }
+}
+
+impl Communicator {
+    /// Loads the collective kernels of its transport now (see
+    /// [`CudaCommunicator::prepare_collectives`]); returns the image's size.
+    pub fn prepare_collectives(&self) -> Result<ByteSize> {
+        match self.gpu() {
+            GpuComm::Cuda(c) => c.prepare_collectives(),
+            GpuComm::Host(c) => c.prepare_collectives(),
+        }
+    }
+
+    fn max_bytes_of_gpu(&self) -> ByteSize {
+        match self.gpu() {
+            GpuComm::Cuda(c) => c.max_bytes(),
+            GpuComm::Host(c) => c.max_bytes(),
+        }
+    }
+
+    fn route_collective(
+        &self,
+        what: Collective,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<CollectiveRoute> {
+        let bytes = (count as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let fits = match self.gpu() {
+            GpuComm::Cuda(_) => true,
+            GpuComm::Host(h) => h.collective_fits(what, count, dtype),
+        };
+        let route = CollectiveRoute::of(bytes, self.max_bytes_of_gpu(), op, fits);
+        if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {
+            return Err(Error::Unsupported(format!(
+                "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
+                what.name(),
+                count,
+                route.reason(),
+            )));
+        }
+        Ok(route)
+    }
+
+    /// All-gather (see [`CudaCommunicator::all_gather`]) on tpcomm's kernels
+    /// where they take it, else on NCCL (`ncclAllGather`, same arguments).
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::all_gather`].
+    pub unsafe fn all_gather(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<CollectiveRoute> {
+        let route = self.route_collective(Collective::AllGather, count, dtype, ReduceOp::Sum)?;
+        // SAFETY (both arms): the caller's contract is passed on unchanged;
+        // NCCL reads and writes the same ranges on the same stream.
+        match (route, self.gpu(), self.nccl()) {
+            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
+                c.all_gather(input, output, count, dtype, stream, how)?
+            },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::AllGather,
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
+            },
+            (_, _, Some(n)) => unsafe { n.all_gather(input, output, count, dtype, stream)? },
+            _ => return Err(no_route()),
+        }
+        Ok(route)
+    }
+
+    /// Reduce-scatter (see [`CudaCommunicator::reduce_scatter`]); max and
+    /// min, and what the kernels cannot take, on NCCL (`ncclReduceScatter`).
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::reduce_scatter`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_scatter(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<CollectiveRoute> {
+        let route = self.route_collective(Collective::ReduceScatter, count, dtype, op)?;
+        // SAFETY: as in all_gather.
+        match (route, self.gpu(), self.nccl()) {
+            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
+                c.reduce_scatter(input, output, count, dtype, op, stream, how)?
+            },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::ReduceScatter,
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
+            },
+            (_, _, Some(n)) => unsafe {
+                n.reduce_scatter(input, output, count, dtype, op, stream)?
+            },
+            _ => return Err(no_route()),
+        }
+        Ok(route)
+    }
+
+    /// Broadcast (see [`CudaCommunicator::broadcast`]); on NCCL
+    /// (`ncclBroadcast`) where the kernels cannot take it.
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::broadcast`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn broadcast(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<CollectiveRoute> {
+        let route =
+            self.route_collective(Collective::Broadcast { root }, count, dtype, ReduceOp::Sum)?;
+        // SAFETY: as in all_gather.
+        match (route, self.gpu(), self.nccl()) {
+            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
+                c.broadcast(input, output, count, dtype, root, stream, how)?
+            },
+            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
+                h.collective(
+                    Collective::Broadcast { root },
+                    input,
+                    output,
+                    count,
+                    dtype,
+                    stream,
+                    how,
+                )?
+            },
+            (_, _, Some(n)) => unsafe { n.broadcast(input, output, count, dtype, root, stream)? },
+            _ => return Err(no_route()),
+        }
+        Ok(route)
+    }
+}
+
+/// Unreachable in practice: `route_collective` refuses non-tpcomm routes
+/// without NCCL.
+fn no_route() -> Error {
+    Error::Unsupported("no route for this collective (tpcomm bug: please report)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coll_args_match_the_cuda_struct_size() {
+        // struct Args (152 bytes) and two u32.
+        assert_eq!(std::mem::size_of::<CollArgs>(), 152 + 8);
+    }
+
+    #[test]
+    fn wait_codes_match_the_kernel_source() {
+        let src = include_str!("kernels/collectives.cu");
+        for (name, code) in [
+            ("TPCOMM_WAIT_COLL_ALL_GATHER", WAIT_ALL_GATHER),
+            ("TPCOMM_WAIT_COLL_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
+            ("TPCOMM_WAIT_COLL_BROADCAST", WAIT_BROADCAST),
+        ] {
+            assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
+            assert!(wait_what(code).is_some());
+        }
+        // The all-reduce and fused kernels use codes 1 to 4.
+        assert!(!include_str!("kernels/allreduce.cu").contains(" 5u\n"));
+    }
+
+    #[test]
+    fn routes_send_what_the_kernels_cannot_take_to_nccl() {
+        let max = ByteSize::mib(8);
+        let of = CollectiveRoute::of;
+        assert_eq!(
+            of(max.bytes(), max, ReduceOp::Sum, true),
+            CollectiveRoute::Tpcomm
+        );
+        assert_eq!(
+            of(max.bytes() + 1, max, ReduceOp::Sum, true),
+            CollectiveRoute::NcclTooLarge
+        );
+        assert_eq!(of(16, max, ReduceOp::Max, true), CollectiveRoute::NcclOp);
+        assert_eq!(
+            of(16, max, ReduceOp::Sum, false),
+            CollectiveRoute::NcclTooLarge
+        );
+    }
+
+    #[test]
+    fn bad_calls_are_refused_before_any_gpu_work() {
+        let max = ByteSize::kib(64);
+        let ok = check_collective(Collective::AllGather, [16, 32], 100, DType::Bf16, 4, max);
+        assert_eq!(ok.unwrap(), 200);
+        let e = |r: Result<usize>| r.unwrap_err().to_string();
+        let big = check_collective(Collective::AllGather, [16, 32], 40000, DType::F32, 4, max);
+        assert!(e(big).contains("above this communicator's maximum"));
+        let root = check_collective(
+            Collective::Broadcast { root: 4 },
+            [16, 16],
+            1,
+            DType::F32,
+            4,
+            max,
+        );
+        assert!(e(root).contains("broadcast root"));
+        let odd = check_collective(Collective::ReduceScatter, [17, 32], 1, DType::F16, 2, max);
+        assert!(e(odd).contains("aligned to 2 bytes"));
+        let over = check_collective(
+            Collective::AllGather,
+            [16, 32],
+            usize::MAX / 2,
+            DType::F32,
+            2,
+            max,
+        );
+        assert!(e(over).contains("overflow"));
+        // Nothing to move: null pointers are fine.
+        assert_eq!(
+            check_collective(Collective::AllGather, [0, 0], 0, DType::F32, 2, max).unwrap(),
+            0
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! All-gather, reduce-scatter and broadcast between GPUs without P2P, on
+//! the host-path communicator's pinned areas and epoch
+//! (kernels/host_collectives.cu): no memory beyond what creation allocated.
+//!
+//! A call's block must fit the area's chunked-data region and flags: any
+//! block up to `max_bytes` for all-gather and broadcast; for reduce-scatter
+//! all `world` blocks of the input (each rounded up to 16 bytes) and their
+//! chunks. [`fits`] says which; `Communicator` sends the rest to NCCL.
+
+use super::comm::HostGpuCommunicator;
+use super::kernels::HostKernelArgs;
+use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
+use crate::cuda::collectives::{check_collective, Collective};
+use crate::cuda::compile::HOST_COLLECTIVES_SRC;
+use crate::cuda::loader::{
+    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
+    PerDevice,
+};
+use crate::cuda::pdl::{self, Launch};
+use crate::cuda::raw::{self, CUdeviceptr, CUstream, Function, Module};
+use crate::cuda::share::grid_cap;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::units::ByteSize;
+use cudarc::driver::CudaContext;
+use std::sync::Arc;
+
+// HC_WAIT_* in kernels/host_collectives.cu.
+const WAIT_ALL_GATHER: u32 = 8;
+const WAIT_REDUCE_SCATTER: u32 = 9;
+const WAIT_BROADCAST: u32 = 10;
+
+/// What a status code of these kernels waited for, for
+/// `HostGpuCommunicator::check`; `None` for other codes.
+pub(super) fn wait_what(code: u32) -> Option<&'static str> {
+    match code {
+        WAIT_ALL_GATHER => Some("host-path all-gather chunk flag"),
+        WAIT_REDUCE_SCATTER => Some("host-path reduce-scatter chunk flag"),
+        WAIT_BROADCAST => Some("host-path broadcast chunk flag (data or token)"),
+        _ => None,
+    }
+}
+
+/// HG_BLOCK in host_allreduce.cu.
+const BLOCK: u32 = 512;
+
+/// Mirrors `struct HCollArgs` in host_collectives.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct HostCollArgs {
+    base: HostKernelArgs,
+    root: u32,
+    pad: u32,
+}
+
+struct HostCollKernels {
+    all_gather: [Function; 3],
+    reduce_scatter: [Function; 3],
+    broadcast: [Function; 3],
+    block: u32,
+    blocks_per_sm: u32,
+    cubin_bytes: usize,
+    _module: Module,
+    // Keeps the primary context (and so the module) alive for the process.
+    _ctx: Arc<CudaContext>,
+}
+
+fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<HostCollKernels>> {
+    static CACHE: PerDevice<HostCollKernels> = PerDevice::new();
+    per_device(&CACHE, ctx, || {
+        let l = compile_and_load(
+            ctx,
+            HOST_COLLECTIVES_SRC,
+            "host_collectives.cu",
+            "the host-path collective kernels",
+        )?;
+        let all_gather = per_type(&l.module, "tpcomm_host_all_gather")?;
+        let reduce_scatter = per_type(&l.module, "tpcomm_host_reduce_scatter")?;
+        let broadcast = per_type(&l.module, "tpcomm_host_broadcast")?;
+        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
+        let block = common_block(all(), BLOCK, "the host-path collective kernels", l.arch)?;
+        Ok(HostCollKernels {
+            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
+            block,
+            all_gather,
+            reduce_scatter,
+            broadcast,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    })
+}
+
+/// How a call of `bytes` per block is cut: the chunk (from values every rank
+/// shares, so all cut the same chunks), the chunks in the area and the
+/// chunks this rank reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollPlan {
+    pub chunk_bytes: usize,
+    /// Chunks written per rank (all blocks for reduce-scatter).
+    pub chunks: usize,
+    /// Chunks read per rank (one block's).
+    pub per_block: usize,
+}
+
+/// The plan of a call, or `None` when its blocks do not fit the area (the
+/// data region and the chunk flags the all-reduce's layout made).
+pub fn fits(
+    what: Collective,
+    bytes: usize,
+    world: usize,
+    group_grid: usize,
+    l: &HostLayout,
+) -> Option<CollPlan> {
+    if bytes == 0 {
+        return Some(CollPlan {
+            chunk_bytes: MIN_CHUNK,
+            chunks: 0,
+            per_block: 0,
+        });
+    }
+    // About one chunk per reading block of the smallest grid, within
+    // MIN_CHUNK (which the flags were counted for) and MAX_CHUNK.
+    let readers = (group_grid / 2).max(1);
+    let chunk_bytes = (bytes.div_ceil(readers).div_ceil(16) * 16).clamp(MIN_CHUNK, MAX_CHUNK);
+    let per_block = bytes.div_ceil(chunk_bytes);
+    let blocks = match what {
+        Collective::ReduceScatter => world,
+        _ => 1,
+    };
+    let data = blocks.checked_mul(bytes.div_ceil(16) * 16)?;
+    let chunks = blocks.checked_mul(per_block)?;
+    (data <= l.flag_offset - l.data_offset && chunks <= l.max_chunks).then_some(CollPlan {
+        chunk_bytes,
+        chunks,
+        per_block,
+    })
+}
+
+impl HostGpuCommunicator {
+    /// Loads the collective kernels now (see
+    /// `CudaCommunicator::prepare_collectives`); returns the kernel image's size.
+    pub fn prepare_collectives(&self) -> Result<ByteSize> {
+        Ok(ByteSize::from_usize(kernels(self.context())?.cubin_bytes))
+    }
+
+    /// Whether a call of `count` elements of `dtype` per block fits this
+    /// communicator's areas (see [`fits`]).
+    pub fn collective_fits(&self, what: Collective, count: usize, dtype: DType) -> bool {
+        let p = self.parts();
+        count
+            .checked_mul(dtype.size())
+            .filter(|&b| b as u64 <= self.max_bytes().bytes())
+            .and_then(|b| fits(what, b, self.world(), p.group_grid, &p.layout))
+            .is_some()
+    }
+
+    /// All-gather, reduce-scatter (sum) or broadcast through pinned host
+    /// memory, with the arguments and results of `CudaCommunicator`'s (the
+    /// same bytes on every rank; reduce-scatter's bits those of this
+    /// transport's chunked all-reduce).
+    ///
+    /// # Safety
+    /// As `CudaCommunicator::all_gather`: device addresses of this
+    /// communicator's device, valid until `stream` has run the call, sized
+    /// for `what` (`input` of `world * count` for reduce-scatter, `output`
+    /// of `world * count` for all-gather, `count` otherwise), either
+    /// disjoint or in place at this rank's block.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective(
+        &self,
+        what: Collective,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        self.check()?;
+        let bytes = check_collective(
+            what,
+            [input, output],
+            count,
+            dtype,
+            self.world(),
+            self.max_bytes(),
+        )?;
+        if count == 0 {
+            return Ok(());
+        }
+        let p = self.parts();
+        let Some(plan) = fits(what, bytes, self.world(), p.group_grid, &p.layout) else {
+            return Err(Error::invalid(
+                "message size",
+                format!(
+                    "a {} block of {} does not fit this communicator's host areas ({} ranks x the block must fit {}); create it with a larger max_bytes",
+                    what.name(),
+                    ByteSize::from_usize(bytes),
+                    self.world(),
+                    self.max_bytes()
+                ),
+            ));
+        };
+        let k = kernels(p.ctx)?;
+        // One block per SM, or this rank's share of what the GPU holds of
+        // these kernels at once when ranks share it (all blocks must be
+        // resident: readers wait on writers of the same grid).
+        let sms = raw::sm_count(p.ctx.ordinal() as i32)? as usize;
+        let grid = grid_cap(sms, k.blocks_per_sm as usize, p.sharing)?;
+        if grid < 2 {
+            return Err(Error::Unsupported(format!(
+                "the host-path {} needs 2 blocks (one writing, one reading) but this rank may launch {grid}",
+                what.name()
+            )));
+        }
+        let producers = plan.chunks.clamp(1, grid / 2);
+        let consumers = plan.per_block.clamp(1, grid - producers);
+        let d = dtype_index(dtype);
+        let (f, root) = match what {
+            Collective::AllGather => (k.all_gather[d], 0),
+            Collective::ReduceScatter => (k.reduce_scatter[d], 0),
+            Collective::Broadcast { root } => (k.broadcast[d], root as u32),
+        };
+        let mut base = p.args;
+        base.input = input;
+        base.output = output;
+        base.nbytes = bytes as u64;
+        base.chunk_bytes = plan.chunk_bytes as u64;
+        base.producers = producers as u32;
+        let args = HostCollArgs { base, root, pad: 0 };
+        raw::set_current(p.ctx.cu_ctx())?;
+        // SAFETY: HostCollArgs mirrors the kernel's parameter; the areas,
+        // control words and status belong to `self`, which callers keep
+        // alive until their streams finish; the pointers are the caller's
+        // contract; every kernel of host_collectives.cu starts with
+        // wait_for_previous_kernel, as an overlapped launch requires.
+        unsafe {
+            pdl::launch(
+                f,
+                (producers + consumers) as u32,
+                k.block,
+                &args,
+                stream,
+                how,
+                p.arch_major,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_coll_args_match_the_cuda_struct_size() {
+        // struct HArgs (21 u64 and four u32) and two u32.
+        assert_eq!(std::mem::size_of::<HostCollArgs>(), 21 * 8 + 16 + 8);
+    }
+
+    #[test]
+    fn wait_codes_match_the_kernel_source_and_differ_from_the_all_reduce_ones() {
+        let src = include_str!("../kernels/host_collectives.cu");
+        for (name, code) in [
+            ("HC_WAIT_ALL_GATHER", WAIT_ALL_GATHER),
+            ("HC_WAIT_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
+            ("HC_WAIT_BROADCAST", WAIT_BROADCAST),
+        ] {
+            assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
+            let all_reduce = include_str!("../kernels/host_allreduce.cu");
+            assert!(
+                !all_reduce.contains(&format!(" {code}u\n")),
+                "{code} is taken"
+            );
+        }
+    }
+
+    #[test]
+    fn blocks_fit_the_area_the_all_reduce_made() {
+        let l = HostLayout::new(8 << 20, 4);
+        // All-gather and broadcast: any block up to max_bytes.
+        for b in [1, 16, 1000, 8 << 20] {
+            let p = fits(Collective::AllGather, b, 4, 132, &l).unwrap();
+            assert!(p.chunk_bytes >= MIN_CHUNK && p.chunks == p.per_block);
+            assert!(p.chunks <= l.max_chunks);
+        }
+        // Reduce-scatter: all 4 blocks must fit.
+        let p = fits(Collective::ReduceScatter, 2 << 20, 4, 132, &l).unwrap();
+        assert_eq!(p.chunks, 4 * p.per_block);
+        assert!(fits(Collective::ReduceScatter, (2 << 20) + 16, 4, 132, &l).is_none());
+        // Small blocks still cost one flag each: 8 ranks need 8 flags.
+        let tiny = HostLayout::new(16 << 10, 8);
+        assert_eq!(tiny.max_chunks, 1);
+        assert!(fits(Collective::ReduceScatter, 16, 8, 16, &tiny).is_none());
+        assert!(fits(Collective::AllGather, 16, 8, 16, &tiny).is_some());
+    }
+}

@@ -1,0 +1,217 @@
+// tpcomm all-gather, reduce-scatter and broadcast over the P2P all-reduce's
+// receive buffers and epoch. Compiled after allreduce.cu (compile.rs,
+// COLLECTIVES_SRC), whose Args, Ctl, element types, slot_ptr, wait_slow,
+// reduce_vectors, read_epoch and end_call these kernels use, so they share
+// its epoch counter and mix freely with its all-reduces, in CUDA graphs too.
+//
+// Rules (docs/protocol-gpu.md, "Other collectives"): in every call each rank
+// writes only into its own slot (slot `rank`) of each peer's epoch buffer,
+// each receiver resets every slot vector it read to the sentinel, and every
+// rank receives something from every peer before it finishes the call. That
+// last rule is what makes two epoch buffers enough for the all-reduce, and it
+// holds here too: all-gather and reduce-scatter receive data from every peer,
+// and in a broadcast the ranks other than the root send every peer a token
+// (one zero vector), so the root cannot run two calls ahead of a slow reader.
+//
+// `Args::nbytes` is one rank's block: the all-gather's input, the
+// reduce-scatter's output, the broadcast's message. Blocks of the gathered
+// output and of the scattered input sit nbytes apart, so they need not be
+// 16-byte aligned: coll_load and coll_store fall back to 16-bit accesses.
+
+// Timeout codes written to Status::code (mirrored in src/cuda/collectives.rs).
+#define TPCOMM_WAIT_COLL_ALL_GATHER 5u
+#define TPCOMM_WAIT_COLL_REDUCE_SCATTER 6u
+#define TPCOMM_WAIT_COLL_BROADCAST 7u
+
+// Kernel argument, passed by value; mirrored by `CollArgs` in
+// src/cuda/collectives.rs (repr(C)).
+struct CollArgs {
+    Args base;
+    u32 root;  // broadcast: the rank whose input every rank receives
+    u32 pad;
+};
+
+// Vector i of a block of nbytes at address `at` (2-byte aligned at least);
+// the part of the last vector past the block reads as zeros.
+__device__ __forceinline__ V16 coll_load(u64 at, u64 nbytes, u64 i) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) return ((const V16*)at)[i];
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const u16* p = (const u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+// Writes vector i of a block of nbytes at `at`: only the block's own bytes.
+__device__ __forceinline__ void coll_store(u64 at, u64 nbytes, u64 i, V16 v) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) {
+        ((V16*)at)[i] = v;
+        return;
+    }
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+    u16* p = (u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
+}
+
+// Waits for vector i of peer p's slot in this rank's buffer, resets it to the
+// sentinel and returns it; `ok` turns false when the peer did not arrive.
+template <typename T>
+__device__ __forceinline__ V16 coll_receive(const Args& a, u64 base, u32 p, u64 i, u64 epoch, u32 what,
+                                            bool& ok) {
+    V16* s = slot_ptr(base, (u64)p * a.slot_stride, i);
+    V16 v = ld_volatile_v4(s);
+    if (T::has_sentinel(v)) {
+        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, what, p, epoch);
+        if (T::has_sentinel(v)) {
+            ok = false;
+            return v;
+        }
+    }
+    st_relaxed_sys(s, sentinel_vec());
+    return v;
+}
+
+// Every rank pushes its block into its slot of every peer's buffer and into
+// its own block of the output, then copies every peer's slot into that
+// peer's block. All ranks write the canon form of each block (an all-ones
+// element arrives as the same NaN with the sign bit cleared), so the outputs
+// are the same bytes on every rank. In place (in == out + rank * nbytes)
+// each thread reads its own vectors before writing them.
+template <typename T>
+__device__ void coll_all_gather(const CollArgs& c) {
+    const Args& a = c.base;
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 epoch = read_epoch(a);
+    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
+    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    for (u64 i = first; i < nvec; i += stride) {
+        const V16 v = canon<T>(coll_load(a.in, a.nbytes, i));
+        for (u32 p = 0; p < a.world; p++)
+            if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+        coll_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
+    }
+    bool ok = true;
+    const u64 base = a.bufs[a.rank] + buf_off;
+    for (u32 d = 1; ok && d < a.world; d++) {
+        const u32 p = (a.rank + d) % a.world;
+        for (u64 i = first; ok && i < nvec; i += stride) {
+            const V16 v = coll_receive<T>(a, base, p, i, epoch, TPCOMM_WAIT_COLL_ALL_GATHER, ok);
+            if (ok) coll_store(a.out + (u64)p * a.nbytes, a.nbytes, i, v);
+        }
+    }
+    end_call(a, ok);
+}
+
+// Every rank pushes block q of its input into its slot of rank q's buffer,
+// then reduces block `rank` over the ranks in rank order (its own from its
+// input), exactly as the all-reduce kernels reduce: the result has the bits
+// of that block of an all-reduce of the same inputs. In place (out == in +
+// rank * nbytes) only block `rank` is written, by the thread that read it.
+template <typename T>
+__device__ void coll_reduce_scatter(const CollArgs& c) {
+    const Args& a = c.base;
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 epoch = read_epoch(a);
+    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
+    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    for (u32 d = 1; d < a.world; d++) {
+        const u32 q = (a.rank + d) % a.world;
+        const u64 src = a.in + (u64)q * a.nbytes;
+        for (u64 i = first; i < nvec; i += stride)
+            st_relaxed_sys(slot_ptr(a.bufs[q], my_slot, i), canon<T>(coll_load(src, a.nbytes, i)));
+    }
+    bool ok = true;
+    const u64 own_src = a.in + (u64)a.rank * a.nbytes;
+    const u64 base = a.bufs[a.rank] + buf_off;
+    for (u64 i0 = first; ok && i0 < nvec; i0 += UNROLL * stride) {
+        V16 own[UNROLL], r[UNROLL];
+        u64 k[UNROLL];
+        int n = 0;
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            k[u] = i0 + u * stride;
+            if (k[u] < nvec) {
+                own[u] = canon<T>(coll_load(own_src, a.nbytes, k[u]));
+                n = u + 1;
+            }
+        }
+        ok = reduce_vectors<T>(a, epoch, base, a.slot_stride, k, n, own, r, TPCOMM_WAIT_COLL_REDUCE_SCATTER);
+        if (!ok) break;
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+            if (u < n) coll_store(a.out, a.nbytes, k[u], r[u]);
+    }
+    end_call(a, ok);
+}
+
+// The root pushes its block into its slot of every peer's buffer (and its
+// canon form into its own output); every other rank sends every peer a
+// token in its slot's first vector, waits for the tokens of the ranks other
+// than the root and itself (thread p of the grid waits for rank p's), and
+// copies the root's slot into its output.
+template <typename T>
+__device__ void coll_broadcast(const CollArgs& c) {
+    const Args& a = c.base;
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 epoch = read_epoch(a);
+    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
+    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    const u32 root = c.root;
+    if (a.rank == root) {
+        for (u64 i = first; i < nvec; i += stride) {
+            const V16 v = canon<T>(coll_load(a.in, a.nbytes, i));
+            for (u32 p = 0; p < a.world; p++)
+                if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
+            coll_store(a.out, a.nbytes, i, v);
+        }
+    } else if (first < a.world && first != a.rank) {
+        V16 token;
+        token.x = token.y = token.z = token.w = 0u;
+        st_relaxed_sys(slot_ptr(a.bufs[first], my_slot, 0), token);
+    }
+    bool ok = true;
+    const u64 base = a.bufs[a.rank] + buf_off;
+    if (first < a.world && first != a.rank && first != root)
+        coll_receive<T>(a, base, (u32)first, 0, epoch, TPCOMM_WAIT_COLL_BROADCAST, ok);
+    if (a.rank != root) {
+        for (u64 i = first; ok && i < nvec; i += stride) {
+            const V16 v = coll_receive<T>(a, base, root, i, epoch, TPCOMM_WAIT_COLL_BROADCAST, ok);
+            if (ok) coll_store(a.out, a.nbytes, i, v);
+        }
+    }
+    end_call(a, ok);
+}
+
+// KERNEL (allreduce.cu): TPCOMM_BLOCK threads at most, one block per SM.
+KERNEL tpcomm_all_gather_f32(CollArgs c) { coll_all_gather<F32>(c); }
+KERNEL tpcomm_all_gather_f16(CollArgs c) { coll_all_gather<F16>(c); }
+KERNEL tpcomm_all_gather_bf16(CollArgs c) { coll_all_gather<BF16>(c); }
+KERNEL tpcomm_reduce_scatter_f32(CollArgs c) { coll_reduce_scatter<F32>(c); }
+KERNEL tpcomm_reduce_scatter_f16(CollArgs c) { coll_reduce_scatter<F16>(c); }
+KERNEL tpcomm_reduce_scatter_bf16(CollArgs c) { coll_reduce_scatter<BF16>(c); }
+KERNEL tpcomm_broadcast_f32(CollArgs c) { coll_broadcast<F32>(c); }
+KERNEL tpcomm_broadcast_f16(CollArgs c) { coll_broadcast<F16>(c); }
+KERNEL tpcomm_broadcast_bf16(CollArgs c) { coll_broadcast<BF16>(c); }

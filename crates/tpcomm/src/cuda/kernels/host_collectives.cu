@@ -1,0 +1,192 @@
+// tpcomm all-gather, reduce-scatter and broadcast between GPUs without
+// peer-to-peer access, through the host-path all-reduce's pinned host areas
+// and epoch. Compiled after host_allreduce.cu (compile.rs,
+// HOST_COLLECTIVES_SRC), whose HArgs, HCtl, element types, read_epoch,
+// epoch_tag, wait_over, end_call and release/acquire helpers these kernels
+// use, so they mix with its all-reduces, in CUDA graphs too.
+//
+// The rules are the chunked all-reduce's (host_allreduce.cu): each rank
+// writes only its own area, in the half its epoch's parity picks: data
+// chunks, then one flag per chunk holding the epoch's tag, stored with
+// release after a system fence. Readers wait for a chunk's flag of every
+// rank (their own too: an in-place call must not overwrite input its own
+// producers still read) and then read. Every rank writes every flag of every
+// call, so a rank starts call e + 2 only after every peer has finished call e
+// and a half is never rewritten while a peer still reads it:
+// - all-gather: each rank writes its block (and into its own block of the
+//   output); readers copy every peer's block out;
+// - reduce-scatter: each rank writes all `world` blocks of its input, block q
+//   at q x the block's vectors; rank r reads block r of every area and sums
+//   the ranks in rank order (its own from its input), as the chunked
+//   all-reduce sums, so the bits equal that block of its all-reduce;
+// - broadcast: the root writes the message; the others write the flags only
+//   (tokens), and copy the root's chunks out.
+// Blocks [0, producers) write, the others read, as in the chunked kernel.
+// `HArgs::nbytes` is one rank's block. Blocks of the gathered output and the
+// scattered input sit nbytes apart, so they are read and written in 16-bit
+// steps where not 16-byte aligned.
+
+#define HC_WAIT_ALL_GATHER 8u
+#define HC_WAIT_REDUCE_SCATTER 9u
+#define HC_WAIT_BROADCAST 10u
+#define HC_ALL_GATHER 0
+#define HC_REDUCE_SCATTER 1
+#define HC_BROADCAST 2
+
+// Mirrors HostCollArgs in src/cuda/host_path/collectives.rs.
+struct HCollArgs {
+    HArgs base;
+    u32 root;  // broadcast: the rank whose block every rank receives
+    u32 pad;
+};
+
+// Vector i of a block of nbytes at `at` (2-byte aligned at least); the part
+// of the last vector past the block reads as zeros.
+__device__ __forceinline__ V16 hc_load(u64 at, u64 nbytes, u64 i) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) return ((const V16*)at)[i];
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const u16* p = (const u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+// Writes vector i of a block of nbytes at `at`: only the block's own bytes.
+__device__ __forceinline__ void hc_store(u64 at, u64 nbytes, u64 i, V16 v) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) {
+        ((V16*)at)[i] = v;
+        return;
+    }
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+    u16* p = (u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
+}
+
+// Thread 0 waits for flag k of every rank; the block learns the outcome
+// through the barrier.
+__device__ bool hc_wait(const HArgs& a, u64 half, u64 k, u32 e, u64 epoch, u32 what) {
+    __shared__ int hc_ok;
+    if (threadIdx.x == 0) {
+        int ok = 1;
+        for (u32 q = 0; ok && q < a.world; q++) {
+            const u32* flag = (const u32*)(a.areas[q] + half + a.flag_offset) + k;
+            if (ld_acquire_sys_u32(flag) == e) continue;
+            const u64 start = globaltimer();
+            for (u32 spins = 1;; spins++) {
+                if (ld_acquire_sys_u32(flag) == e) break;
+                if (wait_over(a, spins, start, what, q, epoch)) {
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+        hc_ok = ok;
+    }
+    __syncthreads();
+    const bool ok = hc_ok != 0;
+    __syncthreads();
+    return ok;
+}
+
+template <typename T, int MODE>
+__device__ void host_coll(const HCollArgs& c) {
+    const HArgs& a = c.base;
+    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 epoch = read_epoch(a);
+    const u32 e = epoch_tag(epoch);
+    const u64 half = (epoch & 1ull) * a.half_stride;
+    const u64 nvec = (a.nbytes + 15) / 16;
+    const u64 cvec = a.chunk_bytes / 16;
+    const u64 cpb = (nvec + cvec - 1) / cvec;  // chunks per block
+    const u64 nchunks = MODE == HC_REDUCE_SCATTER ? cpb * a.world : cpb;
+    const u32 what = MODE == HC_ALL_GATHER       ? HC_WAIT_ALL_GATHER
+                     : MODE == HC_REDUCE_SCATTER ? HC_WAIT_REDUCE_SCATTER
+                                                 : HC_WAIT_BROADCAST;
+    bool ok = !aborted(a);
+    if (blockIdx.x < a.producers) {
+        V16* mine = (V16*)(a.areas[a.rank] + half + a.data_offset);
+        u32* flags = (u32*)(a.areas[a.rank] + half + a.flag_offset);
+        const bool sends = MODE != HC_BROADCAST || a.rank == c.root;
+        for (u64 k = blockIdx.x; k < nchunks; k += a.producers) {
+            const u64 q = k / cpb;
+            const u64 lo = (k % cpb) * cvec;
+            const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+            if (sends) {
+                const u64 src = a.in + q * a.nbytes;
+                for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+                    const V16 v = hc_load(src, a.nbytes, i);
+                    mine[q * nvec + i] = v;
+                    if (MODE == HC_ALL_GATHER) hc_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
+                    if (MODE == HC_BROADCAST && a.out != a.in) hc_store(a.out, a.nbytes, i, v);
+                }
+            }
+            // The barrier orders every thread's stores before thread 0's
+            // fence, which is cumulative: one system fence per chunk.
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                if (sends) __threadfence_system();
+                st_release_sys_u32(flags + k, e);
+            }
+        }
+    } else {
+        const u32 consumers = gridDim.x - a.producers;
+        const u64 first = MODE == HC_REDUCE_SCATTER ? (u64)a.rank * cpb : 0ull;
+        for (u64 j = blockIdx.x - a.producers; ok && j < cpb; j += consumers) {
+            if (!hc_wait(a, half, first + j, e, epoch, what)) {
+                ok = false;
+                break;
+            }
+            const u64 lo = j * cvec;
+            const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+            if (MODE == HC_ALL_GATHER) {
+                for (u32 d = 1; d < a.world; d++) {
+                    const u32 q = (a.rank + d) % a.world;
+                    const V16* src = (const V16*)(a.areas[q] + half + a.data_offset);
+                    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
+                        hc_store(a.out + (u64)q * a.nbytes, a.nbytes, i, ld_volatile_v4(src + i));
+                }
+            } else if (MODE == HC_BROADCAST) {
+                if (a.rank != c.root) {
+                    const V16* src = (const V16*)(a.areas[c.root] + half + a.data_offset);
+                    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
+                        hc_store(a.out, a.nbytes, i, ld_volatile_v4(src + i));
+                }
+            } else {
+                const u64 own = a.in + (u64)a.rank * a.nbytes;
+                for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+                    float acc[8];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[k] = 0.f;
+                    for (u32 q = 0; q < a.world; q++) {
+                        const V16* src = (const V16*)(a.areas[q] + half + a.data_offset);
+                        const V16 v = q == a.rank ? hc_load(own, a.nbytes, i)
+                                                  : ld_volatile_v4(src + (u64)a.rank * nvec + i);
+                        T::add(acc, v);
+                    }
+                    hc_store(a.out, a.nbytes, i, T::pack(acc));
+                }
+            }
+        }
+    }
+    end_call(a, ok);
+}
+
+HG_KERNEL tpcomm_host_all_gather_f32(HCollArgs c) { host_coll<HF32, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_all_gather_f16(HCollArgs c) { host_coll<HF16, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_all_gather_bf16(HCollArgs c) { host_coll<HBF16, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_f32(HCollArgs c) { host_coll<HF32, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_f16(HCollArgs c) { host_coll<HF16, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_bf16(HCollArgs c) { host_coll<HBF16, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_broadcast_f32(HCollArgs c) { host_coll<HF32, HC_BROADCAST>(c); }
+HG_KERNEL tpcomm_host_broadcast_f16(HCollArgs c) { host_coll<HF16, HC_BROADCAST>(c); }
+HG_KERNEL tpcomm_host_broadcast_bf16(HCollArgs c) { host_coll<HBF16, HC_BROADCAST>(c); }
