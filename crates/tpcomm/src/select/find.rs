@@ -139,6 +139,65 @@ pub(super) fn find_with(
     ))
 }
 
+/// This machine as tuning tables are keyed (class, fingerprint, driver):
+/// probed without the timed peer copies, so it takes well under a second.
+pub fn this_machine(nccl: Option<String>) -> Result<(Machine, crate::topology::Topology)> {
+    let topo = crate::topology::probe(&crate::topology::ProbeOptions {
+        copy_test: false,
+        ..crate::topology::ProbeOptions::default()
+    })?;
+    let driver = crate::cuda::driver_version()
+        .ok()
+        .map(|(a, b)| format!("{a}.{b}"));
+    Ok((
+        Machine {
+            fingerprint: topo.fingerprint.clone(),
+            class: topo.machine_class,
+            driver,
+            nccl,
+        },
+        topo,
+    ))
+}
+
+/// The selector a communicator decides with when it was given none: this
+/// machine's table ([`find_table`]: `$TPCOMM_TUNING_TABLE`, then the default
+/// location for its fingerprint), else its class's built-in defaults. The
+/// probe is made once per process. When it fails, the defaults of the class
+/// the transport implies (pcie-nop2p for `Host`, nvlink for `Cuda`, as
+/// before tables existed) are used, with a note saying so. A table that was
+/// asked for and cannot be used is an error.
+pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
+    static MACHINE: std::sync::OnceLock<std::result::Result<Machine, String>> =
+        std::sync::OnceLock::new();
+    let machine =
+        MACHINE.get_or_init(|| this_machine(None).map(|m| m.0).map_err(|e| e.to_string()));
+    match machine {
+        Ok(m) => Ok(find_table(None, m)?.0),
+        Err(e) => {
+            let class = match transport {
+                super::Transport::Host => MachineClass::PcieNop2p,
+                _ => MachineClass::Nvlink,
+            };
+            if let Some(p) = crate::env::TUNING_TABLE
+                .checked_value()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                return Err(Error::invalid(
+                    ENV_TABLE,
+                    format!(
+                        "{} cannot be checked against this machine: its probe failed ({e}); unset {ENV_TABLE} or fix the probe (`tpcomm probe`)",
+                        p.display()
+                    ),
+                ));
+            }
+            Ok(Selector::for_class(class).note(format!(
+                "this machine could not be probed ({e}), so no table was looked up; the {class} defaults decide"
+            )))
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) fn default_path_for_test(
     xdg: Option<PathBuf>,

@@ -23,6 +23,14 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The transport as routing names it (`Auto`, unresolved, as `Cuda`).
+    pub fn for_routes(self) -> crate::select::Transport {
+        match self {
+            Transport::Host => crate::select::Transport::Host,
+            Transport::Cuda | Transport::Auto => crate::select::Transport::Cuda,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Transport::Auto => "auto",
@@ -157,11 +165,18 @@ impl StreamAllReduce for GpuComm {
 }
 
 impl GpuComm {
-    /// The name of the kernel a message of `bytes` runs with under `algo`.
+    /// The name of the kernel a bf16 message of `bytes` runs with under `algo`.
     pub fn algo_name(&self, algo: Algo, bytes: usize) -> &'static str {
         match self {
-            GpuComm::Cuda(c) => crate::cuda::resolve_by_size(algo, bytes, c.world()).name(),
-            GpuComm::Host(c) => c.resolve(algo, bytes).name(),
+            GpuComm::Cuda(c) => c
+                .routes()
+                .lookup(bytes as u64, DType::Bf16, ReduceOp::Sum, algo, c.mode())
+                .algo
+                .unwrap_or(Algo::OneShot)
+                .name(),
+            GpuComm::Host(c) => c
+                .resolve(c.auto_algo(algo, DType::Bf16, bytes), bytes)
+                .name(),
         }
     }
 
@@ -169,6 +184,38 @@ impl GpuComm {
         match self {
             GpuComm::Cuda(c) => c.check(),
             GpuComm::Host(c) => c.check(),
+        }
+    }
+    /// What the routes were decided with.
+    pub fn selector(&self) -> &std::sync::Arc<crate::select::Selector> {
+        match self {
+            GpuComm::Cuda(c) => c.selector_arc(),
+            GpuComm::Host(c) => c.selector(),
+        }
+    }
+    /// What `Algo::Auto` runs at each size (the kernels alone, no NCCL).
+    pub fn routes(&self) -> &crate::select::RouteTable {
+        match self {
+            GpuComm::Cuda(c) => c.routes(),
+            GpuComm::Host(c) => c.routes(),
+        }
+    }
+    pub fn rank(&self) -> usize {
+        match self {
+            GpuComm::Cuda(c) => c.rank(),
+            GpuComm::Host(c) => c.rank(),
+        }
+    }
+    pub fn world(&self) -> usize {
+        match self {
+            GpuComm::Cuda(c) => c.world(),
+            GpuComm::Host(c) => c.world(),
+        }
+    }
+    pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        match self {
+            GpuComm::Cuda(c) => c.context(),
+            GpuComm::Host(c) => c.context(),
         }
     }
     pub fn memory_report(&self) -> &MemoryReport {
