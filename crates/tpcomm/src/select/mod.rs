@@ -26,7 +26,8 @@ pub use find::{
     Machine, TableSource, ENV_TABLE,
 };
 pub use route::{
-    agree, class_edge, class_floor, decide, size_class, Group, Route, RouteTable, Routed,
+    agree, class_edge, class_floor, decide, size_class, transport_of, transport_of_class, Group,
+    Route, RouteTable, Routed,
 };
 pub use table::{Measured, Row, Table, FORMAT};
 

@@ -116,6 +116,31 @@ pub fn decide(sel: &Selector, g: &Group, q: &Query) -> Decision {
     sel.choose_on(q, g.transport, g.nccl)
 }
 
+/// The kernels' transport a group gets from its P2P verdict on a machine of
+/// `class`: `Host` where no pair has P2P, `Cuda` otherwise (a mixed machine's
+/// group gets `Host` when one of its pairs lacks P2P: see [`transport_of`]).
+pub fn transport_of_class(class: crate::topology::MachineClass) -> Transport {
+    match class {
+        crate::topology::MachineClass::PcieNop2p => Transport::Host,
+        _ => Transport::Cuda,
+    }
+}
+
+/// The transport a group of every GPU of `topo` gets: `Host` when any pair
+/// lacks P2P (the communicator's rule: one no sends the group through host
+/// memory), `Cuda` otherwise.
+pub fn transport_of(topo: &crate::topology::Topology) -> Transport {
+    if topo
+        .pairs
+        .iter()
+        .any(|p| p.link == crate::topology::LinkClass::NoP2p)
+    {
+        Transport::Host
+    } else {
+        Transport::Cuda
+    }
+}
+
 /// Index of the size class holding `bytes` (see the module docs); 0 for 0.
 pub fn size_class(bytes: u64) -> usize {
     if bytes <= 4 {
