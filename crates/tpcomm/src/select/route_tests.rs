@@ -234,3 +234,22 @@ fn the_summary_lists_the_ranges_the_log_shows() {
     assert!(s.contains("NCCL loaded"), "{s}");
     assert!(s.contains("above 8 MiB: nccl"), "{s}");
 }
+
+/// Resolution runs once at creation, inside the communicator's set-up: it
+/// must stay well under the set-up's other costs (kernel loading, buffer
+/// mapping). Printed; bounded loosely for a shared CI core.
+#[test]
+fn resolving_a_table_for_64_mib_buffers_takes_milliseconds() {
+    let t = Table::parse(BUILTIN_NVLINK_TOML, "default-nvlink.toml").unwrap();
+    let sel = Selector::with_table(t, "default-nvlink.toml");
+    let g = Group {
+        max_bytes: ByteSize::mib(64),
+        ..group(2, Transport::Cuda, false)
+    };
+    let start = std::time::Instant::now();
+    let t = RouteTable::resolve(&sel, g).unwrap();
+    let took = start.elapsed();
+    eprintln!("RouteTable::resolve (64 MiB, table, without NCCL): {took:?}");
+    assert!(t.encode().len() > 500);
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+}
