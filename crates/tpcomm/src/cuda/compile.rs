@@ -42,6 +42,9 @@ pub const HOST_ALLREDUCE_SRC: &str =
 /// transports (src/cuda/quant.rs).
 pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
 
+/// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
+pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -49,6 +52,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("fused.cu", FUSED_SRC),
     ("host_allreduce.cu", HOST_ALLREDUCE_SRC),
     ("quant.cu", QUANT_SRC),
+    ("p2p_check.cu", P2P_CHECK_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.

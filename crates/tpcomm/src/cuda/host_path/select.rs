@@ -76,7 +76,10 @@ impl GpuComm {
     /// Creates the communicator on every rank (all ranks call this with the
     /// same configuration and rendezvous). With `Transport::Auto` the ranks
     /// first agree on P2P: each checks cuDeviceCanAccessPeer towards every
-    /// peer's GPU and all answers are shared, so every rank picks the same.
+    /// peer's GPU and all answers are shared; when all say yes, the P2P
+    /// check (`p2p_check::run`: the kernels' own stores, bytes compared)
+    /// must pass too, else the group takes the host transport. Every rank
+    /// picks the same.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
         let transport = match cfg.transport {
             Transport::Auto => {
@@ -113,7 +116,29 @@ impl GpuComm {
                     cfg.timeout,
                 )?;
                 let answers: Vec<bool> = all.iter().map(|b| b.first() == Some(&1)).collect();
-                resolve_transport(Transport::Auto, &answers)
+                match resolve_transport(Transport::Auto, &answers) {
+                    // The driver allows P2P everywhere: check that it moves
+                    // the right bytes with the kernels' own stores
+                    // (p2p_check.rs); every rank gets the same verdict.
+                    Transport::Cuda => {
+                        let v = crate::cuda::p2p_check::run(
+                            cfg.rank,
+                            cfg.world,
+                            cfg.device,
+                            rendezvous,
+                            cfg.timeout,
+                        )?;
+                        if cfg.rank == 0 && !(v.p2p_ok && v.ran) {
+                            eprintln!("tpcomm: {}", v.why);
+                        }
+                        if v.p2p_ok {
+                            Transport::Cuda
+                        } else {
+                            Transport::Host
+                        }
+                    }
+                    t => t,
+                }
             }
             t => t,
         };
