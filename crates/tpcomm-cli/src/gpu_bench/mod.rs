@@ -341,13 +341,10 @@ pub(crate) fn parse_algo(name: &str) -> Result<(Algo, tpcomm::cuda::Launch)> {
     }
 }
 
-/// The selection transport of a communicator's transport (`Auto` never
-/// comes out of `GpuComm::transport`; it is mapped to CUDA for completeness).
+/// The transport routing decides for (one type since issue 16; `Auto`
+/// never comes out of `GpuComm::transport` and maps to CUDA).
 pub(crate) fn select_transport(t: Transport) -> select::Transport {
-    match t {
-        Transport::Host => select::Transport::Host,
-        Transport::Cuda | Transport::Auto => select::Transport::Cuda,
-    }
+    t.for_routes()
 }
 
 /// A bench row's algorithm label as a selection candidate on `transport`

@@ -38,26 +38,9 @@ use crate::topology::MachineClass;
 use crate::units::ByteSize;
 use std::fmt;
 
-/// Where the bytes of a collective live and how peers see them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Transport {
-    /// Device memory that peer GPUs map directly (P2P over NVLink or PCIe).
-    Cuda,
-    /// Pinned host memory mapped into every GPU (GPUs without P2P).
-    Host,
-    /// NCCL, loaded at run time.
-    Nccl,
-}
-
-impl Transport {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Transport::Cuda => "cuda",
-            Transport::Host => "host",
-            Transport::Nccl => "nccl",
-        }
-    }
-}
+/// Where the bytes of a collective live and how peers see them: the crate's
+/// one transport type (`crate::transport`).
+pub use crate::transport::Transport;
 
 /// One thing selection can pick: a tpcomm algorithm on a transport, or NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

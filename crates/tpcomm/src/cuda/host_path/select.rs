@@ -9,51 +9,9 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
 
-/// Where GPU all-reduce data travels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transport {
-    /// P2P (`cuda`) when every GPU of the group can access every other, else `host`.
-    #[default]
-    Auto,
-    /// Peer-to-peer: GPUs write into each other's memory (NVLink or PCIe P2P).
-    Cuda,
-    /// Through pinned host memory that every GPU maps; needs no P2P.
-    Host,
-}
-
-impl Transport {
-    /// The transport as routing names it (`Auto`, unresolved, as `Cuda`).
-    pub fn for_routes(self) -> crate::select::Transport {
-        match self {
-            Transport::Host => crate::select::Transport::Host,
-            Transport::Cuda | Transport::Auto => crate::select::Transport::Cuda,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Auto => "auto",
-            Transport::Cuda => "cuda",
-            Transport::Host => "host",
-        }
-    }
-}
-
-impl std::str::FromStr for Transport {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Transport::Auto),
-            "cuda" | "p2p" => Ok(Transport::Cuda),
-            "host" => Ok(Transport::Host),
-            other => Err(Error::invalid(
-                "transport",
-                format!("{other:?} (expected auto, cuda or host)"),
-            )),
-        }
-    }
-}
+/// Where GPU all-reduce data travels: the crate's one transport type
+/// (`crate::transport`).
+pub use crate::transport::Transport;
 
 /// `Auto` resolved from every rank's answer to "can my GPU access every
 /// peer's?": one no anywhere sends the whole group through host memory.
@@ -144,6 +102,10 @@ impl GpuComm {
         };
         match transport {
             Transport::Host => Ok(GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?)),
+            Transport::Nccl => Err(Error::invalid(
+                "transport",
+                "nccl is not a transport of tpcomm's kernels (use auto, cuda or host); create a cuda::Communicator with nccl_fallback to run calls on NCCL",
+            )),
             _ => Ok(GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?)),
         }
     }
@@ -291,13 +253,5 @@ mod tests {
             resolve_transport(Transport::Cuda, &[false, false]),
             Transport::Cuda
         );
-    }
-
-    #[test]
-    fn transport_names_parse_back() {
-        for t in [Transport::Auto, Transport::Cuda, Transport::Host] {
-            assert_eq!(t.name().parse::<Transport>().unwrap(), t);
-        }
-        assert!("nvlink".parse::<Transport>().is_err());
     }
 }
