@@ -163,38 +163,113 @@ pub fn this_machine(nccl: Option<String>) -> Result<(Machine, crate::topology::T
 /// The selector a communicator decides with when it was given none: this
 /// machine's table ([`find_table`]: `$TPCOMM_TUNING_TABLE`, then the default
 /// location for its fingerprint), else its class's built-in defaults. The
-/// probe is made once per process. When it fails, the defaults of the class
-/// the transport implies (pcie-nop2p for `Host`, nvlink for `Cuda`, as
-/// before tables existed) are used, with a note saying so. A table that was
-/// asked for and cannot be used is an error.
+/// probe is made once per process. When it fails, or when this process sees
+/// one GPU only (its fingerprint is then not the machine's), the defaults of
+/// the class the transport implies (pcie-nop2p for `Host`, nvlink for
+/// `Cuda`, as before tables existed) decide, with a note saying so; a table
+/// named by `$TPCOMM_TUNING_TABLE` then cannot be checked and is an error.
 pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
     static MACHINE: std::sync::OnceLock<std::result::Result<Machine, String>> =
         std::sync::OnceLock::new();
     let machine =
         MACHINE.get_or_init(|| this_machine(None).map(|m| m.0).map_err(|e| e.to_string()));
-    match machine {
-        Ok(m) => Ok(find_table(None, m)?.0),
-        Err(e) => {
-            let class = match transport {
-                super::Transport::Host => MachineClass::PcieNop2p,
-                _ => MachineClass::Nvlink,
-            };
-            if let Some(p) = crate::env::TUNING_TABLE
-                .checked_value()
-                .filter(|p| !p.as_os_str().is_empty())
-            {
-                return Err(Error::invalid(
-                    ENV_TABLE,
-                    format!(
-                        "{} cannot be checked against this machine: its probe failed ({e}); unset {ENV_TABLE} or fix the probe (`tpcomm probe`)",
-                        p.display()
-                    ),
-                ));
-            }
-            Ok(Selector::for_class(class).note(format!(
-                "this machine could not be probed ({e}), so no table was looked up; the {class} defaults decide"
-            )))
+    let env = crate::env::TUNING_TABLE
+        .checked_value()
+        .filter(|p| !p.as_os_str().is_empty());
+    let default = match machine {
+        Ok(m) => default_table_path(&m.fingerprint),
+        Err(_) => None,
+    };
+    for_machine(
+        machine.as_ref().map_err(String::as_str),
+        env,
+        default,
+        transport,
+    )
+}
+
+/// [`for_this_machine`] past the probe and the environment (tested without a GPU).
+pub(super) fn for_machine(
+    machine: std::result::Result<&Machine, &str>,
+    env: Option<PathBuf>,
+    default: Option<PathBuf>,
+    transport: super::Transport,
+) -> Result<Selector> {
+    let unusable = match machine {
+        // A group of GPUs, but this process sees one (CUDA_VISIBLE_DEVICES
+        // narrowed per rank, or ranks sharing one GPU): no table can be
+        // keyed by that fingerprint.
+        Ok(m) if m.class == MachineClass::SingleGpu => format!(
+            "this process sees one GPU (fingerprint {}), so the machine's tables cannot be keyed by it; make every GPU visible to each rank to use them",
+            m.fingerprint
+        ),
+        Ok(m) => return Ok(find_with(None, env, default, m)?.0),
+        Err(e) => format!("this machine could not be probed ({e})"),
+    };
+    if let Some(p) = env {
+        return Err(Error::invalid(
+            ENV_TABLE,
+            format!(
+                "{} cannot be checked against this machine: {unusable}; or unset {ENV_TABLE}",
+                p.display()
+            ),
+        ));
+    }
+    let class = match transport {
+        super::Transport::Host => MachineClass::PcieNop2p,
+        _ => MachineClass::Nvlink,
+    };
+    Ok(Selector::for_class(class).note(format!(
+        "{unusable}; no table was looked up, the {class} defaults decide"
+    )))
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+    use crate::select::Transport;
+
+    fn machine(class: MachineClass) -> Machine {
+        Machine {
+            fingerprint: "v1-00000000000000aa".into(),
+            class,
+            driver: None,
+            nccl: None,
         }
+    }
+
+    #[test]
+    fn a_machine_without_a_table_gets_its_class_defaults() {
+        let m = machine(MachineClass::PcieP2p);
+        let s = for_machine(Ok(&m), None, None, Transport::Cuda).unwrap();
+        assert_eq!(s.class(), MachineClass::PcieP2p);
+        assert!(s.source().contains("pcie-p2p"), "{}", s.source());
+    }
+
+    /// A rank that sees one GPU keeps the defaults of its transport's class,
+    /// never the single-GPU rule (which would send every call to NCCL).
+    #[test]
+    fn a_process_that_sees_one_gpu_falls_back_to_its_transports_class() {
+        let m = machine(MachineClass::SingleGpu);
+        let s = for_machine(Ok(&m), None, None, Transport::Cuda).unwrap();
+        assert_eq!(s.class(), MachineClass::Nvlink);
+        assert!(s.notes()[0].contains("sees one GPU"), "{:?}", s.notes());
+        let s = for_machine(Ok(&m), None, None, Transport::Host).unwrap();
+        assert_eq!(s.class(), MachineClass::PcieNop2p);
+        let s = for_machine(Err("no driver"), None, None, Transport::Cuda).unwrap();
+        assert!(s.notes()[0].contains("could not be probed (no driver)"));
+    }
+
+    #[test]
+    fn a_named_table_that_cannot_be_checked_is_an_error_saying_what_to_do() {
+        let m = machine(MachineClass::SingleGpu);
+        let e = for_machine(Ok(&m), Some("/t.toml".into()), None, Transport::Cuda)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(ENV_TABLE) && e.contains("make every GPU visible"),
+            "{e}"
+        );
     }
 }
 
