@@ -225,6 +225,15 @@ pub(super) fn for_machine(
 }
 
 #[cfg(test)]
+pub(super) fn default_path_for_test(
+    xdg: Option<PathBuf>,
+    home: Option<PathBuf>,
+    fp: &str,
+) -> Option<PathBuf> {
+    default_path_in(xdg, home, fp)
+}
+
+#[cfg(test)]
 mod machine_tests {
     use super::*;
     use crate::select::Transport;
@@ -271,13 +280,4 @@ mod machine_tests {
             "{e}"
         );
     }
-}
-
-#[cfg(test)]
-pub(super) fn default_path_for_test(
-    xdg: Option<PathBuf>,
-    home: Option<PathBuf>,
-    fp: &str,
-) -> Option<PathBuf> {
-    default_path_in(xdg, home, fp)
 }
