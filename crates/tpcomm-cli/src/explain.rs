@@ -89,10 +89,8 @@ fn selector_and_transport(args: &ExplainArgs) -> Result<(Selector, Transport)> {
         (None, None) => {
             // What a communicator created here finds (select::for_this_machine).
             let (machine, topo) = crate::machine::this_machine(None)?;
-            (
-                select::find_table(None, &machine)?.0,
-                select::transport_of(&topo),
-            )
+            let verdict = select::transport_of(&topo);
+            (select::for_probed(&machine, verdict)?, verdict)
         }
     };
     let transport = match args.transport.as_str() {

@@ -228,6 +228,17 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
             | select::TableSource::DefaultLocation(p) => Some(p),
         };
         args.class = Some(machine.class.name().to_string());
+        if machine.class == tpcomm::topology::MachineClass::SingleGpu && args.table.is_none() {
+            // As a communicator here decides (select::for_this_machine):
+            // without a table, the defaults of the transport's class.
+            args.class = Some(
+                match args.transport {
+                    Transport::Host => "pcie-nop2p",
+                    _ => "nvlink",
+                }
+                .to_string(),
+            );
+        }
         args.fingerprint = Some(machine.fingerprint);
     }
     if n == 0 {

@@ -173,19 +173,23 @@ pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
         std::sync::OnceLock::new();
     let machine =
         MACHINE.get_or_init(|| this_machine(None).map(|m| m.0).map_err(|e| e.to_string()));
-    let env = crate::env::TUNING_TABLE
+    match machine {
+        Ok(m) => for_probed(m, transport),
+        Err(e) => for_machine(Err(e), env_table(), None, transport),
+    }
+}
+
+/// [`for_this_machine`] for a machine already probed (`tpcomm explain`
+/// probes for the topology too).
+pub fn for_probed(machine: &Machine, transport: super::Transport) -> Result<Selector> {
+    let default = default_table_path(&machine.fingerprint);
+    for_machine(Ok(machine), env_table(), default, transport)
+}
+
+fn env_table() -> Option<PathBuf> {
+    crate::env::TUNING_TABLE
         .checked_value()
-        .filter(|p| !p.as_os_str().is_empty());
-    let default = match machine {
-        Ok(m) => default_table_path(&m.fingerprint),
-        Err(_) => None,
-    };
-    for_machine(
-        machine.as_ref().map_err(String::as_str),
-        env,
-        default,
-        transport,
-    )
+        .filter(|p| !p.as_os_str().is_empty())
 }
 
 /// [`for_this_machine`] past the probe and the environment (tested without a GPU).
@@ -197,12 +201,18 @@ pub(super) fn for_machine(
 ) -> Result<Selector> {
     let unusable = match machine {
         // A group of GPUs, but this process sees one (CUDA_VISIBLE_DEVICES
-        // narrowed per rank, or ranks sharing one GPU): no table can be
-        // keyed by that fingerprint.
-        Ok(m) if m.class == MachineClass::SingleGpu => format!(
-            "this process sees one GPU (fingerprint {}), so the machine's tables cannot be keyed by it; make every GPU visible to each rank to use them",
-            m.fingerprint
-        ),
+        // narrowed per rank, or ranks sharing one GPU): a table made for
+        // that view is used; without one, the single-GPU rule (NCCL for
+        // every call) is not this group's, the transport's class is.
+        Ok(m) if m.class == MachineClass::SingleGpu => {
+            match find_with(None, env.clone(), default, m)? {
+                (_, TableSource::ClassDefaults) => format!(
+                    "this process sees one GPU (fingerprint {}) and has no table for it",
+                    m.fingerprint
+                ),
+                (sel, _) => return Ok(sel),
+            }
+        }
         Ok(m) => return Ok(find_with(None, env, default, m)?.0),
         Err(e) => format!("this machine could not be probed ({e})"),
     };
@@ -271,12 +281,31 @@ mod machine_tests {
 
     #[test]
     fn a_named_table_that_cannot_be_checked_is_an_error_saying_what_to_do() {
-        let m = machine(MachineClass::SingleGpu);
-        let e = for_machine(Ok(&m), Some("/t.toml".into()), None, Transport::Cuda)
-            .unwrap_err()
-            .to_string();
+        let e = for_machine(
+            Err("no driver"),
+            Some("/t.toml".into()),
+            None,
+            Transport::Cuda,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.contains(ENV_TABLE) && e.contains("make every GPU visible"),
+            e.contains(ENV_TABLE) && e.contains("could not be probed"),
+            "{e}"
+        );
+        assert!(e.contains("unset"), "{e}");
+        // On a one-GPU view the named table is read and checked as anywhere.
+        let m = machine(MachineClass::SingleGpu);
+        let e = for_machine(
+            Ok(&m),
+            Some("/nonexistent/t.toml".into()),
+            None,
+            Transport::Cuda,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(ENV_TABLE) && e.contains("/nonexistent/t.toml"),
             "{e}"
         );
     }

@@ -22,8 +22,8 @@ mod tests;
 
 pub use defaults::{builtin_table, class_rule, BUILTIN_NVLINK_TOML};
 pub use find::{
-    check_machine, default_table_path, find_table, for_this_machine, load_for, this_machine,
-    Machine, TableSource, ENV_TABLE,
+    check_machine, default_table_path, find_table, for_probed, for_this_machine, load_for,
+    this_machine, Machine, TableSource, ENV_TABLE,
 };
 pub use route::{
     agree, class_edge, class_floor, decide, size_class, transport_of, transport_of_class, Group,
