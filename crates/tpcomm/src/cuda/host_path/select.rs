@@ -254,4 +254,15 @@ mod tests {
             Transport::Cuda
         );
     }
+
+    /// NCCL is a route, not a transport of the kernels: asked for as one, the
+    /// communicator refuses before any GPU work, saying what to use.
+    #[test]
+    fn nccl_as_the_configured_transport_is_refused_with_what_to_do() {
+        let mut cfg = CudaConfig::new(0, 2, 0);
+        cfg.transport = Transport::Nccl;
+        let rv = Rendezvous::Threads(crate::cuda::ThreadGroup::new(2));
+        let e = GpuComm::new(&cfg, &rv).unwrap_err().to_string();
+        assert!(e.contains("nccl_fallback"), "{e}");
+    }
 }
