@@ -501,6 +501,10 @@ impl HostGpuCommunicator {
     pub fn memory_report(&self) -> &MemoryReport {
         &self.report
     }
+    /// For `GpuComm::new` to say in the heading why this transport was taken.
+    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
+        &mut self.report
+    }
     /// NVRTC version and architecture the kernels were compiled with.
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
         (self.kernels.nvrtc, self.kernels.arch)

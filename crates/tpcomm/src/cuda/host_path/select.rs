@@ -39,6 +39,9 @@ impl GpuComm {
     /// must pass too, else the group takes the host transport. Every rank
     /// picks the same.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        // What the P2P check found when it did not simply pass: the memory
+        // report's heading says it.
+        let mut check_note = None;
         let transport = match cfg.transport {
             Transport::Auto => {
                 crate::cuda::open_context(cfg.device)?;
@@ -86,8 +89,11 @@ impl GpuComm {
                             rendezvous,
                             cfg.timeout,
                         )?;
-                        if cfg.rank == 0 && !(v.p2p_ok && v.ran) {
-                            eprintln!("tpcomm: {}", v.why);
+                        if !(v.p2p_ok && v.ran) {
+                            if cfg.rank == 0 {
+                                eprintln!("tpcomm: {}", v.why);
+                            }
+                            check_note = Some(v.why);
                         }
                         if v.p2p_ok {
                             Transport::Cuda
@@ -100,14 +106,22 @@ impl GpuComm {
             }
             t => t,
         };
-        match transport {
-            Transport::Host => Ok(GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?)),
-            Transport::Nccl => Err(Error::invalid(
+        let mut comm = match transport {
+            Transport::Host => GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?),
+            Transport::Nccl => return Err(Error::invalid(
                 "transport",
                 "nccl is not a transport of tpcomm's kernels (use auto, cuda or host); create a cuda::Communicator with nccl_fallback to run calls on NCCL",
             )),
-            _ => Ok(GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?)),
+            _ => GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?),
+        };
+        if let Some(why) = check_note {
+            let report = match &mut comm {
+                GpuComm::Cuda(c) => c.report_mut(),
+                GpuComm::Host(c) => c.report_mut(),
+            };
+            report.title = format!("{} ({why})", report.title);
         }
+        Ok(comm)
     }
 
     /// The transport in use (never `Auto`).
