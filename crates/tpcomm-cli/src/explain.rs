@@ -1,13 +1,17 @@
-//! `tpcomm explain`: which algorithm an all-reduce of a given size gets, the
-//! table row or rule behind it, and what the alternatives would cost.
+//! `tpcomm explain`: the route a communicator takes for an all-reduce of a
+//! given size (its `select::RouteTable`, resolved as the communicator
+//! resolves it), the table row or rule behind it, and what the alternatives
+//! would cost.
 
 use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use tpcomm::cuda::MAX_WORLD;
-use tpcomm::select::{self, Decision, Query, Selector, Table};
-use tpcomm::{ByteSize, DType, Error, Result};
+use tpcomm::select::{
+    self, Decision, Group, Query, Route, RouteTable, Routed, Selector, Table, Transport,
+};
+use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
@@ -31,16 +35,22 @@ pub struct ExplainArgs {
     /// this machine; needs no GPU. The machine fingerprint is not checked.
     #[arg(long, value_name = "FILE")]
     table: Option<PathBuf>,
-    /// The transport the communicator runs on: cuda (P2P) or host (pinned
-    /// host memory) narrows the choice to that transport's kernels and NCCL,
-    /// as the communicator's `Auto` does; any (default) weighs every
-    /// candidate.
-    #[arg(long, default_value = "any", value_parser = ["any", "cuda", "host"])]
+    /// The kernels' transport: cuda (P2P) or host (pinned host memory); auto
+    /// (default) takes the one the communicator's P2P verdict gives: host
+    /// when a pair of this machine's GPUs (or of the class) lacks P2P.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "any", "cuda", "host"])]
     transport: String,
-    /// The communicator has no NCCL beside it (no fallback): leave NCCL out
-    /// of the choice. Needs --transport cuda or host.
+    /// The communicator has no NCCL beside it: every sum that fits the
+    /// buffers runs on the kernels.
     #[arg(long)]
     no_nccl: bool,
+    /// The communicator's buffer size (`CudaConfig::max_bytes`; the drop-in's
+    /// TPCOMM_MAX_BYTES): larger messages go to NCCL.
+    #[arg(long, default_value = "8MiB")]
+    max_bytes: ByteSize,
+    /// Reduce op: sum, max or min (the kernels only sum).
+    #[arg(long, default_value = "sum")]
+    op: ReduceOp,
 }
 
 pub fn run(args: ExplainArgs) -> i32 {
@@ -56,64 +66,141 @@ pub fn run(args: ExplainArgs) -> i32 {
     }
 }
 
-fn run_inner(args: &ExplainArgs) -> Result<String> {
-    let selector = match (&args.table, &args.class) {
+/// The selector and the transport the communicator would have here.
+fn selector_and_transport(args: &ExplainArgs) -> Result<(Selector, Transport)> {
+    let (selector, verdict) = match (&args.table, &args.class) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Error::io(format!("read tuning table {}", path.display()), e))?;
             let t = Table::parse(&text, &path.display().to_string())?;
-            Selector::with_table(t, path.display().to_string())
+            let class = t.machine_class;
+            (
+                Selector::with_table(t, path.display().to_string()),
+                select::transport_of_class(class),
+            )
         }
-        (None, Some(c)) => Selector::for_class(crate::machine::parse_class(c)?),
+        (None, Some(c)) => {
+            let class = crate::machine::parse_class(c)?;
+            (
+                Selector::for_class(class),
+                select::transport_of_class(class),
+            )
+        }
         (None, None) => {
-            let (machine, _) = crate::machine::this_machine(None)?;
-            select::find_table(None, &machine)?.0
+            // What a communicator created here finds (select::for_this_machine).
+            let (machine, topo) = crate::machine::this_machine(None)?;
+            let verdict = select::transport_of(&topo);
+            (select::for_probed(&machine, verdict)?, verdict)
         }
     };
+    let transport = match args.transport.as_str() {
+        "cuda" => Transport::Cuda,
+        "host" => Transport::Host,
+        _ => verdict,
+    };
+    Ok((selector, transport))
+}
+
+fn run_inner(args: &ExplainArgs) -> Result<String> {
+    let (selector, transport) = selector_and_transport(args)?;
     let world = args
         .world
         .or(selector.table().map(|t| t.world))
         .unwrap_or(2);
-    let q = Query {
+    let group = Group {
         world,
-        dtype: args.dtype,
-        bytes: args.bytes.bytes(),
-        mode: if args.graph {
-            select::Mode::Graph
-        } else {
-            select::Mode::Eager
-        },
+        transport,
+        nccl: !args.no_nccl,
+        max_bytes: args.max_bytes,
     };
-    let d =
-        match (args.transport.as_str(), args.no_nccl) {
-            ("cuda", no_nccl) => selector.choose_on(&q, select::Transport::Cuda, !no_nccl),
-            ("host", no_nccl) => selector.choose_on(&q, select::Transport::Host, !no_nccl),
-            (_, true) => return Err(Error::invalid(
-                "--no-nccl",
-                "it narrows the choice of one transport; add --transport cuda or --transport host",
-            )),
-            _ => selector.choose(&q),
-        };
-    let mut text = render(&selector, &q, &d);
-    if let Some(line) = tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, q.bytes) {
+    let mode = if args.graph {
+        select::Mode::Graph
+    } else {
+        select::Mode::Eager
+    };
+    let mut text = answer(
+        &selector,
+        group,
+        args.bytes.bytes(),
+        args.dtype,
+        args.op,
+        mode,
+    )?
+    .1;
+    if let Some(line) =
+        tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, args.bytes.bytes())
+    {
         text.push_str(&line);
         text.push('\n');
     }
     Ok(text)
 }
 
+/// The route a communicator of `group` holding `sel` takes for one call (its
+/// `RouteTable`, the one the communicator resolves at creation), and the
+/// explanation as printed.
+pub(crate) fn answer(
+    sel: &Selector,
+    group: Group,
+    bytes: u64,
+    dtype: DType,
+    op: ReduceOp,
+    mode: select::Mode,
+) -> Result<(Routed, String)> {
+    let routes = RouteTable::resolve(sel, group)?;
+    Ok(answer_with(sel, &routes, bytes, dtype, op, mode))
+}
+
+/// [`answer`] with the routes already resolved.
+fn answer_with(
+    sel: &Selector,
+    routes: &RouteTable,
+    bytes: u64,
+    dtype: DType,
+    op: ReduceOp,
+    mode: select::Mode,
+) -> (Routed, String) {
+    let group = *routes.group();
+    let (routed, decision) = routes.explain(sel, bytes, dtype, op, mode);
+    let q = Query {
+        world: group.world,
+        dtype,
+        bytes,
+        mode,
+    };
+    (
+        routed,
+        render(sel, routes, &q, op, routed, decision.as_ref()),
+    )
+}
+
 /// The explanation, as printed.
-pub(crate) fn render(sel: &Selector, q: &Query, d: &Decision) -> String {
+fn render(
+    sel: &Selector,
+    routes: &RouteTable,
+    q: &Query,
+    op: ReduceOp,
+    routed: Routed,
+    d: Option<&Decision>,
+) -> String {
+    let g = routes.group();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "all-reduce of {} ({} bytes) {}, {} ranks, {} mode, machine class {}",
+        "all-reduce ({op}) of {} ({} bytes) {}, {} ranks, {} mode, machine class {}",
         ByteSize::b(q.bytes),
         q.bytes,
         q.dtype.name(),
         q.world,
         q.mode.name(),
         sel.class()
+    );
+    let _ = writeln!(
+        out,
+        "communicator: {} transport, NCCL {}, buffers {}",
+        g.transport.name(),
+        if g.nccl { "loaded" } else { "not loaded" },
+        g.max_bytes
     );
     let _ = writeln!(out, "source: {}", sel.source());
     if let Some(t) = sel.table() {
@@ -127,13 +214,35 @@ pub(crate) fn render(sel: &Selector, q: &Query, d: &Decision) -> String {
             t.nccl.as_deref().unwrap_or("not measured")
         );
     }
-    let _ = writeln!(out, "choice: {}", d.choice);
+    if routed.route.is_nccl() && !g.nccl {
+        // Communicator::all_reduce returns an error here (RouteTable::route).
+        let _ = writeln!(out, "choice: error (no NCCL beside the kernels)");
+    } else {
+        let _ = writeln!(out, "choice: {}", routed.candidate(g.transport));
+    }
+    let _ = writeln!(out, "route: {}", routed.route.name());
+    let Some(d) = d else {
+        let why = match routed.route {
+            Route::NcclOp => format!("the kernels only sum; {op} runs on NCCL"),
+            _ => format!("above the communicator's buffers ({})", g.max_bytes),
+        };
+        let _ = writeln!(out, "why: {why}");
+        return out;
+    };
+    let i = select::size_class(q.bytes);
+    let at = RouteTable::decided_at(i, g.max_bytes);
+    let _ = writeln!(
+        out,
+        "size class: {} < bytes <= {}, decided at {at} bytes",
+        select::class_floor(i),
+        select::class_edge(i).min(g.max_bytes.bytes())
+    );
     let _ = writeln!(out, "why: {}", d.why);
     if d.estimates.is_empty() {
         let _ = writeln!(out, "alternatives: no measured times (a rule decided)");
     } else {
         let best = d.estimates[0].1;
-        let _ = writeln!(out, "alternatives (us per call):");
+        let _ = writeln!(out, "alternatives (us per call, at {at} bytes):");
         for (c, t) in &d.estimates {
             let mark = if *c == d.choice {
                 "chosen".to_string()
@@ -143,8 +252,127 @@ pub(crate) fn render(sel: &Selector, q: &Query, d: &Decision) -> String {
             let _ = writeln!(out, "  {:<16} {:>10.2}  {}", c.to_string(), t, mark);
         }
     }
+    if let Some(n) = routes.note() {
+        let _ = writeln!(out, "note: {n}");
+    }
     for n in sel.notes() {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use tpcomm::cuda::communicator::{dispatch, Lanes};
+    use tpcomm::topology::MachineClass;
+    use tpcomm::Algo;
+
+    /// Records the lane a call ran on, named as explain names candidates.
+    struct Fake {
+        transport: Transport,
+        nccl: bool,
+        ran: RefCell<String>,
+    }
+
+    impl Lanes for Fake {
+        fn kernels(&self, algo: Algo) -> Result<()> {
+            *self.ran.borrow_mut() = format!("{}:{}", self.transport.name(), algo.name());
+            Ok(())
+        }
+        fn nccl(&self) -> Option<Result<()>> {
+            self.nccl.then(|| {
+                *self.ran.borrow_mut() = "nccl".into();
+                Ok(())
+            })
+        }
+    }
+
+    fn fixtures() -> Vec<Selector> {
+        let mut v: Vec<Selector> = [
+            MachineClass::Nvlink,
+            MachineClass::PcieP2p,
+            MachineClass::PcieNop2p,
+            MachineClass::Mixed,
+            MachineClass::SingleGpu,
+        ]
+        .into_iter()
+        .map(Selector::for_class)
+        .collect();
+        let t = Table::parse(select::BUILTIN_NVLINK_TOML, "default-nvlink.toml").unwrap();
+        v.push(Selector::with_table(t, "default-nvlink.toml"));
+        v
+    }
+
+    /// Issue 16: explain prints the route the communicator takes, for every
+    /// machine-class fixture, transport, NCCL or not, type, op, eager or
+    /// graph, and a grid of sizes through and past the buffers.
+    #[test]
+    fn explain_answers_the_route_the_communicator_takes() {
+        let mut sizes: Vec<u64> = vec![4, 12, 1000, 4100, 3 << 20];
+        let mut p = 64u64;
+        while p <= 16 << 20 {
+            sizes.extend([p - 4, p, p + 4, p + p / 2]);
+            p *= 2;
+        }
+        let mut checked = 0;
+        for sel in fixtures() {
+            for world in [2, 8] {
+                for transport in [Transport::Cuda, Transport::Host] {
+                    for nccl in [true, false] {
+                        let group = Group {
+                            world,
+                            transport,
+                            nccl,
+                            max_bytes: ByteSize::mib(8),
+                        };
+                        // What Communicator::new resolves for this group.
+                        let routes = RouteTable::resolve(&sel, group).unwrap();
+                        for dtype in DType::ALL {
+                            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                                for mode in [select::Mode::Eager, select::Mode::Graph] {
+                                    for &bytes in &sizes {
+                                        let text = if bytes == 4100 {
+                                            // As the command runs it: resolving its own table.
+                                            answer(&sel, group, bytes, dtype, op, mode).unwrap().1
+                                        } else {
+                                            answer_with(&sel, &routes, bytes, dtype, op, mode).1
+                                        };
+                                        let said = text
+                                            .lines()
+                                            .find_map(|l| l.strip_prefix("choice: "))
+                                            .unwrap();
+                                        let fake = Fake {
+                                            transport,
+                                            nccl,
+                                            ran: RefCell::new(String::new()),
+                                        };
+                                        let count = (bytes / dtype.size() as u64) as usize;
+                                        let did = match dispatch(
+                                            &routes,
+                                            &fake,
+                                            count,
+                                            dtype,
+                                            op,
+                                            Algo::Auto,
+                                            mode,
+                                        ) {
+                                            Ok(_) => fake.ran.borrow().clone(),
+                                            Err(_) => {
+                                                "error (no NCCL beside the kernels)".to_string()
+                                            }
+                                        };
+                                        assert_eq!(said, did, "{text}");
+                                        checked += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
 }

@@ -2,7 +2,7 @@
 //! machine classes by name: what `explain`, `tune` and the GPU bench share.
 
 use tpcomm::select::Machine;
-use tpcomm::topology::{self, MachineClass, ProbeOptions};
+use tpcomm::topology::{self, MachineClass};
 use tpcomm::{Error, Result};
 
 /// A machine class from its name (as `--class` takes it).
@@ -24,23 +24,8 @@ pub(crate) fn parse_class(s: &str) -> Result<MachineClass> {
     })
 }
 
-/// This machine as the tuning table key sees it (probe without the timed
-/// peer copies, so it takes well under a second).
+/// This machine as the tuning table key sees it: the library's probe, the
+/// one communicators use (`tpcomm::select::this_machine`).
 pub(crate) fn this_machine(nccl: Option<String>) -> Result<(Machine, topology::Topology)> {
-    let topo = topology::probe(&ProbeOptions {
-        copy_test: false,
-        ..ProbeOptions::default()
-    })?;
-    let driver = tpcomm::cuda::driver_version()
-        .ok()
-        .map(|(a, b)| format!("{a}.{b}"));
-    Ok((
-        Machine {
-            fingerprint: topo.fingerprint.clone(),
-            class: topo.machine_class,
-            driver,
-            nccl,
-        },
-        topo,
-    ))
+    tpcomm::select::this_machine(nccl)
 }

@@ -12,7 +12,8 @@ pub struct ProbeArgs {
     json: Option<PathBuf>,
 
     /// Skip the peer copy test (pattern check, latency and bandwidth of a
-    /// 4 KiB and a 64 MiB copy between every two GPUs).
+    /// 4 KiB and a 64 MiB copy between every two GPUs) and the P2P check
+    /// with the kernels' own stores.
     #[arg(long)]
     no_copy_test: bool,
 
@@ -34,6 +35,7 @@ pub fn run(args: ProbeArgs) -> i32 {
 }
 
 fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
+    let mut check = None;
     let topo = match &args.from {
         Some(path) => Topology::from_path(path)?,
         None => {
@@ -47,7 +49,11 @@ fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
                     opts.small_copy, opts.large_copy
                 );
             }
-            topology::probe(&opts)?
+            let topo = topology::probe(&opts)?;
+            if opts.copy_test {
+                check = kernel_check(&topo);
+            }
+            topo
         }
     };
     match args.json.as_deref() {
@@ -60,5 +66,49 @@ fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
         }
         None => print!("{}", format::render(&topo)),
     }
+    if let Some(line) = check {
+        // On stderr when stdout carries the JSON.
+        match args.json.as_deref() {
+            Some(p) if p.as_os_str() == "-" => eprintln!("{line}"),
+            _ => println!("{line}"),
+        }
+    }
     Ok(())
+}
+
+/// The P2P check a communicator over every GPU of this machine makes at
+/// creation (`tpcomm::cuda::p2p_check`, ranks as threads, one per GPU), when
+/// the driver allows P2P between every pair: the verdict in one line.
+fn kernel_check(topo: &Topology) -> Option<String> {
+    let world = topo.gpus.len();
+    if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world)
+        || tpcomm::select::transport_of(topo) != tpcomm::select::Transport::Cuda
+    {
+        return None;
+    }
+    let group = tpcomm::cuda::ThreadGroup::new(world);
+    let timeout = std::time::Duration::from_secs(10);
+    let verdicts: Vec<tpcomm::Result<tpcomm::cuda::p2p_check::Verdict>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|rank| {
+                let rv = tpcomm::cuda::Rendezvous::Threads(group.clone());
+                s.spawn(move || tpcomm::cuda::p2p_check::run(rank, world, rank, &rv, timeout))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(tpcomm::Error::Aborted("a check thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    Some(match verdicts.into_iter().next() {
+        Some(Ok(v)) => format!(
+            "P2P check (the kernels' own stores, all {world} GPUs): {}",
+            v.why
+        ),
+        Some(Err(e)) => format!("P2P check (the kernels' own stores): did not complete ({e})"),
+        None => return None,
+    })
 }

@@ -98,12 +98,43 @@ fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
     );
     assert!(out.contains("no measured times"), "{out}");
     let (ok, out, err) = run(&[
-        "explain", "--class", "nvlink", "--bytes", "16MiB", "--graph",
+        "explain",
+        "--class",
+        "nvlink",
+        "--bytes",
+        "16MiB",
+        "--graph",
+        "--max-bytes",
+        "64MiB",
     ]);
     assert!(ok, "{err}");
     assert!(
         out.contains("choice: cuda:two-shot")
             && out.contains("crates/tpcomm/tables/default-nvlink.toml"),
+        "{out}"
+    );
+    // With the library's default buffers (8 MiB) the communicator hands
+    // 16 MiB to NCCL, and explain says so.
+    let (ok, out, err) = run(&[
+        "explain", "--class", "nvlink", "--bytes", "16MiB", "--graph",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: nccl") && out.contains("above the communicator's buffers (8 MiB)"),
+        "{out}"
+    );
+    // A pcie-p2p machine's communicator takes NCCL above 256 KiB.
+    let (ok, out, err) = run(&["explain", "--class", "pcie-p2p", "--bytes", "1MiB"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: nccl") && out.contains("route: nccl (faster at this size)"),
+        "{out}"
+    );
+    // A no-P2P machine's communicator runs on the host transport.
+    let (ok, out, err) = run(&["explain", "--class", "pcie-nop2p", "--bytes", "64KiB"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: host:one-shot") && out.contains("communicator: host transport"),
         "{out}"
     );
     let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "1"]);
@@ -195,8 +226,21 @@ fn explain_on_the_host_transport_weighs_host_kernels_and_nccl_only() {
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("choice: host:two-shot"), "{out}");
-    // --no-nccl alone is refused with what to add.
-    let (ok, _, err) = run(&["explain", "--class", "nvlink", "--no-nccl", "--bytes", "1"]);
-    assert!(!ok);
-    assert!(err.contains("--transport"), "{err}");
+    // --no-nccl alone takes the class's transport; a max without NCCL is
+    // an error of the communicator, and explain says so.
+    let (ok, out, err) = run(&[
+        "explain",
+        "--class",
+        "nvlink",
+        "--no-nccl",
+        "--bytes",
+        "16",
+        "--op",
+        "max",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("choice: error (no NCCL beside the kernels)"),
+        "{out}"
+    );
 }

@@ -1,7 +1,7 @@
 //! `ncclAllReduce`: run by tpcomm when the route allows, by NCCL otherwise.
 
 use crate::ffi::{call_real, guard, Fail};
-use crate::route::{aligned, route, size_class, Call, Route};
+use crate::route::{aligned, route, size_class, Call, Route, Why};
 use crate::settings::{self, info, warn};
 use crate::state;
 use crate::types::*;
@@ -9,7 +9,6 @@ use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 use tpcomm::cuda::{CUstream, StreamAllReduce};
-use tpcomm::Algo;
 use tpcomm::ReduceOp;
 
 /// Logs the first all-reduce of each (communicator, size class, type,
@@ -63,11 +62,20 @@ pub unsafe extern "C" fn ncclAllReduce(
         };
         let elem = dtype_of(datatype).map(|d| d.size()).unwrap_or(1);
         let bytes = count.saturating_mul(elem);
-        match (
-            route(s.disabled, beside.as_ref().map(|b| b.cap), &call),
-            beside,
-        ) {
-            (Route::Tpcomm(dt), Some(b)) => {
+        let mut r = route(s.disabled, beside.as_ref().map(|b| &b.routes), &call);
+        if let (Route::Nccl(Why::Faster), Some(b), Some(dt)) = (r, &beside, dtype_of(datatype)) {
+            // A quantized wire is the user's request (TPCOMM_WIRE, agreed by
+            // every rank): it takes the sums it applies to before the
+            // decision, which never weighed it; the exact algorithm is unused.
+            if b.quant
+                .as_ref()
+                .is_some_and(|q| q.wire_for(bytes) != tpcomm::quant::Wire::Exact)
+            {
+                r = Route::Tpcomm(dt, tpcomm::Algo::OneShot);
+            }
+        }
+        match (r, beside) {
+            (Route::Tpcomm(dt, algo), Some(b)) => {
                 let _restore = crate::cuda::SavedContext::save();
                 let st = stream as CUstream;
                 let staged = !aligned(&call);
@@ -125,13 +133,13 @@ pub unsafe extern "C" fn ncclAllReduce(
                 }
                 let done = unsafe {
                     if !staged {
-                        b.cuda.all_reduce(
+                        b.gpu.all_reduce(
                             sendbuff as u64,
                             recvbuff as u64,
                             count,
                             dt,
                             ReduceOp::Sum,
-                            Algo::Auto,
+                            algo,
                             st,
                         )
                     } else {
@@ -139,25 +147,20 @@ pub unsafe extern "C" fn ncclAllReduce(
                         b.staging
                             .copy(p, sendbuff as u64, bytes, st)
                             .and_then(|_| {
-                                b.cuda
-                                    .all_reduce(p, p, count, dt, ReduceOp::Sum, Algo::Auto, st)
+                                b.gpu.all_reduce(p, p, count, dt, ReduceOp::Sum, algo, st)
                             })
-                            .and_then(|algo| {
-                                b.staging.copy(recvbuff as u64, p, bytes, st).map(|_| algo)
-                            })
+                            .and_then(|_| b.staging.copy(recvbuff as u64, p, bytes, st))
                     }
                 };
                 match done {
-                    Ok(algo) => {
+                    Ok(()) => {
                         let key = algo as u8 + if staged { 50 } else { 0 };
                         log_first(comm, bytes, datatype, key, || {
+                            let on = format!("tpcomm {}:{}", b.gpu.transport().name(), algo.name());
                             if staged {
-                                format!(
-                                    "tpcomm {} (unaligned buffer: through staging)",
-                                    algo.name()
-                                )
+                                format!("{on} (unaligned buffer: through staging)")
                             } else {
-                                format!("tpcomm {}", algo.name())
+                                on
                             }
                         });
                         SUCCESS
@@ -176,7 +179,7 @@ pub unsafe extern "C" fn ncclAllReduce(
                 });
                 forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
             }
-            (Route::Tpcomm(_), None) => {
+            (Route::Tpcomm(..), None) => {
                 forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
             }
         }

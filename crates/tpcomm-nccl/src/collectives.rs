@@ -6,13 +6,13 @@
 //! function of the call, so every rank routes it the same way.
 
 use crate::ffi::{call_real, guard, Fail};
-use crate::route::{route, Call, Route};
+use crate::route::{Call, Why};
 use crate::settings::{self, info, warn};
 use crate::state;
+use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Launch};
-use tpcomm::ReduceOp;
+use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch};
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -25,8 +25,8 @@ pub const COLLECTIVES: &[&str] = &[
 
 /// Loads the collective kernels while the communicator is set up, so no
 /// call (inside a CUDA graph capture, say) ever compiles or loads a module.
-pub fn prepare(cuda: &tpcomm::cuda::CudaCommunicator, tag: &str) -> tpcomm::Result<()> {
-    let image = cuda.prepare_collectives()?;
+pub fn prepare(gpu: &GpuComm, tag: &str) -> tpcomm::Result<()> {
+    let image = gpu.prepare_collectives()?;
     info!(
         "{tag}: all-gather, reduce-scatter and broadcast kernels loaded ({image} of kernel image)"
     );
@@ -50,10 +50,24 @@ fn log_first(name: &'static str, comm: NcclComm, route: &str, what: impl Fn() ->
     }
 }
 
-/// The route of a collective whose block is `count` elements.
+/// Where a collective goes: tpcomm's kernels (with the element type) or
+/// NCCL, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Tpcomm(tpcomm::DType),
+    Nccl(Why),
+}
+
+/// The route of a collective whose block is `count` elements: the
+/// all-reduce's rules for what tpcomm can take (set up, outside a group, a
+/// kernel type, sum, not empty), then the block must fit the transport's
+/// buffers. A pure function of the call and the set-up, so every rank routes
+/// it the same way.
+#[allow(clippy::too_many_arguments)]
 fn route_of(
     disabled: bool,
     beside: Option<&state::Beside>,
+    what: Collective,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -68,7 +82,28 @@ fn route_of(
         op,
         group_depth: crate::intercepted::group_depth(),
     };
-    route(disabled, beside.map(|b| b.cap), &call)
+    if disabled {
+        return Route::Nccl(Why::Disabled);
+    }
+    let Some(b) = beside else {
+        return Route::Nccl(Why::NotSetUp);
+    };
+    if call.group_depth > 0 {
+        return Route::Nccl(Why::InGroup);
+    }
+    let Some(dt) = dtype_of(call.dtype) else {
+        return Route::Nccl(Why::DType);
+    };
+    if call.op != OP_SUM {
+        return Route::Nccl(Why::Op);
+    }
+    if call.count == 0 {
+        return Route::Nccl(Why::Empty);
+    }
+    if !b.gpu.collective_fits(what, call.count, dt) {
+        return Route::Nccl(Why::TooLarge);
+    }
+    Route::Tpcomm(dt)
 }
 
 /// Runs `f` (tpcomm's launch) with the caller's CUDA context restored after;
@@ -111,6 +146,7 @@ pub unsafe extern "C" fn ncclAllGather(
         let r = route_of(
             s.disabled,
             beside.as_deref(),
+            Collective::AllGather,
             sendbuff,
             recvbuff,
             sendcount,
@@ -124,7 +160,8 @@ pub unsafe extern "C" fn ncclAllGather(
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
             return on_tpcomm("ncclAllGather", comm, || unsafe {
-                b.cuda.all_gather(
+                b.gpu.collective(
+                    Collective::AllGather,
                     sendbuff as u64,
                     recvbuff as u64,
                     sendcount,
@@ -174,6 +211,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
         let r = route_of(
             s.disabled,
             beside.as_deref(),
+            Collective::ReduceScatter,
             sendbuff,
             recvbuff,
             recvcount,
@@ -184,12 +222,12 @@ pub unsafe extern "C" fn ncclReduceScatter(
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
             return on_tpcomm("ncclReduceScatter", comm, || unsafe {
-                b.cuda.reduce_scatter(
+                b.gpu.collective(
+                    Collective::ReduceScatter,
                     sendbuff as u64,
                     recvbuff as u64,
                     recvcount,
                     dt,
-                    ReduceOp::Sum,
                     stream as CUstream,
                     Launch::Ordinary,
                 )
@@ -227,12 +265,17 @@ fn broadcast_route(
     datatype: NcclDataType,
     root: c_int,
 ) -> Option<tpcomm::DType> {
-    match route_of(s.disabled, beside, send, recv, count, datatype, OP_SUM) {
-        Route::Tpcomm(dt)
-            if root >= 0 && beside.is_some_and(|b| (root as usize) < b.cuda.world()) =>
-        {
-            Some(dt)
-        }
+    let world = beside.map_or(0, |b| b.gpu.world());
+    if root < 0 || root as usize >= world {
+        return None;
+    }
+    let what = Collective::Broadcast {
+        root: root as usize,
+    };
+    match route_of(
+        s.disabled, beside, what, send, recv, count, datatype, OP_SUM,
+    ) {
+        Route::Tpcomm(dt) => Some(dt),
         _ => None,
     }
 }
@@ -269,12 +312,14 @@ pub unsafe extern "C" fn ncclBroadcast(
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
             return on_tpcomm("ncclBroadcast", comm, || unsafe {
-                b.cuda.broadcast(
+                b.gpu.collective(
+                    Collective::Broadcast {
+                        root: root as usize,
+                    },
                     sendbuff as u64,
                     recvbuff as u64,
                     count,
                     dt,
-                    root as usize,
                     stream as CUstream,
                     Launch::Ordinary,
                 )
@@ -318,12 +363,14 @@ pub unsafe extern "C" fn ncclBcast(
         ) {
             // SAFETY: as in ncclBroadcast, in place.
             return on_tpcomm("ncclBcast", comm, || unsafe {
-                b.cuda.broadcast(
+                b.gpu.collective(
+                    Collective::Broadcast {
+                        root: root as usize,
+                    },
                     buff as u64,
                     buff as u64,
                     count,
                     dt,
-                    root as usize,
                     stream as CUstream,
                     Launch::Ordinary,
                 )

@@ -17,16 +17,20 @@ pub struct QuantBeside {
 
 /// Reads the wire from the environment, checks that every rank read the
 /// same (an error on every rank otherwise) and, when it is quantized, sets
-/// up its buffers over P2P (the drop-in's exact communicator is the P2P one).
+/// up its buffers over `transport` (the exact communicator's).
 /// Every rank calls it, after the exact communicator was made.
-pub fn set_up(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Option<QuantBeside>> {
+pub fn set_up(
+    cfg: &CudaConfig,
+    transport: Transport,
+    rv: &Rendezvous,
+) -> Result<Option<QuantBeside>> {
     let env = tpcomm::quant::wire_from_env()?;
     agree_wire(cfg, rv, env.wire, env.min_bytes)?;
     if env.wire == Wire::Exact {
         return Ok(None);
     }
     Ok(Some(QuantBeside {
-        comm: QuantComm::new(cfg, Transport::Cuda, rv)?,
+        comm: QuantComm::new(cfg, transport, rv)?,
         wire: env.wire,
         min_bytes: env.min_bytes,
     }))

@@ -4,19 +4,23 @@
 use crate::cuda::{SavedContext, Staging};
 use crate::exchange::{AsRendezvous, NcclExchange};
 use crate::ffi::call_real;
-use crate::route::Capacity;
 use crate::settings::{self, info, warn};
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock, RwLock};
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::cuda::{CudaConfig, GpuComm, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::select::{Group, RouteTable};
 use tpcomm::{Error, Result};
 
 /// tpcomm's side of one NCCL communicator.
 pub struct Beside {
-    pub cuda: CudaCommunicator,
-    pub cap: Capacity,
+    /// The kernels on the transport the group's P2P verdict gave: P2P, or
+    /// pinned host memory on boxes without P2P.
+    pub gpu: GpuComm,
+    /// Where each all-reduce goes (`tpcomm::select::RouteTable`, NCCL
+    /// included: the real NCCL is always there), agreed by every rank.
+    pub routes: RouteTable,
     /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
     pub staging: crate::cuda::Staging,
     /// The quantized wire (TPCOMM_WIRE), when enabled.
@@ -134,11 +138,17 @@ pub fn set_up(comm: NcclComm, origin: &str) {
         }
     };
     match build(&ex, &tag, rank, world, device) {
-        Ok((cuda, staging, quant)) => {
-            let r = cuda.memory_report();
+        Ok(Made {
+            gpu,
+            routes,
+            staging,
+            quant,
+        }) => {
+            let r = gpu.memory_report();
             warn!(
-                "{tag}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) plus {} bytes of staging for unaligned buffers, and {} bytes of pinned host memory",
+                "{tag}: tpcomm all-reduce up to {} beside NCCL, {} transport; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) plus {} bytes of staging for unaligned buffers, and {} bytes of pinned host memory",
                 s.max_bytes,
+                gpu.transport().name(),
                 r.device_requested(),
                 r.device_requested().bytes(),
                 r.gpu.as_ref().map_or(0, |g| g.allocations.len()),
@@ -146,13 +156,12 @@ pub fn set_up(comm: NcclComm, origin: &str) {
                 staging.bytes(),
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
+            info!("{tag}: {}", routes.summary());
             insert(
                 comm,
                 Beside {
-                    cuda,
-                    cap: Capacity {
-                        max_bytes: s.max_bytes.bytes(),
-                    },
+                    gpu,
+                    routes,
                     staging,
                     quant,
                 },
@@ -175,7 +184,7 @@ fn build(
     rank: usize,
     world: usize,
     device: usize,
-) -> Result<(CudaCommunicator, Staging, Option<crate::quant::QuantBeside>)> {
+) -> Result<Made> {
     let s = settings::get();
     let made = (|| {
         let key = host_key();
@@ -192,11 +201,7 @@ fn build(
         cfg.max_bytes = s.max_bytes;
         cfg.timeout = s.timeout;
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
-        let cuda = CudaCommunicator::new(&cfg, &rv)?;
-        crate::collectives::prepare(&cuda, tag)?;
-        let quant = crate::quant::set_up(&cfg, &rv)?;
-        let staging = Staging::new(cuda.context(), s.max_bytes.as_usize()?)?;
-        Ok((cuda, staging, quant))
+        make(&cfg, &rv)
     })();
     if let Err(e) = &made {
         info!("{tag}: this rank leaves the set-up: {e}");
@@ -208,6 +213,47 @@ fn build(
             Error::Aborted("another rank could not set tpcomm up (see its log)".into())
         }))
     }
+}
+
+/// What set-up makes for one rank.
+struct Made {
+    gpu: GpuComm,
+    routes: RouteTable,
+    staging: Staging,
+    quant: Option<crate::quant::QuantBeside>,
+}
+
+/// Creates one rank's side (every rank calls it with the same world and
+/// rendezvous): the kernels on the transport the ranks' P2P verdict gives
+/// (`GpuComm::new` with `Transport::Auto`), their routes with NCCL beside
+/// them, decided by this machine's table or class defaults and agreed by
+/// every rank, the quantized wire when asked for, and the staging buffer.
+fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
+    let gpu = GpuComm::new(cfg, rv)?;
+    crate::collectives::prepare(&gpu, "set-up")?;
+    let routes = tpcomm::select::agree(
+        RouteTable::resolve(
+            gpu.selector(),
+            Group {
+                world: cfg.world,
+                transport: gpu.transport().for_routes(),
+                nccl: true,
+                max_bytes: cfg.max_bytes,
+            },
+        )?,
+        cfg.rank,
+        cfg.world,
+        rv,
+        cfg.timeout,
+    )?;
+    let quant = crate::quant::set_up(cfg, gpu.transport(), rv)?;
+    let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
+    Ok(Made {
+        gpu,
+        routes,
+        staging,
+        quant,
+    })
 }
 
 /// `ncclCommInitAll`: one process drives every GPU, so the ranks are threads
@@ -223,7 +269,6 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     }
     let _restore = SavedContext::save();
     let group = ThreadGroup::new(world);
-    type Made = (CudaCommunicator, Staging, Option<crate::quant::QuantBeside>);
     let made: Vec<Result<Made>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
@@ -232,13 +277,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
                 cfg.max_bytes = s.max_bytes;
                 // A thread that failed early never posts: keep the others' wait short.
                 cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
-                sc.spawn(move || {
-                    let cuda = CudaCommunicator::new(&cfg, &rv)?;
-                    crate::collectives::prepare(&cuda, "ncclCommInitAll")?;
-                    let quant = crate::quant::set_up(&cfg, &rv)?;
-                    let staging = Staging::new(cuda.context(), cfg.max_bytes.as_usize()?)?;
-                    Ok((cuda, staging, quant))
-                })
+                sc.spawn(move || make(&cfg, &rv))
             })
             .collect();
         hs.into_iter()
@@ -251,24 +290,30 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     if let Some(Err(e)) = made.iter().find(|m| m.is_err()) {
         return warn!("ncclCommInitAll: tpcomm not set up ({e}); all-reduces go to NCCL");
     }
-    for (comm, (cuda, staging, quant)) in comms.iter().zip(made.into_iter().flatten()) {
-        let r = cuda.memory_report();
+    for (comm, m) in comms.iter().zip(made.into_iter().flatten()) {
+        let Made {
+            gpu,
+            routes,
+            staging,
+            quant,
+        } = m;
+        let r = gpu.memory_report();
         warn!(
-            "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL; took {} of GPU memory ({} bytes) plus {} bytes of staging for unaligned buffers",
-            cuda.rank(),
-            devices[cuda.rank()],
+            "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL, {} transport; took {} of GPU memory ({} bytes) plus {} bytes of staging for unaligned buffers",
+            gpu.rank(),
+            devices[gpu.rank()],
             s.max_bytes,
+            gpu.transport().name(),
             r.device_requested(),
             r.device_requested().bytes(),
             staging.bytes()
         );
+        info!("ncclCommInitAll rank {}: {}", gpu.rank(), routes.summary());
         insert(
             *comm,
             Beside {
-                cuda,
-                cap: Capacity {
-                    max_bytes: s.max_bytes.bytes(),
-                },
+                gpu,
+                routes,
                 staging,
                 quant,
             },

@@ -36,9 +36,13 @@ fn build_fake() -> PathBuf {
 }
 
 fn run_child(envs: &[(&str, &str)]) -> (String, String) {
+    run_child_test("child_calls", envs)
+}
+
+fn run_child_test(name: &str, envs: &[(&str, &str)]) -> (String, String) {
     let fake = fake_nccl();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_calls", "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("TPCOMM_FORWARD_CHILD", "1")
         .env("TPCOMM_REAL_NCCL", &fake)
         .env("FAKE_PATH", &fake)
@@ -245,4 +249,84 @@ fn a_communicator_made_inside_a_group_is_set_up_at_the_outermost_group_end() {
         inner < setup && setup < outer,
         "set-up must run at the outer end:\n{err}"
     );
+}
+
+/// Times ncclAllReduce through the drop-in and straight into the fake, in
+/// the same process: rounds of calls, the median round's time per call.
+#[test]
+fn child_overhead() {
+    if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
+        return;
+    }
+    type Ar = unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        *mut c_void,
+        *mut c_void,
+    ) -> c_int;
+    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    // SAFETY: as in `child_calls`.
+    unsafe {
+        let lib = libloading::Library::new(lib_path).unwrap();
+        let fake = libloading::Library::new(std::env::var("FAKE_PATH").unwrap()).unwrap();
+        let init: libloading::Symbol<
+            unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int,
+        > = lib.get(b"ncclCommInitRank").unwrap();
+        let through: libloading::Symbol<Ar> = lib.get(b"ncclAllReduce").unwrap();
+        let direct: libloading::Symbol<Ar> = fake.get(b"ncclAllReduce").unwrap();
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        assert_eq!(init(&mut comm, 2, UniqueId([0; 128]), 0), 0);
+        let p = |x: usize| x as *mut c_void;
+        let time = |f: &Ar| {
+            let mut rounds: Vec<f64> = (0..7)
+                .map(|_| {
+                    let n = 100_000;
+                    let t = std::time::Instant::now();
+                    for _ in 0..n {
+                        // 16 KiB of bf16: a decode-sized call.
+                        assert_eq!(f(p(0x1000), p(0x2000), 8192, 9, 0, comm, p(0x30)), 0);
+                    }
+                    t.elapsed().as_nanos() as f64 / n as f64
+                })
+                .collect();
+            rounds.sort_by(f64::total_cmp);
+            rounds[rounds.len() / 2]
+        };
+        let d = time(&direct);
+        let t = time(&through);
+        println!("direct_ns={d:.1} dropin_ns={t:.1} added_ns={:.1}", t - d);
+    }
+}
+
+/// What the drop-in adds per forwarded all-reduce on the CPU, measured
+/// against the fake NCCL (no GPU here, so tpcomm is not set up and the call
+/// is routed, found not set up, and forwarded). The figure is printed; the
+/// bound only catches a gross regression (a lock or a system call per call
+/// would not reach it, a log line or an allocation storm might).
+#[test]
+fn a_forwarded_all_reduce_costs_microseconds_at_most() {
+    let (out, _) = run_child_test(
+        "child_overhead",
+        &[
+            ("TPCOMM_LOG", "warn"),
+            ("FAKE_WORLD", "2"),
+            ("FAKE_QUIET", "1"),
+            ("CUDA_VISIBLE_DEVICES", ""),
+        ],
+    );
+    // The harness may print "test child_overhead ... " before it.
+    let line = out
+        .lines()
+        .find_map(|l| l.find("direct_ns=").map(|i| &l[i..]))
+        .unwrap_or_else(|| panic!("no timing in:\n{out}"));
+    eprintln!("{line}");
+    let added: f64 = line
+        .rsplit("added_ns=")
+        .next()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(added < 20_000.0, "{line}");
 }

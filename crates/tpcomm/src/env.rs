@@ -404,9 +404,9 @@ pub static CACHE_DIR: Var<Path> = Var {
 pub static TUNING_TABLE: Var<Path> = Var {
     name: "TPCOMM_TUNING_TABLE",
     section: Section::Paths,
-    read_by: "the library (selection)",
+    read_by: "communicator creation (`select::for_this_machine`), the drop-in, `tpcomm explain`, `tune`, `bench --algos auto`",
     default: "`$XDG_CONFIG_HOME/tpcomm/tuning/<fingerprint>.toml` when it exists",
-    doc: "tuning table to use when none is passed explicitly (docs/tuning.md)",
+    doc: "tuning table to route with when none is passed explicitly (docs/selection.md, docs/tuning.md)",
     kind: Path,
 };
 

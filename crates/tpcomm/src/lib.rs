@@ -17,6 +17,7 @@ pub mod quant;
 pub mod report;
 pub mod select;
 pub mod topology;
+pub mod transport;
 pub mod units;
 pub mod verify;
 pub mod wire;

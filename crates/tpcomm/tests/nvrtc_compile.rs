@@ -59,6 +59,7 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         ],
         &["f32", "f16", "bf16"],
     ),
+    ("p2p_check.cu", &["tpcomm_p2p_check"], &["store", "verify"]),
 ];
 
 /// FNV-1a of the cubin.

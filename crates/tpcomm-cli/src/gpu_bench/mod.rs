@@ -247,6 +247,17 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
             | select::TableSource::DefaultLocation(p) => Some(p),
         };
         args.class = Some(machine.class.name().to_string());
+        if machine.class == tpcomm::topology::MachineClass::SingleGpu && args.table.is_none() {
+            // As a communicator here decides (select::for_this_machine):
+            // without a table, the defaults of the transport's class.
+            args.class = Some(
+                match args.transport {
+                    Transport::Host => "pcie-nop2p",
+                    _ => "nvlink",
+                }
+                .to_string(),
+            );
+        }
         args.fingerprint = Some(machine.fingerprint);
     }
     if n == 0 {
@@ -363,13 +374,10 @@ pub(crate) fn parse_algo(name: &str) -> Result<(Algo, tpcomm::cuda::Launch)> {
     }
 }
 
-/// The selection transport of a communicator's transport (`Auto` never
-/// comes out of `GpuComm::transport`; it is mapped to CUDA for completeness).
+/// The transport routing decides for (one type since issue 16; `Auto`
+/// never comes out of `GpuComm::transport` and maps to CUDA).
 pub(crate) fn select_transport(t: Transport) -> select::Transport {
-    match t {
-        Transport::Host => select::Transport::Host,
-        Transport::Cuda | Transport::Auto => select::Transport::Cuda,
-    }
+    t.for_routes()
 }
 
 /// A bench row's algorithm label as a selection candidate on `transport`

@@ -219,8 +219,17 @@ pub(super) fn rank_main(
     };
     let (ev0, ev1) = (new_event()?, new_event()?);
     let sizes = sizes(args)?;
-    let selector = if args.algos.iter().any(|a| a == "auto") {
-        Some(auto_selector(args)?)
+    let routes = if args.algos.iter().any(|a| a == "auto") {
+        let sel = auto_selector(args)?;
+        // The routes the library's Communicator resolves for this group.
+        let group = select::Group {
+            world,
+            transport: select_transport(comms.comm.transport()),
+            nccl: comms.nccl.is_some(),
+            max_bytes: args.max,
+        };
+        let table = select::RouteTable::resolve(&sel, group)?;
+        Some((sel, table))
     } else {
         None
     };
@@ -233,7 +242,7 @@ pub(super) fn rank_main(
         c: &comms,
         in_ptrs: &in_ptrs,
         out_ptrs: &out_ptrs,
-        selector,
+        routes,
         ev0,
         ev1,
         root_at: std::cell::Cell::new(0),
@@ -268,7 +277,8 @@ struct Rank<'a> {
     /// Device addresses of the rotated input and output buffers.
     in_ptrs: &'a [u64],
     out_ptrs: &'a [u64],
-    selector: Option<select::Selector>,
+    /// `--algos auto`'s selector and the routes resolved from it.
+    routes: Option<(select::Selector, select::RouteTable)>,
     ev0: CudaEvent,
     ev1: CudaEvent,
     /// Where the broadcast's root is taken from at the size being measured.
@@ -416,29 +426,25 @@ impl Rank<'_> {
         Ok(entries)
     }
 
-    /// One algorithm in one mode. `auto` runs exactly what the library's
-    /// selection picks for this size and mode among the candidates of the
-    /// transport in use (NCCL only when it was loaded).
+    /// One algorithm in one mode. `auto` runs exactly the route the
+    /// library's Communicator takes for this size and mode (its
+    /// `RouteTable`, NCCL only when it was loaded): what `tpcomm explain`
+    /// prints.
     fn entry(&self, algo_name: &str, imp: &Impl, mode: &str, bytes: usize) -> Entry {
         let comm = &self.c.comm;
-        let have_nccl = self.c.nccl.is_some();
-        let decision = self.selector.as_ref().map(|s| {
-            s.choose_on(
-                &select::Query {
-                    world: self.world,
-                    dtype: self.args.dtype,
-                    bytes: bytes as u64,
-                    mode: mode.parse().unwrap_or(select::Mode::Eager),
-                },
-                select_transport(comm.transport()),
-                have_nccl,
-            )
+        let decision = self.routes.as_ref().map(|(_, t)| {
+            let r = t.lookup(
+                bytes as u64,
+                self.args.dtype,
+                tpcomm::ReduceOp::Sum,
+                Algo::Auto,
+                mode.parse().unwrap_or(select::Mode::Eager),
+            );
+            (r, r.candidate(t.group().transport))
         });
         let imp = match (imp, &decision) {
-            (Impl::Auto, Some(d)) if d.choice == select::Candidate::NCCL => Impl::Nccl,
-            (Impl::Auto, Some(d)) => {
-                Impl::Tp(d.choice.algo.unwrap_or(Algo::Auto), Launch::Ordinary)
-            }
+            (Impl::Auto, Some((r, _))) if r.route.is_nccl() => Impl::Nccl,
+            (Impl::Auto, Some((r, _))) => Impl::Tp(r.algo.unwrap_or(Algo::Auto), Launch::Ordinary),
             (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
             (Impl::Nccl, _) => Impl::Nccl,
             (Impl::Quant(w), _) => Impl::Quant(*w),
@@ -447,7 +453,7 @@ impl Rank<'_> {
         };
         let name = match (&decision, &imp) {
             (_, Impl::Quant(w)) => w.label(),
-            (Some(d), _) if algo_name == "auto" => format!("auto:{}", d.choice),
+            (Some((_, c)), _) if algo_name == "auto" => format!("auto:{c}"),
             (_, Impl::Tp(a, Launch::Ordinary)) => comm.algo_name(*a, bytes).to_string(),
             (_, Impl::Tp(a, Launch::Overlapped)) => {
                 format!("{}-pdl", comm.algo_name(*a, bytes))

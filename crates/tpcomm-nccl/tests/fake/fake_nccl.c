@@ -31,8 +31,13 @@ int ncclCommCount(void *c, int *n) {
 }
 int ncclCommUserRank(void *c, int *r) { (void)c; *r = 0; return 0; }
 int ncclCommCuDevice(void *c, int *d) { (void)c; *d = 0; return 0; }
+/* FAKE_QUIET set: all-reduces are not journaled (the overhead test makes
+   hundreds of thousands of calls and times the library, not the journal). */
+static int quiet = -1;
 int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, void *comm, void *st) {
   char b[160];
+  if (quiet < 0) quiet = getenv("FAKE_QUIET") != NULL;
+  if (quiet) return 0;
   snprintf(b, sizeof b, "allreduce %p %p %zu %d %d %p %p", s, r, n, dt, op, comm, st);
   note(b);
   return 0;

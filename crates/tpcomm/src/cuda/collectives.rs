@@ -277,7 +277,7 @@ impl CudaCommunicator {
     /// # Safety
     /// As the public entry points.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn collective(
+    pub(crate) unsafe fn collective(
         &self,
         what: Collective,
         input: CUdeviceptr,
@@ -383,6 +383,54 @@ impl CollectiveRoute {
             CollectiveRoute::Tpcomm => "tpcomm",
             CollectiveRoute::NcclTooLarge => "nccl (block above the buffers)",
             CollectiveRoute::NcclOp => "nccl (op not in the kernels)",
+        }
+    }
+}
+
+impl GpuComm {
+    /// Loads the collective kernels of its transport now (see
+    /// [`CudaCommunicator::prepare_collectives`]); returns the image's size.
+    pub fn prepare_collectives(&self) -> Result<ByteSize> {
+        match self {
+            GpuComm::Cuda(c) => c.prepare_collectives(),
+            GpuComm::Host(c) => c.prepare_collectives(),
+        }
+    }
+
+    /// Whether a block of `count` elements of `dtype` fits this transport's
+    /// buffers for `what` (the P2P kernels take any block up to the
+    /// buffers; the pinned host path also needs its blocks to fit its area).
+    pub fn collective_fits(&self, what: Collective, count: usize, dtype: DType) -> bool {
+        match self {
+            GpuComm::Cuda(c) => count
+                .checked_mul(dtype.size())
+                .is_some_and(|b| b as u64 <= c.max_bytes().bytes()),
+            GpuComm::Host(h) => h.collective_fits(what, count, dtype),
+        }
+    }
+
+    /// All-gather, reduce-scatter (sum) or broadcast on this transport's
+    /// kernels (arguments as [`CudaCommunicator::all_gather`] and the others).
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::all_gather`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective(
+        &self,
+        what: Collective,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe {
+            match self {
+                GpuComm::Cuda(c) => c.collective(what, input, output, count, dtype, stream, how),
+                GpuComm::Host(h) => h.collective(what, input, output, count, dtype, stream, how),
+            }
         }
     }
 }

@@ -31,12 +31,19 @@ pub struct CudaConfig {
     pub max_bytes: ByteSize,
     /// Bound on every wait, in the rendezvous and inside the kernels.
     pub timeout: Duration,
-    /// What `Algo::Auto` consults: this machine's tuning table
-    /// (`select::find_table`); `None`: the built-in NVLink defaults.
+    /// What the routes are decided with (`select::decide`). `None`: found at
+    /// creation, once per process, by `select::for_this_machine`: the table
+    /// named by TPCOMM_TUNING_TABLE, else the one at the default location for
+    /// this machine's fingerprint, else the built-in defaults of its class.
     pub selector: Option<Arc<crate::select::Selector>>,
-    /// Time the CUDA algorithms at creation (under a second) and let
-    /// `Algo::Auto` use that when `selector` is `None`. Default: off, or on
-    /// with TPCOMM_SELF_TUNE=1.
+    /// Whether calls are launched eagerly or replayed in a CUDA graph, for
+    /// routing (the best route can differ; a communicator cannot tell without
+    /// a driver call per all-reduce). Default: graph, where servers spend
+    /// their decode steps.
+    pub mode: crate::select::Mode,
+    /// Time the CUDA algorithms at creation (under a second) and decide with
+    /// that when `selector` is `None`. Default: off, or on with
+    /// TPCOMM_SELF_TUNE=1.
     pub self_tune: bool,
     /// Which transport `GpuComm::new` builds (`CudaCommunicator::new` is
     /// always the P2P one).
@@ -86,6 +93,7 @@ impl CudaConfig {
             max_bytes: ByteSize::mib(8),
             timeout: Duration::from_secs(10),
             selector: None,
+            mode: crate::select::Mode::Graph,
             self_tune: crate::select::self_tune::requested_by_env(),
             transport: super::host_path::Transport::Auto,
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
@@ -151,8 +159,11 @@ pub struct CudaCommunicator {
     world: usize,
     max_bytes: ByteSize,
     timeout: Duration,
-    selector: Option<Arc<crate::select::Selector>>,
-    auto: crate::select::AutoMemo,
+    /// What the routes were decided with (`CudaConfig::selector`).
+    selector: Arc<crate::select::Selector>,
+    /// What `Algo::Auto` runs, per size class (`select::RouteTable`, without NCCL).
+    routes: crate::select::RouteTable,
+    mode: crate::select::Mode,
     layout: Layout,
     kernels: Arc<Kernels>,
     /// Threads per block of the all-reduce kernels: the kernels' own limit,
@@ -300,14 +311,34 @@ impl CudaCommunicator {
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         rendezvous.exchange("cuda-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
 
+        let found = match &cfg.selector {
+            Some(s) => Some(s.clone()),
+            None if cfg.self_tune => None,
+            None => Some(Arc::new(crate::select::for_this_machine(
+                crate::select::Transport::Cuda,
+            )?)),
+        };
+        let selector = found.clone().unwrap_or_else(|| {
+            Arc::new(crate::select::Selector::for_class(
+                crate::topology::MachineClass::Nvlink,
+            ))
+        });
+        let group = crate::select::Group {
+            world: cfg.world,
+            transport: crate::select::Transport::Cuda,
+            nccl: false,
+            max_bytes: cfg.max_bytes,
+        };
+        let routes = crate::select::RouteTable::resolve(&selector, group)?;
         let mut comm = Self {
             ctx,
             rank: cfg.rank,
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
-            selector: cfg.selector.clone(),
-            auto: Default::default(),
+            selector,
+            routes,
+            mode: cfg.mode,
             layout,
             kernels,
             block,
@@ -321,10 +352,17 @@ impl CudaCommunicator {
             _peer_ctxs: peer_ctxs,
             _ipc: ipc,
         };
-        if cfg.self_tune && comm.selector.is_none() {
+        if found.is_none() {
             let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
-            comm.selector = Some(Arc::new(s));
+            comm.selector = Arc::new(s);
         }
+        comm.routes = crate::select::agree(
+            crate::select::RouteTable::resolve(&comm.selector, group)?,
+            cfg.rank,
+            cfg.world,
+            rendezvous,
+            cfg.timeout,
+        )?;
         Ok(comm)
     }
 
@@ -333,9 +371,25 @@ impl CudaCommunicator {
         self.sharing
     }
 
-    /// What `Algo::Auto` consults (`None`: the built-in NVLink defaults).
+    /// What the routes were decided with (always `Some`: the given, the
+    /// self-tuned or this machine's selector).
     pub fn selector(&self) -> Option<&crate::select::Selector> {
-        self.selector.as_deref()
+        Some(&self.selector)
+    }
+
+    /// The selector, shared (`cuda::Communicator` decides its NCCL routes with it).
+    pub(crate) fn selector_arc(&self) -> &Arc<crate::select::Selector> {
+        &self.selector
+    }
+
+    /// What `Algo::Auto` runs at each size (without NCCL).
+    pub fn routes(&self) -> &crate::select::RouteTable {
+        &self.routes
+    }
+
+    /// The launch mode the routes are looked up for (`CudaConfig::mode`).
+    pub fn mode(&self) -> crate::select::Mode {
+        self.mode
     }
 
     pub fn rank(&self) -> usize {
@@ -353,6 +407,10 @@ impl CudaCommunicator {
     /// Every byte this communicator took, per buffer.
     pub fn memory_report(&self) -> &MemoryReport {
         &self.report
+    }
+    /// For `GpuComm::new` to say in the heading why this transport was taken.
+    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
+        &mut self.report
     }
     /// NVRTC version and architecture the kernels were compiled with.
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
@@ -385,12 +443,11 @@ impl StreamAllReduce for CudaCommunicator {
             op,
             self.max_bytes,
         )?;
-        let algo = match algo {
-            Algo::Auto => self
-                .auto
-                .algo(self.selector.as_deref(), self.world, dtype, bytes),
-            a => a,
-        };
+        let algo = self
+            .routes
+            .lookup(bytes as u64, dtype, ReduceOp::Sum, algo, self.mode)
+            .algo
+            .unwrap_or(Algo::OneShot);
         if count == 0 {
             return Ok(algo);
         }

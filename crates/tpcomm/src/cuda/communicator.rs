@@ -1,5 +1,10 @@
 //! The GPU communicator users hold: tpcomm's kernels for the all-reduces they
-//! take, NCCL for the rest (messages above the buffers, ops the kernels lack).
+//! take, NCCL for the rest (messages above the buffers, ops the kernels lack,
+//! and sizes where the decision says NCCL is faster).
+//!
+//! Every call is routed by the communicator's `select::RouteTable`, resolved
+//! at creation by `select::decide` from this machine's tuning table or its
+//! class's defaults: what `tpcomm explain` prints for the same group.
 //!
 //! The kernels' buffers are sized once at creation and never grow, so a
 //! message larger than `max_bytes` cannot run on them. Rather than fail, a
@@ -15,55 +20,25 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
+use crate::select::{agree, Group, Mode, RouteTable};
 use crate::units::ByteSize;
 use std::time::Duration;
 
-/// Where one all-reduce runs, and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// tpcomm's kernels.
-    Tpcomm,
-    /// tpcomm's quantized kernels (int8 / fp8 on the wire): the communicator
-    /// was created with a quantized wire and the message is large enough.
-    TpcommQuantized,
-    /// NCCL, because the message is larger than the communicator's buffers.
-    NcclTooLarge,
-    /// NCCL, because the kernels only sum.
-    NcclOp,
-}
-
-impl Route {
-    /// Decides the route of a call from what the kernels can do; pure, so the
-    /// rule is tested without a GPU.
-    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp) -> Route {
-        if op != ReduceOp::Sum {
-            Route::NcclOp
-        } else if bytes > max_bytes.bytes() {
-            Route::NcclTooLarge
-        } else {
-            Route::Tpcomm
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Route::Tpcomm => "tpcomm",
-            Route::TpcommQuantized => "tpcomm (quantized wire)",
-            Route::NcclTooLarge => "nccl (message above the buffers)",
-            Route::NcclOp => "nccl (op not in the kernels)",
-        }
-    }
-}
+/// Where one all-reduce runs, and why: the one decision's vocabulary
+/// (`select::route`), named here as before.
+pub use crate::select::Route;
 
 /// A GPU communicator with NCCL behind it (see the module docs).
 pub struct Communicator {
     gpu: GpuComm,
     nccl: Option<NcclComm>,
-    max_bytes: ByteSize,
     /// The quantized wire's kernels and buffers, when one is enabled.
     quant: Option<QuantComm>,
     wire: Wire,
     wire_min_bytes: ByteSize,
+    /// Where each call goes (NCCL included when it is loaded).
+    routes: RouteTable,
+    mode: Mode,
 }
 
 impl Communicator {
@@ -89,10 +64,29 @@ impl Communicator {
         } else {
             None
         };
+        let routes = agree(
+            RouteTable::resolve(
+                gpu.selector(),
+                Group {
+                    world: cfg.world,
+                    transport: gpu.transport().for_routes(),
+                    nccl: nccl.is_some(),
+                    max_bytes: cfg.max_bytes,
+                },
+            )?,
+            cfg.rank,
+            cfg.world,
+            rendezvous,
+            cfg.timeout,
+        )?;
+        if let (Some(n), 0) = (routes.note(), cfg.rank) {
+            eprintln!("tpcomm: {n}");
+        }
         Ok(Self {
             gpu,
             nccl,
-            max_bytes: cfg.max_bytes,
+            routes,
+            mode: cfg.mode,
             quant,
             wire,
             wire_min_bytes,
@@ -164,6 +158,11 @@ impl Communicator {
         self.quant.as_ref().map_or(Ok(()), QuantComm::check)
     }
 
+    /// Where each call goes: what `tpcomm explain` prints for this group.
+    pub fn routes(&self) -> &RouteTable {
+        &self.routes
+    }
+
     /// The NCCL communicator behind it, if it was asked for.
     pub fn nccl(&self) -> Option<&NcclComm> {
         self.nccl.as_ref()
@@ -193,7 +192,11 @@ impl StreamAllReduce for Communicator {
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
         let wire = self.wire_for(bytes);
-        if wire != Wire::Exact && Route::of(bytes, self.max_bytes, op) == Route::Tpcomm {
+        // A quantized wire is the caller's request: it takes every sum the
+        // kernels can, before the decision (which never weighed it).
+        if wire != Wire::Exact
+            && Route::of(bytes, self.routes.group().max_bytes, op) == Route::Tpcomm
+        {
             // SAFETY: the caller's contract is passed on unchanged.
             return unsafe {
                 self.all_reduce_wire(input, output, count, dtype, op, wire, stream, how)
@@ -221,49 +224,88 @@ impl Communicator {
         stream: CUstream,
         how: Launch,
     ) -> Result<Route> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-        let route = Route::of(bytes, self.max_bytes, op);
-        match (route, &self.nccl) {
-            (Route::Tpcomm, _) => {
-                // SAFETY: the caller's contract is passed on unchanged.
-                unsafe {
-                    self.gpu
-                        .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)?
-                };
-            }
-            (_, Some(nccl)) => {
-                // SAFETY: as above; NCCL reads and writes the same ranges on
-                // the same stream.
-                unsafe { nccl.all_reduce(input, output, count, dtype, op, stream)? };
-            }
-            (Route::NcclOp, None) => {
-                return Err(Error::Unsupported(format!(
-                    "reduce op {op} in tpcomm's kernels (they only sum); create the communicator with nccl_fallback to run it on NCCL"
-                )))
-            }
-            (Route::TpcommQuantized, None) => {
-                return Err(Error::Unsupported(
-                    "the quantized wire is not an exact route".into(),
-                ))
-            }
-            (Route::NcclTooLarge, None) => {
-                return Err(Error::invalid(
-                    "message size",
-                    format!(
-                        "{} is above this communicator's buffers ({}); create it with a larger max_bytes, or with nccl_fallback to run such messages on NCCL",
-                        ByteSize::b(bytes),
-                        self.max_bytes
-                    ),
-                ))
-            }
-        }
-        Ok(route)
+        let call = ExactCall {
+            comm: self,
+            input,
+            output,
+            count,
+            dtype,
+            op,
+            stream,
+            how,
+        };
+        dispatch(&self.routes, &call, count, dtype, op, algo, self.mode)
     }
 }
 
-impl Communicator {}
+/// The two lanes a call can run on, as routing sees them: what [`dispatch`]
+/// drives, so that the communicator's routing runs in tests with fakes.
+pub trait Lanes {
+    /// Runs the call on tpcomm's kernels with `algo` (never `Auto`).
+    fn kernels(&self, algo: Algo) -> Result<()>;
+    /// Runs the call on NCCL; `None` when no NCCL is loaded.
+    fn nccl(&self) -> Option<Result<()>>;
+}
+
+/// The whole per-call decision of [`Communicator`]: the call's route from
+/// `routes` (`select::RouteTable::route`: op and size rules, then the
+/// resolved decision), run on the lane it names.
+pub fn dispatch(
+    routes: &RouteTable,
+    lanes: &impl Lanes,
+    count: usize,
+    dtype: DType,
+    op: ReduceOp,
+    algo: Algo,
+    mode: Mode,
+) -> Result<Route> {
+    let routed = routes.route(count, dtype, op, algo, mode)?;
+    match routed.route {
+        Route::Tpcomm => lanes.kernels(routed.algo.unwrap_or(Algo::OneShot))?,
+        r => lanes.nccl().unwrap_or_else(|| {
+            // `RouteTable::route` answers NCCL only when NCCL is loaded.
+            Err(Error::Unsupported(format!(
+                "route {} on a communicator without NCCL",
+                r.name()
+            )))
+        })?,
+    }
+    Ok(routed.route)
+}
+
+/// One exact all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
+/// `route_exact`, whose caller vouched for the pointers and stream.
+struct ExactCall<'a> {
+    comm: &'a Communicator,
+    input: CUdeviceptr,
+    output: CUdeviceptr,
+    count: usize,
+    dtype: DType,
+    op: ReduceOp,
+    stream: CUstream,
+    how: Launch,
+}
+
+impl Lanes for ExactCall<'_> {
+    fn kernels(&self, algo: Algo) -> Result<()> {
+        let c = self;
+        // SAFETY: built only in `route_exact`, whose caller's contract
+        // (StreamAllReduce::all_reduce_launched) covers these arguments.
+        unsafe {
+            c.comm.gpu.all_reduce_launched(
+                c.input, c.output, c.count, c.dtype, c.op, algo, c.stream, c.how,
+            )
+        }
+    }
+
+    fn nccl(&self) -> Option<Result<()>> {
+        let c = self;
+        let nccl = c.comm.nccl.as_ref()?;
+        // SAFETY: as above; NCCL reads and writes the same ranges on the
+        // same stream.
+        Some(unsafe { nccl.all_reduce(c.input, c.output, c.count, c.dtype, c.op, c.stream) })
+    }
+}
 
 /// Sets up an NCCL communicator on the ranks of `rendezvous`: rank 0 makes the
 /// unique id and every rank receives it there. A rank that cannot load NCCL
@@ -303,29 +345,139 @@ pub fn nccl_over_rendezvous(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::select::{Selector, Transport};
+    use crate::topology::MachineClass;
+    use std::cell::RefCell;
 
-    #[test]
-    fn sums_that_fit_run_on_tpcomm() {
-        let max = ByteSize::mib(8);
-        assert_eq!(Route::of(1, max, ReduceOp::Sum), Route::Tpcomm);
-        assert_eq!(Route::of(max.bytes(), max, ReduceOp::Sum), Route::Tpcomm);
+    /// Records which lane ran, as a communicator's kernels and NCCL would.
+    struct Fake {
+        has_nccl: bool,
+        ran: RefCell<Vec<String>>,
+    }
+
+    impl Lanes for Fake {
+        fn kernels(&self, algo: Algo) -> Result<()> {
+            self.ran
+                .borrow_mut()
+                .push(format!("kernels {}", algo.name()));
+            Ok(())
+        }
+        fn nccl(&self) -> Option<Result<()>> {
+            self.has_nccl.then(|| {
+                self.ran.borrow_mut().push("nccl".into());
+                Ok(())
+            })
+        }
+    }
+
+    fn routes(class: MachineClass, nccl: bool) -> RouteTable {
+        RouteTable::resolve(
+            &Selector::for_class(class),
+            Group {
+                world: 4,
+                transport: Transport::Cuda,
+                nccl,
+                max_bytes: ByteSize::mib(8),
+            },
+        )
+        .unwrap()
     }
 
     #[test]
-    fn messages_above_the_buffers_go_to_nccl() {
-        let max = ByteSize::mib(8);
+    fn a_pcie_p2p_group_with_nccl_runs_large_sums_on_nccl_and_small_on_the_kernels() {
+        let t = routes(MachineClass::PcieP2p, true);
+        let f = Fake {
+            has_nccl: true,
+            ran: RefCell::new(Vec::new()),
+        };
+        let call =
+            |count: usize, op| dispatch(&t, &f, count, DType::Bf16, op, Algo::Auto, Mode::Graph);
+        assert_eq!(call(1024, ReduceOp::Sum).unwrap(), Route::Tpcomm);
+        assert_eq!(call(256 << 9, ReduceOp::Sum).unwrap(), Route::Tpcomm);
         assert_eq!(
-            Route::of(max.bytes() + 1, max, ReduceOp::Sum),
-            Route::NcclTooLarge
+            call((256 << 9) + 8, ReduceOp::Sum).unwrap(),
+            Route::NcclFaster
+        );
+        assert_eq!(call(16, ReduceOp::Max).unwrap(), Route::NcclOp);
+        assert_eq!(call(8 << 20, ReduceOp::Sum).unwrap(), Route::NcclTooLarge);
+        assert_eq!(
+            *f.ran.borrow(),
+            [
+                "kernels one-shot",
+                "kernels one-shot",
+                "nccl",
+                "nccl",
+                "nccl"
+            ]
         );
     }
 
     #[test]
-    fn ops_the_kernels_lack_go_to_nccl_at_any_size() {
-        let max = ByteSize::mib(8);
-        for op in [ReduceOp::Max, ReduceOp::Min] {
-            assert_eq!(Route::of(16, max, op), Route::NcclOp);
-            assert_eq!(Route::of(max.bytes() * 2, max, op), Route::NcclOp);
-        }
+    fn without_nccl_calls_the_kernels_cannot_take_are_errors_that_say_what_to_do() {
+        let t = routes(MachineClass::PcieP2p, false);
+        let f = Fake {
+            has_nccl: false,
+            ran: RefCell::new(Vec::new()),
+        };
+        // NCCL would be faster at 1 MiB, but none is loaded: the kernels run it.
+        let r = dispatch(
+            &t,
+            &f,
+            1 << 19,
+            DType::Bf16,
+            ReduceOp::Sum,
+            Algo::Auto,
+            Mode::Graph,
+        );
+        assert_eq!(r.unwrap(), Route::Tpcomm);
+        let e = dispatch(
+            &t,
+            &f,
+            16,
+            DType::Bf16,
+            ReduceOp::Min,
+            Algo::Auto,
+            Mode::Graph,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nccl_fallback"), "{e}");
+        let e = dispatch(
+            &t,
+            &f,
+            8 << 20,
+            DType::Bf16,
+            ReduceOp::Sum,
+            Algo::Auto,
+            Mode::Graph,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("max_bytes") && e.contains("nccl_fallback"),
+            "{e}"
+        );
+        assert_eq!(f.ran.borrow().len(), 1);
+        assert!(t.note().is_some_and(|n| n.contains("no NCCL is loaded")));
+    }
+
+    #[test]
+    fn an_explicit_algorithm_is_run_as_asked_where_the_kernels_can_take_it() {
+        let t = routes(MachineClass::PcieP2p, true);
+        let f = Fake {
+            has_nccl: true,
+            ran: RefCell::new(Vec::new()),
+        };
+        let r = dispatch(
+            &t,
+            &f,
+            1 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+            Algo::TwoShot,
+            Mode::Eager,
+        );
+        assert_eq!(r.unwrap(), Route::Tpcomm);
+        assert_eq!(*f.ran.borrow(), ["kernels two-shot"]);
     }
 }

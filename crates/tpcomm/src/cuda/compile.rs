@@ -51,6 +51,8 @@ pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collective
 /// protocol pieces, with V16 as that family has it.
 pub const HOST_COLLECTIVES_SRC: &str =
     family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu", "host_collectives.cu");
+/// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
+pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
 
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
@@ -61,6 +63,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("quant.cu", QUANT_SRC),
     ("collectives.cu", COLLECTIVES_SRC),
     ("host_collectives.cu", HOST_COLLECTIVES_SRC),
+    ("p2p_check.cu", P2P_CHECK_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.

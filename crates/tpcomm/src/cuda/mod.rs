@@ -16,6 +16,7 @@ pub mod host_path;
 mod kernels;
 pub(crate) mod layout;
 pub mod loader;
+pub mod p2p_check;
 mod pdl;
 pub mod quant;
 mod raw;

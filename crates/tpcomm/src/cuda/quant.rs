@@ -326,10 +326,12 @@ impl QuantComm {
     /// same configuration and transport.
     pub fn new(cfg: &CudaConfig, transport: Transport, rendezvous: &Rendezvous) -> Result<Self> {
         let max_bytes = cfg.checked("the quantized all-reduce")?;
-        if transport == Transport::Auto {
+        if matches!(transport, Transport::Auto | Transport::Nccl) {
             return Err(Error::invalid(
                 "transport",
-                "the quantized all-reduce takes the resolved transport (cuda or host), not auto",
+                format!(
+                    "the quantized all-reduce takes the resolved transport (cuda or host), not {transport}"
+                ),
             ));
         }
         let ctx = super::comm::open_context(cfg.device)?;

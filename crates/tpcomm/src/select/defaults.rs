@@ -93,12 +93,22 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
                 )
             }
         }
-        MachineClass::Mixed | MachineClass::SingleGpu => (
-            vec![Candidate::NCCL],
-            format!(
-                "rule {class}: NCCL at every size (no tpcomm kernel is written for this class)"
-            ),
-        ),
+        MachineClass::Mixed | MachineClass::SingleGpu => {
+            // Without NCCL (ranks sharing one GPU, which NCCL refuses, or a
+            // communicator made without it) the kernels still run: by the
+            // NVLink size rule, what `Auto` ran before classes were told apart.
+            let t = auto_oneshot_max(q.world);
+            let k = if b <= t.bytes() { one } else { two };
+            (
+                vec![Candidate::NCCL, Candidate::cuda(k), Candidate::host(k)],
+                format!(
+                    "rule {class}: NCCL at every size (no tpcomm kernel is written for this class); without NCCL, {} by the NVLink size rule ({} up to {t} for {} ranks)",
+                    k.name(),
+                    one.name(),
+                    q.world
+                ),
+            )
+        }
     };
     let choice = prefs
         .iter()

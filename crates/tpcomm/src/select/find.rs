@@ -139,6 +139,101 @@ pub(super) fn find_with(
     ))
 }
 
+/// This machine as tuning tables are keyed (class, fingerprint, driver):
+/// probed without the timed peer copies, so it takes well under a second.
+pub fn this_machine(nccl: Option<String>) -> Result<(Machine, crate::topology::Topology)> {
+    let topo = crate::topology::probe(&crate::topology::ProbeOptions {
+        copy_test: false,
+        ..crate::topology::ProbeOptions::default()
+    })?;
+    let driver = crate::cuda::driver_version()
+        .ok()
+        .map(|(a, b)| format!("{a}.{b}"));
+    Ok((
+        Machine {
+            fingerprint: topo.fingerprint.clone(),
+            class: topo.machine_class,
+            driver,
+            nccl,
+        },
+        topo,
+    ))
+}
+
+/// The selector a communicator decides with when it was given none: this
+/// machine's table ([`find_table`]: `$TPCOMM_TUNING_TABLE`, then the default
+/// location for its fingerprint), else its class's built-in defaults. The
+/// probe is made once per process. When it fails, or when this process sees
+/// one GPU only (its fingerprint is then not the machine's), the defaults of
+/// the class the transport implies (pcie-nop2p for `Host`, nvlink for
+/// `Cuda`, as before tables existed) decide, with a note saying so; a table
+/// named by `$TPCOMM_TUNING_TABLE` then cannot be checked and is an error.
+pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
+    static MACHINE: std::sync::OnceLock<std::result::Result<Machine, String>> =
+        std::sync::OnceLock::new();
+    let machine =
+        MACHINE.get_or_init(|| this_machine(None).map(|m| m.0).map_err(|e| e.to_string()));
+    match machine {
+        Ok(m) => for_probed(m, transport),
+        Err(e) => for_machine(Err(e), env_table(), None, transport),
+    }
+}
+
+/// [`for_this_machine`] for a machine already probed (`tpcomm explain`
+/// probes for the topology too).
+pub fn for_probed(machine: &Machine, transport: super::Transport) -> Result<Selector> {
+    let default = default_table_path(&machine.fingerprint);
+    for_machine(Ok(machine), env_table(), default, transport)
+}
+
+fn env_table() -> Option<PathBuf> {
+    crate::env::TUNING_TABLE
+        .checked_value()
+        .filter(|p| !p.as_os_str().is_empty())
+}
+
+/// [`for_this_machine`] past the probe and the environment (tested without a GPU).
+pub(super) fn for_machine(
+    machine: std::result::Result<&Machine, &str>,
+    env: Option<PathBuf>,
+    default: Option<PathBuf>,
+    transport: super::Transport,
+) -> Result<Selector> {
+    let unusable = match machine {
+        // A group of GPUs, but this process sees one (CUDA_VISIBLE_DEVICES
+        // narrowed per rank, or ranks sharing one GPU): a table made for
+        // that view is used; without one, the single-GPU rule (NCCL for
+        // every call) is not this group's, the transport's class is.
+        Ok(m) if m.class == MachineClass::SingleGpu => {
+            match find_with(None, env.clone(), default, m)? {
+                (_, TableSource::ClassDefaults) => format!(
+                    "this process sees one GPU (fingerprint {}) and has no table for it",
+                    m.fingerprint
+                ),
+                (sel, _) => return Ok(sel),
+            }
+        }
+        Ok(m) => return Ok(find_with(None, env, default, m)?.0),
+        Err(e) => format!("this machine could not be probed ({e})"),
+    };
+    if let Some(p) = env {
+        return Err(Error::invalid(
+            ENV_TABLE,
+            format!(
+                "{} cannot be checked against this machine: {unusable}; or unset {ENV_TABLE}",
+                p.display()
+            ),
+        ));
+    }
+    let class = match transport {
+        super::Transport::Host => MachineClass::PcieNop2p,
+        _ => MachineClass::Nvlink,
+    };
+    Ok(Selector::for_class(class).note(format!(
+        "{unusable}; no table was looked up, the {class} defaults decide"
+    )))
+}
+
 #[cfg(test)]
 pub(super) fn default_path_for_test(
     xdg: Option<PathBuf>,
@@ -146,4 +241,72 @@ pub(super) fn default_path_for_test(
     fp: &str,
 ) -> Option<PathBuf> {
     default_path_in(xdg, home, fp)
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+    use crate::select::Transport;
+
+    fn machine(class: MachineClass) -> Machine {
+        Machine {
+            fingerprint: "v1-00000000000000aa".into(),
+            class,
+            driver: None,
+            nccl: None,
+        }
+    }
+
+    #[test]
+    fn a_machine_without_a_table_gets_its_class_defaults() {
+        let m = machine(MachineClass::PcieP2p);
+        let s = for_machine(Ok(&m), None, None, Transport::Cuda).unwrap();
+        assert_eq!(s.class(), MachineClass::PcieP2p);
+        assert!(s.source().contains("pcie-p2p"), "{}", s.source());
+    }
+
+    /// A rank that sees one GPU keeps the defaults of its transport's class,
+    /// never the single-GPU rule (which would send every call to NCCL).
+    #[test]
+    fn a_process_that_sees_one_gpu_falls_back_to_its_transports_class() {
+        let m = machine(MachineClass::SingleGpu);
+        let s = for_machine(Ok(&m), None, None, Transport::Cuda).unwrap();
+        assert_eq!(s.class(), MachineClass::Nvlink);
+        assert!(s.notes()[0].contains("sees one GPU"), "{:?}", s.notes());
+        let s = for_machine(Ok(&m), None, None, Transport::Host).unwrap();
+        assert_eq!(s.class(), MachineClass::PcieNop2p);
+        let s = for_machine(Err("no driver"), None, None, Transport::Cuda).unwrap();
+        assert!(s.notes()[0].contains("could not be probed (no driver)"));
+    }
+
+    #[test]
+    fn a_named_table_that_cannot_be_checked_is_an_error_saying_what_to_do() {
+        let e = for_machine(
+            Err("no driver"),
+            Some("/t.toml".into()),
+            None,
+            Transport::Cuda,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(ENV_TABLE) && e.contains("could not be probed"),
+            "{e}"
+        );
+        assert!(e.contains("unset"), "{e}");
+        // On a one-GPU view the named table is read and checked as anywhere.
+        let m = machine(MachineClass::SingleGpu);
+        let e = for_machine(
+            Ok(&m),
+            Some("/nonexistent/t.toml".into()),
+            None,
+            Transport::Cuda,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(ENV_TABLE) && e.contains("/nonexistent/t.toml"),
+            "{e}"
+        );
+    }
 }

@@ -12,6 +12,9 @@
 
 mod defaults;
 mod find;
+mod route;
+#[cfg(test)]
+mod route_tests;
 pub mod self_tune;
 mod table;
 #[cfg(test)]
@@ -19,7 +22,12 @@ mod tests;
 
 pub use defaults::{builtin_table, class_rule, BUILTIN_NVLINK_TOML};
 pub use find::{
-    check_machine, default_table_path, find_table, load_for, Machine, TableSource, ENV_TABLE,
+    check_machine, default_table_path, find_table, for_probed, for_this_machine, load_for,
+    this_machine, Machine, TableSource, ENV_TABLE,
+};
+pub use route::{
+    agree, class_edge, class_floor, decide, size_class, transport_of, transport_of_class, Group,
+    Route, RouteTable, Routed,
 };
 pub use table::{Measured, Row, Table, FORMAT};
 
@@ -30,26 +38,9 @@ use crate::topology::MachineClass;
 use crate::units::ByteSize;
 use std::fmt;
 
-/// Where the bytes of a collective live and how peers see them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Transport {
-    /// Device memory that peer GPUs map directly (P2P over NVLink or PCIe).
-    Cuda,
-    /// Pinned host memory mapped into every GPU (GPUs without P2P).
-    Host,
-    /// NCCL, loaded at run time.
-    Nccl,
-}
-
-impl Transport {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Transport::Cuda => "cuda",
-            Transport::Host => "host",
-            Transport::Nccl => "nccl",
-        }
-    }
-}
+/// Where the bytes of a collective live and how peers see them: the crate's
+/// one transport type (`crate::transport`).
+pub use crate::transport::Transport;
 
 /// One thing selection can pick: a tpcomm algorithm on a transport, or NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -310,106 +301,6 @@ pub fn select(class: MachineClass, world: usize, dtype: DType, bytes: u64, mode:
         bytes,
         mode,
     })
-}
-
-/// What `Algo::Auto` runs inside the CUDA communicator: the best CUDA-transport
-/// algorithm by `selector` (the built-in NVLink defaults when `None`, the only
-/// class of P2P machine measured so far). The communicator cannot tell eager
-/// from graph launches without a driver call per all-reduce, so it asks for
-/// graph mode, where servers spend their decode steps; on the committed
-/// measurements both modes pick the same algorithm except at 2 MiB, where the
-/// two algorithms are within 2% (docs/tuning.md).
-pub fn cuda_auto(selector: Option<&Selector>, world: usize, dtype: DType, bytes: usize) -> Algo {
-    static NVLINK: std::sync::OnceLock<Selector> = std::sync::OnceLock::new();
-    let sel = selector
-        .unwrap_or_else(|| NVLINK.get_or_init(|| Selector::for_class(MachineClass::Nvlink)));
-    let q = Query {
-        world,
-        dtype,
-        bytes: bytes as u64,
-        mode: Mode::Graph,
-    };
-    let d = sel.choose_among(&q, &|c| c.transport == Transport::Cuda);
-    match d.choice.algo {
-        Some(a) if d.choice.transport == Transport::Cuda && a != Algo::Auto => a,
-        // Unreachable with only CUDA candidates allowed; a size rule is safe.
-        _ => crate::cuda::resolve_by_size(Algo::Auto, bytes, world),
-    }
-}
-
-/// What `Algo::Auto` runs inside the host-memory GPU communicator: the best
-/// host-transport algorithm by `selector` ([`Selector::choose_on`] without
-/// NCCL, which that communicator cannot run), the pcie-nop2p rules when
-/// `None` or when the table has no `host:*` rows. Graph mode, as [`cuda_auto`].
-pub fn host_auto(selector: Option<&Selector>, world: usize, dtype: DType, bytes: usize) -> Algo {
-    static RULES: std::sync::OnceLock<Selector> = std::sync::OnceLock::new();
-    let sel = selector
-        .unwrap_or_else(|| RULES.get_or_init(|| Selector::for_class(MachineClass::PcieNop2p)));
-    let q = Query {
-        world,
-        dtype,
-        bytes: bytes as u64,
-        mode: Mode::Graph,
-    };
-    let d = sel.choose_on(&q, Transport::Host, false);
-    match d.choice.algo {
-        Some(a) if d.choice.transport == Transport::Host && a != Algo::Auto => a,
-        // Unreachable with only host candidates allowed; LL is capped by the
-        // communicator anyway, so one-shot is safe at any size.
-        _ => Algo::OneShot,
-    }
-}
-
-/// [`cuda_auto`] remembered per (type, size): the selection formats its
-/// reasons, which an all-reduce of a few microseconds should not pay for on
-/// every call. Servers use a handful of sizes; the memo is cleared past 4096.
-#[derive(Debug, Default)]
-pub struct AutoMemo {
-    seen: std::sync::Mutex<std::collections::HashMap<(Transport, DType, usize), Algo>>,
-}
-
-impl AutoMemo {
-    pub fn algo(
-        &self,
-        selector: Option<&Selector>,
-        world: usize,
-        dtype: DType,
-        bytes: usize,
-    ) -> Algo {
-        self.remember((Transport::Cuda, dtype, bytes), || {
-            cuda_auto(selector, world, dtype, bytes)
-        })
-    }
-
-    /// [`host_auto`], remembered the same way.
-    pub fn host_algo(
-        &self,
-        selector: Option<&Selector>,
-        world: usize,
-        dtype: DType,
-        bytes: usize,
-    ) -> Algo {
-        self.remember((Transport::Host, dtype, bytes), || {
-            host_auto(selector, world, dtype, bytes)
-        })
-    }
-
-    fn remember(&self, key: (Transport, DType, usize), pick: impl FnOnce() -> Algo) -> Algo {
-        let mut seen = match self.seen.lock() {
-            Ok(g) => g,
-            // A panic elsewhere while holding the lock leaves a valid map.
-            Err(p) => p.into_inner(),
-        };
-        if let Some(a) = seen.get(&key) {
-            return *a;
-        }
-        let a = pick();
-        if seen.len() >= 4096 {
-            seen.clear();
-        }
-        seen.insert(key, a);
-        a
-    }
 }
 
 /// Sizes `tpcomm tune` measures: powers of two from `min` to `max` and the

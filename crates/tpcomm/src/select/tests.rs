@@ -1,5 +1,6 @@
 use super::find::{default_path_for_test, find_with};
 use super::*;
+use crate::dtype::ReduceOp;
 use std::path::PathBuf;
 
 const FP: &str = "v1-00000000000000aa";
@@ -24,6 +25,32 @@ rows = [
 ]
 "#
     )
+}
+
+/// What `Algo::Auto` runs inside a communicator on `transport` without NCCL
+/// (graph mode, 64 MiB buffers): its route table's answer.
+fn auto_on(sel: &Selector, transport: Transport, world: usize, bytes: u64) -> Algo {
+    let g = Group {
+        world,
+        transport,
+        nccl: false,
+        max_bytes: ByteSize::mib(64),
+    };
+    RouteTable::resolve(sel, g)
+        .unwrap()
+        .lookup(bytes, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph)
+        .algo
+        .unwrap()
+}
+
+fn cuda_auto(sel: Option<&Selector>, world: usize, _: DType, bytes: u64) -> Algo {
+    let nvlink = Selector::for_class(MachineClass::Nvlink);
+    auto_on(sel.unwrap_or(&nvlink), Transport::Cuda, world, bytes)
+}
+
+fn host_auto(sel: Option<&Selector>, world: usize, _: DType, bytes: u64) -> Algo {
+    let rules = Selector::for_class(MachineClass::PcieNop2p);
+    auto_on(sel.unwrap_or(&rules), Transport::Host, world, bytes)
 }
 
 fn table() -> Table {
@@ -304,16 +331,14 @@ fn class_rules_without_a_table() {
 }
 
 #[test]
-fn the_communicators_auto_uses_the_nvlink_defaults() {
+fn the_auto_of_an_nvlink_machine_follows_its_defaults() {
     assert_eq!(cuda_auto(None, 2, DType::Bf16, 1 << 20), Algo::OneShot);
     assert_eq!(cuda_auto(None, 2, DType::Bf16, 8 << 20), Algo::TwoShot);
     assert_eq!(cuda_auto(None, 4, DType::Bf16, 1 << 20), Algo::TwoShot);
     let s = Selector::with_table(table(), "fixture.toml");
     // NCCL is fastest at 8 KiB in the fixture; the communicator has only CUDA.
     assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 8192), Algo::TwoShot);
-    let memo = AutoMemo::default();
-    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 1024), Algo::OneShot);
-    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 1024), Algo::OneShot);
+    assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 1024), Algo::OneShot);
 }
 
 #[test]
@@ -501,17 +526,12 @@ fn a_table_without_host_rows_gives_the_host_transport_the_pcie_nop2p_rule() {
 }
 
 #[test]
-fn the_auto_memo_keeps_the_two_transports_apart() {
+fn route_tables_keep_the_two_transports_apart() {
     let s = Selector::with_table(host_fixture(), "host-fixture.toml");
-    let memo = AutoMemo::default();
     // Same (type, size): cuda one-shot for the P2P communicator, host
     // two-shot for the host one; neither answer may leak into the other.
-    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
-    assert_eq!(
-        memo.host_algo(Some(&s), 2, DType::Bf16, 8192),
-        Algo::TwoShot
-    );
-    assert_eq!(memo.algo(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
+    assert_eq!(cuda_auto(Some(&s), 2, DType::Bf16, 8192), Algo::OneShot);
+    assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 8192), Algo::TwoShot);
 }
 
 /// Issue 17 item 7: syntax errors named a token ("field `}`") as the field,

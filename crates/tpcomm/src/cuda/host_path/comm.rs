@@ -152,10 +152,13 @@ pub struct HostGpuCommunicator {
     status: HostMapped,
     areas: [u64; MAX_WORLD],
     report: MemoryReport,
-    /// What `Algo::Auto` consults (`CudaConfig::selector`); `None`: the
-    /// pcie-nop2p rules (`select::host_auto`).
-    selector: Option<Arc<crate::select::Selector>>,
-    auto: crate::select::AutoMemo,
+    /// What the routes were decided with (`CudaConfig::selector`, else this
+    /// machine's: `select::for_this_machine`).
+    selector: Arc<crate::select::Selector>,
+    /// What `Algo::Auto` runs, per size class (`select::RouteTable`, without
+    /// NCCL): the selector's `host:*` rows, else the pcie-nop2p rules.
+    routes: crate::select::RouteTable,
+    mode: crate::select::Mode,
     _own: Areas,
 }
 
@@ -355,6 +358,27 @@ impl HostGpuCommunicator {
                 kernel_image: ByteSize::from_usize(kernels.cubin_bytes),
             },
         );
+        let selector = match &cfg.selector {
+            Some(s) => s.clone(),
+            None => Arc::new(crate::select::for_this_machine(
+                crate::select::Transport::Host,
+            )?),
+        };
+        let routes = crate::select::agree(
+            crate::select::RouteTable::resolve(
+                &selector,
+                crate::select::Group {
+                    world: cfg.world,
+                    transport: crate::select::Transport::Host,
+                    nccl: false,
+                    max_bytes: cfg.max_bytes,
+                },
+            )?,
+            cfg.rank,
+            cfg.world,
+            rendezvous,
+            cfg.timeout,
+        )?;
         Ok(Self {
             ctx,
             rank: cfg.rank,
@@ -374,8 +398,9 @@ impl HostGpuCommunicator {
             status,
             areas,
             report,
-            selector: cfg.selector.clone(),
-            auto: crate::select::AutoMemo::default(),
+            selector,
+            routes,
+            mode: cfg.mode,
             _own: own,
         })
     }
@@ -475,6 +500,10 @@ impl HostGpuCommunicator {
     /// Every byte this communicator took, per buffer.
     pub fn memory_report(&self) -> &MemoryReport {
         &self.report
+    }
+    /// For `GpuComm::new` to say in the heading why this transport was taken.
+    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
+        &mut self.report
     }
     /// NVRTC version and architecture the kernels were compiled with.
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
@@ -646,12 +675,20 @@ impl HostGpuCommunicator {
     /// selector's `host:*` rows, else the pcie-nop2p rules); other algorithms
     /// unchanged. Every rank answers alike, as all hold the same selector.
     pub fn auto_algo(&self, algo: Algo, dtype: DType, bytes: usize) -> Algo {
-        match algo {
-            Algo::Auto => self
-                .auto
-                .host_algo(self.selector.as_deref(), self.world, dtype, bytes),
-            a => a,
-        }
+        self.routes
+            .lookup(bytes as u64, dtype, ReduceOp::Sum, algo, self.mode)
+            .algo
+            .unwrap_or(Algo::OneShot)
+    }
+
+    /// What the routes were decided with.
+    pub fn selector(&self) -> &Arc<crate::select::Selector> {
+        &self.selector
+    }
+
+    /// What `Algo::Auto` runs at each size (without NCCL).
+    pub fn routes(&self) -> &crate::select::RouteTable {
+        &self.routes
     }
 
     /// Reports a peer that did not arrive in an earlier call (read from the

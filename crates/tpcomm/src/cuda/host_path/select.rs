@@ -9,43 +9,9 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
 
-/// Where GPU all-reduce data travels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transport {
-    /// P2P (`cuda`) when every GPU of the group can access every other, else `host`.
-    #[default]
-    Auto,
-    /// Peer-to-peer: GPUs write into each other's memory (NVLink or PCIe P2P).
-    Cuda,
-    /// Through pinned host memory that every GPU maps; needs no P2P.
-    Host,
-}
-
-impl Transport {
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Auto => "auto",
-            Transport::Cuda => "cuda",
-            Transport::Host => "host",
-        }
-    }
-}
-
-impl std::str::FromStr for Transport {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Transport::Auto),
-            "cuda" | "p2p" => Ok(Transport::Cuda),
-            "host" => Ok(Transport::Host),
-            other => Err(Error::invalid(
-                "transport",
-                format!("{other:?} (expected auto, cuda or host)"),
-            )),
-        }
-    }
-}
+/// Where GPU all-reduce data travels: the crate's one transport type
+/// (`crate::transport`).
+pub use crate::transport::Transport;
 
 /// `Auto` resolved from every rank's answer to "can my GPU access every
 /// peer's?": one no anywhere sends the whole group through host memory.
@@ -68,8 +34,14 @@ impl GpuComm {
     /// Creates the communicator on every rank (all ranks call this with the
     /// same configuration and rendezvous). With `Transport::Auto` the ranks
     /// first agree on P2P: each checks cuDeviceCanAccessPeer towards every
-    /// peer's GPU and all answers are shared, so every rank picks the same.
+    /// peer's GPU and all answers are shared; when all say yes, the P2P
+    /// check (`p2p_check::run`: the kernels' own stores, bytes compared)
+    /// must pass too, else the group takes the host transport. Every rank
+    /// picks the same.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        // What the P2P check found when it did not simply pass: the memory
+        // report's heading says it.
+        let mut check_note = None;
         let transport = match cfg.transport {
             Transport::Auto => {
                 crate::cuda::open_context(cfg.device)?;
@@ -105,14 +77,51 @@ impl GpuComm {
                     cfg.timeout,
                 )?;
                 let answers: Vec<bool> = all.iter().map(|b| b.first() == Some(&1)).collect();
-                resolve_transport(Transport::Auto, &answers)
+                match resolve_transport(Transport::Auto, &answers) {
+                    // The driver allows P2P everywhere: check that it moves
+                    // the right bytes with the kernels' own stores
+                    // (p2p_check.rs); every rank gets the same verdict.
+                    Transport::Cuda => {
+                        let v = crate::cuda::p2p_check::run(
+                            cfg.rank,
+                            cfg.world,
+                            cfg.device,
+                            rendezvous,
+                            cfg.timeout,
+                        )?;
+                        if !(v.p2p_ok && v.ran) {
+                            if cfg.rank == 0 {
+                                eprintln!("tpcomm: {}", v.why);
+                            }
+                            check_note = Some(v.why);
+                        }
+                        if v.p2p_ok {
+                            Transport::Cuda
+                        } else {
+                            Transport::Host
+                        }
+                    }
+                    t => t,
+                }
             }
             t => t,
         };
-        match transport {
-            Transport::Host => Ok(GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?)),
-            _ => Ok(GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?)),
+        let mut comm = match transport {
+            Transport::Host => GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?),
+            Transport::Nccl => return Err(Error::invalid(
+                "transport",
+                "nccl is not a transport of tpcomm's kernels (use auto, cuda or host); create a cuda::Communicator with nccl_fallback to run calls on NCCL",
+            )),
+            _ => GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?),
+        };
+        if let Some(why) = check_note {
+            let report = match &mut comm {
+                GpuComm::Cuda(c) => c.report_mut(),
+                GpuComm::Host(c) => c.report_mut(),
+            };
+            report.title = format!("{} ({why})", report.title);
         }
+        Ok(comm)
     }
 
     /// The transport in use (never `Auto`).
@@ -157,11 +166,18 @@ impl StreamAllReduce for GpuComm {
 }
 
 impl GpuComm {
-    /// The name of the kernel a message of `bytes` runs with under `algo`.
+    /// The name of the kernel a bf16 message of `bytes` runs with under `algo`.
     pub fn algo_name(&self, algo: Algo, bytes: usize) -> &'static str {
         match self {
-            GpuComm::Cuda(c) => crate::cuda::resolve_by_size(algo, bytes, c.world()).name(),
-            GpuComm::Host(c) => c.resolve(algo, bytes).name(),
+            GpuComm::Cuda(c) => c
+                .routes()
+                .lookup(bytes as u64, DType::Bf16, ReduceOp::Sum, algo, c.mode())
+                .algo
+                .unwrap_or(Algo::OneShot)
+                .name(),
+            GpuComm::Host(c) => c
+                .resolve(c.auto_algo(algo, DType::Bf16, bytes), bytes)
+                .name(),
         }
     }
 
@@ -169,6 +185,38 @@ impl GpuComm {
         match self {
             GpuComm::Cuda(c) => c.check(),
             GpuComm::Host(c) => c.check(),
+        }
+    }
+    /// What the routes were decided with.
+    pub fn selector(&self) -> &std::sync::Arc<crate::select::Selector> {
+        match self {
+            GpuComm::Cuda(c) => c.selector_arc(),
+            GpuComm::Host(c) => c.selector(),
+        }
+    }
+    /// What `Algo::Auto` runs at each size (the kernels alone, no NCCL).
+    pub fn routes(&self) -> &crate::select::RouteTable {
+        match self {
+            GpuComm::Cuda(c) => c.routes(),
+            GpuComm::Host(c) => c.routes(),
+        }
+    }
+    pub fn rank(&self) -> usize {
+        match self {
+            GpuComm::Cuda(c) => c.rank(),
+            GpuComm::Host(c) => c.rank(),
+        }
+    }
+    pub fn world(&self) -> usize {
+        match self {
+            GpuComm::Cuda(c) => c.world(),
+            GpuComm::Host(c) => c.world(),
+        }
+    }
+    pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        match self {
+            GpuComm::Cuda(c) => c.context(),
+            GpuComm::Host(c) => c.context(),
         }
     }
     pub fn memory_report(&self) -> &MemoryReport {
@@ -221,11 +269,14 @@ mod tests {
         );
     }
 
+    /// NCCL is a route, not a transport of the kernels: asked for as one, the
+    /// communicator refuses before any GPU work, saying what to use.
     #[test]
-    fn transport_names_parse_back() {
-        for t in [Transport::Auto, Transport::Cuda, Transport::Host] {
-            assert_eq!(t.name().parse::<Transport>().unwrap(), t);
-        }
-        assert!("nvlink".parse::<Transport>().is_err());
+    fn nccl_as_the_configured_transport_is_refused_with_what_to_do() {
+        let mut cfg = CudaConfig::new(0, 2, 0);
+        cfg.transport = Transport::Nccl;
+        let rv = Rendezvous::Threads(crate::cuda::ThreadGroup::new(2));
+        let e = GpuComm::new(&cfg, &rv).unwrap_err().to_string();
+        assert!(e.contains("nccl_fallback"), "{e}");
     }
 }

@@ -1,0 +1,541 @@
+//! The one routing decision: where an all-reduce runs (tpcomm's kernels with
+//! which algorithm, or NCCL), and why.
+//!
+//! [`decide`] is the decision itself, a pure function of the selector (this
+//! machine's tuning table or its class's built-in defaults), the group (its
+//! transport from the P2P verdict, world size, buffer size, whether NCCL is
+//! loaded) and the query (type, bytes, eager or graph). A communicator calls
+//! it once per size class at creation ([`RouteTable::resolve`]); a call is
+//! then [`RouteTable::route`]: two comparisons and an array index, no
+//! allocation, no system call. `tpcomm explain`, `tpcomm bench --algos auto`,
+//! `cuda::Communicator` and the drop-in all hold a `RouteTable` built here.
+//!
+//! Size classes: the message sizes are cut into classes of four steps per
+//! octave, (lo, hi] with hi in 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, ...
+//! (every power of two and 1.25, 1.5, 1.75 times it). A class is decided at
+//! its upper edge, or at the buffer size for the class that holds it. Tables
+//! written by `tpcomm tune` measure powers of two and 1.5 times them, and
+//! every class rule's threshold is a power of two, so each of them is a
+//! class edge and is decided exactly.
+
+use super::{Candidate, Decision, Mode, Query, Selector, Transport};
+use crate::algo::Algo;
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::units::ByteSize;
+
+/// Where one all-reduce runs, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// tpcomm's kernels.
+    Tpcomm,
+    /// tpcomm's quantized kernels (int8 / fp8 on the wire): the communicator
+    /// was created with a quantized wire and the message is large enough.
+    TpcommQuantized,
+    /// NCCL, because the message is larger than the communicator's buffers.
+    NcclTooLarge,
+    /// NCCL, because the kernels only sum.
+    NcclOp,
+    /// NCCL, because the tuning table or the class's defaults say it is
+    /// faster at this size.
+    NcclFaster,
+}
+
+impl Route {
+    /// The size and op rules alone (what the kernels can take): sums that fit
+    /// the buffers go to tpcomm, the rest to NCCL. [`RouteTable::route`]
+    /// applies them first, then the decision.
+    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp) -> Route {
+        if op != ReduceOp::Sum {
+            Route::NcclOp
+        } else if bytes > max_bytes.bytes() {
+            Route::NcclTooLarge
+        } else {
+            Route::Tpcomm
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Tpcomm => "tpcomm",
+            Route::TpcommQuantized => "tpcomm (quantized wire)",
+            Route::NcclTooLarge => "nccl (message above the buffers)",
+            Route::NcclOp => "nccl (op not in the kernels)",
+            Route::NcclFaster => "nccl (faster at this size)",
+        }
+    }
+
+    /// Whether NCCL runs the call.
+    pub fn is_nccl(self) -> bool {
+        matches!(
+            self,
+            Route::NcclTooLarge | Route::NcclOp | Route::NcclFaster
+        )
+    }
+}
+
+/// One call's route: `algo` is the kernels' algorithm when `route` is
+/// [`Route::Tpcomm`] (never `Auto`), `None` on NCCL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Routed {
+    pub route: Route,
+    pub algo: Option<Algo>,
+}
+
+impl Routed {
+    /// The candidate this route runs, on `transport` (the group's).
+    pub fn candidate(&self, transport: Transport) -> Candidate {
+        match self.algo {
+            Some(a) if self.route == Route::Tpcomm => Candidate {
+                transport,
+                algo: Some(a),
+            },
+            _ => Candidate::NCCL,
+        }
+    }
+}
+
+/// What a group of ranks routes with, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub world: usize,
+    /// The kernels' transport, from the group's P2P verdict: `Cuda` when every
+    /// rank maps every peer's memory, `Host` otherwise. Never `Nccl`.
+    pub transport: Transport,
+    /// Whether NCCL is loaded beside the kernels (else every call the
+    /// kernels can take runs on them).
+    pub nccl: bool,
+    /// The kernels' buffer size: the largest message they take.
+    pub max_bytes: ByteSize,
+}
+
+/// The decision for one query on one group: the best candidate the group can
+/// run (its transport's algorithms, and NCCL when loaded), by the selector's
+/// table where it answers and its class's rules otherwise. Pure.
+pub fn decide(sel: &Selector, g: &Group, q: &Query) -> Decision {
+    sel.choose_on(q, g.transport, g.nccl)
+}
+
+/// The kernels' transport a group gets from its P2P verdict on a machine of
+/// `class`: `Host` where no pair has P2P, `Cuda` otherwise (a mixed machine's
+/// group gets `Host` when one of its pairs lacks P2P: see [`transport_of`]).
+pub fn transport_of_class(class: crate::topology::MachineClass) -> Transport {
+    match class {
+        crate::topology::MachineClass::PcieNop2p => Transport::Host,
+        _ => Transport::Cuda,
+    }
+}
+
+/// The transport a group of every GPU of `topo` gets: `Host` when any pair
+/// lacks P2P (the communicator's rule: one no sends the group through host
+/// memory), `Cuda` otherwise.
+pub fn transport_of(topo: &crate::topology::Topology) -> Transport {
+    if topo
+        .pairs
+        .iter()
+        .any(|p| p.link == crate::topology::LinkClass::NoP2p)
+    {
+        Transport::Host
+    } else {
+        Transport::Cuda
+    }
+}
+
+/// Index of the size class holding `bytes` (see the module docs); 0 for 0.
+pub fn size_class(bytes: u64) -> usize {
+    if bytes <= 4 {
+        return bytes as usize;
+    }
+    let x = bytes - 1;
+    let e = 63 - x.leading_zeros() as usize;
+    let m = ((x >> (e - 2)) & 3) as usize;
+    5 + 4 * (e - 2) + m
+}
+
+/// The upper edge of size class `i` (inclusive); saturates at `u64::MAX`.
+pub fn class_edge(i: usize) -> u64 {
+    if i <= 4 {
+        return i as u64;
+    }
+    let k = i - 5;
+    let (e, m) = (k / 4 + 2, (k % 4) as u128);
+    u64::try_from((5 + m) << (e - 2).min(100)).unwrap_or(u64::MAX)
+}
+
+/// The lower edge of size class `i` (exclusive).
+pub fn class_floor(i: usize) -> u64 {
+    if i == 0 {
+        0
+    } else {
+        class_edge(i - 1)
+    }
+}
+
+/// A resolved pick, one byte per (type, mode, size class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Pick {
+    OneShot = 1,
+    TwoShot = 2,
+    Nccl = 3,
+}
+
+impl Pick {
+    fn of(c: Candidate) -> Pick {
+        match c.algo {
+            _ if c.transport == Transport::Nccl => Pick::Nccl,
+            Some(Algo::TwoShot) => Pick::TwoShot,
+            _ => Pick::OneShot,
+        }
+    }
+    fn from_u8(b: u8) -> Option<Pick> {
+        match b {
+            1 => Some(Pick::OneShot),
+            2 => Some(Pick::TwoShot),
+            3 => Some(Pick::Nccl),
+            _ => None,
+        }
+    }
+}
+
+const MODES: [Mode; 2] = [Mode::Eager, Mode::Graph];
+
+fn dtype_index(d: DType) -> usize {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+    }
+}
+
+fn mode_index(m: Mode) -> usize {
+    match m {
+        Mode::Eager => 0,
+        Mode::Graph => 1,
+    }
+}
+
+/// The decision resolved for every size class a group can run: what a
+/// communicator holds, and what `explain` reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteTable {
+    group: Group,
+    /// Size classes resolved: 0 ..= size_class(max_bytes).
+    classes: usize,
+    /// [type][mode][class], `3 * 2 * classes` picks.
+    picks: Box<[Pick]>,
+    source: String,
+    note: Option<String>,
+}
+
+impl RouteTable {
+    /// Resolves [`decide`] for every (type, mode, size class) up to the
+    /// group's buffer size. Takes milliseconds; done once at creation.
+    pub fn resolve(sel: &Selector, group: Group) -> Result<RouteTable> {
+        if group.transport == Transport::Nccl {
+            return Err(Error::invalid(
+                "route group",
+                "the kernels' transport must be cuda or host (NCCL is a route, not the group's transport)",
+            ));
+        }
+        if !(2..=crate::cuda::MAX_WORLD).contains(&group.world) {
+            return Err(Error::invalid(
+                "world size",
+                format!(
+                    "{} (tpcomm's kernels take 2 to {} ranks)",
+                    group.world,
+                    crate::cuda::MAX_WORLD
+                ),
+            ));
+        }
+        let classes = size_class(group.max_bytes.bytes()) + 1;
+        let mut picks = Vec::with_capacity(DType::ALL.len() * MODES.len() * classes);
+        let mut nccl_would = 0usize;
+        for d in [DType::F32, DType::F16, DType::Bf16] {
+            for m in MODES {
+                for i in 0..classes {
+                    let q = Query {
+                        world: group.world,
+                        dtype: d,
+                        bytes: Self::decided_at(i, group.max_bytes),
+                        mode: m,
+                    };
+                    let c = decide(sel, &group, &q).choice;
+                    picks.push(Pick::of(c));
+                    if !group.nccl {
+                        let with = Group {
+                            nccl: true,
+                            ..group
+                        };
+                        if decide(sel, &with, &q).choice == Candidate::NCCL {
+                            nccl_would += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let note = (nccl_would > 0).then(|| {
+            format!(
+                "{} of {} (type, mode, size) classes would run faster on NCCL by {}, but no NCCL is loaded beside the kernels: tpcomm's best algorithm runs them (load NCCL, e.g. CudaConfig::nccl_fallback or TPCOMM_NCCL_FALLBACK=1, to route them there)",
+                nccl_would,
+                picks.len(),
+                sel.source()
+            )
+        });
+        Ok(RouteTable {
+            group,
+            classes,
+            picks: picks.into_boxed_slice(),
+            source: sel.source().to_string(),
+            note,
+        })
+    }
+
+    /// The size the decision of class `i` is taken at: its upper edge, the
+    /// buffer size for the class holding it, 1 byte for the empty class.
+    pub fn decided_at(i: usize, max_bytes: ByteSize) -> u64 {
+        class_edge(i).min(max_bytes.bytes()).max(1)
+    }
+
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+    /// Where the decision came from (table path, built-in table or rules).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+    /// Said once in the creation log: NCCL would win somewhere but is not loaded.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    /// The route of one call: the op and buffer-size rules, then the resolved
+    /// decision for its type, mode and size class. `algo` other than `Auto`
+    /// is the caller's own choice and skips the decision. Without NCCL, a
+    /// call the kernels cannot take is an error that says what to do. No
+    /// allocation, no system call (except in building an error).
+    pub fn route(
+        &self,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        mode: Mode,
+    ) -> Result<Routed> {
+        let bytes = (count as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let r = self.lookup(bytes, dtype, op, algo, mode);
+        if self.group.nccl || !r.route.is_nccl() {
+            return Ok(r);
+        }
+        Err(match r.route {
+            Route::NcclOp => Error::Unsupported(format!(
+                "reduce op {op} in tpcomm's kernels (they only sum); create the communicator with nccl_fallback to run it on NCCL"
+            )),
+            _ => Error::invalid(
+                "message size",
+                format!(
+                    "{} is above this communicator's buffers ({}); create it with a larger max_bytes, or with nccl_fallback to run such messages on NCCL",
+                    ByteSize::b(bytes),
+                    self.group.max_bytes
+                ),
+            ),
+        })
+    }
+
+    /// [`route`](Self::route) by bytes, never an error: where the call goes,
+    /// NCCL included when none is loaded (the caller reports that).
+    pub fn lookup(&self, bytes: u64, dtype: DType, op: ReduceOp, algo: Algo, mode: Mode) -> Routed {
+        let route = Route::of(bytes, self.group.max_bytes, op);
+        if route != Route::Tpcomm {
+            return Routed { route, algo: None };
+        }
+        if algo != Algo::Auto {
+            return Routed {
+                route,
+                algo: Some(algo),
+            };
+        }
+        // In range: bytes <= max_bytes, so its class was resolved.
+        let i = (dtype_index(dtype) * MODES.len() + mode_index(mode)) * self.classes
+            + size_class(bytes).min(self.classes - 1);
+        match self.picks[i] {
+            Pick::Nccl if self.group.nccl => Routed {
+                route: Route::NcclFaster,
+                algo: None,
+            },
+            // Resolved without NCCL the pick is never NCCL; kept safe anyway.
+            Pick::Nccl | Pick::OneShot => Routed {
+                route,
+                algo: Some(Algo::OneShot),
+            },
+            Pick::TwoShot => Routed {
+                route,
+                algo: Some(Algo::TwoShot),
+            },
+        }
+    }
+
+    /// What `explain` prints for a sum of `bytes`: the route the
+    /// communicator takes and, when the decision chose, the decision at the
+    /// size its class was decided at (with the reason and the estimates).
+    pub fn explain(
+        &self,
+        sel: &Selector,
+        bytes: u64,
+        dtype: DType,
+        op: ReduceOp,
+        mode: Mode,
+    ) -> (Routed, Option<Decision>) {
+        let r = self.lookup(bytes, dtype, op, Algo::Auto, mode);
+        let decided = matches!(r.route, Route::Tpcomm | Route::NcclFaster).then(|| {
+            decide(
+                sel,
+                &self.group,
+                &Query {
+                    world: self.group.world,
+                    dtype,
+                    bytes: Self::decided_at(size_class(bytes), self.group.max_bytes),
+                    mode,
+                },
+            )
+        });
+        (r, decided)
+    }
+
+    /// The routes as ranges, one line per type and mode with the same
+    /// ranges merged: what the creation log shows.
+    pub fn summary(&self) -> String {
+        let mut lines: Vec<(String, Vec<&'static str>)> = Vec::new();
+        for d in [DType::Bf16, DType::F16, DType::F32] {
+            for m in MODES {
+                let mut ranges = String::new();
+                let mut prev: Option<(Pick, u64)> = None;
+                let base = (dtype_index(d) * MODES.len() + mode_index(m)) * self.classes;
+                for i in 1..self.classes {
+                    let p = self.picks[base + i];
+                    let hi = class_edge(i).min(self.group.max_bytes.bytes());
+                    match prev {
+                        Some((q, _)) if q == p => prev = Some((p, hi)),
+                        Some((q, h)) => {
+                            self.push_range(&mut ranges, q, h);
+                            prev = Some((p, hi));
+                        }
+                        None => prev = Some((p, hi)),
+                    }
+                }
+                if let Some((q, h)) = prev {
+                    self.push_range(&mut ranges, q, h);
+                }
+                match lines.iter_mut().find(|(r, _)| *r == ranges) {
+                    Some((_, who)) => who.push(label(d, m)),
+                    None => lines.push((ranges, vec![label(d, m)])),
+                }
+            }
+        }
+        let mut out = format!(
+            "routes ({} ranks, {} transport, NCCL {}, by {}):",
+            self.group.world,
+            self.group.transport.name(),
+            if self.group.nccl {
+                "loaded"
+            } else {
+                "not loaded"
+            },
+            self.source
+        );
+        for (ranges, who) in lines {
+            out.push_str(&format!(" [{}] {ranges};", who.join(" ")));
+        }
+        out.push_str(&format!(
+            " above {}: nccl (message above the buffers)",
+            self.group.max_bytes
+        ));
+        out
+    }
+
+    fn push_range(&self, out: &mut String, p: Pick, hi: u64) {
+        let what = match p {
+            Pick::Nccl if self.group.nccl => "nccl".to_string(),
+            Pick::TwoShot => format!("{}:two-shot", self.group.transport.name()),
+            _ => format!("{}:one-shot", self.group.transport.name()),
+        };
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(&format!("{what} to {}", ByteSize::b(hi)));
+    }
+
+    /// The picks as bytes, so that ranks can check they all resolved the
+    /// same routes (a rank that routes a call to NCCL while its peers run
+    /// the kernels would wait forever).
+    pub fn encode(&self) -> Vec<u8> {
+        self.picks.iter().map(|p| *p as u8).collect()
+    }
+
+    /// Takes the picks `bytes` encode (another rank's), keeping this table's
+    /// group; an error when they do not fit it.
+    pub fn adopt(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != self.picks.len() {
+            return Err(Error::invalid(
+                "rendezvous",
+                format!(
+                    "rank 0 posted {} route picks, this rank resolved {}: do all ranks run the same tpcomm with the same max_bytes?",
+                    bytes.len(),
+                    self.picks.len()
+                ),
+            ));
+        }
+        let mut picks = Vec::with_capacity(bytes.len());
+        for b in bytes {
+            picks.push(Pick::from_u8(*b).ok_or_else(|| {
+                Error::invalid(
+                    "rendezvous",
+                    format!("rank 0 posted route pick {b}; do all ranks run the same tpcomm?"),
+                )
+            })?);
+        }
+        self.picks = picks.into_boxed_slice();
+        Ok(())
+    }
+}
+
+fn label(d: DType, m: Mode) -> &'static str {
+    match (d, m) {
+        (DType::Bf16, Mode::Eager) => "bf16 eager",
+        (DType::Bf16, Mode::Graph) => "bf16 graph",
+        (DType::F16, Mode::Eager) => "f16 eager",
+        (DType::F16, Mode::Graph) => "f16 graph",
+        (DType::F32, Mode::Eager) => "f32 eager",
+        (DType::F32, Mode::Graph) => "f32 graph",
+    }
+}
+
+/// Resolves the group's routes on every rank and makes them agree: rank 0's
+/// picks are taken by all (each rank read its own table and environment;
+/// ranks that route one call apart never meet). A rank whose own picks
+/// differed says so on stderr, naming what to align.
+pub fn agree(
+    table: RouteTable,
+    rank: usize,
+    world: usize,
+    rendezvous: &crate::cuda::Rendezvous,
+    timeout: std::time::Duration,
+) -> Result<RouteTable> {
+    let mine = table.encode();
+    let all = rendezvous.exchange("route-table", rank, world, &mine, timeout)?;
+    let first = all
+        .first()
+        .ok_or_else(|| Error::invalid("rendezvous", "no rank posted route picks"))?;
+    if *first == mine {
+        return Ok(table);
+    }
+    let mut table = table;
+    table.adopt(first)?;
+    eprintln!(
+        "tpcomm rank {rank}: this rank's routes ({}) differ from rank 0's; rank 0's are used. Give every rank the same TPCOMM_TUNING_TABLE and environment",
+        table.source
+    );
+    Ok(table)
+}

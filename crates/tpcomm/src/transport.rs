@@ -1,0 +1,127 @@
+//! Where the bytes of a GPU collective travel: the one `Transport` of the
+//! crate, named by the communicator's configuration (`CudaConfig::transport`,
+//! where `Auto` lets the group's P2P verdict choose), by routing
+//! (`select::Candidate`, `select::Group`) and by the reports. `select::Transport`
+//! and `cuda::Transport` are this type.
+
+use crate::error::{Error, Result};
+
+/// Where GPU all-reduce data travels.
+///
+/// The order (`Cuda`, `Host`, `Nccl`, `Auto`) is the order candidates sort in
+/// tuning tables, and so in the files `tpcomm tune` writes.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// Peer-to-peer: GPUs write into each other's memory (NVLink or PCIe P2P).
+    Cuda,
+    /// Through pinned host memory that every GPU maps; needs no P2P.
+    Host,
+    /// NCCL, loaded at run time: a route (`select`), never a communicator's
+    /// configured transport.
+    Nccl,
+    /// A configuration only: P2P (`Cuda`) when every GPU of the group can
+    /// access every other and the P2P check passes, else `Host`.
+    #[default]
+    Auto,
+}
+
+impl Transport {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Cuda => "cuda",
+            Transport::Host => "host",
+            Transport::Nccl => "nccl",
+        }
+    }
+
+    /// The kernels' transport routing decides for: `Auto`, unresolved, as
+    /// `Cuda` (what it resolves to where P2P works); the others unchanged.
+    pub fn for_routes(self) -> Transport {
+        match self {
+            Transport::Auto => Transport::Cuda,
+            t => t,
+        }
+    }
+}
+
+/// Parses what a communicator can be configured with: `auto`, `cuda` (or
+/// `p2p`), `host`. NCCL is not a configured transport (it is a route, taken
+/// with `nccl_fallback`), so `nccl` is refused here with a message saying so.
+impl std::str::FromStr for Transport {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "cuda" | "p2p" => Ok(Transport::Cuda),
+            "host" => Ok(Transport::Host),
+            "nccl" => Err(Error::invalid(
+                "transport",
+                "nccl is not a transport of tpcomm's kernels (expected auto, cuda or host); NCCL runs the calls its routes give it when the communicator has NCCL beside it (nccl_fallback)",
+            )),
+            other => Err(Error::invalid(
+                "transport",
+                format!("{other:?} (expected auto, cuda or host)"),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurable_transports_parse_back_and_nccl_is_refused_with_a_reason() {
+        for t in [Transport::Auto, Transport::Cuda, Transport::Host] {
+            assert_eq!(t.name().parse::<Transport>().unwrap(), t);
+        }
+        assert_eq!("p2p".parse::<Transport>().unwrap(), Transport::Cuda);
+        let e = "nccl".parse::<Transport>().unwrap_err().to_string();
+        assert!(e.contains("nccl_fallback"), "{e}");
+        assert!("nvlink".parse::<Transport>().is_err());
+    }
+
+    /// Candidates sort by transport, and tables are written in that order:
+    /// the committed default table must not change when variants are added.
+    #[test]
+    fn the_order_is_cuda_host_nccl_then_auto() {
+        let mut v = vec![
+            Transport::Auto,
+            Transport::Nccl,
+            Transport::Host,
+            Transport::Cuda,
+        ];
+        v.sort();
+        assert_eq!(
+            v,
+            [
+                Transport::Cuda,
+                Transport::Host,
+                Transport::Nccl,
+                Transport::Auto
+            ]
+        );
+        assert_eq!(Transport::default(), Transport::Auto);
+        assert_eq!(serde_json::to_string(&Transport::Host).unwrap(), "\"host\"");
+    }
+}
