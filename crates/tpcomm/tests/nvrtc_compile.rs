@@ -116,3 +116,122 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// One function's machine code in a cubin: the bytes of its `.text.NAME`
+/// section with the section's flags and info word (which carries the
+/// register count), hashed.
+struct FunctionCode {
+    section: String,
+    size: u64,
+    fingerprint: u64,
+}
+
+fn le(bytes: &[u8], at: usize, n: usize) -> Option<u64> {
+    let b = bytes.get(at..at + n)?;
+    Some(b.iter().rev().fold(0u64, |v, &x| (v << 8) | x as u64))
+}
+
+/// The `.text.*` sections of an ELF64 cubin; `None` when it is not one.
+fn functions(cubin: &[u8]) -> Option<Vec<FunctionCode>> {
+    if cubin.get(..5)? != b"\x7fELF\x02" {
+        return None;
+    }
+    let shoff = le(cubin, 0x28, 8)? as usize;
+    let shentsize = le(cubin, 0x3a, 2)? as usize;
+    let shnum = le(cubin, 0x3c, 2)? as usize;
+    let shstrndx = le(cubin, 0x3e, 2)? as usize;
+    let header = |i: usize| shoff + i * shentsize;
+    let names_at = le(cubin, header(shstrndx) + 0x18, 8)? as usize;
+    let mut out = Vec::new();
+    for i in 0..shnum {
+        let h = header(i);
+        let name_at = names_at + le(cubin, h, 4)? as usize;
+        let name_len = cubin.get(name_at..)?.iter().position(|&b| b == 0)?;
+        let name = std::str::from_utf8(&cubin[name_at..name_at + name_len]).ok()?;
+        if !name.starts_with(".text.") {
+            continue;
+        }
+        let flags = le(cubin, h + 0x08, 8)?;
+        let offset = le(cubin, h + 0x18, 8)? as usize;
+        let size = le(cubin, h + 0x20, 8)?;
+        let info = le(cubin, h + 0x2c, 4)?;
+        let code = cubin.get(offset..offset + size as usize)?;
+        let mut tagged = code.to_vec();
+        tagged.extend_from_slice(&flags.to_le_bytes());
+        tagged.extend_from_slice(&info.to_le_bytes());
+        out.push(FunctionCode {
+            section: name.to_string(),
+            size,
+            fingerprint: fingerprint(&tagged),
+        });
+    }
+    Some(out)
+}
+
+/// Per-function fingerprints of every family's cubin for every
+/// architecture, to show that a refactor of the sources left the machine
+/// code of every kept kernel (and of each device function it calls)
+/// byte-identical. Runs only when asked:
+///
+/// - `TPCOMM_KERNEL_FINGERPRINTS_OUT=FILE` writes them (before the change);
+/// - `TPCOMM_KERNEL_FINGERPRINTS_BASE=FILE` compares with such a file (after
+///   it) and fails on any function whose code differs; functions that are
+///   gone or new are listed, not failed.
+///
+/// Both runs need the same NVRTC (the file records its version).
+#[test]
+fn kept_kernels_compile_to_the_same_machine_code_when_asked() {
+    let out = std::env::var_os("TPCOMM_KERNEL_FINGERPRINTS_OUT");
+    let base = std::env::var_os("TPCOMM_KERNEL_FINGERPRINTS_BASE");
+    if out.is_none() && base.is_none() {
+        return;
+    }
+    tpcomm::cuda::ensure_nvrtc().expect("NVRTC is needed for kernel fingerprints");
+    let (maj, min) = tpcomm::cuda::nvrtc_version().expect("nvrtcVersion");
+    let mut lines = vec![format!("nvrtc {maj}.{min}")];
+    for (name, src) in SOURCES {
+        for &(a, b) in ARCHS {
+            let c = compile_uncached(src, name, (a, b)).expect("compiles");
+            let fns = functions(&c.cubin).expect("the cubin is an ELF64 file");
+            for f in fns {
+                lines.push(format!(
+                    "{name} sm_{a}{b} {} {} {:016x}",
+                    f.section, f.size, f.fingerprint
+                ));
+            }
+        }
+    }
+    if let Some(path) = out {
+        std::fs::write(&path, lines.join("\n") + "\n").expect("write the fingerprints");
+        eprintln!("wrote {} function fingerprints", lines.len() - 1);
+    }
+    if let Some(path) = base {
+        let text = std::fs::read_to_string(&path).expect("read the base fingerprints");
+        let mut recorded = text.lines();
+        assert_eq!(
+            recorded.next(),
+            Some(lines[0].as_str()),
+            "the base was made with another NVRTC"
+        );
+        let key = |l: &str| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[..3].join(" "), f[3..].join(" "))
+        };
+        let old: std::collections::BTreeMap<String, String> = recorded.map(key).collect();
+        let new: std::collections::BTreeMap<String, String> =
+            lines[1..].iter().map(|l| key(l)).collect();
+        let (mut same, mut differ) = (0, Vec::new());
+        for (k, v) in &new {
+            match old.get(k) {
+                Some(o) if o == v => same += 1,
+                Some(o) => differ.push(format!("{k}: {o} -> {v}")),
+                None => eprintln!("new: {k}"),
+            }
+        }
+        for k in old.keys().filter(|k| !new.contains_key(*k)) {
+            eprintln!("gone: {k}");
+        }
+        eprintln!("{same} functions byte-identical, {} differ", differ.len());
+        assert!(differ.is_empty(), "{}", differ.join("\n"));
+    }
+}
