@@ -118,8 +118,10 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
 }
 
 /// One function's machine code in a cubin: the bytes of its `.text.NAME`
-/// section with the section's flags and info word (which carries the
-/// register count), hashed.
+/// section and its flags, with the resources the cubin's `.nv.info` records
+/// for it and the device functions compiled into it (registers, frame and
+/// stack sizes), hashed. Symbol indices, which shift when other kernels are
+/// added or deleted, are left out.
 struct FunctionCode {
     section: String,
     size: u64,
@@ -131,37 +133,97 @@ fn le(bytes: &[u8], at: usize, n: usize) -> Option<u64> {
     Some(b.iter().rev().fold(0u64, |v, &x| (v << 8) | x as u64))
 }
 
-/// The `.text.*` sections of an ELF64 cubin; `None` when it is not one.
-fn functions(cubin: &[u8]) -> Option<Vec<FunctionCode>> {
-    if cubin.get(..5)? != b"\x7fELF\x02" {
+struct Section<'a> {
+    name: &'a str,
+    flags: u64,
+    bytes: &'a [u8],
+}
+
+fn c_str(bytes: &[u8], at: usize) -> Option<&str> {
+    let tail = bytes.get(at..)?;
+    std::str::from_utf8(&tail[..tail.iter().position(|&b| b == 0)?]).ok()
+}
+
+/// The sections of an ELF64 file; `None` when it is not one.
+fn sections(elf: &[u8]) -> Option<Vec<Section<'_>>> {
+    if elf.get(..5)? != b"\x7fELF\x02" {
         return None;
     }
-    let shoff = le(cubin, 0x28, 8)? as usize;
-    let shentsize = le(cubin, 0x3a, 2)? as usize;
-    let shnum = le(cubin, 0x3c, 2)? as usize;
-    let shstrndx = le(cubin, 0x3e, 2)? as usize;
+    let shoff = le(elf, 0x28, 8)? as usize;
+    let shentsize = le(elf, 0x3a, 2)? as usize;
+    let shnum = le(elf, 0x3c, 2)? as usize;
+    let shstrndx = le(elf, 0x3e, 2)? as usize;
     let header = |i: usize| shoff + i * shentsize;
-    let names_at = le(cubin, header(shstrndx) + 0x18, 8)? as usize;
-    let mut out = Vec::new();
-    for i in 0..shnum {
-        let h = header(i);
-        let name_at = names_at + le(cubin, h, 4)? as usize;
-        let name_len = cubin.get(name_at..)?.iter().position(|&b| b == 0)?;
-        let name = std::str::from_utf8(&cubin[name_at..name_at + name_len]).ok()?;
-        if !name.starts_with(".text.") {
-            continue;
+    let names_at = le(elf, header(shstrndx) + 0x18, 8)? as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let nobits = le(elf, h + 4, 4)? == 8;
+            let offset = le(elf, h + 0x18, 8)? as usize;
+            let size = if nobits {
+                0
+            } else {
+                le(elf, h + 0x20, 8)? as usize
+            };
+            Some(Section {
+                name: c_str(elf, names_at + le(elf, h, 4)? as usize)?,
+                flags: le(elf, h + 0x08, 8)?,
+                bytes: elf.get(offset..offset + size)?,
+            })
+        })
+        .collect()
+}
+
+/// (symbol name, attribute, value) of the `.nv.info` attributes that name a
+/// symbol and a 32-bit value (register count, frame and stack sizes).
+fn symbol_attributes(all: &[Section]) -> Option<Vec<(String, u8, u32)>> {
+    let find = |n: &str| all.iter().find(|s| s.name == n);
+    let (Some(info), Some(symtab), Some(strtab)) =
+        (find(".nv.info"), find(".symtab"), find(".strtab"))
+    else {
+        return Some(Vec::new());
+    };
+    let (b, mut at, mut out) = (info.bytes, 0, Vec::new());
+    while at + 2 <= b.len() {
+        let (format, attr) = (b[at], b[at + 1]);
+        let len = match format {
+            // A value of its own size, after a 16-bit size.
+            4 => 4 + le(b, at + 2, 2)? as usize,
+            3 => 4,
+            2 => 3,
+            _ => 2,
+        };
+        if format == 4 && len == 12 {
+            let symbol = le(b, at + 4, 4)? as usize;
+            let value = le(b, at + 8, 4)? as u32;
+            let name = c_str(strtab.bytes, le(symtab.bytes, symbol * 24, 4)? as usize)?;
+            out.push((name.to_string(), attr, value));
         }
-        let flags = le(cubin, h + 0x08, 8)?;
-        let offset = le(cubin, h + 0x18, 8)? as usize;
-        let size = le(cubin, h + 0x20, 8)?;
-        let info = le(cubin, h + 0x2c, 4)?;
-        let code = cubin.get(offset..offset + size as usize)?;
-        let mut tagged = code.to_vec();
-        tagged.extend_from_slice(&flags.to_le_bytes());
-        tagged.extend_from_slice(&info.to_le_bytes());
+        at += len;
+    }
+    Some(out)
+}
+
+/// Every function of a cubin; `None` when it is not an ELF64 file.
+fn functions(cubin: &[u8]) -> Option<Vec<FunctionCode>> {
+    let all = sections(cubin)?;
+    let attributes = symbol_attributes(&all)?;
+    let mut out = Vec::new();
+    for s in all.iter().filter(|s| s.name.starts_with(".text.")) {
+        let function = &s.name[".text.".len()..];
+        let inner = format!("${function}$");
+        let mut tagged = s.bytes.to_vec();
+        tagged.extend_from_slice(&s.flags.to_le_bytes());
+        for (name, attr, value) in &attributes {
+            if name == function || name.starts_with(&inner) {
+                tagged.extend_from_slice(name.as_bytes());
+                tagged.push(*attr);
+                tagged.extend_from_slice(&value.to_le_bytes());
+            }
+        }
         out.push(FunctionCode {
-            section: name.to_string(),
-            size,
+            section: s.name.to_string(),
+            size: s.bytes.len() as u64,
             fingerprint: fingerprint(&tagged),
         });
     }
