@@ -28,12 +28,7 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "host_allreduce.cu",
-        &[
-            "tpcomm_host_push",
-            "tpcomm_host_delta",
-            "tpcomm_host_ll",
-            "tpcomm_host_chunked",
-        ],
+        &["tpcomm_host_delta", "tpcomm_host_chunked"],
         &["f32", "f16", "bf16"],
     ),
     (
