@@ -116,7 +116,8 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
 /// section and its flags, with the resources the cubin's `.nv.info` records
 /// for it and the device functions compiled into it (registers, frame and
 /// stack sizes), hashed. Symbol indices, which shift when other kernels are
-/// added or deleted, are left out.
+/// added or deleted, and the inner functions' names, which carry the C++
+/// names of their template arguments, are left out.
 struct FunctionCode {
     section: String,
     size: u64,
@@ -209,12 +210,15 @@ fn functions(cubin: &[u8]) -> Option<Vec<FunctionCode>> {
         let inner = format!("${function}$");
         let mut tagged = s.bytes.to_vec();
         tagged.extend_from_slice(&s.flags.to_le_bytes());
-        for (name, attr, value) in &attributes {
-            if name == function || name.starts_with(&inner) {
-                tagged.extend_from_slice(name.as_bytes());
-                tagged.push(*attr);
-                tagged.extend_from_slice(&value.to_le_bytes());
-            }
+        let mut own: Vec<(bool, u8, u32)> = attributes
+            .iter()
+            .filter(|(name, _, _)| name == function || name.starts_with(&inner))
+            .map(|(name, attr, value)| (name == function, *attr, *value))
+            .collect();
+        own.sort_unstable();
+        for (itself, attr, value) in own {
+            tagged.extend_from_slice(&[itself as u8, attr]);
+            tagged.extend_from_slice(&value.to_le_bytes());
         }
         out.push(FunctionCode {
             section: s.name.to_string(),

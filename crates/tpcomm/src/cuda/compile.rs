@@ -33,10 +33,11 @@ pub const ALLREDUCE_SRC: &str = family_source!(""; "allreduce.cu");
 /// kernels, which use its conversions.
 pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu", "forward.cu");
 
-/// The host-memory all-reduce kernels, with V16 at the 4-byte alignment
-/// they were verified with (see common.cuh).
+/// The host-memory all-reduce kernels, with the forms they were verified
+/// with (TPCOMM_HOST_FORMS: V16 at 4-byte alignment and two 16-bit element
+/// forms; see common.cuh).
 pub const HOST_ALLREDUCE_SRC: &str =
-    family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu");
+    family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu");
 
 /// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
 /// transports (src/cuda/quant.rs).
@@ -242,6 +243,15 @@ mod tests {
             "u16",
             "V16",
             "TPCOMM_V16_ALIGN",
+            "TPCOMM_MAX_WORLD",
+            "TPCOMM_EPOCH_SHIFT",
+            "TPCOMM_EPOCH_UNIT",
+            "ld_acquire_sys_u32",
+            "st_release_sys_u32",
+            "F32",
+            "Halves",
+            "BF16",
+            "F16",
             "sentinel_vec",
             "words_have_sentinel",
             "canon_word32",
@@ -291,11 +301,11 @@ mod tests {
                 "{name}: its own file must follow common.cuh"
             );
         }
-        // Only the host path asks for the 4-byte V16 it was verified with.
+        // Only the host path asks for the forms it was verified with.
         for (name, src) in SOURCES {
             let defines = &src[..src.find(COMMON_SRC).unwrap()];
             assert_eq!(
-                defines.contains("#define TPCOMM_V16_ALIGN 4"),
+                defines.contains("#define TPCOMM_HOST_FORMS"),
                 *name == "host_allreduce.cu",
                 "{name}: {defines:?}"
             );

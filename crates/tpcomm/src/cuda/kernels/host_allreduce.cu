@@ -31,17 +31,15 @@
 // (graph replays stay correct). Every wait is bounded by %globaltimer and
 // records which peer and epoch did not arrive in a host-mapped status word.
 //
-// No CUDA headers: NVRTC alone compiles this. common.cuh (integer names, V16,
-// the sentinel, volatile loads, the timeout Status, bf16/f16 conversions,
-// message access) is compiled in front of this file, with V16 at 4-byte
-// alignment (see common.cuh).
+// No CUDA headers: NVRTC alone compiles this. common.cuh (integer names,
+// limits, V16, the sentinel, volatile loads and flags, the timeout Status,
+// the element types F32, BF16 and F16, message access) is compiled in front
+// of this file, with TPCOMM_HOST_FORMS (V16 at 4-byte alignment and the
+// 16-bit elements' forms these kernels were verified with; see common.cuh).
 
-#define HG_MAX_WORLD 8
 #define HG_BLOCK 512
 #define HG_WAIT_CHUNK 5u
 #define HG_WAIT_DELTA 7u
-#define HG_EPOCH_SHIFT 20
-#define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
 #define HG_UNROLL 4
 
@@ -50,7 +48,7 @@ struct HArgs {
     u64 in;
     u64 out;
     u64 nbytes;
-    u64 areas[HG_MAX_WORLD];  // device addresses of every rank's host area
+    u64 areas[TPCOMM_MAX_WORLD];  // device addresses of every rank's host area
     u64 half_stride;          // bytes between the two parity halves
     u64 data_offset;          // chunked data, inside a half
     u64 flag_offset;          // chunk flags (u32 each), inside a half
@@ -67,7 +65,7 @@ struct HArgs {
 };
 
 struct HCtl {
-    // Epoch in the bits above HG_EPOCH_SHIFT, arrivals of the current call below.
+    // Epoch in the bits above TPCOMM_EPOCH_SHIFT, arrivals of the current call below.
     u64 arrivals;
     u32 abort;
     u32 pad;
@@ -79,98 +77,10 @@ __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
                  : "memory");
 }
 
-__device__ __forceinline__ u32 ld_acquire_sys_u32(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// ---------------------------------------------------------------- element types
-
-// The pack functions below and the element types' in allreduce.cu compute
-// the same values, written differently; they compile to different
-// instruction sequences on sm_100 and sm_120, so each family keeps the form
-// it was verified with.
-
-// The canon form of sent data is common.cuh's (shared with the P2P
-// kernels), but for 16-bit halves: clean16 computes canon_halves' value by
-// xor, kept because it compiles to different machine code, which only a GPU
-// run can re-verify.
-__device__ __forceinline__ u32 clean16(u32 w) {
-    u32 flip = ((w & 0xffffu) == 0xffffu ? 0x8000u : 0u) | ((w >> 16) == 0xffffu ? 0x80000000u : 0u);
-    return w ^ flip;
-}
-
-// Accumulates a 16-byte vector of elements into 8 float lanes.
-struct HF32 {
-    enum { HALVES = 0 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        acc[0] += __uint_as_float(v.x);
-        acc[1] += __uint_as_float(v.y);
-        acc[2] += __uint_as_float(v.z);
-        acc[3] += __uint_as_float(v.w);
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = __float_as_uint(f[0]);
-        v.y = __float_as_uint(f[1]);
-        v.z = __float_as_uint(f[2]);
-        v.w = __float_as_uint(f[3]);
-        return v;
-    }
-};
-
-struct HBF16 {
-    enum { HALVES = 1 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            acc[2 * k] += bf16_to_f32(w[k] & 0xffffu);
-            acc[2 * k + 1] += bf16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = f32_to_bf16(f[0]) | (f32_to_bf16(f[1]) << 16);
-        v.y = f32_to_bf16(f[2]) | (f32_to_bf16(f[3]) << 16);
-        v.z = f32_to_bf16(f[4]) | (f32_to_bf16(f[5]) << 16);
-        v.w = f32_to_bf16(f[6]) | (f32_to_bf16(f[7]) << 16);
-        return v;
-    }
-};
-
-struct HF16 {
-    enum { HALVES = 1 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            acc[2 * k] += f16_to_f32(w[k] & 0xffffu);
-            acc[2 * k + 1] += f16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = f32_to_f16(f[0]) | (f32_to_f16(f[1]) << 16);
-        v.y = f32_to_f16(f[2]) | (f32_to_f16(f[3]) << 16);
-        v.z = f32_to_f16(f[4]) | (f32_to_f16(f[5]) << 16);
-        v.w = f32_to_f16(f[6]) | (f32_to_f16(f[7]) << 16);
-        return v;
-    }
-};
-
 // ---------------------------------------------------------------- epochs, timeouts
 
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
-    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> HG_EPOCH_SHIFT) + 1ull;
+    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
 }
 
 // The 32-bit tag of an epoch, never 0: zeroed memory that was never written
@@ -220,7 +130,7 @@ __device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     HCtl* ctl = (HCtl*)a.ctl;
-    const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    const u64 add = blockIdx.x == 0 ? TPCOMM_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd((unsigned long long*)&ctl->arrivals, add);
 }
 
@@ -462,9 +372,9 @@ __device__ void chunked(const HArgs& a) {
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
 
-HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<HF32>(a); }
-HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<HF16>(a); }
-HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<HBF16>(a); }
-HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<HF32>(a); }
-HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<HF16>(a); }
-HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<HBF16>(a); }
+HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<F32>(a); }
+HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<F16>(a); }
+HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<BF16>(a); }
+HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<F32>(a); }
+HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<F16>(a); }
+HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<BF16>(a); }
