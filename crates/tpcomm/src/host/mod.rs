@@ -5,15 +5,21 @@
 
 mod allreduce;
 mod identity;
+#[forbid(unsafe_code)]
 mod job;
 mod layout;
+#[forbid(unsafe_code)]
 mod notice;
+#[forbid(unsafe_code)]
 pub(crate) mod private_file;
 mod reduce;
+#[forbid(unsafe_code)]
 mod rendezvous;
 mod room;
 pub(crate) mod shm;
+#[forbid(unsafe_code)]
 mod ticket;
+#[forbid(unsafe_code)]
 mod wait;
 
 pub use identity::{JobKey, JOB_KEY_ENV};

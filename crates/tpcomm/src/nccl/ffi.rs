@@ -165,15 +165,18 @@ impl Api {
         comm: RawComm,
         stream: *mut c_void,
     ) -> c_int {
-        (self.all_reduce)(
-            send as usize as *const c_void,
-            recv as usize as *mut c_void,
-            count,
-            dtype,
-            op,
-            comm,
-            stream,
-        )
+        // SAFETY: the caller's contract above is ncclAllReduce's.
+        unsafe {
+            (self.all_reduce)(
+                send as usize as *const c_void,
+                recv as usize as *mut c_void,
+                count,
+                dtype,
+                op,
+                comm,
+                stream,
+            )
+        }
     }
 
     /// `ncclCommDestroy` (or `ncclCommAbort` when `abort`). `comm` must come
@@ -220,7 +223,8 @@ impl Api {
 /// # Safety
 /// `T` must be the C signature nccl.h declares for `name`.
 unsafe fn get<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
-    lib.get::<T>(name)
+    // SAFETY: `T` is `name`'s C signature (the caller's contract).
+    unsafe { lib.get::<T>(name) }
         .map(|s| *s)
         .map_err(|e| format!("it has no {name} ({e}); is this NCCL?"))
 }
@@ -247,6 +251,10 @@ unsafe fn cstr_to_string(p: *const c_char) -> String {
     if p.is_null() {
         String::new()
     } else {
-        CStr::from_ptr(p).to_string_lossy().trim().to_owned()
+        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
+        unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_owned()
     }
 }

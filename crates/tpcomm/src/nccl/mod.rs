@@ -341,15 +341,19 @@ impl NcclComm {
         op: ReduceOp,
         stream: CuStream,
     ) -> Result<()> {
-        let status = self.nccl.api.all_reduce(
-            send,
-            recv,
-            count,
-            nccl_dtype(dtype),
-            nccl_op(op),
-            self.raw(),
-            stream.cast(),
-        );
+        // SAFETY: this communicator is live and its own; the buffers and
+        // the stream are the caller's contract, which is ncclAllReduce's.
+        let status = unsafe {
+            self.nccl.api.all_reduce(
+                send,
+                recv,
+                count,
+                nccl_dtype(dtype),
+                nccl_op(op),
+                self.raw(),
+                stream.cast(),
+            )
+        };
         self.nccl.check(status, self.raw(), "ncclAllReduce")
     }
 

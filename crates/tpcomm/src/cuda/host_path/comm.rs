@@ -5,18 +5,18 @@ use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels}
 use super::layout::{
     chunk_plan_with, one_pass_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX,
 };
-use super::pinned::{self, Registered, SharedFile};
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
+use crate::cuda::raw::pinned::{self, Registered};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
 use crate::cuda::share::{time_slice_warning, DeviceIdentity, Sharing};
 use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::host::shm::{self, Mapping};
+use crate::host::shm::{self, Mapping, SharedFile};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;

@@ -10,10 +10,12 @@
 //! or the P2P one ([`Transport`]).
 
 mod comm;
+#[forbid(unsafe_code)]
 mod group;
+#[forbid(unsafe_code)]
 mod kernels;
+#[forbid(unsafe_code)]
 pub mod layout;
-pub(crate) mod pinned;
 mod select;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;

@@ -1,6 +1,11 @@
-//! The CUDA driver calls of the probe, through cudarc's raw layer. Every
-//! `unsafe` line of the probe's CUDA side is in this file; resources are held
-//! by small guards so an error anywhere frees what was taken.
+//! The CUDA driver calls of the topology probe (`topology::probe`), through
+//! cudarc's `result` and `sys` layers, behind safe functions. Its resources
+//! (a retained primary context per device, device and pinned buffers,
+//! streams, event pairs) are held by guards private to this file, so an
+//! error anywhere frees what was taken; they differ from the communicators'
+//! ([`super::DeviceAlloc`], [`super::HostMapped`]) in what they measure with
+//! (peer copies between two retained contexts, a portable pinned staging
+//! buffer) and are kept as the probe was measured with them.
 
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
@@ -14,7 +19,7 @@ fn cuda_err(call: &str) -> impl Fn(result::DriverError) -> Error + '_ {
 }
 
 /// Loads the driver library and initialises it, or says why not.
-pub(super) fn init() -> Result<()> {
+pub(crate) fn init() -> Result<()> {
     // SAFETY: only tries to dlopen libcuda under its usual names; checking
     // first matters because cudarc panics when its first call finds no
     // library.
@@ -40,19 +45,19 @@ pub(super) fn init() -> Result<()> {
     })
 }
 
-pub(super) fn driver_version() -> Option<u32> {
+pub(crate) fn driver_version() -> Option<u32> {
     let mut v = 0;
     // SAFETY: writes one int through a pointer to a live local.
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::cudaError_enum::CUDA_SUCCESS;
     (ok && v > 0).then_some(v as u32)
 }
 
-pub(super) fn device_count() -> Result<usize> {
+pub(crate) fn device_count() -> Result<usize> {
     let n = result::device::get_count().map_err(cuda_err("cuDeviceGetCount"))?;
     Ok(n.max(0) as usize)
 }
 
-pub(super) struct DeviceFacts {
+pub(crate) struct DeviceFacts {
     pub name: String,
     pub cc: (u32, u32),
     pub memory: u64,
@@ -68,7 +73,7 @@ fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
     unsafe { result::device::get_attribute(dev, attr) }.map_err(cuda_err("cuDeviceGetAttribute"))
 }
 
-pub(super) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
+pub(crate) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
     use sys::CUdevice_attribute as A;
     let dev = device(ordinal)?;
     let name = result::device::get_name(dev).map_err(cuda_err("cuDeviceGetName"))?;
@@ -95,14 +100,14 @@ pub(super) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
     })
 }
 
-pub(super) struct PeerFacts {
+pub(crate) struct PeerFacts {
     pub can_access: bool,
     pub native_atomics: Option<bool>,
     pub perf_rank: Option<i32>,
 }
 
 /// What the driver says about `a` reaching `b`'s memory.
-pub(super) fn peer_facts(a: usize, b: usize) -> Result<PeerFacts> {
+pub(crate) fn peer_facts(a: usize, b: usize) -> Result<PeerFacts> {
     use sys::CUdevice_P2PAttribute as P;
     let (da, db) = (device(a)?, device(b)?);
     let mut can = 0;
@@ -271,7 +276,7 @@ impl Drop for Timer {
     }
 }
 
-pub(super) struct CopyMeasure {
+pub(crate) struct CopyMeasure {
     pub peer_access: bool,
     pub verified: bool,
     pub small_ms: f64,
@@ -287,7 +292,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Copies from GPU `src` into GPU `dst`: verifies a random pattern arrives
 /// intact, then times a `small` and a `large` copy (medians), and the same
 /// large copy staged by hand through pinned host memory.
-pub(super) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> Result<CopyMeasure> {
+pub(crate) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> Result<CopyMeasure> {
     let cs = Ctx::retain(src)?;
     let cd = Ctx::retain(dst)?;
     let peer_access = peer_facts(src, dst)?.can_access && {
