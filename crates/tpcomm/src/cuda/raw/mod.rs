@@ -5,7 +5,8 @@
 //! except the benchmark forward's cuBLAS bindings (`cuda::forward`, leaving
 //! the library). Beside this file: [`nvrtc`] opens an NVRTC the driver can
 //! load, `pinned` registers host mappings with the driver, `probe` makes the
-//! topology probe's driver calls.
+//! topology probe's driver calls, [`scratch`] holds the NCCL drop-in's
+//! buffers and its saved context.
 //!
 //! The libraries are loaded at run time by cudarc, whose loader panics when a
 //! library is missing; [`ensure_driver`] and [`ensure_nvrtc`] check presence
@@ -21,6 +22,7 @@ pub use cu::{CUcontext, CUdeviceptr, CUstream};
 pub mod nvrtc;
 pub(crate) mod pinned;
 pub(crate) mod probe;
+pub mod scratch;
 
 fn check(call: &str, r: cu::CUresult) -> Result<()> {
     if r == cu::CUresult::CUDA_SUCCESS {
