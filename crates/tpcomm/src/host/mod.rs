@@ -4,6 +4,7 @@
 //! docs/protocol.md states the rules this code follows.
 
 mod allreduce;
+#[forbid(unsafe_code)]
 mod identity;
 #[forbid(unsafe_code)]
 mod job;
@@ -15,6 +16,7 @@ pub(crate) mod private_file;
 mod reduce;
 #[forbid(unsafe_code)]
 mod rendezvous;
+#[forbid(unsafe_code)]
 mod room;
 pub(crate) mod shm;
 #[forbid(unsafe_code)]

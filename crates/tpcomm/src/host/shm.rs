@@ -1,14 +1,44 @@
 //! The one place the host transport talks to the kernel: a POSIX shared-memory
 //! object, sized and reserved at creation, mapped read-write.
 //!
-//! All `unsafe` of the host transport's setup lives here, behind `Mapping`,
-//! which owns one `mmap` of a whole segment and unmaps it on drop, and
-//! `SharedFile`, the memfd the GPU host path falls back to.
+//! Every libc call of the host transports lives here: `Mapping`, which owns
+//! one `mmap` of a whole segment and unmaps it on drop, `SharedFile`, the
+//! memfd the GPU host path falls back to, and the few process and file
+//! system queries the rendezvous needs. The segment's contents are read and
+//! written through raw pointers in layout.rs, allreduce.rs and reduce.rs.
 
 use super::identity::Proc;
 use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::ptr::NonNull;
+
+/// The effective user id of this process.
+pub(crate) fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether process `pid` exists (signal 0: existence and permission only;
+/// one we may not signal exists too).
+pub(crate) fn process_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Free bytes of the file system at `dir` (for an unprivileged user).
+pub(crate) fn fs_free(dir: &std::path::Path) -> Option<u64> {
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs writes into a zeroed struct we own (all-zero is a valid
+    // statvfs); the path is NUL-terminated.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
+            return None;
+        }
+        Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+    }
+}
 
 /// One mapping of a shared-memory segment.
 pub(crate) struct Mapping {
