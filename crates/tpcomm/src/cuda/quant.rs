@@ -379,7 +379,9 @@ impl QuantComm {
             let len = round_up(area_bytes, 1 << 16);
             let (file, path) = SharedFile::create(len)?;
             raw::set_current(ctx.cu_ctx())?;
-            let reg = Registered::new(file.base(), len)?;
+            // SAFETY: the whole mapping of `file`, kept beside the
+            // registration (which drops first: the variant's first field).
+            let reg = unsafe { Registered::new(file.base(), len) }?;
             let p = reg.device_ptr();
             (OwnArea::HostProcess(reg, file), p, path.into_bytes())
         };
@@ -465,7 +467,8 @@ impl QuantComm {
                     })?;
                     let file = SharedFile::open(path)?;
                     raw::set_current(ctx.cu_ctx())?;
-                    let reg = Registered::new(file.base(), file.len())?;
+                    // SAFETY: as for this rank's own file above.
+                    let reg = unsafe { Registered::new(file.base(), file.len()) }?;
                     let ptr = reg.device_ptr();
                     peers.push(PeerMap::Host(reg, file));
                     ptr

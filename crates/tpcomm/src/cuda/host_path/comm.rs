@@ -386,7 +386,9 @@ impl HostGpuCommunicator {
         let mut segments = Vec::with_capacity(cfg.world);
         let mut registered = Vec::with_capacity(cfg.world);
         raw::set_current(ctx.cu_ctx())?;
-        let reg = Registered::new(own.base(), own.len())?;
+        // SAFETY: `own` is this rank's whole mapped area; the registration
+        // goes into `registered`, which Areas drops before `segments`.
+        let reg = unsafe { Registered::new(own.base(), own.len()) }?;
         areas[cfg.rank] = reg.device_ptr();
         registered.push(reg);
         segments.push(own);
@@ -426,7 +428,8 @@ impl HostGpuCommunicator {
                 return Err(Error::invalid("rendezvous", format!("rank {p}'s area has {} bytes, this rank's {area_bytes}: do all ranks use the same max message size?", seg.len())));
             }
             raw::set_current(ctx.cu_ctx())?;
-            let reg = Registered::new(seg.base(), seg.len())?;
+            // SAFETY: as for this rank's own area above.
+            let reg = unsafe { Registered::new(seg.base(), seg.len()) }?;
             areas[p] = reg.device_ptr();
             registered.push(reg);
             segments.push(seg);

@@ -33,13 +33,17 @@ unsafe impl Send for Registered {}
 unsafe impl Sync for Registered {}
 
 impl Registered {
-    /// Pins `bytes` at `host` (page-aligned, page multiple, mapped read-write
-    /// and kept mapped until this value is dropped) and maps them into every
-    /// context of the process. A context must be current.
-    pub fn new(host: *mut u8, bytes: usize) -> Result<Self> {
+    /// Pins `bytes` at `host` and maps them into every context of the
+    /// process. A context must be current.
+    ///
+    /// # Safety
+    /// `host..host + bytes` is a read-write mapping of this process
+    /// (page-aligned, whole pages) that stays mapped until this value is
+    /// dropped.
+    pub unsafe fn new(host: *mut u8, bytes: usize) -> Result<Self> {
         let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
-        // SAFETY: the caller guarantees `host..host+bytes` is a live mapping
-        // that outlives this registration; the driver only pins those pages.
+        // SAFETY: the caller's contract above; the driver only pins those
+        // pages.
         let r = unsafe { cu::cuMemHostRegister_v2(host as *mut c_void, bytes, flags) };
         check("cuMemHostRegister", r).map_err(|e| match e {
             Error::Cuda { call, detail } => Error::Cuda {
