@@ -5,7 +5,7 @@
 # copies this script there). Steps by STEPS (comma list), two device calls:
 #   STEPS=m,t,p,h   probe; GPU tests with the 100k stress on both transports;
 #                   P2P bench + torch anchor; host transport forced + NCCL with
-#                   NCCL_P2P_DISABLE=1 (delta words; push and LL words for comparison) +
+#                   NCCL_P2P_DISABLE=1 (delta words) +
 #                   anchor + copy bandwidth
 #   STEPS=u,f       tune (P2P in two halves, merged; host forced), auto against
 #                   every fixed choice with those tables on both transports;
@@ -29,8 +29,6 @@ if on t; then
   run t-example 120 "$D/tp_allreduce"
   run t-p2p 400 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_allreduce" "${TT[@]}"
   run t-host 400 "${G[@]}" TPCOMM_STRESS_CALLS=100000 "$D/gpu_host_allreduce" "${TT[@]}"
-  run t-host-push-stress 200 "${G[@]}" TPCOMM_STRESS_CALLS=100000 TPCOMM_HOST_SMALL=push \
-    "$D/gpu_host_allreduce" "${TT[@]}" gpu_host_stress
 fi
 if on p; then
   run p2p-procs 300 "$T" bench --device gpu --launch procs --transport cuda --min 1KiB --max 64MiB \
@@ -40,14 +38,6 @@ fi
 if on h; then
   run host-procs 400 env NCCL_P2P_DISABLE=1 "$T" bench --device gpu --launch procs --transport host \
     --min 1KiB --max 64MiB --algos one-shot,two-shot,nccl --reps 9 --timeout-ms 20000 --json "$O/host-procs.json"
-  # Delta (the default) and LL words write one copy that every peer reads,
-  # push writes (world - 1) copies and empties as many: with more ranks the
-  # order can change.
-  for k in push ll; do
-    run host-$k 200 env NCCL_P2P_DISABLE=1 TPCOMM_HOST_SMALL=$k "$T" bench --device gpu --launch procs \
-      --transport host --min 1KiB --max 1MiB --algos one-shot --modes graph --reps 9 --timeout-ms 20000 \
-      --json "$O/host-$k.json"
-  done
   run anchor-nop2p 300 env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag "$TAG-nop2p" \
     --out "$O/anchor-nop2p.json"
   run copy-bw 120 python3 "$D/copy_bw.py" --out "$O/copy-bw.json"

@@ -418,7 +418,7 @@ mod tests {
     #[test]
     fn host_runs_become_host_rows_and_auto_or_wrong_rows_are_left_out() {
         let rows = [
-            row("host-ll", 4.0, 0),
+            row("host-delta", 4.0, 0),
             row("host-chunked", 9.0, 0),
             row("nccl", 20.0, 0),
             row("auto:host:one-shot", 4.1, 0),

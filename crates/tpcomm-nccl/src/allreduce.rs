@@ -131,6 +131,7 @@ pub unsafe extern "C" fn ncclAllReduce(
                         None => {}
                     }
                 }
+                // SAFETY: the contract stated at the top of this arm.
                 let done = unsafe {
                     if !staged {
                         b.gpu.all_reduce(
@@ -177,10 +178,12 @@ pub unsafe extern "C" fn ncclAllReduce(
                 log_first(comm, bytes, datatype, 100 + why as u8, || {
                     format!("NCCL ({})", why.text())
                 });
-                forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+                // SAFETY: ncclAllReduce's own arguments, passed on unchanged.
+                unsafe { forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream) }
             }
             (Route::Tpcomm(..), None) => {
-                forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+                // SAFETY: ncclAllReduce's own arguments, passed on unchanged.
+                unsafe { forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream) }
             }
         }
     })

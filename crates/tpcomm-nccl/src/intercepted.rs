@@ -127,7 +127,8 @@ pub unsafe extern "C" fn ncclCommInitRank(
             Err(_) => return NcclResult::missing(),
         };
         if !comm.is_null() {
-            created(r, *comm, "ncclCommInitRank");
+            // SAFETY: non-null, and NCCL wrote the communicator there.
+            created(r, unsafe { *comm }, "ncclCommInitRank");
         }
         r
     })
@@ -149,7 +150,8 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             Err(_) => return NcclResult::missing(),
         };
         if !comm.is_null() {
-            created(r, *comm, "ncclCommInitRankConfig");
+            // SAFETY: non-null, and NCCL wrote the communicator there.
+            created(r, unsafe { *comm }, "ncclCommInitRankConfig");
         }
         r
     })
@@ -174,7 +176,8 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
             Err(_) => return NcclResult::missing(),
         };
         if !comm.is_null() {
-            created(r, *comm, "ncclCommInitRankScalable");
+            // SAFETY: non-null, and NCCL wrote the communicator there.
+            created(r, unsafe { *comm }, "ncclCommInitRankScalable");
         }
         r
     })
@@ -195,13 +198,15 @@ pub unsafe extern "C" fn ncclCommInitAll(
         };
         if r == SUCCESS && !comms.is_null() && ndev > 0 && !settings::get().disabled {
             let n = ndev as usize;
-            // SAFETY: NCCL filled `ndev` communicators; `devlist`, when given,
-            // holds `ndev` device ordinals (NULL means 0..ndev).
-            let cs: Vec<NcclComm> = std::slice::from_raw_parts(comms, n).to_vec();
+            // NCCL filled `ndev` communicators; `devlist`, when given, holds
+            // `ndev` device ordinals (NULL means 0..ndev).
+            // SAFETY: as said above.
+            let cs: Vec<NcclComm> = unsafe { std::slice::from_raw_parts(comms, n) }.to_vec();
             let devs: Vec<usize> = if devlist.is_null() {
                 (0..n).collect()
             } else {
-                std::slice::from_raw_parts(devlist, n)
+                // SAFETY: as said above.
+                unsafe { std::slice::from_raw_parts(devlist, n) }
                     .iter()
                     .map(|&d| d.max(0) as usize)
                     .collect()
@@ -229,7 +234,8 @@ pub unsafe extern "C" fn ncclCommSplit(
         };
         // Ranks split off with NCCL_SPLIT_NOCOLOR get no communicator.
         if !newcomm.is_null() {
-            created(r, *newcomm, "ncclCommSplit");
+            // SAFETY: non-null, and NCCL wrote the communicator there.
+            created(r, unsafe { *newcomm }, "ncclCommSplit");
         }
         r
     })
@@ -259,7 +265,8 @@ pub unsafe extern "C" fn ncclCommShrink(
             Err(_) => return NcclResult::missing(),
         };
         if !newcomm.is_null() {
-            created(r, *newcomm, "ncclCommShrink");
+            // SAFETY: non-null, and NCCL wrote the communicator there.
+            created(r, unsafe { *newcomm }, "ncclCommShrink");
         }
         r
     })

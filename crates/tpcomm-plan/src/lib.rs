@@ -4,6 +4,7 @@
 //! from the TOML catalog under `catalog/` ([`catalog`]) or a Hugging Face
 //! `config.json` ([`hf`]); all-reduce latencies from `tpcomm bench --json`
 //! files or the catalog ([`latency`]).
+#![forbid(unsafe_code)]
 
 pub mod arch;
 pub mod catalog;

@@ -44,10 +44,7 @@ pub fn tpcomm_buffer_bytes(
         .map_err(|_| PlanError::invalid("tensor-parallel size", format!("{world}")))?;
     let planned = match transport {
         TpcommTransport::P2p => PlannedTransport::P2p,
-        TpcommTransport::Host => PlannedTransport::Host {
-            delta: true,
-            processes: true,
-        },
+        TpcommTransport::Host => PlannedTransport::Host { processes: true },
     };
     let report = planned_report(
         planned,

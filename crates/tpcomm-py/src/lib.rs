@@ -13,6 +13,10 @@
 //!
 //! Every library error becomes a Python exception of the matching class
 //! (`tpcomm.TpcommError` and its subclasses) carrying the Rust message.
+// Unsafe only where torch hands over raw device addresses and streams;
+// every block says which of the caller's promises makes it sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyRuntimeError;

@@ -558,24 +558,6 @@ pub static HOST_CHUNK: Var<Size> = Var {
     },
 };
 
-pub static HOST_SMALL: Var<Choice> = Var {
-    name: "TPCOMM_HOST_SMALL",
-    section: Section::Shapes,
-    read_by: "communicator creation",
-    default: "delta",
-    doc: "the host path's one-pass kernel: `delta` words, or the slower `push` slots or `ll` words kept for measuring them against it (every rank must agree)",
-    kind: Choice(&["delta", "push", "ll"]),
-};
-
-pub static HOST_FENCE: Var<Choice> = Var {
-    name: "TPCOMM_HOST_FENCE",
-    section: Section::Shapes,
-    read_by: "communicator creation",
-    default: "block",
-    doc: "the host path's chunked kernel: one system fence per chunk (`block`) or one per thread (`thread`, the slower earlier form)",
-    kind: Choice(&["block", "thread"]),
-};
-
 pub static HOST_PRODUCERS: Var<Count> = Var {
     name: "TPCOMM_HOST_PRODUCERS",
     section: Section::Shapes,
@@ -757,8 +739,6 @@ pub static ALL: &[&dyn Entry] = &[
     &FUSED_SPREAD,
     &HOST_BLOCK,
     &HOST_CHUNK,
-    &HOST_SMALL,
-    &HOST_FENCE,
     &HOST_PRODUCERS,
     &HOST_CONSUMERS,
     &GPU_TESTS,

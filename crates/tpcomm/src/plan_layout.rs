@@ -32,11 +32,10 @@ pub const DEFAULT_GRANULARITY: usize = 2 << 20;
 pub enum PlannedTransport {
     /// Peers' device memory mapped directly (NVLink or PCIe P2P).
     P2p,
-    /// Pinned host memory every GPU maps (no P2P). `delta`: the delta
-    /// kernel's device shadows are allocated (the default one-pass kernel,
-    /// TPCOMM_HOST_SMALL unset or `delta`). `processes`: one process per GPU
-    /// (the report then has a zero-byte line for the peers' mapped areas).
-    Host { delta: bool, processes: bool },
+    /// Pinned host memory every GPU maps (no P2P). `processes`: one process
+    /// per GPU (the report then has a zero-byte line for the peers' mapped
+    /// areas).
+    Host { processes: bool },
 }
 
 fn check(world: usize, max_bytes: usize) -> Result<()> {
@@ -108,8 +107,8 @@ pub fn planned_report(
                 gpu(vec![recv + CONTROL_BYTES]),
             ))
         }
-        PlannedTransport::Host { delta, processes } => {
-            let layout = HostLayout::new(max_bytes, world);
+        PlannedTransport::Host { processes } => {
+            let layout = HostLayout::new(max_bytes);
             let area = layout.area_bytes(HOST_PAGE);
             let mut lines = vec![MemoryLine::pinned_host(
                 "own host area: 2 halves and the one-pass buffers (pinned, mapped)",
@@ -129,15 +128,12 @@ pub fn planned_report(
                 "control words (epoch, abort; one granule)",
                 ctl,
             ));
-            let mut allocations = vec![ctl];
-            if delta {
-                let bytes = delta_shadow_bytes(world, layout.delta_cap, granularity);
-                lines.push(MemoryLine::device(
-                    "delta shadows (2 buffers of every rank)",
-                    bytes,
-                ));
-                allocations.push(bytes);
-            }
+            let shadows = delta_shadow_bytes(world, layout.delta_cap, granularity);
+            lines.push(MemoryLine::device(
+                "delta shadows (2 buffers of every rank)",
+                shadows,
+            ));
+            let allocations = vec![ctl, shadows];
             lines.push(MemoryLine::pinned_host(
                 "status (pinned, mapped)",
                 STATUS_BYTES,
@@ -171,26 +167,27 @@ mod tests {
 
     #[test]
     fn host_path_device_memory_is_a_granule_and_the_delta_shadows() {
-        let r = planned_report(
-            PlannedTransport::Host {
-                delta: true,
-                processes: false,
-            },
-            2,
-            64 << 20,
-            2 << 20,
-            0,
-        )
-        .unwrap();
+        let threads = PlannedTransport::Host { processes: false };
+        let r = planned_report(threads, 2, 64 << 20, 2 << 20, 0).unwrap();
         // delta_cap 2 MiB: 2 buffers x 2 ranks x 2 MiB of shadows + one granule.
         assert_eq!(r.device_reserved(), ByteSize::mib(10));
-        let no_delta = PlannedTransport::Host {
-            delta: false,
-            processes: true,
-        };
-        let r = planned_report(no_delta, 2, 64 << 20, 2 << 20, 0).unwrap();
-        assert_eq!(r.device_reserved(), ByteSize::mib(2));
         assert_eq!(r.lines.len(), 4);
+        // The pinned area: 2 halves of 64 MiB of chunked data and its flags
+        // (4096 of 4 bytes), then the two 2 MiB delta buffers; and the status.
+        let half = (64 << 20) + 4 * 4096;
+        assert_eq!(
+            r.total_in(Place::PinnedHost).unwrap(),
+            ByteSize::b(2 * half + (4 << 20) + 64)
+        );
+        // Processes: one more line, for the peers' areas, of 0 bytes.
+        let procs = PlannedTransport::Host { processes: true };
+        let r = planned_report(procs, 2, 64 << 20, 2 << 20, 0).unwrap();
+        assert_eq!(r.device_reserved(), ByteSize::mib(10));
+        assert_eq!(r.lines.len(), 5);
+        assert_eq!(
+            r.total_in(Place::PinnedHost).unwrap(),
+            ByteSize::b(2 * half + (4 << 20) + 64)
+        );
     }
 
     #[test]

@@ -44,32 +44,9 @@ fn make_ranks(world: usize, max: ByteSize, arena: usize, timeout: Duration) -> V
     })
 }
 
-/// Creates the ranks with TPCOMM_HOST_SMALL set to `small` (the one-pass
-/// kernel; read at creation), then unset. Tests run one at a time
-/// (--test-threads=1), so nothing else reads the environment meanwhile.
-fn make_ranks_with(
-    small: &str,
-    world: usize,
-    max: ByteSize,
-    arena: usize,
-    timeout: Duration,
-) -> Vec<Rank<GpuComm>> {
-    std::env::set_var("TPCOMM_HOST_SMALL", small);
-    let ranks = make_ranks(world, max, arena, timeout);
-    std::env::remove_var("TPCOMM_HOST_SMALL");
-    ranks
-}
-
-/// Ranks of 1 MiB communicators running the one-pass kernel `small`, with
-/// 8 MiB arenas and a 10 s timeout.
-fn one_mib_ranks(small: &str, world: usize) -> Vec<Rank<GpuComm>> {
-    make_ranks_with(
-        small,
-        world,
-        ByteSize::mib(1),
-        8 << 20,
-        Duration::from_secs(10),
-    )
+/// Ranks of 1 MiB communicators, with 8 MiB arenas and a 10 s timeout.
+fn one_mib_ranks(world: usize) -> Vec<Rank<GpuComm>> {
+    make_ranks(world, ByteSize::mib(1), 8 << 20, Duration::from_secs(10))
 }
 
 #[test]
@@ -79,36 +56,32 @@ fn gpu_host_sums_are_right_for_every_size_type_kernel_and_mode() {
     for world in worlds {
         let max = ByteSize::mib(8);
         let mut total = 0;
-        // OneShot and Auto run the one-pass kernel (push, delta or LL words) up
-        // to 1 MiB, chunks above; TwoShot runs chunks.
-        for small in ["push", "delta", "ll"] {
-            let mut ranks = make_ranks_with(small, world, max, 64 << 20, Duration::from_secs(10));
-            let what = format!("one-pass kernel {small}");
-            total += check_every_size(&mut ranks, max, &mut Rng::new(42), &what);
-        }
+        // OneShot and Auto run the delta kernel up to 2 MiB, chunks above;
+        // TwoShot runs chunks.
+        let mut ranks = make_ranks(world, max, 64 << 20, Duration::from_secs(10));
+        total += check_every_size(&mut ranks, max, &mut Rng::new(42), "host path");
         eprintln!(
-        "host path: checked {total} calls (push, delta and ll) on {}: 0 wrong, bit-identical across ranks",
+            "host path: checked {total} calls on {}: 0 wrong, bit-identical across ranks",
             describe(world)
-    );
+        );
     }
 }
 
-/// The push and delta kernels' sentinel is the all-ones element (a NaN in
-/// every type): such an input element must arrive as a NaN, not hang the
-/// call, and leave every other element right and the next calls unaffected.
+/// The delta kernel's sentinel is the all-ones element (a NaN in every
+/// type): such an input element must arrive as a NaN, not hang the call, and
+/// leave every other element right and the next calls unaffected.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
-fn gpu_host_push_and_delta_carry_all_ones_elements_as_nan() {
+fn gpu_host_delta_carries_all_ones_elements_as_nan() {
     let Some(worlds) = gpu_worlds() else { return };
     for world in worlds {
-        for small in ["push", "delta"] {
-            all_ones_elements_arrive_as_nan(small, world);
-        }
+        all_ones_elements_arrive_as_nan(world);
     }
 }
 
-fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
-    let mut ranks = one_mib_ranks(small, world);
+fn all_ones_elements_arrive_as_nan(world: usize) {
+    let small = "delta";
+    let mut ranks = one_mib_ranks(world);
     let mut rng = Rng::new(11);
     for graph in [false, true] {
         for dtype in DType::ALL {
@@ -184,74 +157,72 @@ fn all_ones_elements_arrive_as_nan(small: &str, world: usize) {
 
 /// The delta kernel sends an element that equals what its buffer held two
 /// calls before as the sentinel ("the same again"): calls that repeat the
-/// same input, whole or in part, must still give the float64 sum. Run for
-/// every one-pass kernel.
+/// same input, whole or in part, must still give the float64 sum.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
-fn gpu_host_repeated_inputs_are_right_with_every_one_pass_kernel() {
+fn gpu_host_repeated_inputs_are_right_with_the_delta_kernel() {
     let Some(worlds) = gpu_worlds() else { return };
     for world in worlds {
-        for small in ["push", "delta", "ll"] {
-            let mut ranks = one_mib_ranks(small, world);
-            let mut rng = Rng::new(5);
-            for graph in [false, true] {
-                for dtype in DType::ALL {
-                    let count = 3001;
-                    let size = dtype.size();
-                    // Half the elements equal on every rank and call: the
-                    // input is the same in all calls, so from the third call on
-                    // every element repeats its buffer's previous content.
-                    let mut inputs: Vec<Vec<u8>> = (0..world)
-                        .map(|_| random_bytes(dtype, count, &mut rng))
-                        .collect();
-                    let shared = random_bytes(dtype, count, &mut rng);
-                    for input in inputs.iter_mut() {
-                        for i in (0..count).filter(|i| i % 2 == 0) {
-                            input[i * size..(i + 1) * size]
-                                .copy_from_slice(&shared[i * size..(i + 1) * size]);
-                        }
+        let small = "delta";
+        let mut ranks = one_mib_ranks(world);
+        let mut rng = Rng::new(5);
+        for graph in [false, true] {
+            for dtype in DType::ALL {
+                let count = 3001;
+                let size = dtype.size();
+                // Half the elements equal on every rank and call: the
+                // input is the same in all calls, so from the third call on
+                // every element repeats its buffer's previous content.
+                let mut inputs: Vec<Vec<u8>> = (0..world)
+                    .map(|_| random_bytes(dtype, count, &mut rng))
+                    .collect();
+                let shared = random_bytes(dtype, count, &mut rng);
+                for input in inputs.iter_mut() {
+                    for i in (0..count).filter(|i| i % 2 == 0) {
+                        input[i * size..(i + 1) * size]
+                            .copy_from_slice(&shared[i * size..(i + 1) * size]);
                     }
-                    // Five calls of the same input, then one of a prefix of it.
-                    let mut calls: Vec<Call> = (0..5)
-                        .map(|_| Call {
-                            dtype,
-                            count,
-                            algo: Algo::OneShot,
-                            in_place: false,
-                            offset: 0,
-                        })
-                        .collect();
-                    calls.push(Call {
+                }
+                // Five calls of the same input, then one of a prefix of it.
+                let mut calls: Vec<Call> = (0..5)
+                    .map(|_| Call {
                         dtype,
-                        count: count / 2,
+                        count,
                         algo: Algo::OneShot,
                         in_place: false,
                         offset: 0,
-                    });
-                    let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
-                        .into_iter()
-                        .map(|r| r.unwrap_or_else(|e| panic!("{small}: repeated calls: {e}")))
-                        .collect();
-                    let ins: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
-                    let want = reference(dtype, &ins, count);
-                    for (r, res) in results.iter().enumerate() {
-                        // The prefix comes from the last call, the rest from the fifth.
-                        let wrong = count_wrong(dtype, &res.1[..count * size], &want, world);
-                        assert_eq!(
-                            wrong, 0,
-                            "{small} {dtype} graph={graph} rank {r}: repeated inputs"
-                        );
-                    }
-                    // Then ordinary random calls stay right.
-                    let spec: Vec<_> = (0..4)
-                        .map(|k| (dtype, 700 + 300 * k, Algo::OneShot, k % 2 == 1))
-                        .collect();
-                    let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
-                    assert_eq!(wrong, 0, "{small} {dtype} graph={graph}: calls after");
+                    })
+                    .collect();
+                calls.push(Call {
+                    dtype,
+                    count: count / 2,
+                    algo: Algo::OneShot,
+                    in_place: false,
+                    offset: 0,
+                });
+                let results: Vec<Arenas> = run_batch(&mut ranks, &calls, &inputs, graph)
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|e| panic!("{small}: repeated calls: {e}")))
+                    .collect();
+                let ins: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+                let want = reference(dtype, &ins, count);
+                for (r, res) in results.iter().enumerate() {
+                    // The prefix comes from the last call, the rest from the fifth.
+                    let wrong = count_wrong(dtype, &res.1[..count * size], &want, world);
+                    assert_eq!(
+                        wrong, 0,
+                        "{small} {dtype} graph={graph} rank {r}: repeated inputs"
+                    );
                 }
+                // Then ordinary random calls stay right.
+                let spec: Vec<_> = (0..4)
+                    .map(|k| (dtype, 700 + 300 * k, Algo::OneShot, k % 2 == 1))
+                    .collect();
+                let (wrong, _) = check_batch(&mut ranks, &spec, graph, &mut rng);
+                assert_eq!(wrong, 0, "{small} {dtype} graph={graph}: calls after");
             }
         }
-        eprintln!("host path: repeated inputs right with push, delta and ll");
+        eprintln!("host path: repeated inputs right with delta");
     }
 }
 
@@ -336,7 +307,7 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
             .unwrap()
         });
         let mut sums = Vec::new();
-        let area = HostLayout::new(max.bytes() as usize, world).area_bytes(4096);
+        let area = HostLayout::new(max.bytes() as usize).area_bytes(4096);
         for (comm, drop) in &made {
             let rep = comm.memory_report();
             eprintln!("{rep}");
@@ -344,9 +315,9 @@ fn gpu_host_memory_report_counts_the_pinned_area_and_the_device_words() {
             // The own area (threads map the peers' without new memory) plus the 64-byte status.
             assert_eq!(host, area as u64 + 64, "{rep}");
             // Device memory: the control words' one allocation granule and the
-            // delta kernel's shadows (the default one-pass kernel), nothing else.
+            // delta kernel's shadows, nothing else.
             let granularity = rep.gpu.as_ref().expect("a GPU report").granularity;
-            let delta_cap = HostLayout::new(max.bytes() as usize, world).delta_cap;
+            let delta_cap = HostLayout::new(max.bytes() as usize).delta_cap;
             let shadows = delta_shadow_bytes(world, delta_cap, granularity.bytes() as usize);
             assert_eq!(
                 rep.device_requested().bytes(),

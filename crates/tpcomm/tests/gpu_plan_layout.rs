@@ -41,20 +41,9 @@ fn planned_report_equals_a_real_communicators() {
     let Some(worlds) = gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin") else {
         return;
     };
-    // Whether the default small kernel is delta is the library's choice
-    // (TPCOMM_HOST_SMALL); this test plans for the default.
-    let delta = std::env::var("TPCOMM_HOST_SMALL")
-        .map(|v| v.trim().is_empty() || v.trim() == "delta")
-        .unwrap_or(true);
     for (transport, planned) in [
         (Transport::Cuda, PlannedTransport::P2p),
-        (
-            Transport::Host,
-            PlannedTransport::Host {
-                delta,
-                processes: false,
-            },
-        ),
+        (Transport::Host, PlannedTransport::Host { processes: false }),
     ] {
         for &world in &worlds {
             for max in [

@@ -23,12 +23,7 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "host_allreduce.cu",
-        &[
-            "tpcomm_host_push",
-            "tpcomm_host_delta",
-            "tpcomm_host_ll",
-            "tpcomm_host_chunked",
-        ],
+        &["tpcomm_host_delta", "tpcomm_host_chunked"],
         &["f32", "f16", "bf16"],
     ),
     (
@@ -129,4 +124,189 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// One function's machine code in a cubin: the bytes of its `.text.NAME`
+/// section and its flags, with the resources the cubin's `.nv.info` records
+/// for it and the device functions compiled into it (registers, frame and
+/// stack sizes), hashed. Symbol indices, which shift when other kernels are
+/// added or deleted, and the inner functions' names, which carry the C++
+/// names of their template arguments, are left out.
+struct FunctionCode {
+    section: String,
+    size: u64,
+    fingerprint: u64,
+}
+
+fn le(bytes: &[u8], at: usize, n: usize) -> Option<u64> {
+    let b = bytes.get(at..at + n)?;
+    Some(b.iter().rev().fold(0u64, |v, &x| (v << 8) | x as u64))
+}
+
+struct Section<'a> {
+    name: &'a str,
+    flags: u64,
+    bytes: &'a [u8],
+}
+
+fn c_str(bytes: &[u8], at: usize) -> Option<&str> {
+    let tail = bytes.get(at..)?;
+    std::str::from_utf8(&tail[..tail.iter().position(|&b| b == 0)?]).ok()
+}
+
+/// The sections of an ELF64 file; `None` when it is not one.
+fn sections(elf: &[u8]) -> Option<Vec<Section<'_>>> {
+    if elf.get(..5)? != b"\x7fELF\x02" {
+        return None;
+    }
+    let shoff = le(elf, 0x28, 8)? as usize;
+    let shentsize = le(elf, 0x3a, 2)? as usize;
+    let shnum = le(elf, 0x3c, 2)? as usize;
+    let shstrndx = le(elf, 0x3e, 2)? as usize;
+    let header = |i: usize| shoff + i * shentsize;
+    let names_at = le(elf, header(shstrndx) + 0x18, 8)? as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let nobits = le(elf, h + 4, 4)? == 8;
+            let offset = le(elf, h + 0x18, 8)? as usize;
+            let size = if nobits {
+                0
+            } else {
+                le(elf, h + 0x20, 8)? as usize
+            };
+            Some(Section {
+                name: c_str(elf, names_at + le(elf, h, 4)? as usize)?,
+                flags: le(elf, h + 0x08, 8)?,
+                bytes: elf.get(offset..offset + size)?,
+            })
+        })
+        .collect()
+}
+
+/// (symbol name, attribute, value) of the `.nv.info` attributes that name a
+/// symbol and a 32-bit value (register count, frame and stack sizes).
+fn symbol_attributes(all: &[Section]) -> Option<Vec<(String, u8, u32)>> {
+    let find = |n: &str| all.iter().find(|s| s.name == n);
+    let (Some(info), Some(symtab), Some(strtab)) =
+        (find(".nv.info"), find(".symtab"), find(".strtab"))
+    else {
+        return Some(Vec::new());
+    };
+    let (b, mut at, mut out) = (info.bytes, 0, Vec::new());
+    while at + 2 <= b.len() {
+        let (format, attr) = (b[at], b[at + 1]);
+        let len = match format {
+            // A value of its own size, after a 16-bit size.
+            4 => 4 + le(b, at + 2, 2)? as usize,
+            3 => 4,
+            2 => 3,
+            _ => 2,
+        };
+        if format == 4 && len == 12 {
+            let symbol = le(b, at + 4, 4)? as usize;
+            let value = le(b, at + 8, 4)? as u32;
+            let name = c_str(strtab.bytes, le(symtab.bytes, symbol * 24, 4)? as usize)?;
+            out.push((name.to_string(), attr, value));
+        }
+        at += len;
+    }
+    Some(out)
+}
+
+/// Every function of a cubin; `None` when it is not an ELF64 file.
+fn functions(cubin: &[u8]) -> Option<Vec<FunctionCode>> {
+    let all = sections(cubin)?;
+    let attributes = symbol_attributes(&all)?;
+    let mut out = Vec::new();
+    for s in all.iter().filter(|s| s.name.starts_with(".text.")) {
+        let function = &s.name[".text.".len()..];
+        let inner = format!("${function}$");
+        let mut tagged = s.bytes.to_vec();
+        tagged.extend_from_slice(&s.flags.to_le_bytes());
+        let mut own: Vec<(bool, u8, u32)> = attributes
+            .iter()
+            .filter(|(name, _, _)| name == function || name.starts_with(&inner))
+            .map(|(name, attr, value)| (name == function, *attr, *value))
+            .collect();
+        own.sort_unstable();
+        for (itself, attr, value) in own {
+            tagged.extend_from_slice(&[itself as u8, attr]);
+            tagged.extend_from_slice(&value.to_le_bytes());
+        }
+        out.push(FunctionCode {
+            section: s.name.to_string(),
+            size: s.bytes.len() as u64,
+            fingerprint: fingerprint(&tagged),
+        });
+    }
+    Some(out)
+}
+
+/// Per-function fingerprints of every family's cubin for every
+/// architecture, to show that a refactor of the sources left the machine
+/// code of every kept kernel (and of each device function it calls)
+/// byte-identical. Runs only when asked:
+///
+/// - `TPCOMM_KERNEL_FINGERPRINTS_OUT=FILE` writes them (before the change);
+/// - `TPCOMM_KERNEL_FINGERPRINTS_BASE=FILE` compares with such a file (after
+///   it) and fails on any function whose code differs; functions that are
+///   gone or new are listed, not failed.
+///
+/// Both runs need the same NVRTC (the file records its version).
+#[test]
+fn kept_kernels_compile_to_the_same_machine_code_when_asked() {
+    let out = std::env::var_os("TPCOMM_KERNEL_FINGERPRINTS_OUT");
+    let base = std::env::var_os("TPCOMM_KERNEL_FINGERPRINTS_BASE");
+    if out.is_none() && base.is_none() {
+        return;
+    }
+    tpcomm::cuda::ensure_nvrtc().expect("NVRTC is needed for kernel fingerprints");
+    let (maj, min) = tpcomm::cuda::nvrtc_version().expect("nvrtcVersion");
+    let mut lines = vec![format!("nvrtc {maj}.{min}")];
+    for (name, src) in SOURCES {
+        for &(a, b) in ARCHS {
+            let c = compile_uncached(src, name, (a, b)).expect("compiles");
+            let fns = functions(&c.cubin).expect("the cubin is an ELF64 file");
+            for f in fns {
+                lines.push(format!(
+                    "{name} sm_{a}{b} {} {} {:016x}",
+                    f.section, f.size, f.fingerprint
+                ));
+            }
+        }
+    }
+    if let Some(path) = out {
+        std::fs::write(&path, lines.join("\n") + "\n").expect("write the fingerprints");
+        eprintln!("wrote {} function fingerprints", lines.len() - 1);
+    }
+    if let Some(path) = base {
+        let text = std::fs::read_to_string(&path).expect("read the base fingerprints");
+        let mut recorded = text.lines();
+        assert_eq!(
+            recorded.next(),
+            Some(lines[0].as_str()),
+            "the base was made with another NVRTC"
+        );
+        let key = |l: &str| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[..3].join(" "), f[3..].join(" "))
+        };
+        let old: std::collections::BTreeMap<String, String> = recorded.map(key).collect();
+        let new: std::collections::BTreeMap<String, String> =
+            lines[1..].iter().map(|l| key(l)).collect();
+        let (mut same, mut differ) = (0, Vec::new());
+        for (k, v) in &new {
+            match old.get(k) {
+                Some(o) if o == v => same += 1,
+                Some(o) => differ.push(format!("{k}: {o} -> {v}")),
+                None => eprintln!("new: {k}"),
+            }
+        }
+        for k in old.keys().filter(|k| !new.contains_key(*k)) {
+            eprintln!("gone: {k}");
+        }
+        eprintln!("{same} functions byte-identical, {} differ", differ.len());
+        assert!(differ.is_empty(), "{}", differ.join("\n"));
+    }
 }

@@ -128,7 +128,7 @@ struct BenchOpts {
     rendezvous: Option<PathBuf>,
 
     /// GPU: transport: cuda (P2P), host (through pinned host memory, no P2P
-    /// needed; one-shot = delta words (push slots or LL words with TPCOMM_HOST_SMALL=push or ll), two-shot = chunked),
+    /// needed; one-shot = delta words, two-shot = chunked),
     /// auto (host when any
     /// pair lacks P2P; the default).
     #[arg(long, help_heading = "GPUs")]

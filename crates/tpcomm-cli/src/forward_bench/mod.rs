@@ -60,8 +60,8 @@ pub struct ForwardBenchArgs {
     #[arg(long, value_delimiter = ',')]
     modes: Option<Vec<String>>,
     /// GPU transport of tpcomm's modes: cuda (P2P), host (through pinned host
-    /// memory, no P2P needed; one-shot runs the host-delta kernel (host-push
-    /// or host-ll with TPCOMM_HOST_SMALL=push or ll), two-shot host-chunked; fused modes refused), auto (host when any pair of GPUs
+    /// memory, no P2P needed; one-shot runs the host-delta kernel, two-shot
+    /// host-chunked; fused modes refused), auto (host when any pair of GPUs
     /// lacks P2P). NCCL picks its own; set NCCL_P2P_DISABLE=1 to compare
     /// without P2P.
     #[arg(long, default_value = "auto")]
@@ -179,7 +179,7 @@ struct RankRow {
     tokens: usize,
     mode: String,
     /// The kernel tpcomm's all-reduce ran, where it differs from the mode's
-    /// name (the host transport's host-ll and host-chunked).
+    /// name (the host transport's host-delta and host-chunked).
     #[serde(default)]
     kernel: Option<String>,
     forward_us: f64,

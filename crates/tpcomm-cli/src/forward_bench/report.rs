@@ -8,7 +8,7 @@ struct Row {
     tokens: usize,
     mode: String,
     /// The kernel the all-reduce ran where it is not the mode's name (host
-    /// transport: host-ll or host-chunked).
+    /// transport: host-delta or host-chunked).
     kernel: Option<String>,
     /// Max over ranks of each rank's median forward time.
     forward_us: f64,
@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn json_records_the_transport_and_the_host_kernel() {
         let outs = (0..2)
-            .map(|_| rank("host", &["fused", "fused-pdl"], Some("host-ll")))
+            .map(|_| rank("host", &["fused", "fused-pdl"], Some("host-delta")))
             .collect();
         let doc = run_report(&["--transport", "host"], outs);
         let m = &doc["meta"];
@@ -395,7 +395,7 @@ mod tests {
         );
         let rows = doc["rows"].as_array().unwrap();
         assert_eq!(rows[2]["mode"], "one-shot");
-        assert_eq!(rows[2]["kernel"], "host-ll");
+        assert_eq!(rows[2]["kernel"], "host-delta");
         assert!(rows[1]["kernel"].is_null());
         // 2 layers: 4 sites; (120 - 100) / 4.
         assert_eq!(rows[2]["per_site_us"], 5.0);

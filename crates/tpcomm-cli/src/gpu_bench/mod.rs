@@ -50,7 +50,7 @@ pub struct GpuBenchArgs {
     #[arg(long, value_enum, default_value = "procs")]
     pub(crate) launch: Launch,
     /// GPU transport: cuda (P2P), host (through pinned host memory, no P2P
-    /// needed; one-shot = delta words (push slots or LL words with TPCOMM_HOST_SMALL=push or ll), two-shot = chunked),
+    /// needed; one-shot = delta words, two-shot = chunked),
     /// auto (host when any
     /// pair lacks P2P).
     #[arg(long, default_value = "auto")]
@@ -382,8 +382,8 @@ pub(crate) fn select_transport(t: Transport) -> select::Transport {
 
 /// A bench row's algorithm label as a selection candidate on `transport`
 /// (the communicator's, as `RankInfo::transport` names it): the host
-/// kernels' names (`host-delta`, `host-push` or `host-ll`, and `host-chunked`) are the host
-/// transport's one-shot and two-shot; `auto:*` rows are not candidates.
+/// kernels' names (`host-delta` and `host-chunked`) are the host transport's
+/// one-shot and two-shot; `auto:*` rows are not candidates.
 pub(crate) fn row_candidate(transport: &str, algo: &str) -> Option<select::Candidate> {
     if algo == "nccl" {
         return Some(select::Candidate::NCCL);
@@ -392,7 +392,7 @@ pub(crate) fn row_candidate(transport: &str, algo: &str) -> Option<select::Candi
         return None;
     }
     let algo = match algo {
-        "host-delta" | "host-push" | "host-ll" => "one-shot",
+        "host-delta" => "one-shot",
         "host-chunked" => "two-shot",
         a => a,
     };

@@ -297,13 +297,10 @@ impl Rank<'_> {
         let rot = self.args.rotate;
         let (i, o) = (self.in_ptrs[k % rot], self.out_ptrs[k % rot]);
         let (dtype, stream) = (self.args.dtype, self.c.stream.cu_stream());
-        // SAFETY: i and o are `max`-byte buffers of this rank's device that
-        // live until the end of rank_main, after every sync; count elements
-        // fit in them.
         let coll = self.args.coll;
         if coll != Coll::AllReduce {
             let root = self.root();
-            // SAFETY: as below; a collective's buffers (world x count for
+            // SAFETY: as for the all-reduce below; a collective's buffers (world x count for
             // the gathered output and the scattered input) fit `max`, which
             // the size column (world x count) is at most.
             return unsafe {
@@ -319,6 +316,9 @@ impl Rank<'_> {
                 }
             };
         }
+        // SAFETY: i and o are `max`-byte buffers of this rank's device that
+        // live until the end of rank_main, after every sync; count elements
+        // fit in them.
         unsafe {
             match imp {
                 Impl::Tp(a, how) => self.c.comm.all_reduce_launched(

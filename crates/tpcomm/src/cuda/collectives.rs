@@ -496,9 +496,11 @@ impl Communicator {
         // SAFETY (both arms): the caller's contract is passed on unchanged;
         // NCCL reads and writes the same ranges on the same stream.
         match (route, self.gpu(), self.nccl()) {
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.all_gather(input, output, count, dtype, stream, how)?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
                 h.collective(
                     Collective::AllGather,
@@ -510,6 +512,7 @@ impl Communicator {
                     how,
                 )?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (_, _, Some(n)) => unsafe { n.all_gather(input, output, count, dtype, stream)? },
             _ => return Err(no_route()),
         }
@@ -535,9 +538,11 @@ impl Communicator {
         let route = self.route_collective(Collective::ReduceScatter, count, dtype, op)?;
         // SAFETY: as in all_gather.
         match (route, self.gpu(), self.nccl()) {
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.reduce_scatter(input, output, count, dtype, op, stream, how)?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
                 h.collective(
                     Collective::ReduceScatter,
@@ -549,6 +554,7 @@ impl Communicator {
                     how,
                 )?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (_, _, Some(n)) => unsafe {
                 n.reduce_scatter(input, output, count, dtype, op, stream)?
             },
@@ -577,9 +583,11 @@ impl Communicator {
             self.route_collective(Collective::Broadcast { root }, count, dtype, ReduceOp::Sum)?;
         // SAFETY: as in all_gather.
         match (route, self.gpu(), self.nccl()) {
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
                 c.broadcast(input, output, count, dtype, root, stream, how)?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
                 h.collective(
                     Collective::Broadcast { root },
@@ -591,6 +599,7 @@ impl Communicator {
                     how,
                 )?
             },
+            // SAFETY: the caller's contract, passed on unchanged.
             (_, _, Some(n)) => unsafe { n.broadcast(input, output, count, dtype, root, stream)? },
             _ => return Err(no_route()),
         }

@@ -32,10 +32,11 @@ pub const ALLREDUCE_SRC: &str = family_source!(""; "allreduce.cu");
 /// allreduce.cu's protocol pieces.
 pub const FUSED_SRC: &str = family_source!(""; "allreduce.cu", "fused.cu");
 
-/// The host-memory all-reduce kernels, with V16 at the 4-byte alignment
-/// they were verified with (see common.cuh).
+/// The host-memory all-reduce kernels, with the forms they were verified
+/// with (TPCOMM_HOST_FORMS: V16 at 4-byte alignment and two 16-bit element
+/// forms; see common.cuh).
 pub const HOST_ALLREDUCE_SRC: &str =
-    family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu");
+    family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu");
 
 /// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
 /// transports (src/cuda/quant.rs).
@@ -50,7 +51,7 @@ pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collective
 /// (src/cuda/host_path/collectives.rs), which reuse host_allreduce.cu's
 /// protocol pieces, with V16 as that family has it.
 pub const HOST_COLLECTIVES_SRC: &str =
-    family_source!("#define TPCOMM_V16_ALIGN 4\n"; "host_allreduce.cu", "host_collectives.cu");
+    family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu", "host_collectives.cu");
 /// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
 pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
 
@@ -261,6 +262,15 @@ mod tests {
             "u16",
             "V16",
             "TPCOMM_V16_ALIGN",
+            "TPCOMM_MAX_WORLD",
+            "TPCOMM_EPOCH_SHIFT",
+            "TPCOMM_EPOCH_UNIT",
+            "ld_acquire_sys_u32",
+            "st_release_sys_u32",
+            "F32",
+            "Halves",
+            "BF16",
+            "F16",
             "sentinel_vec",
             "words_have_sentinel",
             "canon_word32",
@@ -311,11 +321,11 @@ mod tests {
             );
         }
         // Only the host path (and the family built on its file) asks for
-        // the 4-byte V16 it was verified with.
+        // the forms it was verified with.
         for (name, src) in SOURCES {
             let defines = &src[..src.find(COMMON_SRC).unwrap()];
             assert_eq!(
-                defines.contains("#define TPCOMM_V16_ALIGN 4"),
+                defines.contains("#define TPCOMM_HOST_FORMS"),
                 *name == "host_allreduce.cu" || *name == "host_collectives.cu",
                 "{name}: {defines:?}"
             );

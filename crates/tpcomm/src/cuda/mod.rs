@@ -1,26 +1,39 @@
 //! The CUDA transport and its all-reduce kernels: receive buffers that peer
 //! GPUs write into directly, kernels compiled by NVRTC at run time.
 //!
-//! `raw` holds every unsafe CUDA call; the rest is safe code on top of it.
-//! `loader`, `compile` and the re-exported launch, module and allocation types
-//! of `raw` are public for kernel families outside the library (the benchmark
+//! `raw` holds every CUDA driver and NVRTC call (the only `cudarc` `sys`
+//! calls of the library), behind safe functions and owning types. Above it,
+//! `unsafe` remains only where the API itself takes raw device pointers and
+//! streams from the caller (`StreamAllReduce::all_reduce_launched` and the
+//! kernel launches behind it, the fused, quantized, collective and P2P-check
+//! entry points): each block there says which caller contract makes it
+//! sound. Modules marked `forbid(unsafe_code)` hold none. `loader`,
+//! `compile` and the re-exported launch, module and allocation types of
+//! `raw` are public for kernel families outside the library (the benchmark
 //! forward's, in crates/tpcomm-forward).
 
+#[forbid(unsafe_code)]
 mod algo;
 pub mod collectives;
 mod comm;
 pub mod communicator;
+#[forbid(unsafe_code)]
 pub mod compile;
 pub mod fused;
 pub mod host_path;
+#[forbid(unsafe_code)]
 mod kernels;
+#[forbid(unsafe_code)]
 pub(crate) mod layout;
+#[forbid(unsafe_code)]
 pub mod loader;
 pub mod p2p_check;
 mod pdl;
 pub mod quant;
-mod raw;
+pub(crate) mod raw;
+#[forbid(unsafe_code)]
 mod rendezvous;
+#[forbid(unsafe_code)]
 pub mod share;
 mod stream_all_reduce;
 
@@ -35,6 +48,7 @@ pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use pdl::Launch;
+pub use raw::scratch::{SavedContext, Scratch, Staging};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,

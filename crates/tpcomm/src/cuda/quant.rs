@@ -13,18 +13,19 @@
 
 use super::comm::CudaConfig;
 use super::cuda_err;
-use super::host_path::pinned::{Registered, SharedFile};
 use super::host_path::Transport;
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
 use super::pdl::{self, Launch};
+use super::raw::pinned::Registered;
 use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::share::{grid_cap, DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::host::shm::SharedFile;
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::quant::model::CHUNK_ELEMS;
 use crate::quant::{Format, Wire, MIN_GROUP};
@@ -380,7 +381,9 @@ impl QuantComm {
             let len = round_up(area_bytes, 1 << 16);
             let (file, path) = SharedFile::create(len)?;
             raw::set_current(ctx.cu_ctx())?;
-            let reg = Registered::new(file.base(), len)?;
+            // SAFETY: the whole mapping of `file`, kept beside the
+            // registration (which drops first: the variant's first field).
+            let reg = unsafe { Registered::new(file.base(), len) }?;
             let p = reg.device_ptr();
             (OwnArea::HostProcess(reg, file), p, path.into_bytes())
         };
@@ -466,7 +469,8 @@ impl QuantComm {
                     })?;
                     let file = SharedFile::open(path)?;
                     raw::set_current(ctx.cu_ctx())?;
-                    let reg = Registered::new(file.base(), file.len())?;
+                    // SAFETY: as for this rank's own file above.
+                    let reg = unsafe { Registered::new(file.base(), file.len()) }?;
                     let ptr = reg.device_ptr();
                     peers.push(PeerMap::Host(reg, file));
                     ptr

@@ -134,9 +134,13 @@ impl HostCommunicator {
             };
             let ep = self.epoch;
             self.epoch += 1;
-            let r = match algo {
-                Algo::TwoShot => self.two_shot(ep, desc, src.add(off), dst.add(off), len, op),
-                _ => self.one_shot(ep, desc, src.add(off), dst.add(off), len, op),
+            // SAFETY: off + len <= count, so both pieces lie inside the
+            // caller's buffers (the contract above), and alias as they do.
+            let r = unsafe {
+                match algo {
+                    Algo::TwoShot => self.two_shot(ep, desc, src.add(off), dst.add(off), len, op),
+                    _ => self.one_shot(ep, desc, src.add(off), dst.add(off), len, op),
+                }
             };
             if let Err(e) = r {
                 self.fail(&e, ep);
@@ -188,8 +192,10 @@ impl HostCommunicator {
         // store below; a peer's reads of the previous use of this buffer
         // (epoch ep - nbuf) ended before that peer published its flag of
         // epoch ep - 1, which this rank has seen.
-        std::ptr::copy_nonoverlapping(src, slot, skip.0);
-        std::ptr::copy_nonoverlapping(src.add(skip.1), slot.add(skip.1), len - skip.1);
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, slot, skip.0);
+            std::ptr::copy_nonoverlapping(src.add(skip.1), slot.add(skip.1), len - skip.1);
+        }
         self.seg.line_a(me, b, D_COUNT).store(desc.count, Relaxed);
         self.seg.line_a(me, b, D_META).store(desc.meta, Relaxed);
         self.seg.line_a(me, b, D_SEQ).store(desc.seq, Relaxed);
@@ -238,13 +244,14 @@ impl HostCommunicator {
         len: usize,
         op: ReduceOp,
     ) -> Result<()> {
-        self.publish(ep, desc, src, len, (0, 0));
+        // SAFETY: `src` holds `len` elements (the caller's contract).
+        unsafe { self.publish(ep, desc, src, len, (0, 0)) };
         self.gather_arrivals(ep, desc)?;
         let srcs = self.slots::<T>(self.buf(ep));
         // SAFETY: every slot of this buffer holds epoch ep's piece (flags
         // acquired above) and nobody writes them until this rank publishes
         // epoch ep + 1; dst is the caller's, distinct from the segment.
-        reduce(&srcs[..self.cfg.world], dst, None, len, op);
+        unsafe { reduce(&srcs[..self.cfg.world], dst, None, len, op) };
         Ok(())
     }
 
@@ -263,23 +270,27 @@ impl HostCommunicator {
         // Peers read only their own shards of this rank's slot, so this
         // rank's shard is not copied in: it is reduced straight from `src`.
         let (s0, s1) = shard_range(len, world, me, unit);
-        self.publish(ep, desc, src, len, (s0, s1));
+        // SAFETY: `src` holds `len` elements (the caller's contract) and the
+        // skipped shard lies within them.
+        unsafe { self.publish(ep, desc, src, len, (s0, s1)) };
         self.gather_arrivals(ep, desc)?;
         // Reduce-scatter: this rank reduces its shard of every rank's data
         // into its own slot, which no peer reads until flag B.
         let mut srcs = self.slots::<T>(b);
         for s in srcs.iter_mut().take(world) {
-            *s = s.add(s0);
+            // SAFETY: s0 <= len, within every slot.
+            *s = unsafe { s.add(s0) };
         }
         // The result goes to the caller's output and to this rank's slot for
         // the peers. dst may be src (in place): reduce reads each block of
         // every source before writing it.
         let own = srcs[me] as *mut T;
-        srcs[me] = src.add(s0);
+        // SAFETY: s0 <= len, within the caller's input.
+        srcs[me] = unsafe { src.add(s0) };
         // SAFETY: dst/src shards are the caller's, `own` is in the segment,
         // so `own` overlaps neither; peers' shards are stable until this
         // rank's next epoch.
-        reduce(&srcs[..world], dst.add(s0), Some(own), s1 - s0, op);
+        unsafe { reduce(&srcs[..world], dst.add(s0), Some(own), s1 - s0, op) };
         self.seg.flag_b(me, b).store(ep, Release);
         // All-gather: copy every rank's reduced shard out.
         for p in (0..world).filter(|&p| p != me) {
@@ -290,11 +301,13 @@ impl HostCommunicator {
             // SAFETY: rank p's shard was written before its flag B (acquired
             // above) and stays until p publishes epoch ep + 1's arrival, which
             // needs this rank's epoch ep + 1 flag; dst is the caller's memory.
-            std::ptr::copy_nonoverlapping(
-                (self.seg.slot(b, p) as *const T).add(q0),
-                dst.add(q0),
-                q1 - q0,
-            );
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (self.seg.slot(b, p) as *const T).add(q0),
+                    dst.add(q0),
+                    q1 - q0,
+                )
+            };
         }
         Ok(())
     }

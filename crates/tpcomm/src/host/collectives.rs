@@ -177,24 +177,29 @@ impl HostCommunicator {
         let meta = dtype_code(T::DTYPE) | ALL_GATHER << 24;
         let (me, world) = (self.cfg.rank, self.cfg.world);
         self.each_piece(n, per_piece, meta, |c, ep, desc, off, len| {
-            c.publish(ep, desc, src.add(off), len, (0, 0));
-            c.gather_arrivals(ep, desc)?;
-            let b = c.buf(ep);
-            for p in 0..world {
-                let to = dst.add(p * n + off);
-                if p == me {
-                    if !std::ptr::eq(src.add(off), to) {
-                        // SAFETY: distinct caller memory (contract above).
-                        std::ptr::copy_nonoverlapping(src.add(off), to, len);
+            // SAFETY: the function's contract (above) covers every pointer
+            // this piece reads or writes; each step says why it is in bounds
+            // and not raced.
+            unsafe {
+                c.publish(ep, desc, src.add(off), len, (0, 0));
+                c.gather_arrivals(ep, desc)?;
+                let b = c.buf(ep);
+                for p in 0..world {
+                    let to = dst.add(p * n + off);
+                    if p == me {
+                        if !std::ptr::eq(src.add(off), to) {
+                            // SAFETY: distinct caller memory (contract above).
+                            std::ptr::copy_nonoverlapping(src.add(off), to, len);
+                        }
+                    } else {
+                        // SAFETY: p's slot holds epoch ep's piece (its flag was
+                        // acquired) and stays until p publishes epoch ep + 2's
+                        // data, which needs this rank's epoch ep + 1 flag.
+                        std::ptr::copy_nonoverlapping(c.seg.slot(b, p) as *const T, to, len);
                     }
-                } else {
-                    // SAFETY: p's slot holds epoch ep's piece (its flag was
-                    // acquired) and stays until p publishes epoch ep + 2's
-                    // data, which needs this rank's epoch ep + 1 flag.
-                    std::ptr::copy_nonoverlapping(c.seg.slot(b, p) as *const T, to, len);
                 }
+                Ok(())
             }
-            Ok(())
         })
     }
 
@@ -214,30 +219,35 @@ impl HostCommunicator {
         let stride = self.seg.layout.slot_bytes / std::mem::size_of::<T>() / world;
         let meta = dtype_code(T::DTYPE) | op_code(op) << 8 | REDUCE_SCATTER << 24;
         self.each_piece(n, stride, meta, |c, ep, desc, off, len| {
-            let b = c.buf(ep);
-            let mine = c.seg.slot(b, me) as *mut T;
-            for p in (0..world).filter(|&p| p != me) {
-                // SAFETY: sub-piece p lies inside this rank's slot (world x
-                // stride elements); no peer reads it before the flag below,
-                // and peers finished reading this buffer's previous use
-                // before publishing the epoch-(ep - 1) flags this rank saw.
-                std::ptr::copy_nonoverlapping(src.add(p * n + off), mine.add(p * stride), len);
+            // SAFETY: the function's contract (above) covers every pointer
+            // this piece reads or writes; each step says why it is in bounds
+            // and not raced.
+            unsafe {
+                let b = c.buf(ep);
+                let mine = c.seg.slot(b, me) as *mut T;
+                for p in (0..world).filter(|&p| p != me) {
+                    // SAFETY: sub-piece p lies inside this rank's slot (world x
+                    // stride elements); no peer reads it before the flag below,
+                    // and peers finished reading this buffer's previous use
+                    // before publishing the epoch-(ep - 1) flags this rank saw.
+                    std::ptr::copy_nonoverlapping(src.add(p * n + off), mine.add(p * stride), len);
+                }
+                c.publish(ep, desc, src, 0, (0, 0));
+                c.gather_arrivals(ep, desc)?;
+                let mut srcs = c.slots::<T>(b);
+                for (p, s) in srcs.iter_mut().enumerate().take(world) {
+                    *s = if p == me {
+                        src.add(me * n + off)
+                    } else {
+                        s.add(me * stride)
+                    };
+                }
+                // SAFETY: peers' sub-pieces are stable until this rank's next
+                // epoch; dst is the caller's and, if inside src, is exactly
+                // srcs[me] (allowed by `reduce`).
+                reduce(&srcs[..world], dst.add(off), None, len, op);
+                Ok(())
             }
-            c.publish(ep, desc, src, 0, (0, 0));
-            c.gather_arrivals(ep, desc)?;
-            let mut srcs = c.slots::<T>(b);
-            for (p, s) in srcs.iter_mut().enumerate().take(world) {
-                *s = if p == me {
-                    src.add(me * n + off)
-                } else {
-                    s.add(me * stride)
-                };
-            }
-            // SAFETY: peers' sub-pieces are stable until this rank's next
-            // epoch; dst is the caller's and, if inside src, is exactly
-            // srcs[me] (allowed by `reduce`).
-            reduce(&srcs[..world], dst.add(off), None, len, op);
-            Ok(())
         })
     }
 
@@ -248,21 +258,26 @@ impl HostCommunicator {
         let meta = dtype_code(T::DTYPE) | BROADCAST << 24 | (root as u64) << 32;
         let me = self.cfg.rank;
         self.each_piece(n, per_piece, meta, |c, ep, desc, off, len| {
-            // Every rank publishes (the others with no data): the root must
-            // know they all finished reading before it reuses a buffer.
-            let sent = if me == root { len } else { 0 };
-            c.publish(ep, desc, buf.add(off) as *const T, sent, (0, 0));
-            c.gather_arrivals(ep, desc)?;
-            if me != root {
-                // SAFETY: the root's slot holds this piece (flag acquired)
-                // until the root's epoch ep + 2, which needs our ep + 1 flag.
-                std::ptr::copy_nonoverlapping(
-                    c.seg.slot(c.buf(ep), root) as *const T,
-                    buf.add(off),
-                    len,
-                );
+            // SAFETY: the function's contract (above) covers every pointer
+            // this piece reads or writes; each step says why it is in bounds
+            // and not raced.
+            unsafe {
+                // Every rank publishes (the others with no data): the root must
+                // know they all finished reading before it reuses a buffer.
+                let sent = if me == root { len } else { 0 };
+                c.publish(ep, desc, buf.add(off) as *const T, sent, (0, 0));
+                c.gather_arrivals(ep, desc)?;
+                if me != root {
+                    // SAFETY: the root's slot holds this piece (flag acquired)
+                    // until the root's epoch ep + 2, which needs our ep + 1 flag.
+                    std::ptr::copy_nonoverlapping(
+                        c.seg.slot(c.buf(ep), root) as *const T,
+                        buf.add(off),
+                        len,
+                    );
+                }
+                Ok(())
             }
-            Ok(())
         })
     }
 }

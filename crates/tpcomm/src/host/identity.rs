@@ -121,8 +121,7 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
 
 /// The effective user id of this process.
 pub(crate) fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    super::shm::effective_uid()
 }
 
 /// The error for a file or segment that another user owns.
@@ -141,10 +140,7 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     if pid == 0 {
         return false;
     }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    exists && !zombie(pid)
+    super::shm::process_exists(pid) && !zombie(pid)
 }
 
 fn zombie(pid: u32) -> bool {

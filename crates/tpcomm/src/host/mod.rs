@@ -5,16 +5,24 @@
 
 mod allreduce;
 mod collectives;
+#[forbid(unsafe_code)]
 mod identity;
+#[forbid(unsafe_code)]
 mod job;
 mod layout;
+#[forbid(unsafe_code)]
 mod notice;
+#[forbid(unsafe_code)]
 pub(crate) mod private_file;
 mod reduce;
+#[forbid(unsafe_code)]
 mod rendezvous;
+#[forbid(unsafe_code)]
 mod room;
 pub(crate) mod shm;
+#[forbid(unsafe_code)]
 mod ticket;
+#[forbid(unsafe_code)]
 mod wait;
 
 pub use identity::{JobKey, JOB_KEY_ENV};

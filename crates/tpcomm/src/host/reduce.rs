@@ -40,17 +40,29 @@ pub(super) unsafe fn reduce<T: Element>(
     let mut i = 0;
     while i < len {
         let n = BLOCK.min(len - i);
-        // SAFETY (all slices below): in bounds and aligned per the contract;
-        // each slice is dropped before the next one over the same memory is
-        // made, so a shared and a mutable slice of `dst` never coexist.
-        T::load_f32(std::slice::from_raw_parts(srcs[0].add(i), n), &mut acc[..n]);
+        // The slices below are in bounds and aligned per the contract; each
+        // is dropped before the next one over the same memory is made, so a
+        // shared and a mutable slice of `dst` never coexist.
+        // SAFETY: as said above.
+        T::load_f32(
+            unsafe { std::slice::from_raw_parts(srcs[0].add(i), n) },
+            &mut acc[..n],
+        );
         for s in &srcs[1..] {
-            T::load_f32(std::slice::from_raw_parts(s.add(i), n), &mut tmp[..n]);
+            // SAFETY: as said above.
+            T::load_f32(
+                unsafe { std::slice::from_raw_parts(s.add(i), n) },
+                &mut tmp[..n],
+            );
             combine(op, &mut acc[..n], &tmp[..n]);
         }
-        T::store_f32(&acc[..n], std::slice::from_raw_parts_mut(dst.add(i), n));
+        // SAFETY: as said above.
+        T::store_f32(&acc[..n], unsafe {
+            std::slice::from_raw_parts_mut(dst.add(i), n)
+        });
         if let Some(c) = copy {
-            std::ptr::copy_nonoverlapping(dst.add(i), c.add(i), n);
+            // SAFETY: `copy` overlaps neither `dst` nor a source (the contract).
+            unsafe { std::ptr::copy_nonoverlapping(dst.add(i), c.add(i), n) };
         }
         i += n;
     }

@@ -8,15 +8,7 @@ use std::path::Path;
 
 /// Free bytes of the file system at `dir` (for an unprivileged user).
 pub(crate) fn fs_free(dir: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs writes into a zeroed struct we own; the path is valid.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
-    }
+    super::shm::fs_free(dir)
 }
 
 /// `MemAvailable` of /proc/meminfo, in bytes.

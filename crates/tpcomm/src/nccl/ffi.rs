@@ -188,15 +188,18 @@ impl Api {
         comm: RawComm,
         stream: *mut c_void,
     ) -> c_int {
-        (self.all_reduce)(
-            send as usize as *const c_void,
-            recv as usize as *mut c_void,
-            count,
-            dtype,
-            op,
-            comm,
-            stream,
-        )
+        // SAFETY: the caller's contract above is ncclAllReduce's.
+        unsafe {
+            (self.all_reduce)(
+                send as usize as *const c_void,
+                recv as usize as *mut c_void,
+                count,
+                dtype,
+                op,
+                comm,
+                stream,
+            )
+        }
     }
 
     /// `ncclAllGather` (`count`: one rank's block), enqueued on `stream`;
@@ -214,14 +217,17 @@ impl Api {
         stream: *mut c_void,
     ) -> Option<c_int> {
         let f = self.all_gather?;
-        Some(f(
-            send as usize as *const c_void,
-            recv as usize as *mut c_void,
-            count,
-            dtype,
-            comm,
-            stream,
-        ))
+        // SAFETY: the caller's contract above is the NCCL function's.
+        Some(unsafe {
+            f(
+                send as usize as *const c_void,
+                recv as usize as *mut c_void,
+                count,
+                dtype,
+                comm,
+                stream,
+            )
+        })
     }
 
     /// `ncclReduceScatter` (`count`: one rank's output block).
@@ -240,15 +246,18 @@ impl Api {
         stream: *mut c_void,
     ) -> Option<c_int> {
         let f = self.reduce_scatter?;
-        Some(f(
-            send as usize as *const c_void,
-            recv as usize as *mut c_void,
-            count,
-            dtype,
-            op,
-            comm,
-            stream,
-        ))
+        // SAFETY: the caller's contract above is the NCCL function's.
+        Some(unsafe {
+            f(
+                send as usize as *const c_void,
+                recv as usize as *mut c_void,
+                count,
+                dtype,
+                op,
+                comm,
+                stream,
+            )
+        })
     }
 
     /// `ncclBroadcast` from `root`.
@@ -267,15 +276,18 @@ impl Api {
         stream: *mut c_void,
     ) -> Option<c_int> {
         let f = self.broadcast?;
-        Some(f(
-            send as usize as *const c_void,
-            recv as usize as *mut c_void,
-            count,
-            dtype,
-            root,
-            comm,
-            stream,
-        ))
+        // SAFETY: the caller's contract above is the NCCL function's.
+        Some(unsafe {
+            f(
+                send as usize as *const c_void,
+                recv as usize as *mut c_void,
+                count,
+                dtype,
+                root,
+                comm,
+                stream,
+            )
+        })
     }
 
     /// `ncclCommDestroy` (or `ncclCommAbort` when `abort`). `comm` must come
@@ -322,7 +334,8 @@ impl Api {
 /// # Safety
 /// `T` must be the C signature nccl.h declares for `name`.
 unsafe fn get<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
-    lib.get::<T>(name)
+    // SAFETY: `T` is `name`'s C signature (the caller's contract).
+    unsafe { lib.get::<T>(name) }
         .map(|s| *s)
         .map_err(|e| format!("it has no {name} ({e}); is this NCCL?"))
 }
@@ -349,6 +362,10 @@ unsafe fn cstr_to_string(p: *const c_char) -> String {
     if p.is_null() {
         String::new()
     } else {
-        CStr::from_ptr(p).to_string_lossy().trim().to_owned()
+        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
+        unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_owned()
     }
 }

@@ -341,15 +341,19 @@ impl NcclComm {
         op: ReduceOp,
         stream: CuStream,
     ) -> Result<()> {
-        let status = self.nccl.api.all_reduce(
-            send,
-            recv,
-            count,
-            nccl_dtype(dtype),
-            nccl_op(op),
-            self.raw(),
-            stream.cast(),
-        );
+        // SAFETY: this communicator is live and its own; the buffers and
+        // the stream are the caller's contract, which is ncclAllReduce's.
+        let status = unsafe {
+            self.nccl.api.all_reduce(
+                send,
+                recv,
+                count,
+                nccl_dtype(dtype),
+                nccl_op(op),
+                self.raw(),
+                stream.cast(),
+            )
+        };
         self.nccl.check(status, self.raw(), "ncclAllReduce")
     }
 
@@ -367,14 +371,18 @@ impl NcclComm {
         dtype: DType,
         stream: CuStream,
     ) -> Result<()> {
-        let status = self.nccl.api.all_gather(
-            send,
-            recv,
-            count,
-            nccl_dtype(dtype),
-            self.raw(),
-            stream.cast(),
-        );
+        // SAFETY: this communicator is live and its own; the buffers and
+        // the stream are the caller's contract, which is NCCL's.
+        let status = unsafe {
+            self.nccl.api.all_gather(
+                send,
+                recv,
+                count,
+                nccl_dtype(dtype),
+                self.raw(),
+                stream.cast(),
+            )
+        };
         self.collective_status(status, "ncclAllGather")
     }
 
@@ -393,15 +401,19 @@ impl NcclComm {
         op: ReduceOp,
         stream: CuStream,
     ) -> Result<()> {
-        let status = self.nccl.api.reduce_scatter(
-            send,
-            recv,
-            count,
-            nccl_dtype(dtype),
-            nccl_op(op),
-            self.raw(),
-            stream.cast(),
-        );
+        // SAFETY: this communicator is live and its own; the buffers and
+        // the stream are the caller's contract, which is NCCL's.
+        let status = unsafe {
+            self.nccl.api.reduce_scatter(
+                send,
+                recv,
+                count,
+                nccl_dtype(dtype),
+                nccl_op(op),
+                self.raw(),
+                stream.cast(),
+            )
+        };
         self.collective_status(status, "ncclReduceScatter")
     }
 
@@ -420,15 +432,19 @@ impl NcclComm {
     ) -> Result<()> {
         let root = std::ffi::c_int::try_from(root)
             .map_err(|_| Error::invalid("broadcast root", format!("{root} is too large")))?;
-        let status = self.nccl.api.broadcast(
-            send,
-            recv,
-            count,
-            nccl_dtype(dtype),
-            root,
-            self.raw(),
-            stream.cast(),
-        );
+        // SAFETY: this communicator is live and its own; the buffers and
+        // the stream are the caller's contract, which is NCCL's.
+        let status = unsafe {
+            self.nccl.api.broadcast(
+                send,
+                recv,
+                count,
+                nccl_dtype(dtype),
+                root,
+                self.raw(),
+                stream.cast(),
+            )
+        };
         self.collective_status(status, "ncclBroadcast")
     }
 

@@ -7,13 +7,18 @@
 //! machine class, fingerprint) is computed by the pure functions of
 //! [`classify`], the same whether the facts came from a probe or a file.
 
+#[forbid(unsafe_code)]
 pub mod classify;
-mod cuda;
+#[forbid(unsafe_code)]
 pub mod format;
 mod nvml;
+#[forbid(unsafe_code)]
 mod probe;
+#[forbid(unsafe_code)]
 mod sysfs;
 
+// The probe's CUDA driver calls live in the unsafe bottom layer.
+use crate::cuda::raw::probe as cuda;
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
 use serde::{Deserialize, Serialize};

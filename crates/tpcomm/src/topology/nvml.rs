@@ -71,7 +71,8 @@ pub(super) struct Nvml {
 /// # Safety
 /// `T` must be the C signature nvml.h gives `name`.
 unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Option<T> {
-    lib.get::<T>(name).ok().map(|s| *s)
+    // SAFETY: `T` is `name`'s C signature (the caller's contract).
+    unsafe { lib.get::<T>(name) }.ok().map(|s| *s)
 }
 
 impl Nvml {
@@ -258,6 +259,10 @@ unsafe fn cstr(p: *const c_char) -> String {
     if p.is_null() {
         String::new()
     } else {
-        CStr::from_ptr(p).to_string_lossy().trim().to_owned()
+        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
+        unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_owned()
     }
 }

@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn blocks_fit_the_area_the_all_reduce_made() {
-        let l = HostLayout::new(8 << 20, 4);
+        let l = HostLayout::new(8 << 20);
         // All-gather and broadcast: any block up to max_bytes.
         for b in [1, 16, 1000, 8 << 20] {
             let p = fits(Collective::AllGather, b, 4, 132, &l).unwrap();
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(p.chunks, 4 * p.per_block);
         assert!(fits(Collective::ReduceScatter, (2 << 20) + 16, 4, 132, &l).is_none());
         // Small blocks still cost one flag each: 8 ranks need 8 flags.
-        let tiny = HostLayout::new(16 << 10, 8);
+        let tiny = HostLayout::new(16 << 10);
         assert_eq!(tiny.max_chunks, 1);
         assert!(fits(Collective::ReduceScatter, 16, 8, 16, &tiny).is_none());
         assert!(fits(Collective::AllGather, 16, 8, 16, &tiny).is_some());

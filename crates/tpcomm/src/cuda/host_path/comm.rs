@@ -2,20 +2,21 @@
 
 use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan_with, ll_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX};
-use super::pinned::{self, Registered, SharedFile};
-pub use super::small::SmallKernel;
+use super::layout::{
+    chunk_plan_with, one_pass_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX,
+};
 use crate::algo::Algo;
 use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
+use crate::cuda::raw::pinned::{self, Registered};
 use crate::cuda::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
 use crate::cuda::share::{time_slice_warning, DeviceIdentity, Sharing};
 use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::host::shm::{self, Mapping};
+use crate::host::shm::{self, Mapping, SharedFile};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
@@ -23,9 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 // Status codes the kernels write (HG_WAIT_* in host_allreduce.cu).
-const WAIT_LL: u32 = 4;
 const WAIT_CHUNK: u32 = 5;
-const WAIT_PUSH: u32 = 6;
 const WAIT_DELTA: u32 = 7;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
@@ -34,15 +33,10 @@ const PAGE: usize = 4096;
 /// The kernel a host-path all-reduce runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostAlgo {
-    /// Plain data pushed into every peer's receive slots, which hold a
-    /// sentinel until it lands: one pass, the message's bytes.
-    Push,
     /// Plain data written once into the own area, every element differing
     /// from what was there before (shadows in device memory say what): one
     /// pass, the message's bytes, no emptying.
     Delta,
-    /// Data beside the epoch in every 8-byte word: one pass, twice the bytes.
-    Ll,
     /// Plain data in chunks with a flag each, producer and consumer blocks.
     Chunked,
 }
@@ -50,9 +44,7 @@ pub enum HostAlgo {
 impl HostAlgo {
     pub fn name(self) -> &'static str {
         match self {
-            HostAlgo::Push => "host-push",
             HostAlgo::Delta => "host-delta",
-            HostAlgo::Ll => "host-ll",
             HostAlgo::Chunked => "host-chunked",
         }
     }
@@ -65,23 +57,20 @@ pub fn delta_shadow_bytes(world: usize, delta_cap: usize, granularity: usize) ->
     (2 * world * delta_cap).div_ceil(g) * g
 }
 
-/// `OneShot` asks for the one-pass kernel (`small`), `TwoShot` for chunks,
-/// `Auto` for the one-pass kernel up to `AUTO_ONE_PASS_MAX`; no one-pass kernel is
-/// used above `cap`, its largest message (`HostLayout::delta_cap` for
-/// delta, `ll_cap` for push and LL: the buffers are that big).
-pub fn resolve(algo: Algo, bytes: usize, cap: usize, small: SmallKernel) -> HostAlgo {
+/// `OneShot` asks for the one-pass (delta) kernel, `TwoShot` for chunks,
+/// `Auto` for the delta kernel up to `AUTO_ONE_PASS_MAX`; it is never used
+/// above `cap`, its largest message (`HostLayout::delta_cap`: its buffers
+/// are that big).
+pub fn resolve(algo: Algo, bytes: usize, cap: usize) -> HostAlgo {
     let one_pass_max = match algo {
         Algo::OneShot => cap,
         Algo::TwoShot => 0,
         Algo::Auto => AUTO_ONE_PASS_MAX.min(cap),
     };
     if bytes > one_pass_max {
-        return HostAlgo::Chunked;
-    }
-    match small {
-        SmallKernel::Push => HostAlgo::Push,
-        SmallKernel::Delta => HostAlgo::Delta,
-        SmallKernel::Ll => HostAlgo::Ll,
+        HostAlgo::Chunked
+    } else {
+        HostAlgo::Delta
     }
 }
 
@@ -141,14 +130,13 @@ pub struct HostGpuCommunicator {
     sharing: Sharing,
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
-    /// The one-pass kernel for small messages (environment, read at creation).
-    small: SmallKernel,
     /// Threads per block of the one-pass kernels when TPCOMM_HOST_BLOCK sets
     /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
     one_pass_block: Option<u32>,
     ctl: DeviceAlloc,
-    /// Delta kernel only: the previous content of every rank's two buffers.
-    shadow: Option<DeviceAlloc>,
+    /// The delta kernel's memory of the previous content of every rank's two
+    /// buffers.
+    shadow: DeviceAlloc,
     status: HostMapped,
     areas: [u64; MAX_WORLD],
     report: MemoryReport,
@@ -195,9 +183,8 @@ impl HostGpuCommunicator {
         let kernels = host_kernels_for(&ctx)?;
         let sms = raw::sm_count(cfg.device as i32)?.max(1) as usize;
         let shape = HostChunkShape::from_env()?;
-        let small = SmallKernel::from_env()?;
         let one_pass_block = block_var(&crate::env::HOST_BLOCK, kernels.block)?;
-        let layout = HostLayout::new(max_bytes, cfg.world);
+        let layout = HostLayout::new(max_bytes);
         let area_bytes = layout.area_bytes(PAGE);
 
         // The control words get a whole allocation granule of their own: a
@@ -280,25 +267,22 @@ impl HostGpuCommunicator {
                 _segments: segments,
             }
         };
-        // The one-pass region starts as the sentinel (all-ones bytes): push
-        // slots empty, delta buffers as their shadows say, before any peer
-        // may read or write there.
-        let push_all = layout.one_pass_region();
+        // The delta buffers start as the sentinel (all-ones bytes), as their
+        // shadows say, before any peer may read there.
         // SAFETY: the one-pass region lies inside this rank's area (HostLayout),
         // mapped above; no kernel uses it yet, as no rank launches before
         // the exchange below.
         unsafe {
             raw::fill_mapped(
                 ctx.cu_ctx(),
-                areas[cfg.rank] + layout.push_offset as u64,
-                push_all,
+                areas[cfg.rank] + layout.delta_offset as u64,
+                layout.one_pass_region(),
                 0xff,
             )?
         };
         // No rank launches before every rank has mapped every area; the
         // records say what all ranks must agree on (group.rs).
         let record = GroupRecord {
-            small,
             sms: sms.min(u32::MAX as usize) as u32,
             blocks_per_sm: kernels.blocks_per_sm,
             chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
@@ -331,19 +315,14 @@ impl HostGpuCommunicator {
         // Delta words: what every rank's two buffers hold, as the sentinel
         // the buffers were filled with; whole granules, so the report says
         // exactly what free memory loses.
-        let shadow = if small == SmallKernel::Delta {
-            let bytes = delta_shadow_bytes(cfg.world, layout.delta_cap, granularity);
-            let s = DeviceAlloc::new(ctx.cu_ctx(), bytes)?;
-            s.fill(0, bytes, 0xff)?;
-            items.push(MemoryLine::device(
-                "delta shadows (2 buffers of every rank)",
-                bytes,
-            ));
-            allocations.push(ByteSize::from_usize(bytes));
-            Some(s)
-        } else {
-            None
-        };
+        let shadow_bytes = delta_shadow_bytes(cfg.world, layout.delta_cap, granularity);
+        let shadow = DeviceAlloc::new(ctx.cu_ctx(), shadow_bytes)?;
+        shadow.fill(0, shadow_bytes, 0xff)?;
+        items.push(MemoryLine::device(
+            "delta shadows (2 buffers of every rank)",
+            shadow_bytes,
+        ));
+        allocations.push(ByteSize::from_usize(shadow_bytes));
         items.push(MemoryLine::pinned_host(
             "status (pinned, mapped)",
             STATUS_BYTES,
@@ -391,7 +370,6 @@ impl HostGpuCommunicator {
             group_grid: agreed.group_grid,
             sharing: agreed.sharing,
             shape,
-            small,
             one_pass_block,
             ctl,
             shadow,
@@ -433,7 +411,9 @@ impl HostGpuCommunicator {
         let mut segments = Vec::with_capacity(cfg.world);
         let mut registered = Vec::with_capacity(cfg.world);
         raw::set_current(ctx.cu_ctx())?;
-        let reg = Registered::new(own.base(), own.len())?;
+        // SAFETY: `own` is this rank's whole mapped area; the registration
+        // goes into `registered`, which Areas drops before `segments`.
+        let reg = unsafe { Registered::new(own.base(), own.len()) }?;
         areas[cfg.rank] = reg.device_ptr();
         registered.push(reg);
         segments.push(own);
@@ -473,7 +453,8 @@ impl HostGpuCommunicator {
                 return Err(Error::invalid("rendezvous", format!("rank {p}'s area has {} bytes, this rank's {area_bytes}: do all ranks use the same max message size?", seg.len())));
             }
             raw::set_current(ctx.cu_ctx())?;
-            let reg = Registered::new(seg.base(), seg.len())?;
+            // SAFETY: as for this rank's own area above.
+            let reg = unsafe { Registered::new(seg.base(), seg.len()) }?;
             areas[p] = reg.device_ptr();
             registered.push(reg);
             segments.push(seg);
@@ -513,18 +494,7 @@ impl HostGpuCommunicator {
     /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
-        resolve(algo, bytes, self.one_pass_cap(), self.small)
-    }
-}
-
-impl HostGpuCommunicator {
-    /// Largest message this communicator's one-pass kernel takes (its
-    /// buffers' size): `delta_cap` for delta, `ll_cap` for push and LL.
-    fn one_pass_cap(&self) -> usize {
-        match self.small {
-            SmallKernel::Delta => self.layout.delta_cap,
-            SmallKernel::Push | SmallKernel::Ll => self.layout.ll_cap,
-        }
+        resolve(algo, bytes, self.layout.delta_cap)
     }
 }
 
@@ -571,16 +541,15 @@ impl StreamAllReduce for HostGpuCommunicator {
             ctl: self.ctl.ptr(),
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            push_offset: self.layout.push_offset as u64,
-            slot_bytes: self.one_pass_cap() as u64,
-            shadow: self.shadow.as_ref().map_or(0, |s| s.ptr()),
+            delta_offset: self.layout.delta_offset as u64,
+            slot_bytes: self.layout.delta_cap as u64,
+            shadow: self.shadow.ptr(),
             rank: self.rank as u32,
             world: self.world as u32,
             producers: 0,
-            fence_once: self.shape.fence_once as u32,
         };
         let (f, grid) = match which {
-            HostAlgo::Push | HostAlgo::Delta | HostAlgo::Ll => {
+            HostAlgo::Delta => {
                 // Blocks of at least 128 threads spread over the SMs with one
                 // vector per thread (as the P2P one-shot), or
                 // TPCOMM_HOST_BLOCK; never more threads than the message has
@@ -590,12 +559,10 @@ impl StreamAllReduce for HostGpuCommunicator {
                     .one_pass_block
                     .unwrap_or_else(|| oneshot_block(nvec, self.grid, block as usize) as u32)
                     .min(nvec.div_ceil(32) as u32 * 32);
-                let f = match which {
-                    HostAlgo::Push => self.kernels.push[d],
-                    HostAlgo::Delta => self.kernels.delta[d],
-                    _ => self.kernels.ll[d],
-                };
-                (f, ll_blocks(bytes, block as usize, self.grid))
+                (
+                    self.kernels.delta[d],
+                    one_pass_blocks(bytes, block as usize, self.grid),
+                )
             }
             HostAlgo::Chunked => {
                 let plan =
@@ -654,13 +621,12 @@ impl HostGpuCommunicator {
                 ctl: self.ctl.ptr(),
                 status: self.status.device_ptr(),
                 timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-                push_offset: self.layout.push_offset as u64,
-                slot_bytes: self.one_pass_cap() as u64,
-                shadow: self.shadow.as_ref().map_or(0, |s| s.ptr()),
+                delta_offset: self.layout.delta_offset as u64,
+                slot_bytes: self.layout.delta_cap as u64,
+                shadow: self.shadow.ptr(),
                 rank: self.rank as u32,
                 world: self.world as u32,
                 producers: 0,
-                fence_once: 1,
             },
             layout: self.layout,
             group_grid: self.group_grid,
@@ -702,9 +668,7 @@ impl HostGpuCommunicator {
         let peer = self.status.read_u32(4) as usize;
         let epoch = self.status.read_u64(8);
         let what = match code {
-            WAIT_LL => "host-path LL words",
             WAIT_CHUNK => "host-path chunk flag",
-            WAIT_PUSH => "host-path push slot",
             WAIT_DELTA => "host-path delta words",
             c => super::collectives::wait_what(c).unwrap_or("host-path data"),
         };
@@ -723,45 +687,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_takes_the_one_pass_kernel_for_small_messages_and_chunks_above() {
+    fn auto_takes_the_delta_kernel_for_small_messages_and_chunks_above() {
         let cap = AUTO_ONE_PASS_MAX;
-        for (small, one) in [
-            (SmallKernel::Push, HostAlgo::Push),
-            (SmallKernel::Delta, HostAlgo::Delta),
-            (SmallKernel::Ll, HostAlgo::Ll),
-        ] {
-            assert_eq!(resolve(Algo::Auto, 1024, cap, small), one);
-            assert_eq!(resolve(Algo::Auto, AUTO_ONE_PASS_MAX, cap, small), one);
-            assert_eq!(
-                resolve(Algo::Auto, AUTO_ONE_PASS_MAX + 2, cap, small),
-                HostAlgo::Chunked
-            );
-            assert_eq!(resolve(Algo::OneShot, cap, cap, small), one);
-            // Above the cap the slots and words would not fit the area.
-            assert_eq!(
-                resolve(Algo::OneShot, cap + 2, cap, small),
-                HostAlgo::Chunked
-            );
-            assert_eq!(resolve(Algo::TwoShot, 16, cap, small), HostAlgo::Chunked);
-            // A small communicator's cap bounds Auto too, and so does a
-            // kernel's (push and LL buffers are 1 MiB at most).
-            assert_eq!(resolve(Algo::Auto, 4096, 2048, small), HostAlgo::Chunked);
-            assert_eq!(
-                resolve(Algo::Auto, (1 << 20) + 2, 1 << 20, small),
-                HostAlgo::Chunked
-            );
-        }
+        let one = HostAlgo::Delta;
+        assert_eq!(resolve(Algo::Auto, 1024, cap), one);
+        assert_eq!(resolve(Algo::Auto, AUTO_ONE_PASS_MAX, cap), one);
+        assert_eq!(
+            resolve(Algo::Auto, AUTO_ONE_PASS_MAX + 2, cap),
+            HostAlgo::Chunked
+        );
+        assert_eq!(resolve(Algo::OneShot, cap, cap), one);
+        // Above the cap the words would not fit the buffers.
+        assert_eq!(resolve(Algo::OneShot, cap + 2, cap), HostAlgo::Chunked);
+        assert_eq!(resolve(Algo::TwoShot, 16, cap), HostAlgo::Chunked);
+        // A small communicator's cap bounds Auto too.
+        assert_eq!(resolve(Algo::Auto, 4096, 2048), HostAlgo::Chunked);
     }
 
     #[test]
-    fn delta_buffers_hold_two_mib_and_push_slots_one() {
-        let l = HostLayout::new(64 << 20, 2);
+    fn delta_buffers_hold_two_mib() {
+        let l = HostLayout::new(64 << 20);
         assert_eq!(l.delta_cap, 2 << 20);
-        assert_eq!(l.ll_cap, 1 << 20);
-        // The region after the halves fits whichever the communicator uses.
-        // (push: 3 buffers x 1 slot x 1 MiB; delta: 2 x 2 MiB)
+        // Two buffers after the halves, whatever the world size.
         assert_eq!(l.one_pass_region(), 4 << 20);
-        assert_eq!(HostLayout::new(64 << 20, 8).one_pass_region(), 21 << 20);
+        assert_eq!(HostLayout::new(1000).one_pass_region(), 2 * 1024);
         // Shadows: 2 buffers x 2 ranks x 2 MiB, whole 2 MiB granules.
         assert_eq!(delta_shadow_bytes(2, l.delta_cap, 2 << 20), 8 << 20);
         assert_eq!(delta_shadow_bytes(2, 1000, 2 << 20), 2 << 20);

@@ -1,27 +1,25 @@
 //! What every rank of a host-path group must agree on, checked once at
-//! creation: ranks that ran different one-pass kernels, or cut messages into
-//! different chunks, would wait for words and flags their peers never write,
-//! or read a chunk's bytes before they land. Each rank posts a record; all
+//! creation: ranks that cut messages into different chunks would wait for
+//! flags their peers never write, or read a chunk's bytes before they land. Each rank posts a record; all
 //! ranks see the same records, so all accept or all refuse.
 
-use super::small::SmallKernel;
 use crate::cuda::share::{grid_cap, DeviceIdentity, Sharing};
 use crate::error::{Error, Result};
 
-/// One rank's record: its one-pass kernel, its GPU's SM count, how many
+/// One rank's record: its GPU's SM count, how many
 /// blocks of the host kernels one of its SMs holds, its chunk size override
 /// (TPCOMM_HOST_CHUNK; 0 when unset) and its GPU's identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupRecord {
-    pub small: SmallKernel,
     pub sms: u32,
     pub blocks_per_sm: u32,
     pub chunk_override: u64,
     pub device: DeviceIdentity,
 }
 
-const RECORD_BYTES: usize = 1 + 1 + 4 + 4 + 8 + DeviceIdentity::BYTES;
-const VERSION: u8 = 2;
+const RECORD_BYTES: usize = 1 + 4 + 4 + 8 + DeviceIdentity::BYTES;
+// 3: the one-pass kernel's byte gone (delta is the only one).
+const VERSION: u8 = 3;
 
 /// What the records decide for this rank: how its GPU is shared, the most
 /// blocks its launches may have, and the smallest such grid of the group
@@ -33,16 +31,10 @@ pub struct Agreed {
     pub group_grid: usize,
 }
 
-// A kernel's code in the record: its index in SmallKernel::ALL.
-fn small_code(k: SmallKernel) -> u8 {
-    SmallKernel::ALL.iter().position(|&x| x == k).unwrap_or(0) as u8
-}
-
 impl GroupRecord {
     pub fn to_bytes(self) -> Vec<u8> {
         let mut b = Vec::with_capacity(RECORD_BYTES);
         b.push(VERSION);
-        b.push(small_code(self.small));
         b.extend_from_slice(&self.sms.to_le_bytes());
         b.extend_from_slice(&self.blocks_per_sm.to_le_bytes());
         b.extend_from_slice(&self.chunk_override.to_le_bytes());
@@ -54,13 +46,11 @@ impl GroupRecord {
         if b.len() != RECORD_BYTES || b[0] != VERSION {
             return None;
         }
-        let small = *SmallKernel::ALL.get(b[1] as usize)?;
         Some(Self {
-            small,
-            sms: u32::from_le_bytes(b[2..6].try_into().ok()?),
-            blocks_per_sm: u32::from_le_bytes(b[6..10].try_into().ok()?),
-            chunk_override: u64::from_le_bytes(b[10..18].try_into().ok()?),
-            device: DeviceIdentity::from_bytes(&b[18..])?,
+            sms: u32::from_le_bytes(b[1..5].try_into().ok()?),
+            blocks_per_sm: u32::from_le_bytes(b[5..9].try_into().ok()?),
+            chunk_override: u64::from_le_bytes(b[9..17].try_into().ok()?),
+            device: DeviceIdentity::from_bytes(&b[17..])?,
         })
     }
 }
@@ -94,16 +84,6 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
     for (p, r) in records.iter().enumerate() {
         let share = Sharing::of(&ids, p);
         group_grid = group_grid.min(grid_cap(r.sms as usize, r.blocks_per_sm as usize, share)?);
-        if r.small != mine.small {
-            return Err(Error::invalid(
-                "TPCOMM_HOST_SMALL",
-                format!(
-                    "rank {p} runs the {} kernel and rank {me} the {} kernel; set the same value (or none) for every rank",
-                    r.small.name(),
-                    mine.small.name()
-                ),
-            ));
-        }
         if r.chunk_override != mine.chunk_override {
             return Err(Error::invalid(
                 "TPCOMM_HOST_CHUNK",
@@ -127,9 +107,8 @@ mod tests {
     use super::*;
 
     // Every rank on a GPU of its own (GPU r), one block per SM.
-    fn record(small: SmallKernel, sms: u32, chunk: u64, gpu: u8) -> GroupRecord {
+    fn record(sms: u32, chunk: u64, gpu: u8) -> GroupRecord {
         GroupRecord {
-            small,
             sms,
             blocks_per_sm: 1,
             chunk_override: chunk,
@@ -140,10 +119,10 @@ mod tests {
         }
     }
 
-    fn rec(small: SmallKernel, sms: u32, chunk: u64) -> Vec<u8> {
+    fn rec(sms: u32, chunk: u64) -> Vec<u8> {
         static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
         let gpu = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        record(small, sms, chunk, gpu).to_bytes()
+        record(sms, chunk, gpu).to_bytes()
     }
 
     /// The records as `HostGpuCommunicator::new` exchanges them (threads
@@ -158,7 +137,7 @@ mod tests {
             .map(|r| {
                 let rv = Rendezvous::Threads(group.clone());
                 std::thread::spawn(move || {
-                    let mine = record(SmallKernel::Delta, sms[r], 0, r as u8);
+                    let mine = record(sms[r], 0, r as u8);
                     let all = rv
                         .exchange(
                             "host-gpu-mapped",
@@ -180,23 +159,18 @@ mod tests {
 
     #[test]
     fn records_round_trip() {
-        for small in SmallKernel::ALL {
-            let r = record(small, 132, 64 << 10, 5);
-            assert_eq!(GroupRecord::parse(&r.to_bytes()), Some(r));
-        }
+        let r = record(132, 64 << 10, 5);
+        assert_eq!(GroupRecord::parse(&r.to_bytes()), Some(r));
         assert_eq!(GroupRecord::parse(&[1, 2, 3]), None);
-        let mut bad = rec(SmallKernel::Delta, 1, 0);
-        bad[1] = 9;
+        // Another version's record (of the same length or not) is refused.
+        let mut bad = rec(1, 0);
+        bad[0] = 2;
         assert_eq!(GroupRecord::parse(&bad), None);
     }
 
     #[test]
     fn a_group_of_different_gpus_cuts_chunks_by_the_smallest() {
-        let all = vec![
-            rec(SmallKernel::Delta, 128, 0),
-            rec(SmallKernel::Delta, 82, 0),
-            rec(SmallKernel::Delta, 132, 0),
-        ];
+        let all = vec![rec(128, 0), rec(82, 0), rec(132, 0)];
         for me in 0..3 {
             assert_eq!(agree(me, &all).unwrap().group_grid, 82);
         }
@@ -207,7 +181,7 @@ mod tests {
         // 5 ranks: 3 on GPU 0 (132 SMs), 2 on GPU 1 (132 SMs), 2 blocks per SM.
         let all: Vec<_> = (0..5)
             .map(|r| {
-                let mut x = record(SmallKernel::Delta, 132, 0, (r % 2) as u8);
+                let mut x = record(132, 0, (r % 2) as u8);
                 x.blocks_per_sm = 2;
                 x.to_bytes()
             })
@@ -218,36 +192,20 @@ mod tests {
         assert_eq!(a[1].grid, 132); // 264 / 2, at most one per SM
         assert!(a.iter().all(|x| x.group_grid == 88));
         // 8 ranks on one GPU of 132 SMs at one block per SM: 16 blocks each.
-        let all: Vec<_> = (0..8)
-            .map(|_| record(SmallKernel::Delta, 132, 0, 0).to_bytes())
-            .collect();
+        let all: Vec<_> = (0..8).map(|_| record(132, 0, 0).to_bytes()).collect();
         let a = agree(3, &all).unwrap();
         assert_eq!((a.grid, a.group_grid), (16, 16));
         assert!(a.grid * 8 <= 132);
     }
 
     #[test]
-    fn different_kernels_or_chunk_sizes_are_refused_on_every_rank() {
-        let all = vec![
-            rec(SmallKernel::Delta, 132, 0),
-            rec(SmallKernel::Push, 132, 0),
-        ];
-        for me in 0..2 {
-            let e = agree(me, &all).unwrap_err().to_string();
-            assert!(
-                e.contains("TPCOMM_HOST_SMALL") && e.contains("push") && e.contains("delta"),
-                "{e}"
-            );
-        }
-        let all = vec![
-            rec(SmallKernel::Ll, 132, 65536),
-            rec(SmallKernel::Ll, 132, 0),
-        ];
+    fn different_chunk_sizes_are_refused_on_every_rank() {
+        let all = vec![rec(132, 65536), rec(132, 0)];
         for me in 0..2 {
             let e = agree(me, &all).unwrap_err().to_string();
             assert!(e.contains("TPCOMM_HOST_CHUNK"), "{e}");
         }
-        let all = vec![rec(SmallKernel::Ll, 132, 0), vec![7u8; 3]];
+        let all = vec![rec(132, 0), vec![7u8; 3]];
         assert!(agree(0, &all)
             .unwrap_err()
             .to_string()

@@ -28,19 +28,16 @@ pub(super) struct HostKernelArgs {
     pub ctl: u64,
     pub status: u64,
     pub timeout_ns: u64,
-    pub push_offset: u64,
+    pub delta_offset: u64,
     pub slot_bytes: u64,
     pub shadow: u64,
     pub rank: u32,
     pub world: u32,
     pub producers: u32,
-    pub fence_once: u32,
 }
 
 pub(super) struct HostKernels {
-    pub push: [Function; 3],
     pub delta: [Function; 3],
-    pub ll: [Function; 3],
     pub chunked: [Function; 3],
     pub block: u32,
     /// Blocks of `block` threads one SM holds at once, for the kernel that
@@ -67,23 +64,18 @@ pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels
             "host_allreduce.cu",
             "the host-path kernels",
         )?;
-        let push = per_type(&l.module, "tpcomm_host_push")?;
         let delta = per_type(&l.module, "tpcomm_host_delta")?;
-        let ll = per_type(&l.module, "tpcomm_host_ll")?;
         let chunked = per_type(&l.module, "tpcomm_host_chunked")?;
         let block = common_block(
-            push.iter().chain(&delta).chain(&ll).chain(&chunked),
+            delta.iter().chain(&chunked),
             BLOCK,
             "the host-path kernels",
             l.arch,
         )?;
-        let blocks_per_sm =
-            resident_blocks_per_sm(push.iter().chain(&delta).chain(&ll).chain(&chunked), block)?;
+        let blocks_per_sm = resident_blocks_per_sm(delta.iter().chain(&chunked), block)?;
         Ok(HostKernels {
             blocks_per_sm,
-            push,
             delta,
-            ll,
             chunked,
             block,
             nvrtc: l.nvrtc,
@@ -101,7 +93,8 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 21 u64 words and four u32: the size `struct HArgs` has.
+        // 21 u64 words and three u32, padded to 8 bytes: the size `struct
+        // HArgs` has.
         assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }

@@ -1,90 +1,72 @@
 //! Where everything lives inside one rank's pinned host area, and how a
 //! message is cut into chunks and blocks. Pure arithmetic, unit-tested.
 
-/// Largest message the one-pass kernels (delta words, push slots, LL words) carry; bigger
-/// ones go chunked. Push keeps three buffers of slots and LL words take twice
-/// the message size, so it is capped well below the communicator's maximum.
-pub const LL_CAP: usize = 1 << 20;
-/// Largest message the delta kernel carries. Its traffic is the message's
-/// bytes once each way, so it stays ahead of the chunked kernel past 1 MiB;
-/// its cost is device memory for the shadows (2 x world x this) and pinned
-/// host memory for its two buffers.
+/// Largest message the one-pass (delta) kernel carries; bigger ones go
+/// chunked. Its traffic is the message's bytes once each way, so it stays
+/// ahead of the chunked kernel past 1 MiB; its cost is device memory for the
+/// shadows (2 x world x this) and pinned host memory for its two buffers.
 pub const DELTA_CAP: usize = 2 << 20;
-/// Largest message `Algo::Auto` sends through the one-pass kernel when no
-/// selection is consulted (each kernel's own cap still applies: 1 MiB for
-/// push and LL): on 2 x H200 with the host path forced delta beat the
-/// chunked kernel at every size up to 2 MiB
-/// (bench/results/2026-11-30-session4/).
+/// Largest message `Algo::Auto` sends through the delta kernel when no
+/// selection is consulted (the buffers' size still applies): on 2 x H200
+/// with the host path forced delta beat the chunked kernel at every size up
+/// to 2 MiB (bench/runs/2026-11-30-h200x2-session4/).
 pub const AUTO_ONE_PASS_MAX: usize = 2 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
 pub const MAX_CHUNK: usize = 256 << 10;
-
-/// Buffers the push kernel rotates through (host_allreduce.cu says why three).
-pub const PUSH_BUFFERS: usize = 3;
 
 fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
 /// Byte layout of one rank's host area (identical on every rank). Two halves,
-/// picked by the epoch's parity, each holding the LL words, the chunked data
-/// and one 32-bit flag per chunk; after them the one-pass region: the delta
-/// kernel's two buffers, or the push kernel's three buffers, each with one
-/// receive slot per peer (written by that peer).
+/// picked by the epoch's parity, each holding the chunked data and one
+/// 32-bit flag per chunk; after them the delta kernel's two buffers (the
+/// one-pass region), picked by the epoch's parity too. The layout is the same
+/// for every world size: each rank writes only its own area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLayout {
-    /// Largest message the push and LL kernels take (bytes of data; LL
-    /// words take twice as many, a push slot as many).
-    pub ll_cap: usize,
     pub data_offset: usize,
     pub flag_offset: usize,
     /// Flags per half: enough for the largest message in the smallest chunks.
     pub max_chunks: usize,
-    /// First push buffer (after both halves); slot k (k < world - 1) of
-    /// buffer b starts at `push_offset + b * push_bytes + k * ll_cap`.
-    pub push_offset: usize,
-    /// Bytes of one push buffer (all its slots).
-    pub push_bytes: usize,
-    /// Largest message the delta kernel takes; its two buffers of this
-    /// size share the push buffers' region (starting at `push_offset`).
+    /// The delta kernel's first buffer (after both halves); buffer b starts
+    /// at `delta_offset + b * delta_cap`.
+    pub delta_offset: usize,
+    /// Largest message the delta kernel takes: the size of each of its two
+    /// buffers.
     pub delta_cap: usize,
     pub half_stride: usize,
 }
 
 impl HostLayout {
-    pub fn new(max_bytes: usize, world: usize) -> Self {
-        // Whole groups of 32 vectors: the kernel interleaves the LL halves per group.
-        let ll_cap = round_up(max_bytes.min(LL_CAP), 512);
-        let data_offset = 2 * ll_cap;
+    pub fn new(max_bytes: usize) -> Self {
+        let data_offset = 0;
         let data_bytes = round_up(max_bytes, 256);
         let flag_offset = data_offset + data_bytes;
         let max_chunks = max_bytes.div_ceil(MIN_CHUNK).max(1);
         let half_stride = round_up(flag_offset + 4 * max_chunks, 4096);
-        // Push slots carry plain data, as many bytes as the LL cap.
-        let push_offset = 2 * half_stride;
-        let push_bytes = world.saturating_sub(1).max(1) * ll_cap;
+        let delta_offset = 2 * half_stride;
+        // Whole 512-byte lines (32 vectors), as the buffers were sized
+        // when the kernel was measured.
         let delta_cap = round_up(max_bytes.min(DELTA_CAP), 512);
         Self {
-            ll_cap,
             data_offset,
             flag_offset,
             max_chunks,
-            push_offset,
-            push_bytes,
+            delta_offset,
             delta_cap,
             half_stride,
         }
     }
-    /// Bytes after `push_offset`: the push buffers or the delta kernel's
-    /// two buffers, whichever is larger (a communicator uses one of them).
+    /// Bytes after `delta_offset`: the delta kernel's two buffers.
     pub fn one_pass_region(&self) -> usize {
-        (PUSH_BUFFERS * self.push_bytes).max(2 * self.delta_cap)
+        2 * self.delta_cap
     }
     /// Bytes of one rank's area, rounded to whole pages (it is registered with
     /// the driver, which pins whole pages).
     pub fn area_bytes(&self, page: usize) -> usize {
-        round_up(self.push_offset + self.one_pass_region(), page.max(1))
+        round_up(self.delta_offset + self.one_pass_region(), page.max(1))
     }
 }
 
@@ -103,34 +85,17 @@ pub struct ChunkPlan {
 /// Overrides of the chunked kernel's plan, for measuring other shapes on a
 /// machine (`HostChunkShape::from_env`); `None` keeps the rule of
 /// [`chunk_plan`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostChunkShape {
     pub chunk_bytes: Option<usize>,
     pub producers: Option<usize>,
     pub consumers: Option<usize>,
-    /// One system fence per chunk, by the thread that writes the flag after
-    /// a block barrier (the default), or one per thread
-    /// (TPCOMM_HOST_FENCE=thread). One per chunk was 3-8% faster from 64 KiB
-    /// to 64 MiB on 2 x H200 (bench/results/2026-11-30-session4/).
-    pub fence_once: bool,
-}
-
-impl Default for HostChunkShape {
-    fn default() -> Self {
-        Self {
-            chunk_bytes: None,
-            producers: None,
-            consumers: None,
-            fence_once: true,
-        }
-    }
 }
 
 impl HostChunkShape {
     /// Reads TPCOMM_HOST_CHUNK (a size, e.g. 64KiB; clamped to 16 KiB-256 KiB
     /// and whole 16 KiB), TPCOMM_HOST_PRODUCERS and TPCOMM_HOST_CONSUMERS
-    /// (block counts, at least 1) and TPCOMM_HOST_FENCE (`block` or
-    /// `thread`). Unset: the default rule.
+    /// (block counts, at least 1). Unset: the default rule.
     pub fn from_env() -> crate::error::Result<Self> {
         let count =
             |v: &crate::env::Var<crate::env::Count>| -> crate::error::Result<Option<usize>> {
@@ -140,12 +105,10 @@ impl HostChunkShape {
             .get()?
             .map(|b| b.as_usize())
             .transpose()?;
-        let fence_once = crate::env::HOST_FENCE.get()? != Some("thread");
         Ok(Self {
             chunk_bytes,
             producers: count(&crate::env::HOST_PRODUCERS)?,
             consumers: count(&crate::env::HOST_CONSUMERS)?,
-            fence_once,
         })
     }
 }
@@ -208,10 +171,10 @@ pub fn chunk_plan_with(
     }
 }
 
-/// Blocks of the LL kernel: one 16-byte vector per thread where the SMs
+/// Blocks of the delta kernel: one 16-byte vector per thread where the SMs
 /// allow, at most one block per SM (blocks wait on peers, so all must be
 /// resident).
-pub fn ll_blocks(bytes: usize, block: usize, sms: usize) -> u32 {
+pub fn one_pass_blocks(bytes: usize, block: usize, sms: usize) -> u32 {
     let nvec = bytes.div_ceil(16);
     nvec.div_ceil(block.max(1)).clamp(1, sms.max(1)) as u32
 }
@@ -232,33 +195,23 @@ mod tests {
             (1 << 20) + 2,
             64 << 20,
         ] {
-            for world in 2..=8 {
-                let l = HostLayout::new(max, world);
-                assert!(l.ll_cap >= max.min(LL_CAP));
-                assert!(l.ll_cap.is_multiple_of(512));
-                // LL words: 2 bytes of area per byte of data.
-                assert!(2 * l.ll_cap <= l.data_offset);
-                assert!(l.data_offset + max <= l.flag_offset);
-                assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
-                assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
-                // The delta kernel's two buffers fit the region.
-                assert!(l.delta_cap >= max.min(DELTA_CAP) && l.delta_cap >= l.ll_cap);
-                assert!(l.delta_cap.is_multiple_of(512));
-                assert!(l.push_offset + 2 * l.delta_cap <= l.area_bytes(4096));
-                assert!(l.push_offset + PUSH_BUFFERS * l.push_bytes <= l.area_bytes(4096));
-                assert!(l.half_stride.is_multiple_of(4096));
-                // Three push buffers after the halves, one slot per peer
-                // each, each slot as big as the LL cap.
-                assert_eq!(l.push_offset, 2 * l.half_stride);
-                assert_eq!(l.push_bytes, (world - 1) * l.ll_cap);
-                let area = l.area_bytes(4096);
-                assert!(area >= l.push_offset + PUSH_BUFFERS * l.push_bytes);
-                assert!(area.is_multiple_of(4096));
-                // Every chunk plan for a message up to max stays within the flags.
-                for sms in [2usize, 8, 132] {
-                    let p = chunk_plan(max, 2, sms);
-                    assert!(p.chunks <= l.max_chunks, "max {max} sms {sms}: {p:?}");
-                }
+            let l = HostLayout::new(max);
+            assert!(l.data_offset + max <= l.flag_offset);
+            assert!(l.data_offset.is_multiple_of(16) && l.flag_offset.is_multiple_of(16));
+            assert!(l.flag_offset + 4 * l.max_chunks <= l.half_stride);
+            // The delta kernel's two buffers follow the halves and
+            // fit the area.
+            assert!(l.delta_cap >= max.min(DELTA_CAP));
+            assert!(l.delta_cap.is_multiple_of(512));
+            assert!(l.half_stride.is_multiple_of(4096));
+            assert_eq!(l.delta_offset, 2 * l.half_stride);
+            let area = l.area_bytes(4096);
+            assert!(l.delta_offset + 2 * l.delta_cap <= area);
+            assert!(area.is_multiple_of(4096));
+            // Every chunk plan for a message up to max stays within the flags.
+            for (world, sms) in [(2, 2usize), (2, 8), (8, 132), (2, 132)] {
+                let p = chunk_plan(max, world, sms);
+                assert!(p.chunks <= l.max_chunks, "max {max} sms {sms}: {p:?}");
             }
         }
     }
@@ -310,7 +263,6 @@ mod tests {
             chunk_bytes: Some(64 << 10),
             producers: Some(8),
             consumers: Some(16),
-            fence_once: false,
         };
         let p = chunk_plan_with(4 << 20, 2, 132, 132, &shape);
         assert_eq!(
@@ -322,9 +274,8 @@ mod tests {
             chunk_bytes: Some(1),
             producers: Some(1000),
             consumers: Some(1000),
-            fence_once: true,
         };
-        let l = HostLayout::new(1 << 20, 2);
+        let l = HostLayout::new(1 << 20);
         let p = chunk_plan_with(1 << 20, 2, 132, 132, &wild);
         assert_eq!(p.chunk_bytes, MIN_CHUNK);
         assert!(p.chunks <= l.max_chunks);
@@ -368,10 +319,10 @@ mod tests {
     }
 
     #[test]
-    fn ll_blocks_give_one_vector_per_thread_up_to_one_block_per_sm() {
-        assert_eq!(ll_blocks(16, 512, 132), 1);
-        assert_eq!(ll_blocks(64 << 10, 512, 132), 8);
-        assert_eq!(ll_blocks(1 << 20, 512, 132), 128);
-        assert_eq!(ll_blocks(4 << 20, 512, 132), 132);
+    fn one_pass_blocks_give_one_vector_per_thread_up_to_one_block_per_sm() {
+        assert_eq!(one_pass_blocks(16, 512, 132), 1);
+        assert_eq!(one_pass_blocks(64 << 10, 512, 132), 8);
+        assert_eq!(one_pass_blocks(1 << 20, 512, 132), 128);
+        assert_eq!(one_pass_blocks(4 << 20, 512, 132), 132);
     }
 }

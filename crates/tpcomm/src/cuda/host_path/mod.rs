@@ -3,23 +3,22 @@
 //! maps (cuMemHostAlloc for ranks that are threads, a POSIX shared-memory
 //! segment registered with cuMemHostRegister for ranks that are processes).
 //!
-//! Four kernels (kernels/host_allreduce.cu): for messages up to 1 MiB delta
+//! Two kernels (kernels/host_allreduce.cu): for messages up to 2 MiB delta
 //! words (plain data written once into the own area, each element differing
-//! from what was there before), or with TPCOMM_HOST_SMALL push (plain data
-//! into the peers' sentinel-filled slots) or LL words (data beside the
-//! epoch); chunks with per-chunk flags, produced and consumed by separate
-//! blocks, for larger ones. [`GpuComm`]
-//! picks this path or the P2P one ([`Transport`]).
+//! from what was there before); chunks with per-chunk flags, produced and
+//! consumed by separate blocks, for larger ones. [`GpuComm`] picks this path
+//! or the P2P one ([`Transport`]).
 
 pub mod collectives;
 mod comm;
+#[forbid(unsafe_code)]
 mod group;
+#[forbid(unsafe_code)]
 mod kernels;
+#[forbid(unsafe_code)]
 pub mod layout;
-pub(crate) mod pinned;
 mod select;
-mod small;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
-pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator, SmallKernel};
+pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator};
 pub use select::{GpuComm, Transport};

@@ -133,8 +133,8 @@ impl GpuComm {
     }
 }
 
-/// On the host transport `OneShot` asks for the delta kernel (push slots or
-/// LL words with TPCOMM_HOST_SMALL=push or ll) and `TwoShot` for the chunked kernel; the algorithm
+/// On the host transport `OneShot` asks for the delta kernel and `TwoShot`
+/// for the chunked kernel; the algorithm
 /// or kernel that ran is not returned.
 impl StreamAllReduce for GpuComm {
     type Ran = ();

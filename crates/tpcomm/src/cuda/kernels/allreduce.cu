@@ -2,8 +2,9 @@
 // all-gather) over peer-mapped receive buffers. docs/protocol-gpu.md states the
 // rules; this file follows them.
 //
-// common.cuh (integer names, V16, volatile loads, the timeout Status,
-// bf16/f16 conversions, message access) is compiled in front of this file.
+// common.cuh (integer names, limits, V16, volatile loads, the timeout Status,
+// the element types F32, BF16 and F16, message access) is compiled in front
+// of this file.
 //
 // Arrival is detected by self-validating words. Every receive slot holds the
 // sentinel (all bits one: a NaN in f32, f16 and bf16 alike) when it is idle.
@@ -18,8 +19,6 @@
 // PTX memory model. (Made strong while chasing the shared-GPU graph-replay
 // timeout of issue 15; that timeout remains with strong resets too.)
 
-#define TPCOMM_MAX_WORLD 8
-
 // Timeout codes written to Status::code (mirrored in src/cuda/comm.rs).
 #define TPCOMM_WAIT_ONESHOT 1u
 #define TPCOMM_WAIT_REDUCE_SCATTER 2u
@@ -27,17 +26,14 @@
 
 // Per-rank control words in local device memory (never shared with peers).
 struct Ctl {
-    // Every call adds exactly EPOCH_UNIT here once all its blocks are done
-    // (block 0 adds EPOCH_UNIT - (blocks - 1), every other block 1), so at the
-    // start of a call arrivals / EPOCH_UNIT is the number of calls completed:
+    // Every call adds exactly TPCOMM_EPOCH_UNIT here once all its blocks are done
+    // (block 0 adds TPCOMM_EPOCH_UNIT - (blocks - 1), every other block 1), so at the
+    // start of a call arrivals / TPCOMM_EPOCH_UNIT is the number of calls completed:
     // the epoch. No block waits for an atomic's result.
     u64 arrivals;
     u32 unused;
     u32 abort;  // set once a wait timed out: every later wait gives up at once
 };
-
-#define EPOCH_SHIFT 20
-#define EPOCH_UNIT (1ull << EPOCH_SHIFT)
 
 // Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
 // src/cuda/comm.rs (repr(C)); keep both in the same order.
@@ -66,79 +62,6 @@ __device__ __forceinline__ void st_relaxed_sys(V16* p, V16 v) {
                  "r"(v.z), "r"(v.w)
                  : "memory");
 }
-
-// ---------------------------------------------------------------- element types
-
-// Element type traits: E = elements per 16-byte vector.
-struct F32 {
-    enum { E = 4 };
-    static __device__ __forceinline__ void unpack(V16 v, float* f) {
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = __float_as_uint(f[0]);
-        v.y = __float_as_uint(f[1]);
-        v.z = __float_as_uint(f[2]);
-        v.w = __float_as_uint(f[3]);
-        return v;
-    }
-    static __device__ __forceinline__ bool has_sentinel(V16 v) { return words_have_sentinel(v); }
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
-};
-
-struct BF16 {
-    enum { E = 8 };
-    static __device__ __forceinline__ void unpack(V16 v, float* f) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            f[2 * k] = bf16_to_f32(w[k] & 0xffffu);
-            f[2 * k + 1] = bf16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        u32 w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = f32_to_bf16(f[2 * k]) | (f32_to_bf16(f[2 * k + 1]) << 16);
-        V16 v;
-        v.x = w[0];
-        v.y = w[1];
-        v.z = w[2];
-        v.w = w[3];
-        return v;
-    }
-    static __device__ __forceinline__ bool has_sentinel(V16 v) { return halves_have_sentinel(v); }
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_halves(w); }
-};
-
-struct F16 {
-    enum { E = 8 };
-    static __device__ __forceinline__ void unpack(V16 v, float* f) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            f[2 * k] = f16_to_f32(w[k] & 0xffffu);
-            f[2 * k + 1] = f16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        u32 w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = f32_to_f16(f[2 * k]) | (f32_to_f16(f[2 * k + 1]) << 16);
-        V16 v;
-        v.x = w[0];
-        v.y = w[1];
-        v.z = w[2];
-        v.w = w[3];
-        return v;
-    }
-    static __device__ __forceinline__ bool has_sentinel(V16 v) { return BF16::has_sentinel(v); }
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_halves(w); }
-};
 
 // ---------------------------------------------------------------- message access
 
@@ -214,7 +137,7 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
 // is what makes CUDA-graph replays of identical arguments correct.
 // docs/protocol-gpu.md argues why two epoch buffers are enough.
 __device__ __forceinline__ u64 read_epoch(const Args& a) {
-    return ld_volatile_u64(&((const Ctl*)a.ctl)->arrivals) >> EPOCH_SHIFT;
+    return ld_volatile_u64(&((const Ctl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
 }
 
 // Every thread of the block reaches this (also after a failed wait), so the
@@ -225,7 +148,7 @@ __device__ __forceinline__ void end_call(const Args& a, bool ok) {
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     Ctl* ctl = (Ctl*)a.ctl;
-    const u64 add = blockIdx.x == 0 ? EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    const u64 add = blockIdx.x == 0 ? TPCOMM_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd(&ctl->arrivals, add);
 }
 

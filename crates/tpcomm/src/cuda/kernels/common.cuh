@@ -1,14 +1,16 @@
-// Helpers every tpcomm kernel family uses: integer names, the 16-byte vector,
-// the slots' sentinel and the canon form of sent data, volatile loads, the
-// global timer, the timeout status, bf16/f16 <-> f32 conversions, and the
-// reading and writing of a message's possibly partial last vector.
+// Helpers every tpcomm kernel family uses: integer names, the limits every
+// family shares, the 16-byte vector, the slots' sentinel and the canon form
+// of sent data, volatile loads and acquire/release flags, the global timer,
+// the timeout status, the element types (bf16/f16 <-> f32 conversions, the
+// packing of a vector), and the reading and writing of a message's possibly
+// partial last vector.
 //
 // How a family's source is assembled: src/cuda/compile.rs puts the family's
 // defines (if any), then this file, then the family's own files into one
 // string, each file preceded by a #line directive so NVRTC's messages name
 // the right file and line. That string is what NVRTC compiles and what the
 // disk cache's key hashes. The families: allreduce.cu; allreduce.cu +
-// fused.cu + forward.cu; host_allreduce.cu (with TPCOMM_V16_ALIGN 4). A name
+// fused.cu + forward.cu; host_allreduce.cu (with TPCOMM_HOST_FORMS); quant.cu. A name
 // defined here must not be defined again in a family's file (a unit test in
 // compile.rs checks that).
 //
@@ -20,14 +22,29 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short u16;
 
-// The P2P and fused kernels declare V16 16-byte aligned, so plain loads and
-// stores of a V16 are single 128-bit accesses. The host-path kernels were
-// written, measured and verified with V16 at its natural 4-byte alignment
-// (plain V16 accesses and local copies are four 32-bit ones), and
-// compile.rs keeps them so by defining TPCOMM_V16_ALIGN 4 for that family:
-// aligning them too changes their machine code, which only a run on a GPU
-// can re-verify.
-#ifndef TPCOMM_V16_ALIGN
+// Ranks of a group, at most (MAX_WORLD in src/cuda/mod.rs).
+#define TPCOMM_MAX_WORLD 8
+
+// Every family's control words count an epoch in the bits above this shift
+// of an arrivals word (calls completed; the arrivals of the current call
+// below it).
+#define TPCOMM_EPOCH_SHIFT 20
+#define TPCOMM_EPOCH_UNIT (1ull << TPCOMM_EPOCH_SHIFT)
+
+// TPCOMM_HOST_FORMS (defined by compile.rs for the host-path family): the
+// forms the host-path kernels were written, measured and verified on a GPU
+// with, where they differ from the other families' in machine code only
+// (NVRTC 13.0; tests/nvrtc_compile.rs fingerprints every function):
+// - V16 at its natural 4-byte alignment (plain V16 accesses and local
+//   copies are four 32-bit ones), where the P2P and fused kernels declare it
+//   16-byte aligned (single 128-bit accesses);
+// - 16-bit elements packed word by word, not in a loop (sm_100, sm_120);
+// - 16-bit elements made canon by xor (canon_halves_by_xor), not by masks.
+// Moving either family to the other's form changes its machine code, which
+// only a run on a GPU can re-verify.
+#ifdef TPCOMM_HOST_FORMS
+#define TPCOMM_V16_ALIGN 4
+#else
 #define TPCOMM_V16_ALIGN 16
 #endif
 
@@ -65,6 +82,11 @@ __device__ __forceinline__ u32 canon_halves(u32 w) {
     if ((w & 0xffffu) == 0xffffu) w &= 0xffff7fffu;
     if ((w >> 16) == 0xffffu) w &= 0x7fffffffu;
     return w;
+}
+// canon_halves' value, computed by xor (TPCOMM_HOST_FORMS).
+__device__ __forceinline__ u32 canon_halves_by_xor(u32 w) {
+    u32 flip = ((w & 0xffffu) == 0xffffu ? 0x8000u : 0u) | ((w >> 16) == 0xffffu ? 0x80000000u : 0u);
+    return w ^ flip;
 }
 
 // A vector as senders send it: every word through the element type's
@@ -107,6 +129,19 @@ __device__ __forceinline__ u64 globaltimer() {
     return t;
 }
 
+// Flags: a release store after the data it guards, and the acquire load
+// that makes the data visible once the flag is seen (system scope: peers and
+// host memory).
+__device__ __forceinline__ u32 ld_acquire_sys_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // ---------------------------------------------------------------- timeouts
 
 // A rank's host-mapped status, read by the host after the stream is
@@ -143,6 +178,107 @@ __device__ __forceinline__ u32 f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(f));
     return (u32)s;
 }
+
+// ---------------------------------------------------------------- element types
+
+// One struct per element type, used by every family:
+//   E               elements per 16-byte vector;
+//   HALVES          1 for 16-bit elements (two to a 32-bit word), else 0;
+//   to_f32, from_f32  one element (in the low bits of a word) and f32;
+//   unpack, pack    a vector and its E elements as f32;
+//   add             a vector's elements added into E f32 accumulators;
+//   has_sentinel    whether an element of a vector is the sentinel;
+//   canon_word      a word as senders send it (see `canon`).
+struct F32 {
+    enum { E = 4, HALVES = 0 };
+    static __device__ __forceinline__ float to_f32(u32 w) { return __uint_as_float(w); }
+    static __device__ __forceinline__ u32 from_f32(float f) { return __float_as_uint(f); }
+    static __device__ __forceinline__ void unpack(V16 v, float* f) {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    }
+    static __device__ __forceinline__ V16 pack(const float* f) {
+        V16 v;
+        v.x = __float_as_uint(f[0]);
+        v.y = __float_as_uint(f[1]);
+        v.z = __float_as_uint(f[2]);
+        v.w = __float_as_uint(f[3]);
+        return v;
+    }
+    static __device__ __forceinline__ void add(float* acc, V16 v) {
+        acc[0] += __uint_as_float(v.x);
+        acc[1] += __uint_as_float(v.y);
+        acc[2] += __uint_as_float(v.z);
+        acc[3] += __uint_as_float(v.w);
+    }
+    static __device__ __forceinline__ bool has_sentinel(V16 v) { return words_have_sentinel(v); }
+    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
+};
+
+// The 16-bit types differ only in their conversion `C` (to_f32, from_f32).
+template <typename C>
+struct Halves {
+    enum { E = 8, HALVES = 1 };
+    static __device__ __forceinline__ float to_f32(u32 h) { return C::to_f32(h); }
+    static __device__ __forceinline__ u32 from_f32(float f) { return C::from_f32(f); }
+    static __device__ __forceinline__ void unpack(V16 v, float* f) {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            f[2 * k] = C::to_f32(w[k] & 0xffffu);
+            f[2 * k + 1] = C::to_f32(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ V16 pack(const float* f) {
+#ifdef TPCOMM_HOST_FORMS
+        V16 v;
+        v.x = C::from_f32(f[0]) | (C::from_f32(f[1]) << 16);
+        v.y = C::from_f32(f[2]) | (C::from_f32(f[3]) << 16);
+        v.z = C::from_f32(f[4]) | (C::from_f32(f[5]) << 16);
+        v.w = C::from_f32(f[6]) | (C::from_f32(f[7]) << 16);
+        return v;
+#else
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = C::from_f32(f[2 * k]) | (C::from_f32(f[2 * k + 1]) << 16);
+        V16 v;
+        v.x = w[0];
+        v.y = w[1];
+        v.z = w[2];
+        v.w = w[3];
+        return v;
+#endif
+    }
+    static __device__ __forceinline__ void add(float* acc, V16 v) {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc[2 * k] += C::to_f32(w[k] & 0xffffu);
+            acc[2 * k + 1] += C::to_f32(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ bool has_sentinel(V16 v) { return halves_have_sentinel(v); }
+    static __device__ __forceinline__ u32 canon_word(u32 w) {
+#ifdef TPCOMM_HOST_FORMS
+        return canon_halves_by_xor(w);
+#else
+        return canon_halves(w);
+#endif
+    }
+};
+
+struct Bf16Conversion {
+    static __device__ __forceinline__ float to_f32(u32 h) { return bf16_to_f32(h); }
+    static __device__ __forceinline__ u32 from_f32(float f) { return f32_to_bf16(f); }
+};
+struct F16Conversion {
+    static __device__ __forceinline__ float to_f32(u32 h) { return f16_to_f32(h); }
+    static __device__ __forceinline__ u32 from_f32(float f) { return f32_to_f16(f); }
+};
+typedef Halves<Bf16Conversion> BF16;
+typedef Halves<F16Conversion> F16;
 
 // ---------------------------------------------------------------- message access
 

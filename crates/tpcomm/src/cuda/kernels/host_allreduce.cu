@@ -6,32 +6,21 @@
 // peer), then reads the peers' contributions and sums all of them in rank
 // order, so every rank gets bit-identical results.
 //
-// Four kernels:
-// - delta (small messages, the default): each rank writes its contribution
-//   once into its own area; every element differs from what the buffer held
+// Two kernels:
+// - delta (messages up to 2 MiB): each rank writes its contribution once
+//   into its own area; every element differs from what the buffer held
 //   there before (remembered in device-memory shadows), so readers see it
 //   land and nothing is ever emptied. See `delta` below.
-// - push (small messages, TPCOMM_HOST_SMALL=push): a rank writes its contribution into a receive
-//   slot of every peer's area; slots hold the sentinel (all-ones bytes, a NaN
-//   in every element type) until data lands, senders turn an all-ones element
-//   into another NaN, and a reader waits until no element of a vector is the
-//   sentinel. Plain data: half the bytes of ll over PCIe in each direction.
-//   Slots rotate through three buffers, one per push call; a call puts the
-//   sentinel back into the previous push call's buffer while its own data is
-//   in flight, so no write to host memory is left at the kernel's end.
-// - ll (small messages, TPCOMM_HOST_SMALL=ll): every 8-byte word of the area carries 4 bytes of
-//   data beside the low 32 bits of the call's epoch, written and read as
-//   16-byte vectors. A reader waits until both epochs of a vector match, so
-//   no flag can overtake data and no clearing pass is needed (a stale word
-//   carries an older epoch). 8-byte single-copy atomicity of aligned stores
-//   and loads is what NCCL's LL protocol relies on over PCIe and host memory.
-// - chunked (large messages): plain data in chunks, one flag per chunk
-//   written after a system-scope fence (by the flag's thread after a block
-//   barrier, or with TPCOMM_HOST_FENCE=thread by every writing thread). Half the
-//   blocks (for 2 ranks) only produce: copy the input to host memory, chunk
-//   after chunk, never waiting; the other blocks only consume: wait for a
-//   chunk's flags, read the peers' chunks and reduce. Device-to-host and
-//   host-to-device traffic so run at the same time.
+// - chunked (larger messages): plain data in chunks, one flag per chunk
+//   written by the flag's thread after a block barrier and a system-scope
+//   fence. Half the blocks (for 2 ranks) only produce: copy the input to
+//   host memory, chunk after chunk, never waiting; the other blocks only
+//   consume: wait for a chunk's flags, read the peers' chunks and reduce.
+//   Device-to-host and host-to-device traffic so run at the same time.
+//
+// (A push kernel into sentinel-filled slots, an LL kernel with the epoch
+// beside the data in every word and a fence by every thread of the chunked
+// kernel were measured slower and deleted; git history keeps them.)
 //
 // Areas have two halves chosen by the epoch's parity: a rank starts call e+2
 // only after every peer has written its part of call e+1, which a peer does
@@ -42,19 +31,15 @@
 // (graph replays stay correct). Every wait is bounded by %globaltimer and
 // records which peer and epoch did not arrive in a host-mapped status word.
 //
-// No CUDA headers: NVRTC alone compiles this. common.cuh (integer names, V16,
-// the sentinel, volatile loads, the timeout Status, bf16/f16 conversions,
-// message access) is compiled in front of this file, with V16 at 4-byte
-// alignment (see common.cuh).
+// No CUDA headers: NVRTC alone compiles this. common.cuh (integer names,
+// limits, V16, the sentinel, volatile loads and flags, the timeout Status,
+// the element types F32, BF16 and F16, message access) is compiled in front
+// of this file, with TPCOMM_HOST_FORMS (V16 at 4-byte alignment and the
+// 16-bit elements' forms these kernels were verified with; see common.cuh).
 
-#define HG_MAX_WORLD 8
 #define HG_BLOCK 512
-#define HG_WAIT_LL 4u
 #define HG_WAIT_CHUNK 5u
-#define HG_WAIT_PUSH 6u
 #define HG_WAIT_DELTA 7u
-#define HG_EPOCH_SHIFT 20
-#define HG_EPOCH_UNIT (1ull << HG_EPOCH_SHIFT)
 // Vectors per thread per step of the chunked kernel (loads in flight).
 #define HG_UNROLL 4
 
@@ -63,7 +48,7 @@ struct HArgs {
     u64 in;
     u64 out;
     u64 nbytes;
-    u64 areas[HG_MAX_WORLD];  // device addresses of every rank's host area
+    u64 areas[TPCOMM_MAX_WORLD];  // device addresses of every rank's host area
     u64 half_stride;          // bytes between the two parity halves
     u64 data_offset;          // chunked data, inside a half
     u64 flag_offset;          // chunk flags (u32 each), inside a half
@@ -71,23 +56,19 @@ struct HArgs {
     u64 ctl;                  // device memory: HCtl
     u64 status;               // host-mapped: Status
     u64 timeout_ns;
-    u64 push_offset;          // first push buffer (three, after the halves)
-    u64 slot_bytes;           // bytes of one push slot (multiple of 16)
+    u64 delta_offset;         // the delta kernel's two buffers (after the halves)
+    u64 slot_bytes;           // bytes of one delta buffer (multiple of 16)
     u64 shadow;               // delta: device memory, 2 x world shadows of slot_bytes
     u32 rank;
     u32 world;
-    u32 producers;   // chunked: blocks [0, producers) produce, the rest consume
-    u32 fence_once;  // chunked: one system fence per chunk (thread 0), not one per thread
+    u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
 };
 
 struct HCtl {
-    // Epoch in the bits above HG_EPOCH_SHIFT, arrivals of the current call below.
+    // Epoch in the bits above TPCOMM_EPOCH_SHIFT, arrivals of the current call below.
     u64 arrivals;
     u32 abort;
     u32 pad;
-    // The latest push call: its buffer (0-2) in the high 32 bits, its vectors
-    // (still to be reset to the sentinel) in the low 32 bits.
-    u64 push_last;
 };
 
 __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
@@ -96,105 +77,10 @@ __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
                  : "memory");
 }
 
-__device__ __forceinline__ u32 ld_acquire_sys_u32(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// ---------------------------------------------------------------- element types
-
-// The pack functions below and the element types' in allreduce.cu compute
-// the same values, written differently; they compile to different
-// instruction sequences on sm_100 and sm_120, so each family keeps the form
-// it was verified with.
-
-// The push kernel's sentinel and the canon form of sent data are common.cuh's
-// (shared with the P2P kernels); `arrived`: no element of a vector is the
-// sentinel. Two forms differ from common.cuh's and are kept because they
-// compile to different machine code, which only a GPU run can re-verify:
-// clean16 (canon_halves' value by xor) and HF32::arrived (the negated test).
-__device__ __forceinline__ u32 clean16(u32 w) {
-    u32 flip = ((w & 0xffffu) == 0xffffu ? 0x8000u : 0u) | ((w >> 16) == 0xffffu ? 0x80000000u : 0u);
-    return w ^ flip;
-}
-
-// Accumulates a 16-byte vector of elements into 8 float lanes.
-struct HF32 {
-    enum { HALVES = 0 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return canon_word32(w); }
-    static __device__ __forceinline__ bool arrived(V16 v) {
-        return v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu &&
-               v.w != 0xffffffffu;
-    }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        acc[0] += __uint_as_float(v.x);
-        acc[1] += __uint_as_float(v.y);
-        acc[2] += __uint_as_float(v.z);
-        acc[3] += __uint_as_float(v.w);
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = __float_as_uint(f[0]);
-        v.y = __float_as_uint(f[1]);
-        v.z = __float_as_uint(f[2]);
-        v.w = __float_as_uint(f[3]);
-        return v;
-    }
-};
-
-struct HBF16 {
-    enum { HALVES = 1 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
-    static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            acc[2 * k] += bf16_to_f32(w[k] & 0xffffu);
-            acc[2 * k + 1] += bf16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = f32_to_bf16(f[0]) | (f32_to_bf16(f[1]) << 16);
-        v.y = f32_to_bf16(f[2]) | (f32_to_bf16(f[3]) << 16);
-        v.z = f32_to_bf16(f[4]) | (f32_to_bf16(f[5]) << 16);
-        v.w = f32_to_bf16(f[6]) | (f32_to_bf16(f[7]) << 16);
-        return v;
-    }
-};
-
-struct HF16 {
-    enum { HALVES = 1 };
-    static __device__ __forceinline__ u32 canon_word(u32 w) { return clean16(w); }
-    static __device__ __forceinline__ bool arrived(V16 v) { return !halves_have_sentinel(v); }
-    static __device__ __forceinline__ void add(float* acc, V16 v) {
-        u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            acc[2 * k] += f16_to_f32(w[k] & 0xffffu);
-            acc[2 * k + 1] += f16_to_f32(w[k] >> 16);
-        }
-    }
-    static __device__ __forceinline__ V16 pack(const float* f) {
-        V16 v;
-        v.x = f32_to_f16(f[0]) | (f32_to_f16(f[1]) << 16);
-        v.y = f32_to_f16(f[2]) | (f32_to_f16(f[3]) << 16);
-        v.z = f32_to_f16(f[4]) | (f32_to_f16(f[5]) << 16);
-        v.w = f32_to_f16(f[6]) | (f32_to_f16(f[7]) << 16);
-        return v;
-    }
-};
-
 // ---------------------------------------------------------------- epochs, timeouts
 
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
-    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> HG_EPOCH_SHIFT) + 1ull;
+    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
 }
 
 // The 32-bit tag of an epoch, never 0: zeroed memory that was never written
@@ -244,107 +130,8 @@ __device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     HCtl* ctl = (HCtl*)a.ctl;
-    const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    const u64 add = blockIdx.x == 0 ? TPCOMM_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd((unsigned long long*)&ctl->arrivals, add);
-}
-
-// end_call for the push kernel: the block that arrives last (the arrival
-// bits are back at zero only after every block's add) records this call in
-// push_last, when every block has read the previous record.
-__device__ __forceinline__ void end_push_call(const HArgs& a, bool ok, u64 last) {
-    const int failed = __syncthreads_or(!ok);
-    if (threadIdx.x != 0 || failed) return;
-    HCtl* ctl = (HCtl*)a.ctl;
-    const u64 add = blockIdx.x == 0 ? HG_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
-    const u64 old = atomicAdd((unsigned long long*)&ctl->arrivals, add);
-    if (((old + add) & (HG_EPOCH_UNIT - 1ull)) == 0ull) ctl->push_last = last;
-}
-
-// ---------------------------------------------------------------- push
-
-// Receive slot of `sender` in `receiver`'s area: the peers in rank order,
-// the receiver itself skipped.
-__device__ __forceinline__ u64 slot_index(u32 sender, u32 receiver) {
-    return sender < receiver ? sender : sender - 1u;
-}
-
-// Waits until no element of the vector at `p` is the sentinel; false on
-// timeout or abort.
-template <typename T>
-__device__ __noinline__ bool push_wait(const HArgs& a, const V16* p, u32 peer, u64 epoch,
-                                       V16* out) {
-    const u64 start = globaltimer();
-    for (u32 spins = 1;; spins++) {
-        V16 v = ld_volatile_v4(p);
-        if (T::arrived(v)) {
-            *out = v;
-            return true;
-        }
-        if (wait_over(a, spins, start, HG_WAIT_PUSH, peer, epoch)) return false;
-    }
-}
-
-// Push calls use buffers 0, 1, 2, 0, ... (every rank makes the same calls,
-// so all agree). Call p resets buffer p-1 (read in call p-1) while its data
-// is in flight; peers write that buffer again in call p+2, which they start
-// only after reading this rank's data of call p+1, written after this kernel
-// completed. Its own buffer p was reset in call p-2 and is written again by
-// peers in call p+3. A reset that landed late would wipe a peer's data and
-// end in a timeout, never in a wrong sum. tests/push_model.rs model-checks
-// this rotation.
-template <typename T>
-__device__ void push(const HArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 epoch = read_epoch(a);
-    const u64 last = ld_volatile_u64(&((const HCtl*)a.ctl)->push_last);
-    const u64 last_buf = last >> 32;
-    const u64 last_nvec = last & 0xffffffffull;
-    const u64 buf = (last_buf + 1ull) % 3ull;
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 slot_vecs = a.slot_bytes / 16;
-    const u64 buf_bytes = (u64)(a.world - 1) * a.slot_bytes;
-    bool ok = !aborted(a);
-    // Publish every vector of this thread to every peer before waiting for any.
-    for (u64 i = first; i < nvec; i += stride) {
-        const V16 v = canon<T>(load_input(a, i));
-        for (u32 q = 0; q < a.world; q++) {
-            if (q == a.rank) continue;
-            V16* slot = (V16*)(a.areas[q] + a.push_offset + buf * buf_bytes) +
-                        slot_index(a.rank, q) * slot_vecs;
-            st_volatile_v4(slot + i, v);
-        }
-    }
-    // Empty the previous push call's slots.
-    {
-        const V16 empty = sentinel_vec();
-        V16* prev = (V16*)(a.areas[a.rank] + a.push_offset + last_buf * buf_bytes);
-        for (u64 i = first; i < last_nvec; i += stride)
-            for (u32 k = 0; k + 1 < a.world; k++) st_volatile_v4(prev + k * slot_vecs + i, empty);
-    }
-    const V16* mine = (const V16*)(a.areas[a.rank] + a.push_offset + buf * buf_bytes);
-    for (u64 i = first; ok && i < nvec; i += stride) {
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (u32 q = 0; q < a.world; q++) {
-            V16 v;
-            if (q == a.rank) {
-                v = canon<T>(load_input(a, i));
-            } else {
-                const V16* p = mine + slot_index(q, a.rank) * slot_vecs + i;
-                v = ld_volatile_v4(p);
-                if (!T::arrived(v) && !push_wait<T>(a, p, q, epoch, &v)) {
-                    ok = false;
-                    break;
-                }
-            }
-            T::add(acc, v);
-        }
-        if (ok) store_output(a, i, T::pack(acc));
-    }
-    end_push_call(a, ok, (buf << 32) | nvec);
 }
 
 // ---------------------------------------------------------------- delta
@@ -450,7 +237,7 @@ __device__ void delta(const HArgs& a) {
     V16* shadows = (V16*)a.shadow + b * a.world * cap;
     bool ok = !aborted(a);
     // Publish every vector of this thread before waiting for any.
-    V16* mine = (V16*)(a.areas[a.rank] + a.push_offset) + b * cap;
+    V16* mine = (V16*)(a.areas[a.rank] + a.delta_offset) + b * cap;
     V16* my_shadow = shadows + a.rank * cap;
     for (u64 i = first; i < nvec; i += stride) {
         const V16 raw = delta_encode<T>(canon<T>(load_input(a, i)), my_shadow[i]);
@@ -466,7 +253,7 @@ __device__ void delta(const HArgs& a) {
             } else {
                 V16* sh = shadows + q * cap + i;
                 const V16 old = *sh;
-                const V16* p = (const V16*)(a.areas[q] + a.push_offset) + b * cap + i;
+                const V16* p = (const V16*)(a.areas[q] + a.delta_offset) + b * cap + i;
                 V16 x = ld_volatile_v4(p);
                 if (!delta_arrived<T>(x, old) && !delta_wait<T>(a, p, old, q, epoch, &x)) {
                     ok = false;
@@ -474,91 +261,6 @@ __device__ void delta(const HArgs& a) {
                 }
                 *sh = x;
                 v = delta_decode<T>(x, old);
-            }
-            T::add(acc, v);
-        }
-        if (ok) store_output(a, i, T::pack(acc));
-    }
-    end_call(a, ok);
-}
-
-// ---------------------------------------------------------------- ll
-
-// Where the two LL vectors of data vector i live: per group of 32 vectors,
-// first the 32 low halves, then the 32 high halves, so each store and load
-// instruction of a warp covers 512 contiguous bytes (whole PCIe lines).
-__device__ __forceinline__ u64 ll_lo(u64 i) { return (i >> 5) * 64 + (i & 31); }
-
-__device__ __forceinline__ bool ll_ready(V16 lo, V16 hi, u32 e) {
-    return lo.y == e && lo.w == e && hi.y == e && hi.w == e;
-}
-
-// Waits for the two LL vectors at `p` (low half) and `p + 32` (high half) of
-// `peer`; false on timeout or abort.
-__device__ __noinline__ bool ll_wait(const HArgs& a, const V16* p, u32 e, u32 peer, u64 epoch,
-                                     V16* out) {
-    const u64 start = globaltimer();
-    for (u32 spins = 1;; spins++) {
-        V16 lo = ld_volatile_v4(p);
-        V16 hi = ld_volatile_v4(p + 32);
-        if (ll_ready(lo, hi, e)) {
-            out->x = lo.x;
-            out->y = lo.z;
-            out->z = hi.x;
-            out->w = hi.z;
-            return true;
-        }
-        if (wait_over(a, spins, start, HG_WAIT_LL, peer, epoch)) return false;
-    }
-}
-
-template <typename T>
-__device__ void ll(const HArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 epoch = read_epoch(a);
-    const u32 e = epoch_tag(epoch);
-    const u64 half = (epoch & 1ull) * a.half_stride;
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    bool ok = !aborted(a);
-    // Publish every vector of this thread before waiting for any.
-    V16* mine = (V16*)(a.areas[a.rank] + half);
-    for (u64 i = first; i < nvec; i += stride) {
-        V16 v = load_input(a, i);
-        V16 lo, hi;
-        lo.x = v.x;
-        lo.y = e;
-        lo.z = v.y;
-        lo.w = e;
-        hi.x = v.z;
-        hi.y = e;
-        hi.z = v.w;
-        hi.w = e;
-        st_volatile_v4(mine + ll_lo(i), lo);
-        st_volatile_v4(mine + ll_lo(i) + 32, hi);
-    }
-    for (u64 i = first; ok && i < nvec; i += stride) {
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (u32 q = 0; q < a.world; q++) {
-            V16 v;
-            if (q == a.rank) {
-                v = load_input(a, i);
-            } else {
-                const V16* p = (const V16*)(a.areas[q] + half) + ll_lo(i);
-                V16 lo = ld_volatile_v4(p);
-                V16 hi = ld_volatile_v4(p + 32);
-                if (ll_ready(lo, hi, e)) {
-                    v.x = lo.x;
-                    v.y = lo.z;
-                    v.z = hi.x;
-                    v.w = hi.z;
-                } else if (!ll_wait(a, p, e, q, epoch, &v)) {
-                    ok = false;
-                    break;
-                }
             }
             T::add(acc, v);
         }
@@ -619,18 +321,12 @@ __device__ void chunked(const HArgs& a) {
             const u64 lo = c * cvec;
             const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
             for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = load_input(a, i);
-            if (a.fence_once) {
-                // The barrier orders every thread's stores before thread 0's
-                // fence, which is cumulative: one system fence per chunk.
-                __syncthreads();
-                if (threadIdx.x == 0) {
-                    __threadfence_system();
-                    st_release_sys_u32(flags + c, e);
-                }
-            } else {
+            // The barrier orders every thread's stores before thread 0's
+            // fence, which is cumulative: one system fence per chunk.
+            __syncthreads();
+            if (threadIdx.x == 0) {
                 __threadfence_system();
-                __syncthreads();
-                if (threadIdx.x == 0) st_release_sys_u32(flags + c, e);
+                st_release_sys_u32(flags + c, e);
             }
         }
     } else {
@@ -676,15 +372,9 @@ __device__ void chunked(const HArgs& a) {
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
 
-HG_KERNEL tpcomm_host_push_f32(HArgs a) { push<HF32>(a); }
-HG_KERNEL tpcomm_host_push_f16(HArgs a) { push<HF16>(a); }
-HG_KERNEL tpcomm_host_push_bf16(HArgs a) { push<HBF16>(a); }
-HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<HF32>(a); }
-HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<HF16>(a); }
-HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<HBF16>(a); }
-HG_KERNEL tpcomm_host_ll_f32(HArgs a) { ll<HF32>(a); }
-HG_KERNEL tpcomm_host_ll_f16(HArgs a) { ll<HF16>(a); }
-HG_KERNEL tpcomm_host_ll_bf16(HArgs a) { ll<HBF16>(a); }
-HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<HF32>(a); }
-HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<HF16>(a); }
-HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<HBF16>(a); }
+HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<F32>(a); }
+HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<F16>(a); }
+HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<BF16>(a); }
+HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<F32>(a); }
+HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<F16>(a); }
+HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<BF16>(a); }

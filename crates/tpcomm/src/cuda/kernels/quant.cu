@@ -5,8 +5,9 @@
 // model of the arithmetic below (same operations, same order, same rounding):
 // change both together.
 //
-// common.cuh (integer names, V16, volatile loads, globaltimer, Status, the
-// bf16/f16 conversions, launch order) is compiled in front of this file.
+// common.cuh (integer names, limits, V16, volatile loads, acquire/release
+// flags, globaltimer, Status, the element types' conversions, launch order)
+// is compiled in front of this file.
 //
 // One kernel serves both GPU transports; only the addresses differ:
 // - each rank writes its codes, scales and per-chunk flags to `ndst`
@@ -26,18 +27,15 @@
 // finished epoch e + 1, which needed every peer's epoch e + 1 data, which
 // each peer sent only after it had finished reading epoch e.
 
-#define Q_MAX_WORLD 8
 #define Q_CHUNK 4096u
 // Timeout code written to Status::code (mirrored in src/cuda/quant.rs).
 #define Q_WAIT_QUANT 8u
-#define Q_EPOCH_SHIFT 20
-#define Q_EPOCH_UNIT (1ull << Q_EPOCH_SHIFT)
 
 #define Q_INT8 0
 #define Q_FP8 1
 
 // Per-rank control words in local device memory; the epoch is advanced by
-// the kernel itself (arrivals / Q_EPOCH_UNIT calls completed), so CUDA graph
+// the kernel itself (arrivals / TPCOMM_EPOCH_UNIT calls completed), so CUDA graph
 // replays stay correct.
 struct QCtl {
     u64 arrivals;
@@ -51,8 +49,8 @@ struct QArgs {
     u64 in;                  // device pointer, 16-byte aligned
     u64 out;                 // device pointer, 16-byte aligned (may equal in)
     u64 count;               // elements
-    u64 dst[Q_MAX_WORLD];    // P2P: this rank's slot in rank q's area at dst[q] (dst[rank] unused); host: dst[0], its own area
-    u64 src[Q_MAX_WORLD];    // where rank p's slot is read
+    u64 dst[TPCOMM_MAX_WORLD];    // P2P: this rank's slot in rank q's area at dst[q] (dst[rank] unused); host: dst[0], its own area
+    u64 src[TPCOMM_MAX_WORLD];    // where rank p's slot is read
     u64 parity_stride;       // bytes between the two parities of a slot
     u64 scales_off;          // scales (f32 per group) inside a slot
     u64 flags_off;           // flags (u32 per chunk) inside a slot
@@ -201,7 +199,7 @@ struct QF32 {
     }
 };
 
-// 16-bit types: `to` and `from` are the element's conversions.
+// 16-bit types: H is common.cuh's BF16 or F16 (its to_f32 and from_f32).
 template <typename H>
 struct QHalf {
     static __device__ __forceinline__ void load8(u64 in, u64 e0, u64 n, float* x) {
@@ -210,20 +208,20 @@ struct QHalf {
             const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                x[2 * k] = H::to(w[k] & 0xffffu);
-                x[2 * k + 1] = H::to(w[k] >> 16);
+                x[2 * k] = H::to_f32(w[k] & 0xffffu);
+                x[2 * k + 1] = H::to_f32(w[k] >> 16);
             }
             return;
         }
         const u16* p = (const u16*)in;
 #pragma unroll
-        for (int k = 0; k < 8; k++) x[k] = e0 + k < n ? H::to((u32)p[e0 + k]) : 0.0f;
+        for (int k = 0; k < 8; k++) x[k] = e0 + k < n ? H::to_f32((u32)p[e0 + k]) : 0.0f;
     }
     static __device__ __forceinline__ void store8(u64 out, u64 e0, u64 n, const float* x) {
         if (e0 + 8 <= n) {
             u32 w[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) w[k] = H::from(x[2 * k]) | (H::from(x[2 * k + 1]) << 16);
+            for (int k = 0; k < 4; k++) w[k] = H::from_f32(x[2 * k]) | (H::from_f32(x[2 * k + 1]) << 16);
             V16 v;
             v.x = w[0];
             v.y = w[1];
@@ -234,32 +232,12 @@ struct QHalf {
         }
         u16* p = (u16*)out;
         for (int k = 0; k < 8; k++)
-            if (e0 + k < n) p[e0 + k] = (u16)H::from(x[k]);
+            if (e0 + k < n) p[e0 + k] = (u16)H::from_f32(x[k]);
     }
 };
 
-struct QBf16Conv {
-    static __device__ __forceinline__ float to(u32 h) { return bf16_to_f32(h); }
-    static __device__ __forceinline__ u32 from(float f) { return f32_to_bf16(f); }
-};
-struct QF16Conv {
-    static __device__ __forceinline__ float to(u32 h) { return f16_to_f32(h); }
-    static __device__ __forceinline__ u32 from(float f) { return f32_to_f16(f); }
-};
-typedef QHalf<QBf16Conv> QBF16;
-typedef QHalf<QF16Conv> QF16;
-
-// ---------------------------------------------------------------- memory ops
-
-__device__ __forceinline__ u32 q_ld_acquire_sys(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void q_st_release_sys(u32* p, u32 v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+typedef QHalf<BF16> QBF16;
+typedef QHalf<F16> QF16;
 
 // ---------------------------------------------------------------- bounded wait
 
@@ -279,11 +257,11 @@ __device__ void q_report_timeout(u64 ctl_addr, u64 status, u32 peer, u64 epoch) 
 // timed out (reported) or another wait of this rank gave up.
 __device__ __noinline__ bool q_wait_flag(const u32* flag, u32 tag, u64 ctl_addr, u64 status,
                                          u64 timeout_ns, u32 peer, u64 epoch) {
-    if (q_ld_acquire_sys(flag) == tag) return true;
+    if (ld_acquire_sys_u32(flag) == tag) return true;
     const u64 start = globaltimer();
     const QCtl* ctl = (const QCtl*)ctl_addr;
     for (u32 spins = 1;; spins++) {
-        if (q_ld_acquire_sys(flag) == tag) return true;
+        if (ld_acquire_sys_u32(flag) == tag) return true;
         if ((spins & 31u) == 0u) {
             if (ld_volatile_u32(&ctl->abort) != 0u) return false;
             if (globaltimer() - start > timeout_ns) {
@@ -300,7 +278,7 @@ __device__ __forceinline__ void q_end_call(const QArgs& a, bool ok) {
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     QCtl* ctl = (QCtl*)a.ctl;
-    const u64 add = blockIdx.x == 0 ? Q_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
+    const u64 add = blockIdx.x == 0 ? TPCOMM_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd(&ctl->arrivals, add);
 }
 
@@ -366,7 +344,7 @@ __device__ __forceinline__ void flag_chunk(const QArgs& a, u64 par, u32 target, 
     if (threadIdx.x == 0) {
         __threadfence_system();
         for (u32 d = 0; d < a.ndst; d++)
-            if (q_sends_to(a, d, target)) q_st_release_sys((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
+            if (q_sends_to(a, d, target)) st_release_sys_u32((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
     }
 }
 
@@ -454,7 +432,7 @@ __device__ void quant_oneshot(const QArgs& a) {
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
-    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> Q_EPOCH_SHIFT;
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
     const u64 par = (epoch & 1ull) * a.parity_stride;
     const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;  // never 0, the flags' initial value
     const u32 lanes = a.group / 8u;                     // threads per group
@@ -528,7 +506,7 @@ __device__ void quant_twoshot(const QArgs& a) {
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
-    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> Q_EPOCH_SHIFT;
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
     const u64 par = (epoch & 1ull) * a.parity_stride;
     const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;
     const u32 lanes = a.group / 8u;

@@ -1,6 +1,12 @@
-//! Every raw CUDA driver and NVRTC call of the library, each behind a safe
-//! function or an owning type. Nothing outside this module calls `sys`.
-//! NVRTC is opened by [`nvrtc`], which chooses a version the driver can load.
+//! The library's bottom layer for CUDA: every CUDA driver and NVRTC call,
+//! each behind a safe function or an owning type (or an `unsafe fn` whose
+//! contract is the caller's device pointers: [`launch`], [`fill_mapped`]).
+//! Nothing else in the library calls cudarc's `sys` or `result` functions,
+//! except the benchmark forward's cuBLAS bindings (`cuda::forward`, leaving
+//! the library). Beside this file: [`nvrtc`] opens an NVRTC the driver can
+//! load, `pinned` registers host mappings with the driver, `probe` makes the
+//! topology probe's driver calls, [`scratch`] holds the NCCL drop-in's
+//! buffers and its saved context.
 //!
 //! The libraries are loaded at run time by cudarc, whose loader panics when a
 //! library is missing; [`ensure_driver`] and [`ensure_nvrtc`] check presence
@@ -15,6 +21,9 @@ pub use cu::{CUcontext, CUdeviceptr, CUstream};
 
 mod copy;
 pub mod nvrtc;
+pub(crate) mod pinned;
+pub(crate) mod probe;
+pub mod scratch;
 
 fn check(call: &str, r: cu::CUresult) -> Result<()> {
     if r == cu::CUresult::CUDA_SUCCESS {
@@ -205,6 +214,7 @@ pub struct DeviceAlloc {
 // SAFETY: the allocation is a plain device address; the driver API is thread
 // safe and Drop makes the owning context current before freeing.
 unsafe impl Send for DeviceAlloc {}
+// SAFETY: as for Send, and no method mutates through a shared reference.
 unsafe impl Sync for DeviceAlloc {}
 
 impl DeviceAlloc {
@@ -267,6 +277,7 @@ pub struct IpcMapping {
 
 // SAFETY: a device address plus the context it was opened in; see DeviceAlloc.
 unsafe impl Send for IpcMapping {}
+// SAFETY: as for Send, and no method mutates through a shared reference.
 unsafe impl Sync for IpcMapping {}
 
 impl IpcMapping {
@@ -313,6 +324,7 @@ pub struct HostMapped {
 // SAFETY: the memory is pinned and lives until drop; the host reads it with
 // volatile loads only.
 unsafe impl Send for HostMapped {}
+// SAFETY: as for Send, and no method mutates through a shared reference.
 unsafe impl Sync for HostMapped {}
 
 impl HostMapped {
@@ -375,16 +387,13 @@ pub struct Module {
 // SAFETY: module and function handles are usable from any thread once the
 // owning context is current; the driver API is thread safe.
 unsafe impl Send for Module {}
+// SAFETY: as for Send, and no method mutates through a shared reference.
 unsafe impl Sync for Module {}
 
 #[derive(Clone, Copy)]
 pub struct Function(cu::CUfunction);
 
 impl Function {
-    /// The driver's handle, for launchers outside this module (cuda/pdl.rs).
-    pub(crate) fn handle(&self) -> cu::CUfunction {
-        self.0
-    }
     /// The most threads a block of this kernel can have (registers permitting).
     pub fn max_threads_per_block(&self) -> Result<u32> {
         let mut v = 0i32;
@@ -411,6 +420,7 @@ impl Function {
 }
 // SAFETY: as Module.
 unsafe impl Send for Function {}
+// SAFETY: as for Send, and no method mutates through a shared reference.
 unsafe impl Sync for Function {}
 
 impl Module {
@@ -468,4 +478,52 @@ pub unsafe fn launch<A>(
             std::ptr::null_mut(),
         )
     })
+}
+
+/// Launches `f` with one by-value argument, allowing it to overlap the
+/// previous kernel on `stream` (the launch attribute
+/// PROGRAMMATIC_STREAM_SERIALIZATION). Only for kernels that call
+/// `wait_for_previous_kernel` before reading anything, on sm_90 or newer.
+///
+/// # Safety
+/// As `raw::launch`: `A` matches the kernel's parameter, and every device
+/// address in `args` stays valid until the kernel has finished.
+pub unsafe fn launch_overlapped<A>(
+    f: Function,
+    grid: u32,
+    block: u32,
+    args: &A,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of
+    // plain values); all-zero is a valid starting point.
+    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = cu::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut params = [args as *const A as *mut c_void];
+    // SAFETY: config and attr outlive the call; the caller upholds the
+    // argument layout and lifetime contract; the driver copies the argument
+    // bytes before returning.
+    let r =
+        unsafe { cu::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), std::ptr::null_mut()) };
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call: "cuLaunchKernelEx (programmatic dependent launch)".into(),
+            detail: format!("{r:?}"),
+        })
+    }
 }

@@ -70,15 +70,18 @@ fn open(path: &str) -> std::result::Result<Nvrtc, String> {
     // SAFETY: dlopen runs the library's initialisers; NVRTC's only set up its
     // own state. The path is one of NVRTC's names or the user's choice.
     let lib = unsafe { Library::new(path) }.map_err(|e| e.to_string())?;
-    // SAFETY (each get): the symbol names and C signatures are NVRTC's public
-    // API (nvrtc.h), unchanged since CUDA 11; the pointers stay valid while
-    // `lib` is loaded, which `Nvrtc` guarantees by owning it.
+    // The symbol names and C signatures are NVRTC's public API (nvrtc.h),
+    // unchanged since CUDA 11; the pointers stay valid while `lib` is loaded,
+    // which `Nvrtc` guarantees by owning it.
     let sym = |name: &[u8]| -> std::result::Result<*const c_void, String> {
+        // SAFETY: read as a plain pointer, not called (see above).
         unsafe { lib.get::<*const c_void>(name) }
             .map(|s| *s)
             .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(name)))
     };
+    // SAFETY: nvrtcVersion has VersionFn's signature (nvrtc.h).
     let version: VersionFn = unsafe { std::mem::transmute(sym(b"nvrtcVersion\0")?) };
+    // SAFETY: each symbol has the signature it is transmuted to (nvrtc.h).
     let api = unsafe {
         Api {
             create: std::mem::transmute::<*const c_void, CreateFn>(sym(b"nvrtcCreateProgram\0")?),

@@ -1,10 +1,16 @@
-//! The CUDA driver calls of the probe, through cudarc's raw layer. Every
-//! `unsafe` line of the probe's CUDA side is in this file; resources are held
-//! by small guards so an error anywhere frees what was taken.
+//! The CUDA driver calls of the topology probe (`topology::probe`), through
+//! cudarc's `result` and `sys` layers, behind safe functions. Its resources
+//! are held by owners so an error anywhere frees what was taken: cudarc's
+//! `CudaContext` (a retained primary context) and this layer's
+//! [`DeviceAlloc`], and three guards of its own for what neither has in the
+//! form the copy test measures with (portable pinned memory without a
+//! device mapping, a non-blocking stream, a pair of timing events).
 
+use super::DeviceAlloc;
 use crate::error::{Error, Result};
-use cudarc::driver::{result, sys};
+use cudarc::driver::{result, sys, CudaContext};
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
 
 fn cuda_err(call: &str) -> impl Fn(result::DriverError) -> Error + '_ {
     move |e| Error::Cuda {
@@ -14,7 +20,7 @@ fn cuda_err(call: &str) -> impl Fn(result::DriverError) -> Error + '_ {
 }
 
 /// Loads the driver library and initialises it, or says why not.
-pub(super) fn init() -> Result<()> {
+pub(crate) fn init() -> Result<()> {
     // SAFETY: only tries to dlopen libcuda under its usual names; checking
     // first matters because cudarc panics when its first call finds no
     // library.
@@ -40,19 +46,19 @@ pub(super) fn init() -> Result<()> {
     })
 }
 
-pub(super) fn driver_version() -> Option<u32> {
+pub(crate) fn driver_version() -> Option<u32> {
     let mut v = 0;
     // SAFETY: writes one int through a pointer to a live local.
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::cudaError_enum::CUDA_SUCCESS;
     (ok && v > 0).then_some(v as u32)
 }
 
-pub(super) fn device_count() -> Result<usize> {
+pub(crate) fn device_count() -> Result<usize> {
     let n = result::device::get_count().map_err(cuda_err("cuDeviceGetCount"))?;
     Ok(n.max(0) as usize)
 }
 
-pub(super) struct DeviceFacts {
+pub(crate) struct DeviceFacts {
     pub name: String,
     pub cc: (u32, u32),
     pub memory: u64,
@@ -68,7 +74,7 @@ fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
     unsafe { result::device::get_attribute(dev, attr) }.map_err(cuda_err("cuDeviceGetAttribute"))
 }
 
-pub(super) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
+pub(crate) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
     use sys::CUdevice_attribute as A;
     let dev = device(ordinal)?;
     let name = result::device::get_name(dev).map_err(cuda_err("cuDeviceGetName"))?;
@@ -95,14 +101,14 @@ pub(super) fn device_facts(ordinal: usize) -> Result<DeviceFacts> {
     })
 }
 
-pub(super) struct PeerFacts {
+pub(crate) struct PeerFacts {
     pub can_access: bool,
     pub native_atomics: Option<bool>,
     pub perf_rank: Option<i32>,
 }
 
 /// What the driver says about `a` reaching `b`'s memory.
-pub(super) fn peer_facts(a: usize, b: usize) -> Result<PeerFacts> {
+pub(crate) fn peer_facts(a: usize, b: usize) -> Result<PeerFacts> {
     use sys::CUdevice_P2PAttribute as P;
     let (da, db) = (device(a)?, device(b)?);
     let mut can = 0;
@@ -123,53 +129,15 @@ pub(super) fn peer_facts(a: usize, b: usize) -> Result<PeerFacts> {
     })
 }
 
-/// A retained primary context, released on drop.
-struct Ctx {
-    dev: sys::CUdevice,
-    ctx: sys::CUcontext,
+/// A device's retained primary context (cudarc's owner: released on drop).
+type Ctx = Arc<CudaContext>;
+
+fn retain(ordinal: usize) -> Result<Ctx> {
+    CudaContext::new(ordinal).map_err(cuda_err("cuDevicePrimaryCtxRetain"))
 }
 
-impl Ctx {
-    fn retain(ordinal: usize) -> Result<Ctx> {
-        let dev = device(ordinal)?;
-        // SAFETY: `dev` comes from cuDeviceGet; released in drop.
-        let ctx = unsafe { result::primary_ctx::retain(dev) }
-            .map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
-        Ok(Ctx { dev, ctx })
-    }
-
-    fn make_current(&self) -> Result<()> {
-        // SAFETY: `ctx` is retained for as long as `self` lives.
-        unsafe { result::ctx::set_current(self.ctx) }.map_err(cuda_err("cuCtxSetCurrent"))
-    }
-}
-
-impl Drop for Ctx {
-    fn drop(&mut self) {
-        // SAFETY: balances the retain; every guard using this context is
-        // declared after it and so dropped before it.
-        let _ = unsafe { result::primary_ctx::release(self.dev) };
-    }
-}
-
-/// `cuMemAlloc` memory (plain allocation: peers can map it).
-struct DevBuf(sys::CUdeviceptr);
-
-impl DevBuf {
-    fn new(ctx: &Ctx, bytes: usize) -> Result<DevBuf> {
-        ctx.make_current()?;
-        // SAFETY: a plain allocation in the current context, freed in drop.
-        let p = unsafe { result::malloc_sync(bytes) }.map_err(cuda_err("cuMemAlloc"))?;
-        Ok(DevBuf(p))
-    }
-}
-
-impl Drop for DevBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAlloc and freed once; with unified
-        // addressing cuMemFree finds the owning context itself.
-        let _ = unsafe { result::free_sync(self.0) };
-    }
+fn make_current(ctx: &Ctx) -> Result<()> {
+    ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
 }
 
 /// Page-locked host memory usable from every context.
@@ -207,7 +175,7 @@ struct Stream(sys::CUstream);
 
 impl Stream {
     fn new(ctx: &Ctx) -> Result<Stream> {
-        ctx.make_current()?;
+        make_current(ctx)?;
         result::stream::create(result::stream::StreamKind::NonBlocking)
             .map(Stream)
             .map_err(cuda_err("cuStreamCreate"))
@@ -230,7 +198,7 @@ struct Timer(sys::CUevent, sys::CUevent);
 
 impl Timer {
     fn new(ctx: &Ctx) -> Result<Timer> {
-        ctx.make_current()?;
+        make_current(ctx)?;
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         let a = result::event::create(flags).map_err(cuda_err("cuEventCreate"))?;
         let b = match result::event::create(flags) {
@@ -271,7 +239,7 @@ impl Drop for Timer {
     }
 }
 
-pub(super) struct CopyMeasure {
+pub(crate) struct CopyMeasure {
     pub peer_access: bool,
     pub verified: bool,
     pub small_ms: f64,
@@ -287,19 +255,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Copies from GPU `src` into GPU `dst`: verifies a random pattern arrives
 /// intact, then times a `small` and a `large` copy (medians), and the same
 /// large copy staged by hand through pinned host memory.
-pub(super) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> Result<CopyMeasure> {
-    let cs = Ctx::retain(src)?;
-    let cd = Ctx::retain(dst)?;
+pub(crate) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> Result<CopyMeasure> {
+    let cs = retain(src)?;
+    let cd = retain(dst)?;
     let peer_access = peer_facts(src, dst)?.can_access && {
-        cs.make_current()?;
+        make_current(&cs)?;
         // SAFETY: both contexts are retained; enabling access twice is
         // reported as ALREADY_ENABLED, which is success here.
-        let r = unsafe { sys::cuCtxEnablePeerAccess(cd.ctx, 0) };
+        let r = unsafe { sys::cuCtxEnablePeerAccess(cd.cu_ctx(), 0) };
         r == sys::cudaError_enum::CUDA_SUCCESS
             || r == sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
     };
-    let bs = DevBuf::new(&cs, large)?;
-    let bd = DevBuf::new(&cd, large)?;
+    // cuMemAlloc memory (plain allocations: peers can map them).
+    let bs = DeviceAlloc::new(cs.cu_ctx(), large)?;
+    let bd = DeviceAlloc::new(cd.cu_ctx(), large)?;
     let mut host = HostBuf::new(large)?;
     let ss = Stream::new(&cs)?;
     let sd = Stream::new(&cd)?;
@@ -318,29 +287,31 @@ pub(super) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> R
         })
         .collect();
     let complement: Vec<u8> = pattern.iter().map(|b| !b).collect();
-    cs.make_current()?;
+    make_current(&cs)?;
     // SAFETY: `bs` holds `large` bytes in the current context.
-    unsafe { result::memcpy_htod_sync(bs.0, &pattern) }.map_err(cuda_err("cuMemcpyHtoD"))?;
-    cd.make_current()?;
+    unsafe { result::memcpy_htod_sync(bs.ptr(), &pattern) }.map_err(cuda_err("cuMemcpyHtoD"))?;
+    make_current(&cd)?;
     // SAFETY: `bd` holds `large` bytes in the current context.
-    unsafe { result::memcpy_htod_sync(bd.0, &complement) }.map_err(cuda_err("cuMemcpyHtoD"))?;
+    unsafe { result::memcpy_htod_sync(bd.ptr(), &complement) }.map_err(cuda_err("cuMemcpyHtoD"))?;
 
     let peer_copy = |bytes: usize| -> Result<()> {
         // SAFETY: both buffers hold at least `bytes` and outlive the stream
         // synchronisation that follows every use.
-        unsafe { result::memcpy_peer_async(cd.ctx, bd.0, cs.ctx, bs.0, bytes, ss.0) }
-            .map_err(cuda_err("cuMemcpyPeerAsync"))
+        unsafe {
+            result::memcpy_peer_async(cd.cu_ctx(), bd.ptr(), cs.cu_ctx(), bs.ptr(), bytes, ss.0)
+        }
+        .map_err(cuda_err("cuMemcpyPeerAsync"))
     };
-    cs.make_current()?;
+    make_current(&cs)?;
     peer_copy(large)?;
     ss.sync()?;
-    cd.make_current()?;
+    make_current(&cd)?;
     let back = host.as_mut_slice();
     // SAFETY: `bd` holds `large` bytes; `back` is `large` bytes.
-    unsafe { result::memcpy_dtoh_sync(back, bd.0) }.map_err(cuda_err("cuMemcpyDtoH"))?;
+    unsafe { result::memcpy_dtoh_sync(back, bd.ptr()) }.map_err(cuda_err("cuMemcpyDtoH"))?;
     let verified = back[..] == pattern[..];
 
-    cs.make_current()?;
+    make_current(&cs)?;
     let time_copies = |bytes: usize, warm: usize, reps: usize| -> Result<f64> {
         for _ in 0..warm {
             peer_copy(bytes)?;
@@ -359,18 +330,18 @@ pub(super) fn copy_test(src: usize, dst: usize, small: usize, large: usize) -> R
     let mut d2h = Vec::new();
     let mut h2d = Vec::new();
     for _ in 0..5 {
-        cs.make_current()?;
+        make_current(&cs)?;
         d2h.push(ts.time(&ss, || {
             // SAFETY: `hp` is `large` pinned bytes, `bs` `large` device
             // bytes; the timer synchronises before they are reused.
-            unsafe { sys::cuMemcpyDtoHAsync_v2(hp, bs.0, large, ss.0) }
+            unsafe { sys::cuMemcpyDtoHAsync_v2(hp, bs.ptr(), large, ss.0) }
                 .result()
                 .map_err(cuda_err("cuMemcpyDtoHAsync"))
         })?);
-        cd.make_current()?;
+        make_current(&cd)?;
         h2d.push(td.time(&sd, || {
             // SAFETY: as above, in the other direction.
-            unsafe { sys::cuMemcpyHtoDAsync_v2(bd.0, hp, large, sd.0) }
+            unsafe { sys::cuMemcpyHtoDAsync_v2(bd.ptr(), hp, large, sd.0) }
                 .result()
                 .map_err(cuda_err("cuMemcpyHtoDAsync"))
         })?);
