@@ -181,12 +181,12 @@ __device__ void host_coll(const HCollArgs& c) {
     end_call(a, ok);
 }
 
-HG_KERNEL tpcomm_host_all_gather_f32(HCollArgs c) { host_coll<HF32, HC_ALL_GATHER>(c); }
-HG_KERNEL tpcomm_host_all_gather_f16(HCollArgs c) { host_coll<HF16, HC_ALL_GATHER>(c); }
-HG_KERNEL tpcomm_host_all_gather_bf16(HCollArgs c) { host_coll<HBF16, HC_ALL_GATHER>(c); }
-HG_KERNEL tpcomm_host_reduce_scatter_f32(HCollArgs c) { host_coll<HF32, HC_REDUCE_SCATTER>(c); }
-HG_KERNEL tpcomm_host_reduce_scatter_f16(HCollArgs c) { host_coll<HF16, HC_REDUCE_SCATTER>(c); }
-HG_KERNEL tpcomm_host_reduce_scatter_bf16(HCollArgs c) { host_coll<HBF16, HC_REDUCE_SCATTER>(c); }
-HG_KERNEL tpcomm_host_broadcast_f32(HCollArgs c) { host_coll<HF32, HC_BROADCAST>(c); }
-HG_KERNEL tpcomm_host_broadcast_f16(HCollArgs c) { host_coll<HF16, HC_BROADCAST>(c); }
-HG_KERNEL tpcomm_host_broadcast_bf16(HCollArgs c) { host_coll<HBF16, HC_BROADCAST>(c); }
+HG_KERNEL tpcomm_host_all_gather_f32(HCollArgs c) { host_coll<F32, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_all_gather_f16(HCollArgs c) { host_coll<F16, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_all_gather_bf16(HCollArgs c) { host_coll<BF16, HC_ALL_GATHER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_f32(HCollArgs c) { host_coll<F32, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_f16(HCollArgs c) { host_coll<F16, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_reduce_scatter_bf16(HCollArgs c) { host_coll<BF16, HC_REDUCE_SCATTER>(c); }
+HG_KERNEL tpcomm_host_broadcast_f32(HCollArgs c) { host_coll<F32, HC_BROADCAST>(c); }
+HG_KERNEL tpcomm_host_broadcast_f16(HCollArgs c) { host_coll<F16, HC_BROADCAST>(c); }
+HG_KERNEL tpcomm_host_broadcast_bf16(HCollArgs c) { host_coll<BF16, HC_BROADCAST>(c); }
