@@ -12,7 +12,7 @@ use crate::state;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch};
+use tpcomm::cuda::{CUstream, Collective, Launch};
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -22,16 +22,6 @@ pub const COLLECTIVES: &[&str] = &[
     "ncclBroadcast",
     "ncclBcast",
 ];
-
-/// Loads the collective kernels while the communicator is set up, so no
-/// call (inside a CUDA graph capture, say) ever compiles or loads a module.
-pub fn prepare(gpu: &GpuComm, tag: &str) -> tpcomm::Result<()> {
-    let image = gpu.prepare_collectives()?;
-    info!(
-        "{tag}: all-gather, reduce-scatter and broadcast kernels loaded ({image} of kernel image)"
-    );
-    Ok(())
-}
 
 /// Logs (at TPCOMM_LOG=info) the first call of each (function,
 /// communicator, route); `what` is only formatted then.

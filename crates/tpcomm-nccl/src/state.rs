@@ -230,7 +230,12 @@ struct Made {
 /// every rank, the quantized wire when asked for, and the staging buffer.
 fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
     let gpu = GpuComm::new(cfg, rv)?;
-    crate::collectives::prepare(&gpu, "set-up")?;
+    // The collective kernels are loaded now, so no call (inside a CUDA
+    // graph capture, say) ever compiles or loads a module.
+    let image = gpu.prepare_collectives()?;
+    crate::settings::info!(
+        "set-up: all-gather, reduce-scatter and broadcast kernels loaded ({image} of kernel image)"
+    );
     let routes = tpcomm::select::agree(
         RouteTable::resolve(
             gpu.selector(),

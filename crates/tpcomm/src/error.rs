@@ -113,6 +113,16 @@ impl EnvError {
 }
 
 impl Error {
+    /// The error for a file or segment that another user owns.
+    pub(crate) fn foreign_owner(what: &str, owner: u32, me: u32) -> Self {
+        Error::invalid(
+            "rendezvous",
+            format!(
+                "{what} belongs to uid {owner}, not to you (uid {me}); someone else created it, so tpcomm will not use it: give a rendezvous path in a directory only you can write (not a shared /tmp name)"
+            ),
+        )
+    }
+
     pub fn invalid(what: impl Into<String>, detail: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what: what.into(),

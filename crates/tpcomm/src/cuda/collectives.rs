@@ -25,22 +25,6 @@ use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 
-// TPCOMM_WAIT_COLL_* in kernels/collectives.cu.
-const WAIT_ALL_GATHER: u32 = 5;
-const WAIT_REDUCE_SCATTER: u32 = 6;
-const WAIT_BROADCAST: u32 = 7;
-
-/// What a status code of the collective kernels was waiting for, for
-/// `CudaCommunicator::check`; `None` for other codes.
-pub(super) fn wait_what(code: u32) -> Option<&'static str> {
-    match code {
-        WAIT_ALL_GATHER => Some("all-gather data"),
-        WAIT_REDUCE_SCATTER => Some("reduce-scatter data"),
-        WAIT_BROADCAST => Some("broadcast data or a peer's broadcast token"),
-        _ => None,
-    }
-}
-
 /// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
 const BLOCK: u32 = 512;
 
@@ -616,6 +600,7 @@ fn no_route() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::wait::{wait_what, WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
 
     #[test]
     fn coll_args_match_the_cuda_struct_size() {

@@ -592,7 +592,7 @@ impl CudaCommunicator {
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
             WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
-            c => super::collectives::wait_what(c).unwrap_or("data"),
+            c => super::wait::wait_what(c).unwrap_or("data"),
         };
         Err(Error::PeerTimeout {
             rank: self.rank,

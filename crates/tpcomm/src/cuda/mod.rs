@@ -36,6 +36,8 @@ mod rendezvous;
 #[forbid(unsafe_code)]
 pub mod share;
 mod stream_all_reduce;
+#[forbid(unsafe_code)]
+mod wait;
 
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
 /// rank loop imports it from here).

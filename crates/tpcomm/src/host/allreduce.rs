@@ -41,6 +41,22 @@ pub(super) fn op_code(op: ReduceOp) -> u64 {
     }
 }
 
+/// Collective codes in a descriptor's meta word (bits 24..32); 0 is the
+/// all-reduce.
+pub(super) const ALL_GATHER: u64 = 1;
+pub(super) const REDUCE_SCATTER: u64 = 2;
+pub(super) const BROADCAST: u64 = 3;
+
+/// Text for a descriptor of a collective other than the all-reduce.
+fn describe_collective(code: u64, root: u64, op: &str) -> String {
+    match code {
+        ALL_GATHER => "all-gather".to_string(),
+        REDUCE_SCATTER => format!("reduce-scatter, {op}"),
+        BROADCAST => format!("broadcast from rank {root}"),
+        _ => "an unknown collective".to_string(),
+    }
+}
+
 impl Desc {
     fn describe(&self) -> String {
         let dt = match self.meta & 0xff {
@@ -62,7 +78,7 @@ impl Desc {
         };
         let what = match (self.meta >> 24) & 0xff {
             0 => format!("all-reduce, {op}, {algo}"),
-            c => super::collectives::describe_collective(c, self.meta >> 32, op),
+            c => describe_collective(c, self.meta >> 32, op),
         };
         format!(
             "{} x {dt}, {what} (call #{}, piece at element {})",

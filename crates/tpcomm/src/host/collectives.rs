@@ -9,27 +9,11 @@
 //! safe too, whatever mix of collectives the ranks run, as long as every rank
 //! runs the same sequence (a rank that does not is told by `Error::Mismatch`).
 
-use super::allreduce::{dtype_code, op_code, Desc};
+use super::allreduce::{dtype_code, op_code, Desc, ALL_GATHER, BROADCAST, REDUCE_SCATTER};
 use super::reduce::reduce;
 use super::HostCommunicator;
 use crate::dtype::{Element, ReduceOp};
 use crate::error::{Error, Result};
-
-/// Collective codes in a descriptor's meta word (bits 24..32); 0 is the
-/// all-reduce.
-const ALL_GATHER: u64 = 1;
-const REDUCE_SCATTER: u64 = 2;
-const BROADCAST: u64 = 3;
-
-/// Text for a descriptor of a collective other than the all-reduce.
-pub(super) fn describe_collective(code: u64, root: u64, op: &str) -> String {
-    match code {
-        ALL_GATHER => "all-gather".to_string(),
-        REDUCE_SCATTER => format!("reduce-scatter, {op}"),
-        BROADCAST => format!("broadcast from rank {root}"),
-        _ => "an unknown collective".to_string(),
-    }
-}
 
 impl HostCommunicator {
     /// All-gather: every rank gives `input` (the same length on every rank)

@@ -124,16 +124,6 @@ pub(crate) fn euid() -> u32 {
     super::shm::effective_uid()
 }
 
-/// The error for a file or segment that another user owns.
-pub(crate) fn foreign_owner(what: &str, owner: u32, me: u32) -> Error {
-    Error::invalid(
-        "rendezvous",
-        format!(
-            "{what} belongs to uid {owner}, not to you (uid {me}); someone else created it, so tpcomm will not use it: give a rendezvous path in a directory only you can write (not a shared /tmp name)"
-        ),
-    )
-}
-
 /// Whether a process id refers to a live process (or one we may not signal).
 /// A zombie (exited, not yet reaped by its parent) counts as dead.
 pub(crate) fn pid_alive(pid: u32) -> bool {
@@ -153,6 +143,63 @@ fn zombie(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
         })
         .unwrap_or(false)
+}
+
+/// The name rank 0 gives a new segment: it says which user and which process
+/// (pid and start time) created it, so a later run can tell a segment whose
+/// creator died during set-up (nothing can ever use it) from a live one.
+pub(crate) fn segment_name(uid: u32, creator: Proc, random: u64) -> String {
+    format!(
+        "/tpcomm-u{uid}-p{}-s{}-{random:016x}",
+        creator.pid, creator.start
+    )
+}
+
+/// The (uid, creator) a [`segment_name`] encodes (without the leading '/').
+pub(crate) fn parse_segment_name(name: &str) -> Option<(u32, Proc)> {
+    let rest = name.trim_start_matches('/').strip_prefix("tpcomm-u")?;
+    let mut f = rest.split('-');
+    let uid = f.next()?.parse().ok()?;
+    let pid = f.next()?.strip_prefix('p')?.parse().ok()?;
+    let start = f.next()?.strip_prefix('s')?.parse().ok()?;
+    let random = f.next()?;
+    if random.len() != 16 || f.next().is_some() {
+        return None;
+    }
+    Some((uid, Proc { pid, start }))
+}
+
+/// Unlinks the segments in /dev/shm that this user's tpcomm ranks created
+/// and that can never be used: named by [`segment_name`] for this uid,
+/// owned by this uid, and whose creator (pid and start time) is gone. A
+/// segment's name exists only during set-up, so such a segment is what a
+/// rank 0 killed during set-up leaves. Returns the names removed.
+pub fn sweep_stale_segments() -> Vec<String> {
+    sweep_in(std::path::Path::new("/dev/shm"), euid())
+}
+
+pub(crate) fn sweep_in(dir: &std::path::Path, uid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((owner, creator)) = parse_segment_name(&name) else {
+            continue;
+        };
+        if owner != uid || creator.alive() {
+            continue;
+        }
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if m.file_type().is_file() && m.uid() == uid && std::fs::remove_file(e.path()).is_ok() {
+            removed.push(name);
+        }
+    }
+    removed
 }
 
 #[cfg(test)]

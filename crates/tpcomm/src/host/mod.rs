@@ -25,8 +25,8 @@ mod ticket;
 #[forbid(unsafe_code)]
 mod wait;
 
+pub use identity::sweep_stale_segments;
 pub use identity::{JobKey, JOB_KEY_ENV};
-pub use shm::sweep_stale_segments;
 
 /// Memory the kernel reports as available now (`MemAvailable`), if known:
 /// for front ends that check a run fits before starting it.

@@ -74,7 +74,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     };
     // Segments whose creator died during set-up, abort notices and
     // temporary tickets whose writer is gone (this user's only).
-    shm::sweep_stale_segments();
+    super::identity::sweep_stale_segments();
     notice::sweep(file, uid);
     ticket::sweep_temps(file, uid);
     // Whatever is at the path now: a live job's ticket is never touched.
@@ -96,7 +96,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
             }
         }
     }
-    let name = shm::segment_name(uid, me, rand::random());
+    let name = super::identity::segment_name(uid, me, rand::random());
     let seg = room::check_segment(layout.total, cfg.world)
         .and_then(|()| shm::create(&name, layout.total))
         .and_then(|m| Segment::new(m, layout, &name));

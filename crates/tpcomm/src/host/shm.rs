@@ -7,7 +7,6 @@
 //! system queries the rendezvous needs. The segment's contents are read and
 //! written through raw pointers in layout.rs, allreduce.rs and reduce.rs.
 
-use super::identity::Proc;
 use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -123,7 +122,7 @@ pub(crate) fn create(name: &str, len: usize) -> Result<Mapping> {
 /// belongs to another user, or that others may write, is an error: it is not
 /// one this user's ranks created.
 pub(crate) fn open(name: &str) -> Result<Option<Mapping>> {
-    open_owned_by(name, super::identity::euid())
+    open_owned_by(name, effective_uid())
 }
 
 /// [`open`], with the owner the segment must have given (the test seam).
@@ -151,7 +150,7 @@ pub(crate) fn open_owned_by(name: &str, uid: u32) -> Result<Option<Mapping>> {
         if st.st_uid != uid || st.st_mode & 0o022 != 0 {
             libc::close(fd);
             if st.st_uid != uid {
-                return Err(super::identity::foreign_owner(
+                return Err(Error::foreign_owner(
                     &format!("shared-memory segment {name}"),
                     st.st_uid,
                     uid,
@@ -207,63 +206,6 @@ pub(crate) fn unlink(name: &str) {
             libc::shm_unlink(cname.as_ptr());
         }
     }
-}
-
-/// The name rank 0 gives a new segment: it says which user and which process
-/// (pid and start time) created it, so a later run can tell a segment whose
-/// creator died during set-up (nothing can ever use it) from a live one.
-pub(crate) fn segment_name(uid: u32, creator: Proc, random: u64) -> String {
-    format!(
-        "/tpcomm-u{uid}-p{}-s{}-{random:016x}",
-        creator.pid, creator.start
-    )
-}
-
-/// The (uid, creator) a [`segment_name`] encodes (without the leading '/').
-pub(crate) fn parse_segment_name(name: &str) -> Option<(u32, Proc)> {
-    let rest = name.trim_start_matches('/').strip_prefix("tpcomm-u")?;
-    let mut f = rest.split('-');
-    let uid = f.next()?.parse().ok()?;
-    let pid = f.next()?.strip_prefix('p')?.parse().ok()?;
-    let start = f.next()?.strip_prefix('s')?.parse().ok()?;
-    let random = f.next()?;
-    if random.len() != 16 || f.next().is_some() {
-        return None;
-    }
-    Some((uid, Proc { pid, start }))
-}
-
-/// Unlinks the segments in /dev/shm that this user's tpcomm ranks created
-/// and that can never be used: named by [`segment_name`] for this uid,
-/// owned by this uid, and whose creator (pid and start time) is gone. A
-/// segment's name exists only during set-up, so such a segment is what a
-/// rank 0 killed during set-up leaves. Returns the names removed.
-pub fn sweep_stale_segments() -> Vec<String> {
-    sweep_in(std::path::Path::new("/dev/shm"), super::identity::euid())
-}
-
-pub(crate) fn sweep_in(dir: &std::path::Path, uid: u32) -> Vec<String> {
-    use std::os::unix::fs::MetadataExt;
-    let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return removed;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some((owner, creator)) = parse_segment_name(&name) else {
-            continue;
-        };
-        if owner != uid || creator.alive() {
-            continue;
-        }
-        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if m.file_type().is_file() && m.uid() == uid && std::fs::remove_file(e.path()).is_ok() {
-            removed.push(name);
-        }
-    }
-    removed
 }
 
 /// An anonymous shared-memory file (memfd), mapped read-write: the area of a

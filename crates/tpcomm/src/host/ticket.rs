@@ -8,7 +8,7 @@
 //! link. Read with `O_NOFOLLOW | O_NONBLOCK` and accepted only when it is a
 //! regular file of this user that no one else may write.
 
-use super::identity::{foreign_owner, Proc};
+use super::identity::Proc;
 use crate::error::{Error, Result};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -141,7 +141,11 @@ pub(crate) fn check_file(file: &Path, meta: &std::fs::Metadata, uid: u32) -> Res
         ));
     }
     if meta.uid() != uid {
-        return Err(foreign_owner(&file.display().to_string(), meta.uid(), uid));
+        return Err(Error::foreign_owner(
+            &file.display().to_string(),
+            meta.uid(),
+            uid,
+        ));
     }
     if meta.mode() & 0o022 != 0 {
         return Err(Error::invalid(

@@ -25,22 +25,6 @@ use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 
-// HC_WAIT_* in kernels/host_collectives.cu.
-const WAIT_ALL_GATHER: u32 = 8;
-const WAIT_REDUCE_SCATTER: u32 = 9;
-const WAIT_BROADCAST: u32 = 10;
-
-/// What a status code of these kernels waited for, for
-/// `HostGpuCommunicator::check`; `None` for other codes.
-pub(super) fn wait_what(code: u32) -> Option<&'static str> {
-    match code {
-        WAIT_ALL_GATHER => Some("host-path all-gather chunk flag"),
-        WAIT_REDUCE_SCATTER => Some("host-path reduce-scatter chunk flag"),
-        WAIT_BROADCAST => Some("host-path broadcast chunk flag (data or token)"),
-        _ => None,
-    }
-}
-
 /// HG_BLOCK in host_allreduce.cu.
 const BLOCK: u32 = 512;
 
@@ -253,6 +237,7 @@ impl HostGpuCommunicator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::host_path::wait::{WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
 
     #[test]
     fn host_coll_args_match_the_cuda_struct_size() {

@@ -670,7 +670,7 @@ impl HostGpuCommunicator {
         let what = match code {
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_DELTA => "host-path delta words",
-            c => super::collectives::wait_what(c).unwrap_or("host-path data"),
+            c => super::wait::wait_what(c).unwrap_or("host-path data"),
         };
         Err(Error::PeerTimeout {
             rank: self.rank,

@@ -18,6 +18,8 @@ mod kernels;
 #[forbid(unsafe_code)]
 pub mod layout;
 mod select;
+#[forbid(unsafe_code)]
+mod wait;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
 pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator};
