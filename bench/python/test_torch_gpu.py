@@ -269,6 +269,42 @@ def rank_main(rank, world, init_file, replays, results):
         info["graph_fused_s"] = round(time.time() - t0, 2)
         checks.ok(bad_replays == 0, f"graph fused {name} {rows}x{hidden}: {bad_replays} of {replays} replays not bit-identical to unfused")
 
+        # 5. All-gather, reduce-scatter and broadcast, eager, against references
+        # computed here from every rank's (seeded) inputs.
+        for name in ("bf16", "f16", "f32"):
+            dt = torch_dtype(torch, name)
+            esize = torch.tensor([], dtype=dt).element_size()
+            for n in (1, 7, 8, 4093, 65521):
+                if world * n * esize > MAX_BYTES:
+                    continue
+                ins = [gen(torch, seed_of(5, 0, n, len(name), False, r), n, dt, device) for r in range(world)]
+                got = comm.all_gather(ins[rank].clone())
+                torch.cuda.synchronize()
+                comm.check()
+                checks.ok(torch.equal(got, torch.cat(ins)), f"all_gather {name} n={n}: every block equals its rank's input")
+                full = [gen(torch, seed_of(6, 0, n, len(name), False, r), world * n, dt, device) for r in range(world)]
+                part = comm.reduce_scatter(full[rank].clone())
+                torch.cuda.synchronize()
+                comm.check()
+                block = slice(rank * n, (rank + 1) * n)
+                stacked = torch.stack([f.double() for f in full])
+                ref = stacked.sum(0)[block]
+                # Summation's bound: a few units in the last place of the
+                # type, relative to the sum of the magnitudes.
+                scale = stacked.abs().sum(0)[block]
+                tol = {"f32": 1e-6, "f16": 2e-3, "bf16": 1e-2}[name]
+                err = (part.double() - ref).abs()
+                worst = (err / scale.clamp_min(1e-30)).max().item()
+                checks.ok(bool((err <= tol * scale).all()), f"reduce_scatter {name} n={n}: worst error {worst:.2e} of the magnitudes' sum (bound {tol})")
+                root = n % world
+                b = ins[rank].clone() if rank == root else torch.full((n,), 3.0, dtype=dt, device=device)
+                comm.broadcast(b, src=root)
+                torch.cuda.synchronize()
+                comm.check()
+                checks.ok(torch.equal(b, ins[root]), f"broadcast {name} n={n} from {root}: equals the root's input")
+        if rank == 0:
+            print(f"[world {world}] eager collectives: {checks.passed} checks so far, {len(checks.failed)} failed", flush=True)
+
         # The typed errors, on a live communicator.
         try:
             comm.all_reduce(torch.zeros(8, dtype=torch.float64, device=device))

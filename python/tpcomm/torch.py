@@ -174,6 +174,79 @@ class Communicator:
         )
         return out
 
+    def all_gather(self, tensor, out=None, *, overlapped=False):
+        """Gathers every rank's ``tensor`` into ``out`` (``world`` times its
+        elements, rank r's block r-th along the first dimension; allocated
+        when not given), on the current stream; returns ``out``. Where the
+        blocks fit the communicator's buffers it runs on tpcomm's kernels,
+        otherwise on NCCL (``nccl_fallback``) or raises."""
+        dtype = self._check(tensor, "tensor")
+        if out is None:
+            out = self._torch.empty(
+                (self.world * tensor.shape[0],) + tuple(tensor.shape[1:])
+                if tensor.dim() > 0
+                else (self.world,),
+                dtype=tensor.dtype,
+                device=tensor.device,
+            )
+        else:
+            self._check(out, "out")
+            if out.dtype != tensor.dtype or out.numel() != self.world * tensor.numel():
+                raise InvalidArgumentError(
+                    f"invalid out: {tuple(out.shape)} {out.dtype}, expected {self.world} x "
+                    f"{tensor.numel()} elements of {tensor.dtype}"
+                )
+        if tensor.numel() == 0:
+            return out
+        self._comm.all_gather(
+            tensor.data_ptr(), out.data_ptr(), tensor.numel(), dtype, self._stream(), overlapped=overlapped
+        )
+        return out
+
+    def reduce_scatter(self, tensor, out=None, *, op="sum", overlapped=False):
+        """Sums ``tensor`` (``world`` equal blocks along its elements) over
+        the ranks and returns this rank's block of the sum in ``out``
+        (``tensor.numel() / world`` elements; allocated when not given), on
+        the current stream."""
+        dtype = self._check(tensor, "tensor")
+        if tensor.numel() % self.world != 0:
+            raise InvalidArgumentError(
+                f"invalid tensor: {tensor.numel()} elements do not split into {self.world} equal blocks"
+            )
+        count = tensor.numel() // self.world
+        if out is None:
+            shape = (
+                (tensor.shape[0] // self.world,) + tuple(tensor.shape[1:])
+                if tensor.dim() > 0 and tensor.shape[0] % self.world == 0
+                else (count,)
+            )
+            out = self._torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+        else:
+            self._check(out, "out")
+            if out.dtype != tensor.dtype or out.numel() != count:
+                raise InvalidArgumentError(
+                    f"invalid out: {tuple(out.shape)} {out.dtype}, expected {count} elements of {tensor.dtype}"
+                )
+        if count == 0:
+            return out
+        self._comm.reduce_scatter(
+            tensor.data_ptr(), out.data_ptr(), count, dtype, self._stream(), op=op, overlapped=overlapped
+        )
+        return out
+
+    def broadcast(self, tensor, src=0, *, overlapped=False):
+        """Copies rank ``src``'s ``tensor`` into ``tensor`` on every rank, in
+        place, on the current stream; returns ``tensor``."""
+        dtype = self._check(tensor, "tensor")
+        if not (0 <= int(src) < self.world):
+            raise InvalidArgumentError(f"invalid src: {src} (ranks are 0 to {self.world - 1})")
+        if tensor.numel() == 0:
+            return tensor
+        self._comm.broadcast(
+            tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), dtype, int(src), self._stream(), overlapped=overlapped
+        )
+        return tensor
+
     def _rows(self, x, weight):
         if x.dim() < 1 or x.shape[-1] == 0:
             raise InvalidArgumentError(f"invalid hidden size: x has shape {tuple(x.shape)}")

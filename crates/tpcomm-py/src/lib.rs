@@ -224,6 +224,7 @@ impl Communicator {
             GpuComm::Cuda(c) => c.prepare_fused().map_err(to_py)?,
             GpuComm::Host(c) => tpcomm::cuda::fused::prepare(c.context()).map_err(to_py)?,
         };
+        inner.prepare_collectives().map_err(to_py)?;
         Ok(Self {
             inner: Mutex::new(inner),
             device,
@@ -295,6 +296,100 @@ impl Communicator {
                 dtype,
                 ReduceOp::Sum,
                 algo,
+                stream as _,
+                launch(overlapped),
+            )
+        }
+        .map_err(to_py)?;
+        Ok(route.name())
+    }
+
+    /// Gathers every rank's `count` elements at `input` into `output`
+    /// (`world * count` elements, rank r's block at r * count; `input` may be
+    /// this rank's block of `output`) on `stream`, asynchronously. Returns
+    /// where it ran ("tpcomm" or an NCCL route with its reason).
+    #[pyo3(signature = (input, output, count, dtype, stream, overlapped = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_gather(
+        &self,
+        input: u64,
+        output: u64,
+        count: usize,
+        dtype: &str,
+        stream: u64,
+        overlapped: bool,
+    ) -> PyResult<&'static str> {
+        let dtype = parse::<DType>(dtype)?;
+        // SAFETY: tpcomm/torch.py passes live CUDA tensors of this
+        // communicator's device (`input` of `count`, `output` of world x
+        // `count` elements) and a stream of that device, and keeps them
+        // alive for the stream.
+        let route = unsafe {
+            self.comm()?
+                .all_gather(input, output, count, dtype, stream as _, launch(overlapped))
+        }
+        .map_err(to_py)?;
+        Ok(route.name())
+    }
+
+    /// Sums `world * count` elements at `input` over the ranks and leaves
+    /// this rank's block (`count` elements, at rank * count of the sum) in
+    /// `output`, on `stream`. `op`: "sum" on the kernels; "max"/"min" need
+    /// `nccl_fallback`.
+    #[pyo3(signature = (input, output, count, dtype, stream, op = "sum", overlapped = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter(
+        &self,
+        input: u64,
+        output: u64,
+        count: usize,
+        dtype: &str,
+        stream: u64,
+        op: &str,
+        overlapped: bool,
+    ) -> PyResult<&'static str> {
+        let dtype = parse::<DType>(dtype)?;
+        let op = parse::<ReduceOp>(op)?;
+        // SAFETY: as in all_gather, with `input` of world x `count` and
+        // `output` of `count` elements.
+        let route = unsafe {
+            self.comm()?.reduce_scatter(
+                input,
+                output,
+                count,
+                dtype,
+                op,
+                stream as _,
+                launch(overlapped),
+            )
+        }
+        .map_err(to_py)?;
+        Ok(route.name())
+    }
+
+    /// Copies `root`'s `count` elements at `input` to `output` on every rank
+    /// (only the root's `input` is read), on `stream`.
+    #[pyo3(signature = (input, output, count, dtype, root, stream, overlapped = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn broadcast(
+        &self,
+        input: u64,
+        output: u64,
+        count: usize,
+        dtype: &str,
+        root: usize,
+        stream: u64,
+        overlapped: bool,
+    ) -> PyResult<&'static str> {
+        let dtype = parse::<DType>(dtype)?;
+        // SAFETY: as in all_gather, with both buffers of `count` elements.
+        let route = unsafe {
+            self.comm()?.broadcast(
+                input,
+                output,
+                count,
+                dtype,
+                root,
                 stream as _,
                 launch(overlapped),
             )
