@@ -5,6 +5,7 @@
 #   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
 #   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_collectives
+#   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant
 #   nccl_gpu               test executables of crates/tpcomm
 #   gpu_forward            test executable of crates/tpcomm-cli
 #   gpu_forward.tpcomm-path  where gpu_forward looks for `tpcomm` (the path is
@@ -26,7 +27,7 @@ case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback)
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback gpu_p2p_check)
 TESTS_CLI=(gpu_forward)
 
 anchor=""
