@@ -15,6 +15,7 @@
 //!    (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, `/usr/local`, `/usr`, `~/.local`),
 //!    where `pip install nvidia-nccl-cu13` (or PyTorch) puts it.
 
+#[forbid(unsafe_code)]
 mod search;
 
 use crate::dtype::{DType, ReduceOp};
