@@ -1,4 +1,5 @@
-//! Every `unsafe` line of the NCCL binding lives here.
+//! Every call into NCCL lives here; the wrapper above (`nccl/mod.rs`) calls
+//! the collectives' `unsafe fn`s with its caller's device pointers.
 //!
 //! NCCL is opened with `dlopen` at run time (so tpcomm builds and runs on
 //! machines without it) and its C functions are looked up by name. The
