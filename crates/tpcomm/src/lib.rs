@@ -32,6 +32,8 @@ pub mod quant;
 #[forbid(unsafe_code)]
 pub mod report;
 pub mod select;
+pub(crate) mod sys;
+#[forbid(unsafe_code)]
 pub mod topology;
 #[forbid(unsafe_code)]
 pub mod transport;

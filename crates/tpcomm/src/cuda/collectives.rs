@@ -17,10 +17,10 @@ use super::loader::{
     PerDevice,
 };
 use super::pdl::{self, Launch};
-use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use super::share::grid_cap;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;

@@ -13,7 +13,6 @@
 
 use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantComm};
-use super::raw::{CUdeviceptr, CUstream};
 use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
@@ -21,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
 use crate::select::{agree, Group, Mode, RouteTable};
+use crate::sys::cuda::{CUdeviceptr, CUstream};
 use crate::units::ByteSize;
 use std::time::Duration;
 

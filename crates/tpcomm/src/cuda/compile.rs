@@ -2,8 +2,8 @@
 //! capability of the device in hand, cached on disk by (source hash,
 //! architecture, NVRTC version).
 
-use super::raw;
 use crate::error::{Error, Result};
+use crate::sys::cuda as raw;
 use std::path::PathBuf;
 
 /// One kernel family's source as NVRTC compiles it: the family's defines,

@@ -8,10 +8,10 @@ use super::compile;
 use super::kernels::KernelArgs;
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
-use super::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use super::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -103,7 +103,7 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
 
 impl FusedKernels {
     /// # Safety
-    /// As `raw::launch`.
+    /// As `sys::cuda::launch`.
     unsafe fn launch<A>(
         &self,
         f: Function,

@@ -5,9 +5,9 @@
 
 use super::compile;
 use super::cuda_err;
-use super::raw::{CUdeviceptr, Function, Module};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::sys::cuda::{CUdeviceptr, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::collections::HashMap;

@@ -1,15 +1,15 @@
 //! The CUDA transport and its all-reduce kernels: receive buffers that peer
 //! GPUs write into directly, kernels compiled by NVRTC at run time.
 //!
-//! `raw` holds every CUDA driver and NVRTC call (the only `cudarc` `sys`
-//! calls of the library), behind safe functions and owning types. Above it,
+//! `crate::sys::cuda`, the bottom layer, holds every CUDA driver and NVRTC
+//! call (the only `cudarc` `sys` calls of the library), behind safe functions and owning types. Above it,
 //! `unsafe` remains only where the API itself takes raw device pointers and
 //! streams from the caller (`StreamAllReduce::all_reduce_launched` and the
 //! kernel launches behind it, the fused, quantized, collective and P2P-check
 //! entry points): each block there says which caller contract makes it
 //! sound. Modules marked `forbid(unsafe_code)` hold none. `loader`,
-//! `compile` and the re-exported launch, module and allocation types of
-//! `raw` are public for kernel families outside the library (the benchmark
+//! `compile` and the launch, module and allocation types of `sys::cuda`,
+//! re-exported here, are public for kernel families outside the library (the benchmark
 //! forward's, in crates/tpcomm-forward).
 
 #[forbid(unsafe_code)]
@@ -30,7 +30,6 @@ pub mod loader;
 pub mod p2p_check;
 mod pdl;
 pub mod quant;
-pub(crate) mod raw;
 #[forbid(unsafe_code)]
 mod rendezvous;
 #[forbid(unsafe_code)]
@@ -42,6 +41,13 @@ mod wait;
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
 /// rank loop imports it from here).
 pub use crate::algo::Algo;
+pub use crate::sys::cuda::scratch::{SavedContext, Scratch, Staging};
+pub use crate::sys::cuda::{
+    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
+    nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
+};
+/// What a kernel family outside the library launches with.
+pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
 pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use collectives::{Collective, CollectiveRoute};
 pub use comm::{open_context, CudaCommunicator, CudaConfig};
@@ -50,13 +56,6 @@ pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use pdl::Launch;
-pub use raw::scratch::{SavedContext, Scratch, Staging};
-pub use raw::{
-    driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
-    nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
-};
-/// What a kernel family outside the library launches with.
-pub use raw::{launch, DeviceAlloc, Function, Module};
 pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
 pub use stream_all_reduce::StreamAllReduce;
 

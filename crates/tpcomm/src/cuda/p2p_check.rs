@@ -14,10 +14,10 @@
 //! group keeps what the driver said, and the log says the check did not run.
 
 use super::loader::compile_and_load;
-use super::raw::{self, DeviceAlloc, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::{compile, cuda_err, open_context, MAX_WORLD};
 use crate::error::{Error, Result};
+use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,10 +3,10 @@
 //! inside (`griddepcontrol.wait`, in `wait_for_previous_kernel` of
 //! kernels/common.cuh) before touching what that kernel wrote. Every tpcomm kernel starts with that wait, so any of
 //! them may be launched this way. The launch call itself is the raw layer's
-//! (`raw::launch_overlapped`).
+//! (`sys::cuda::launch_overlapped`).
 
-use super::raw::{self, CUstream, Function};
 use crate::error::Result;
+use crate::sys::cuda::{self as raw, CUstream, Function};
 
 /// How a tpcomm kernel is launched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -26,7 +26,7 @@ pub enum Launch {
 /// `arch_major` (overlapped only from sm_90 on, ordinary otherwise).
 ///
 /// # Safety
-/// As `raw::launch`; `f` must start with `wait_for_previous_kernel`.
+/// As `sys::cuda::launch`; `f` must start with `wait_for_previous_kernel`.
 pub(crate) unsafe fn launch<A>(
     f: Function,
     grid: u32,

@@ -18,17 +18,19 @@ use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
 use super::pdl::{self, Launch};
-use super::raw::pinned::Registered;
-use super::raw::{self, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping};
 use super::rendezvous::Rendezvous;
 use super::share::{grid_cap, DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::host::shm::SharedFile;
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::quant::model::CHUNK_ELEMS;
 use crate::quant::{Format, Wire, MIN_GROUP};
+use crate::sys::cuda::pinned::Registered;
+use crate::sys::cuda::{
+    self as raw, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping,
+};
+use crate::sys::shm::SharedFile;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;

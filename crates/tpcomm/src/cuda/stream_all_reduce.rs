@@ -3,10 +3,10 @@
 //! as one trait, so callers can be generic over the transport.
 
 use super::pdl::Launch;
-use super::raw::{CUdeviceptr, CUstream};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
+use crate::sys::cuda::{CUdeviceptr, CUstream};
 
 /// An all-reduce enqueued on a caller's CUDA stream.
 pub trait StreamAllReduce {

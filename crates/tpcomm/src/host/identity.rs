@@ -121,7 +121,7 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
 
 /// The effective user id of this process.
 pub(crate) fn euid() -> u32 {
-    super::shm::effective_uid()
+    crate::sys::shm::effective_uid()
 }
 
 /// Whether a process id refers to a live process (or one we may not signal).
@@ -130,7 +130,7 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     if pid == 0 {
         return false;
     }
-    super::shm::process_exists(pid) && !zombie(pid)
+    crate::sys::shm::process_exists(pid) && !zombie(pid)
 }
 
 fn zombie(pid: u32) -> bool {

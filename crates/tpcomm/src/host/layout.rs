@@ -1,9 +1,9 @@
 //! Where everything lives inside the segment (docs/protocol.md, "Segment
 //! layout"), and typed access to it.
 
-use super::shm::Mapping;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryLine, MemoryReport, Place};
+use crate::sys::shm::Mapping;
 use crate::units::{ByteSize, UnitsError};
 use std::sync::atomic::AtomicU64;
 

@@ -19,7 +19,6 @@ mod reduce;
 mod rendezvous;
 #[forbid(unsafe_code)]
 mod room;
-pub(crate) mod shm;
 #[forbid(unsafe_code)]
 mod ticket;
 #[forbid(unsafe_code)]

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Free bytes of the file system at `dir` (for an unprivileged user).
 pub(crate) fn fs_free(dir: &Path) -> Option<u64> {
-    super::shm::fs_free(dir)
+    crate::sys::shm::fs_free(dir)
 }
 
 /// `MemAvailable` of /proc/meminfo, in bytes.

@@ -15,11 +15,12 @@
 //!    (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, `/usr/local`, `/usr`, `~/.local`),
 //!    where `pip install nvidia-nccl-cu13` (or PyTorch) puts it.
 
-mod ffi;
+#[forbid(unsafe_code)]
 mod search;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::sys::nccl as ffi;
 use std::ffi::c_int;
 use std::fmt;
 use std::path::Path;

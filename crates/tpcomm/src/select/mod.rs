@@ -10,12 +10,16 @@
 //! The selector knows nothing of how a transport moves bytes; transports and
 //! algorithms know nothing of selection (as in NCCL, tuning lives apart).
 
+#[forbid(unsafe_code)]
 mod defaults;
+#[forbid(unsafe_code)]
 mod find;
+#[forbid(unsafe_code)]
 mod route;
 #[cfg(test)]
 mod route_tests;
 pub mod self_tune;
+#[forbid(unsafe_code)]
 mod table;
 #[cfg(test)]
 mod tests;

@@ -11,15 +11,14 @@
 pub mod classify;
 #[forbid(unsafe_code)]
 pub mod format;
-mod nvml;
 #[forbid(unsafe_code)]
 mod probe;
 #[forbid(unsafe_code)]
 mod sysfs;
 
 // The probe's CUDA driver calls live in the unsafe bottom layer.
-use crate::cuda::raw::probe as cuda;
 use crate::error::{Error, Result};
+use crate::sys::cuda::probe as cuda;
 use crate::units::ByteSize;
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -2,9 +2,11 @@
 //! their order), then NVML and sysfs for links, then the timed copies.
 
 use super::classify::{self, link_class, normalize_bus_id, pcie_path, pcie_path_from_nvml};
-use super::nvml::{self, Nvml, P2pIndex};
-use super::{cuda, sysfs, ComputeCapability, DriverInfo, Gpu, P2pCaps, Pair, PeerCopy, Topology};
+use super::{
+    cuda, sysfs, ComputeCapability, DriverInfo, Gpu, P2pCaps, Pair, PcieLink, PeerCopy, Topology,
+};
 use crate::error::Result;
+use crate::sys::nvml::{self, Nvml, P2pIndex};
 use crate::units::ByteSize;
 
 /// What the probe does beyond reading facts.
@@ -54,7 +56,13 @@ pub fn probe(opts: &ProbeOptions) -> Result<Topology> {
         let nvml_pcie = nvml
             .as_ref()
             .and_then(|m| m.device(&bus).ok())
-            .and_then(|d| nvml.as_ref()?.pcie(d));
+            .and_then(|d| nvml.as_ref()?.pcie(d))
+            .map(|p| PcieLink {
+                current_gen: p.current_gen,
+                current_width: p.current_width,
+                max_gen: p.max_gen,
+                max_width: p.max_width,
+            });
         gpus.push(Gpu {
             index: i,
             name: f.name,

@@ -17,10 +17,10 @@ use crate::cuda::loader::{
     PerDevice,
 };
 use crate::cuda::pdl::{self, Launch};
-use crate::cuda::raw::{self, CUdeviceptr, CUstream, Function, Module};
 use crate::cuda::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;

@@ -4,9 +4,9 @@ use super::super::compile::HOST_ALLREDUCE_SRC;
 use super::super::loader::{
     common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
 };
-use super::super::raw::{Function, Module};
 use super::super::MAX_WORLD;
 use crate::error::Result;
+use crate::sys::cuda::{Function, Module};
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 

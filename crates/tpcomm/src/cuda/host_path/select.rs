@@ -3,11 +3,12 @@
 use super::comm::HostGpuCommunicator;
 use crate::algo::Algo;
 use crate::cuda::{
-    raw, CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous, StreamAllReduce,
+    CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous, StreamAllReduce,
 };
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
+use crate::sys::cuda as raw;
 
 /// Where GPU all-reduce data travels: the crate's one transport type
 /// (`crate::transport`).

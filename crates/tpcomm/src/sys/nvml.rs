@@ -8,7 +8,15 @@
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
-use super::PcieLink;
+/// A GPU's PCIe link as NVML reports it: generation and lane count, now and
+/// at most (the topology probe turns it into its `PcieLink`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PcieState {
+    pub current_gen: u32,
+    pub current_width: u32,
+    pub max_gen: u32,
+    pub max_width: u32,
+}
 
 type Ret = c_int;
 const NVML_SUCCESS: Ret = 0;
@@ -17,7 +25,7 @@ const NVML_ERROR_NOT_SUPPORTED: Ret = 3;
 
 /// `nvmlDevice_t`, valid while the `Nvml` that returned it is alive.
 #[derive(Clone, Copy)]
-pub(super) struct Device(*mut c_void);
+pub(crate) struct Device(*mut c_void);
 
 /// `nvmlPciInfo_t` as the `_v2`/`_v3` functions fill it (nvml.h).
 #[repr(C)]
@@ -33,7 +41,7 @@ struct PciInfo {
 
 /// `nvmlGpuP2PCapsIndex_t` values (nvml.h).
 #[derive(Clone, Copy)]
-pub(super) enum P2pIndex {
+pub(crate) enum P2pIndex {
     Read = 0,
     Write = 1,
     NvLink = 2,
@@ -52,7 +60,7 @@ type AncestorFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_uint) ->
 
 /// An initialised NVML. The function pointers point into `_lib`, kept alive
 /// beside them; `nvmlShutdown` runs on drop.
-pub(super) struct Nvml {
+pub(crate) struct Nvml {
     _lib: Library,
     shutdown: NoArgFn,
     error_string: ErrorStringFn,
@@ -78,7 +86,7 @@ unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Option<T> {
 impl Nvml {
     /// Opens `libnvidia-ml.so.1` (the name the driver installs) and
     /// initialises it. The error says why, for the probe's warnings.
-    pub(super) fn open() -> Result<Nvml, String> {
+    pub(crate) fn open() -> Result<Nvml, String> {
         let mut last = String::new();
         for name in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
             // SAFETY: NVML's initialisers only set up its own state.
@@ -144,7 +152,7 @@ impl Nvml {
         }
     }
 
-    pub(super) fn driver_version(&self) -> Option<String> {
+    pub(crate) fn driver_version(&self) -> Option<String> {
         let f = self.driver_version?;
         let mut buf = [0 as c_char; 96];
         // SAFETY: NVML writes at most `len` bytes, NUL included, into `buf`.
@@ -154,7 +162,7 @@ impl Nvml {
         (ret == NVML_SUCCESS).then(|| unsafe { cstr(buf.as_ptr()) })
     }
 
-    pub(super) fn device(&self, bus_id: &str) -> Result<Device, String> {
+    pub(crate) fn device(&self, bus_id: &str) -> Result<Device, String> {
         let c = CString::new(bus_id).map_err(|_| format!("bad bus id {bus_id:?}"))?;
         let mut handle: *mut c_void = std::ptr::null_mut();
         // SAFETY: a NUL-terminated string in, a handle written through a
@@ -170,7 +178,7 @@ impl Nvml {
     }
 
     /// The PCI bus ids at the far end of each active NVLink of `dev`.
-    pub(super) fn nvlink_remotes(&self, dev: Device) -> Vec<String> {
+    pub(crate) fn nvlink_remotes(&self, dev: Device) -> Vec<String> {
         let (Some(state), Some(remote)) = (self.link_state, self.remote_pci) else {
             return Vec::new();
         };
@@ -200,7 +208,7 @@ impl Nvml {
     }
 
     /// `nvmlDeviceGetP2PStatus`: `Ok(0)` is NVML_P2P_STATUS_OK.
-    pub(super) fn p2p_status(&self, a: Device, b: Device, index: P2pIndex) -> Option<u32> {
+    pub(crate) fn p2p_status(&self, a: Device, b: Device, index: P2pIndex) -> Option<u32> {
         let f = self.p2p_status?;
         let mut status: c_uint = 0;
         // SAFETY: live handles and a pointer to a live local.
@@ -208,14 +216,14 @@ impl Nvml {
         (ret == NVML_SUCCESS).then_some(status)
     }
 
-    pub(super) fn pcie(&self, dev: Device) -> Option<PcieLink> {
+    pub(crate) fn pcie(&self, dev: Device) -> Option<PcieState> {
         let get = |f: Option<UintFn>| -> Option<u32> {
             let f = f?;
             let mut v: c_uint = 0;
             // SAFETY: a live handle and a pointer to a live local.
             (unsafe { f(dev.0, &mut v) } == NVML_SUCCESS).then_some(v)
         };
-        Some(PcieLink {
+        Some(PcieState {
             current_gen: get(self.curr_gen)?,
             current_width: get(self.curr_width)?,
             max_gen: get(self.max_gen)?,
@@ -224,7 +232,7 @@ impl Nvml {
     }
 
     /// `nvmlDeviceGetTopologyCommonAncestor` as the raw level (0..50).
-    pub(super) fn common_ancestor(&self, a: Device, b: Device) -> Option<u32> {
+    pub(crate) fn common_ancestor(&self, a: Device, b: Device) -> Option<u32> {
         let f = self.ancestor?;
         let mut level: c_uint = 0;
         // SAFETY: live handles and a pointer to a live local.
@@ -241,7 +249,7 @@ impl Drop for Nvml {
 }
 
 /// NVML's P2P status codes in words.
-pub(super) fn p2p_status_name(status: u32) -> &'static str {
+pub(crate) fn p2p_status_name(status: u32) -> &'static str {
     match status {
         0 => "OK",
         1 => "chipset not supported",

@@ -486,7 +486,7 @@ pub unsafe fn launch<A>(
 /// `wait_for_previous_kernel` before reading anything, on sm_90 or newer.
 ///
 /// # Safety
-/// As `raw::launch`: `A` matches the kernel's parameter, and every device
+/// As [`launch`]: `A` matches the kernel's parameter, and every device
 /// address in `args` stays valid until the kernel has finished.
 pub unsafe fn launch_overlapped<A>(
     f: Function,

@@ -1,4 +1,5 @@
-//! Every `unsafe` line of the NCCL binding lives here.
+//! Every call into NCCL lives here; the wrapper above (`nccl/mod.rs`) calls
+//! the collectives' `unsafe fn`s with its caller's device pointers.
 //!
 //! NCCL is opened with `dlopen` at run time (so tpcomm builds and runs on
 //! machines without it) and its C functions are looked up by name. The
@@ -9,11 +10,11 @@ use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 
 /// `ncclComm_t`: an opaque pointer owned by NCCL.
-pub(super) type RawComm = *mut c_void;
+pub(crate) type RawComm = *mut c_void;
 
 /// A communicator created by [`Api::comm_init_rank`] and not yet freed. Only
 /// `nccl/mod.rs` holds one, always next to the `Api` that made it.
-pub(super) struct OwnedComm(RawComm);
+pub(crate) struct OwnedComm(RawComm);
 
 // SAFETY: an NCCL communicator may be used from any thread, one thread at a
 // time. `OwnedComm` is not `Sync`, and its owner calls NCCL through `&self` of
@@ -21,7 +22,7 @@ pub(super) struct OwnedComm(RawComm);
 unsafe impl Send for OwnedComm {}
 
 impl OwnedComm {
-    pub(super) fn raw(&self) -> RawComm {
+    pub(crate) fn raw(&self) -> RawComm {
         self.0
     }
 }
@@ -29,13 +30,13 @@ impl OwnedComm {
 /// `ncclUniqueId`: 128 opaque bytes, passed by value to `ncclCommInitRank`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(super) struct RawUniqueId {
+pub(crate) struct RawUniqueId {
     pub internal: [c_char; 128],
 }
 
 /// `ncclResult_t` values that tpcomm treats specially.
-pub(super) const NCCL_SUCCESS: c_int = 0;
-pub(super) const NCCL_UNHANDLED_CUDA_ERROR: c_int = 1;
+pub(crate) const NCCL_SUCCESS: c_int = 0;
+pub(crate) const NCCL_UNHANDLED_CUDA_ERROR: c_int = 1;
 
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueIdFn = unsafe extern "C" fn(*mut RawUniqueId) -> c_int;
@@ -69,7 +70,7 @@ type GetLastErrorFn = unsafe extern "C" fn(RawComm) -> *const c_char;
 ///
 /// The function pointers point into `_lib`'s mapping; they are private and
 /// only called through `&self`, so they can never outlive the library.
-pub(super) struct Api {
+pub(crate) struct Api {
     _lib: Library,
     get_version: GetVersionFn,
     get_unique_id: GetUniqueIdFn,
@@ -91,7 +92,7 @@ impl Api {
     /// Opens `name` (a path, or a bare soname for the dynamic loader's search)
     /// and resolves every function. Errors are plain text for the caller to
     /// wrap, because only the caller knows how the name was chosen.
-    pub(super) fn open(name: &OsStr) -> Result<Api, String> {
+    pub(crate) fn open(name: &OsStr) -> Result<Api, String> {
         // SAFETY: dlopen runs the library's initialisers. For NCCL these only
         // set up internal state; a library chosen by the user through
         // TPCOMM_NCCL_LIBRARY is trusted the same way LD_PRELOAD would be.
@@ -130,19 +131,19 @@ impl Api {
 
     /// The file the dynamic loader actually opened (a soname resolves to a
     /// path only here), found from the address of one of its functions.
-    pub(super) fn loaded_from(&self) -> Option<String> {
+    pub(crate) fn loaded_from(&self) -> Option<String> {
         file_of_address(self.get_version as *const c_void)
     }
 
     /// `ncclGetVersion`: the status and the version code.
-    pub(super) fn get_version(&self) -> (c_int, c_int) {
+    pub(crate) fn get_version(&self) -> (c_int, c_int) {
         let mut code: c_int = 0;
         // SAFETY: writes one int through a pointer to a live local.
         let status = unsafe { (self.get_version)(&mut code) };
         (status, code)
     }
 
-    pub(super) fn get_unique_id(&self) -> (c_int, [u8; 128]) {
+    pub(crate) fn get_unique_id(&self) -> (c_int, [u8; 128]) {
         let mut id = RawUniqueId { internal: [0; 128] };
         // SAFETY: NCCL fills the 128-byte struct it is given a pointer to.
         let status = unsafe { (self.get_unique_id)(&mut id) };
@@ -150,7 +151,7 @@ impl Api {
     }
 
     /// `ncclCommInitRank`: blocks until all `world` ranks have joined.
-    pub(super) fn comm_init_rank(
+    pub(crate) fn comm_init_rank(
         &self,
         world: c_int,
         id: &[u8; 128],
@@ -178,7 +179,7 @@ impl Api {
     /// operation completes on `stream`; `stream` must be a live stream of the
     /// context current on this thread (or null for the legacy stream).
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn all_reduce(
+    pub(crate) unsafe fn all_reduce(
         &self,
         send: u64,
         recv: u64,
@@ -207,7 +208,7 @@ impl Api {
     ///
     /// # Safety
     /// As [`Api::all_reduce`], with `recv` of `world * count` elements.
-    pub(super) unsafe fn all_gather(
+    pub(crate) unsafe fn all_gather(
         &self,
         send: u64,
         recv: u64,
@@ -235,7 +236,7 @@ impl Api {
     /// # Safety
     /// As [`Api::all_reduce`], with `send` of `world * count` elements.
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn reduce_scatter(
+    pub(crate) unsafe fn reduce_scatter(
         &self,
         send: u64,
         recv: u64,
@@ -265,7 +266,7 @@ impl Api {
     /// # Safety
     /// As [`Api::all_reduce`].
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn broadcast(
+    pub(crate) unsafe fn broadcast(
         &self,
         send: u64,
         recv: u64,
@@ -292,7 +293,7 @@ impl Api {
 
     /// `ncclCommDestroy` (or `ncclCommAbort` when `abort`). `comm` must come
     /// from this `Api` (the caller keeps them together).
-    pub(super) fn comm_free(&self, comm: OwnedComm, abort: bool) -> c_int {
+    pub(crate) fn comm_free(&self, comm: OwnedComm, abort: bool) -> c_int {
         // SAFETY: `OwnedComm` is only made by `comm_init_rank` from a live
         // communicator and is consumed here, so it is freed exactly once.
         unsafe {
@@ -306,7 +307,7 @@ impl Api {
 
     /// NCCL's description of a status code, plus its last error message when
     /// the library offers one.
-    pub(super) fn describe(&self, status: c_int, comm: RawComm) -> String {
+    pub(crate) fn describe(&self, status: c_int, comm: RawComm) -> String {
         // SAFETY: ncclGetErrorString returns a pointer to a static string (or
         // null for an unknown code), which is copied out at once.
         let base = unsafe { cstr_to_string((self.get_error_string)(status)) };
@@ -341,7 +342,7 @@ unsafe fn get<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
 }
 
 /// The shared object that contains `addr`, as the dynamic loader names it.
-pub(super) fn file_of_address(addr: *const c_void) -> Option<String> {
+pub(crate) fn file_of_address(addr: *const c_void) -> Option<String> {
     // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers).
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables (any address is
