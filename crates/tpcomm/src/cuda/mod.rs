@@ -48,7 +48,7 @@ pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use pdl::Launch;
-pub use raw::scratch::{SavedContext, Scratch, Staging};
+pub use raw::scratch::{current_device, SavedContext, Scratch, Staging};
 pub use raw::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, nvrtc::NVRTC_LIBRARY_ENV,
     nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
