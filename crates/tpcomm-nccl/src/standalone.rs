@@ -1,8 +1,7 @@
-//! The first piece of standalone mode (docs/standalone.md): a unique id that
-//! real NCCL never sees, and the rendezvous of a communicator's ranks through
-//! its bytes on this host. Not reachable from the exported functions yet:
-//! serving a communicator without real NCCL also needs every call that takes
-//! one (docs/standalone.md lists them), which is still to come.
+//! Standalone mode's ground (docs/standalone.md): a unique id that real NCCL
+//! never sees, the rendezvous of a communicator's ranks through its bytes on
+//! this host, and the refusals' text. served.rs makes and serves the
+//! communicators.
 //!
 //! The id is NCCL's 128 opaque bytes: a magic, a 128-bit secret from the
 //! operating system's random source, and the creator's pid. The program
@@ -16,7 +15,6 @@
 //! directory's name, is refused by name. This is the shared-memory
 //! rendezvous's rule (a job key's hash in every header, files only this user
 //! can write), with the key carried in the id instead of TPCOMM_JOB_KEY.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -202,23 +200,48 @@ pub fn exchange(
 }
 
 thread_local! {
-    /// What ncclGetLastError will say after a call standalone mode refused.
-    static LAST_ERROR: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    /// What ncclGetLastError returns after a call standalone mode refused or
+    /// failed on this thread (a C string, so its address can be handed out).
+    static LAST_ERROR: std::cell::RefCell<std::ffi::CString> =
+        std::cell::RefCell::new(std::ffi::CString::default());
+}
+
+/// Records `text` as this thread's last error (what ncclGetLastError
+/// returns), logs it, and gives `code`.
+pub fn fail(code: c_int, text: String) -> c_int {
+    crate::settings::warn!("{text}");
+    let c = std::ffi::CString::new(text.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with_borrow_mut(|s| *s = c);
+    code
 }
 
 /// Refuses `call` on a standalone communicator: records the text
 /// ncclGetLastError returns on this thread and gives `ncclInvalidUsage`.
 pub fn unservable(call: &str, why: &str) -> c_int {
-    let text = format!(
-        "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
-    );
-    LAST_ERROR.with_borrow_mut(|s| *s = text);
-    INVALID_USAGE
+    fail(
+        INVALID_USAGE,
+        format!(
+            "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
+        ),
+    )
 }
 
-/// The text of this thread's last refused call (empty if none).
+/// The text of this thread's last refused or failed call (empty if none).
+#[cfg(test)]
 pub fn last_error() -> String {
-    LAST_ERROR.with_borrow(|s| s.clone())
+    LAST_ERROR.with_borrow(|s| s.to_string_lossy().into_owned())
+}
+
+/// The address of this thread's last error text: valid until the next call
+/// on this thread records another (NCCL's own ncclGetLastError text lives
+/// as long).
+pub fn last_error_ptr() -> *const std::ffi::c_char {
+    LAST_ERROR.with_borrow(|s| s.as_ptr())
+}
+
+/// Whether this thread has a last error recorded.
+pub fn has_last_error() -> bool {
+    LAST_ERROR.with_borrow(|s| !s.is_empty())
 }
 
 #[cfg(test)]

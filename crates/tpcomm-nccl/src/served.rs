@@ -1,0 +1,719 @@
+//! Standalone communicators (docs/standalone.md): made by ncclCommInitRank
+//! from a standalone unique id and served by tpcomm alone, with no real NCCL
+//! under them (none need be loaded).
+//!
+//! A handle is the address of this library's own state, and is only ever
+//! looked up in the table here, never dereferenced: a handle that is not in
+//! the table (a real NCCL communicator) goes on to NCCL as before. Every
+//! export that takes a communicator asks [`lookup`] first; with no
+//! standalone communicator alive that is one atomic load.
+
+use crate::settings::{self, info, warn};
+use crate::standalone::{self, Secret, INVALID_USAGE};
+use crate::types::*;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+use tpcomm::cuda::{
+    CUstream, Collective, CudaConfig, GpuComm, Launch, Rendezvous, SavedContext, Staging,
+    StreamAllReduce, MAX_WORLD,
+};
+use tpcomm::{Algo, DType, ReduceOp};
+
+/// `ncclInvalidArgument`.
+pub const INVALID_ARGUMENT: NcclResult = 4;
+/// `ncclRemoteError`: what the async error query reports for a lost peer.
+pub const REMOTE_ERROR: NcclResult = 6;
+/// `ncclUnhandledCudaError`.
+pub const CUDA_ERROR: NcclResult = 1;
+
+/// The GPU side of a standalone communicator.
+pub struct Live {
+    /// The kernels on the transport the ranks' P2P verdict gave.
+    pub gpu: GpuComm,
+    /// Where all-reduces of unaligned buffers are summed (TPCOMM_MAX_BYTES).
+    pub staging: Staging,
+}
+
+/// One rank's standalone communicator.
+pub struct Alone {
+    pub rank: usize,
+    pub world: usize,
+    pub device: usize,
+    /// Always there for a communicator ncclCommInitRank made; `None` only
+    /// in this crate's unit tests, which need a handle without a GPU.
+    pub live: Option<Live>,
+}
+
+type Table = RwLock<HashMap<usize, Arc<Alone>>>;
+
+fn table() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+/// How many standalone communicators are alive: lets [`lookup`] skip the
+/// table's lock for programs that never make one.
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The standalone communicator `comm` is the handle of, if it is one.
+pub fn lookup(comm: NcclComm) -> Option<Arc<Alone>> {
+    if ALIVE.load(Ordering::Acquire) == 0 || comm.is_null() {
+        return None;
+    }
+    // A poisoned lock still holds a valid table (every update is one map
+    // operation): reading on keeps a standalone handle from ever being
+    // taken for a foreign one and forwarded.
+    let t = table().read().unwrap_or_else(|e| e.into_inner());
+    t.get(&(comm as usize)).cloned()
+}
+
+/// Keeps `a` and gives its handle.
+fn insert(a: Alone) -> NcclComm {
+    let a = Arc::new(a);
+    let h = Arc::as_ptr(&a) as usize;
+    let mut t = table().write().unwrap_or_else(|e| e.into_inner());
+    t.insert(h, a);
+    ALIVE.fetch_add(1, Ordering::AcqRel);
+    h as NcclComm
+}
+
+/// Forgets `comm`; with `free`, its GPU memory is freed (once no call is
+/// using it), without, kept until the process exits (after an abort a
+/// kernel may still wait for a peer that is gone).
+fn remove(comm: NcclComm, free: bool) -> bool {
+    let gone = table()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(comm as usize));
+    match gone {
+        Some(a) => {
+            ALIVE.fetch_sub(1, Ordering::AcqRel);
+            if free {
+                // Freeing binds the communicator's context; the caller's is
+                // put back after (only a GPU side has anything to free).
+                let _ctx = a.live.is_some().then(SavedContext::save);
+                drop(a);
+            } else {
+                std::mem::forget(a);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// The standalone rendezvous as the library's [`Rendezvous::Custom`].
+#[derive(Debug)]
+struct Meet {
+    dir: PathBuf,
+    secret: Secret,
+}
+
+impl tpcomm::cuda::Exchange for Meet {
+    fn exchange(
+        &self,
+        key: &str,
+        rank: usize,
+        world: usize,
+        mine: &[u8],
+        timeout: Duration,
+    ) -> tpcomm::Result<Vec<Vec<u8>>> {
+        standalone::exchange(&self.dir, &self.secret, key, rank, world, mine, timeout)
+    }
+}
+
+/// What identifies this machine: ranks are on one host only when all agree.
+fn host_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}|{}", host.trim(), boot.trim())
+}
+
+/// `ncclCommInitRank(Config)` with a standalone id: makes this rank's
+/// communicator on the current device, meeting the other ranks through the
+/// id, and writes its handle to `out`. Every failure is an error code with
+/// ncclGetLastError's text saying what to do; nothing is forwarded.
+pub fn create(
+    call: &'static str,
+    out: *mut NcclComm,
+    nranks: c_int,
+    secret: Secret,
+    rank: c_int,
+) -> NcclResult {
+    if out.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{call}: the communicator pointer is NULL"),
+        );
+    }
+    if !(2..=MAX_WORLD as c_int).contains(&nranks) {
+        return standalone::fail(
+            INVALID_USAGE,
+            format!("{call}: a standalone communicator has 2 to {MAX_WORLD} ranks, not {nranks}; unset TPCOMM_STANDALONE to use NCCL"),
+        );
+    }
+    if !(0..nranks).contains(&rank) {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{call}: rank {rank} is not one of 0..{nranks}"),
+        );
+    }
+    let (rank, world) = (rank as usize, nranks as usize);
+    if let Err(e) = tpcomm::cuda::ensure_driver() {
+        return standalone::fail(
+            CUDA_ERROR,
+            format!("{call} rank {rank}/{world}: standalone mode needs a GPU and its driver ({e})"),
+        );
+    }
+    let Some(device) = tpcomm::cuda::current_device() else {
+        return standalone::fail(
+            CUDA_ERROR,
+            format!("{call} rank {rank}/{world}: no CUDA context is current on this thread; select the rank's GPU first (cudaSetDevice, torch.cuda.set_device)"),
+        );
+    };
+    let tag = format!("{call} rank {rank}/{world} GPU {device}");
+    let _restore = SavedContext::save();
+    match make(&tag, &secret, rank, world, device) {
+        Ok(live) => {
+            let r = live.gpu.memory_report();
+            warn!(
+                "{tag}: standalone tpcomm communicator (no real NCCL under it), {} transport; took {} of GPU memory plus {} bytes of staging, and {} bytes of pinned host memory",
+                live.gpu.transport().name(),
+                r.device_requested(),
+                live.staging.bytes(),
+                r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
+            );
+            let h = insert(Alone {
+                rank,
+                world,
+                device,
+                live: Some(live),
+            });
+            // SAFETY: `out` is non-null and points at the caller's
+            // ncclComm_t, as ncclCommInitRank's contract says.
+            unsafe { *out = h };
+            SUCCESS
+        }
+        Err(e) => standalone::fail(
+            SYSTEM_ERROR,
+            format!("{tag}: the standalone communicator could not be made ({e})"),
+        ),
+    }
+}
+
+fn make(
+    tag: &str,
+    secret: &Secret,
+    rank: usize,
+    world: usize,
+    device: usize,
+) -> tpcomm::Result<Live> {
+    let s = settings::get();
+    let dir = standalone::meeting_dir(&standalone::runtime_base(), secret)?;
+    let meet = Meet {
+        dir,
+        secret: *secret,
+    };
+    let key = host_key();
+    let hosts = tpcomm::cuda::Exchange::exchange(
+        &meet,
+        "standalone-hosts",
+        rank,
+        world,
+        key.as_bytes(),
+        s.timeout,
+    )?;
+    if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
+        return Err(tpcomm::Error::Unsupported(format!(
+            "rank {p} is on another machine ({}); standalone mode serves ranks of one host: unset TPCOMM_STANDALONE to use NCCL",
+            String::from_utf8_lossy(&hosts[p])
+        )));
+    }
+    info!("{tag}: all {world} ranks on this machine; creating the standalone communicator");
+    let mut cfg = CudaConfig::new(rank, world, device);
+    cfg.max_bytes = s.max_bytes;
+    cfg.timeout = s.timeout;
+    cfg.nccl_fallback = false;
+    let rv = Rendezvous::Custom(Arc::new(meet));
+    let made = (|| {
+        let gpu = GpuComm::new(&cfg, &rv)?;
+        crate::collectives::prepare(&gpu, tag)?;
+        let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
+        Ok(Live { gpu, staging })
+    })();
+    // Either every rank has the communicator or none does.
+    let ok = [made.is_ok() as u8];
+    let all = rv.exchange("standalone-ready", rank, world, &ok, cfg.timeout)?;
+    if let Some(p) = all.iter().position(|v| v.first() != Some(&1)) {
+        if made.is_ok() {
+            return Err(tpcomm::Error::Aborted(format!(
+                "rank {p} could not make its side (see its log)"
+            )));
+        }
+    }
+    made
+}
+
+/// The live GPU side of `a`, or the refusal of `call`.
+fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
+    a.live
+        .as_ref()
+        .ok_or_else(|| standalone::unservable(call, "this communicator has no GPU side"))
+}
+
+/// Runs `f` with the caller's CUDA context put back after; an error is
+/// ncclInternalError with the text for ncclGetLastError.
+fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclResult {
+    let _restore = SavedContext::save();
+    match f() {
+        Ok(()) => SUCCESS,
+        Err(e) => standalone::fail(
+            INTERNAL_ERROR,
+            format!("{call} rank {}/{}: tpcomm failed ({e})", a.rank, a.world),
+        ),
+    }
+}
+
+/// The size of an NCCL data type, for the calls that only move bytes.
+fn type_size(t: NcclDataType) -> Option<usize> {
+    match t {
+        0 | 1 | 10 | 11 => Some(1),
+        6 | 9 => Some(2),
+        2 | 3 | 7 => Some(4),
+        4 | 5 | 8 => Some(8),
+        _ => None,
+    }
+}
+
+/// A kernel type and count that move the same bytes as `count` elements of
+/// the NCCL type `t` (all-gather and broadcast only copy, so any type of the
+/// same width will do), given the buffers' addresses.
+fn as_bytes(t: NcclDataType, count: usize, ptrs: &[usize]) -> Option<(DType, usize)> {
+    let bytes = count.checked_mul(type_size(t)?)?;
+    let fits = |w: usize| bytes.is_multiple_of(w) && ptrs.iter().all(|p| p.is_multiple_of(w));
+    if fits(4) {
+        Some((DType::F32, bytes / 4))
+    } else if fits(2) {
+        Some((DType::F16, bytes / 2))
+    } else {
+        None
+    }
+}
+
+/// Elements of `dt` in the largest piece of a contiguous call: within
+/// TPCOMM_MAX_BYTES, a multiple of 16 bytes (so pieces keep the buffers'
+/// alignment), and fitting the transport's buffers for `what`.
+fn piece(gpu: &GpuComm, what: Collective, dt: DType) -> usize {
+    let max = settings::get().max_bytes.bytes() as usize;
+    let mut n = (max / 16 * 16) / dt.size();
+    while n > 16 && !gpu.collective_fits(what, n, dt) {
+        n = (n / 2) / 16 * 16;
+    }
+    n.max(1)
+}
+
+/// `ncclAllReduce` on a standalone communicator: sums of f32, f16 and bf16
+/// on the kernels, in pieces of at most TPCOMM_MAX_BYTES, through the
+/// staging buffer when a buffer is not 16-byte aligned.
+#[allow(clippy::too_many_arguments)]
+pub fn all_reduce(
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclAllReduce";
+    let Some(dt) = dtype_of(datatype) else {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclDataType {datatype} (tpcomm sums float, half and bfloat16 only)"),
+        );
+    };
+    if op != OP_SUM {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclRedOp {op} (tpcomm's kernels only sum)"),
+        );
+    }
+    let l = match live(a, CALL) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    let per = (l.staging.bytes() / 16 * 16) / dt.size();
+    if per == 0 {
+        return standalone::unservable(CALL, "the staging buffer is smaller than 16 bytes");
+    }
+    let st = stream as CUstream;
+    run(CALL, a, || {
+        let mut done = 0;
+        while done < count {
+            let n = per.min(count - done);
+            let off = (done * dt.size()) as u64;
+            let (s, r) = (send as u64 + off, recv as u64 + off);
+            let bytes = n * dt.size();
+            // SAFETY: ncclAllReduce's contract: device buffers of this
+            // communicator's GPU of `count` elements, valid until the stream
+            // runs the call, and a stream of that GPU; this piece is inside
+            // them. Unaligned pieces go through the staging buffer, which
+            // holds a piece (`per` was sized from it); all on the stream.
+            unsafe {
+                if s.is_multiple_of(16) && r.is_multiple_of(16) {
+                    l.gpu
+                        .all_reduce(s, r, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                } else {
+                    let p = l.staging.ptr();
+                    l.staging.copy(p, s, bytes, st)?;
+                    l.gpu
+                        .all_reduce(p, p, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                    l.staging.copy(r, p, bytes, st)?;
+                }
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// `ncclAllGather` on a standalone communicator: any type (the bytes are
+/// only copied), a block within the transport's buffers.
+pub fn all_gather(
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclAllGather";
+    let l = match live(a, CALL) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    let Some((dt, n)) = as_bytes(datatype, count, &[send as usize, recv as usize]) else {
+        return standalone::unservable(
+            CALL,
+            &format!("{count} elements of ncclDataType {datatype} (blocks must be a whole number of 2-byte words at 2-byte aligned addresses)"),
+        );
+    };
+    if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
+        return standalone::unservable(
+            CALL,
+            &format!("a block of {} bytes is larger than this communicator's buffers; raise TPCOMM_MAX_BYTES", n * dt.size()),
+        );
+    }
+    run(CALL, a, || {
+        // SAFETY: ncclAllGather's contract is the kernels': device buffers
+        // of this GPU, sendbuff of one block and recvbuff of world blocks
+        // (or sendbuff at this rank's block of it), valid until the stream
+        // runs the call; the block is the same bytes counted as `dt`.
+        unsafe {
+            l.gpu.collective(
+                Collective::AllGather,
+                send as u64,
+                recv as u64,
+                n,
+                dt,
+                stream as CUstream,
+                Launch::Ordinary,
+            )
+        }
+    })
+}
+
+/// `ncclReduceScatter` on a standalone communicator: sums of f32, f16 and
+/// bf16, a block within the transport's buffers.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_scatter(
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclReduceScatter";
+    let Some(dt) = dtype_of(datatype) else {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclDataType {datatype} (tpcomm sums float, half and bfloat16 only)"),
+        );
+    };
+    if op != OP_SUM {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclRedOp {op} (tpcomm's kernels only sum)"),
+        );
+    }
+    let l = match live(a, CALL) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    if !l.gpu.collective_fits(Collective::ReduceScatter, count, dt) {
+        return standalone::unservable(
+            CALL,
+            &format!("a block of {} bytes is larger than this communicator's buffers; raise TPCOMM_MAX_BYTES", count * dt.size()),
+        );
+    }
+    run(CALL, a, || {
+        // SAFETY: as in all_gather, with sendbuff of world blocks and
+        // recvbuff of one (or at this rank's block of sendbuff).
+        unsafe {
+            l.gpu.collective(
+                Collective::ReduceScatter,
+                send as u64,
+                recv as u64,
+                count,
+                dt,
+                stream as CUstream,
+                Launch::Ordinary,
+            )
+        }
+    })
+}
+
+/// `ncclBroadcast` (and `ncclBcast`, in place) on a standalone
+/// communicator: any type, in pieces that fit the transport's buffers.
+#[allow(clippy::too_many_arguments)]
+pub fn broadcast(
+    call: &'static str,
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+    stream: CudaStream,
+) -> NcclResult {
+    let l = match live(a, call) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    if root < 0 || root as usize >= a.world {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!(
+                "{call}: root {root} is not a rank of this {}-rank communicator",
+                a.world
+            ),
+        );
+    }
+    if count == 0 {
+        return SUCCESS;
+    }
+    let Some((dt, total)) = as_bytes(datatype, count, &[send as usize, recv as usize]) else {
+        return standalone::unservable(
+            call,
+            &format!("{count} elements of ncclDataType {datatype} (buffers must be a whole number of 2-byte words at 2-byte aligned addresses)"),
+        );
+    };
+    let what = Collective::Broadcast {
+        root: root as usize,
+    };
+    let per = piece(&l.gpu, what, dt);
+    run(call, a, || {
+        let mut done = 0;
+        while done < total {
+            let n = per.min(total - done);
+            let off = (done * dt.size()) as u64;
+            // SAFETY: ncclBroadcast's contract: device buffers of this GPU of
+            // `count` elements (the same or disjoint), valid until the stream
+            // runs the call; this piece is inside them, counted as `dt`.
+            unsafe {
+                l.gpu.collective(
+                    what,
+                    send as u64 + off,
+                    recv as u64 + off,
+                    n,
+                    dt,
+                    stream as CUstream,
+                    Launch::Ordinary,
+                )?;
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// `ncclCommGetAsyncError`: the kernels' check (a lost peer is
+/// ncclRemoteError, with the text for ncclGetLastError).
+pub fn async_error(a: &Alone, out: *mut NcclResult) -> NcclResult {
+    if out.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            "ncclCommGetAsyncError: the result pointer is NULL".into(),
+        );
+    }
+    let r = match a.live.as_ref().map(|l| l.gpu.check()) {
+        Some(Err(e)) => standalone::fail(REMOTE_ERROR, format!("rank {}/{}: {e}", a.rank, a.world)),
+        _ => SUCCESS,
+    };
+    // SAFETY: non-null, the caller's ncclResult_t.
+    unsafe { *out = r };
+    SUCCESS
+}
+
+/// `ncclCommCount`, `ncclCommUserRank`, `ncclCommCuDevice`: writes `v`.
+pub fn write_int(call: &str, v: usize, out: *mut c_int) -> NcclResult {
+    if out.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{call}: the result pointer is NULL"),
+        );
+    }
+    // SAFETY: non-null, the caller's int.
+    unsafe { *out = v as c_int };
+    SUCCESS
+}
+
+/// `ncclCommFinalize`: nothing is queued outside the caller's streams, so
+/// there is nothing to flush; the communicator stays until destroyed.
+pub fn finalize(a: &Alone) -> NcclResult {
+    info!("ncclCommFinalize: standalone rank {}/{}", a.rank, a.world);
+    SUCCESS
+}
+
+/// `ncclCommDestroy` (frees the GPU memory) or `ncclCommAbort` (keeps it,
+/// so that abort never waits for a kernel whose peer is gone).
+pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
+    if remove(comm, free) {
+        info!("{call}: standalone communicator released");
+    }
+    SUCCESS
+}
+
+/// The refusal of `call` when `comm` is a standalone communicator (every
+/// export standalone mode does not serve asks this before forwarding).
+pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
+    lookup(comm).map(|_| standalone::unservable(call, "not served in standalone mode"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A handle as ncclCommInitRank would give, without a GPU side.
+    pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
+        insert(Alone {
+            rank,
+            world,
+            device: 0,
+            live: None,
+        })
+    }
+
+    #[test]
+    fn handles_are_found_only_while_alive_and_foreign_ones_never() {
+        let h = hollow(1, 4);
+        assert_eq!(lookup(h).map(|a| (a.rank, a.world)), Some((1, 4)));
+        assert!(lookup(0x1234 as NcclComm).is_none());
+        assert!(lookup(std::ptr::null_mut()).is_none());
+        assert_eq!(release("ncclCommDestroy", h, true), SUCCESS);
+        assert!(lookup(h).is_none());
+    }
+
+    #[test]
+    fn byte_moving_calls_take_any_type_at_the_widest_word_that_fits() {
+        assert_eq!(as_bytes(1, 8, &[0x100, 0x200]), Some((DType::F32, 2)));
+        assert_eq!(as_bytes(1, 6, &[0x100, 0x200]), Some((DType::F16, 3)));
+        assert_eq!(as_bytes(4, 3, &[0x100, 0x202]), Some((DType::F16, 12)));
+        assert_eq!(as_bytes(0, 3, &[0x100, 0x200]), None);
+        assert_eq!(as_bytes(99, 4, &[0x100, 0x200]), None);
+        assert_eq!(as_bytes(7, usize::MAX, &[0, 0]), None);
+    }
+
+    #[test]
+    fn creation_refuses_bad_arguments_by_name_before_any_gpu_work() {
+        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        let r = create("ncclCommInitRank", std::ptr::null_mut(), 2, secret, 0);
+        assert_eq!(r, INVALID_ARGUMENT);
+        let mut c: NcclComm = std::ptr::null_mut();
+        assert_eq!(
+            create("ncclCommInitRank", &mut c, 9, secret, 0),
+            INVALID_USAGE
+        );
+        assert!(standalone::last_error().contains("2 to 8 ranks"));
+        assert_eq!(
+            create("ncclCommInitRank", &mut c, 2, secret, 2),
+            INVALID_ARGUMENT
+        );
+        assert!(standalone::last_error().contains("rank 2 is not one of 0..2"));
+        assert!(c.is_null());
+    }
+
+    /// The exports on a standalone handle: the unserved ones refuse with
+    /// ncclInvalidUsage and a last error naming the call (never reaching a
+    /// real NCCL: none is loaded in unit tests, so forwarding would give
+    /// ncclSystemError instead), the queries answer from the handle.
+    #[test]
+    fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
+        use std::ffi::CStr;
+        let h = hollow(1, 3);
+        let p = |x: usize| x as *mut c_void;
+        let text = || {
+            // SAFETY: ncclGetLastError returns a NUL-terminated string.
+            unsafe { CStr::from_ptr(crate::intercepted::ncclGetLastError(h)) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        // SAFETY: the handle is only looked up; no buffer is touched by a
+        // refused call.
+        unsafe {
+            assert_eq!(crate::forwarded::ncclSend(p(0x100), 4, 7, 0, h, p(0)), 5);
+            assert!(text().contains("cannot serve ncclSend"), "{}", text());
+            assert_eq!(
+                crate::forwarded::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
+                5
+            );
+            assert!(text().contains("ncclAlltoAll"), "{}", text());
+            let mut c: NcclComm = std::ptr::null_mut();
+            let r = crate::intercepted::ncclCommSplit(h, 0, 0, &mut c, std::ptr::null_mut());
+            assert_eq!(r, 5);
+            assert!(
+                text().contains("ncclCommSplit") && c.is_null(),
+                "{}",
+                text()
+            );
+            // int8 max: neither a kernel type nor a sum.
+            let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
+            assert_eq!(r, 5);
+            assert!(text().contains("ncclAllReduce") && text().contains("ncclDataType 0"));
+            let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
+            assert_eq!(r, 5);
+            assert!(text().contains("ncclReduceScatter") && text().contains("ncclRedOp 1"));
+            let mut v: c_int = -1;
+            assert_eq!(crate::intercepted::ncclCommCount(h, &mut v), SUCCESS);
+            assert_eq!(v, 3);
+            assert_eq!(crate::intercepted::ncclCommUserRank(h, &mut v), SUCCESS);
+            assert_eq!(v, 1);
+            assert_eq!(crate::intercepted::ncclCommCuDevice(h, &mut v), SUCCESS);
+            assert_eq!(v, 0);
+            let mut e: NcclResult = -1;
+            assert_eq!(
+                crate::intercepted::ncclCommGetAsyncError(h, &mut e),
+                SUCCESS
+            );
+            assert_eq!(e, SUCCESS);
+            assert_eq!(crate::intercepted::ncclCommFinalize(h), SUCCESS);
+            assert_eq!(crate::intercepted::ncclCommDestroy(h), SUCCESS);
+        }
+        assert!(lookup(h).is_none());
+    }
+}
