@@ -43,6 +43,11 @@ pub struct Alone {
     pub rank: usize,
     pub world: usize,
     pub device: usize,
+    /// The id's secret: where ranks meet again (ncclCommSplit).
+    pub secret: Secret,
+    /// How many ncclCommSplit calls this communicator has had (every rank
+    /// makes them in the same order, so the count names each one).
+    pub splits: std::sync::atomic::AtomicU64,
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
     pub live: Option<Live>,
@@ -175,6 +180,26 @@ pub fn create(
             format!("{call} rank {rank}/{world}: no CUDA context is current on this thread; select the rank's GPU first (cudaSetDevice, torch.cuda.set_device)"),
         );
     };
+    // SAFETY: `out` is non-null: the caller's ncclComm_t.
+    unsafe { create_on(call, &mut *out, rank, world, secret, device) }
+}
+
+/// Makes rank `rank` of `world` on `device`, meeting under `secret`, and
+/// writes its handle to `out`.
+fn create_on(
+    call: &'static str,
+    out: &mut NcclComm,
+    rank: usize,
+    world: usize,
+    secret: Secret,
+    device: usize,
+) -> NcclResult {
+    if let Err(e) = tpcomm::cuda::ensure_driver() {
+        return standalone::fail(
+            CUDA_ERROR,
+            format!("{call} rank {rank}/{world}: standalone mode needs a GPU and its driver ({e})"),
+        );
+    }
     let tag = format!("{call} rank {rank}/{world} GPU {device}");
     let _restore = SavedContext::save();
     match make(&tag, &secret, rank, world, device) {
@@ -187,15 +212,14 @@ pub fn create(
                 live.staging.bytes(),
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
-            let h = insert(Alone {
+            *out = insert(Alone {
                 rank,
                 world,
                 device,
+                secret,
+                splits: Default::default(),
                 live: Some(live),
             });
-            // SAFETY: `out` is non-null and points at the caller's
-            // ncclComm_t, as ncclCommInitRank's contract says.
-            unsafe { *out = h };
             SUCCESS
         }
         Err(e) => standalone::fail(
@@ -599,6 +623,94 @@ pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
     SUCCESS
 }
 
+/// `NCCL_SPLIT_NOCOLOR`: the ranks that get no communicator from a split.
+const NO_COLOR: c_int = -1;
+
+/// Where this rank lands in a split: the ranks of its colour ordered by
+/// (key, parent rank), as NCCL orders them. `all` holds every parent rank's
+/// (colour, key); `None` for NO_COLOR.
+fn split_place(all: &[(c_int, c_int)], me: usize) -> Option<(usize, usize)> {
+    let color = all[me].0;
+    if color == NO_COLOR {
+        return None;
+    }
+    let mut members: Vec<(c_int, usize)> = (0..all.len())
+        .filter(|&r| all[r].0 == color)
+        .map(|r| (all[r].1, r))
+        .collect();
+    members.sort();
+    let rank = members.iter().position(|&(_, r)| r == me)?;
+    Some((rank, members.len()))
+}
+
+/// `ncclCommSplit` on a standalone communicator: every rank posts its
+/// (colour, key) where the parent's ranks met, and the ranks of one colour
+/// make a new standalone communicator meeting under a secret derived from
+/// the parent's, the split's number and the colour.
+pub fn split(parent: &Alone, color: c_int, key: c_int, newcomm: *mut NcclComm) -> NcclResult {
+    const CALL: &str = "ncclCommSplit";
+    if newcomm.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{CALL}: the new communicator pointer is NULL"),
+        );
+    }
+    if color < NO_COLOR {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{CALL}: colour {color} is negative (NCCL_SPLIT_NOCOLOR is -1)"),
+        );
+    }
+    let n = parent.splits.fetch_add(1, Ordering::AcqRel);
+    let tag = format!("{CALL} #{n} rank {}/{}", parent.rank, parent.world);
+    let mut mine = color.to_le_bytes().to_vec();
+    mine.extend_from_slice(&key.to_le_bytes());
+    let posted =
+        standalone::meeting_dir(&standalone::runtime_base(), &parent.secret).and_then(|dir| {
+            standalone::exchange(
+                &dir,
+                &parent.secret,
+                &format!("split-{n}"),
+                parent.rank,
+                parent.world,
+                &mine,
+                settings::get().timeout,
+            )
+        });
+    let all: Option<Vec<(c_int, c_int)>> = match posted {
+        Ok(v) => v
+            .iter()
+            .map(|b| {
+                let w = |i: usize| b.get(i..i + 4)?.try_into().ok().map(c_int::from_le_bytes);
+                Some((w(0)?, w(4)?))
+            })
+            .collect(),
+        Err(e) => {
+            return standalone::fail(SYSTEM_ERROR, format!("{tag}: the ranks did not meet ({e})"))
+        }
+    };
+    let Some(all) = all else {
+        return standalone::fail(
+            SYSTEM_ERROR,
+            format!("{tag}: a rank posted a malformed colour"),
+        );
+    };
+    // SAFETY: non-null, the caller's ncclComm_t.
+    let out = unsafe { &mut *newcomm };
+    *out = std::ptr::null_mut();
+    let Some((rank, world)) = split_place(&all, parent.rank) else {
+        return SUCCESS;
+    };
+    if world < 2 {
+        return standalone::unservable(
+            CALL,
+            &format!("colour {color} has this rank alone, and a standalone communicator has 2 to {MAX_WORLD} ranks"),
+        );
+    }
+    let secret = parent.secret.derive((n << 32) | color as u32 as u64);
+    create_on(CALL, out, rank, world, secret, parent.device)
+}
+
 /// The refusal of `call` when `comm` is a standalone communicator (every
 /// export standalone mode does not serve asks this before forwarding).
 pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
@@ -611,12 +723,78 @@ pub(crate) mod tests {
 
     /// A handle as ncclCommInitRank would give, without a GPU side.
     pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
+        hollow_with(
+            rank,
+            world,
+            standalone::parse(&standalone::new_id().unwrap()).unwrap(),
+        )
+    }
+
+    fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
         insert(Alone {
             rank,
             world,
             device: 0,
+            secret,
+            splits: Default::default(),
             live: None,
         })
+    }
+
+    /// Three ranks split through the exports: the ranks meet where the
+    /// parent's met; a rank without a colour gets NULL, a colour of one rank
+    /// is refused by name, and a colour of two goes on to creation (which
+    /// needs a GPU: without one it fails at once, naming the driver).
+    #[test]
+    fn a_split_meets_through_the_parent_and_places_every_rank() {
+        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        let run = |colors: [c_int; 3]| -> Vec<(NcclResult, bool, String)> {
+            let hs: Vec<usize> = (0..3).map(|r| hollow_with(r, 3, secret) as usize).collect();
+            let out = std::thread::scope(|s| {
+                let ts: Vec<_> = (0..3)
+                    .map(|r| {
+                        let h = hs[r];
+                        s.spawn(move || {
+                            let h = h as NcclComm;
+                            let mut c: NcclComm = std::ptr::null_mut();
+                            // SAFETY: a handle of the table and a live out-pointer.
+                            let r = unsafe {
+                                crate::intercepted::ncclCommSplit(
+                                    h,
+                                    colors[r],
+                                    0,
+                                    &mut c,
+                                    std::ptr::null_mut(),
+                                )
+                            };
+                            (r, c.is_null(), standalone::last_error())
+                        })
+                    })
+                    .collect();
+                ts.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for h in hs {
+                release("ncclCommDestroy", h as NcclComm, true);
+            }
+            out
+        };
+        let out = run([0, NO_COLOR, 1]);
+        assert_eq!(out[1].0, SUCCESS);
+        assert!(out[1].1);
+        for r in [0, 2] {
+            assert_eq!(out[r].0, INVALID_USAGE, "{:?}", out[r]);
+            assert!(out[r].2.contains("ncclCommSplit") && out[r].2.contains("alone"));
+        }
+        if tpcomm::cuda::ensure_driver().is_err() {
+            let out = run([0, NO_COLOR, 0]);
+            assert_eq!(out[1].0, SUCCESS);
+            for r in [0, 2] {
+                assert_eq!(out[r].0, CUDA_ERROR, "{:?}", out[r]);
+                assert!(
+                    out[r].2.contains("ncclCommSplit rank") && out[r].2.contains("needs a GPU")
+                );
+            }
+        }
     }
 
     #[test]
@@ -684,10 +862,17 @@ pub(crate) mod tests {
             );
             assert!(text().contains("ncclAlltoAll"), "{}", text());
             let mut c: NcclComm = std::ptr::null_mut();
-            let r = crate::intercepted::ncclCommSplit(h, 0, 0, &mut c, std::ptr::null_mut());
+            let r = crate::intercepted::ncclCommShrink(
+                h,
+                std::ptr::null_mut(),
+                0,
+                &mut c,
+                std::ptr::null_mut(),
+                0,
+            );
             assert_eq!(r, 5);
             assert!(
-                text().contains("ncclCommSplit") && c.is_null(),
+                text().contains("ncclCommShrink") && c.is_null(),
                 "{}",
                 text()
             );
@@ -715,5 +900,16 @@ pub(crate) mod tests {
             assert_eq!(crate::intercepted::ncclCommDestroy(h), SUCCESS);
         }
         assert!(lookup(h).is_none());
+    }
+
+    #[test]
+    fn a_split_orders_each_colour_by_key_then_parent_rank() {
+        // Parent ranks 0..5: colours 0,1,0,-1,1 and keys 5,0,5,0,-2.
+        let all = [(0, 5), (1, 0), (0, 5), (NO_COLOR, 0), (1, -2)];
+        assert_eq!(split_place(&all, 0), Some((0, 2)));
+        assert_eq!(split_place(&all, 2), Some((1, 2)));
+        assert_eq!(split_place(&all, 4), Some((0, 2)));
+        assert_eq!(split_place(&all, 1), Some((1, 2)));
+        assert_eq!(split_place(&all, 3), None);
     }
 }

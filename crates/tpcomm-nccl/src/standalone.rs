@@ -65,6 +65,23 @@ impl Secret {
     }
 }
 
+impl Secret {
+    /// A secret of its own for a communicator made from this one's
+    /// (ncclCommSplit: `salt` names the split and the colour); it gives
+    /// neither this secret nor a sibling's away.
+    pub fn derive(&self, salt: u64) -> Secret {
+        let a = self.tag(salt.wrapping_mul(2).wrapping_add(2));
+        let b = self.tag(salt.wrapping_mul(2).wrapping_add(3));
+        let mut s = [0u8; 16];
+        s[..8].copy_from_slice(&a.to_le_bytes());
+        s[8..].copy_from_slice(&b.to_le_bytes());
+        if s == [0u8; 16] {
+            s[0] = 1;
+        }
+        Secret(s)
+    }
+}
+
 /// Fills `buf` from the kernel's random source.
 fn random_bytes(buf: &mut [u8]) -> Result<()> {
     let mut done = 0;
