@@ -912,4 +912,138 @@ pub(crate) mod tests {
         assert_eq!(split_place(&all, 1), Some((1, 2)));
         assert_eq!(split_place(&all, 3), None);
     }
+
+    /// On a GPU: `world` ranks as threads, all on GPU 0 (the case real NCCL
+    /// refuses), made through the exports' creation and served through
+    /// them: an f32 all-reduce (aligned and not), a u8 all-gather, a u8
+    /// broadcast and an f32 reduce-scatter, each compared with the host's
+    /// answer, then destroy.
+    #[test]
+    #[ignore = "needs a GPU: cargo test --release -p tpcomm-nccl --lib standalone_ranks_sharing -- --ignored"]
+    fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
+        use tpcomm::cuda::cudarc::driver::DevicePtr;
+        for world in [2usize, 4] {
+            let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+            std::thread::scope(|s| {
+                for rank in 0..world {
+                    s.spawn(move || one_rank(rank, world, secret));
+                }
+            });
+        }
+
+        fn one_rank(rank: usize, world: usize, secret: Secret) {
+            let ctx = tpcomm::cuda::open_context(0).unwrap();
+            ctx.bind_to_thread().unwrap();
+            // SAFETY: (test) no buffer is shared between streams.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().unwrap();
+            let st = stream.cu_stream() as CudaStream;
+            let mut comm: NcclComm = std::ptr::null_mut();
+            let r = create("test", &mut comm, world as c_int, secret, rank as c_int);
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            let arena = 1 << 20;
+            let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
+            let mut b = stream.alloc_zeros::<u8>(arena).unwrap();
+            let (pa, pb) = (a.device_ptr(&stream).0, b.device_ptr(&stream).0);
+            let fetch = |buf: &tpcomm::cuda::cudarc::driver::CudaSlice<u8>, len: usize| {
+                let mut v = vec![0u8; len];
+                stream.memcpy_dtoh(&buf.slice(..len), &mut v[..]).unwrap();
+                stream.synchronize().unwrap();
+                v
+            };
+            let f32s = |v: &[u8]| -> Vec<f32> {
+                v.chunks(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            // All-reduce of 1001 f32, aligned (in a) and 4 bytes off (in b).
+            let n = 1001;
+            let mine: Vec<u8> = (0..n)
+                .flat_map(|i| ((rank * 7 + i) as f32).to_le_bytes())
+                .collect();
+            let want: Vec<f32> = (0..n)
+                .map(|i| (0..world).map(|r| (r * 7 + i) as f32).sum())
+                .collect();
+            stream
+                .memcpy_htod(&mine[..], &mut a.slice_mut(..mine.len()))
+                .unwrap();
+            stream
+                .memcpy_htod(&mine[..], &mut b.slice_mut(4..4 + mine.len()))
+                .unwrap();
+            let p = |x: u64| x as *mut c_void;
+            // SAFETY: (test) every range is inside this rank's arenas, which
+            // outlive the synchronisation in `fetch`.
+            unsafe {
+                let r = crate::allreduce::ncclAllReduce(p(pa), p(pa), n, 7, OP_SUM, comm, st);
+                assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+                let r =
+                    crate::allreduce::ncclAllReduce(p(pb + 4), p(pb + 4), n, 7, OP_SUM, comm, st);
+                assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            }
+            assert_eq!(
+                f32s(&fetch(&a, 4 * n)),
+                want,
+                "rank {rank}: aligned all-reduce"
+            );
+            assert_eq!(
+                f32s(&fetch(&b, 4 + 4 * n)[4..]),
+                want,
+                "rank {rank}: unaligned all-reduce"
+            );
+            // All-gather of 6 u8 per rank (counted as 3 f16 words).
+            let block: Vec<u8> = (0..6).map(|i| (rank * 16 + i) as u8).collect();
+            stream
+                .memcpy_htod(&block[..], &mut a.slice_mut(..6))
+                .unwrap();
+            // SAFETY: (test) as above.
+            let r = unsafe { crate::collectives::ncclAllGather(p(pa), p(pb), 6, 1, comm, st) };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            let want: Vec<u8> = (0..world)
+                .flat_map(|r| (0..6).map(move |i| (r * 16 + i) as u8))
+                .collect();
+            assert_eq!(fetch(&b, 6 * world), want, "rank {rank}: all-gather");
+            // Broadcast of 10 u8 from the last rank, in place.
+            let root = world - 1;
+            let mine: Vec<u8> = (0..10).map(|i| (rank * 3 + i) as u8).collect();
+            stream
+                .memcpy_htod(&mine[..], &mut a.slice_mut(..10))
+                .unwrap();
+            // SAFETY: (test) as above.
+            let r = unsafe { crate::collectives::ncclBcast(p(pa), 10, 1, root as c_int, comm, st) };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            let want: Vec<u8> = (0..10).map(|i| (root * 3 + i) as u8).collect();
+            assert_eq!(fetch(&a, 10), want, "rank {rank}: broadcast");
+            // Reduce-scatter of f32: world blocks of 64, small integers (exact).
+            let cnt = 64;
+            let mine: Vec<u8> = (0..cnt * world)
+                .flat_map(|i| ((rank + i) as f32).to_le_bytes())
+                .collect();
+            stream
+                .memcpy_htod(&mine[..], &mut a.slice_mut(..mine.len()))
+                .unwrap();
+            // SAFETY: (test) as above.
+            let r = unsafe {
+                crate::collectives::ncclReduceScatter(p(pa), p(pb), cnt, 7, OP_SUM, comm, st)
+            };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            let want: Vec<f32> = (0..cnt)
+                .map(|j| (0..world).map(|r| (r + rank * cnt + j) as f32).sum())
+                .collect();
+            assert_eq!(
+                f32s(&fetch(&b, 4 * cnt)),
+                want,
+                "rank {rank}: reduce-scatter"
+            );
+            let mut e: NcclResult = -1;
+            // SAFETY: (test) a live handle and out-pointer.
+            unsafe {
+                assert_eq!(
+                    crate::intercepted::ncclCommGetAsyncError(comm, &mut e),
+                    SUCCESS
+                );
+                assert_eq!(e, SUCCESS);
+                assert_eq!(crate::intercepted::ncclCommDestroy(comm), SUCCESS);
+            }
+        }
+    }
 }
