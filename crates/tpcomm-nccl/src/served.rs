@@ -51,6 +51,10 @@ pub struct Alone {
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
     pub live: Option<Live>,
+    /// A communicator of one rank instead: every collective is a copy from
+    /// the send to the receive buffer on the caller's stream (this 16-byte
+    /// buffer only lends its context and copy).
+    pub solo: Option<Staging>,
 }
 
 type Table = RwLock<HashMap<usize, Arc<Alone>>>;
@@ -100,7 +104,7 @@ fn remove(comm: NcclComm, free: bool) -> bool {
             if free {
                 // Freeing binds the communicator's context; the caller's is
                 // put back after (only a GPU side has anything to free).
-                let _ctx = a.live.is_some().then(SavedContext::save);
+                let _ctx = (a.live.is_some() || a.solo.is_some()).then(SavedContext::save);
                 drop(a);
             } else {
                 std::mem::forget(a);
@@ -155,10 +159,10 @@ pub fn create(
             format!("{call}: the communicator pointer is NULL"),
         );
     }
-    if !(2..=MAX_WORLD as c_int).contains(&nranks) {
+    if !(1..=MAX_WORLD as c_int).contains(&nranks) {
         return standalone::fail(
             INVALID_USAGE,
-            format!("{call}: a standalone communicator has 2 to {MAX_WORLD} ranks, not {nranks}; unset TPCOMM_STANDALONE to use NCCL"),
+            format!("{call}: a standalone communicator has 1 to {MAX_WORLD} ranks, not {nranks}; unset TPCOMM_STANDALONE to use NCCL"),
         );
     }
     if !(0..nranks).contains(&rank) {
@@ -202,6 +206,28 @@ fn create_on(
     }
     let tag = format!("{call} rank {rank}/{world} GPU {device}");
     let _restore = SavedContext::save();
+    if world == 1 {
+        let solo = tpcomm::cuda::open_context(device).and_then(|c| Staging::new(&c, 16));
+        return match solo {
+            Ok(st) => {
+                info!("{tag}: standalone communicator of one rank (every call is a copy)");
+                *out = insert(Alone {
+                    rank,
+                    world,
+                    device,
+                    secret,
+                    splits: Default::default(),
+                    live: None,
+                    solo: Some(st),
+                });
+                SUCCESS
+            }
+            Err(e) => standalone::fail(
+                CUDA_ERROR,
+                format!("{tag}: the standalone communicator could not be made ({e})"),
+            ),
+        };
+    }
     match make(&tag, &secret, rank, world, device) {
         Ok(live) => {
             let r = live.gpu.memory_report();
@@ -219,6 +245,7 @@ fn create_on(
                 secret,
                 splits: Default::default(),
                 live: Some(live),
+                solo: None,
             });
             SUCCESS
         }
@@ -302,6 +329,40 @@ fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclRes
     }
 }
 
+/// A call on a communicator of one rank: `count` elements of `datatype`
+/// copied from `send` to `recv` on the stream (nothing when they are the
+/// same buffer), which is every collective's result with one rank.
+#[allow(clippy::too_many_arguments)]
+fn solo_copy(
+    call: &str,
+    a: &Alone,
+    solo: &Staging,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    stream: CudaStream,
+) -> NcclResult {
+    let Some(bytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
+        return standalone::unservable(call, &format!("ncclDataType {datatype}"));
+    };
+    if bytes == 0 || std::ptr::eq(send, recv) {
+        return SUCCESS;
+    }
+    run(call, a, || {
+        // SAFETY: the call's contract: device buffers of this GPU holding
+        // `count` elements, valid until the stream runs the copy, and a
+        // stream of this GPU's context (the staging buffer's).
+        unsafe { solo.copy(recv as u64, send as u64, bytes, stream as CUstream) }
+    })
+}
+
+/// The ops that leave one rank's values as they are (sum, prod, max, min,
+/// avg); pre-multiplied sums scale them.
+fn identity_alone(op: NcclRedOp) -> bool {
+    (0..=4).contains(&op)
+}
+
 /// The size of an NCCL data type, for the calls that only move bytes.
 fn type_size(t: NcclDataType) -> Option<usize> {
     match t {
@@ -354,6 +415,12 @@ pub fn all_reduce(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
+    if let Some(solo) = &a.solo {
+        if !identity_alone(op) {
+            return standalone::unservable(CALL, &format!("ncclRedOp {op} on one rank"));
+        }
+        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
+    }
     let Some(dt) = dtype_of(datatype) else {
         return standalone::unservable(
             CALL,
@@ -419,6 +486,9 @@ pub fn all_gather(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllGather";
+    if let Some(solo) = &a.solo {
+        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
+    }
     let l = match live(a, CALL) {
         Ok(l) => l,
         Err(r) => return r,
@@ -470,6 +540,12 @@ pub fn reduce_scatter(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
+    if let Some(solo) = &a.solo {
+        if !identity_alone(op) {
+            return standalone::unservable(CALL, &format!("ncclRedOp {op} on one rank"));
+        }
+        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
+    }
     let Some(dt) = dtype_of(datatype) else {
         return standalone::unservable(
             CALL,
@@ -525,10 +601,6 @@ pub fn broadcast(
     root: c_int,
     stream: CudaStream,
 ) -> NcclResult {
-    let l = match live(a, call) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
     if root < 0 || root as usize >= a.world {
         return standalone::fail(
             INVALID_ARGUMENT,
@@ -538,6 +610,13 @@ pub fn broadcast(
             ),
         );
     }
+    if let Some(solo) = &a.solo {
+        return solo_copy(call, a, solo, send, recv, count, datatype, stream);
+    }
+    let l = match live(a, call) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
     if count == 0 {
         return SUCCESS;
     }
@@ -701,12 +780,6 @@ pub fn split(parent: &Alone, color: c_int, key: c_int, newcomm: *mut NcclComm) -
     let Some((rank, world)) = split_place(&all, parent.rank) else {
         return SUCCESS;
     };
-    if world < 2 {
-        return standalone::unservable(
-            CALL,
-            &format!("colour {color} has this rank alone, and a standalone communicator has 2 to {MAX_WORLD} ranks"),
-        );
-    }
     let secret = parent.secret.derive((n << 32) | color as u32 as u64);
     create_on(CALL, out, rank, world, secret, parent.device)
 }
@@ -738,12 +811,13 @@ pub(crate) mod tests {
             secret,
             splits: Default::default(),
             live: None,
+            solo: None,
         })
     }
 
     /// Three ranks split through the exports: the ranks meet where the
-    /// parent's met; a rank without a colour gets NULL, a colour of one rank
-    /// is refused by name, and a colour of two goes on to creation (which
+    /// parent's met; a rank without a colour gets NULL, and a colour of one
+    /// or two ranks goes on to creation with the new rank and size (which
     /// needs a GPU: without one it fails at once, naming the driver).
     #[test]
     fn a_split_meets_through_the_parent_and_places_every_rank() {
@@ -781,11 +855,12 @@ pub(crate) mod tests {
         let out = run([0, NO_COLOR, 1]);
         assert_eq!(out[1].0, SUCCESS);
         assert!(out[1].1);
-        for r in [0, 2] {
-            assert_eq!(out[r].0, INVALID_USAGE, "{:?}", out[r]);
-            assert!(out[r].2.contains("ncclCommSplit") && out[r].2.contains("alone"));
-        }
         if tpcomm::cuda::ensure_driver().is_err() {
+            // Colours of one rank each: rank 0 of 1 on either side.
+            for r in [0, 2] {
+                assert_eq!(out[r].0, CUDA_ERROR, "{:?}", out[r]);
+                assert!(out[r].2.contains("ncclCommSplit rank 0/1"), "{:?}", out[r]);
+            }
             let out = run([0, NO_COLOR, 0]);
             assert_eq!(out[1].0, SUCCESS);
             for r in [0, 2] {
@@ -827,7 +902,7 @@ pub(crate) mod tests {
             create("ncclCommInitRank", &mut c, 9, secret, 0),
             INVALID_USAGE
         );
-        assert!(standalone::last_error().contains("2 to 8 ranks"));
+        assert!(standalone::last_error().contains("1 to 8 ranks"));
         assert_eq!(
             create("ncclCommInitRank", &mut c, 2, secret, 2),
             INVALID_ARGUMENT
@@ -913,7 +988,7 @@ pub(crate) mod tests {
         assert_eq!(split_place(&all, 3), None);
     }
 
-    /// On a GPU: `world` ranks as threads, all on GPU 0 (the case real NCCL
+    /// On a GPU: 1, 2 and 4 ranks as threads, all on GPU 0 (the case real NCCL
     /// refuses), made through the exports' creation and served through
     /// them: an f32 all-reduce (aligned and not), a u8 all-gather, a u8
     /// broadcast and an f32 reduce-scatter, each compared with the host's
@@ -922,7 +997,7 @@ pub(crate) mod tests {
     #[ignore = "needs a GPU: cargo test --release -p tpcomm-nccl --lib standalone_ranks_sharing -- --ignored"]
     fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         use tpcomm::cuda::cudarc::driver::DevicePtr;
-        for world in [2usize, 4] {
+        for world in [1usize, 2, 4] {
             let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
             std::thread::scope(|s| {
                 for rank in 0..world {
