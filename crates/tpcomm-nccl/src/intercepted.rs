@@ -141,6 +141,12 @@ pub unsafe extern "C" fn ncclCommInitRank(
 ) -> NcclResult {
     guard("ncclCommInitRank", || {
         if let Some(secret) = standalone::parse(&comm_id.internal) {
+            if let Err(why) = standalone::check_host(&comm_id.internal) {
+                return standalone::fail(
+                    standalone::INVALID_USAGE,
+                    format!("ncclCommInitRank rank {rank}: {why}"),
+                );
+            }
             return served::create("ncclCommInitRank", comm, nranks, secret, rank);
         }
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
@@ -169,6 +175,12 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
         // The config's only field that matters here is `blocking`, and a
         // standalone communicator is always ready when creation returns.
         if let Some(secret) = standalone::parse(&comm_id.internal) {
+            if let Err(why) = standalone::check_host(&comm_id.internal) {
+                return standalone::fail(
+                    standalone::INVALID_USAGE,
+                    format!("ncclCommInitRankConfig rank {rank}: {why}"),
+                );
+            }
             return served::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
         }
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)

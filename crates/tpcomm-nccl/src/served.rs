@@ -135,13 +135,6 @@ impl tpcomm::cuda::Exchange for Meet {
     }
 }
 
-/// What identifies this machine: ranks are on one host only when all agree.
-fn host_key() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    format!("{}|{}", host.trim(), boot.trim())
-}
-
 /// `ncclCommInitRank(Config)` with a standalone id: makes this rank's
 /// communicator on the current device, meeting the other ranks through the
 /// id, and writes its handle to `out`. Every failure is an error code with
@@ -269,7 +262,7 @@ fn make(
         dir,
         secret: *secret,
     };
-    let key = host_key();
+    let key = standalone::host_key();
     let hosts = tpcomm::cuda::Exchange::exchange(
         &meet,
         "standalone-hosts",

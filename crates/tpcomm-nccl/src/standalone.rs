@@ -118,7 +118,39 @@ pub fn new_id() -> Result<[u8; 128]> {
     }
     id[8..24].copy_from_slice(&secret);
     id[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+    id[28..36].copy_from_slice(&host_hash().to_le_bytes());
     Ok(id)
+}
+
+/// What identifies this machine (host name and boot id): ranks are on one
+/// host only when all agree.
+pub fn host_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}|{}", host.trim(), boot.trim())
+}
+
+/// A 64-bit hash of [`host_key`] (FNV-1a, then mixed); never 0.
+pub fn host_hash() -> u64 {
+    let h = host_key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    mix(h).max(1)
+}
+
+/// Refuses at once a standalone id made on another host (its bytes carry
+/// the creator's [`host_hash`]): its ranks could never meet, since the
+/// meeting place is a directory of this host. `Err` says what to do.
+pub fn check_host(id: &[u8; 128]) -> std::result::Result<(), String> {
+    let made_on = u64::from_le_bytes(id[28..36].try_into().unwrap_or_default());
+    if made_on == 0 || made_on == host_hash() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the standalone unique id was made on another host (host tag {made_on:016x}, this one {:016x}); standalone mode serves the ranks of one host: unset TPCOMM_STANDALONE to use NCCL across hosts",
+            host_hash()
+        ))
+    }
 }
 
 /// The secret of a standalone id; `None` for any other 128 bytes (a real
@@ -388,6 +420,21 @@ mod tests {
             t.contains("ncclAlltoAll") && t.contains("all-to-all is not in tpcomm"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn an_id_made_on_another_host_is_refused_at_once() {
+        let mut id = new_id().unwrap();
+        assert_eq!(check_host(&id), Ok(()));
+        id[28] ^= 0x5a;
+        let e = check_host(&id).unwrap_err();
+        assert!(
+            e.contains("another host") && e.contains("TPCOMM_STANDALONE"),
+            "{e}"
+        );
+        // An id without a host tag is not refused for it.
+        id[28..36].fill(0);
+        assert_eq!(check_host(&id), Ok(()));
     }
 
     #[test]
