@@ -259,7 +259,7 @@ fn make(
     let s = settings::get();
     let dir = standalone::meeting_dir(&standalone::runtime_base(), secret)?;
     let meet = Meet {
-        dir,
+        dir: dir.clone(),
         secret: *secret,
     };
     let key = standalone::host_key();
@@ -292,6 +292,7 @@ fn make(
     // Either every rank has the communicator or none does.
     let ok = [made.is_ok() as u8];
     let all = rv.exchange("standalone-ready", rank, world, &ok, cfg.timeout)?;
+    standalone::tidy(&dir, rank, "standalone-ready");
     if let Some(p) = all.iter().position(|v| v.first() != Some(&1)) {
         if made.is_ok() {
             return Err(tpcomm::Error::Aborted(format!(
@@ -737,17 +738,20 @@ pub fn split(parent: &Alone, color: c_int, key: c_int, newcomm: *mut NcclComm) -
     let tag = format!("{CALL} #{n} rank {}/{}", parent.rank, parent.world);
     let mut mine = color.to_le_bytes().to_vec();
     mine.extend_from_slice(&key.to_le_bytes());
+    let step = format!("split-{n}");
     let posted =
         standalone::meeting_dir(&standalone::runtime_base(), &parent.secret).and_then(|dir| {
-            standalone::exchange(
+            let all = standalone::exchange(
                 &dir,
                 &parent.secret,
-                &format!("split-{n}"),
+                &step,
                 parent.rank,
                 parent.world,
                 &mine,
                 settings::get().timeout,
-            )
+            )?;
+            standalone::tidy(&dir, parent.rank, &step);
+            Ok(all)
         });
     let all: Option<Vec<(c_int, c_int)>> = match posted {
         Ok(v) => v
@@ -814,8 +818,9 @@ pub(crate) mod tests {
     /// needs a GPU: without one it fails at once, naming the driver).
     #[test]
     fn a_split_meets_through_the_parent_and_places_every_rank() {
-        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        // Each run is a parent communicator of its own (its own id).
         let run = |colors: [c_int; 3]| -> Vec<(NcclResult, bool, String)> {
+            let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
             let hs: Vec<usize> = (0..3).map(|r| hollow_with(r, 3, secret) as usize).collect();
             let out = std::thread::scope(|s| {
                 let ts: Vec<_> = (0..3)

@@ -248,6 +248,25 @@ pub fn exchange(
         .collect()
 }
 
+/// Removes this rank's records in `dir` except those of step `keep`. Sound
+/// once every rank has completed step `keep`: each rank posts a step only
+/// after it has read every record of the steps before, so no rank still
+/// needs them; `keep`'s own records may still be being read.
+pub fn tidy(dir: &Path, rank: usize, keep: &str) {
+    let mine = format!(".rank{rank}");
+    let kept = format!("{keep}.rank{rank}");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(&mine) && name != kept.as_str() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 thread_local! {
     /// What ncclGetLastError returns after a call standalone mode refused or
     /// failed on this thread (a C string, so its address can be handed out).
@@ -420,6 +439,26 @@ mod tests {
             t.contains("ncclAlltoAll") && t.contains("all-to-all is not in tpcomm"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn tidying_removes_only_this_rank_s_earlier_records() {
+        let base = tempfile_dir();
+        let secret = parse(&new_id().unwrap()).unwrap();
+        let dir = meeting_dir(&base, &secret).unwrap();
+        for f in [
+            "a.rank1", "b.rank1", "b.rank11", "c.rank1", "a.rank0", "x.rank21",
+        ] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        tidy(&dir, 1, "c");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a.rank0", "b.rank11", "c.rank1", "x.rank21"]);
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
