@@ -484,3 +484,24 @@ fn standalone_mode_works_with_no_real_nccl_to_load() {
     // The foreign id needs the real NCCL, which is not there.
     assert!(o.contains("init_real=2"), "{o}");
 }
+
+#[test]
+fn disable_wins_over_standalone() {
+    let (out, _) = run_child_test(
+        "child_standalone",
+        &[
+            ("TPCOMM_STANDALONE", "1"),
+            ("TPCOMM_DISABLE", "1"),
+            ("CUDA_VISIBLE_DEVICES", ""),
+        ],
+    );
+    assert!(
+        out.contains("uid=0") && !out.contains("magic=TPCSTND1"),
+        "{out}"
+    );
+    let journal = out.lines().find(|l| l.starts_with("journal=")).unwrap();
+    assert!(
+        journal.contains("uniqueid;") && journal.contains("groupstart;"),
+        "{journal}"
+    );
+}
