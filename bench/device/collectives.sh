@@ -9,8 +9,10 @@
 #      Communicator's NCCL fallback for them (gpu_coll_fallback.rs) at WORLDS,
 #      ranks as threads
 #   s  collectives_check.py with every rank on cuda:0 under MPS, with the
-#      drop-in; expected to fail with "Duplicate GPU detected" until the
-#      drop-in's standalone mode exists (real NCCL refuses shared GPUs)
+#      drop-in in standalone mode (TPCOMM_STANDALONE=1: real NCCL refuses
+#      shared GPUs, so tpcomm serves the communicator alone) and
+#      TPCOMM_MAX_BYTES=64MiB (the largest block the script sends; standalone
+#      mode has no NCCL to send larger all-gather/reduce-scatter blocks to)
 #   p  collectives_check.py with one rank per GPU (needs RANKS GPUs), with
 #      the drop-in and without it (plain NCCL)
 #
@@ -46,7 +48,8 @@ fi
 if on s; then
   mps_on
   for w in ${WORLDS//,/ }; do
-    run "torch-shared-$w" 300 "$PY" "$here/../torch/collectives_check.py" --ranks "$w" \
+    TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=${SHARED_MAX_BYTES:-64MiB} \
+      run "torch-shared-$w" 300 "$PY" "$here/../torch/collectives_check.py" --ranks "$w" \
       --placement shared --lib "$LIB" --out "$O/torch-shared-$w.json" --timeout 280
   done
   mps_off

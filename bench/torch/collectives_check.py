@@ -19,11 +19,12 @@ reference: sums within 2 roundings of the type relative to (|ref| + 1), gathered
 broadcast values bit for bit. Rank 0 writes one row per (op, dtype, size, mode) with
 the number of wrong elements and the median time of 5 eager calls (graph: one replay).
 
-What it needs, as of this commit: ranks sharing one GPU are refused by real NCCL
-("Duplicate GPU detected"), and the drop-in's standalone mode that would serve them
-without NCCL is not built yet, so --placement shared is expected to fail at the first
-collective until it is; --placement spread (one GPU per rank) runs with real NCCL, with
-or without the drop-in. It has not been run yet (written on a machine without a GPU).
+What it needs: ranks sharing one GPU are refused by real NCCL ("Duplicate GPU
+detected"), so --placement shared needs the drop-in's standalone mode: run it with
+TPCOMM_STANDALONE=1 (and TPCOMM_MAX_BYTES=64MiB, the largest block sent here) in the
+environment, which the ranks inherit (bench/device/collectives.sh does). --placement
+spread (one GPU per rank) runs with real NCCL, with or without the drop-in. It has not
+been run yet (written on a machine without a GPU).
 Keep NCCL_NVLS_ENABLE=0 set on machines where NVLink multicast is off.
 """
 import argparse

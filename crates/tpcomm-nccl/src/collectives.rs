@@ -2,11 +2,13 @@
 //! run by tpcomm's collective kernels where the all-reduce's route rule
 //! allows (set up beside this communicator, outside a group, f32/f16/bf16,
 //! sum for reduce-scatter, a non-empty block within TPCOMM_MAX_BYTES), by
-//! NCCL otherwise, with the caller's arguments unchanged. The rule is a pure
+//! NCCL otherwise, with the caller's arguments unchanged. A standalone
+//! communicator is served by served.rs and never forwarded. The rule is a pure
 //! function of the call, so every rank routes it the same way.
 
 use crate::ffi::{call_real, guard, Fail};
 use crate::route::{Call, Why};
+use crate::served;
 use crate::settings::{self, info, warn};
 use crate::state;
 use crate::types::dtype_of;
@@ -127,6 +129,9 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclAllGather", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::all_gather(&a, sendbuff, recvbuff, sendcount, datatype, stream);
+        }
         let s = settings::get();
         let beside = if s.disabled {
             None
@@ -192,6 +197,9 @@ pub unsafe extern "C" fn ncclReduceScatter(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::reduce_scatter(&a, sendbuff, recvbuff, recvcount, datatype, op, stream);
+        }
         let s = settings::get();
         let beside = if s.disabled {
             None
@@ -281,6 +289,18 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBroadcast", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::broadcast(
+                "ncclBroadcast",
+                &a,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype,
+                root,
+                stream,
+            );
+        }
         let s = settings::get();
         let beside = if s.disabled {
             None
@@ -341,6 +361,9 @@ pub unsafe extern "C" fn ncclBcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBcast", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::broadcast("ncclBcast", &a, buff, buff, count, datatype, root, stream);
+        }
         let s = settings::get();
         let beside = if s.disabled {
             None

@@ -1,11 +1,14 @@
 //! The NCCL functions this library does more than forward: communicator
 //! creation and destruction (to keep a tpcomm communicator beside each real
-//! one) and group brackets (to know when NCCL's group semantics apply).
-//! All-reduce itself is in allreduce.rs.
+//! one, or to make and end a standalone one: served.rs), group brackets (to
+//! know when NCCL's group semantics apply), and the queries a standalone
+//! communicator answers itself. All-reduce itself is in allreduce.rs.
 
 use crate::ffi::{call_real, guard, Fail};
 use crate::ready::wait_ready;
+use crate::served;
 use crate::settings::{self, info};
+use crate::standalone;
 use crate::state;
 use crate::types::*;
 use std::cell::{Cell, RefCell};
@@ -16,6 +19,13 @@ use std::ffi::{c_char, c_int};
 #[cfg_attr(not(test), allow(dead_code))]
 pub const INTERCEPTED: &[&str] = &[
     "ncclGetErrorString",
+    "ncclGetVersion",
+    "ncclGetUniqueId",
+    "ncclGetLastError",
+    "ncclCommGetAsyncError",
+    "ncclCommCount",
+    "ncclCommUserRank",
+    "ncclCommCuDevice",
     "ncclGroupStart",
     "ncclGroupEnd",
     "ncclCommInitRank",
@@ -79,6 +89,12 @@ pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
     guard("ncclGroupStart", || {
+        // Standalone mode has no real NCCL to group with: calls on a
+        // standalone communicator run in order as they come.
+        if settings::get().standalone {
+            DEPTH.set(DEPTH.get() + 1);
+            return SUCCESS;
+        }
         match call_real!(ncclGroupStart() as fn() -> NcclResult) {
             Ok(r) => {
                 if r == SUCCESS {
@@ -94,6 +110,10 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
+        if settings::get().standalone {
+            DEPTH.set(DEPTH.get().saturating_sub(1));
+            return SUCCESS;
+        }
         let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
@@ -120,6 +140,15 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     guard("ncclCommInitRank", || {
+        if let Some(secret) = standalone::parse(&comm_id.internal) {
+            if let Err(why) = standalone::check_host(&comm_id.internal) {
+                return standalone::fail(
+                    standalone::INVALID_USAGE,
+                    format!("ncclCommInitRank rank {rank}: {why}"),
+                );
+            }
+            return served::create("ncclCommInitRank", comm, nranks, secret, rank);
+        }
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
         {
@@ -143,6 +172,17 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankConfig", || {
+        // The config's only field that matters here is `blocking`, and a
+        // standalone communicator is always ready when creation returns.
+        if let Some(secret) = standalone::parse(&comm_id.internal) {
+            if let Err(why) = standalone::check_host(&comm_id.internal) {
+                return standalone::fail(
+                    standalone::INVALID_USAGE,
+                    format!("ncclCommInitRankConfig rank {rank}: {why}"),
+                );
+            }
+            return served::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
+        }
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
         {
@@ -167,6 +207,16 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
+        if !comm_ids.is_null() && n_id > 0 {
+            // SAFETY: non-null, and nccl.h's contract gives `n_id` ids there.
+            let first = unsafe { &*comm_ids };
+            if standalone::parse(&first.internal).is_some() {
+                return standalone::unservable(
+                    "ncclCommInitRankScalable",
+                    "a standalone id is made for ncclCommInitRank and ncclCommInitRankConfig",
+                );
+            }
+        }
         let r = match call_real!(ncclCommInitRankScalable(
             comm, nranks, myrank, n_id, comm_ids, config
         )
@@ -226,6 +276,9 @@ pub unsafe extern "C" fn ncclCommSplit(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommSplit", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::split(&a, color, key, newcomm);
+        }
         let r = match call_real!(ncclCommSplit(comm, color, key, newcomm, config)
             as fn(NcclComm, c_int, c_int, *mut NcclComm, Opaque) -> NcclResult)
         {
@@ -251,6 +304,9 @@ pub unsafe extern "C" fn ncclCommShrink(
     shrink_flags: c_int,
 ) -> NcclResult {
     guard("ncclCommShrink", || {
+        if let Some(r) = served::refused("ncclCommShrink", comm) {
+            return r;
+        }
         let r = match call_real!(ncclCommShrink(
             comm,
             exclude_ranks,
@@ -275,6 +331,9 @@ pub unsafe extern "C" fn ncclCommShrink(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
     guard("ncclCommFinalize", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::finalize(&a);
+        }
         // No collective may follow a finalize: stop routing to tpcomm now.
         if state::remove(comm, true) {
             info!("ncclCommFinalize: tpcomm communicator released");
@@ -287,6 +346,9 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
     guard("ncclCommDestroy", || {
+        if served::lookup(comm).is_some() {
+            return served::release("ncclCommDestroy", comm, true);
+        }
         if state::remove(comm, true) {
             info!("ncclCommDestroy: tpcomm communicator released");
         }
@@ -298,10 +360,117 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
     guard("ncclCommAbort", || {
+        if served::lookup(comm).is_some() {
+            return served::release("ncclCommAbort", comm, false);
+        }
         if state::remove(comm, false) {
             info!("ncclCommAbort: tpcomm communicator retired (its buffers stay allocated until the process exits, so that abort never waits for a tpcomm kernel)");
         }
         call_real!(ncclCommAbort(comm) as fn(NcclComm) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing())
     })
+}
+
+/// The NCCL version this library's API is (nccl.h 2.28): what
+/// ncclGetVersion says in standalone mode when no real NCCL is there.
+const API_VERSION: c_int = 22800;
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
+    guard("ncclGetVersion", || {
+        match call_real!(ncclGetVersion(version) as fn(*mut c_int) -> NcclResult) {
+            Ok(r) => r,
+            Err(_) if settings::get().standalone && !version.is_null() => {
+                // SAFETY: non-null, the caller's int.
+                unsafe { *version = API_VERSION };
+                SUCCESS
+            }
+            Err(_) => NcclResult::missing(),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult {
+    guard("ncclGetUniqueId", || {
+        if settings::get().standalone {
+            if unique_id.is_null() {
+                return standalone::fail(
+                    served::INVALID_ARGUMENT,
+                    "ncclGetUniqueId: the id pointer is NULL".into(),
+                );
+            }
+            return match standalone::new_id() {
+                Ok(id) => {
+                    // SAFETY: non-null, the caller's ncclUniqueId.
+                    unsafe { (*unique_id).internal = id };
+                    SUCCESS
+                }
+                Err(e) => standalone::fail(
+                    SYSTEM_ERROR,
+                    format!("ncclGetUniqueId: no standalone id ({e})"),
+                ),
+            };
+        }
+        call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
+    guard("ncclGetLastError", || {
+        // Standalone mode's own text for its communicators, and for the
+        // calls that take none (creation, ids) when it is on.
+        let ours = served::lookup(comm).is_some() || (comm.is_null() && settings::get().standalone);
+        if ours {
+            return standalone::last_error_ptr();
+        }
+        call_real!(ncclGetLastError(comm) as fn(NcclComm) -> *const c_char).unwrap_or_else(|_| {
+            if standalone::has_last_error() {
+                standalone::last_error_ptr()
+            } else {
+                <*const c_char>::missing()
+            }
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: NcclComm,
+    async_error: *mut NcclResult,
+) -> NcclResult {
+    guard("ncclCommGetAsyncError", || {
+        if let Some(a) = served::lookup(comm) {
+            return served::async_error(&a, async_error);
+        }
+        call_real!(
+            ncclCommGetAsyncError(comm, async_error) as fn(NcclComm, *mut NcclResult) -> NcclResult
+        )
+        .unwrap_or_else(|_| NcclResult::missing())
+    })
+}
+
+/// Defines the integer queries on a communicator: a standalone one answers
+/// from its own state, any other is forwarded.
+macro_rules! int_query {
+    ($($name:ident => |$a:ident| $v:expr;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(comm: NcclComm, out: *mut c_int) -> NcclResult {
+            guard(stringify!($name), || {
+                if let Some($a) = served::lookup(comm) {
+                    return served::write_int(stringify!($name), $v, out);
+                }
+                call_real!($name(comm, out) as fn(NcclComm, *mut c_int) -> NcclResult)
+                    .unwrap_or_else(|_| NcclResult::missing())
+            })
+        }
+    )*};
+}
+
+int_query! {
+    ncclCommCount => |a| a.world;
+    ncclCommUserRank => |a| a.rank;
+    ncclCommCuDevice => |a| a.device;
 }

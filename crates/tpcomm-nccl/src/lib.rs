@@ -31,6 +31,7 @@ mod ready;
 mod real;
 #[forbid(unsafe_code)]
 mod route;
+mod served;
 #[forbid(unsafe_code)]
 mod settings;
 mod standalone;

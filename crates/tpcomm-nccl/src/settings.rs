@@ -31,6 +31,9 @@ pub struct Settings {
     pub timeout: Duration,
     /// `TPCOMM_REAL_NCCL`: the real library's path.
     pub real_nccl: Option<String>,
+    /// `TPCOMM_STANDALONE=1`: unique ids are standalone ones, and their
+    /// communicators are served with no real NCCL (docs/standalone.md).
+    pub standalone: bool,
 }
 
 pub const DEFAULT_MAX_BYTES: ByteSize = ByteSize::mib(16);
@@ -58,6 +61,7 @@ impl Settings {
         let timeout = take(&mut bad, env::TIMEOUT_S.read_with(&get)).unwrap_or(DEFAULT_TIMEOUT);
         let real_nccl = take(&mut bad, env::REAL_NCCL.read_with(&get))
             .map(|p| p.to_string_lossy().into_owned());
+        let standalone = take(&mut bad, env::STANDALONE.read_with(&get)).unwrap_or(false);
         (
             Settings {
                 disabled: disabled || !bad.is_empty(),
@@ -65,6 +69,7 @@ impl Settings {
                 max_bytes,
                 timeout,
                 real_nccl,
+                standalone: standalone && !disabled && bad.is_empty(),
             },
             bad,
         )
@@ -151,6 +156,17 @@ mod tests {
         assert_eq!(s.max_bytes, ByteSize::mib(16));
         assert_eq!(s.timeout, DEFAULT_TIMEOUT);
         assert_eq!(s.real_nccl, None);
+        assert!(!s.standalone);
+    }
+
+    #[test]
+    fn standalone_is_a_boolean_and_yields_to_disable_and_bad_values() {
+        assert!(with(&[("TPCOMM_STANDALONE", "1")]).0.standalone);
+        assert!(!with(&[("TPCOMM_STANDALONE", "0")]).0.standalone);
+        let (s, bad) = with(&[("TPCOMM_STANDALONE", "perhaps")]);
+        assert!(!s.standalone && s.disabled && bad.len() == 1);
+        let (s, _) = with(&[("TPCOMM_STANDALONE", "1"), ("TPCOMM_DISABLE", "1")]);
+        assert!(!s.standalone && s.disabled);
     }
 
     #[test]

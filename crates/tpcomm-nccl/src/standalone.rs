@@ -1,8 +1,7 @@
-//! The first piece of standalone mode (docs/standalone.md): a unique id that
-//! real NCCL never sees, and the rendezvous of a communicator's ranks through
-//! its bytes on this host. Not reachable from the exported functions yet:
-//! serving a communicator without real NCCL also needs every call that takes
-//! one (docs/standalone.md lists them), which is still to come.
+//! Standalone mode's ground (docs/standalone.md): a unique id that real NCCL
+//! never sees, the rendezvous of a communicator's ranks through its bytes on
+//! this host, and the refusals' text. served.rs makes and serves the
+//! communicators.
 //!
 //! The id is NCCL's 128 opaque bytes: a magic, a 128-bit secret from the
 //! operating system's random source, and the creator's pid. The program
@@ -16,7 +15,6 @@
 //! directory's name, is refused by name. This is the shared-memory
 //! rendezvous's rule (a job key's hash in every header, files only this user
 //! can write), with the key carried in the id instead of TPCOMM_JOB_KEY.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -67,6 +65,23 @@ impl Secret {
     }
 }
 
+impl Secret {
+    /// A secret of its own for a communicator made from this one's
+    /// (ncclCommSplit: `salt` names the split and the colour); it gives
+    /// neither this secret nor a sibling's away.
+    pub fn derive(&self, salt: u64) -> Secret {
+        let a = self.tag(salt.wrapping_mul(2).wrapping_add(2));
+        let b = self.tag(salt.wrapping_mul(2).wrapping_add(3));
+        let mut s = [0u8; 16];
+        s[..8].copy_from_slice(&a.to_le_bytes());
+        s[8..].copy_from_slice(&b.to_le_bytes());
+        if s == [0u8; 16] {
+            s[0] = 1;
+        }
+        Secret(s)
+    }
+}
+
 /// Fills `buf` from the kernel's random source.
 fn random_bytes(buf: &mut [u8]) -> Result<()> {
     let mut done = 0;
@@ -103,7 +118,39 @@ pub fn new_id() -> Result<[u8; 128]> {
     }
     id[8..24].copy_from_slice(&secret);
     id[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+    id[28..36].copy_from_slice(&host_hash().to_le_bytes());
     Ok(id)
+}
+
+/// What identifies this machine (host name and boot id): ranks are on one
+/// host only when all agree.
+pub fn host_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}|{}", host.trim(), boot.trim())
+}
+
+/// A 64-bit hash of [`host_key`] (FNV-1a, then mixed); never 0.
+pub fn host_hash() -> u64 {
+    let h = host_key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    mix(h).max(1)
+}
+
+/// Refuses at once a standalone id made on another host (its bytes carry
+/// the creator's [`host_hash`]): its ranks could never meet, since the
+/// meeting place is a directory of this host. `Err` says what to do.
+pub fn check_host(id: &[u8; 128]) -> std::result::Result<(), String> {
+    let made_on = u64::from_le_bytes(id[28..36].try_into().unwrap_or_default());
+    if made_on == 0 || made_on == host_hash() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the standalone unique id was made on another host (host tag {made_on:016x}, this one {:016x}); standalone mode serves the ranks of one host: unset TPCOMM_STANDALONE to use NCCL across hosts",
+            host_hash()
+        ))
+    }
 }
 
 /// The secret of a standalone id; `None` for any other 128 bytes (a real
@@ -201,24 +248,68 @@ pub fn exchange(
         .collect()
 }
 
+/// Removes this rank's records in `dir` except those of step `keep`. Sound
+/// once every rank has completed step `keep`: each rank posts a step only
+/// after it has read every record of the steps before, so no rank still
+/// needs them; `keep`'s own records may still be being read.
+pub fn tidy(dir: &Path, rank: usize, keep: &str) {
+    let mine = format!(".rank{rank}");
+    let kept = format!("{keep}.rank{rank}");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(&mine) && name != kept.as_str() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 thread_local! {
-    /// What ncclGetLastError will say after a call standalone mode refused.
-    static LAST_ERROR: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    /// What ncclGetLastError returns after a call standalone mode refused or
+    /// failed on this thread (a C string, so its address can be handed out).
+    static LAST_ERROR: std::cell::RefCell<std::ffi::CString> =
+        std::cell::RefCell::new(std::ffi::CString::default());
+}
+
+/// Records `text` as this thread's last error (what ncclGetLastError
+/// returns), logs it, and gives `code`.
+pub fn fail(code: c_int, text: String) -> c_int {
+    crate::settings::warn!("{text}");
+    let c = std::ffi::CString::new(text.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with_borrow_mut(|s| *s = c);
+    code
 }
 
 /// Refuses `call` on a standalone communicator: records the text
 /// ncclGetLastError returns on this thread and gives `ncclInvalidUsage`.
 pub fn unservable(call: &str, why: &str) -> c_int {
-    let text = format!(
-        "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
-    );
-    LAST_ERROR.with_borrow_mut(|s| *s = text);
-    INVALID_USAGE
+    fail(
+        INVALID_USAGE,
+        format!(
+            "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
+        ),
+    )
 }
 
-/// The text of this thread's last refused call (empty if none).
+/// The text of this thread's last refused or failed call (empty if none).
+#[cfg(test)]
 pub fn last_error() -> String {
-    LAST_ERROR.with_borrow(|s| s.clone())
+    LAST_ERROR.with_borrow(|s| s.to_string_lossy().into_owned())
+}
+
+/// The address of this thread's last error text: valid until the next call
+/// on this thread records another (NCCL's own ncclGetLastError text lives
+/// as long).
+pub fn last_error_ptr() -> *const std::ffi::c_char {
+    LAST_ERROR.with_borrow(|s| s.as_ptr())
+}
+
+/// Whether this thread has a last error recorded.
+pub fn has_last_error() -> bool {
+    LAST_ERROR.with_borrow(|s| !s.is_empty())
 }
 
 #[cfg(test)]
@@ -348,6 +439,41 @@ mod tests {
             t.contains("ncclAlltoAll") && t.contains("all-to-all is not in tpcomm"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn tidying_removes_only_this_rank_s_earlier_records() {
+        let base = tempfile_dir();
+        let secret = parse(&new_id().unwrap()).unwrap();
+        let dir = meeting_dir(&base, &secret).unwrap();
+        for f in [
+            "a.rank1", "b.rank1", "b.rank11", "c.rank1", "a.rank0", "x.rank21",
+        ] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        tidy(&dir, 1, "c");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a.rank0", "b.rank11", "c.rank1", "x.rank21"]);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn an_id_made_on_another_host_is_refused_at_once() {
+        let mut id = new_id().unwrap();
+        assert_eq!(check_host(&id), Ok(()));
+        id[28] ^= 0x5a;
+        let e = check_host(&id).unwrap_err();
+        assert!(
+            e.contains("another host") && e.contains("TPCOMM_STANDALONE"),
+            "{e}"
+        );
+        // An id without a host tag is not refused for it.
+        id[28..36].fill(0);
+        assert_eq!(check_host(&id), Ok(()));
     }
 
     #[test]

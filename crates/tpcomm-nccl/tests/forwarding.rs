@@ -330,3 +330,178 @@ fn a_forwarded_all_reduce_costs_microseconds_at_most() {
         .unwrap();
     assert!(added < 20_000.0, "{line}");
 }
+
+/// Standalone mode through the built library, with the fake NCCL behind it
+/// (or none at all): the calls a standalone id takes never reach the fake,
+/// a foreign handle still does.
+#[test]
+fn child_standalone() {
+    if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
+        return;
+    }
+    type Ptr = *mut c_void;
+    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    // SAFETY: the library is called with NCCL's prototypes.
+    unsafe {
+        let lib = libloading::Library::new(lib_path).unwrap();
+        let uid: libloading::Symbol<unsafe extern "C" fn(*mut UniqueId) -> c_int> =
+            lib.get(b"ncclGetUniqueId").unwrap();
+        let init: libloading::Symbol<
+            unsafe extern "C" fn(*mut Ptr, c_int, UniqueId, c_int) -> c_int,
+        > = lib.get(b"ncclCommInitRank").unwrap();
+        let last: libloading::Symbol<unsafe extern "C" fn(Ptr) -> *const c_char> =
+            lib.get(b"ncclGetLastError").unwrap();
+        let ver: libloading::Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
+            lib.get(b"ncclGetVersion").unwrap();
+        let gs: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupStart").unwrap();
+        let ge: libloading::Symbol<unsafe extern "C" fn() -> c_int> =
+            lib.get(b"ncclGroupEnd").unwrap();
+        let send: libloading::Symbol<
+            unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Ptr, Ptr) -> c_int,
+        > = lib.get(b"ncclSend").unwrap();
+
+        let mut id = UniqueId([0; 128]);
+        println!("uid={}", uid(&mut id));
+        println!("magic={}", String::from_utf8_lossy(&id.0[..8]));
+        let mut v: c_int = 0;
+        println!("ver={} {v}", ver(&mut v));
+        println!("gs={} ge={}", gs(), ge());
+        let mut comm: Ptr = std::ptr::null_mut();
+        let t = std::time::Instant::now();
+        println!("init={}", init(&mut comm, 2, id, 0));
+        println!("init_ms={}", t.elapsed().as_millis());
+        println!("comm={comm:p}");
+        println!(
+            "last={}",
+            CStr::from_ptr(last(std::ptr::null_mut())).to_string_lossy()
+        );
+        // A real (here: the fake's) id makes a foreign handle, forwarded.
+        let mut real = UniqueId([0; 128]);
+        real.0[0] = 11;
+        let mut foreign: Ptr = std::ptr::null_mut();
+        println!("init_real={}", init(&mut foreign, 2, real, 1));
+        println!(
+            "send={}",
+            send(0x1000 as *const c_void, 4, 7, 0, foreign, 0x30 as Ptr)
+        );
+        if let Ok(p) = std::env::var("FAKE_PATH") {
+            let fake = libloading::Library::new(p).unwrap();
+            let journal: libloading::Symbol<unsafe extern "C" fn() -> *const c_char> =
+                fake.get(b"fake_journal").unwrap();
+            println!("journal={}", CStr::from_ptr(journal()).to_string_lossy());
+        }
+    }
+}
+
+#[test]
+fn standalone_ids_and_creation_never_reach_nccl_and_fail_cleanly_without_a_gpu() {
+    let (out, err) = run_child_test(
+        "child_standalone",
+        &[
+            ("TPCOMM_STANDALONE", "1"),
+            ("FAKE_WORLD", "2"),
+            ("CUDA_VISIBLE_DEVICES", ""),
+        ],
+    );
+    let journal = out.lines().find(|l| l.starts_with("journal=")).unwrap();
+    for want in [
+        "uid=0",
+        "magic=TPCSTND1",
+        "gs=0 ge=0",
+        // No GPU here: ncclUnhandledCudaError, no handle, the reason kept.
+        "init=1",
+        "comm=0x0",
+        "last=ncclCommInitRank rank 0/2: standalone mode needs a GPU",
+        // The fake's id is not standalone: its communicator is NCCL's.
+        "init_real=0",
+        "send=0",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}\n{err}");
+    }
+    let ms: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("init_ms="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(ms < 5000, "a failed creation took {ms} ms");
+    for never in ["uniqueid", "groupstart", "groupend", "init n=2 rank=0"] {
+        assert!(
+            !journal.contains(never),
+            "{never} reached the fake: {journal}"
+        );
+    }
+    assert!(
+        journal.contains("init n=2 rank=1 id0=11")
+            && journal.contains("send 0x1000 4 7 0 0x1234 0x30"),
+        "{journal}"
+    );
+    assert!(err.contains("standalone mode needs a GPU"), "{err}");
+}
+
+#[test]
+fn without_standalone_the_unique_id_is_nccl_s() {
+    let (out, _) = run_child_test("child_standalone", &[("CUDA_VISIBLE_DEVICES", "")]);
+    assert!(
+        out.contains("uid=0") && !out.contains("magic=TPCSTND1"),
+        "{out}"
+    );
+    let journal = out.lines().find(|l| l.starts_with("journal=")).unwrap();
+    assert!(journal.contains("uniqueid;"), "{journal}");
+}
+
+#[test]
+fn standalone_mode_works_with_no_real_nccl_to_load() {
+    let fake = fake_nccl();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_standalone",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TPCOMM_FORWARD_CHILD", "1")
+        .env("TPCOMM_STANDALONE", "1")
+        .env("TPCOMM_REAL_NCCL", fake.with_extension("missing"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("FAKE_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("TPCOMM_DISABLE")
+        .output()
+        .unwrap();
+    let o = String::from_utf8_lossy(&out.stdout);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{o}\n{e}");
+    for want in [
+        "uid=0",
+        "magic=TPCSTND1",
+        "ver=0 22800",
+        "gs=0 ge=0",
+        "init=1",
+    ] {
+        assert!(o.contains(want), "missing {want:?} in:\n{o}\n{e}");
+    }
+    // The foreign id needs the real NCCL, which is not there.
+    assert!(o.contains("init_real=2"), "{o}");
+}
+
+#[test]
+fn disable_wins_over_standalone() {
+    let (out, _) = run_child_test(
+        "child_standalone",
+        &[
+            ("TPCOMM_STANDALONE", "1"),
+            ("TPCOMM_DISABLE", "1"),
+            ("CUDA_VISIBLE_DEVICES", ""),
+        ],
+    );
+    assert!(
+        out.contains("uid=0") && !out.contains("magic=TPCSTND1"),
+        "{out}"
+    );
+    let journal = out.lines().find(|l| l.starts_with("journal=")).unwrap();
+    assert!(
+        journal.contains("uniqueid;") && journal.contains("groupstart;"),
+        "{journal}"
+    );
+}

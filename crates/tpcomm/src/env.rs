@@ -471,6 +471,15 @@ pub static LOG: Var<Choice> = Var {
     kind: Choice(&["off", "warn", "info"]),
 };
 
+pub static STANDALONE: Var<Flag> = Var {
+    name: "TPCOMM_STANDALONE",
+    section: Section::DropIn,
+    read_by: "the drop-in (first call)",
+    default: "off",
+    doc: "on: `ncclGetUniqueId` returns a standalone id and communicators made with one are served by tpcomm alone, with no real NCCL under them (one host; docs/standalone.md)",
+    kind: Flag,
+};
+
 pub static REAL_NCCL: Var<Path> = Var {
     name: "TPCOMM_REAL_NCCL",
     section: Section::DropIn,
@@ -733,6 +742,7 @@ pub static ALL: &[&dyn Entry] = &[
     &DISABLE,
     &LOG,
     &REAL_NCCL,
+    &STANDALONE,
     &MAX_BYTES,
     &TIMEOUT_S,
     &P2P_BLOCK,

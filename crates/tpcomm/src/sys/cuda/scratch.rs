@@ -21,6 +21,17 @@ fn check(call: &'static str, r: CUresult) -> Result<()> {
     }
 }
 
+/// The device of the calling thread's current context (what the CUDA
+/// runtime's `cudaSetDevice` selected), or `None` when no context is current
+/// or there is no usable driver.
+pub fn current_device() -> Option<usize> {
+    super::ensure_driver().ok()?;
+    let mut d: cu::CUdevice = -1;
+    // SAFETY: writes one device ordinal into `d`; fails without a current context.
+    let r = unsafe { cu::cuCtxGetDevice(&mut d) };
+    (r == CUresult::CUDA_SUCCESS && d >= 0).then_some(d as usize)
+}
+
 /// The calling thread's current context, put back when dropped: PyTorch and
 /// other callers must find the thread as they left it.
 pub struct SavedContext(CUcontext);
