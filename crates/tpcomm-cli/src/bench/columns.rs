@@ -6,7 +6,7 @@ use tpcomm::report::BenchRow;
 /// The two header lines.
 pub(crate) fn header() -> String {
     format!(
-        "{:>12} {:>12} {:>6} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}\n{:>12} {:>12} {:>6} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "{:>12} {:>12} {:>6} {:>6} {:>16} {:>6} {:>10} {:>10} {:>10} {:>7}\n{:>12} {:>12} {:>6} {:>6} {:>16} {:>6} {:>10} {:>10} {:>10} {:>7}",
         "size(B)", "count", "type", "redop", "algo", "mode", "time(us)", "algbw", "busbw", "#wrong",
         "", "(elements)", "", "", "", "", "median", "(GB/s)", "(GB/s)", ""
     )
@@ -14,7 +14,7 @@ pub(crate) fn header() -> String {
 
 pub(crate) fn line(r: &BenchRow) -> String {
     format!(
-        "{:>12} {:>12} {:>6} {:>6} {:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>7}",
+        "{:>12} {:>12} {:>6} {:>6} {:>16} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>7}",
         r.bytes,
         r.count,
         r.dtype.name(),
@@ -35,17 +35,21 @@ mod tests {
 
     #[test]
     fn rows_line_up_under_the_header() {
-        let r = BenchRow::new(1024, 256, DType::Bf16, "sum", "nccl", "graph", 7.5, 2, 0);
-        let l = line(&r);
-        let h = header();
-        let first = h.lines().next().unwrap();
-        assert_eq!(l.len(), first.len(), "{first}\n{l}");
-        for (col, val) in ["type", "redop", "algo", "mode"]
-            .iter()
-            .zip(["bf16", "sum", "nccl", "graph"])
-        {
-            let end = first.find(col).unwrap() + col.len();
-            assert_eq!(&l[end - val.len()..end], val, "{first}\n{l}");
+        // The longest labels the benches print (a collective's name, a
+        // quantized wire with its algorithm) line up as the short ones do.
+        for algo in ["nccl", "reduce-scatter", "host-delta", "int8-two-shot"] {
+            let r = BenchRow::new(1024, 256, DType::Bf16, "sum", algo, "graph", 7.5, 2, 0);
+            let l = line(&r);
+            let h = header();
+            let first = h.lines().next().unwrap();
+            assert_eq!(l.len(), first.len(), "{first}\n{l}");
+            for (col, val) in ["type", "redop", "algo", "mode"]
+                .iter()
+                .zip(["bf16", "sum", algo, "graph"])
+            {
+                let end = first.find(col).unwrap() + col.len();
+                assert_eq!(&l[end - val.len()..end], val, "{first}\n{l}");
+            }
         }
     }
 }
