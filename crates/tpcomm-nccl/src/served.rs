@@ -398,6 +398,51 @@ fn piece(gpu: &GpuComm, what: Collective, dt: DType) -> usize {
     n.max(1)
 }
 
+/// What the summing calls (all-reduce, reduce-scatter) check first: one
+/// rank copies (when the op leaves one value unchanged); otherwise a type the
+/// kernels sum, a sum, a GPU side and a non-empty call. `Err` is the call's
+/// whole answer; `Ok` gives the element type and the GPU side to run it on.
+#[allow(clippy::too_many_arguments)]
+fn summing<'a>(
+    call: &str,
+    a: &'a Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    stream: CudaStream,
+) -> Result<(DType, &'a Live), NcclResult> {
+    if let Some(solo) = &a.solo {
+        if !identity_alone(op) {
+            return Err(standalone::unservable(
+                call,
+                &format!("ncclRedOp {op} on one rank"),
+            ));
+        }
+        return Err(solo_copy(
+            call, a, solo, send, recv, count, datatype, stream,
+        ));
+    }
+    let Some(dt) = dtype_of(datatype) else {
+        return Err(standalone::unservable(
+            call,
+            &format!("ncclDataType {datatype} (tpcomm sums float, half and bfloat16 only)"),
+        ));
+    };
+    if op != OP_SUM {
+        return Err(standalone::unservable(
+            call,
+            &format!("ncclRedOp {op} (tpcomm's kernels only sum)"),
+        ));
+    }
+    let l = live(a, call)?;
+    if count == 0 {
+        return Err(SUCCESS);
+    }
+    Ok((dt, l))
+}
+
 /// `ncclAllReduce` on a standalone communicator: sums of f32, f16 and bf16
 /// on the kernels, in pieces of at most TPCOMM_MAX_BYTES, through the
 /// staging buffer when a buffer is not 16-byte aligned.
@@ -412,31 +457,10 @@ pub fn all_reduce(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
-    if let Some(solo) = &a.solo {
-        if !identity_alone(op) {
-            return standalone::unservable(CALL, &format!("ncclRedOp {op} on one rank"));
-        }
-        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
-    }
-    let Some(dt) = dtype_of(datatype) else {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclDataType {datatype} (tpcomm sums float, half and bfloat16 only)"),
-        );
+    let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
+        Ok(run) => run,
+        Err(done) => return done,
     };
-    if op != OP_SUM {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclRedOp {op} (tpcomm's kernels only sum)"),
-        );
-    }
-    let l = match live(a, CALL) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
-    if count == 0 {
-        return SUCCESS;
-    }
     let per = (l.staging.bytes() / 16 * 16) / dt.size();
     if per == 0 {
         return standalone::unservable(CALL, "the staging buffer is smaller than 16 bytes");
@@ -537,31 +561,10 @@ pub fn reduce_scatter(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
-    if let Some(solo) = &a.solo {
-        if !identity_alone(op) {
-            return standalone::unservable(CALL, &format!("ncclRedOp {op} on one rank"));
-        }
-        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
-    }
-    let Some(dt) = dtype_of(datatype) else {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclDataType {datatype} (tpcomm sums float, half and bfloat16 only)"),
-        );
+    let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
+        Ok(run) => run,
+        Err(done) => return done,
     };
-    if op != OP_SUM {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclRedOp {op} (tpcomm's kernels only sum)"),
-        );
-    }
-    let l = match live(a, CALL) {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
-    if count == 0 {
-        return SUCCESS;
-    }
     if !l.gpu.collective_fits(Collective::ReduceScatter, count, dt) {
         return standalone::unservable(
             CALL,

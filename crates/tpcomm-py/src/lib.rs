@@ -233,18 +233,12 @@ impl Communicator {
 
     #[getter]
     fn rank(&self) -> PyResult<usize> {
-        Ok(match self.comm()?.gpu() {
-            GpuComm::Cuda(c) => c.rank(),
-            GpuComm::Host(c) => c.rank(),
-        })
+        Ok(self.comm()?.gpu().rank())
     }
 
     #[getter]
     fn world(&self) -> PyResult<usize> {
-        Ok(match self.comm()?.gpu() {
-            GpuComm::Cuda(c) => c.world(),
-            GpuComm::Host(c) => c.world(),
-        })
+        Ok(self.comm()?.gpu().world())
     }
 
     #[getter]
@@ -254,10 +248,7 @@ impl Communicator {
 
     #[getter]
     fn max_bytes(&self) -> PyResult<u64> {
-        Ok(match self.comm()?.gpu() {
-            GpuComm::Cuda(c) => c.max_bytes().bytes(),
-            GpuComm::Host(c) => c.max_bytes().bytes(),
-        })
+        Ok(self.comm()?.gpu().max_bytes().bytes())
     }
 
     /// "cuda" (peers write each other's memory) or "host" (through pinned

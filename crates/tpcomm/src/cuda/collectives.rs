@@ -20,6 +20,7 @@ use super::pdl::{self, Launch};
 use super::share::grid_cap;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::nccl::NcclComm;
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
@@ -423,17 +424,7 @@ impl Communicator {
     /// Loads the collective kernels of its transport now (see
     /// [`CudaCommunicator::prepare_collectives`]); returns the image's size.
     pub fn prepare_collectives(&self) -> Result<ByteSize> {
-        match self.gpu() {
-            GpuComm::Cuda(c) => c.prepare_collectives(),
-            GpuComm::Host(c) => c.prepare_collectives(),
-        }
-    }
-
-    fn max_bytes_of_gpu(&self) -> ByteSize {
-        match self.gpu() {
-            GpuComm::Cuda(c) => c.max_bytes(),
-            GpuComm::Host(c) => c.max_bytes(),
-        }
+        self.gpu().prepare_collectives()
     }
 
     fn route_collective(
@@ -446,11 +437,8 @@ impl Communicator {
         let bytes = (count as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-        let fits = match self.gpu() {
-            GpuComm::Cuda(_) => true,
-            GpuComm::Host(h) => h.collective_fits(what, count, dtype),
-        };
-        let route = CollectiveRoute::of(bytes, self.max_bytes_of_gpu(), op, fits);
+        let fits = self.gpu().collective_fits(what, count, dtype);
+        let route = CollectiveRoute::of(bytes, self.gpu().max_bytes(), op, fits);
         if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {
             return Err(Error::Unsupported(format!(
                 "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
@@ -458,6 +446,37 @@ impl Communicator {
                 count,
                 route.reason(),
             )));
+        }
+        Ok(route)
+    }
+
+    /// Runs a collective `route_collective` sent to tpcomm on the
+    /// transport's kernels, or one it sent to NCCL through `on_nccl`.
+    ///
+    /// # Safety
+    /// As [`CudaCommunicator::all_gather`], for `what`; `on_nccl` enqueues
+    /// NCCL's call on the same ranges and stream.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_collective(
+        &self,
+        route: CollectiveRoute,
+        what: Collective,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+        how: Launch,
+        on_nccl: impl FnOnce(&NcclComm) -> Result<()>,
+    ) -> Result<CollectiveRoute> {
+        match (route, self.nccl()) {
+            // SAFETY: the caller's contract, passed on unchanged.
+            (CollectiveRoute::Tpcomm, _) => unsafe {
+                self.gpu()
+                    .collective(what, input, output, count, dtype, stream, how)?
+            },
+            (_, Some(n)) => on_nccl(n)?,
+            _ => return Err(no_route()),
         }
         Ok(route)
     }
@@ -476,31 +495,15 @@ impl Communicator {
         stream: CUstream,
         how: Launch,
     ) -> Result<CollectiveRoute> {
-        let route = self.route_collective(Collective::AllGather, count, dtype, ReduceOp::Sum)?;
-        // SAFETY (both arms): the caller's contract is passed on unchanged;
-        // NCCL reads and writes the same ranges on the same stream.
-        match (route, self.gpu(), self.nccl()) {
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
-                c.all_gather(input, output, count, dtype, stream, how)?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
-                h.collective(
-                    Collective::AllGather,
-                    input,
-                    output,
-                    count,
-                    dtype,
-                    stream,
-                    how,
-                )?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (_, _, Some(n)) => unsafe { n.all_gather(input, output, count, dtype, stream)? },
-            _ => return Err(no_route()),
+        let what = Collective::AllGather;
+        let route = self.route_collective(what, count, dtype, ReduceOp::Sum)?;
+        // SAFETY: the caller's contract; NCCL reads and writes the same
+        // ranges on the same stream.
+        unsafe {
+            self.run_collective(route, what, input, output, count, dtype, stream, how, |n| {
+                n.all_gather(input, output, count, dtype, stream)
+            })
         }
-        Ok(route)
     }
 
     /// Reduce-scatter (see [`CudaCommunicator::reduce_scatter`]); max and
@@ -519,32 +522,15 @@ impl Communicator {
         stream: CUstream,
         how: Launch,
     ) -> Result<CollectiveRoute> {
-        let route = self.route_collective(Collective::ReduceScatter, count, dtype, op)?;
+        let what = Collective::ReduceScatter;
+        // Only sums reach the kernels: any other op routes to NCCL.
+        let route = self.route_collective(what, count, dtype, op)?;
         // SAFETY: as in all_gather.
-        match (route, self.gpu(), self.nccl()) {
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
-                c.reduce_scatter(input, output, count, dtype, op, stream, how)?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
-                h.collective(
-                    Collective::ReduceScatter,
-                    input,
-                    output,
-                    count,
-                    dtype,
-                    stream,
-                    how,
-                )?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (_, _, Some(n)) => unsafe {
-                n.reduce_scatter(input, output, count, dtype, op, stream)?
-            },
-            _ => return Err(no_route()),
+        unsafe {
+            self.run_collective(route, what, input, output, count, dtype, stream, how, |n| {
+                n.reduce_scatter(input, output, count, dtype, op, stream)
+            })
         }
-        Ok(route)
     }
 
     /// Broadcast (see [`CudaCommunicator::broadcast`]); on NCCL
@@ -563,31 +549,14 @@ impl Communicator {
         stream: CUstream,
         how: Launch,
     ) -> Result<CollectiveRoute> {
-        let route =
-            self.route_collective(Collective::Broadcast { root }, count, dtype, ReduceOp::Sum)?;
+        let what = Collective::Broadcast { root };
+        let route = self.route_collective(what, count, dtype, ReduceOp::Sum)?;
         // SAFETY: as in all_gather.
-        match (route, self.gpu(), self.nccl()) {
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Cuda(c), _) => unsafe {
-                c.broadcast(input, output, count, dtype, root, stream, how)?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (CollectiveRoute::Tpcomm, GpuComm::Host(h), _) => unsafe {
-                h.collective(
-                    Collective::Broadcast { root },
-                    input,
-                    output,
-                    count,
-                    dtype,
-                    stream,
-                    how,
-                )?
-            },
-            // SAFETY: the caller's contract, passed on unchanged.
-            (_, _, Some(n)) => unsafe { n.broadcast(input, output, count, dtype, root, stream)? },
-            _ => return Err(no_route()),
+        unsafe {
+            self.run_collective(route, what, input, output, count, dtype, stream, how, |n| {
+                n.broadcast(input, output, count, dtype, root, stream)
+            })
         }
-        Ok(route)
     }
 }
 

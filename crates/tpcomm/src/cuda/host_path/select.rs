@@ -214,6 +214,13 @@ impl GpuComm {
             GpuComm::Host(c) => c.world(),
         }
     }
+    /// The largest message its buffers take.
+    pub fn max_bytes(&self) -> crate::units::ByteSize {
+        match self {
+            GpuComm::Cuda(c) => c.max_bytes(),
+            GpuComm::Host(c) => c.max_bytes(),
+        }
+    }
     pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
         match self {
             GpuComm::Cuda(c) => c.context(),
