@@ -41,23 +41,21 @@ impl DeviceAlloc {
     /// waits for it. Synchronize the streams that write the allocation first,
     /// or the bytes may be a mix of old and new.
     pub fn read(&self, dst: &mut [u8]) -> Result<()> {
-        if dst.len() > self.bytes {
-            return Err(Error::invalid(
-                "read size",
-                format!("{} bytes from an allocation of {}", dst.len(), self.bytes),
-            ));
-        }
-        set_current(self.ctx)?;
-        // SAFETY: the source range lies inside this live allocation (checked
-        // above) and `dst` is a host slice of exactly the length copied.
-        check("cuMemcpyDtoH", unsafe {
-            cu::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, self.ptr, dst.len())
-        })
+        self.read_into(0, dst)
     }
 
     /// Copies `len` bytes at `offset` of this allocation to the host and
     /// waits for it (a diagnostic read; synchronize the writers first).
     pub fn read_at(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        self.read_into(offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of this allocation into `dst`
+    /// and waits for it.
+    fn read_into(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let len = dst.len();
         if offset.checked_add(len).is_none_or(|end| end > self.bytes) {
             return Err(Error::invalid(
                 "read range",
@@ -65,16 +63,14 @@ impl DeviceAlloc {
             ));
         }
         set_current(self.ctx)?;
-        let mut out = vec![0u8; len];
         // SAFETY: the source range lies inside this live allocation (checked
-        // above) and `out` holds exactly `len` writable bytes.
+        // above) and `dst` is a host slice of exactly the length copied.
         check("cuMemcpyDtoH", unsafe {
             cu::cuMemcpyDtoH_v2(
-                out.as_mut_ptr() as *mut c_void,
+                dst.as_mut_ptr() as *mut c_void,
                 self.ptr + offset as u64,
                 len,
             )
-        })?;
-        Ok(out)
+        })
     }
 }
