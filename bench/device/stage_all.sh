@@ -8,6 +8,8 @@
 #   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant
 #   nccl_gpu               test executables of crates/tpcomm
 #   gpu_forward            test executable of crates/tpcomm-cli
+#   nccl_lib               the drop-in's unit tests (crates/tpcomm-nccl --lib; its
+#                          standalone test is an ignored GPU test)
 #   gpu_forward.tpcomm-path  where gpu_forward looks for `tpcomm` (the path is
 #                          compiled in; verify_all.sh links it there)
 #   dropin/*.py            bench/dropin/
@@ -64,6 +66,16 @@ cargo test --release --no-run --message-format=json -p tpcomm $(args_for "${TEST
 # shellcheck disable=SC2046
 cargo test --release --no-run --message-format=json -p tpcomm-cli $(args_for "${TESTS_CLI[@]}") |
   test_exes "${TESTS_CLI[@]}" >> "$list"
+# The drop-in's own unit tests (a lib test: kind "cdylib"/"rlib", not "test").
+cargo test --release --no-run --message-format=json -p tpcomm-nccl --lib |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("target", {}).get("name") == "tpcomm_nccl":
+        print("nccl_lib\t" + m["executable"])' >> "$list"
 
 echo "== stage into $DEST"
 rm -rf "$DEST"
@@ -73,7 +85,7 @@ cp target/release/examples/tp_allreduce "$DEST/tp_allreduce"
 cp target/release/examples/quant_bench "$DEST/quant_bench"
 cp target/release/libtpcomm_nccl.so "$DEST/libtpcomm_nccl.so"
 missing=()
-for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}"; do
+for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}" nccl_lib; do
   exe=$(awk -F'\t' -v n="$t" '$1 == n { print $2; exit }' "$list")
   if [ -z "$exe" ] || [ ! -x "$exe" ]; then missing+=("$t"); continue; fi
   cp "$exe" "$DEST/$t"
@@ -85,7 +97,7 @@ echo "$ROOT/target/release/tpcomm" > "$DEST/gpu_forward.tpcomm-path"
 grep -qF "$ROOT/target/release/tpcomm" "$DEST/gpu_forward" ||
   echo "stage_all: warning: $ROOT/target/release/tpcomm not found in gpu_forward; its test may not find tpcomm" >&2
 
-strip "$DEST/tpcomm" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}"
+strip "$DEST/tpcomm" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}" "$DEST/nccl_lib"
 # Keep the dynamic symbol table: it is the NCCL API the drop-in exports.
 strip --strip-unneeded "$DEST/libtpcomm_nccl.so"
 nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||

@@ -171,26 +171,40 @@ fn repeat_calls(
                     } else {
                         None
                     };
-                    let poison = vec![0xffu8; end];
-                    let mut out = vec![0u8; end];
+                    // Pinned host buffers for every copy: a copy from or to
+                    // pageable memory is staged by the driver and can hold
+                    // this thread (and, through the driver, other ranks'
+                    // threads of this process) while a peer's call is still
+                    // waiting for it; then the peer's kernel spins until
+                    // its timeout (docs/shared-gpu.md, ranks as threads).
+                    let pinned = |bytes: &[u8]| {
+                        // SAFETY (test): filled right away, read only after.
+                        let mut p = unsafe { rank.ctx.alloc_pinned_with_flags::<u8>(end, 0) }.unwrap();
+                        p.as_mut_slice().unwrap().copy_from_slice(bytes);
+                        p
+                    };
+                    let arenas: Vec<_> = arenas.iter().map(|a| pinned(a)).collect();
+                    let poison = pinned(&vec![0xffu8; end]);
+                    let mut out_pinned = pinned(&vec![0u8; end]);
                     let mut expected: Vec<Option<Vec<u8>>> = vec![None; INPUT_SETS];
                     let mut bad = 0usize;
                     for i in 0..replays {
                         let set = i % INPUT_SETS;
                         rank.stream
-                            .memcpy_htod(&arenas[set][..], &mut rank.a.slice_mut(..end))
+                            .memcpy_htod(&arenas[set], &mut rank.a.slice_mut(..end))
                             .unwrap();
                         rank.stream
-                            .memcpy_htod(&poison[..], &mut rank.b.slice_mut(..end))
+                            .memcpy_htod(&poison, &mut rank.b.slice_mut(..end))
                             .unwrap();
                         match &g {
                             Some(g) => g.launch().unwrap(),
                             None => issue(rank)?,
                         }
                         rank.stream
-                            .memcpy_dtoh(&rank.b.slice(..end), &mut out[..])
+                            .memcpy_dtoh(&rank.b.slice(..end), &mut out_pinned)
                             .unwrap();
                         rank.stream.synchronize().unwrap();
+                        let out = out_pinned.as_slice().unwrap();
                         rank.comm.check().map_err(|e| {
                             // Where the wait was and what the slot holds:
                             // the shared-GPU graph-replay timeout (issue 15).
@@ -205,10 +219,10 @@ fn repeat_calls(
                                     let o = &out[offsets[k]..offsets[k] + n];
                                     assert_eq!(count_wrong(c.0, o, &refs[set][k], world), 0);
                                 }
-                                expected[set] = Some(out.clone());
+                                expected[set] = Some(out.to_vec());
                             }
                             Some(e) => {
-                                if *e != out {
+                                if e[..] != out[..] {
                                     bad += 1;
                                     eprintln!("rank {r}: repetition {i} (input set {set}) differs from the first of its set");
                                 }

@@ -204,9 +204,58 @@ fn canon(dtype: DType, bytes: &[u8]) -> Vec<u8> {
     v
 }
 
-fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
+/// Whether every rank's communicator takes `op` of `count` elements per
+/// block on its own kernels (the host transport's areas hold less than
+/// `world` blocks of the maximum message; `Communicator` sends those to
+/// NCCL, tested in gpu_coll_fallback.rs). A call the communicator does not
+/// take must be refused with an error, not run: that is checked here too.
+fn fits(ranks: &mut [Rank<GpuComm>], op: Op, count: usize, dtype: DType) -> bool {
+    let what = match op {
+        Op::AllGather { .. } => Collective::AllGather,
+        Op::ReduceScatter { .. } => Collective::ReduceScatter,
+        Op::Broadcast { root, .. } => Collective::Broadcast { root },
+        Op::AllReduce => return true,
+    };
+    let fits = ranks[0].comm.collective_fits(what, count, dtype);
+    assert!(
+        ranks
+            .iter()
+            .all(|r| r.comm.collective_fits(what, count, dtype) == fits),
+        "ranks disagree whether {op:?} of {count} x {dtype} fits"
+    );
+    if !fits {
+        // Only blocks near the limit may be refused.
+        let world = ranks.len();
+        assert!(
+            world * count * dtype.size() > MAX.bytes() as usize / 2,
+            "{op:?} of {count} x {dtype} at world {world} was refused, far below max_bytes {MAX}"
+        );
+        let r = &ranks[0];
+        r.ctx.bind_to_thread().unwrap();
+        let (pa, pb) = (r.ptr(&r.a), r.ptr(&r.b));
+        // SAFETY (test): refused before anything is launched.
+        let e = unsafe {
+            collective(
+                &r.comm,
+                what,
+                pa,
+                pb,
+                count,
+                dtype,
+                r.stream.cu_stream(),
+                Launch::Ordinary,
+            )
+        };
+        let e = e.expect_err("a call that does not fit must be refused");
+        assert!(e.to_string().contains("max_bytes"), "{e}");
+    }
+    fits
+}
+
+fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> (usize, usize) {
     let mut ranks = ranks(world, transport);
     let mut checked = 0;
+    let mut refused = 0;
     let counts = [1usize, 3, 8, 9, 255, 1000, 4097, 65_536, 262_143];
     for graph in [false, true] {
         for dtype in DType::ALL {
@@ -221,6 +270,10 @@ fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
                 // All-gather.
                 for in_place in [false, true] {
                     let op = Op::AllGather { in_place };
+                    if !fits(&mut ranks, op, count, dtype) {
+                        refused += 1;
+                        continue;
+                    }
                     let blocks: Vec<Vec<u8>> = (0..world)
                         .map(|_| random_bytes(dtype, count, rng))
                         .collect();
@@ -246,6 +299,10 @@ fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
                 // Reduce-scatter (sum).
                 for in_place in [false, true] {
                     let op = Op::ReduceScatter { in_place };
+                    if !fits(&mut ranks, op, count, dtype) {
+                        refused += 1;
+                        continue;
+                    }
                     let inputs: Vec<Vec<u8>> = (0..world)
                         .map(|_| random_bytes(dtype, world * count, rng))
                         .collect();
@@ -276,6 +333,10 @@ fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
                 // Broadcast from the first and the last rank.
                 for (root, in_place) in [(0, false), (world - 1, true)] {
                     let op = Op::Broadcast { root, in_place };
+                    if !fits(&mut ranks, op, count, dtype) {
+                        refused += 1;
+                        continue;
+                    }
                     let inputs: Vec<Vec<u8>> = (0..world)
                         .map(|_| random_bytes(dtype, count, rng))
                         .collect();
@@ -316,7 +377,7 @@ fn check_world(world: usize, transport: Transport, rng: &mut Rng) -> usize {
         run(&mut ranks, Op::AllReduce, count, dtype, &inputs, false, 16);
         checked += 2;
     }
-    checked
+    (checked, refused)
 }
 
 #[test]
@@ -328,11 +389,15 @@ fn collectives_match_the_reference_eager_and_in_graphs_at_every_world() {
     let mut rng = Rng::new(19);
     for world in worlds {
         for transport in [Transport::Cuda, Transport::Host] {
-            let n = check_world(world, transport, &mut rng);
+            let (n, refused) = check_world(world, transport, &mut rng);
             eprintln!(
-                "{} over {}: {n} collective calls checked",
+                "{} over {}: {n} collective calls checked, {refused} refused as too large for the areas (an error, nothing launched)",
                 describe(world),
                 transport.name()
+            );
+            assert!(
+                n > 10 * refused,
+                "too few calls ran: {n} checked, {refused} refused"
             );
         }
     }

@@ -242,10 +242,7 @@ impl CudaCommunicator {
 
         // Published only after the fill completed, so no peer can write into
         // this buffer before it holds the sentinel.
-        let identity = DeviceIdentity {
-            uuid: raw::device_uuid(dev)?,
-            pid: std::process::id(),
-        };
+        let identity = DeviceIdentity::here(raw::device_uuid(dev)?);
         let mut mine = Vec::with_capacity(RECORD_PROCS);
         mine.extend_from_slice(&identity.to_bytes());
         mine.extend_from_slice(&(cfg.device as u32).to_le_bytes());
@@ -290,7 +287,11 @@ impl CudaCommunicator {
                     "GPU {dev} cannot access GPU {peer_dev} peer-to-peer; the CUDA transport needs P2P (run `nvidia-smi topo -p2p r`); use the host or NCCL transport instead"
                 )));
             }
-            if threads {
+            // Ranks in this process (threads, or the drop-in's standalone
+            // communicators on threads) map nothing: a CUDA IPC handle
+            // cannot be opened in the process that made it, and the pointer
+            // is valid here as it is.
+            if threads || ids[p].same_process(&ids[cfg.rank]) {
                 if peer_dev != dev {
                     let pctx = CudaContext::new(peer_dev as usize)
                         .map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
@@ -538,9 +539,44 @@ impl CudaCommunicator {
             self.rank,
             arrivals_then >> 20
         );
-        if let Ok(now) = self.recv.read_at(l.receive_bytes(), 8) {
-            let now = u64::from_le_bytes(now.try_into().unwrap_or_default());
+        // The control words (kernels/allreduce.cu, struct Ctl): arrivals at
+        // 0, the diagnosis from 16 on.
+        if let Ok(c) = self.recv.read_at(l.receive_bytes(), 96) {
+            let u = |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or_default());
+            let w = |at: usize| u32::from_le_bytes(c[at..at + 4].try_into().unwrap_or_default());
+            let now = u(0);
             out += &format!(", {now:#x} (epoch {}) now", now >> 20);
+            let gave_up = u(40);
+            // %globaltimer ns, shown relative to the give-up (one clock for
+            // every rank of a machine, so ranks' lines compare).
+            let rel = |t: u64| -> String {
+                if t == 0 {
+                    "never".into()
+                } else {
+                    format!("{:+.1} us", (t as i128 - gave_up as i128) as f64 / 1e3)
+                }
+            };
+            out += &format!(
+                "; gave up at globaltimer {gave_up} ns; own latest call: epoch {} started {}, a block 0 last ended {}",
+                u(24),
+                rel(u(16)),
+                rel(u(32))
+            );
+            out += &format!(
+                "; the slot read atomically then: [{:08x}, {:08x}, {:08x}, {:08x}]",
+                w(48),
+                w(52),
+                w(56),
+                w(60)
+            );
+            let pa = u(64);
+            out += &format!(
+                "; the peer's words then: arrivals {pa:#x} (epoch {}), latest call epoch {} started {}, a block 0 last ended {}",
+                pa >> 20,
+                u(72),
+                rel(u(80)),
+                rel(u(88))
+            );
         }
         out += &format!("; last read {last:08x?}");
         if slot < base || slot >= base + recv {

@@ -390,10 +390,7 @@ impl QuantComm {
             (OwnArea::HostProcess(reg, file), p, path.into_bytes())
         };
 
-        let identity = DeviceIdentity {
-            uuid: raw::device_uuid(dev_ord)?,
-            pid: std::process::id(),
-        };
+        let identity = DeviceIdentity::here(raw::device_uuid(dev_ord)?);
         const HEAD: usize = DeviceIdentity::BYTES + 12;
         let mut mine = Vec::with_capacity(HEAD + extra.len());
         mine.extend_from_slice(&identity.to_bytes());
@@ -433,7 +430,11 @@ impl QuantComm {
                 areas[p] = own_ptr;
                 continue;
             }
-            areas[p] = match (host, threads) {
+            // A rank of this process (threads, or standalone communicators on
+            // threads) is mapped as a thread is: an IPC handle cannot be
+            // opened in the process that made it.
+            let here = threads || ids[p].same_process(&ids[cfg.rank]);
+            areas[p] = match (host, here) {
                 (false, true) => {
                     if peer_dev != dev_ord {
                         if !raw::can_access_peer(dev_ord, peer_dev)? {

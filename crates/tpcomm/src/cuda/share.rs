@@ -17,24 +17,46 @@ use crate::error::{Error, Result};
 pub struct DeviceIdentity {
     /// The GPU's UUID (the same in every process, whatever the ordinal).
     pub uuid: [u8; 16],
-    /// The process the rank runs in.
+    /// The process the rank runs in (for messages).
     pub pid: u32,
+    /// A random number drawn once per process: with `pid`, what tells two
+    /// processes apart (a pid alone repeats across PID namespaces, e.g. two
+    /// containers on one GPU).
+    pub process: u64,
 }
 
 impl DeviceIdentity {
-    pub const BYTES: usize = 20;
+    pub const BYTES: usize = 28;
+
+    /// This process's identity on the GPU of UUID `uuid`.
+    pub fn here(uuid: [u8; 16]) -> Self {
+        static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        Self {
+            uuid,
+            pid: std::process::id(),
+            process: *PROCESS.get_or_init(rand::random::<u64>),
+        }
+    }
+
+    /// Whether `other` runs in the same process (same address space, same
+    /// CUDA contexts): its device pointers are valid here as they are.
+    pub fn same_process(&self, other: &Self) -> bool {
+        self.pid == other.pid && self.process == other.process
+    }
 
     pub fn to_bytes(self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[..16].copy_from_slice(&self.uuid);
-        b[16..].copy_from_slice(&self.pid.to_le_bytes());
+        b[16..20].copy_from_slice(&self.pid.to_le_bytes());
+        b[20..].copy_from_slice(&self.process.to_le_bytes());
         b
     }
 
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
         let uuid: [u8; 16] = b.get(..16)?.try_into().ok()?;
         let pid = u32::from_le_bytes(b.get(16..20)?.try_into().ok()?);
-        Some(Self { uuid, pid })
+        let process = u64::from_le_bytes(b.get(20..28)?.try_into().ok()?);
+        Some(Self { uuid, pid, process })
     }
 }
 
@@ -55,7 +77,7 @@ impl Sharing {
         let same: Vec<_> = all.iter().filter(|d| d.uuid == me.uuid).collect();
         Self {
             ranks_on_device: same.len(),
-            other_processes: same.iter().any(|d| d.pid != me.pid),
+            other_processes: same.iter().any(|d| !d.same_process(&me)),
         }
     }
 
@@ -112,6 +134,7 @@ mod tests {
         DeviceIdentity {
             uuid: [gpu; 16],
             pid,
+            process: u64::from(pid) * 31,
         }
     }
 
@@ -170,6 +193,23 @@ mod tests {
     fn identities_round_trip_and_short_records_are_refused() {
         let d = id(3, 4242);
         assert_eq!(DeviceIdentity::from_bytes(&d.to_bytes()), Some(d));
-        assert_eq!(DeviceIdentity::from_bytes(&[0u8; 19]), None);
+        assert_eq!(DeviceIdentity::from_bytes(&[0u8; 27]), None);
+    }
+
+    #[test]
+    fn a_pid_seen_again_in_another_process_is_another_process() {
+        // Two containers: both ranks are pid 1, in different processes.
+        let (a, b) = (
+            id(0, 1),
+            DeviceIdentity {
+                process: 99,
+                ..id(0, 1)
+            },
+        );
+        assert!(!a.same_process(&b));
+        assert!(Sharing::of(&[a, b], 0).other_processes);
+        let here = DeviceIdentity::here([5; 16]);
+        assert!(here.same_process(&DeviceIdentity::here([6; 16])));
+        assert_eq!(here.pid, std::process::id());
     }
 }

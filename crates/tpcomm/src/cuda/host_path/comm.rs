@@ -286,10 +286,7 @@ impl HostGpuCommunicator {
             sms: sms.min(u32::MAX as usize) as u32,
             blocks_per_sm: kernels.blocks_per_sm,
             chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
-            device: DeviceIdentity {
-                uuid: raw::device_uuid(cfg.device as i32)?,
-                pid: std::process::id(),
-            },
+            device: DeviceIdentity::here(raw::device_uuid(cfg.device as i32)?),
         };
         let all = rendezvous.exchange(
             "host-gpu-mapped",

@@ -115,6 +115,7 @@ mod tests {
             device: DeviceIdentity {
                 uuid: [gpu; 16],
                 pid: 1,
+                process: 1,
             },
         }
     }

@@ -33,6 +33,23 @@ struct Ctl {
     u64 arrivals;
     u32 unused;
     u32 abort;  // set once a wait timed out: every later wait gives up at once
+    // Diagnosis (read by CudaCommunicator::timeout_detail, never by a
+    // kernel's logic): when this rank's latest call started (block 0, with
+    // its epoch) and when block 0 of a call last finished, all in
+    // %globaltimer ns, the same clock for every rank of a machine.
+    u64 started_ns;
+    u64 started_epoch;
+    u64 ended_ns;
+    // Written by the first wait that times out: when, the slot as an atomic
+    // read sees it then (a stale poll would differ from the last value
+    // polled), and the peer's own words (its Ctl, at the same offset in its
+    // allocation as ours in ours): had it started, or finished, the call?
+    u64 gave_up_ns;
+    u32 reread[4];
+    u64 peer_arrivals;
+    u64 peer_started_epoch;
+    u64 peer_started_ns;
+    u64 peer_ended_ns;
 };
 
 // Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
@@ -79,9 +96,17 @@ __device__ __forceinline__ V16* slot_ptr(u64 base, u64 offset, u64 i) {
 // waited on, this rank's arrival counter when it gave up, the last value
 // read from the slot, and the block and thread that waited.
 __device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64 epoch,
-                               const V16* slot, V16 last) {
+                               const V16* slot, V16 last, u64 peer_ctl) {
     Ctl* ctl = (Ctl*)ctl_addr;
     if (atomicCAS(&ctl->abort, 0u, 1u) == 0u) {
+        ctl->gave_up_ns = globaltimer();
+        u32* words = (u32*)slot;
+        for (int k = 0; k < 4; k++) ctl->reread[k] = atomicOr(words + k, 0u);
+        const Ctl* pc = (const Ctl*)peer_ctl;
+        ctl->peer_arrivals = ld_volatile_u64(&pc->arrivals);
+        ctl->peer_started_epoch = ld_volatile_u64(&pc->started_epoch);
+        ctl->peer_started_ns = ld_volatile_u64(&pc->started_ns);
+        ctl->peer_ended_ns = ld_volatile_u64(&pc->ended_ns);
         volatile Status* s = (volatile Status*)status;
         volatile u64* d = (volatile u64*)(status + 16);
         d[0] = (u64)slot;
@@ -101,6 +126,13 @@ __device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64
     }
 }
 
+// Where peer p's Ctl is mapped here: each rank's Ctl sits at the same offset
+// of its allocation (right behind the receive slots), so at the offset of
+// ours in ours. Read only by a wait that timed out (the diagnosis).
+__device__ __forceinline__ u64 peer_ctl(const Args& a, u32 p) {
+    return a.bufs[p] + (a.ctl - a.bufs[a.rank]);
+}
+
 // Polls the vector at `p` until it holds no sentinel, for at most the
 // timeout, and returns it. Called once a first read found the sentinel, so
 // the timer is read only on this slow path. When the wait timed out or
@@ -110,7 +142,7 @@ __device__ void report_timeout(u64 ctl_addr, u64 status, u32 what, u32 peer, u64
 // them in local memory.
 template <typename T>
 __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u64 timeout_ns, u32 what,
-                                      u32 peer, u64 epoch) {
+                                      u32 peer, u64 epoch, u64 peer_ctl) {
     const u64 start = globaltimer();
     const Ctl* ctl = (const Ctl*)ctl_addr;
     for (u32 spins = 1;; spins++) {
@@ -121,7 +153,7 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
         if ((spins & 31u) == 0u) {
             if (ld_volatile_u32(&ctl->abort) != 0u) return v;
             if (globaltimer() - start > timeout_ns) {
-                report_timeout(ctl_addr, status, what, peer, epoch, p, v);
+                report_timeout(ctl_addr, status, what, peer, epoch, p, v, peer_ctl);
                 return v;
             }
         }
@@ -137,7 +169,15 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
 // is what makes CUDA-graph replays of identical arguments correct.
 // docs/protocol-gpu.md argues why two epoch buffers are enough.
 __device__ __forceinline__ u64 read_epoch(const Args& a) {
-    return ld_volatile_u64(&((const Ctl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
+    Ctl* ctl = (Ctl*)a.ctl;
+    const u64 epoch = ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT;
+    // For the diagnosis of a timeout: two plain stores to local memory by
+    // one thread of the call.
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ctl->started_ns = globaltimer();
+        ctl->started_epoch = epoch;
+    }
+    return epoch;
 }
 
 // Every thread of the block reaches this (also after a failed wait), so the
@@ -148,6 +188,7 @@ __device__ __forceinline__ void end_call(const Args& a, bool ok) {
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     Ctl* ctl = (Ctl*)a.ctl;
+    if (blockIdx.x == 0) ctl->ended_ns = globaltimer();
     const u64 add = blockIdx.x == 0 ? TPCOMM_EPOCH_UNIT - (u64)(gridDim.x - 1) : 1ull;
     atomicAdd(&ctl->arrivals, add);
 }
@@ -181,7 +222,7 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
                 if (u < n && T::has_sentinel(v[u])) {
-                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, what, p, epoch);
+                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, what, p, epoch, peer_ctl(a, p));
                     if (T::has_sentinel(v[u])) return false;
                 }
             }
@@ -299,7 +340,7 @@ __device__ void oneshot_small(const Args& a) {
                 V16* s = (V16*)(base + (u64)p * a.slot_stride) + i;
                 v = ld_volatile_v4(s);
                 if (T::has_sentinel(v)) {
-                    v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ONESHOT, p, epoch);
+                    v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ONESHOT, p, epoch, peer_ctl(a, p));
                     if (T::has_sentinel(v)) {
                         ok = false;
                         break;
@@ -412,7 +453,7 @@ __device__ void twoshot(const Args& a) {
             for (int u = 0; u < UNROLL; u++) {
                 const u64 j = j0 + u * stride;
                 if (ok && j < len && T::has_sentinel(v[u])) {
-                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ALL_GATHER, q, epoch);
+                    v[u] = wait_slow<T>(slot[u], a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_ALL_GATHER, q, epoch, peer_ctl(a, q));
                     ok = !T::has_sentinel(v[u]);
                 }
             }

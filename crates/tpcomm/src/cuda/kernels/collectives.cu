@@ -69,7 +69,7 @@ __device__ __forceinline__ V16 coll_receive(const Args& a, u64 base, u32 p, u64 
     V16* s = slot_ptr(base, (u64)p * a.slot_stride, i);
     V16 v = ld_volatile_v4(s);
     if (T::has_sentinel(v)) {
-        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, what, p, epoch);
+        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, what, p, epoch, peer_ctl(a, p));
         if (T::has_sentinel(v)) {
             ok = false;
             return v;

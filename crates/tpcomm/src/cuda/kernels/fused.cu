@@ -141,7 +141,7 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
                     s = slot_ptr(mine, buf_off + (u64)p * a.slot_stride, i);
                     v = ld_volatile_v4(s);
                     if (T::has_sentinel(v)) {
-                        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_FUSED, p, epoch);
+                        v = wait_slow<T>(s, a.ctl, a.status, a.timeout_ns, TPCOMM_WAIT_FUSED, p, epoch, peer_ctl(a, p));
                         if (T::has_sentinel(v)) {
                             ok = false;
                             break;

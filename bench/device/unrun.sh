@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One device call for what was built but never run on a GPU, most important
+# first, every step bounded (`timeout`) and skipped when its usual time no
+# longer fits in BUDGET seconds. Ranks share GPU 0 (one GPU is enough).
+# Staged binaries come from bench/device/stage_all.sh (D, default .dev/all);
+# outputs go to O (default $OUT), packed into O/outputs.tgz.
+# Steps (STEPS, comma list; default all, in this order):
+#   g  the three 10,000-replay tests at world 2 (the graph-replay hang of
+#      issue 15; a timeout prints the slot it waited on, both ranks' call
+#      times and the slot read atomically), first with the binary
+#      gpu_allreduce_pageable when staged (the test as it was: copies from
+#      pageable memory), then gpu_allreduce (pinned copies)
+#   c  gpu_collectives, gpu_coll_fallback, gpu_p2p_check at WORLDS
+#   f  gpu_fallback (NCCL by size) and the host suite without stress at WORLDS
+#   n  the drop-in's standalone GPU test (tpcomm-nccl served.rs)
+#   b  under MPS (ranks are processes): `tpcomm bench --device gpu --ranks 2`
+#      and `tpcomm bench forward --ranks 2 --layers 8`
+#   s  bench/torch/collectives_check.py at WORLDS, every rank on GPU 0 under
+#      MPS, the drop-in in standalone mode (torch.distributed + NCCL API)
+#   w  the wheel's GPU test (bench/python/run_gpu.sh; needs .whl/ carried)
+#   a  the 10,000-replay tests at every world size in WORLDS_ALL
+#   p  the P2P suite without stress at every world size in WORLDS_ALL
+#
+#   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
+set -u -o pipefail
+O=${O:-${OUT:-/tmp/unrun-out}}
+STEPS=${STEPS:-g,c,f,n,b,s,w,a,p}
+WORLDS=${WORLDS:-2,4}
+WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
+BUDGET=${BUDGET:-520}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=common.sh
+source "$here/common.sh"
+export TPCOMM_GPU_TESTS=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$O/gpus.csv" 2>&1
+cat "$D/BUILD.txt" > "$O/build.txt" 2>/dev/null
+
+# fits EST: true when EST seconds are still left of BUDGET (else logs a skip).
+fits() {
+  if [ $((BUDGET - SECONDS)) -lt "$1" ]; then
+    echo "-- skipped ($((BUDGET - SECONDS)) s left, needs ~$1 s): ${*:2}" | tee -a "$O/log.txt"
+    return 1
+  fi
+}
+# t NAME WORLDS LIMIT EST BINARY [test args...]: a GPU test binary, ranks as threads.
+t() {
+  local n=$1 w=$2 l=$3 e=$4 b=$5
+  shift 5
+  fits "$e" "$n" || return 0
+  local left=$((BUDGET - SECONDS))
+  [ "$l" -gt "$left" ] && l=$left
+  TPCOMM_TEST_WORLDS=$w run "$n" "$l" "$D/$b" --ignored --test-threads=1 --nocapture "$@"
+}
+
+if on g; then
+  [ -x "$D/gpu_allreduce_pageable" ] && t graph-2-pageable 2 150 40 gpu_allreduce_pageable 10000_times
+  t graph-2 2 150 40 gpu_allreduce 10000_times
+fi
+if on c; then
+  t collectives "$WORLDS" 150 40 gpu_collectives
+  t coll-fallback "$WORLDS" 90 20 gpu_coll_fallback
+  t p2p-check "$WORLDS" 60 10 gpu_p2p_check
+fi
+if on f; then
+  t fallback "$WORLDS" 90 20 gpu_fallback
+  t host-suite "$WORLDS" 150 40 gpu_host_allreduce --skip stress
+fi
+if on n; then
+  t served 2 90 20 nccl_lib standalone_ranks_sharing
+fi
+mps_on() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+  mkdir -p /tmp/mps /tmp/mpslog
+  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$O/log.txt"
+}
+mps_off() {
+  echo quit | nvidia-cuda-mps-control
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+if on b; then
+  mps_on
+  if fits 30 bench-procs; then
+    run bench-procs-mps 90 "$T" bench --device gpu --ranks 2 --min-bytes 1KiB --max-bytes 4MiB \
+      --reps 5 --json "$O/bench-procs-mps.json"
+  fi
+  if fits 40 forward; then
+    run forward-mps-2 120 "$T" bench forward --ranks 2 --layers 8 --reps 5
+  fi
+  mps_off
+fi
+if on s; then
+  mps_on
+  for w in ${WORLDS//,/ }; do
+    fits 40 "torch-shared-$w" || continue
+    TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run "torch-shared-$w" 150 python3 \
+      bench/torch/collectives_check.py --ranks "$w" --placement shared \
+      --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140
+  done
+  mps_off
+fi
+if on w; then
+  if fits 60 wheel; then
+    OUT=$O/wheel run wheel 200 bash bench/python/run_gpu.sh --worlds 2 4 --replays 1000 --timeout-s 180
+  fi
+fi
+if on a; then
+  t graph-all "$WORLDS_ALL" 200 60 gpu_allreduce 10000_times
+fi
+if on p; then
+  t p2p-suite "$WORLDS_ALL" 200 60 gpu_allreduce --skip stress --skip 10000_times
+fi
+pack
