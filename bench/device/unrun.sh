@@ -20,11 +20,17 @@
 #   w  the wheel's GPU test (bench/python/run_gpu.sh; needs .whl/ carried)
 #   a  the 10,000-replay tests at every world size in WORLDS_ALL
 #   p  the P2P suite without stress at every world size in WORLDS_ALL
+#   k  hardware queues: the 10,000-replay tests at WORLDS_ALL with
+#      CUDA_DEVICE_MAX_CONNECTIONS=32, and the eager one at 2 ranks with
+#      CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one queue)
+#   x  the 100,000-call stress tests (P2P, host) at 2 and 8 ranks, with
+#      CUDA_DEVICE_MAX_CONNECTIONS=32
+#   e  the planner's H200 efficiency measurement (bench/plan)
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,w,a,p}
+STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -109,5 +115,18 @@ if on a; then
 fi
 if on p; then
   t p2p-suite "$WORLDS_ALL" 200 60 gpu_allreduce --skip stress --skip 10000_times
+fi
+if on k; then
+  CUDA_DEVICE_MAX_CONNECTIONS=32 t graph-all-conn32 "$WORLDS_ALL" 200 60 gpu_allreduce 10000_times
+  CUDA_DEVICE_MAX_CONNECTIONS=1 t graph-2-conn1 2 60 30 gpu_allreduce same_two_calls
+fi
+if on x; then
+  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-p2p 2,8 150 60 gpu_allreduce stress
+  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-host 2,8 150 60 gpu_host_allreduce stress
+fi
+if on e; then
+  if fits 60 plan-efficiency; then
+    OUT=$O/plan run plan-efficiency 150 bash bench/plan/h200_efficiency.sh
+  fi
 fi
 pack

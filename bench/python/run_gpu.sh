@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The wheel's GPU test on one machine, no network: installs the wheel from
-# .whl/ into a venv that sees the system's torch (--system-site-packages,
-# --no-deps --no-index: NVRTC comes from the system site-packages too, e.g.
-# the nvidia-cuda-nvrtc torch depends on), starts MPS so that several ranks
+# The wheel's GPU test on one machine, no network: unpacks the wheel from
+# .whl/ in front of the system's Python packages (torch, and NVRTC from the
+# nvidia-cuda-nvrtc torch depends on, come from there), starts MPS so that several ranks
 # share one GPU, and runs bench/python/test_torch_gpu.py at 2 and 4 ranks.
 # Everything it prints and writes goes to $OUT (default ./gpu-out).
 #
@@ -23,19 +22,16 @@ fi
 echo "run_gpu: $(date -u +%FT%TZ) wheel $wheel"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader || true
 
-venv="$(mktemp -d /tmp/tpcomm-venv.XXXXXX)"
-py="$venv/bin/python"
-if python3 -m venv --system-site-packages "$venv" && "$py" -m pip --version >/dev/null 2>&1; then
-    "$py" -m pip install --quiet --no-deps --no-index "$wheel" || { echo "run_gpu: pip install failed"; exit 2; }
-else
-    # No ensurepip here (Debian's python3-venv missing): install into a
-    # folder of its own instead, in front of the system's site-packages.
-    echo "run_gpu: python3 -m venv unusable; installing with pip --target"
-    rm -rf "$venv"; mkdir -p "$venv"
-    python3 -m pip install --quiet --no-deps --no-index --target "$venv/site" "$wheel" || { echo "run_gpu: pip install failed"; exit 2; }
-    py=python3
-    export PYTHONPATH="$venv/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# The wheel is unpacked into a folder of its own put in front of the
+# system's site-packages (PYTHONPATH): a venv would hide a torch installed
+# in the user's site-packages (venvs never see it), and pip may be absent.
+# A wheel is a zip of the installed files, so unpacking it is installing
+# it for this run.
+venv="$(mktemp -d /tmp/tpcomm-wheel.XXXXXX)"
+py=python3
+python3 -m zipfile -e "$wheel" "$venv/site" || { echo "run_gpu: could not unpack $wheel"; exit 2; }
+chmod +x "$venv"/site/tpcomm/_bin/* 2>/dev/null  # zip keeps no modes
+export PYTHONPATH="$venv/site${PYTHONPATH:+:$PYTHONPATH}"
 "$py" -c 'import torch, tpcomm; print("run_gpu: torch", torch.__version__, "CUDA", torch.version.cuda, "| tpcomm", tpcomm.__version__, "from", tpcomm.__file__, "| NVRTC", tpcomm.find_nvrtc())'
 
 export TPCOMM_CACHE_DIR=/tmp/tpcomm-kernel-cache

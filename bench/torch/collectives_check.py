@@ -138,6 +138,10 @@ def worker(rank, world, args, init_file, q):
     os.environ["LOCAL_RANK"] = str(dev.index)
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, device_id=dev)
+    # The script's own bookkeeping (the summed wrong counts) goes over gloo
+    # (CPU), so it never depends on the library under test: an int64 sum is
+    # not something tpcomm's standalone mode serves.
+    meta = dist.new_group(backend="gloo")
     rows, seed = [], 1
     try:
         for name in DTYPES:
@@ -185,8 +189,8 @@ def worker(rank, world, args, init_file, q):
                                      wrong=c.wrong(), time_us=t))
                     del g
         # Every rank's wrong counts, summed, so rank 0 reports them all.
-        wrong = torch.tensor([r["wrong"] for r in rows], dtype=torch.int64, device=dev)
-        dist.all_reduce(wrong)
+        wrong = torch.tensor([r["wrong"] for r in rows], dtype=torch.int64)
+        dist.all_reduce(wrong, group=meta)
         for r, w in zip(rows, wrong.tolist()):
             r["wrong_all_ranks"] = w
         q.put((rank, None, rows if rank == 0 else []))

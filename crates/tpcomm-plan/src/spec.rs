@@ -318,7 +318,12 @@ impl<'a> Planner<'a> {
             Overhead::Catalog => match (&p.inp.gpu.measured, published_kernel) {
                 (Some(e), _) => {
                     per_layer(&mut p, e.layer_us);
-                    p.overhead_from = format!("measured ({})", e.source);
+                    // Catalog sources say "measured: ..." themselves.
+                    p.overhead_from = if e.source.starts_with("measured") {
+                        e.source.clone()
+                    } else {
+                        format!("measured ({})", e.source)
+                    };
                 }
                 (None, Some(k)) => {
                     let target = model_kernels(m)?;

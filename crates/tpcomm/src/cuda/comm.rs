@@ -7,7 +7,7 @@ use super::layout::{block_from_env, oneshot_block, round_up, Layout};
 use super::loader::check_call;
 use super::pdl::{self, Launch};
 use super::rendezvous::Rendezvous;
-use super::share::{grid_cap, time_slice_warning, DeviceIdentity, Sharing};
+use super::share::{grid_cap, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing};
 use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
 use crate::algo::Algo;
@@ -269,6 +269,7 @@ impl CudaCommunicator {
         if let Some(w) = time_slice_warning(sharing, raw::mps_enabled(dev)?, cfg.device) {
             eprintln!("{w}");
         }
+        warn_queues_once(sharing, cfg.device);
 
         let mut bufs = [0u64; MAX_WORLD];
         let mut peer_ctxs = Vec::new();

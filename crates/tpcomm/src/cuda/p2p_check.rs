@@ -15,6 +15,7 @@
 
 use super::loader::compile_and_load;
 use super::rendezvous::Rendezvous;
+use super::share::DeviceIdentity;
 use super::{compile, cuda_err, open_context, MAX_WORLD};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
@@ -262,11 +263,19 @@ fn prepare(device: usize, world: usize) -> Result<Local> {
     })
 }
 
-/// Device ordinal and area address, and for processes the IPC handle.
+/// Bytes of a record before the IPC handle: device ordinal, area address,
+/// and the process (pid and its random number, share::DeviceIdentity).
+const HEAD: usize = 24;
+
+/// Device ordinal, area address and process, and for processes the IPC
+/// handle.
 fn record(l: &Local, device: usize, threads: bool) -> Result<Vec<u8>> {
-    let mut r = Vec::with_capacity(76);
+    let me = DeviceIdentity::here([0; 16]);
+    let mut r = Vec::with_capacity(HEAD + 64);
     r.extend_from_slice(&(device as u32).to_le_bytes());
     r.extend_from_slice(&l.area.ptr().to_le_bytes());
+    r.extend_from_slice(&me.pid.to_le_bytes());
+    r.extend_from_slice(&me.process.to_le_bytes());
     if !threads {
         r.extend_from_slice(&l.area.ipc_handle()?);
     }
@@ -288,7 +297,8 @@ fn map_and_store(
     device: usize,
     threads: bool,
 ) -> Result<Mapped> {
-    let expect = if threads { 12 } else { 76 };
+    let expect = if threads { HEAD } else { HEAD + 64 };
+    let me = DeviceIdentity::here([0; 16]);
     let mut m = Mapped {
         areas: [0; MAX_WORLD],
         _peers: Vec::new(),
@@ -303,9 +313,16 @@ fn map_and_store(
         }
         let peer_dev = u32::from_le_bytes([blob[0], blob[1], blob[2], blob[3]]) as usize;
         let ptr = u64::from_le_bytes(blob[4..12].try_into().unwrap_or_default());
+        let peer = DeviceIdentity {
+            pid: u32::from_le_bytes(blob[12..16].try_into().unwrap_or_default()),
+            process: u64::from_le_bytes(blob[16..24].try_into().unwrap_or_default()),
+            ..me
+        };
         if p == rank {
             m.areas[p] = l.area.ptr();
-        } else if threads {
+        } else if threads || peer.same_process(&me) {
+            // A rank of this process: the pointer is valid here, and an
+            // IPC handle cannot be opened in the process that made it.
             if peer_dev != device {
                 let pctx =
                     CudaContext::new(peer_dev).map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
@@ -316,7 +333,7 @@ fn map_and_store(
             m.areas[p] = ptr;
         } else {
             let mut h = [0u8; 64];
-            h.copy_from_slice(&blob[12..76]);
+            h.copy_from_slice(&blob[HEAD..HEAD + 64]);
             let map = IpcMapping::open(l.ctx.cu_ctx(), &h)?;
             m.areas[p] = map.ptr();
             m._ipc.push(map);

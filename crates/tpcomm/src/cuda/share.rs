@@ -68,6 +68,11 @@ pub struct Sharing {
     /// Whether some rank on this GPU runs in another process (then their
     /// kernels run at once only under MPS).
     pub other_processes: bool,
+    /// Ranks on this rank's GPU in this rank's process, itself included:
+    /// more than one means ranks as threads sharing the GPU, whose kernels
+    /// run at once only when their streams sit in different hardware
+    /// queues (see [`queue_warning`]).
+    pub in_this_process: usize,
 }
 
 impl Sharing {
@@ -78,6 +83,7 @@ impl Sharing {
         Self {
             ranks_on_device: same.len(),
             other_processes: same.iter().any(|d| !d.same_process(&me)),
+            in_this_process: same.iter().filter(|d| d.same_process(&me)).count(),
         }
     }
 
@@ -126,6 +132,55 @@ pub fn time_slice_warning(sharing: Sharing, mps: bool, device: usize) -> Option<
     })
 }
 
+/// The most hardware work queues CUDA gives a context
+/// (`CUDA_DEVICE_MAX_CONNECTIONS`, default 8).
+pub const MAX_CONNECTIONS: u32 = 32;
+
+/// What a rank whose GPU is shared with other ranks *of its own process*
+/// (threads) says when `CUDA_DEVICE_MAX_CONNECTIONS` (`connections`, as
+/// read from the environment) is below 32.
+///
+/// CUDA puts a context's streams round-robin into that many hardware
+/// queues, and a queue runs its work in order. Two ranks whose streams
+/// share a queue can stall each other: work queued behind one rank's
+/// waiting kernel (a copy of its result, say) holds back the other rank's
+/// kernel that it waits for, until the timeout. Measured on one H200 with
+/// the 10,000-replay tests: with 1 queue every call stalls, with the
+/// default 8 a stall came within a few thousand calls at 5 ranks, with 32
+/// none at 2 to 8 ranks (bench/runs/2026-12-02-h200x1-session7).
+/// Processes under MPS each have queues of their own.
+pub fn queue_warning(sharing: Sharing, connections: Option<&str>, device: usize) -> Option<String> {
+    if sharing.in_this_process < 2 {
+        return None;
+    }
+    let n = connections.and_then(|v| v.trim().parse::<u32>().ok());
+    if n.is_some_and(|n| n >= MAX_CONNECTIONS) {
+        return None;
+    }
+    let now = match connections {
+        None => "unset (8 queues)".to_string(),
+        Some(v) => format!("{v:?}"),
+    };
+    Some(format!(
+        "tpcomm: warning: {} ranks of this process share GPU {device}; their kernels wait on each other and \
+         can stall until the timeout when two ranks' streams share a hardware queue. \
+         CUDA_DEVICE_MAX_CONNECTIONS is {now}: set it to {MAX_CONNECTIONS} before CUDA starts, and create \
+         the ranks' streams one after another (or run the ranks as processes under MPS)",
+        sharing.in_this_process
+    ))
+}
+
+/// Prints [`queue_warning`] for this process's setting, once per process
+/// (every rank of the process would say the same).
+pub fn warn_queues_once(sharing: Sharing, device: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // CUDA's own variable, read as CUDA reads it (not a tpcomm setting).
+    let v = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+    if let Some(w) = queue_warning(sharing, v.as_deref(), device) {
+        ONCE.call_once(|| eprintln!("{w}"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +221,7 @@ mod tests {
             let s = Sharing {
                 ranks_on_device: k,
                 other_processes: false,
+                in_this_process: k,
             };
             for per_sm in 1..=4 {
                 let cap = grid_cap(132, per_sm, s).unwrap();
@@ -176,6 +232,7 @@ mod tests {
         let own = Sharing {
             ranks_on_device: 1,
             other_processes: false,
+            in_this_process: 1,
         };
         // A GPU of its own keeps one block per SM, as before.
         assert_eq!(grid_cap(132, 1, own).unwrap(), 132);
@@ -184,9 +241,32 @@ mod tests {
         let eight = Sharing {
             ranks_on_device: 8,
             other_processes: false,
+            in_this_process: 8,
         };
         assert_eq!(grid_cap(132, 1, eight).unwrap(), 16);
         assert!(grid_cap(4, 1, eight).is_err());
+    }
+
+    #[test]
+    fn threads_sharing_a_gpu_are_told_to_raise_the_queue_count() {
+        let threads = Sharing::of(&[id(0, 7), id(0, 7), id(1, 7)], 0);
+        assert_eq!(threads.in_this_process, 2);
+        let w = queue_warning(threads, None, 0).unwrap();
+        assert!(
+            w.contains("unset") && w.contains("CUDA_DEVICE_MAX_CONNECTIONS"),
+            "{w}"
+        );
+        assert!(queue_warning(threads, Some("8"), 0)
+            .unwrap()
+            .contains("\"8\""));
+        assert!(queue_warning(threads, Some("x"), 0).is_some());
+        assert!(queue_warning(threads, Some("32"), 0).is_none());
+        // A GPU of its own, or peers in other processes: nothing to say.
+        let own = Sharing::of(&[id(0, 7), id(1, 7)], 0);
+        assert!(queue_warning(own, None, 0).is_none());
+        let procs = Sharing::of(&[id(0, 7), id(0, 8)], 0);
+        assert_eq!(procs.in_this_process, 1);
+        assert!(queue_warning(procs, None, 0).is_none());
     }
 
     #[test]
