@@ -199,8 +199,9 @@ impl BenchArgs {
         let needed = self.memory_needed();
         match available {
             Some(a) if needed > a.bytes() => Err(format!(
-                "--max-bytes {} with --ranks {} needs about {} of memory (each rank holds every rank's input, its output and a float64 reference, plus the shared segment) but {} is available; lower --max-bytes or --ranks",
+                "--max-bytes {} and --max-message {} with --ranks {} need about {} of memory (each rank holds every rank's input, its output and a float64 reference; the shared segment about 2 x ranks x --max-message) but {} is available; lower --max-bytes, --max-message or --ranks",
                 self.max_bytes,
+                self.max_message,
                 self.ranks,
                 ByteSize::b(needed),
                 a

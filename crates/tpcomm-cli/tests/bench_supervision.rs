@@ -366,6 +366,14 @@ fn huge_iters_warmup_or_max_bytes_are_errors_naming_the_flag() {
         ("--iters", "1000001", &[], 2),
         ("--warmup", "99999999999", &[], 2),
         ("--max-bytes", "4GiB", &["--ranks", "64"][..], 1),
+        // The segment's size comes from --max-message: named when it is
+        // what does not fit (it was blamed on --max-bytes).
+        (
+            "--max-message",
+            "18446744073709551615",
+            &["--max-bytes", "1KiB"][..],
+            1,
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
             .args(["bench", "--device", "cpu", flag, value])

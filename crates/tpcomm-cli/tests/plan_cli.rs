@@ -247,6 +247,20 @@ fn huge_numbers_are_errors() {
         err.contains("--allreduce-us") && !out.contains("NaN"),
         "{err}"
     );
+    // The per-layer overhead, given or fitted, is bounded as a latency is:
+    // 1e308 us per layer printed "inf us" and a NaN speed-up.
+    for (flag, value) in [
+        ("--overhead-us", "1e308"),
+        ("--overhead-us", "1e10"),
+        ("--calibrate-tok-s", "1e-300"),
+    ] {
+        let (code, out, err) = spec(&["--allreduce-us", "5", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {out}");
+        assert!(
+            err.contains(flag) && !out.contains("NaN") && !out.contains("inf"),
+            "{flag} {value}: {err}"
+        );
+    }
     let (code, _, err) = spec(&["--allreduce-us", "5", "--context", "18446744073709551615"]);
     assert_ne!(code, 0);
     assert!(err.contains("--context"), "{err}");

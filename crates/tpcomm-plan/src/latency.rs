@@ -154,6 +154,21 @@ impl LatencyTable {
                 .get("time_us")
                 .and_then(|x| x.as_f64())
                 .ok_or_else(|| bad(format!("rows[{i}]: no number \"time_us\"")))?;
+            // A row whose result was checked wrong timed no all-reduce (issue
+            // 17 item 7); absent in hand-written tables, which means none.
+            let wrong = match row.get("wrong") {
+                None => 0,
+                Some(w) => w.as_u64().ok_or_else(|| {
+                    bad(format!(
+                        "rows[{i}]: \"wrong\" is {w}, not a count of wrong elements"
+                    ))
+                })?,
+            };
+            if wrong > 0 {
+                return Err(bad(format!(
+                    "rows[{i}] ({bytes} bytes): {wrong} wrong element(s), so its time is not a latency; fix or leave out that algorithm (--algo) and run `tpcomm bench` again"
+                )));
+            }
             points.push((ByteSize::b(bytes), us));
         }
         if points.is_empty() {

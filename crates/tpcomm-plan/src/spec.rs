@@ -343,15 +343,26 @@ impl<'a> Planner<'a> {
                 }
             },
             Overhead::PerLayerUs { us } => {
-                if !(us.is_finite() && us >= 0.0) {
-                    return Err(PlanError::invalid("per-layer overhead", format!("{us} us")));
+                // Bounded like a latency, so layers x overhead stays finite
+                // (1e308 printed inf and NaN; issue 17 item 5).
+                if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
+                    return Err(PlanError::invalid(
+                        "--overhead-us",
+                        format!("{us} us per layer (give 0 to {MAX_LATENCY_US} us)"),
+                    ));
                 }
                 per_layer(&mut p, us);
                 p.overhead_from = "given".into();
             }
             Overhead::CalibrateTokS { tok_s } => {
-                if !(tok_s.is_finite() && tok_s > 0.0) {
-                    return Err(PlanError::invalid("--calibrate-tok-s", format!("{tok_s}")));
+                // At most MAX_LATENCY_US per token, so the fitted overhead
+                // is bounded as a given one is.
+                let slowest = 1e6 / MAX_LATENCY_US;
+                if !(tok_s.is_finite() && tok_s >= slowest) {
+                    return Err(PlanError::invalid(
+                        "--calibrate-tok-s",
+                        format!("{tok_s} tok/s (give at least {slowest} tok/s, a measured rate)"),
+                    ));
                 }
                 let measured_us = 1e6 / tok_s;
                 let comm = p.plain_comm_us(1.0);

@@ -98,6 +98,31 @@ fn bench_json_errors() {
     assert!(matches!(e, PlanError::Io { .. }));
 }
 
+/// Issue 17 item 7, in the planner's own reader (not only `plan --bench`'s
+/// check before it): a row whose result was wrong gives no latency.
+#[test]
+fn bench_rows_with_wrong_results_are_not_latencies() {
+    let row = |wrong: &str| {
+        format!(
+            r#"{{"rows": [{{"bytes": 1024, "time_us": 3.0, "algo": "a", "wrong": 0}},
+                          {{"bytes": 2048, "time_us": 4.0, "algo": "b", "wrong": {wrong}}}]}}"#
+        )
+    };
+    assert!(LatencyTable::from_bench_str("b.json", &row("0"), None, None, None).is_ok());
+    let e = LatencyTable::from_bench_str("b.json", &row("3"), None, None, None).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rows[1]") && msg.contains("3 wrong element(s)") && msg.contains("b.json"),
+        "{msg}"
+    );
+    for odd in ["-1", "1.5", "\"none\"", "null"] {
+        let e = LatencyTable::from_bench_str("b.json", &row(odd), None, None, None).unwrap_err();
+        assert!(e.to_string().contains("\"wrong\""), "{odd}: {e}");
+    }
+    // Rows the filter leaves out are not judged.
+    assert!(LatencyTable::from_bench_str("b.json", &row("3"), Some("a"), None, None).is_ok());
+}
+
 #[test]
 fn flat_source_ignores_size() {
     let s = LatencySource::Flat { us: 7.5 };

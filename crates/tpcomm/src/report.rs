@@ -179,8 +179,12 @@ pub fn parse_rows(text: &str, origin: &str) -> Result<Vec<TimedRow>> {
         })
 }
 
+/// The longest time per call a latency row may give, in microseconds (1000 s:
+/// anything longer is no measurement of an all-reduce).
+pub const MAX_TIME_US: f64 = 1e9;
+
 /// The rows `filter` takes, each checked to be a latency: a size above 0, a
-/// finite time above 0, and no wrong element (a fast wrong answer is no
+/// time above 0 and at most [`MAX_TIME_US`], and no wrong element (a fast wrong answer is no
 /// answer). A row that fails is an error naming it.
 pub fn latency_rows<'a>(
     rows: &'a [TimedRow],
@@ -214,8 +218,12 @@ pub fn latency_rows<'a>(
             return Err(bad("no size above 0 (\"bytes\")".into()));
         }
         match r.time_us {
-            Some(t) if t.is_finite() && t > 0.0 => out.push(r),
-            Some(t) => return Err(bad(format!("time_us {t} is not a time above 0"))),
+            Some(t) if t.is_finite() && t > 0.0 && t <= MAX_TIME_US => out.push(r),
+            Some(t) => {
+                return Err(bad(format!(
+                    "time_us {t} is not a time above 0 and at most {MAX_TIME_US} us"
+                )))
+            }
             None => return Err(bad("no time (\"time_us\")".into())),
         }
     }
@@ -465,7 +473,7 @@ mod tests {
         }
 
         /// The latency reader takes a set of rows exactly when each taken row
-        /// has no wrong element, a size and a finite time above 0.
+        /// has no wrong element, a size and a time above 0 and at most MAX_TIME_US.
         #[test]
         fn latency_rows_take_only_correct_timed_rows(
             rows in proptest::collection::vec(arb_row(), 0..8),
@@ -477,7 +485,7 @@ mod tests {
             let valid = |r: &TimedRow| {
                 r.wrong == 0
                     && r.bytes.is_some_and(|b| b > 0)
-                    && r.time_us.is_some_and(|t| t.is_finite() && t > 0.0)
+                    && r.time_us.is_some_and(|t| t.is_finite() && t > 0.0 && t <= MAX_TIME_US)
             };
             match latency_rows(&rows, "r.json", filter) {
                 Ok(got) => {

@@ -233,16 +233,51 @@ fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError
     }
 }
 
+/// Most layers, hidden and MLP width, and tokens per forward the bench
+/// builds (far above any model it stands for; cuBLAS takes 32-bit sizes).
+const MAX_LAYERS: usize = 1024;
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_TOKENS: usize = 1 << 16;
+/// Most forwards per repetition (`--iters`) and repetitions (`--reps`).
+const MAX_REPEATS: usize = 10_000;
+
+/// Every number of the command in its range, each error naming its flag
+/// (issue 17 item 6), before any worker or GPU work.
+fn check_counts(args: &ForwardBenchArgs) -> Result<()> {
+    if args.tokens.is_empty() {
+        return Err(Error::invalid("--tokens", "give at least one token count"));
+    }
+    let mut checks = vec![
+        ("--layers", args.layers, MAX_LAYERS),
+        ("--hidden", args.hidden, MAX_WIDTH),
+        ("--mlp", args.mlp, MAX_WIDTH),
+        ("--iters", args.iters, MAX_REPEATS),
+        ("--reps", args.reps, MAX_REPEATS),
+    ];
+    checks.extend(args.tokens.iter().map(|&t| ("--tokens", t, MAX_TOKENS)));
+    for (flag, n, max) in checks {
+        if !(1..=max).contains(&n) {
+            return Err(Error::invalid(flag, format!("{n}: give 1 to {max}")));
+        }
+    }
+    let max_ms = crate::gpu_bench::MAX_TIMEOUT_MS;
+    if !(1..=max_ms).contains(&args.timeout_ms) {
+        return Err(Error::invalid(
+            "--timeout-ms",
+            format!(
+                "{}: give 1 to {max_ms} milliseconds (one day)",
+                args.timeout_ms
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn run_inner(args: ForwardBenchArgs) -> Result<()> {
     // Checked here so that a bad request fails before any worker starts; the
     // workers decide again once `auto` is resolved.
     modes_for(args.modes.as_deref(), args.transport)?;
-    if args.tokens.is_empty() || args.tokens.contains(&0) || args.reps == 0 || args.iters == 0 {
-        return Err(Error::invalid(
-            "--tokens/--reps/--iters",
-            "need at least one token count, all above 0, and reps, iters >= 1",
-        ));
-    }
+    check_counts(&args)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
         let world = args
             .gpus

@@ -219,3 +219,35 @@ fn relative_difference_is_max_error_over_max_magnitude() {
     let nan = bf16_bytes(&[1.0, f32::NAN, 2.0]);
     assert!(rel_diff(&nan, &b).is_infinite());
 }
+
+/// Issue 17 item 6: each number of `bench forward` is bounded on both sides
+/// before any worker starts, and the error names its flag.
+#[test]
+fn numbers_out_of_range_are_refused_naming_the_flag() {
+    let dir = std::path::Path::new("/tmp/fw rv");
+    let huge = u64::MAX.to_string();
+    let args = |extra: &[&str]| {
+        let own: Vec<&str> = ["bench", "forward"].iter().chain(extra).copied().collect();
+        parse_worker(&own, dir)
+    };
+    check_counts(&args(&[])).unwrap();
+    for (flag, bad) in [
+        ("--layers", "0"),
+        ("--layers", "1025"),
+        ("--hidden", &huge[..]),
+        ("--mlp", "0"),
+        ("--mlp", "1048577"),
+        ("--tokens", "1,0,4"),
+        ("--tokens", "70000"),
+        ("--iters", &huge),
+        ("--reps", "0"),
+        ("--timeout-ms", "0"),
+        ("--timeout-ms", &huge),
+    ] {
+        let msg = check_counts(&args(&[flag, bad])).unwrap_err().to_string();
+        assert!(
+            msg.contains(flag) && msg.contains("give 1 to"),
+            "{flag} {bad}: {msg}"
+        );
+    }
+}

@@ -298,6 +298,15 @@ impl GpuBenchArgs {
     }
 }
 
+/// Most calls per timed repetition (`--iters`), as the CPU bench allows.
+pub(crate) const MAX_CALLS: usize = crate::bench::MAX_CALLS;
+/// Most timed repetitions per point (`--reps`).
+pub(crate) const MAX_REPS: usize = 10_000;
+/// Most input/output buffer pairs rotated through (`--rotate`).
+pub(crate) const MAX_ROTATE: usize = 64;
+/// The longest bound on a wait (`--timeout-ms`): one day, as `--timeout`.
+pub(crate) const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
 fn validate(args: &GpuBenchArgs) -> Result<()> {
     if args.min.bytes() == 0 || args.min > args.max {
         return Err(Error::invalid(
@@ -305,10 +314,52 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
             format!("need 0 < min <= max, got {} and {}", args.min, args.max),
         ));
     }
-    if args.iters == Some(0) || args.reps == 0 || args.rotate == 0 {
+    // Each count bounded on both sides, named by its own flag, before any
+    // GPU work: a huge one would overflow a buffer's capacity or run for
+    // ever (issue 17 item 6).
+    for (flag, value, max, what) in [
+        (
+            "--iters",
+            args.iters,
+            MAX_CALLS,
+            "calls per timed repetition",
+        ),
+        (
+            "--reps",
+            Some(args.reps),
+            MAX_REPS,
+            "timed repetitions per point",
+        ),
+        (
+            "--rotate",
+            Some(args.rotate),
+            MAX_ROTATE,
+            "buffer pairs (each as large as --max)",
+        ),
+    ] {
+        if let Some(n) = value.filter(|n| !(1..=max).contains(n)) {
+            return Err(Error::invalid(flag, format!("{n}: give 1 to {max} {what}")));
+        }
+    }
+    if !(1..=MAX_TIMEOUT_MS).contains(&args.timeout_ms) {
         return Err(Error::invalid(
-            "--iters/--reps/--rotate",
-            "must be at least 1",
+            "--timeout-ms",
+            format!(
+                "{}: give 1 to {MAX_TIMEOUT_MS} milliseconds (one day)",
+                args.timeout_ms
+            ),
+        ));
+    }
+    if let Some(n) = args
+        .gpus
+        .filter(|n| !(2..=tpcomm::cuda::MAX_WORLD).contains(n))
+    {
+        return Err(Error::invalid(
+            "--ranks",
+            format!(
+                "{n} ranks: the GPU bench takes 2 to {}",
+                tpcomm::cuda::MAX_WORLD
+            ),
         ));
     }
     if args.coll != crate::bench::coll::Coll::AllReduce {

@@ -186,6 +186,34 @@ fn min_above_max_or_zero_counts_are_refused() {
     assert!(validate(&parse(&["--min", "0"])).is_err());
 }
 
+/// Issue 17 item 6: every count of the GPU bench (and so of `tpcomm tune`)
+/// is bounded on both sides before any GPU work, and the error names the
+/// flag and the range; the bounds themselves are accepted.
+#[test]
+fn counts_out_of_range_are_refused_naming_the_flag() {
+    let huge = u64::MAX.to_string();
+    for (flag, bad, top) in [
+        ("--iters", "0", MAX_CALLS.to_string()),
+        ("--iters", &huge, MAX_CALLS.to_string()),
+        ("--reps", "0", MAX_REPS.to_string()),
+        ("--reps", &huge, MAX_REPS.to_string()),
+        ("--rotate", "0", MAX_ROTATE.to_string()),
+        ("--rotate", "65", MAX_ROTATE.to_string()),
+        ("--timeout-ms", "0", MAX_TIMEOUT_MS.to_string()),
+        ("--timeout-ms", &huge, MAX_TIMEOUT_MS.to_string()),
+        ("--gpus", "1", "8".to_string()),
+        ("--gpus", &huge, "8".to_string()),
+    ] {
+        let msg = validate(&parse(&[flag, bad])).unwrap_err().to_string();
+        let named = if flag == "--gpus" { "--ranks" } else { flag };
+        assert!(
+            msg.contains(named) && msg.contains(&top) && msg.contains(bad),
+            "{flag} {bad}: {msg}"
+        );
+        validate(&parse(&[flag, &top])).unwrap_or_else(|e| panic!("{flag} {top}: {e}"));
+    }
+}
+
 #[test]
 fn the_parallel_check_counts_exactly_what_one_thread_counts() {
     for dtype in DType::ALL {
