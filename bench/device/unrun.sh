@@ -26,11 +26,15 @@
 #   x  the 100,000-call stress tests (P2P, host) at 2 and 8 ranks, with
 #      CUDA_DEVICE_MAX_CONNECTIONS=32
 #   e  the planner's H200 efficiency measurement (bench/plan)
+#   q  the quantized wire's GPU tests (gpu_quant) at WORLDS
+#   h  `tpcomm bench --device gpu --launch threads --ranks 4` (threads sharing
+#      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
+# QUICK=1 passes --quick to collectives_check.py (step s).
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e}
+STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e,q,h}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -101,7 +105,7 @@ if on s; then
     fits 40 "torch-shared-$w" || continue
     TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run "torch-shared-$w" 150 python3 \
       bench/torch/collectives_check.py --ranks "$w" --placement shared \
-      --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140
+      --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140 ${QUICK:+--quick}
   done
   mps_off
 fi
@@ -127,6 +131,15 @@ fi
 if on e; then
   if fits 60 plan-efficiency; then
     OUT=$O/plan run plan-efficiency 150 bash bench/plan/h200_efficiency.sh
+  fi
+fi
+if on q; then
+  t quant "$WORLDS" 120 40 gpu_quant
+fi
+if on h; then
+  if fits 30 bench-threads-4; then
+    run bench-threads-4 90 "$T" bench --device gpu --launch threads --ranks 4 --min-bytes 1KiB \
+      --max-bytes 1MiB --reps 5 --json "$O/bench-threads-4.json"
   fi
 fi
 pack

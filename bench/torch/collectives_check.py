@@ -66,9 +66,16 @@ def cpu_input(seed, rank, n, dtype):
     return x.to(dtype)
 
 
-def wrong_sum(out, ref64, name):
+def wrong_sum(out, ref64, abs64, world, name):
+    """Elements off the float64 sum by more than rounding allows: the final
+    rounding to the type, plus world - 1 additions each rounding at most half
+    an ulp of a partial sum, which is at most the sum of the magnitudes
+    (abs64). With the bound on the final rounding alone, 4-rank fp32 sums of
+    randn inputs fail about 39 times in 64M elements when summed correctly in
+    rank order in float32 (a C model of the kernels' order, 2026-12-02)."""
     err = (out.double() - ref64).abs()
-    return int((err > TOL[name] * (ref64.abs() + 1.0) * 2).sum())
+    bound = TOL[name] * 2 * ((ref64.abs() + 1.0) + (world - 1) * abs64)
+    return int((err > bound).sum())
 
 
 def wrong_bits(out, expect):
@@ -123,12 +130,14 @@ class Case:
         if self.op == "broadcast":
             return wrong_bits(out, cpu_input(self.seed, self.root, n, self.dtype))
         ref = torch.zeros(n, dtype=torch.float64)
+        mag = torch.zeros(n, dtype=torch.float64)
         for r in range(w):
             x = cpu_input(self.seed, r, w * n if self.op == "reduce_scatter" else n, self.dtype)
             if self.op == "reduce_scatter":
                 x = x[self.rank * n:(self.rank + 1) * n]
             ref += x.double()
-        return wrong_sum(out, ref, self.name)
+            mag += x.double().abs()
+        return wrong_sum(out, ref, mag, w, self.name)
 
 
 def worker(rank, world, args, init_file, q):
