@@ -154,7 +154,10 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
     );
     let path = cache_dir().map(|d| d.join(&file));
     if let Some(p) = &path {
-        if let Ok(cubin) = std::fs::read(p) {
+        // Only this user's own files (no links, nobody else may write them):
+        // a cubin is code the GPU runs, and a cache directory may be shared
+        // (TPCOMM_CACHE_DIR=/tmp/...). Anything else is a miss.
+        if let Ok(Some(cubin)) = crate::host::private_file::read(p) {
             if !cubin.is_empty() {
                 return Ok(Compiled {
                     cubin,
@@ -167,17 +170,26 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
     }
     let compiled = compile_uncached(src, name, arch)?;
     if let Some(p) = &path {
-        // Written under a unique name and renamed, so a concurrent reader
-        // (another rank) never sees half a file.
-        if let Some(dir) = p.parent() {
-            let _ = std::fs::create_dir_all(dir);
-            let tmp = dir.join(format!("{file}.{}.tmp", std::process::id()));
-            if std::fs::write(&tmp, &compiled.cubin).is_ok() && std::fs::rename(&tmp, p).is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
+        // 0600 under an unpredictable name, renamed into place: a concurrent
+        // reader (another rank) never sees half a file, and nothing is
+        // written through a planted link.
+        if ensure_private_dir(p.parent()) {
+            let _ = crate::host::private_file::write(p, &compiled.cubin);
         }
     }
     Ok(compiled)
+}
+
+/// Creates `dir` (and its parents) when missing, new ones mode 0700; true
+/// when it exists as a directory afterwards.
+pub(crate) fn ensure_private_dir(dir: Option<&std::path::Path>) -> bool {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = dir else { return false };
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    dir.is_dir()
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod kernels;
 pub(crate) mod layout;
 #[forbid(unsafe_code)]
 pub mod loader;
+pub mod p2p_cache;
 pub mod p2p_check;
 mod pdl;
 pub mod quant;

@@ -47,38 +47,53 @@ impl GpuComm {
             Transport::Auto => {
                 crate::cuda::open_context(cfg.device)?;
                 let dev = cfg.device as u32;
+                // Ordinal (for cuDeviceCanAccessPeer in this process) and
+                // UUID (the same GPU in every process: the P2P cache's key).
+                let mut mine = dev.to_le_bytes().to_vec();
+                mine.extend_from_slice(&raw::device_uuid(dev as i32)?);
                 let devs = rendezvous.exchange(
                     "transport-devices",
                     cfg.rank,
                     cfg.world,
-                    &dev.to_le_bytes(),
+                    &mine,
                     cfg.timeout,
                 )?;
                 let mut ok = true;
+                let mut uuids = Vec::with_capacity(devs.len());
                 for blob in &devs {
-                    let peer = u32::from_le_bytes(
-                        blob.get(..4)
-                            .and_then(|b| b.try_into().ok())
-                            .ok_or_else(|| {
-                                Error::invalid(
-                                    "rendezvous",
-                                    "a rank posted a malformed device number",
-                                )
-                            })?,
-                    );
+                    let (peer, uuid) = match (
+                        blob.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()),
+                        blob.get(4..20).and_then(|b| <[u8; 16]>::try_from(b).ok()),
+                    ) {
+                        (Some(p), Some(u)) if blob.len() == 20 => (u32::from_le_bytes(p), u),
+                        _ => {
+                            return Err(Error::invalid(
+                                "rendezvous",
+                                "a rank posted a malformed device record: do all ranks run the same tpcomm?",
+                            ))
+                        }
+                    };
+                    uuids.push(uuid);
                     if peer != dev && !raw::can_access_peer(dev as i32, peer as i32)? {
                         ok = false;
                     }
                 }
+                // A pass of the P2P check remembered for these GPUs and this
+                // driver (p2p_cache.rs) counts only when every rank has it.
+                let key = crate::cuda::p2p_cache::Key::new(&uuids, raw::driver_version()?);
+                let passed_before = ok && key.remembered();
                 let all = rendezvous.exchange(
                     "transport-p2p",
                     cfg.rank,
                     cfg.world,
-                    &[ok as u8],
+                    &[ok as u8, passed_before as u8],
                     cfg.timeout,
                 )?;
                 let answers: Vec<bool> = all.iter().map(|b| b.first() == Some(&1)).collect();
+                let all_passed_before = all.iter().all(|b| b.get(1) == Some(&1));
                 match resolve_transport(Transport::Auto, &answers) {
+                    // Every rank remembers a pass for these GPUs and driver.
+                    Transport::Cuda if all_passed_before => Transport::Cuda,
                     // The driver allows P2P everywhere: check that it moves
                     // the right bytes with the kernels' own stores
                     // (p2p_check.rs); every rank gets the same verdict.
@@ -90,6 +105,9 @@ impl GpuComm {
                             rendezvous,
                             cfg.timeout,
                         )?;
+                        if v.p2p_ok && v.ran {
+                            key.remember();
+                        }
                         if !(v.p2p_ok && v.ran) {
                             if cfg.rank == 0 {
                                 eprintln!("tpcomm: {}", v.why);

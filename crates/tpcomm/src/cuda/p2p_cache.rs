@@ -1,0 +1,129 @@
+//! The P2P check's passes, remembered per group of GPUs, so that a machine
+//! pays for the check (a kernel compile the first time, then tens of
+//! milliseconds) once per driver rather than at every communicator.
+//!
+//! What is remembered is only a pass, keyed by the driver version and the
+//! set of GPU UUIDs of the group (whatever ordinals the processes see): a
+//! failure is checked again every time, and a new driver or another set of
+//! GPUs is a new key. The file is this user's own (`private_file`: 0600,
+//! never through a link, refused when another user could have written it)
+//! in the cache directory (`compile::cache_dir`), and its content must be
+//! the key's own description, so a file of another key or a damaged one is
+//! a miss. Every rank of the group must find the pass for it to count: the
+//! ranks agree on that at creation (host_path/select.rs). Deleting the file
+//! makes the next creation check again.
+
+use super::compile::{cache_dir, ensure_private_dir};
+use std::path::PathBuf;
+
+/// What identifies a group's P2P paths: the driver and the GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    text: String,
+}
+
+impl Key {
+    /// The key of a group whose ranks' GPUs are `uuids` (any order, with
+    /// repeats when ranks share a GPU) under driver `driver` (major, minor).
+    pub fn new(uuids: &[[u8; 16]], driver: (i32, i32)) -> Key {
+        let mut set: Vec<[u8; 16]> = uuids.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        let gpus: Vec<String> = set
+            .iter()
+            .map(|u| u.iter().map(|b| format!("{b:02x}")).collect())
+            .collect();
+        Key {
+            text: format!(
+                "tpcomm P2P check passed: driver {}.{}, GPUs {}\n",
+                driver.0,
+                driver.1,
+                gpus.join(" ")
+            ),
+        }
+    }
+
+    /// The file name: a stable hash of the description.
+    fn file_name(&self) -> String {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in self.text.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        format!("p2p-pass-{h:016x}")
+    }
+
+    fn path(&self) -> Option<PathBuf> {
+        cache_dir().map(|d| d.join(self.file_name()))
+    }
+
+    /// Whether a pass of this key is remembered (a file of this user holding
+    /// exactly this key's description).
+    pub fn remembered(&self) -> bool {
+        self.path().is_some_and(|p| self.matches(&p))
+    }
+
+    fn matches(&self, p: &std::path::Path) -> bool {
+        matches!(crate::host::private_file::read(p), Ok(Some(b)) if b == self.text.as_bytes())
+    }
+
+    /// Remembers a pass; a cache that cannot be written only costs a check
+    /// next time.
+    pub fn remember(&self) {
+        if let Some(p) = self.path() {
+            if ensure_private_dir(p.parent()) {
+                let _ = crate::host::private_file::write(&p, self.text.as_bytes());
+            }
+        }
+    }
+
+    /// Where the pass is (or would be) remembered, for the log.
+    pub fn describe_path(&self) -> String {
+        self.path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "nowhere (no cache directory)".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_is_the_set_of_gpus_and_the_driver() {
+        let (a, b) = ([1u8; 16], [2u8; 16]);
+        // Order and sharing do not matter; GPUs and driver do.
+        assert_eq!(Key::new(&[a, b], (13, 0)), Key::new(&[b, a, a], (13, 0)));
+        assert_ne!(Key::new(&[a, b], (13, 0)), Key::new(&[a], (13, 0)));
+        assert_ne!(Key::new(&[a, b], (13, 0)), Key::new(&[a, b], (13, 1)));
+        assert_ne!(
+            Key::new(&[a, b], (13, 0)).file_name(),
+            Key::new(&[a, b], (12, 8)).file_name()
+        );
+    }
+
+    #[test]
+    fn only_this_users_exact_description_counts_as_a_pass() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let key = Key::new(&[[7u8; 16]], (13, 0));
+        let f = d.path().join(key.file_name());
+        assert!(!key.matches(&f), "no file: no pass");
+        crate::host::private_file::write(&f, key.text.as_bytes()).unwrap();
+        assert!(key.matches(&f));
+        // Another key's description in this key's file is a miss.
+        let other = Key::new(&[[8u8; 16]], (13, 0));
+        crate::host::private_file::write(&f, other.text.as_bytes()).unwrap();
+        assert!(!key.matches(&f));
+        // A file others may write is refused, whatever it holds.
+        crate::host::private_file::write(&f, key.text.as_bytes()).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!key.matches(&f));
+        // A link to a file holding the description is refused too.
+        let real = d.path().join("real");
+        crate::host::private_file::write(&real, key.text.as_bytes()).unwrap();
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(&real, &f).unwrap();
+        assert!(!key.matches(&f));
+    }
+}
