@@ -22,6 +22,7 @@ mod allreduce;
 mod collectives;
 #[forbid(unsafe_code)]
 mod cuda;
+mod exact;
 mod exchange;
 mod ffi;
 mod forwarded;

@@ -8,6 +8,7 @@
 //! export that takes a communicator asks [`lookup`] first; with no
 //! standalone communicator alive that is one atomic load.
 
+use crate::exact;
 use crate::settings::{self, info, warn};
 use crate::standalone::{self, Secret, INVALID_USAGE};
 use crate::types::*;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+use tpcomm::cuda::gathered;
 use tpcomm::cuda::{
     CUstream, Collective, CudaConfig, GpuComm, Launch, Rendezvous, SavedContext, Staging,
     StreamAllReduce, MAX_WORLD,
@@ -34,8 +36,12 @@ pub const CUDA_ERROR: NcclResult = 1;
 pub struct Live {
     /// The kernels on the transport the ranks' P2P verdict gave.
     pub gpu: GpuComm,
-    /// Where all-reduces of unaligned buffers are summed (TPCOMM_MAX_BYTES).
+    /// Where all-reduces of unaligned buffers are summed, and where the
+    /// other all-reduces gather their blocks (TPCOMM_MAX_BYTES).
     pub staging: Staging,
+    /// The reduction of gathered blocks: all-reduces of the types and ops
+    /// the collective kernels do not sum (loaded at creation).
+    pub gathered: Arc<gathered::Kernels>,
 }
 
 /// One rank's standalone communicator.
@@ -290,7 +296,16 @@ fn make(
         let image = gpu.prepare_collectives()?;
         info!("{tag}: collective kernels loaded ({image} of kernel image)");
         let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
-        Ok(Live { gpu, staging })
+        let gathered = gathered::kernels(gpu.context())?;
+        info!(
+            "{tag}: gathered-block reduction kernels loaded ({} of kernel image)",
+            tpcomm::ByteSize::from_usize(gathered.cubin_bytes)
+        );
+        Ok(Live {
+            gpu,
+            staging,
+            gathered,
+        })
     })();
     // Either every rank has the communicator or none does.
     let ok = [made.is_ok() as u8];
@@ -307,7 +322,7 @@ fn make(
 }
 
 /// The live GPU side of `a`, or the refusal of `call`.
-fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
+pub(crate) fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
     a.live
         .as_ref()
         .ok_or_else(|| standalone::unservable(call, "this communicator has no GPU side"))
@@ -315,7 +330,7 @@ fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
 
 /// Runs `f` with the caller's CUDA context put back after; an error is
 /// ncclInternalError with the text for ncclGetLastError.
-fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclResult {
+pub(crate) fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclResult {
     let _restore = SavedContext::save();
     match f() {
         Ok(()) => SUCCESS,
@@ -361,7 +376,7 @@ fn identity_alone(op: NcclRedOp) -> bool {
 }
 
 /// The size of an NCCL data type, for the calls that only move bytes.
-fn type_size(t: NcclDataType) -> Option<usize> {
+pub(crate) fn type_size(t: NcclDataType) -> Option<usize> {
     match t {
         0 | 1 | 10 | 11 => Some(1),
         6 | 9 => Some(2),
@@ -457,6 +472,11 @@ pub fn all_reduce(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
+    // Sums of f32, f16 and bf16 run on the collective kernels; every other
+    // type and op gathers the blocks and reduces them (all_reduce_gathered).
+    if a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM) {
+        return exact::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
+    }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
         Err(done) => return done,
@@ -517,11 +537,13 @@ pub fn all_gather(
     if count == 0 {
         return SUCCESS;
     }
-    let Some((dt, n)) = as_bytes(datatype, count, &[send as usize, recv as usize]) else {
-        return standalone::unservable(
-            CALL,
-            &format!("{count} elements of ncclDataType {datatype} (blocks must be a whole number of 2-byte words at 2-byte aligned addresses)"),
-        );
+    let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
+        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+    let Some((dt, n)) = direct else {
+        let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
+            return standalone::unservable(CALL, &format!("ncclDataType {datatype}"));
+        };
+        return exact::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
     };
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
         return standalone::unservable(
@@ -620,11 +642,13 @@ pub fn broadcast(
     if count == 0 {
         return SUCCESS;
     }
-    let Some((dt, total)) = as_bytes(datatype, count, &[send as usize, recv as usize]) else {
-        return standalone::unservable(
-            call,
-            &format!("{count} elements of ncclDataType {datatype} (buffers must be a whole number of 2-byte words at 2-byte aligned addresses)"),
-        );
+    let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
+        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+    let Some((dt, total)) = direct else {
+        let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
+            return standalone::unservable(call, &format!("ncclDataType {datatype}"));
+        };
+        return exact::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
     };
     let what = Collective::Broadcast {
         root: root as usize,
@@ -955,10 +979,26 @@ pub(crate) mod tests {
                 "{}",
                 text()
             );
-            // int8 max: neither a kernel type nor a sum.
+            // int8 max is served by the gathered path, which this handle
+            // (no GPU side) cannot run; fp8 (type 10) and a pre-multiplied
+            // sum (op 5) are served by no path.
             let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
             assert_eq!(r, 5);
-            assert!(text().contains("ncclAllReduce") && text().contains("ncclDataType 0"));
+            assert!(
+                text().contains("ncclAllReduce") && text().contains("no GPU side"),
+                "{}",
+                text()
+            );
+            let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 10, 0, h, p(0));
+            assert_eq!(r, 5);
+            assert!(
+                text().contains("ncclAllReduce") && text().contains("ncclDataType 10"),
+                "{}",
+                text()
+            );
+            let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
+            assert_eq!(r, 5);
+            assert!(text().contains("ncclRedOp 5"), "{}", text());
             let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
             assert_eq!(r, 5);
             assert!(text().contains("ncclReduceScatter") && text().contains("ncclRedOp 1"));
@@ -1112,6 +1152,70 @@ pub(crate) mod tests {
                 f32s(&fetch(&b, 4 * cnt)),
                 want,
                 "rank {rank}: reduce-scatter"
+            );
+            // Types and ops beyond the summing kernels, with values whose
+            // words are all ones (-1, 255), which the kernels' sentinel
+            // would change if they travelled as floats: each against the
+            // host model of the gathered reduction (gathered::reference).
+            use tpcomm::cuda::gathered::{reference, Elem, Op};
+            let put = |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, v: &[u8]| {
+                stream
+                    .memcpy_htod(v, &mut buf.slice_mut(..v.len()))
+                    .unwrap();
+            };
+            let block_of = |r: usize, elem: Elem, n: usize| -> Vec<u8> {
+                (0..n)
+                    .flat_map(|i| {
+                        let x = (r * 1000 + i) as i64;
+                        match elem {
+                            Elem::I64 => (-1 - x).to_le_bytes().to_vec(),
+                            Elem::U8 => vec![if r == 0 { 255 } else { (x % 251) as u8 }],
+                            Elem::I32 => ((-1 - x) as i32).to_le_bytes().to_vec(),
+                            Elem::F64 => (x as f64 * 0.5 - 3.0).to_le_bytes().to_vec(),
+                            _ => unreachable!(),
+                        }
+                    })
+                    .collect()
+            };
+            for (elem, op, n) in [
+                (Elem::I64, Op::Sum, 37usize),
+                (Elem::U8, Op::Max, 1),
+                (Elem::I32, Op::Min, 1001),
+                (Elem::F64, Op::Avg, 5),
+                (Elem::I64, Op::Prod, 3),
+            ] {
+                put(&mut a, &block_of(rank, elem, n));
+                let t = Elem::ALL.iter().position(|&e| e == elem).unwrap() as c_int;
+                // SAFETY: (test) as above.
+                let r = unsafe {
+                    crate::allreduce::ncclAllReduce(p(pa), p(pb), n, t, op as c_int, comm, st)
+                };
+                assert_eq!(r, SUCCESS, "{elem:?} {op:?}: {}", standalone::last_error());
+                let blocks: Vec<Vec<u8>> = (0..world).map(|r| block_of(r, elem, n)).collect();
+                let refs: Vec<&[u8]> = blocks.iter().map(|v| &v[..]).collect();
+                let want: Vec<u8> = (0..n).flat_map(|i| reference(elem, op, &refs, i)).collect();
+                assert_eq!(
+                    fetch(&b, n * elem.size()),
+                    want,
+                    "rank {rank}: all-reduce {elem:?} {op:?}"
+                );
+            }
+            // All-gather of i32 -1s and broadcast of i64 -1s: byte-exact.
+            let n = 300;
+            put(&mut a, &block_of(rank, Elem::I32, n));
+            // SAFETY: (test) as above.
+            let r = unsafe { crate::collectives::ncclAllGather(p(pa), p(pb), n, 2, comm, st) };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            let want: Vec<u8> = (0..world).flat_map(|r| block_of(r, Elem::I32, n)).collect();
+            assert_eq!(fetch(&b, want.len()), want, "rank {rank}: i32 all-gather");
+            put(&mut a, &block_of(rank, Elem::I64, n));
+            // SAFETY: (test) as above.
+            let r = unsafe { crate::collectives::ncclBroadcast(p(pa), p(pb), n, 4, 0, comm, st) };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            assert_eq!(
+                fetch(&b, 8 * n),
+                block_of(0, Elem::I64, n),
+                "rank {rank}: i64 broadcast"
             );
             let mut e: NcclResult = -1;
             // SAFETY: (test) a live handle and out-pointer.

@@ -55,6 +55,10 @@ pub const HOST_COLLECTIVES_SRC: &str =
 /// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
 pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
 
+/// The reduction of gathered blocks, every NCCL type and op
+/// (src/cuda/gathered.rs), for the drop-in's standalone mode.
+pub const GATHERED_SRC: &str = family_source!(""; "gathered.cu");
+
 /// (name, source) of every kernel family, for the compile test; the name is
 /// the one NVRTC and the disk cache know the family by.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -65,6 +69,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("collectives.cu", COLLECTIVES_SRC),
     ("host_collectives.cu", HOST_COLLECTIVES_SRC),
     ("p2p_check.cu", P2P_CHECK_SRC),
+    ("gathered.cu", GATHERED_SRC),
 ];
 
 /// Options shared by every compilation; part of the cache key.
@@ -210,6 +215,7 @@ mod tests {
             "host_collectives.cu",
             include_str!("kernels/host_collectives.cu"),
         ),
+        ("gathered.cu", include_str!("kernels/gathered.cu")),
     ];
 
     /// The names a CUDA source defines at file level: typedefs, macros,

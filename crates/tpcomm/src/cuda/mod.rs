@@ -20,6 +20,7 @@ pub mod communicator;
 #[forbid(unsafe_code)]
 pub mod compile;
 pub mod fused;
+pub mod gathered;
 pub mod host_path;
 #[forbid(unsafe_code)]
 mod kernels;

@@ -1,0 +1,220 @@
+//! The standalone communicator's byte-exact paths (docs/standalone.md):
+//! all-reduces of the types and ops the collective kernels do not sum, and
+//! all-gathers and broadcasts of bytes that must arrive exactly (integers,
+//! f64, fp8), through the expanded form and the reduction of gathered blocks
+//! (`tpcomm::cuda::gathered`).
+
+use crate::served::{live, run, Alone, Live};
+use crate::standalone;
+use crate::types::*;
+use std::ffi::c_void;
+use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
+use tpcomm::DType;
+
+/// `ncclAllReduce` of a type or op the collective kernels do not sum
+/// (integers, f64; prod, max, min, avg; f32/f16/bf16 with ops other than
+/// sum), in pieces: each rank's piece is expanded into the staging buffer
+/// (every byte a 16-bit word, so no value looks like the kernels' arrival
+/// sentinel: gathered.rs), all-gathered into the staging buffer ahead of it,
+/// and reduced in rank order by the gathered-block kernel into `recv` (the
+/// same bits on every rank). The torch barrier's one-element all-reduce
+/// takes this path.
+pub(crate) fn all_reduce_gathered(
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclAllReduce";
+    let (Some(elem), Some(gop)) = (
+        gathered::Elem::from_nccl(datatype),
+        gathered::Op::from_nccl(op),
+    ) else {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
+        );
+    };
+    let l = match live(a, CALL) {
+        Ok(l) => l,
+        Err(done) => return done,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    let z = elem.size();
+    if !(recv as usize).is_multiple_of(z) {
+        return standalone::unservable(
+            CALL,
+            "the receive buffer is not aligned to its element type",
+        );
+    }
+    let Some(block) = expanded_block(l, a.world) else {
+        return standalone::unservable(
+            CALL,
+            &format!(
+                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
+                l.staging.bytes(),
+                a.world
+            ),
+        );
+    };
+    // Elements per piece: their expanded bytes fill at most one block.
+    let per = (block / 2) / z;
+    let st = stream as CUstream;
+    run(CALL, a, || {
+        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
+        let mut done = 0;
+        while done < count {
+            let n = per.min(count - done);
+            let off = (done * z) as u64;
+            // SAFETY: ncclAllReduce's contract: device buffers of this GPU
+            // of `count` elements, valid until the stream runs the call, on
+            // a stream of this GPU; the piece lies inside them. The staging
+            // regions (world gathered blocks, then this rank's expanded
+            // piece) are disjoint and inside the staging buffer
+            // (expanded_block sized them); all on the stream, in order.
+            unsafe {
+                l.gathered
+                    .expand(send as u64 + off, 0, mine, 0, n * z, 1, st)?;
+                l.gpu.collective(
+                    Collective::AllGather,
+                    mine,
+                    base,
+                    block / 2,
+                    DType::F16,
+                    st,
+                    Launch::Ordinary,
+                )?;
+                l.gathered.reduce(
+                    base,
+                    block as u64,
+                    a.world,
+                    recv as u64 + off,
+                    n,
+                    elem,
+                    gop,
+                    st,
+                )?;
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// Bytes of one rank's expanded block in the staging buffer when it holds
+/// `world` gathered blocks and this rank's own: a multiple of 16 that the
+/// transport's all-gather takes; None when not even 16 bytes fit.
+pub(crate) fn expanded_block(l: &Live, world: usize) -> Option<usize> {
+    let mut block = (l.staging.bytes() / (world + 1)) / 16 * 16;
+    while block >= 16
+        && !l
+            .gpu
+            .collective_fits(Collective::AllGather, block / 2, DType::F16)
+    {
+        block = (block / 2) / 16 * 16;
+    }
+    (block >= 16).then_some(block)
+}
+
+/// Whether `datatype`'s values may travel through the collective kernels as
+/// `dt` words unchanged: an all-ones word becomes a NaN with its sign bit
+/// cleared there, which leaves f32, f16 and bf16 values NaN (and every other
+/// value as it is) but would change integers, f64 and fp8 bytes.
+pub(crate) fn floats_travel_as(datatype: NcclDataType, dt: DType) -> bool {
+    match datatype {
+        7 => dt == DType::F32,
+        6 | 9 => true,
+        _ => false,
+    }
+}
+
+/// All-gather (`root` None) or broadcast of bytes that must arrive exactly
+/// (integers, f64, fp8, unaligned blocks): in pieces, each rank's (or the
+/// root's) piece expanded into the staging buffer, moved as 16-bit words,
+/// and compacted into `recv`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exact_bytes(
+    call: &str,
+    a: &Alone,
+    l: &Live,
+    send: *const c_void,
+    recv: *mut c_void,
+    nbytes: usize,
+    root: Option<usize>,
+    stream: CudaStream,
+) -> NcclResult {
+    let Some(block) = expanded_block(l, a.world) else {
+        return standalone::unservable(
+            call,
+            &format!(
+                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
+                l.staging.bytes(),
+                a.world
+            ),
+        );
+    };
+    let per = block / 2;
+    let st = stream as CUstream;
+    run(call, a, || {
+        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
+        let mut done = 0;
+        while done < nbytes {
+            let m = per.min(nbytes - done);
+            let off = done as u64;
+            // SAFETY: the call's contract: device buffers of this GPU
+            // (sendbuff of one block, read on the root only for a broadcast;
+            // recvbuff of world blocks for an all-gather, one for a
+            // broadcast), valid until the stream runs the call; the pieces
+            // lie inside them; the staging regions are disjoint and inside
+            // the staging buffer (expanded_block sized them); in order.
+            unsafe {
+                match root {
+                    None => {
+                        l.gathered.expand(send as u64 + off, 0, mine, 0, m, 1, st)?;
+                        l.gpu.collective(
+                            Collective::AllGather,
+                            mine,
+                            base,
+                            block / 2,
+                            DType::F16,
+                            st,
+                            Launch::Ordinary,
+                        )?;
+                        l.gathered.compact(
+                            base,
+                            block as u64,
+                            recv as u64 + off,
+                            nbytes as u64,
+                            m,
+                            a.world,
+                            st,
+                        )?;
+                    }
+                    Some(r) => {
+                        if r == a.rank {
+                            l.gathered.expand(send as u64 + off, 0, mine, 0, m, 1, st)?;
+                        }
+                        l.gpu.collective(
+                            Collective::Broadcast { root: r },
+                            mine,
+                            base,
+                            block / 2,
+                            DType::F16,
+                            st,
+                            Launch::Ordinary,
+                        )?;
+                        l.gathered
+                            .compact(base, 0, recv as u64 + off, 0, m, 1, st)?;
+                    }
+                }
+            }
+            done += m;
+        }
+        Ok(())
+    })
+}
