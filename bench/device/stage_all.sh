@@ -5,9 +5,10 @@
 #   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
 #   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_collectives
-#   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant
+#   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant gpu_mismatch
 #   nccl_gpu               test executables of crates/tpcomm
-#   gpu_forward            test executable of crates/tpcomm-cli
+#   gpu_forward gpu_supervision  test executables of crates/tpcomm-cli (gpu_supervision
+#                          runs the `tpcomm` staged beside it)
 #   nccl_lib               the drop-in's unit tests (crates/tpcomm-nccl --lib; its
 #                          standalone test is an ignored GPU test)
 #   gpu_forward.tpcomm-path  where gpu_forward looks for `tpcomm` (the path is
@@ -29,8 +30,8 @@ case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback gpu_p2p_check)
-TESTS_CLI=(gpu_forward)
+TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback gpu_p2p_check gpu_mismatch)
+TESTS_CLI=(gpu_forward gpu_supervision)
 
 anchor=""
 for a in ../shared/anchors/torch_allreduce.py /work/wt/shared/anchors/torch_allreduce.py; do

@@ -29,12 +29,17 @@
 #   q  the quantized wire's GPU tests (gpu_quant) at WORLDS
 #   h  `tpcomm bench --device gpu --launch threads --ranks 4` (threads sharing
 #      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
+#   m  issue 15's two missing suites at WORLDS: mismatched calls (gpu_mismatch,
+#      ranks as threads; some cases are expected to fail: silently wrong
+#      sums, see the test file), then a rank killed or stopped during
+#      set-up, calls and end of `tpcomm bench --device gpu --launch
+#      processes` under MPS (gpu_supervision, which runs $D/tpcomm)
 # QUICK=1 passes --quick to collectives_check.py (step s).
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e,q,h}
+STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e,q,h,m}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -140,6 +145,14 @@ if on h; then
   if fits 30 bench-threads-4; then
     run bench-threads-4 90 "$T" bench --device gpu --launch threads --ranks 4 --min-bytes 1KiB \
       --max-bytes 1MiB --reps 5 --json "$O/bench-threads-4.json"
+  fi
+fi
+if on m; then
+  t mismatch "$WORLDS" 200 60 gpu_mismatch
+  if fits 90 supervision; then
+    mps_on
+    t supervision "$WORLDS" 300 90 gpu_supervision
+    mps_off
   fi
 fi
 pack

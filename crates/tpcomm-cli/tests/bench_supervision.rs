@@ -10,6 +10,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod procs;
+use procs::{children, shm_of, signal, stat_fields, wait_bounded, wait_until};
+
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A CPU bench of 2 ranks meeting at `rv`, each wait bounded by `timeout`.
@@ -36,12 +39,6 @@ fn bench(rv: &Path, iters: &str, max: &str, timeout: &str) -> Child {
         .unwrap()
 }
 
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = s.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(String::from).collect())
-}
-
 /// The rank a process of `tpcomm bench` runs as (from its TPCOMM_BENCH_WORKER).
 fn rank_of(pid: u32) -> Option<usize> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -63,71 +60,6 @@ fn ranks_of(parent: u32) -> Vec<(usize, u32)> {
         .collect();
     out.sort();
     out
-}
-
-fn signal(pid: u32, sig: &str) {
-    let n = match sig {
-        "-STOP" => libc::SIGSTOP,
-        "-KILL" => libc::SIGKILL,
-        other => panic!("signal {other}"),
-    };
-    // SAFETY: kill(2) on a pid this test's parent process started.
-    let r = unsafe { libc::kill(pid as libc::pid_t, n) };
-    assert_eq!(
-        r,
-        0,
-        "kill {sig} {pid}: {}",
-        std::io::Error::last_os_error()
-    );
-}
-
-/// The child pids of `parent`, oldest first (from /proc/<pid>/task/<pid>/children).
-fn children(parent: u32) -> Vec<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-        .unwrap_or_default();
-    let mut v: Vec<u32> = s
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    v.sort();
-    v
-}
-
-fn shm_of(pid: u32) -> Vec<String> {
-    let tag = format!("-p{pid}-");
-    std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("tpcomm-u") && n.contains(&tag))
-        .collect()
-}
-
-/// Waits for `c` at most `limit` (then kills it and fails the test).
-fn wait_bounded(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return s;
-        }
-        if t0.elapsed() > limit {
-            let _ = c.kill();
-            let _ = c.wait();
-            panic!("pid {} still ran after {limit:?}", c.id());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    false
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
