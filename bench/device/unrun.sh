@@ -17,6 +17,11 @@
 #      and `tpcomm bench forward --ranks 2 --layers 8`
 #   s  bench/torch/collectives_check.py at WORLDS, every rank on GPU 0 under
 #      MPS, the drop-in in standalone mode (torch.distributed + NCCL API)
+#   l  bench/torch/hf_tp_check.py: a transformers tensor-parallel Llama (random
+#      weights, no download) at TP 1 and at every world of WORLDS, float32 and
+#      bfloat16, every rank on GPU 0 under MPS, the drop-in in standalone mode,
+#      checked against TP 1; then once at TP 2 without the drop-in (plain NCCL:
+#      expected to refuse the shared GPU, "Duplicate GPU detected")
 #   w  the wheel's GPU test (bench/python/run_gpu.sh; needs .whl/ carried)
 #   a  the 10,000-replay tests at every world size in WORLDS_ALL
 #   p  the P2P suite without stress at every world size in WORLDS_ALL
@@ -39,7 +44,7 @@
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,w,a,p,k,x,e,q,h,m}
+STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,m}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -113,6 +118,29 @@ if on s; then
       --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140 ${QUICK:+--quick}
   done
   mps_off
+fi
+# TPCOMM_MAX_BYTES for step m: standalone mode serves all-reduces of any size in
+# pieces but refuses all-gather blocks above it. The model's largest messages are
+# the forward's lm_head all-gather (batch x seq x vocab / TP: 256 KiB a rank in
+# float32 at TP 2) and its 64 KiB all-reduces, so the default 16 MiB would do; 64MiB
+# is the setting step s runs the collectives with (one configuration for both) and
+# leaves room for a larger --batch/--seq/--vocab.
+if on l; then
+  mps_on
+  if fits 150 hf-tp; then
+    TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run hf-tp 420 python3 bench/torch/hf_tp_check.py \
+      --lib "$(realpath "$D/libtpcomm_nccl.so")" --tp ${WORLDS//,/ } --dtype float32 bfloat16 \
+      --out "$O/hf-tp.json" --timeout 400
+  fi
+  if fits 60 hf-tp-plain; then
+    run hf-tp-plain 150 python3 bench/torch/hf_tp_check.py --tp 2 --out "$O/hf-tp-plain.json" \
+      --timeout 140
+  fi
+  mps_off
+  # The per-rank logs, as one file (a device call returns few files).
+  for n in hf-tp hf-tp-plain; do
+    [ -d "$O/$n-logs" ] && tar czf "$O/$n-logs.tgz" -C "$O" "$n-logs" && rm -rf "${O:?}/$n-logs"
+  done
 fi
 if on w; then
   if fits 60 wheel; then
