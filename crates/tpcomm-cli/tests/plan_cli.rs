@@ -278,6 +278,21 @@ fn huge_numbers_are_errors() {
         assert_ne!(code, 0, "{flag}: {out}");
         assert!(err.contains("64-bit"), "{flag}: {err}");
     }
+    // Zero would leave buffers or activations out of the plan without a word.
+    for flag in ["--max-batch-tokens", "--logit-rows", "--nccl-channels"] {
+        let (code, out, err) = tpcomm(&[
+            "plan",
+            "memory",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h200-sxm",
+            flag,
+            "0",
+        ]);
+        assert_ne!(code, 0, "{flag} 0: {out}");
+        assert!(err.contains(flag), "{flag} 0: {err}");
+    }
 }
 
 /// GPU memory comes from the catalog's nvidia-smi MiB, or from a probe file.

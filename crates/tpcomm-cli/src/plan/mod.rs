@@ -151,8 +151,8 @@ pub struct MemoryArgs {
     /// tpcomm's maximum message size (its buffers scale with it).
     #[arg(long, default_value = "8 MiB")]
     max_message: ByteSize,
-    /// NCCL channels for the NCCL estimate.
-    #[arg(long, default_value_t = 16)]
+    /// NCCL channels for the NCCL estimate (1 to 64).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=64))]
     nccl_channels: u64,
     /// Communication buffer bytes you measured (e.g. the communicator's
     /// memory report); replaces --comm.
@@ -164,11 +164,11 @@ pub struct MemoryArgs {
     /// Memory kept by captured CUDA graphs (an estimate).
     #[arg(long, default_value = "512 MiB")]
     graph_reserve: ByteSize,
-    /// Most tokens in one forward (prefill chunk), for activations.
-    #[arg(long, default_value_t = 8192)]
+    /// Most tokens in one forward (prefill chunk), for activations (at least 1).
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
-    /// Rows of logits alive at once (sequences sampled per step).
-    #[arg(long, default_value_t = 256)]
+    /// Rows of logits alive at once (sequences sampled per step; at least 1).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     logit_rows: u64,
 }
 
