@@ -4,7 +4,7 @@
 //! f64, fp8), through the expanded form and the reduction of gathered blocks
 //! (`tpcomm::cuda::gathered`).
 
-use crate::served::{live, run, Alone, Live};
+use crate::alone::{live, run, Alone, Live};
 use crate::standalone;
 use crate::types::*;
 use std::ffi::c_void;

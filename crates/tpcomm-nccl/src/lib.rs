@@ -19,6 +19,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod allreduce;
+mod alone;
 mod collectives;
 #[forbid(unsafe_code)]
 mod cuda;

@@ -8,6 +8,7 @@
 //! export that takes a communicator asks [`lookup`] first; with no
 //! standalone communicator alive that is one atomic load.
 
+use crate::alone::{live, run, Alone, Live};
 use crate::exact;
 use crate::settings::{self, info, warn};
 use crate::standalone::{self, Secret, INVALID_USAGE};
@@ -31,37 +32,6 @@ pub const INVALID_ARGUMENT: NcclResult = 4;
 pub const REMOTE_ERROR: NcclResult = 6;
 /// `ncclUnhandledCudaError`.
 pub const CUDA_ERROR: NcclResult = 1;
-
-/// The GPU side of a standalone communicator.
-pub struct Live {
-    /// The kernels on the transport the ranks' P2P verdict gave.
-    pub gpu: GpuComm,
-    /// Where all-reduces of unaligned buffers are summed, and where the
-    /// other all-reduces gather their blocks (TPCOMM_MAX_BYTES).
-    pub staging: Staging,
-    /// The reduction of gathered blocks: all-reduces of the types and ops
-    /// the collective kernels do not sum (loaded at creation).
-    pub gathered: Arc<gathered::Kernels>,
-}
-
-/// One rank's standalone communicator.
-pub struct Alone {
-    pub rank: usize,
-    pub world: usize,
-    pub device: usize,
-    /// The id's secret: where ranks meet again (ncclCommSplit).
-    pub secret: Secret,
-    /// How many ncclCommSplit calls this communicator has had (every rank
-    /// makes them in the same order, so the count names each one).
-    pub splits: std::sync::atomic::AtomicU64,
-    /// Always there for a communicator ncclCommInitRank made; `None` only
-    /// in this crate's unit tests, which need a handle without a GPU.
-    pub live: Option<Live>,
-    /// A communicator of one rank instead: every collective is a copy from
-    /// the send to the receive buffer on the caller's stream (this 16-byte
-    /// buffer only lends its context and copy).
-    pub solo: Option<Staging>,
-}
 
 type Table = RwLock<HashMap<usize, Arc<Alone>>>;
 
@@ -319,26 +289,6 @@ fn make(
         }
     }
     made
-}
-
-/// The live GPU side of `a`, or the refusal of `call`.
-pub(crate) fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
-    a.live
-        .as_ref()
-        .ok_or_else(|| standalone::unservable(call, "this communicator has no GPU side"))
-}
-
-/// Runs `f` with the caller's CUDA context put back after; an error is
-/// ncclInternalError with the text for ncclGetLastError.
-pub(crate) fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclResult {
-    let _restore = SavedContext::save();
-    match f() {
-        Ok(()) => SUCCESS,
-        Err(e) => standalone::fail(
-            INTERNAL_ERROR,
-            format!("{call} rank {}/{}: tpcomm failed ({e})", a.rank, a.world),
-        ),
-    }
 }
 
 /// A call on a communicator of one rank: `count` elements of `datatype`
