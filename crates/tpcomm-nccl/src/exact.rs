@@ -8,6 +8,7 @@ use crate::alone::{live, run, Alone, Live};
 use crate::standalone;
 use crate::types::*;
 use std::ffi::c_void;
+use tpcomm::cuda::gathered::Form;
 use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
 use tpcomm::DType;
 
@@ -78,17 +79,7 @@ pub(crate) fn all_reduce_gathered(
             // piece) are disjoint and inside the staging buffer
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
-                l.gathered
-                    .expand(send as u64 + off, 0, mine, 0, n * z, 1, st)?;
-                l.gpu.collective(
-                    Collective::AllGather,
-                    mine,
-                    base,
-                    block / 2,
-                    DType::F16,
-                    st,
-                    Launch::Ordinary,
-                )?;
+                gather_expanded(l, send as u64 + off, n * z, base, mine, block, st)?;
                 l.gathered.reduce(
                     base,
                     block as u64,
@@ -119,6 +110,40 @@ pub(crate) fn expanded_block(l: &Live, world: usize) -> Option<usize> {
         block = (block / 2) / 16 * 16;
     }
     (block >= 16).then_some(block)
+}
+
+/// Expands `bytes` plain bytes at `piece` into this rank's staging block
+/// at `mine` and all-gathers the expanded blocks (`block` bytes each) into
+/// the staging area at `base`.
+///
+/// # Safety
+/// `piece` holds `bytes` bytes of device memory of this GPU valid until the
+/// stream runs the call; `base` and `mine` are the staging buffer's
+/// regions that `expanded_block` sized (world blocks, then one), and
+/// `2 * bytes <= block`.
+unsafe fn gather_expanded(
+    l: &Live,
+    piece: u64,
+    bytes: usize,
+    base: u64,
+    mine: u64,
+    block: usize,
+    st: CUstream,
+) -> tpcomm::Result<()> {
+    // SAFETY: forwarded from the caller; all on `st`, in order.
+    unsafe {
+        l.gathered
+            .convert(Form::Expand, piece, 0, mine, 0, bytes, 1, st)?;
+        l.gpu.collective(
+            Collective::AllGather,
+            mine,
+            base,
+            block / 2,
+            DType::F16,
+            st,
+            Launch::Ordinary,
+        )
+    }
 }
 
 /// Whether `datatype`'s values may travel through the collective kernels as
@@ -175,17 +200,9 @@ pub(crate) fn exact_bytes(
             unsafe {
                 match root {
                     None => {
-                        l.gathered.expand(send as u64 + off, 0, mine, 0, m, 1, st)?;
-                        l.gpu.collective(
-                            Collective::AllGather,
-                            mine,
-                            base,
-                            block / 2,
-                            DType::F16,
-                            st,
-                            Launch::Ordinary,
-                        )?;
-                        l.gathered.compact(
+                        gather_expanded(l, send as u64 + off, m, base, mine, block, st)?;
+                        l.gathered.convert(
+                            Form::Compact,
                             base,
                             block as u64,
                             recv as u64 + off,
@@ -197,7 +214,16 @@ pub(crate) fn exact_bytes(
                     }
                     Some(r) => {
                         if r == a.rank {
-                            l.gathered.expand(send as u64 + off, 0, mine, 0, m, 1, st)?;
+                            l.gathered.convert(
+                                Form::Expand,
+                                send as u64 + off,
+                                0,
+                                mine,
+                                0,
+                                m,
+                                1,
+                                st,
+                            )?;
                         }
                         l.gpu.collective(
                             Collective::Broadcast { root: r },
@@ -208,8 +234,16 @@ pub(crate) fn exact_bytes(
                             st,
                             Launch::Ordinary,
                         )?;
-                        l.gathered
-                            .compact(base, 0, recv as u64 + off, 0, m, 1, st)?;
+                        l.gathered.convert(
+                            Form::Compact,
+                            base,
+                            0,
+                            recv as u64 + off,
+                            0,
+                            m,
+                            1,
+                            st,
+                        )?;
                     }
                 }
             }

@@ -4,8 +4,8 @@
 //! tpcomm's collective kernels send an all-ones 16- or 32-bit word as a NaN
 //! with its sign bit cleared (the all-ones word is their arrival sentinel):
 //! right for floats, wrong for integer bytes. Integer data therefore travels
-//! *expanded*, every byte b as the 16-bit word 0x00bb ([`Kernels::expand`],
-//! then the collective kernels move f16 words, then [`Kernels::compact`]).
+//! *expanded*, every byte b as the 16-bit word 0x00bb ([`Kernels::convert`]
+//! there and back, the collective kernels moving f16 words between).
 //! An all-reduce of a type or op the collective kernels do not sum
 //! (integers, f64; prod, max, min, avg) gathers every rank's expanded block
 //! and reduces the `world` blocks element by element in rank order
@@ -78,6 +78,14 @@ impl Elem {
             Elem::Bf16 => "tpcomm_reduce_gathered_bf16",
         }
     }
+}
+
+/// Which way [`Kernels::convert`] goes between plain bytes and the
+/// expanded form (every byte a 16-bit word 0x00bb).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    Expand,
+    Compact,
 }
 
 /// Ops, numbered as NCCL numbers `ncclRedOp_t` (TPCOMM_GOP_* in the kernel).
@@ -177,16 +185,19 @@ impl Kernels {
         items.div_ceil(THREADS as u64).clamp(1, 4 * self.sms as u64) as u32
     }
 
-    /// Launches the expansion of `blocks` blocks of `nbytes` plain bytes
-    /// (`in_stride` apart) into 16-bit words (`out_stride` apart).
+    /// Launches `form` over `blocks` blocks of `nbytes` plain bytes:
+    /// [`Form::Expand`] writes each byte of a block (`in_stride` apart) as a
+    /// 16-bit word of an expanded block (`out_stride` apart);
+    /// [`Form::Compact`] the reverse.
     ///
     /// # Safety
     /// Device memory of this family's device, valid until `stream` has run
-    /// the kernel; `output` 2-byte aligned, its blocks `2 * nbytes` long and
-    /// not overlapping the input's.
+    /// the kernel; the expanded side 2-byte aligned, its blocks `2 * nbytes`
+    /// long; input and output blocks not overlapping.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn expand(
+    pub unsafe fn convert(
         &self,
+        form: Form,
         input: u64,
         in_stride: u64,
         output: u64,
@@ -195,49 +206,14 @@ impl Kernels {
         blocks: usize,
         stream: CUstream,
     ) -> Result<()> {
+        let f = match form {
+            Form::Expand => self.expand,
+            Form::Compact => self.compact,
+        };
         // SAFETY: forwarded from the caller.
         unsafe {
             self.bytes(
-                self.expand,
-                input,
-                in_stride,
-                output,
-                out_stride,
-                nbytes,
-                blocks,
-                stream,
-            )
-        }
-    }
-
-    /// Launches the compaction of `blocks` expanded blocks (16-bit words,
-    /// `in_stride` apart) into `nbytes` plain bytes each (`out_stride`
-    /// apart).
-    ///
-    /// # Safety
-    /// As [`Kernels::expand`], with input and output swapped.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn compact(
-        &self,
-        input: u64,
-        in_stride: u64,
-        output: u64,
-        out_stride: u64,
-        nbytes: usize,
-        blocks: usize,
-        stream: CUstream,
-    ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.bytes(
-                self.compact,
-                input,
-                in_stride,
-                output,
-                out_stride,
-                nbytes,
-                blocks,
-                stream,
+                f, input, in_stride, output, out_stride, nbytes, blocks, stream,
             )
         }
     }
