@@ -2,10 +2,12 @@
 //! pays for the check (a kernel compile the first time, then tens of
 //! milliseconds) once per driver rather than at every communicator.
 //!
-//! What is remembered is only a pass, keyed by the driver version and the
-//! set of GPU UUIDs of the group (whatever ordinals the processes see): a
-//! failure is checked again every time, and a new driver or another set of
-//! GPUs is a new key. The file is this user's own (`private_file`: 0600,
+//! What is remembered is only a pass, keyed by the boot, the driver version
+//! and the set of GPU UUIDs of the group (whatever ordinals the processes
+//! see): a failure is checked again every time, and a reboot (the only way a
+//! BIOS, IOMMU or PCIe setting changes), a new driver or another set of GPUs
+//! is a new key. Without a boot id (`/proc/sys/kernel/random/boot_id`) no
+//! pass is remembered. The file is this user's own (`private_file`: 0600,
 //! never through a link, refused when another user could have written it)
 //! in the cache directory (`compile::cache_dir`), and its content must be
 //! the key's own description, so a file of another key or a damaged one is
@@ -24,8 +26,16 @@ pub struct Key {
 
 impl Key {
     /// The key of a group whose ranks' GPUs are `uuids` (any order, with
-    /// repeats when ranks share a GPU) under driver `driver` (major, minor).
-    pub fn new(uuids: &[[u8; 16]], driver: (i32, i32)) -> Key {
+    /// repeats when ranks share a GPU) under driver `driver` (major, minor),
+    /// in this boot; None when the boot cannot be told apart.
+    pub fn here(uuids: &[[u8; 16]], driver: (i32, i32)) -> Option<Key> {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let boot = boot.trim();
+        (!boot.is_empty()).then(|| Key::new(uuids, driver, boot))
+    }
+
+    /// The key of `uuids` under `driver` in the boot `boot`.
+    pub fn new(uuids: &[[u8; 16]], driver: (i32, i32), boot: &str) -> Key {
         let mut set: Vec<[u8; 16]> = uuids.to_vec();
         set.sort_unstable();
         set.dedup();
@@ -35,7 +45,7 @@ impl Key {
             .collect();
         Key {
             text: format!(
-                "tpcomm P2P check passed: driver {}.{}, GPUs {}\n",
+                "tpcomm P2P check passed: boot {boot}, driver {}.{}, GPUs {}\n",
                 driver.0,
                 driver.1,
                 gpus.join(" ")
@@ -93,26 +103,34 @@ mod tests {
     fn the_key_is_the_set_of_gpus_and_the_driver() {
         let (a, b) = ([1u8; 16], [2u8; 16]);
         // Order and sharing do not matter; GPUs and driver do.
-        assert_eq!(Key::new(&[a, b], (13, 0)), Key::new(&[b, a, a], (13, 0)));
-        assert_ne!(Key::new(&[a, b], (13, 0)), Key::new(&[a], (13, 0)));
-        assert_ne!(Key::new(&[a, b], (13, 0)), Key::new(&[a, b], (13, 1)));
+        let k = |u: &[[u8; 16]], d, boot| Key::new(u, d, boot);
+        assert_eq!(k(&[a, b], (13, 0), "x"), k(&[b, a, a], (13, 0), "x"));
+        assert_ne!(k(&[a, b], (13, 0), "x"), k(&[a], (13, 0), "x"));
+        assert_ne!(k(&[a, b], (13, 0), "x"), k(&[a, b], (13, 1), "x"));
+        // A reboot is a new key (BIOS, IOMMU and PCIe settings change only
+        // across one).
+        assert_ne!(k(&[a, b], (13, 0), "x"), k(&[a, b], (13, 0), "y"));
         assert_ne!(
-            Key::new(&[a, b], (13, 0)).file_name(),
-            Key::new(&[a, b], (12, 8)).file_name()
+            k(&[a, b], (13, 0), "x").file_name(),
+            k(&[a, b], (12, 8), "x").file_name()
         );
+        if std::path::Path::new("/proc/sys/kernel/random/boot_id").exists() {
+            assert_eq!(Key::here(&[a], (13, 0)), Key::here(&[a], (13, 0)));
+            assert!(Key::here(&[a], (13, 0)).is_some());
+        }
     }
 
     #[test]
     fn only_this_users_exact_description_counts_as_a_pass() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
-        let key = Key::new(&[[7u8; 16]], (13, 0));
+        let key = Key::new(&[[7u8; 16]], (13, 0), "boot");
         let f = d.path().join(key.file_name());
         assert!(!key.matches(&f), "no file: no pass");
         crate::host::private_file::write(&f, key.text.as_bytes()).unwrap();
         assert!(key.matches(&f));
         // Another key's description in this key's file is a miss.
-        let other = Key::new(&[[8u8; 16]], (13, 0));
+        let other = Key::new(&[[8u8; 16]], (13, 0), "boot");
         crate::host::private_file::write(&f, other.text.as_bytes()).unwrap();
         assert!(!key.matches(&f));
         // A file others may write is refused, whatever it holds.

@@ -80,8 +80,8 @@ impl GpuComm {
                 }
                 // A pass of the P2P check remembered for these GPUs and this
                 // driver (p2p_cache.rs) counts only when every rank has it.
-                let key = crate::cuda::p2p_cache::Key::new(&uuids, raw::driver_version()?);
-                let passed_before = ok && key.remembered();
+                let key = crate::cuda::p2p_cache::Key::here(&uuids, raw::driver_version()?);
+                let passed_before = ok && key.as_ref().is_some_and(|k| k.remembered());
                 let all = rendezvous.exchange(
                     "transport-p2p",
                     cfg.rank,
@@ -105,8 +105,8 @@ impl GpuComm {
                             rendezvous,
                             cfg.timeout,
                         )?;
-                        if v.p2p_ok && v.ran {
-                            key.remember();
+                        if let (true, true, Some(k)) = (v.p2p_ok, v.ran, &key) {
+                            k.remember();
                         }
                         if !(v.p2p_ok && v.ran) {
                             if cfg.rank == 0 {
