@@ -97,6 +97,105 @@ pub(crate) fn all_reduce_gathered(
     })
 }
 
+/// `ncclReduceScatter` of a type or op the collective kernels do not sum,
+/// in pieces of `n` elements of every rank's block: each rank expands the
+/// piece of each of its `world` input blocks side by side into its staging
+/// block, the expanded pieces are all-gathered, and the reduction kernel
+/// reduces, in rank order, this rank's block of every sender into `recv`.
+pub(crate) fn reduce_scatter_gathered(
+    a: &Alone,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclReduceScatter";
+    let (Some(elem), Some(gop)) = (
+        gathered::Elem::from_nccl(datatype),
+        gathered::Op::from_nccl(op),
+    ) else {
+        return standalone::unservable(
+            CALL,
+            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
+        );
+    };
+    let l = match live(a, CALL) {
+        Ok(l) => l,
+        Err(done) => return done,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    let z = elem.size();
+    if !(recv as usize).is_multiple_of(z) {
+        return standalone::unservable(
+            CALL,
+            "the receive buffer is not aligned to its element type",
+        );
+    }
+    let world = a.world;
+    let per = expanded_block(l, world).map_or(0, |b| b / (2 * z * world));
+    if per == 0 {
+        return standalone::unservable(
+            CALL,
+            &format!("the staging buffer ({} bytes) holds no piece for {world} ranks; raise TPCOMM_MAX_BYTES", l.staging.bytes()),
+        );
+    }
+    let block = expanded_block(l, world).unwrap_or(0);
+    let st = stream as CUstream;
+    run(CALL, a, || {
+        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (world * block) as u64);
+        let mut done = 0;
+        while done < count {
+            let n = per.min(count - done);
+            let off = (done * z) as u64;
+            let piece = (2 * n * z) as u64;
+            // SAFETY: ncclReduceScatter's contract: sendbuff holds world
+            // blocks of `count` elements and recvbuff one (or this rank's
+            // block of sendbuff), device memory of this GPU valid until the
+            // stream runs the call; the pieces lie inside them (a later
+            // piece reads only elements past what an in-place call has
+            // written). The expanded pieces (world x `piece` bytes) fit
+            // this rank's staging block (per was sized from it); in order.
+            unsafe {
+                l.gathered.convert(
+                    Form::Expand,
+                    send as u64 + off,
+                    (count * z) as u64,
+                    mine,
+                    piece,
+                    n * z,
+                    world,
+                    st,
+                )?;
+                l.gpu.collective(
+                    Collective::AllGather,
+                    mine,
+                    base,
+                    block / 2,
+                    DType::F16,
+                    st,
+                    Launch::Ordinary,
+                )?;
+                l.gathered.reduce(
+                    base + a.rank as u64 * piece,
+                    block as u64,
+                    world,
+                    recv as u64 + off,
+                    n,
+                    elem,
+                    gop,
+                    st,
+                )?;
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
 /// Bytes of one rank's expanded block in the staging buffer when it holds
 /// `world` gathered blocks and this rank's own: a multiple of 16 that the
 /// transport's all-gather takes; None when not even 16 bytes fit.

@@ -533,6 +533,11 @@ pub fn reduce_scatter(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
+    // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
+    // and op gathers the blocks and reduces this rank's (exact.rs).
+    if a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM) {
+        return exact::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
+    }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
         Err(done) => return done,
@@ -949,9 +954,22 @@ pub(crate) mod tests {
             let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
             assert_eq!(r, 5);
             assert!(text().contains("ncclRedOp 5"), "{}", text());
+            // f32 prod goes to the gathered path (no GPU side here); a
+            // pre-multiplied sum (op 5) to none.
             let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
             assert_eq!(r, 5);
-            assert!(text().contains("ncclReduceScatter") && text().contains("ncclRedOp 1"));
+            assert!(
+                text().contains("ncclReduceScatter") && text().contains("no GPU side"),
+                "{}",
+                text()
+            );
+            let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
+            assert_eq!(r, 5);
+            assert!(
+                text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5"),
+                "{}",
+                text()
+            );
             let mut v: c_int = -1;
             assert_eq!(crate::intercepted::ncclCommCount(h, &mut v), SUCCESS);
             assert_eq!(v, 3);
@@ -1148,6 +1166,30 @@ pub(crate) mod tests {
                     fetch(&b, n * elem.size()),
                     want,
                     "rank {rank}: all-reduce {elem:?} {op:?}"
+                );
+            }
+            // Reduce-scatter of the same kinds: this rank's block of every
+            // rank's input, reduced in rank order.
+            for (elem, op, n) in [(Elem::I64, Op::Max, 33usize), (Elem::U8, Op::Sum, 70)] {
+                put(&mut a, &block_of(rank, elem, n * world));
+                let t = Elem::ALL.iter().position(|&e| e == elem).unwrap() as c_int;
+                // SAFETY: (test) as above.
+                let r = unsafe {
+                    crate::collectives::ncclReduceScatter(p(pa), p(pb), n, t, op as c_int, comm, st)
+                };
+                assert_eq!(r, SUCCESS, "{elem:?} {op:?}: {}", standalone::last_error());
+                let z = elem.size();
+                let blocks: Vec<Vec<u8>> = (0..world)
+                    .map(|r| {
+                        block_of(r, elem, n * world)[rank * n * z..(rank + 1) * n * z].to_vec()
+                    })
+                    .collect();
+                let refs: Vec<&[u8]> = blocks.iter().map(|v| &v[..]).collect();
+                let want: Vec<u8> = (0..n).flat_map(|i| reference(elem, op, &refs, i)).collect();
+                assert_eq!(
+                    fetch(&b, n * z),
+                    want,
+                    "rank {rank}: reduce-scatter {elem:?} {op:?}"
                 );
             }
             // All-gather of i32 -1s and broadcast of i64 -1s: byte-exact.
