@@ -29,16 +29,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$O/gpus.
 LIB=$(realpath "$D/libtpcomm_nccl.so")
 PY=${PY:-python3}
 
-mps_on() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog
-  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$O/log.txt"
-}
-mps_off() {
-  echo quit | nvidia-cuda-mps-control
-  sleep 1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
 
 if on g; then
   run gpu_collectives 300 "$D/gpu_collectives" --ignored --test-threads=1 --nocapture

@@ -29,16 +29,6 @@ suite() { # suite NAME LIMIT [test args...]
   local n=$1 l=$2; shift 2
   run "$n" "$l" "$D/$n" --ignored --test-threads=1 --nocapture "$@"
 }
-mps_on() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog
-  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$O/log.txt"
-}
-mps_off() {
-  echo quit | nvidia-cuda-mps-control
-  sleep 1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
 
 if on t; then
   suite gpu_allreduce 170 --skip stress

@@ -88,16 +88,6 @@ fi
 if on n; then
   t served 2 90 20 nccl_lib standalone_ranks_sharing
 fi
-mps_on() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog
-  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$O/log.txt"
-}
-mps_off() {
-  echo quit | nvidia-cuda-mps-control
-  sleep 1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
 if on b; then
   mps_on
   if fits 30 bench-procs; then

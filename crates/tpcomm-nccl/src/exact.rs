@@ -30,41 +30,22 @@ pub(crate) fn all_reduce_gathered(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
-    let (Some(elem), Some(gop)) = (
-        gathered::Elem::from_nccl(datatype),
-        gathered::Op::from_nccl(op),
-    ) else {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
-        );
-    };
-    let l = match live(a, CALL) {
-        Ok(l) => l,
-        Err(done) => return done,
-    };
-    if count == 0 {
-        return SUCCESS;
-    }
-    let z = elem.size();
-    if !(recv as usize).is_multiple_of(z) {
-        return standalone::unservable(
-            CALL,
-            "the receive buffer is not aligned to its element type",
-        );
-    }
-    let Some(block) = expanded_block(l, a.world) else {
-        return standalone::unservable(
-            CALL,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging.bytes(),
-                a.world
-            ),
-        );
-    };
     // Elements per piece: their expanded bytes fill at most one block.
-    let per = (block / 2) / z;
+    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
+        (block / 2) / z
+    }) {
+        Ok(Some(p)) => p,
+        Ok(None) => return SUCCESS,
+        Err(refused) => return refused,
+    };
+    let Prepared {
+        elem,
+        gop,
+        l,
+        block,
+        per,
+    } = p;
+    let z = elem.size();
     let st = stream as CUstream;
     run(CALL, a, || {
         let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
@@ -112,38 +93,22 @@ pub(crate) fn reduce_scatter_gathered(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
-    let (Some(elem), Some(gop)) = (
-        gathered::Elem::from_nccl(datatype),
-        gathered::Op::from_nccl(op),
-    ) else {
-        return standalone::unservable(
-            CALL,
-            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
-        );
-    };
-    let l = match live(a, CALL) {
-        Ok(l) => l,
-        Err(done) => return done,
-    };
-    if count == 0 {
-        return SUCCESS;
-    }
-    let z = elem.size();
-    if !(recv as usize).is_multiple_of(z) {
-        return standalone::unservable(
-            CALL,
-            "the receive buffer is not aligned to its element type",
-        );
-    }
     let world = a.world;
-    let per = expanded_block(l, world).map_or(0, |b| b / (2 * z * world));
-    if per == 0 {
-        return standalone::unservable(
-            CALL,
-            &format!("the staging buffer ({} bytes) holds no piece for {world} ranks; raise TPCOMM_MAX_BYTES", l.staging.bytes()),
-        );
-    }
-    let block = expanded_block(l, world).unwrap_or(0);
+    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
+        block / (2 * z * world)
+    }) {
+        Ok(Some(p)) => p,
+        Ok(None) => return SUCCESS,
+        Err(refused) => return refused,
+    };
+    let Prepared {
+        elem,
+        gop,
+        l,
+        block,
+        per,
+    } = p;
+    let z = elem.size();
     let st = stream as CUstream;
     run(CALL, a, || {
         let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (world * block) as u64);
@@ -194,6 +159,79 @@ pub(crate) fn reduce_scatter_gathered(
         }
         Ok(())
     })
+}
+
+/// What a gathered all-reduce or reduce-scatter runs with.
+struct Prepared<'a> {
+    elem: gathered::Elem,
+    gop: gathered::Op,
+    l: &'a Live,
+    /// Bytes of one rank's expanded block in the staging buffer.
+    block: usize,
+    /// Elements per piece (`per_block(block, element size)`), at least 1.
+    per: usize,
+}
+
+/// The checks both gathered reductions make first: a type and op the
+/// reduction kernel has, a GPU side, a receive buffer aligned to the type,
+/// and a staging buffer that holds a piece. `Ok(None)`: nothing to do (no
+/// elements); `Err`: the call's refusal.
+#[allow(clippy::too_many_arguments)]
+fn prepare<'a>(
+    call: &str,
+    a: &'a Alone,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    per_block: impl Fn(usize, usize) -> usize,
+) -> Result<Option<Prepared<'a>>, NcclResult> {
+    let (Some(elem), Some(gop)) = (
+        gathered::Elem::from_nccl(datatype),
+        gathered::Op::from_nccl(op),
+    ) else {
+        return Err(standalone::unservable(
+            call,
+            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
+        ));
+    };
+    let l = live(a, call)?;
+    if count == 0 {
+        return Ok(None);
+    }
+    let z = elem.size();
+    if !(recv as usize).is_multiple_of(z) {
+        return Err(standalone::unservable(
+            call,
+            "the receive buffer is not aligned to its element type",
+        ));
+    }
+    let block = expanded_block(l, a.world).unwrap_or(0);
+    let per = if block == 0 { 0 } else { per_block(block, z) };
+    if per == 0 {
+        return Err(standalone::unservable(
+            call,
+            &format!(
+                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
+                l.staging.bytes(),
+                a.world
+            ),
+        ));
+    }
+    Ok(Some(Prepared {
+        elem,
+        gop,
+        l,
+        block,
+        per,
+    }))
+}
+
+/// Whether a standalone all-reduce or reduce-scatter of `datatype` and `op`
+/// goes to the gathered path: everything but the sums of f32, f16 and bf16
+/// the collective kernels take (and a one-rank communicator, which copies).
+pub(crate) fn takes(a: &Alone, datatype: NcclDataType, op: NcclRedOp) -> bool {
+    a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM)
 }
 
 /// Bytes of one rank's expanded block in the staging buffer when it holds

@@ -424,7 +424,7 @@ pub fn all_reduce(
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
     // type and op gathers the blocks and reduces them (all_reduce_gathered).
-    if a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM) {
+    if exact::takes(a, datatype, op) {
         return exact::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
@@ -535,7 +535,7 @@ pub fn reduce_scatter(
     const CALL: &str = "ncclReduceScatter";
     // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
     // and op gathers the blocks and reduces this rank's (exact.rs).
-    if a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM) {
+    if exact::takes(a, datatype, op) {
         return exact::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {

@@ -116,7 +116,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// FNV-1a: stable across Rust versions, unlike std's hasher, so cache keys
 /// survive a rebuild.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for p in parts {
         for b in p.iter() {

@@ -15,7 +15,7 @@
 //! ranks agree on that at creation (host_path/select.rs). Deleting the file
 //! makes the next creation check again.
 
-use super::compile::{cache_dir, ensure_private_dir};
+use super::compile::{cache_dir, ensure_private_dir, fnv1a};
 use std::path::PathBuf;
 
 /// What identifies a group's P2P paths: the driver and the GPUs.
@@ -53,14 +53,9 @@ impl Key {
         }
     }
 
-    /// The file name: a stable hash of the description.
+    /// The file name: a stable hash of the description (the cubin cache's).
     fn file_name(&self) -> String {
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in self.text.bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-        format!("p2p-pass-{h:016x}")
+        format!("p2p-pass-{:016x}", fnv1a(&[self.text.as_bytes()]))
     }
 
     fn path(&self) -> Option<PathBuf> {
