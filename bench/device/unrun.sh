@@ -4,7 +4,7 @@
 # longer fits in BUDGET seconds. Ranks share GPU 0 (one GPU is enough).
 # Staged binaries come from bench/device/stage_all.sh (D, default .dev/all);
 # outputs go to O (default $OUT), packed into O/outputs.tgz.
-# Steps (STEPS, comma list; default all, in this order):
+# Steps (STEPS, comma list, run in the order given; default all, in this order):
 #   g  the three 10,000-replay tests at world 2 (the graph-replay hang of
 #      issue 15; a timeout prints the slot it waited on, both ranks' call
 #      times and the slot read atomically), first with the binary
@@ -34,17 +34,17 @@
 #   q  the quantized wire's GPU tests (gpu_quant) at WORLDS
 #   h  `tpcomm bench --device gpu --launch threads --ranks 4` (threads sharing
 #      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
+#   u  gpu_fused and gpu_plan_layout at WORLDS
 #   m  issue 15's two missing suites at WORLDS: mismatched calls (gpu_mismatch,
-#      ranks as threads; some cases are expected to fail: silently wrong
-#      sums, see the test file), then a rank killed or stopped during
-#      set-up, calls and end of `tpcomm bench --device gpu --launch
-#      processes` under MPS (gpu_supervision, which runs $D/tpcomm)
+#      ranks as threads, both transports), then a rank killed or stopped
+#      during set-up, calls and end of `tpcomm bench --device gpu --launch
+#      processes` without MPS (gpu_supervision, which runs $D/tpcomm)
 # QUICK=1 passes --quick to collectives_check.py (step s).
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,m}
+STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,u,m}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -72,23 +72,23 @@ t() {
   TPCOMM_TEST_WORLDS=$w run "$n" "$l" "$D/$b" --ignored --test-threads=1 --nocapture "$@"
 }
 
-if on g; then
+step_g() {
   [ -x "$D/gpu_allreduce_pageable" ] && t graph-2-pageable 2 150 40 gpu_allreduce_pageable 10000_times
   t graph-2 2 150 40 gpu_allreduce 10000_times
-fi
-if on c; then
+}
+step_c() {
   t collectives "$WORLDS" 150 40 gpu_collectives
   t coll-fallback "$WORLDS" 90 20 gpu_coll_fallback
   t p2p-check "$WORLDS" 60 10 gpu_p2p_check
-fi
-if on f; then
+}
+step_f() {
   t fallback "$WORLDS" 90 20 gpu_fallback
   t host-suite "$WORLDS" 150 40 gpu_host_allreduce --skip stress
-fi
-if on n; then
+}
+step_n() {
   t served 2 90 20 nccl_lib standalone_ranks_sharing
-fi
-if on b; then
+}
+step_b() {
   mps_on
   if fits 30 bench-procs; then
     run bench-procs-mps 90 "$T" bench --device gpu --ranks 2 --min-bytes 1KiB --max-bytes 4MiB \
@@ -98,8 +98,8 @@ if on b; then
     run forward-mps-2 120 "$T" bench forward --ranks 2 --layers 8 --reps 5
   fi
   mps_off
-fi
-if on s; then
+}
+step_s() {
   mps_on
   for w in ${WORLDS//,/ }; do
     fits 40 "torch-shared-$w" || continue
@@ -108,14 +108,14 @@ if on s; then
       --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140 ${QUICK:+--quick}
   done
   mps_off
-fi
+}
 # TPCOMM_MAX_BYTES for step m: standalone mode serves all-reduces of any size in
 # pieces but refuses all-gather blocks above it. The model's largest messages are
 # the forward's lm_head all-gather (batch x seq x vocab / TP: 256 KiB a rank in
 # float32 at TP 2) and its 64 KiB all-reduces, so the default 16 MiB would do; 64MiB
 # is the setting step s runs the collectives with (one configuration for both) and
 # leaves room for a larger --batch/--seq/--vocab.
-if on l; then
+step_l() {
   mps_on
   if fits 150 hf-tp; then
     TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run hf-tp 420 python3 bench/torch/hf_tp_check.py \
@@ -131,46 +131,58 @@ if on l; then
   for n in hf-tp hf-tp-plain; do
     [ -d "$O/$n-logs" ] && tar czf "$O/$n-logs.tgz" -C "$O" "$n-logs" && rm -rf "${O:?}/$n-logs"
   done
-fi
-if on w; then
+}
+step_w() {
   if fits 60 wheel; then
     OUT=$O/wheel run wheel 200 bash bench/python/run_gpu.sh --worlds 2 4 --replays 1000 --timeout-s 180
   fi
-fi
-if on a; then
+}
+step_a() {
   t graph-all "$WORLDS_ALL" 200 60 gpu_allreduce 10000_times
-fi
-if on p; then
+}
+step_p() {
   t p2p-suite "$WORLDS_ALL" 200 60 gpu_allreduce --skip stress --skip 10000_times
-fi
-if on k; then
+}
+step_k() {
   CUDA_DEVICE_MAX_CONNECTIONS=32 t graph-all-conn32 "$WORLDS_ALL" 200 60 gpu_allreduce 10000_times
   CUDA_DEVICE_MAX_CONNECTIONS=1 t graph-2-conn1 2 60 30 gpu_allreduce same_two_calls
-fi
-if on x; then
+}
+step_x() {
   CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-p2p 2,8 150 60 gpu_allreduce stress
   CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-host 2,8 150 60 gpu_host_allreduce stress
-fi
-if on e; then
+}
+step_e() {
   if fits 60 plan-efficiency; then
     OUT=$O/plan run plan-efficiency 150 bash bench/plan/h200_efficiency.sh
   fi
-fi
-if on q; then
+}
+step_q() {
   t quant "$WORLDS" 120 40 gpu_quant
-fi
-if on h; then
+}
+step_h() {
   if fits 30 bench-threads-4; then
     run bench-threads-4 90 "$T" bench --device gpu --launch threads --ranks 4 --min-bytes 1KiB \
       --max-bytes 1MiB --reps 5 --json "$O/bench-threads-4.json"
   fi
-fi
-if on m; then
-  t mismatch "$WORLDS" 200 60 gpu_mismatch
-  if fits 90 supervision; then
-    mps_on
-    t supervision "$WORLDS" 300 90 gpu_supervision
-    mps_off
+}
+step_u() {
+  t fused "$WORLDS" 120 30 gpu_fused
+  t plan-layout "$WORLDS" 60 10 gpu_plan_layout
+}
+step_m() {
+  t mismatch "$WORLDS" 240 60 gpu_mismatch
+  # Without MPS: the test does not need the ranks to run at once, and under
+  # MPS a killed or stopped client left the server refusing the next
+  # clients (cuDevicePrimaryCtxRetain: out of memory / unknown error,
+  # session 8, call 1).
+  t supervision "$WORLDS" 300 90 gpu_supervision
+}
+# The steps run in the order STEPS names them.
+for s in ${STEPS//,/ }; do
+  if declare -F "step_$s" > /dev/null; then
+    "step_$s"
+  else
+    echo "-- unknown step $s" | tee -a "$O/log.txt"
   fi
-fi
+done
 pack

@@ -1009,6 +1009,13 @@ pub(crate) mod tests {
     #[ignore = "needs a GPU: cargo test --release -p tpcomm-nccl --lib standalone_ranks_sharing -- --ignored"]
     fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         use tpcomm::cuda::cudarc::driver::DevicePtr;
+        // Ranks are threads of this process sharing GPU 0: their streams
+        // need hardware queues of their own (docs/shared-gpu.md), and every
+        // copy below goes through pinned memory (a pageable copy can hold a
+        // rank's thread while a peer's kernel waits for that rank's call).
+        if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+            std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+        }
         for world in [1usize, 2, 4] {
             let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
             std::thread::scope(|s| {
@@ -1016,6 +1023,7 @@ pub(crate) mod tests {
                     s.spawn(move || one_rank(rank, world, secret));
                 }
             });
+            eprintln!("standalone test: {world} rank(s) on GPU 0 passed");
         }
 
         fn one_rank(rank: usize, world: usize, secret: Secret) {
@@ -1033,11 +1041,23 @@ pub(crate) mod tests {
             let mut b = stream.alloc_zeros::<u8>(arena).unwrap();
             let (pa, pb) = (a.device_ptr(&stream).0, b.device_ptr(&stream).0);
             let fetch = |buf: &tpcomm::cuda::cudarc::driver::CudaSlice<u8>, len: usize| {
-                let mut v = vec![0u8; len];
-                stream.memcpy_dtoh(&buf.slice(..len), &mut v[..]).unwrap();
+                // SAFETY: (test) read only after the copy into it completed.
+                let mut h = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, 0) }.unwrap();
+                stream.memcpy_dtoh(&buf.slice(..len), &mut h).unwrap();
                 stream.synchronize().unwrap();
-                v
+                h.as_slice().unwrap().to_vec()
             };
+            // Copies v into buf at [at, at + v.len()), through pinned memory.
+            let upload =
+                |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, at: usize, v: &[u8]| {
+                    // SAFETY: (test) filled before the copy, dropped after it.
+                    let mut h = unsafe { ctx.alloc_pinned_with_flags::<u8>(v.len(), 0) }.unwrap();
+                    h.as_mut_slice().unwrap().copy_from_slice(v);
+                    stream
+                        .memcpy_htod(&h, &mut buf.slice_mut(at..at + v.len()))
+                        .unwrap();
+                    stream.synchronize().unwrap();
+                };
             let f32s = |v: &[u8]| -> Vec<f32> {
                 v.chunks(4)
                     .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
@@ -1051,12 +1071,8 @@ pub(crate) mod tests {
             let want: Vec<f32> = (0..n)
                 .map(|i| (0..world).map(|r| (r * 7 + i) as f32).sum())
                 .collect();
-            stream
-                .memcpy_htod(&mine[..], &mut a.slice_mut(..mine.len()))
-                .unwrap();
-            stream
-                .memcpy_htod(&mine[..], &mut b.slice_mut(4..4 + mine.len()))
-                .unwrap();
+            upload(&mut a, 0, &mine);
+            upload(&mut b, 4, &mine);
             let p = |x: u64| x as *mut c_void;
             // SAFETY: (test) every range is inside this rank's arenas, which
             // outlive the synchronisation in `fetch`.
@@ -1079,9 +1095,7 @@ pub(crate) mod tests {
             );
             // All-gather of 6 u8 per rank (counted as 3 f16 words).
             let block: Vec<u8> = (0..6).map(|i| (rank * 16 + i) as u8).collect();
-            stream
-                .memcpy_htod(&block[..], &mut a.slice_mut(..6))
-                .unwrap();
+            upload(&mut a, 0, &block);
             // SAFETY: (test) as above.
             let r = unsafe { crate::collectives::ncclAllGather(p(pa), p(pb), 6, 1, comm, st) };
             assert_eq!(r, SUCCESS, "{}", standalone::last_error());
@@ -1092,9 +1106,7 @@ pub(crate) mod tests {
             // Broadcast of 10 u8 from the last rank, in place.
             let root = world - 1;
             let mine: Vec<u8> = (0..10).map(|i| (rank * 3 + i) as u8).collect();
-            stream
-                .memcpy_htod(&mine[..], &mut a.slice_mut(..10))
-                .unwrap();
+            upload(&mut a, 0, &mine);
             // SAFETY: (test) as above.
             let r = unsafe { crate::collectives::ncclBcast(p(pa), 10, 1, root as c_int, comm, st) };
             assert_eq!(r, SUCCESS, "{}", standalone::last_error());
@@ -1105,9 +1117,7 @@ pub(crate) mod tests {
             let mine: Vec<u8> = (0..cnt * world)
                 .flat_map(|i| ((rank + i) as f32).to_le_bytes())
                 .collect();
-            stream
-                .memcpy_htod(&mine[..], &mut a.slice_mut(..mine.len()))
-                .unwrap();
+            upload(&mut a, 0, &mine);
             // SAFETY: (test) as above.
             let r = unsafe {
                 crate::collectives::ncclReduceScatter(p(pa), p(pb), cnt, 7, OP_SUM, comm, st)
@@ -1126,11 +1136,8 @@ pub(crate) mod tests {
             // would change if they travelled as floats: each against the
             // host model of the gathered reduction (gathered::reference).
             use tpcomm::cuda::gathered::{reference, Elem, Op};
-            let put = |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, v: &[u8]| {
-                stream
-                    .memcpy_htod(v, &mut buf.slice_mut(..v.len()))
-                    .unwrap();
-            };
+            let put =
+                |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, v: &[u8]| upload(buf, 0, v);
             let block_of = |r: usize, elem: Elem, n: usize| -> Vec<u8> {
                 (0..n)
                     .flat_map(|i| {

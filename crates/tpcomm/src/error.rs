@@ -38,7 +38,7 @@ pub enum Error {
     },
 
     /// Ranks called a collective with different arguments.
-    #[error("rank {rank} called all-reduce with {mine}, but rank {peer} called it with {theirs} at epoch {epoch}: every rank must call the same collective with the same count, type and op")]
+    #[error("rank {rank} called {mine}, but rank {peer} called {theirs} at epoch {epoch}: every rank must call the same collective with the same count, type and op; create a new communicator on every rank")]
     Mismatch {
         rank: usize,
         peer: usize,

@@ -172,9 +172,10 @@ mod tests {
         // delta_cap 2 MiB: 2 buffers x 2 ranks x 2 MiB of shadows + one granule.
         assert_eq!(r.device_reserved(), ByteSize::mib(10));
         assert_eq!(r.lines.len(), 4);
-        // The pinned area: 2 halves of 64 MiB of chunked data and its flags
-        // (4096 of 4 bytes), then the two 2 MiB delta buffers; and the status.
-        let half = (64 << 20) + 4 * 4096;
+        // The pinned area: 2 halves of 64 MiB of chunked data, its flags
+        // (4096 of 4 bytes) and the call word (a page more), then the two
+        // 2 MiB delta buffers; and the status.
+        let half = (64 << 20) + 4 * 4096 + 4096;
         assert_eq!(
             r.total_in(Place::PinnedHost).unwrap(),
             ByteSize::b(2 * half + (4 << 20) + 64)

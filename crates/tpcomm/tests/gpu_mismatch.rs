@@ -7,8 +7,8 @@
 //! What every rank must see, asserted per rank: its call ends (the stream
 //! synchronizes) within the timeout plus a margin, and then either its
 //! output is the exact sum of what it asked for (its count of elements, in
-//! its type, from every rank's input) or `check()` reports a timeout naming
-//! another rank. Never a wrong output with a clean status.
+//! its type, from every rank's input) or `check()` reports a timeout or a
+//! mismatch naming another rank. Never a wrong output with a clean status.
 //!
 //! Inputs are small non-zero integers (-8..=8), exact in f32, f16 and bf16,
 //! so "the sum it asked for" is one integer per element whatever the type,
@@ -16,25 +16,29 @@
 //! count of the case), so a rank that reads a peer past that peer's count
 //! reads real data. Each case prints what every rank saw.
 //!
-//! From the kernels (allreduce.cu; docs/protocol-gpu.md) the calls carry no
-//! description of themselves: a receiver only waits until the vectors it
-//! expects are no longer the sentinel. So a mismatch ends in a timeout only
-//! where some expected vector is never written; where every expected vector
-//! is written by a call that meant something else, the receiver sums it and
-//! reports success. The tests that expect that (counts that differ inside
-//! the last 16-byte vector, two-shot calls whose counts differ, f16 against
-//! bf16, a shorter type against a longer one) fail on a GPU until the
-//! calls carry what they are.
+//! Every case runs on both GPU transports (P2P and pinned host memory).
+//!
+//! Each call carries a word saying what it is (kernels/common.cuh, "call
+//! words": bytes, algorithm or collective, element type), sent to every peer
+//! when the call starts and compared before the call counts as done. Before
+//! it, a receiver only waited until the vectors it expected were no longer
+//! the sentinel, and these cases got sums with a clean status (measured on
+//! an H200, bench/runs/2026-12-02-h200x1-session8/): counts that differ
+//! inside the last 16-byte vector, two-shot calls whose counts differ, f16
+//! against bf16, a shorter type against a longer one. Now such a call ends
+//! in `Error::Mismatch` naming the peer, or a timeout where the odd call
+//! leaves a wait unanswered first.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, StreamAllReduce, ThreadGroup};
+use tpcomm::cuda::host_path::HostGpuCommunicator;
+use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::verify::Rng;
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
 mod gpu_common;
-use gpu_common::{describe, device_of, Rank};
+use gpu_common::{describe, device_of, Rank, TestComm};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// How long after the timeout a rank's call may still take to end (a
@@ -46,6 +50,34 @@ const MAX: ByteSize = ByteSize::mib(1);
 
 fn gpu_worlds() -> Option<Vec<usize>> {
     gpu_common::gpu_worlds("a GPU; ranks share GPUs round-robin")
+}
+
+/// The transport a case runs over: every case runs on both.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    P2p,
+    Host,
+}
+
+const VIAS: [Via; 2] = [Via::P2p, Via::Host];
+
+/// A GPU communicator as the cases create it.
+trait Comm: TestComm + 'static {
+    fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self;
+}
+
+impl Comm for CudaCommunicator {
+    fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self {
+        CudaCommunicator::new(cfg, &Rendezvous::Threads(group.clone()))
+            .expect("create communicator")
+    }
+}
+
+impl Comm for HostGpuCommunicator {
+    fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self {
+        HostGpuCommunicator::new(cfg, &Rendezvous::Threads(group.clone()))
+            .expect("create host-path communicator")
+    }
 }
 
 /// What one rank asks for; `None`: it does not call.
@@ -100,8 +132,13 @@ fn warm_up() {
         drop(gpu_common::make_ranks(2, 256, move |r| {
             let mut cfg = CudaConfig::new(r, 2, device_of(r));
             cfg.max_bytes = MAX;
-            CudaCommunicator::new(&cfg, &Rendezvous::Threads(group.clone()))
-                .expect("create communicator")
+            CudaCommunicator::create(&cfg, &group)
+        }));
+        let group = ThreadGroup::new(2);
+        drop(gpu_common::make_ranks(2, 256, move |r| {
+            let mut cfg = CudaConfig::new(r, 2, device_of(r));
+            cfg.max_bytes = MAX;
+            HostGpuCommunicator::create(&cfg, &group)
         }));
     });
 }
@@ -109,15 +146,25 @@ fn warm_up() {
 /// Runs one call per rank (`asks[r]`, `None`: rank r does not call) on a
 /// fresh group and returns what each rank saw, or an error when some rank
 /// had not ended within CASE_LIMIT (then its thread is left behind).
-fn run_case(world: usize, asks: &[Option<Ask>], seed: u64) -> Result<Vec<Seen>, String> {
+fn run_case(world: usize, asks: &[Option<Ask>], seed: u64, via: Via) -> Result<Vec<Seen>, String> {
     warm_up();
+    match via {
+        Via::P2p => run_case_on::<CudaCommunicator>(world, asks, seed),
+        Via::Host => run_case_on::<HostGpuCommunicator>(world, asks, seed),
+    }
+}
+
+fn run_case_on<C: Comm>(
+    world: usize,
+    asks: &[Option<Ask>],
+    seed: u64,
+) -> Result<Vec<Seen>, String> {
     let group = ThreadGroup::new(world);
     let ranks = gpu_common::make_ranks(world, MAX.bytes() as usize, move |r| {
         let mut cfg = CudaConfig::new(r, world, device_of(r));
         cfg.max_bytes = MAX;
         cfg.timeout = TIMEOUT;
-        CudaCommunicator::new(&cfg, &Rendezvous::Threads(group.clone()))
-            .expect("create communicator")
+        C::create(&cfg, &group)
     });
     // values[r][i]: rank r's input as integers, as many as the largest count.
     let longest = asks.iter().flatten().map(|a| a.count).max().unwrap_or(0);
@@ -178,9 +225,9 @@ fn run_case(world: usize, asks: &[Option<Ask>], seed: u64) -> Result<Vec<Seen>, 
         .collect())
 }
 
-fn one_rank(
+fn one_rank<C: Comm>(
     r: usize,
-    rank: &mut Rank<CudaCommunicator>,
+    rank: &mut Rank<C>,
     ask: Option<Ask>,
     values: &[Vec<f32>],
     gate: &Barrier,
@@ -233,7 +280,7 @@ fn one_rank(
     }
     rank.stream.synchronize().unwrap();
     let took = t0.elapsed();
-    let status = rank.comm.check();
+    let status = rank.comm.status();
     rank.stream
         .memcpy_dtoh(&rank.b.slice(..n), &mut out)
         .unwrap();
@@ -288,7 +335,15 @@ fn judge(what: &str, world: usize, asks: &[Option<Ask>], seen: &[Seen]) -> Vec<S
                             fail(format!("the timeout names rank {rank} and peer {peer}"));
                         }
                     }
-                    Err(e) => fail(format!("check() gave {e}, not a timeout naming a peer")),
+                    // The calls' words disagreed (kernels/common.cuh).
+                    Err(Error::Mismatch { rank, peer, .. }) => {
+                        if *rank != r || *peer == r || *peer >= world {
+                            fail(format!("the mismatch names rank {rank} and peer {peer}"));
+                        }
+                    }
+                    Err(e) => fail(format!(
+                        "check() gave {e}, not a timeout or a mismatch naming a peer"
+                    )),
                 }
             }
         }
@@ -312,23 +367,25 @@ fn assert_cases(test: &str, cases: &[(Option<Ask>, Option<Ask>)]) {
     let mut bad = Vec::new();
     let mut ran = 0;
     for world in worlds {
-        for (k, &(base, odd)) in cases.iter().enumerate() {
-            for odd_rank in [0, world - 1] {
-                let mut asks = vec![base; world];
-                asks[odd_rank] = odd;
-                let what = format!(
-                    "{} against {} on rank {odd_rank}, {}",
-                    label(base),
-                    label(odd),
-                    describe(world)
-                );
-                eprintln!("{test}: {what}");
-                match run_case(world, &asks, 1 + k as u64) {
-                    Ok(seen) => bad.extend(judge(&what, world, &asks, &seen)),
-                    // Threads are left spinning on the GPU: stop here.
-                    Err(hang) => panic!("{test}: {what}: {hang}\n{}", bad.join("\n")),
+        for via in VIAS {
+            for (k, &(base, odd)) in cases.iter().enumerate() {
+                for odd_rank in [0, world - 1] {
+                    let mut asks = vec![base; world];
+                    asks[odd_rank] = odd;
+                    let what = format!(
+                        "{via:?}: {} against {} on rank {odd_rank}, {}",
+                        label(base),
+                        label(odd),
+                        describe(world)
+                    );
+                    eprintln!("{test}: {what}");
+                    match run_case(world, &asks, 1 + k as u64, via) {
+                        Ok(seen) => bad.extend(judge(&what, world, &asks, &seen)),
+                        // Threads are left spinning on the GPU: stop here.
+                        Err(hang) => panic!("{test}: {what}: {hang}\n{}", bad.join("\n")),
+                    }
+                    ran += 1;
                 }
-                ran += 1;
             }
         }
     }
@@ -347,7 +404,7 @@ fn ask(dtype: DType, count: usize, algo: Algo) -> Option<Ask> {
 /// length depends on the count, so a shard pushed by the odd rank starts at
 /// a different element than its owner reads it as; where the lengths still
 /// cover every wait (e.g. the odd rank's count is larger), a rank sums
-/// misaligned elements and reports success: expected to fail on a GPU.
+/// misaligned elements and reported success before the call words.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_mismatched_counts_end_in_time_and_are_right_or_name_a_rank() {
@@ -362,8 +419,8 @@ fn gpu_mismatched_counts_end_in_time_and_are_right_or_name_a_rank() {
 /// Counts that differ inside the last 16-byte vector (bf16: 4096 against
 /// 4091, the same 512 vectors): the shorter call sends its last vector
 /// zero-padded, every vector arrives, and the ranks that asked for 4096
-/// get sums missing the odd rank's last 5 elements with a clean status.
-/// Expected to fail on a GPU (silently wrong), for both algorithms.
+/// got sums missing the odd rank's last 5 elements with a clean status
+/// before the call words (for both algorithms); now a mismatch.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_counts_that_differ_inside_one_vector_are_right_or_name_a_rank() {
@@ -384,8 +441,8 @@ fn gpu_counts_that_differ_inside_one_vector_are_right_or_name_a_rank() {
 
 /// One rank with another element type, same count. f16 against bf16: the
 /// same bytes and vectors, every vector arrives, each rank reads the
-/// other's bits as its own type: every rank reports success with wrong
-/// sums (expected to fail on a GPU). f32 against bf16: the f32 rank sends
+/// other's bits as its own type: every rank reported success with wrong
+/// sums before the call words. f32 against bf16: the f32 rank sends
 /// twice the vectors; the bf16 ranks' one-shot reads the first half as
 /// pairs of bf16 (success, wrong), the f32 rank waits for vectors never
 /// sent (timeout).
@@ -433,13 +490,19 @@ fn gpu_rank_that_never_calls_gives_every_other_rank_a_timeout() {
     let Some(worlds) = gpu_worlds() else { return };
     let mut bad = Vec::new();
     for world in worlds {
-        for algo in [Algo::OneShot, Algo::TwoShot] {
+        for (via, algo) in VIAS
+            .into_iter()
+            .flat_map(|v| [(v, Algo::OneShot), (v, Algo::TwoShot)])
+        {
             for absent in [0, world - 1] {
                 let mut asks = vec![ask(DType::Bf16, 4096, algo); world];
                 asks[absent] = None;
-                let what = format!("{algo:?}, rank {absent} absent, {}", describe(world));
+                let what = format!(
+                    "{via:?} {algo:?}, rank {absent} absent, {}",
+                    describe(world)
+                );
                 eprintln!("absent rank: {what}");
-                let seen = run_case(world, &asks, 5).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let seen = run_case(world, &asks, 5, via).unwrap_or_else(|e| panic!("{what}: {e}"));
                 bad.extend(judge(&what, world, &asks, &seen));
                 for (r, s) in seen.iter().enumerate() {
                     if r == absent {

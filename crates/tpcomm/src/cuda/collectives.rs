@@ -7,6 +7,7 @@
 //! the reduce-scatter's output, the broadcast's message), at most the
 //! communicator's `max_bytes`.
 
+use super::call;
 use super::comm::CudaCommunicator;
 use super::communicator::Communicator;
 use super::compile;
@@ -295,10 +296,10 @@ impl CudaCommunicator {
         let block = (nvec.div_ceil(32) * 32).clamp(32, k.block as usize) as u32;
         let blocks = nvec.div_ceil(block as usize).clamp(1, grid) as u32;
         let d = dtype_index(dtype);
-        let (f, root) = match what {
-            Collective::AllGather => (k.all_gather[d], 0),
-            Collective::ReduceScatter => (k.reduce_scatter[d], 0),
-            Collective::Broadcast { root } => (k.broadcast[d], root as u32),
+        let (f, root, kind) = match what {
+            Collective::AllGather => (k.all_gather[d], 0, call::Kind::AllGather),
+            Collective::ReduceScatter => (k.reduce_scatter[d], 0, call::Kind::ReduceScatter),
+            Collective::Broadcast { root } => (k.broadcast[d], root as u32, call::Kind::Broadcast),
         };
         let args = CollArgs {
             base: KernelArgs {
@@ -311,6 +312,7 @@ impl CudaCommunicator {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
+                call: call::word(kind, dtype, bytes as u64, root as u64)?,
                 rank: self.rank() as u32,
                 world: self.world() as u32,
                 ..Default::default()
@@ -573,8 +575,8 @@ mod tests {
 
     #[test]
     fn coll_args_match_the_cuda_struct_size() {
-        // struct Args (152 bytes) and two u32.
-        assert_eq!(std::mem::size_of::<CollArgs>(), 152 + 8);
+        // struct Args (160 bytes) and two u32.
+        assert_eq!(std::mem::size_of::<CollArgs>(), 160 + 8);
     }
 
     #[test]

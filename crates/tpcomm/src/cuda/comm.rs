@@ -1,6 +1,7 @@
 //! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
+use super::call;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{block_from_env, oneshot_block, round_up, Layout};
@@ -472,6 +473,10 @@ impl StreamAllReduce for CudaCommunicator {
             _ if one_vector_per_thread => self.kernels.oneshot_small[d],
             _ => self.kernels.oneshot[d],
         };
+        let kind = match algo {
+            Algo::TwoShot => call::Kind::TwoShot,
+            _ => call::Kind::OneShot,
+        };
         let args = KernelArgs {
             input,
             output,
@@ -484,6 +489,7 @@ impl StreamAllReduce for CudaCommunicator {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            call: call::word(kind, dtype, bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };
@@ -525,8 +531,13 @@ impl CudaCommunicator {
     /// gave up and now, and the block and thread that waited. Synchronize
     /// the stream first.
     pub fn timeout_detail(&self) -> Option<String> {
-        if self.status.read_u32(0) == 0 {
-            return None;
+        match self.status.read_u32(0) {
+            0 => return None,
+            // Not a wait for data: check()'s message says it all.
+            call::CALL_MISMATCH | call::WAIT_CALL => {
+                return self.check().err().map(|e| e.to_string())
+            }
+            _ => {}
         }
         let slot = self.status.read_u64(16);
         let arrivals_then = self.status.read_u64(24);
@@ -624,11 +635,16 @@ impl CudaCommunicator {
         }
         let peer = self.status.read_u32(4) as usize;
         let epoch = self.status.read_u64(8);
+        if code == call::CALL_MISMATCH {
+            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
+            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
+        }
         let what = match code {
             WAIT_ONESHOT => "one-shot data",
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
             WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
+            call::WAIT_CALL => "the description of its call",
             c => super::wait::wait_what(c).unwrap_or("data"),
         };
         Err(Error::PeerTimeout {

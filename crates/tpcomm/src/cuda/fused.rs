@@ -3,6 +3,7 @@
 //! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
 //! live in (its source is `compile::FUSED_SRC`).
 
+use super::call;
 use super::comm::CudaCommunicator;
 use super::compile;
 use super::kernels::KernelArgs;
@@ -289,6 +290,7 @@ impl CudaCommunicator {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
+                call: call::word(call::Kind::FusedRmsNorm, dtype, bytes as u64, 0)?,
                 rank: self.rank() as u32,
                 world: self.world() as u32,
                 ..Default::default()
@@ -328,9 +330,9 @@ mod tests {
 
     #[test]
     fn fused_args_match_the_cuda_struct_size() {
-        // struct Args (152 bytes), four pointers, two u32, two floats, two u32.
-        assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
-        assert_eq!(std::mem::size_of::<FusedArgs>(), 152 + 4 * 8 + 24);
+        // struct Args (160 bytes), four pointers, two u32, two floats, two u32.
+        assert_eq!(std::mem::size_of::<KernelArgs>(), 19 * 8 + 8);
+        assert_eq!(std::mem::size_of::<FusedArgs>(), 160 + 4 * 8 + 24);
     }
 
     #[test]

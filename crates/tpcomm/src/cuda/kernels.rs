@@ -29,6 +29,8 @@ pub(super) struct KernelArgs {
     pub ctl: u64,
     pub status: u64,
     pub timeout_ns: u64,
+    /// What this call is (call.rs): peers compare it with theirs.
+    pub call: u64,
     pub rank: u32,
     pub world: u32,
 }
@@ -92,6 +94,6 @@ mod tests {
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
         // 18 u64 words and two u32: the size `struct Args` has in allreduce.cu.
-        assert_eq!(std::mem::size_of::<KernelArgs>(), 18 * 8 + 8);
+        assert_eq!(std::mem::size_of::<KernelArgs>(), 19 * 8 + 8);
     }
 }

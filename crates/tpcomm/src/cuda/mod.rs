@@ -14,6 +14,7 @@
 
 #[forbid(unsafe_code)]
 mod algo;
+mod call;
 pub mod collectives;
 mod comm;
 pub mod communicator;

@@ -11,6 +11,7 @@
 //! - host: a pinned host area per rank with its own slot in two parities,
 //!   which every peer reads; device memory holds only the control words.
 
+use super::call;
 use super::comm::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
@@ -54,6 +55,8 @@ pub(crate) struct QuantLayout {
     pub scales_off: usize,
     /// Flags (u32 per chunk).
     pub flags_off: usize,
+    /// The sender's call word (kernels/common.cuh, "call words").
+    pub call_off: usize,
     /// Bytes of one slot (whole 256-byte lines).
     pub slot_stride: usize,
     /// Bytes between the two parities: every sender's slot (P2P) or the own
@@ -70,7 +73,8 @@ impl QuantLayout {
         let max_elems = round_up(max_bytes.div_ceil(2).max(1), CHUNK_ELEMS);
         let scales_off = round_up(max_elems, 256);
         let flags_off = round_up(scales_off + 4 * (max_elems / MIN_GROUP as usize), 256);
-        let slot_stride = round_up(flags_off + 4 * (max_elems / CHUNK_ELEMS), 256);
+        let call_off = round_up(flags_off + 4 * (max_elems / CHUNK_ELEMS), 8);
+        let slot_stride = round_up(call_off + 8, 256);
         let senders = if transport == Transport::Host {
             1
         } else {
@@ -80,6 +84,7 @@ impl QuantLayout {
             max_elems,
             scales_off,
             flags_off,
+            call_off,
             slot_stride,
             parity_stride: senders * slot_stride,
         }
@@ -182,6 +187,8 @@ struct QuantArgs {
     ctl: u64,
     status: u64,
     timeout_ns: u64,
+    call_off: u64,
+    call: u64,
     rank: u32,
     world: u32,
     ndst: u32,
@@ -665,11 +672,26 @@ impl QuantComm {
             return Ok(());
         }
         let (grid, block) = quant_grid(count, self.grid_cap, self.kernels.block);
-        let kernels = if algo.runs_twoshot(count, self.world) {
+        let twoshot = algo.runs_twoshot(count, self.world);
+        let kernels = if twoshot {
             &self.kernels.twoshot
         } else {
             &self.kernels.oneshot
         };
+        // The wire (1 int8, 0 fp8) and the group (32 << g) go into the
+        // call's word: peers with another wire or group made another call.
+        let aux = u64::from(format == Format::Int8)
+            | (u64::from(group.trailing_zeros().saturating_sub(5)) & 3) << 1;
+        let call = call::word(
+            if twoshot {
+                call::Kind::QuantTwoShot
+            } else {
+                call::Kind::QuantOneShot
+            },
+            dtype,
+            bytes as u64,
+            aux,
+        )?;
         let f = kernels[match format {
             Format::Int8 => 0,
             Format::Fp8E4m3 => 1,
@@ -686,6 +708,8 @@ impl QuantComm {
             ctl: self.ctl,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            call_off: self.layout.call_off as u64,
+            call,
             rank: self.rank as u32,
             world: self.world as u32,
             ndst: self.ndst,
@@ -706,14 +730,19 @@ impl QuantComm {
         if code == 0 {
             return Ok(());
         }
+        let (peer, epoch) = (self.status.read_u32(4) as usize, self.status.read_u64(8));
+        if code == call::CALL_MISMATCH {
+            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
+            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
+        }
         Err(Error::PeerTimeout {
             rank: self.rank,
-            peer: self.status.read_u32(4) as usize,
-            epoch: self.status.read_u64(8),
-            what: if code == WAIT_QUANT {
-                "quantized one-shot data".into()
-            } else {
-                "data".into()
+            peer,
+            epoch,
+            what: match code {
+                WAIT_QUANT => "quantized one-shot data".into(),
+                call::WAIT_CALL => "the description of its call".into(),
+                _ => "data".into(),
             },
             waited: self.timeout,
         })
@@ -726,8 +755,8 @@ mod tests {
 
     #[test]
     fn quant_args_match_the_cuda_struct_size() {
-        // 25 u64 words and four u32: the size `struct QArgs` has in quant.cu.
-        assert_eq!(std::mem::size_of::<QuantArgs>(), 25 * 8 + 16);
+        // 27 u64 words and four u32: the size `struct QArgs` has in quant.cu.
+        assert_eq!(std::mem::size_of::<QuantArgs>(), 27 * 8 + 16);
     }
 
     #[test]
@@ -747,7 +776,8 @@ mod tests {
                     assert!(l.max_elems >= max / 2 && l.max_elems.is_multiple_of(CHUNK_ELEMS));
                     assert!(l.scales_off >= l.max_elems);
                     assert!(l.flags_off >= l.scales_off + 4 * l.max_elems / 32);
-                    assert!(l.slot_stride >= l.flags_off + 4 * l.max_elems / CHUNK_ELEMS);
+                    assert!(l.call_off >= l.flags_off + 4 * l.max_elems / CHUNK_ELEMS);
+                    assert!(l.slot_stride >= l.call_off + 8 && l.call_off.is_multiple_of(8));
                     assert!(l.slot_stride.is_multiple_of(256));
                     let senders = if t == Transport::Host { 1 } else { world };
                     assert_eq!(l.parity_stride, senders * l.slot_stride);
@@ -755,9 +785,10 @@ mod tests {
             }
         }
         // 64 MiB of bf16 over P2P at 2 ranks: 32 Mi codes + 4 MiB scales +
-        // 32 KiB flags per slot, 4 slots.
+        // 32 KiB flags per slot, then the call word in one more 256-byte
+        // line; 4 slots.
         let l = QuantLayout::new(64 << 20, 2, Transport::Cuda);
-        assert_eq!(l.slot_stride, (32 << 20) + (4 << 20) + (32 << 10));
+        assert_eq!(l.slot_stride, (32 << 20) + (4 << 20) + (32 << 10) + 256);
         assert_eq!(l.area_bytes(), 4 * l.slot_stride);
     }
 

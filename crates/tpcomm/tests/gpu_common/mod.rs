@@ -86,6 +86,12 @@ impl TestComm for CudaCommunicator {
     }
 }
 
+impl TestComm for tpcomm::cuda::host_path::HostGpuCommunicator {
+    fn status(&self) -> Result<(), Error> {
+        self.check()
+    }
+}
+
 impl TestComm for GpuComm {
     fn status(&self) -> Result<(), Error> {
         self.check()

@@ -10,6 +10,7 @@
 use super::comm::HostGpuCommunicator;
 use super::kernels::HostKernelArgs;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
+use crate::cuda::call;
 use crate::cuda::collectives::{check_collective, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::loader::{
@@ -202,12 +203,15 @@ impl HostGpuCommunicator {
         let producers = plan.chunks.clamp(1, grid / 2);
         let consumers = plan.per_block.clamp(1, grid - producers);
         let d = dtype_index(dtype);
-        let (f, root) = match what {
-            Collective::AllGather => (k.all_gather[d], 0),
-            Collective::ReduceScatter => (k.reduce_scatter[d], 0),
-            Collective::Broadcast { root } => (k.broadcast[d], root as u32),
+        let (f, root, kind) = match what {
+            Collective::AllGather => (k.all_gather[d], 0, call::Kind::HostAllGather),
+            Collective::ReduceScatter => (k.reduce_scatter[d], 0, call::Kind::HostReduceScatter),
+            Collective::Broadcast { root } => {
+                (k.broadcast[d], root as u32, call::Kind::HostBroadcast)
+            }
         };
         let mut base = p.args;
+        base.call = call::word(kind, dtype, bytes as u64, root as u64)?;
         base.input = input;
         base.output = output;
         base.nbytes = bytes as u64;
@@ -241,8 +245,8 @@ mod tests {
 
     #[test]
     fn host_coll_args_match_the_cuda_struct_size() {
-        // struct HArgs (21 u64 and four u32) and two u32.
-        assert_eq!(std::mem::size_of::<HostCollArgs>(), 21 * 8 + 16 + 8);
+        // struct HArgs (23 u64 and four u32) and two u32.
+        assert_eq!(std::mem::size_of::<HostCollArgs>(), 23 * 8 + 16 + 8);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::layout::{
     chunk_plan_with, one_pass_blocks, HostChunkShape, HostLayout, AUTO_ONE_PASS_MAX,
 };
 use crate::algo::Algo;
+use crate::cuda::call;
 use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
@@ -542,6 +543,16 @@ impl StreamAllReduce for HostGpuCommunicator {
             delta_offset: self.layout.delta_offset as u64,
             slot_bytes: self.layout.delta_cap as u64,
             shadow: self.shadow.ptr(),
+            call_offset: self.layout.call_offset as u64,
+            call: call::word(
+                match which {
+                    HostAlgo::Delta => call::Kind::HostDelta,
+                    HostAlgo::Chunked => call::Kind::HostChunked,
+                },
+                dtype,
+                bytes as u64,
+                0,
+            )?,
             rank: self.rank as u32,
             world: self.world as u32,
             producers: 0,
@@ -622,6 +633,9 @@ impl HostGpuCommunicator {
                 delta_offset: self.layout.delta_offset as u64,
                 slot_bytes: self.layout.delta_cap as u64,
                 shadow: self.shadow.ptr(),
+                call_offset: self.layout.call_offset as u64,
+                // Set per call (collectives.rs).
+                call: 0,
                 rank: self.rank as u32,
                 world: self.world as u32,
                 producers: 0,
@@ -665,9 +679,14 @@ impl HostGpuCommunicator {
         }
         let peer = self.status.read_u32(4) as usize;
         let epoch = self.status.read_u64(8);
+        if code == call::CALL_MISMATCH {
+            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
+            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
+        }
         let what = match code {
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_DELTA => "host-path delta words",
+            call::WAIT_CALL => "the description of its call",
             c => super::wait::wait_what(c).unwrap_or("host-path data"),
         };
         Err(Error::PeerTimeout {

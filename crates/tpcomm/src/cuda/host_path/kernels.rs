@@ -31,6 +31,9 @@ pub(super) struct HostKernelArgs {
     pub delta_offset: u64,
     pub slot_bytes: u64,
     pub shadow: u64,
+    pub call_offset: u64,
+    /// What this call is (cuda/call.rs): peers compare it with theirs.
+    pub call: u64,
     pub rank: u32,
     pub world: u32,
     pub producers: u32,
@@ -93,9 +96,9 @@ mod tests {
 
     #[test]
     fn kernel_args_match_the_cuda_struct_size() {
-        // 21 u64 words and three u32, padded to 8 bytes: the size `struct
+        // 23 u64 words and three u32, padded to 8 bytes: the size `struct
         // HArgs` has.
-        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 21 * 8 + 16);
+        assert_eq!(std::mem::size_of::<HostKernelArgs>(), 23 * 8 + 16);
         assert_eq!(std::mem::align_of::<HostKernelArgs>(), 8);
     }
 }

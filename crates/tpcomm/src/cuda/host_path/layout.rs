@@ -36,6 +36,9 @@ pub struct HostLayout {
     /// Largest message the delta kernel takes: the size of each of its two
     /// buffers.
     pub delta_cap: usize,
+    /// This rank's call word (kernels/common.cuh, "call words") for calls
+    /// of the half's parity, after the flags; peers read it.
+    pub call_offset: usize,
     pub half_stride: usize,
 }
 
@@ -45,7 +48,8 @@ impl HostLayout {
         let data_bytes = round_up(max_bytes, 256);
         let flag_offset = data_offset + data_bytes;
         let max_chunks = max_bytes.div_ceil(MIN_CHUNK).max(1);
-        let half_stride = round_up(flag_offset + 4 * max_chunks, 4096);
+        let call_offset = round_up(flag_offset + 4 * max_chunks, 8);
+        let half_stride = round_up(call_offset + 8, 4096);
         let delta_offset = 2 * half_stride;
         // Whole 512-byte lines (32 vectors), as the buffers were sized
         // when the kernel was measured.
@@ -56,6 +60,7 @@ impl HostLayout {
             max_chunks,
             delta_offset,
             delta_cap,
+            call_offset,
             half_stride,
         }
     }

@@ -24,7 +24,8 @@
 #define TPCOMM_WAIT_REDUCE_SCATTER 2u
 #define TPCOMM_WAIT_ALL_GATHER 3u
 
-// Per-rank control words in local device memory (never shared with peers).
+// Per-rank control words in device memory, right behind the receive slots.
+// Peers write only `calls` (each its own entry); the rest is this rank's.
 struct Ctl {
     // Every call adds exactly TPCOMM_EPOCH_UNIT here once all its blocks are done
     // (block 0 adds TPCOMM_EPOCH_UNIT - (blocks - 1), every other block 1), so at the
@@ -50,6 +51,10 @@ struct Ctl {
     u64 peer_started_epoch;
     u64 peer_started_ns;
     u64 peer_ended_ns;
+    // calls[epoch parity][peer]: peer's call word (common.cuh, call_word) of
+    // its latest call of that parity, written by the peer when the call
+    // starts, read by block 0 before the call counts as done.
+    u64 calls[2][TPCOMM_MAX_WORLD];
 };
 
 // Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
@@ -66,6 +71,7 @@ struct Args {
     u64 ctl;                     // Ctl* in local device memory
     u64 status;                  // Status* in host-mapped memory
     u64 timeout_ns;              // bound on every wait
+    u64 call;                    // what this call is (common.cuh, call words)
     u32 rank;
     u32 world;
 };
@@ -78,6 +84,10 @@ __device__ __forceinline__ void st_relaxed_sys(V16* p, V16 v) {
     asm volatile("st.relaxed.sys.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
                  "r"(v.z), "r"(v.w)
                  : "memory");
+}
+
+__device__ __forceinline__ void st_relaxed_sys_u64(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // ---------------------------------------------------------------- message access
@@ -172,10 +182,15 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
     Ctl* ctl = (Ctl*)a.ctl;
     const u64 epoch = ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT;
     // For the diagnosis of a timeout: two plain stores to local memory by
-    // one thread of the call.
+    // one thread of the call. Then this call's word to every peer (the
+    // peer's Ctl sits at the offset of ours: peer_ctl).
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         ctl->started_ns = globaltimer();
         ctl->started_epoch = epoch;
+        const u64 w = call_word(a.call, epoch);
+        const u64 off = (u64)((const char*)&ctl->calls[epoch & 1ull][a.rank] - (const char*)ctl);
+        for (u32 p = 0; p < a.world; p++)
+            if (p != a.rank) st_relaxed_sys_u64((u64*)(peer_ctl(a, p) + off), w);
     }
     return epoch;
 }
@@ -185,6 +200,16 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
 // aborted call never advances the epoch; the abort word stops the waits of
 // later calls.
 __device__ __forceinline__ void end_call(const Args& a, bool ok) {
+    // Block 0 checks that every peer made the same call (read_epoch sent
+    // ours). After this call's own waits, so the words have long arrived.
+    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+        Ctl* ctl = (Ctl*)a.ctl;
+        const u64 epoch = ctl->started_epoch;
+        for (u32 p = 0; ok && p < a.world; p++)
+            if (p != a.rank)
+                ok = peer_call_agrees(&ctl->calls[epoch & 1ull][p], &ctl->abort, a.status,
+                                      a.timeout_ns, p, epoch, a.call);
+    }
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     Ctl* ctl = (Ctl*)a.ctl;

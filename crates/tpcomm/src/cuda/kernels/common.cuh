@@ -154,6 +154,84 @@ struct Status {
     u64 epoch;  // the epoch of the call that timed out
 };
 
+// ---------------------------------------------------------------- call words
+
+// Every call says what it is: `call` (built by the host, src/cuda/call.rs)
+// holds the message's bytes (bits 0-39), the kind of call (40-43: algorithm
+// or collective, transport), the element type (44-45) and the broadcast root
+// or the quantized wire (46-48). Block 0's thread 0 of each rank sends it,
+// tagged with the epoch in bits 49-63, to every peer when the call starts;
+// before the call counts as done it waits (bounded) for every peer's word of
+// this epoch and compares: a rank that called with another count, type,
+// algorithm or collective is reported (TPCOMM_CALL_MISMATCH), never summed
+// silently. The tag is never 0, so zeroed memory is never a current word;
+// a word of epoch e and one of e - 2 (the previous use of the same parity)
+// always differ.
+#define TPCOMM_CALL_BITS 49
+#define TPCOMM_CALL_MASK ((1ull << TPCOMM_CALL_BITS) - 1ull)
+// Status codes of every family (its wait codes stay below 11).
+#define TPCOMM_WAIT_CALL 11u
+#define TPCOMM_CALL_MISMATCH 12u
+
+__device__ __forceinline__ u64 call_word(u64 call, u64 epoch) {
+    return ((1ull + epoch % 0x7fffull) << TPCOMM_CALL_BITS) | (call & TPCOMM_CALL_MASK);
+}
+
+__device__ __forceinline__ bool call_word_current(u64 word, u64 epoch) {
+    return (word >> TPCOMM_CALL_BITS) == 1ull + epoch % 0x7fffull;
+}
+
+// Records a disagreement (the first failure of this rank, by `abort`): the
+// status names the peer, and its bytes 16-31 hold this rank's call and the
+// peer's, for the host's message (check()).
+__device__ __forceinline__ void report_call_mismatch(u32* abort, u64 status, u32 peer, u64 epoch,
+                                                     u64 mine, u64 theirs) {
+    if (atomicCAS(abort, 0u, 1u) == 0u) {
+        volatile Status* s = (volatile Status*)status;
+        volatile u64* d = (volatile u64*)(status + 16);
+        d[0] = mine & TPCOMM_CALL_MASK;
+        d[1] = theirs & TPCOMM_CALL_MASK;
+        s->peer = peer;
+        s->epoch = epoch;
+        __threadfence_system();
+        s->code = TPCOMM_CALL_MISMATCH;
+        __threadfence_system();
+    }
+}
+
+// Waits (bounded by timeout_ns, giving up at once when `abort` is raised)
+// until the word at `w` is the one of `epoch`, then compares it with this
+// rank's call. False, with the status written, when the peer's word did not
+// come (TPCOMM_WAIT_CALL) or says another call (TPCOMM_CALL_MISMATCH).
+__device__ __noinline__ bool peer_call_agrees(const u64* w, u32* abort, u64 status, u64 timeout_ns,
+                                              u32 peer, u64 epoch, u64 mine) {
+    u64 word = ld_volatile_u64(w);
+    if (!call_word_current(word, epoch)) {
+        const u64 start = globaltimer();
+        for (u32 spins = 1;; spins++) {
+            word = ld_volatile_u64(w);
+            if (call_word_current(word, epoch)) break;
+            if ((spins & 31u) == 0u) {
+                if (ld_volatile_u32(abort) != 0u) return false;
+                if (globaltimer() - start > timeout_ns) {
+                    if (atomicCAS(abort, 0u, 1u) == 0u) {
+                        volatile Status* s = (volatile Status*)status;
+                        s->peer = peer;
+                        s->epoch = epoch;
+                        __threadfence_system();
+                        s->code = TPCOMM_WAIT_CALL;
+                        __threadfence_system();
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+    if ((word & TPCOMM_CALL_MASK) == (mine & TPCOMM_CALL_MASK)) return true;
+    report_call_mismatch(abort, status, peer, epoch, mine, word);
+    return false;
+}
+
 // ---------------------------------------------------------------- conversions
 
 __device__ __forceinline__ float bf16_to_f32(u32 h) { return __uint_as_float(h << 16); }

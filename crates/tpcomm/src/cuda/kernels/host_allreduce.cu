@@ -59,6 +59,8 @@ struct HArgs {
     u64 delta_offset;         // the delta kernel's two buffers (after the halves)
     u64 slot_bytes;           // bytes of one delta buffer (multiple of 16)
     u64 shadow;               // delta: device memory, 2 x world shadows of slot_bytes
+    u64 call_offset;          // this rank's call word, inside a half
+    u64 call;                 // what this call is (common.cuh, call words)
     u32 rank;
     u32 world;
     u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
@@ -79,8 +81,15 @@ __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
 
 // ---------------------------------------------------------------- epochs, timeouts
 
+// Block 0's thread 0 also publishes this call's word in its own area's half
+// of the epoch's parity, for the peers to compare (end_call).
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
-    return (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
+    const u64 epoch = (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        volatile u64* w = (volatile u64*)(a.areas[a.rank] + (epoch & 1ull) * a.half_stride + a.call_offset);
+        *w = call_word(a.call, epoch);
+    }
+    return epoch;
 }
 
 // The 32-bit tag of an epoch, never 0: zeroed memory that was never written
@@ -127,6 +136,17 @@ __device__ __forceinline__ bool wait_over(const HArgs& a, u32 spins, u64 start, 
 // completes, so all its blocks read the new epoch. An aborted block does not
 // arrive, so a failed call never advances the epoch.
 __device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
+    // Block 0 checks that every peer made the same call. Its own arrival is
+    // not added yet, so the epoch bits still hold this call's epoch - 1.
+    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+        HCtl* ctl = (HCtl*)a.ctl;
+        const u64 epoch = (ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
+        const u64 at = (epoch & 1ull) * a.half_stride + a.call_offset;
+        for (u32 q = 0; ok && q < a.world; q++)
+            if (q != a.rank)
+                ok = peer_call_agrees((const u64*)(a.areas[q] + at), &ctl->abort, a.status,
+                                      a.timeout_ns, q, epoch, a.call);
+    }
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     HCtl* ctl = (HCtl*)a.ctl;

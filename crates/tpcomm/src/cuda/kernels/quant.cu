@@ -57,6 +57,8 @@ struct QArgs {
     u64 ctl;                 // QCtl* in local device memory
     u64 status;              // Status* in host-mapped memory
     u64 timeout_ns;          // bound on every wait
+    u64 call_off;            // the sender's call word inside a slot
+    u64 call;                // what this call is (common.cuh, call words)
     u32 rank;
     u32 world;
     u32 ndst;                // world (P2P) or 1 (host)
@@ -272,9 +274,33 @@ __device__ __noinline__ bool q_wait_flag(const u32* flag, u32 tag, u64 ctl_addr,
     }
 }
 
+// The epoch of this call; block 0's thread 0 also sends the call's word
+// into this rank's slot at every destination (each peer's area, or the own
+// host area), for the peers to compare (q_end_call).
+__device__ __forceinline__ u64 q_begin(const QArgs& a) {
+    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const u64 at = (epoch & 1ull) * a.parity_stride + a.call_off;
+        const u64 w = call_word(a.call, epoch);
+        for (u32 q = 0; q < a.ndst; q++)
+            if (a.ndst == 1u || q != a.rank) *(volatile u64*)(a.dst[q] + at) = w;
+    }
+    return epoch;
+}
+
 // A block that failed does not count itself, so an aborted call never
-// advances the epoch.
+// advances the epoch. Block 0 first checks that every peer made the same
+// call (its own arrival is not added yet, so the epoch bits are this call's).
 __device__ __forceinline__ void q_end_call(const QArgs& a, bool ok) {
+    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+        QCtl* ctl = (QCtl*)a.ctl;
+        const u64 epoch = ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT;
+        const u64 at = (epoch & 1ull) * a.parity_stride + a.call_off;
+        for (u32 p = 0; ok && p < a.world; p++)
+            if (p != a.rank)
+                ok = peer_call_agrees((const u64*)(a.src[p] + at), &ctl->abort, a.status, a.timeout_ns,
+                                      p, epoch, a.call);
+    }
     const int failed = __syncthreads_or(!ok);
     if (threadIdx.x != 0 || failed) return;
     QCtl* ctl = (QCtl*)a.ctl;
@@ -432,7 +458,7 @@ __device__ void quant_oneshot(const QArgs& a) {
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
-    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
+    const u64 epoch = q_begin(a);
     const u64 par = (epoch & 1ull) * a.parity_stride;
     const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;  // never 0, the flags' initial value
     const u32 lanes = a.group / 8u;                     // threads per group
@@ -506,7 +532,7 @@ __device__ void quant_twoshot(const QArgs& a) {
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
-    const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
+    const u64 epoch = q_begin(a);
     const u64 par = (epoch & 1ull) * a.parity_stride;
     const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;
     const u32 lanes = a.group / 8u;
