@@ -344,12 +344,17 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
     Ok(a)
 }
 
+/// The longest `--timeout-ms` the CPU bench takes: `--timeout` is under one day.
+const CPU_MAX_TIMEOUT_MS: u64 = 86_399_999;
+
 /// `--timeout-ms` for the CPU bench: the duration `--timeout {ms}ms` gives,
-/// refused as that would be.
+/// refused in the words of the flag the user typed.
 fn cpu_timeout_ms(ms: u64) -> Result<Duration, String> {
-    let text = format!("{ms}ms");
-    parse_duration(&text)
-        .map_err(|e| format!("invalid value '{text}' for '--timeout <TIMEOUT>': {e}"))
+    parse_duration(&format!("{ms}ms")).map_err(|_| {
+        format!(
+            "invalid value '{ms}' for '--timeout-ms <TIMEOUT_MS>': give 1 to {CPU_MAX_TIMEOUT_MS} milliseconds (under one day)"
+        )
+    })
 }
 
 /// The CPU bench takes one algorithm choice; `one-shot,two-shot` is `all`.

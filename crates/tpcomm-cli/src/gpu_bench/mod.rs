@@ -209,14 +209,40 @@ pub fn run_worker(args: GpuBenchArgs) -> i32 {
 }
 
 fn run_inner(args: GpuBenchArgs) -> Result<()> {
-    let (args, world, outs) = measure(args)?;
+    let (args, world, outs) = measure(args, &BENCH)?;
     report(&args, world, outs)
 }
 
+/// How the command that runs the measurement spells what its messages name:
+/// each error names a flag of the command the user typed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spelling {
+    /// The flag that sets the number of ranks.
+    pub(crate) ranks: &'static str,
+    /// What to do instead on a machine without a CUDA GPU.
+    pub(crate) without_gpu: &'static str,
+}
+
+/// `tpcomm bench` (and the internal `gpu-bench-worker`): `--ranks`, or its
+/// alias `--gpus`.
+pub(crate) const BENCH: Spelling = Spelling {
+    ranks: "--ranks",
+    without_gpu: "`tpcomm bench --device cpu` measures CPU ranks",
+};
+
+/// `tpcomm tune`, which counts ranks with `--gpus` and has no `--ranks`.
+pub(crate) const TUNE: Spelling = Spelling {
+    ranks: "--gpus",
+    without_gpu: "`tpcomm tune --from-bench FILE` makes a table from GPU bench JSON measured on a machine with GPUs",
+};
+
 /// Runs the measurement (or, in a worker process, one rank of it) and returns
-/// every rank's rows; `tpcomm tune` calls this too.
-pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
-    validate(&args)?;
+/// every rank's rows; `tpcomm tune` calls this too, with its own `spelling`.
+pub(crate) fn measure(
+    mut args: GpuBenchArgs,
+    spelling: &Spelling,
+) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
+    validate_as(&args, spelling)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
         let world = args
             .gpus
@@ -261,14 +287,14 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
         args.fingerprint = Some(machine.fingerprint);
     }
     if n == 0 {
-        return Err(Error::invalid(
-            "--device gpu",
-            "this machine has no CUDA GPU; `tpcomm bench --device cpu` measures CPU ranks",
-        ));
+        return Err(Error::Unsupported(format!(
+            "this machine has no CUDA GPU to measure; {}",
+            spelling.without_gpu
+        )));
     }
     if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
-            "--ranks",
+            spelling.ranks,
             format!(
                 "{world} ranks: the GPU bench takes 2 to {} (they go round-robin over this machine's {n} GPU(s))",
                 tpcomm::cuda::MAX_WORLD
@@ -307,7 +333,15 @@ pub(crate) const MAX_ROTATE: usize = 64;
 /// The longest bound on a wait (`--timeout-ms`): one day, as `--timeout`.
 pub(crate) const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
+/// [`validate_as`] in `tpcomm bench`'s words.
+#[cfg(test)]
 fn validate(args: &GpuBenchArgs) -> Result<()> {
+    validate_as(args, &BENCH)
+}
+
+/// Every option in its range before any GPU work, each error naming the
+/// flag as `spelling`'s command takes it.
+fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
     if args.min.bytes() == 0 || args.min > args.max {
         return Err(Error::invalid(
             "--min/--max",
@@ -355,7 +389,7 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         .filter(|n| !(2..=tpcomm::cuda::MAX_WORLD).contains(n))
     {
         return Err(Error::invalid(
-            "--ranks",
+            spelling.ranks,
             format!(
                 "{n} ranks: the GPU bench takes 2 to {}",
                 tpcomm::cuda::MAX_WORLD
