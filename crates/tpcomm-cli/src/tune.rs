@@ -214,7 +214,7 @@ fn bench_args(args: &TuneArgs) -> Result<GpuBenchArgs> {
     let launch = <gpu_bench::Launch as clap::ValueEnum>::from_str(&args.launch, false)
         .map_err(|_| Error::invalid("--launch", format!("{:?} (procs or threads)", args.launch)))?;
     let mut a = GpuBenchArgs::defaults();
-    a.launch = launch;
+    a.launch = Some(launch);
     a.transport = args.transport;
     a.gpus = args.gpus;
     a.dtype = args.dtype;

@@ -174,6 +174,16 @@ fn both_spellings_of_sizes_launch_algos_and_timeout_work_on_both_devices() {
     assert!(cpu(&["--launch", "threads"]).contains("launch: Threads"));
 }
 
+/// On GPUs --launch left out stays open for the GPU bench to decide from the
+/// machine (gpu_bench::default_launch); CPU ranks keep processes.
+#[test]
+fn the_gpu_launch_is_decided_later_unless_given() {
+    assert!(gpu(&[]).contains("launch: None"), "{}", gpu(&[]));
+    assert!(gpu(&["--launch", "processes"]).contains("launch: Some(Procs)"));
+    assert!(gpu(&["--launch", "threads"]).contains("launch: Some(Threads)"));
+    assert!(cpu(&[]).contains("launch: Processes"));
+}
+
 #[test]
 fn cpu_defaults_are_the_cpu_bench_defaults() {
     let d = cpu(&[]);
