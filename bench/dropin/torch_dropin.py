@@ -18,7 +18,9 @@ import torch.multiprocessing as mp
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 FULL_SIZES = [1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 QUICK_SIZES = [1024, 65536, 1 << 20]
-TOL = {"bf16": 2 ** -7, "fp16": 2 ** -10, "fp32": 2 ** -22}  # relative, per element
+# Relative tolerance of one rounding of each type (the reference is float64);
+# the same rule as bench/torch/collectives_check.py (see check below).
+TOL = {"bf16": 2 ** -8, "fp16": 2 ** -11, "fp32": 2 ** -23}
 
 
 def median(xs):
@@ -41,9 +43,15 @@ def checksum(t):
     return [int(bits.sum()), int((bits * w).sum())]
 
 
-def check(out, ref64, name):
+def check(out, ref64, abs64, world, name):
+    """Elements off the float64 sum by more than rounding allows, and the
+    largest error: the final rounding to the type, plus world - 1 additions
+    each rounding at most half an ulp of a partial sum, which is at most the
+    sum of the magnitudes (abs64). The final rounding alone is too tight: a
+    correct rank-order float32 sum of 4 randn inputs fails it about 39 times
+    in 64M elements. The rule of bench/torch/collectives_check.py."""
     err = (out.double() - ref64).abs()
-    bound = TOL[name] * (ref64.abs() + 1.0) * 2
+    bound = TOL[name] * 2 * ((ref64.abs() + 1.0) + (world - 1) * abs64)
     bad = int((err > bound).sum())
     return bad, float(err.max()) if err.numel() else 0.0
 
@@ -109,12 +117,16 @@ def all_reduce_cases(rank, world, sizes):
             # Deterministic across ranks and runs (Python's str hash is not).
             seed = 100 * list(DTYPES).index(name) + 10 * seed_i
             inputs = [make_input(seed + b, rank, n, dt) for b in range(nbuf)]
-            refs = []
+            refs, mags = [], []
             for b in range(nbuf):
                 r = torch.zeros(n, dtype=torch.float64, device="cuda")
+                m = torch.zeros(n, dtype=torch.float64, device="cuda")
                 for p in range(world):
-                    r += make_input(seed + b, p, n, dt).double()
+                    x = make_input(seed + b, p, n, dt).double()
+                    r += x
+                    m += x.abs()
                 refs.append(r)
+                mags.append(m)
             bufs = [x.clone() for x in inputs]
             # Eager: every buffer reduced once, every element checked.
             for b in range(nbuf):
@@ -122,7 +134,7 @@ def all_reduce_cases(rank, world, sizes):
             torch.cuda.synchronize()
             eager_sum = [checksum(x) for x in bufs]
             for b in range(nbuf):
-                bad, mx = check(bufs[b], refs[b], name)
+                bad, mx = check(bufs[b], refs[b], mags[b], world, name)
                 if bad:
                     failures.append(f"eager {name} n={n} buf {b}: {bad} wrong (max err {mx})")
             # Graph: one captured all-reduce per buffer, replayed on fresh copies of the inputs.
@@ -133,7 +145,7 @@ def all_reduce_cases(rank, world, sizes):
             torch.cuda.synchronize()
             graph_sum = [checksum(x) for x in bufs]
             for b in range(nbuf):
-                bad, mx = check(bufs[b], refs[b], name)
+                bad, mx = check(bufs[b], refs[b], mags[b], world, name)
                 if bad:
                     failures.append(f"graph {name} n={n} buf {b}: {bad} wrong (max err {mx})")
             if graph_sum != eager_sum:
@@ -149,7 +161,7 @@ def all_reduce_cases(rank, world, sizes):
             for mode, t, cs in (("eager", t_eager, eager_sum), ("graph", t_graph, graph_sum)):
                 rows.append({"bytes": nbytes, "count": n, "dtype": name, "mode": mode,
                              "us": round(t, 2), "checksum": cs})
-            del bufs, inputs, refs
+            del bufs, inputs, refs, mags
             torch.cuda.empty_cache()
     return rows, failures
 

@@ -111,7 +111,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
             Ok(Duration::from_secs_f64(v * scale))
         }
         _ => Err(format!(
-            "{s:?} is not a duration above zero (examples: \"5s\", \"500ms\", \"2.5\")"
+            "{s:?} is not a duration above zero and under one day (examples: \"5s\", \"500ms\", \"2.5\")"
         )),
     }
 }

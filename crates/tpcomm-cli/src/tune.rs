@@ -214,7 +214,7 @@ fn bench_args(args: &TuneArgs) -> Result<GpuBenchArgs> {
     let launch = <gpu_bench::Launch as clap::ValueEnum>::from_str(&args.launch, false)
         .map_err(|_| Error::invalid("--launch", format!("{:?} (procs or threads)", args.launch)))?;
     let mut a = GpuBenchArgs::defaults();
-    a.launch = launch;
+    a.launch = Some(launch);
     a.transport = args.transport;
     a.gpus = args.gpus;
     a.dtype = args.dtype;
@@ -236,7 +236,8 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
     let (machine, topo) = crate::machine::this_machine(None)?;
     let bench_args = bench_args(args)?;
     let started = std::time::Instant::now();
-    let (bench_args, world, outs): (_, usize, Vec<RankOut>) = gpu_bench::measure(bench_args)?;
+    let (bench_args, world, outs): (_, usize, Vec<RankOut>) =
+        gpu_bench::measure(bench_args, &gpu_bench::TUNE)?;
     // The transport the communicators ended up on (never auto).
     let transport = outs[0].info.transport.clone();
     let (m, wrong) = measured(&transport, &outs[0].rows)?;
@@ -386,6 +387,23 @@ mod tests {
         let e = bench_args(&parse(&["--launch", "fibers"]).unwrap()).unwrap_err();
         let m = e.to_string();
         assert!(m.contains("--launch") && m.contains("\"fibers\""), "{m}");
+    }
+
+    /// tune counts ranks with --gpus and has no --ranks: a count out of
+    /// range is refused (before any GPU work) naming --gpus.
+    #[test]
+    fn a_gpu_count_out_of_range_is_refused_naming_tunes_own_flag() {
+        for bad in ["1", "9"] {
+            let a = bench_args(&parse(&["--gpus", bad]).unwrap()).unwrap();
+            let m = gpu_bench::measure(a, &gpu_bench::TUNE)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                m.contains("--gpus") && m.contains(bad) && !m.contains("--ranks"),
+                "{m}"
+            );
+        }
     }
 
     #[test]

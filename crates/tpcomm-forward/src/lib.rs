@@ -43,19 +43,38 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn check(&self) -> Result<()> {
+    /// Most transformer layers the benchmark model builds.
+    pub const MAX_LAYERS: usize = 1024;
+    /// Most hidden and MLP width: far above any model it stands for, and
+    /// within cuBLAS's 32-bit sizes and the element-wise kernels' 32-bit
+    /// row widths.
+    pub const MAX_WIDTH: usize = 1 << 20;
+    /// Most tokens in one forward (the element-wise kernels take the row
+    /// count as 32 bits).
+    pub const MAX_TOKENS: usize = 1 << 16;
+    /// Most ranks: those of tpcomm's GPU communicator.
+    pub const MAX_WORLD: usize = tpcomm::cuda::MAX_WORLD;
+
+    /// Every size in its range (`tpcomm bench forward` checks its flags
+    /// against the same constants) and the widths split evenly into rows of
+    /// whole 16-byte vectors per rank.
+    pub fn check(&self) -> Result<()> {
         let w = self.world;
-        if self.layers == 0 || self.max_tokens == 0 || w == 0 {
-            return Err(Error::invalid(
-                "forward shape",
-                "layers, tokens and world must be at least 1",
-            ));
+        for (what, n, max) in [
+            ("layers", self.layers, Self::MAX_LAYERS),
+            ("hidden size", self.hidden, Self::MAX_WIDTH),
+            ("MLP size", self.mlp, Self::MAX_WIDTH),
+            ("tokens per forward", self.max_tokens, Self::MAX_TOKENS),
+            ("world", w, Self::MAX_WORLD),
+        ] {
+            if !(1..=max).contains(&n) {
+                return Err(Error::invalid(
+                    "forward shape",
+                    format!("{what} {n}: give 1 to {max}"),
+                ));
+            }
         }
-        if self.hidden == 0
-            || !self.hidden.is_multiple_of(8 * w)
-            || self.mlp == 0
-            || !self.mlp.is_multiple_of(8 * w)
-        {
+        if !self.hidden.is_multiple_of(8 * w) || !self.mlp.is_multiple_of(8 * w) {
             return Err(Error::invalid(
                 "forward shape",
                 format!(
@@ -439,6 +458,71 @@ mod tests {
         let mut s = shape(7168, 18432, 2);
         s.layers = 0;
         assert!(s.check().is_err());
+    }
+
+    /// The library's own bounds, as the CLI's flags have them: every size
+    /// is refused above its maximum (typed error naming it) and taken at it.
+    #[test]
+    fn sizes_above_their_maximum_are_refused_naming_them() {
+        let top = Shape {
+            layers: Shape::MAX_LAYERS,
+            hidden: Shape::MAX_WIDTH,
+            mlp: Shape::MAX_WIDTH,
+            max_tokens: Shape::MAX_TOKENS,
+            world: Shape::MAX_WORLD,
+        };
+        top.check().unwrap();
+        let (l, w, t) = (Shape::MAX_LAYERS, Shape::MAX_WIDTH, Shape::MAX_TOKENS);
+        let cases = [
+            (
+                "layers",
+                Shape {
+                    layers: l + 1,
+                    ..top
+                },
+            ),
+            (
+                "hidden size",
+                Shape {
+                    hidden: w * 2,
+                    ..top
+                },
+            ),
+            (
+                "MLP size",
+                Shape {
+                    mlp: usize::MAX - 7,
+                    ..top
+                },
+            ),
+            (
+                "tokens per forward",
+                Shape {
+                    max_tokens: t + 1,
+                    ..top
+                },
+            ),
+            (
+                "world",
+                Shape {
+                    world: Shape::MAX_WORLD + 1,
+                    ..top
+                },
+            ),
+            (
+                "world",
+                Shape {
+                    world: usize::MAX,
+                    ..top
+                },
+            ),
+        ];
+        for (what, s) in cases {
+            let e = s.check().unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+            let m = e.to_string();
+            assert!(m.contains(what) && m.contains("give 1 to"), "{what}: {m}");
+        }
     }
 
     #[test]

@@ -40,8 +40,20 @@ pub fn tpcomm_buffer_bytes(
     if world <= 1 {
         return Ok((ByteSize::ZERO, "no communicator at TP 1".into()));
     }
+    // Checked here, in the planner's words: the layout code's own check
+    // would say "world size", which is no option of `tpcomm plan`.
+    let max = tpcomm::cuda::MAX_WORLD;
     let world_us = usize::try_from(world)
-        .map_err(|_| PlanError::invalid("tensor-parallel size", format!("{world}")))?;
+        .ok()
+        .filter(|&w| w <= max)
+        .ok_or_else(|| {
+            PlanError::invalid(
+                "tensor-parallel size (--tp)",
+                format!(
+                    "{world} ranks: tpcomm's GPU communicator takes 2 to {max}; give --tp {max} or fewer, or count only NCCL's buffers (--comm nccl) or bytes you measured (--comm-bytes)"
+                ),
+            )
+        })?;
     let planned = match transport {
         TpcommTransport::P2p => PlannedTransport::P2p,
         TpcommTransport::Host => PlannedTransport::Host { processes: true },

@@ -42,7 +42,16 @@ fn communication_buffers_come_from_the_library_layout() {
         ByteSize::ZERO
     );
     // Beyond the library's 8 ranks, or an absurd message: an error.
-    assert!(tpcomm_buffer_bytes(TpcommTransport::P2p, 9, ByteSize::mib(8)).is_err());
+    // Named as `tpcomm plan` takes it (--tp), not as the library's "world size".
+    for tp in [9, 16, u64::MAX] {
+        let e = tpcomm_buffer_bytes(TpcommTransport::P2p, tp, ByteSize::mib(8))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--tp") && e.contains("--comm nccl") && !e.contains("world size"),
+            "{e}"
+        );
+    }
     assert!(tpcomm_buffer_bytes(TpcommTransport::P2p, 8, ByteSize::b(u64::MAX)).is_err());
     // 16 channels x 2 neighbours x 4 MiB.
     assert_eq!(nccl_buffer_estimate(16).unwrap(), ByteSize::mib(128));

@@ -72,7 +72,11 @@ struct BenchOpts {
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
     /// How ranks run: processes (or procs; GPUs share buffers by CUDA IPC) or
-    /// threads (GPUs by peer access). Default: processes.
+    /// threads (GPUs by peer access). Default on CPU ranks: processes. Default
+    /// on GPUs: processes when every rank has a GPU of its own or an MPS
+    /// server serves the GPUs ranks share, else threads (processes that share
+    /// a GPU without MPS run in time slices, milliseconds per call); the run
+    /// prints which it chose and why.
     #[arg(long, value_enum)]
     launch: Option<LaunchChoice>,
     /// Smallest message; sizes double up to --max-bytes. Default 1KiB.
@@ -344,12 +348,17 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
     Ok(a)
 }
 
+/// The longest `--timeout-ms` the CPU bench takes: `--timeout` is under one day.
+const CPU_MAX_TIMEOUT_MS: u64 = 86_399_999;
+
 /// `--timeout-ms` for the CPU bench: the duration `--timeout {ms}ms` gives,
-/// refused as that would be.
+/// refused in the words of the flag the user typed.
 fn cpu_timeout_ms(ms: u64) -> Result<Duration, String> {
-    let text = format!("{ms}ms");
-    parse_duration(&text)
-        .map_err(|e| format!("invalid value '{text}' for '--timeout <TIMEOUT>': {e}"))
+    parse_duration(&format!("{ms}ms")).map_err(|_| {
+        format!(
+            "invalid value '{ms}' for '--timeout-ms <TIMEOUT_MS>': give 1 to {CPU_MAX_TIMEOUT_MS} milliseconds (under one day)"
+        )
+    })
 }
 
 /// The CPU bench takes one algorithm choice; `one-shot,two-shot` is `all`.
@@ -430,12 +439,11 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     if let Some(c) = o.coll {
         a.coll = c;
     }
-    if let Some(l) = o.launch {
-        a.launch = match l {
-            LaunchChoice::Processes => GpuLaunch::Procs,
-            LaunchChoice::Threads => GpuLaunch::Threads,
-        };
-    }
+    // Not given: the GPU bench decides from the machine (and says so).
+    a.launch = o.launch.map(|l| match l {
+        LaunchChoice::Processes => GpuLaunch::Procs,
+        LaunchChoice::Threads => GpuLaunch::Threads,
+    });
     if let Some(t) = o.transport {
         a.transport = t;
     }

@@ -234,10 +234,10 @@ fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError
 }
 
 /// Most layers, hidden and MLP width, and tokens per forward the bench
-/// builds (far above any model it stands for; cuBLAS takes 32-bit sizes).
-const MAX_LAYERS: usize = 1024;
-const MAX_WIDTH: usize = 1 << 20;
-const MAX_TOKENS: usize = 1 << 16;
+/// builds: the model's own bounds (`Shape::check`), one source of truth.
+const MAX_LAYERS: usize = Shape::MAX_LAYERS;
+const MAX_WIDTH: usize = Shape::MAX_WIDTH;
+const MAX_TOKENS: usize = Shape::MAX_TOKENS;
 /// Most forwards per repetition (`--iters`) and repetitions (`--reps`).
 const MAX_REPEATS: usize = 10_000;
 

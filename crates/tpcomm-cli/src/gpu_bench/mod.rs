@@ -1,10 +1,10 @@
 //! `tpcomm bench` on GPUs (`--device gpu`, or auto with 2+ GPUs): every
 //! tpcomm GPU all-reduce algorithm and NCCL, eager and inside CUDA graphs, in
 //! one run, every result checked against a float64 reference. One process
-//! per GPU (the command re-executes itself as workers, through the internal
-//! `gpu-bench-worker`) or one thread per GPU
-//! (`--launch threads`). The JSON is `tpcomm::report::BenchReport`, as the
-//! CPU bench writes.
+//! per rank (the command re-executes itself as workers, through the internal
+//! `gpu-bench-worker`) or one thread per rank (`--launch threads`); without
+//! `--launch`, [`default_launch`] decides from the GPUs and MPS. The JSON is
+//! `tpcomm::report::BenchReport`, as the CPU bench writes.
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -46,9 +46,13 @@ pub struct GpuBenchArgs {
     /// NCCL; nccl-tests' size and busbw conventions, see bench/coll.rs).
     #[arg(long, value_enum, default_value = "all-reduce")]
     pub(crate) coll: crate::bench::coll::Coll,
-    /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer access).
-    #[arg(long, value_enum, default_value = "procs")]
-    pub(crate) launch: Launch,
+    /// How ranks run: a process per GPU (CUDA IPC) or a thread per GPU (peer
+    /// access). Default: processes when every rank has a GPU of its own or an
+    /// MPS server serves the GPUs ranks share, else threads (processes that
+    /// share a GPU without MPS run in time slices, milliseconds per call); the
+    /// run prints which and why.
+    #[arg(long, value_enum)]
+    pub(crate) launch: Option<Launch>,
     /// GPU transport: cuda (P2P), host (through pinned host memory, no P2P
     /// needed; one-shot = delta words, two-shot = chunked),
     /// auto (host when any
@@ -123,7 +127,7 @@ impl GpuBenchArgs {
     pub(crate) fn defaults() -> Self {
         GpuBenchArgs {
             coll: crate::bench::coll::Coll::AllReduce,
-            launch: Launch::Procs,
+            launch: None,
             transport: Transport::Auto,
             gpus: None,
             dtype: DType::Bf16,
@@ -209,14 +213,44 @@ pub fn run_worker(args: GpuBenchArgs) -> i32 {
 }
 
 fn run_inner(args: GpuBenchArgs) -> Result<()> {
-    let (args, world, outs) = measure(args)?;
+    let (args, world, outs) = measure(args, &BENCH)?;
     report(&args, world, outs)
 }
 
+/// How the command that runs the measurement spells what its messages name:
+/// each error names a flag of the command the user typed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spelling {
+    /// The command, as its lines begin.
+    pub(crate) command: &'static str,
+    /// The flag that sets the number of ranks.
+    pub(crate) ranks: &'static str,
+    /// What to do instead on a machine without a CUDA GPU.
+    pub(crate) without_gpu: &'static str,
+}
+
+/// `tpcomm bench` (and the internal `gpu-bench-worker`): `--ranks`, or its
+/// alias `--gpus`.
+pub(crate) const BENCH: Spelling = Spelling {
+    command: "tpcomm bench",
+    ranks: "--ranks",
+    without_gpu: "`tpcomm bench --device cpu` measures CPU ranks",
+};
+
+/// `tpcomm tune`, which counts ranks with `--gpus` and has no `--ranks`.
+pub(crate) const TUNE: Spelling = Spelling {
+    command: "tpcomm tune",
+    ranks: "--gpus",
+    without_gpu: "`tpcomm tune --from-bench FILE` makes a table from GPU bench JSON measured on a machine with GPUs",
+};
+
 /// Runs the measurement (or, in a worker process, one rank of it) and returns
-/// every rank's rows; `tpcomm tune` calls this too.
-pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
-    validate(&args)?;
+/// every rank's rows; `tpcomm tune` calls this too, with its own `spelling`.
+pub(crate) fn measure(
+    mut args: GpuBenchArgs,
+    spelling: &Spelling,
+) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
+    validate_as(&args, spelling)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
         let world = args
             .gpus
@@ -261,25 +295,98 @@ pub(crate) fn measure(mut args: GpuBenchArgs) -> Result<(GpuBenchArgs, usize, Ve
         args.fingerprint = Some(machine.fingerprint);
     }
     if n == 0 {
-        return Err(Error::invalid(
-            "--device gpu",
-            "this machine has no CUDA GPU; `tpcomm bench --device cpu` measures CPU ranks",
-        ));
+        return Err(Error::Unsupported(format!(
+            "this machine has no CUDA GPU to measure; {}",
+            spelling.without_gpu
+        )));
     }
     if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
-            "--ranks",
+            spelling.ranks,
             format!(
                 "{world} ranks: the GPU bench takes 2 to {} (they go round-robin over this machine's {n} GPU(s))",
                 tpcomm::cuda::MAX_WORLD
             ),
         ));
     }
-    let outs: Vec<RankOut> = match args.launch {
+    let launch = match args.launch {
+        Some(given) => given,
+        None => {
+            let (chosen, why) = default_launch(world, n, |d| {
+                let d =
+                    i32::try_from(d).map_err(|_| Error::invalid("GPU ordinal", d.to_string()))?;
+                tpcomm::cuda::mps_enabled(d)
+            });
+            eprintln!(
+                "{}: ranks run as {}: {why} (--launch chooses)",
+                spelling.command,
+                chosen.name()
+            );
+            chosen
+        }
+    };
+    args.launch = Some(launch);
+    let outs: Vec<RankOut> = match launch {
         Launch::Threads => run_threads(&args, world)?,
         Launch::Procs => run_procs(&args, world)?,
     };
     Ok((args, world, outs))
+}
+
+impl Launch {
+    /// As the report and the JSON's `launch` name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Launch::Procs => "processes",
+            Launch::Threads => "threads",
+        }
+    }
+}
+
+/// How ranks run when `--launch` is not given, and why, for the line the run
+/// prints. Processes (as tensor parallelism runs) when every rank has a GPU
+/// of its own (`world` ranks round-robin over `gpus`), or when an MPS server
+/// serves every GPU that ranks share; otherwise threads, since processes
+/// sharing a GPU without MPS run in time slices (milliseconds per call, see
+/// `tpcomm::cuda::share::time_slice_warning`). `mps(device)` asks whether
+/// MPS serves a GPU (`tpcomm::cuda::mps_enabled` on a machine; anything in
+/// tests); an answer it cannot give counts as no MPS.
+pub(crate) fn default_launch(
+    world: usize,
+    gpus: usize,
+    mps: impl Fn(usize) -> Result<bool>,
+) -> (Launch, String) {
+    if world <= gpus {
+        return (
+            Launch::Procs,
+            format!("every rank has a GPU of its own ({world} ranks, {gpus} GPUs)"),
+        );
+    }
+    let gpus = gpus.max(1);
+    let mut shared: Vec<usize> = (gpus..world).map(|r| r % gpus).collect();
+    shared.sort_unstable();
+    shared.dedup();
+    let share = format!(
+        "{world} ranks share {gpus} GPU{}",
+        if gpus == 1 { "" } else { "s" }
+    );
+    for d in shared {
+        let why = match mps(d) {
+            Ok(true) => continue,
+            Ok(false) => format!("no MPS server serves GPU {d}"),
+            Err(e) => format!("whether an MPS server serves GPU {d} is unknown ({e})"),
+        };
+        return (
+            Launch::Threads,
+            format!(
+                "{share} and {why}, so ranks as processes would run in time slices (milliseconds per call); start MPS (`nvidia-cuda-mps-control -d`) to run them as processes"
+            ),
+        );
+    }
+    (
+        Launch::Procs,
+        format!("{share} and an MPS server serves them"),
+    )
 }
 
 /// Arguments as if given on the command line (for `tpcomm tune`).
@@ -307,7 +414,15 @@ pub(crate) const MAX_ROTATE: usize = 64;
 /// The longest bound on a wait (`--timeout-ms`): one day, as `--timeout`.
 pub(crate) const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
+/// [`validate_as`] in `tpcomm bench`'s words.
+#[cfg(test)]
 fn validate(args: &GpuBenchArgs) -> Result<()> {
+    validate_as(args, &BENCH)
+}
+
+/// Every option in its range before any GPU work, each error naming the
+/// flag as `spelling`'s command takes it.
+fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
     if args.min.bytes() == 0 || args.min > args.max {
         return Err(Error::invalid(
             "--min/--max",
@@ -355,7 +470,7 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
         .filter(|n| !(2..=tpcomm::cuda::MAX_WORLD).contains(n))
     {
         return Err(Error::invalid(
-            "--ranks",
+            spelling.ranks,
             format!(
                 "{n} ranks: the GPU bench takes 2 to {}",
                 tpcomm::cuda::MAX_WORLD

@@ -102,10 +102,8 @@ pub(super) fn bench_report(
         versions,
         transport: info.transport.clone(),
         world_size: world,
-        launch: match args.launch {
-            Launch::Procs => "processes".into(),
-            Launch::Threads => "threads".into(),
-        },
+        // measure() resolves it; only a report built by hand can lack it.
+        launch: args.launch.map_or("default", Launch::name).into(),
         device: Some("gpu".into()),
         gpus: Some(outs.iter().map(|o| o.info.gpu.clone()).collect()),
         arch: Some(info.arch.clone()),

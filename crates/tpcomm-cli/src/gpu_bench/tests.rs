@@ -85,6 +85,8 @@ fn workers_parse_back_the_parents_arguments() {
     // Everything else is the parent's, except where the JSON goes
     // (the parent writes it) and the worker fields above.
     let strip = |mut a: GpuBenchArgs| {
+        // Workers run one rank each; they do not launch others.
+        a.launch = None;
         a.worker_rank = None;
         a.rendezvous = None;
         a.gpus = None;
@@ -371,4 +373,70 @@ fn the_collective_reaches_the_workers_and_all_reduce_wires_are_refused_for_it() 
         let e = validate(&parse(&["--coll", "all-gather", "--algos", algos])).unwrap_err();
         assert!(e.to_string().contains("all-reduce algorithm"), "{e}");
     }
+}
+
+/// Without --launch: processes when every rank has a GPU of its own or MPS
+/// serves the GPUs that ranks share; threads when a shared GPU has no MPS
+/// (or its MPS state cannot be read), as processes there run in time slices.
+#[test]
+fn the_default_launch_follows_the_gpus_and_mps() {
+    let never = |_: usize| -> Result<bool> { panic!("MPS asked with a GPU per rank") };
+    for (world, gpus) in [(2, 2), (2, 8), (8, 8)] {
+        let (l, why) = default_launch(world, gpus, never);
+        assert_eq!(l, Launch::Procs, "{world} on {gpus}");
+        assert!(why.contains("GPU of its own"), "{why}");
+    }
+    let on = |_: usize| Ok(true);
+    let off = |_: usize| Ok(false);
+    let (l, why) = default_launch(4, 1, on);
+    assert_eq!(l, Launch::Procs);
+    assert!(
+        why.contains("4 ranks share 1 GPU and an MPS server"),
+        "{why}"
+    );
+    let (l, why) = default_launch(4, 1, off);
+    assert_eq!(l, Launch::Threads);
+    assert!(
+        why.contains("no MPS server serves GPU 0")
+            && why.contains("time slices")
+            && why.contains("nvidia-cuda-mps-control -d"),
+        "{why}"
+    );
+    // 3 ranks on 2 GPUs: only GPU 0 is shared, so only its MPS matters.
+    let (l, _) = default_launch(3, 2, |d| Ok(d != 1));
+    assert_eq!(l, Launch::Procs);
+    let (l, why) = default_launch(3, 2, |d| Ok(d != 0));
+    assert_eq!(l, Launch::Threads);
+    assert!(
+        why.contains("3 ranks share 2 GPUs") && why.contains("GPU 0"),
+        "{why}"
+    );
+    // A query that fails counts as no MPS, and says why.
+    let (l, why) = default_launch(2, 1, |_| {
+        Err(Error::Cuda {
+            call: "cuDeviceGetAttribute".into(),
+            detail: "boom".into(),
+        })
+    });
+    assert_eq!(l, Launch::Threads);
+    assert!(why.contains("unknown") && why.contains("boom"), "{why}");
+    // No GPU counted: no panic (measure refuses that case before asking).
+    assert_eq!(default_launch(2, 0, off).0, Launch::Threads);
+}
+
+/// --launch given is kept as given; not given, it stays open until measure()
+/// decides (and the JSON then names what was chosen).
+#[test]
+fn launch_is_open_unless_given() {
+    assert_eq!(parse(&[]).launch, None);
+    assert_eq!(GpuBenchArgs::defaults().launch, None);
+    assert_eq!(parse(&["--launch", "procs"]).launch, Some(Launch::Procs));
+    assert_eq!(
+        parse(&["--launch", "processes"]).launch,
+        Some(Launch::Procs)
+    );
+    assert_eq!(
+        parse(&["--launch", "threads"]).launch,
+        Some(Launch::Threads)
+    );
 }

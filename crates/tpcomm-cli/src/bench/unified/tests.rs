@@ -174,6 +174,16 @@ fn both_spellings_of_sizes_launch_algos_and_timeout_work_on_both_devices() {
     assert!(cpu(&["--launch", "threads"]).contains("launch: Threads"));
 }
 
+/// On GPUs --launch left out stays open for the GPU bench to decide from the
+/// machine (gpu_bench::default_launch); CPU ranks keep processes.
+#[test]
+fn the_gpu_launch_is_decided_later_unless_given() {
+    assert!(gpu(&[]).contains("launch: None"), "{}", gpu(&[]));
+    assert!(gpu(&["--launch", "processes"]).contains("launch: Some(Procs)"));
+    assert!(gpu(&["--launch", "threads"]).contains("launch: Some(Threads)"));
+    assert!(cpu(&[]).contains("launch: Processes"));
+}
+
 #[test]
 fn cpu_defaults_are_the_cpu_bench_defaults() {
     let d = cpu(&[]);
@@ -297,12 +307,17 @@ fn values_the_device_bench_would_refuse_get_its_words() {
         e,
         "a value is required for '--algo <ALGO>' but none was supplied [possible values: auto, one-shot, two-shot, all]"
     );
+    // --timeout-ms is refused naming --timeout-ms (the flag typed), not --timeout.
     let e = err(&["--device", "cpu", "--timeout-ms", "0"], Ok(0));
     assert_eq!(
         e,
-        r#"invalid value '0ms' for '--timeout <TIMEOUT>': "0ms" is not a duration above zero (examples: "5s", "500ms", "2.5")"#
+        "invalid value '0' for '--timeout-ms <TIMEOUT_MS>': give 1 to 86399999 milliseconds (under one day)"
     );
-    assert!(err(&["--device", "cpu", "--timeout-ms", "86400000"], Ok(0)).contains("86400000ms"));
+    let e = err(&["--device", "cpu", "--timeout-ms", "86400000"], Ok(0));
+    assert!(
+        e.contains("'86400000'") && e.contains("--timeout-ms") && !e.contains("--timeout <"),
+        "{e}"
+    );
     assert!(cpu(&["--timeout-ms", "86399999"]).contains("timeout: 86399.999s"));
     // The GPU bench takes 0 ms as given and rounds a --timeout up to 1 ms.
     assert_eq!(
