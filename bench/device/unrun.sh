@@ -28,13 +28,14 @@
 #   k  hardware queues: the 10,000-replay tests at WORLDS_ALL with
 #      CUDA_DEVICE_MAX_CONNECTIONS=32, and the eager one at 2 ranks with
 #      CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one queue)
-#   x  the 100,000-call stress tests (P2P, host) at 2 and 8 ranks, with
+#   x  the 100,000-call stress tests (P2P, host) at WORLDS_STRESS (default 2,8), with
 #      CUDA_DEVICE_MAX_CONNECTIONS=32
 #   e  the planner's H200 efficiency measurement (bench/plan)
 #   q  the quantized wire's GPU tests (gpu_quant) at WORLDS
 #   h  `tpcomm bench --device gpu --launch threads --ranks 4` (threads sharing
 #      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
 #   u  gpu_fused and gpu_plan_layout at WORLDS
+#   v  the call words' cost: OLD's tpcomm against this one, bench under MPS
 #   m  issue 15's two missing suites at WORLDS: mismatched calls (gpu_mismatch,
 #      ranks as threads, both transports), then a rank killed or stopped
 #      during set-up, calls and end of `tpcomm bench --device gpu --launch
@@ -99,6 +100,25 @@ step_b() {
   fi
   mps_off
 }
+# What the call words cost: the previous build's `tpcomm` (OLD, default
+# .dev/old/tpcomm: carry it too) and this one, alternated three times, the
+# same bench under MPS (2 processes sharing GPU 0: shared-GPU timings, only
+# the ratio of the two builds in one call means anything).
+step_v() {
+  local old=${OLD:-.dev/old/tpcomm}
+  [ -x "$old" ] || { echo "-- step v: no $old" | tee -a "$O/log.txt"; return 0; }
+  mps_on
+  for i in 1 2 3; do
+    for b in old new; do
+      fits 25 "cost-$b-$i" || continue
+      local bin=$T
+      [ "$b" = old ] && bin=$old
+      run "cost-$b-$i" 60 "$bin" bench --device gpu --launch processes --ranks 2 --algos one-shot \
+        --min-bytes 1KiB --max-bytes 1MiB --reps 5 --json "$O/cost-$b-$i.json"
+    done
+  done
+  mps_off
+}
 step_s() {
   mps_on
   for w in ${WORLDS//,/ }; do
@@ -148,8 +168,8 @@ step_k() {
   CUDA_DEVICE_MAX_CONNECTIONS=1 t graph-2-conn1 2 60 30 gpu_allreduce same_two_calls
 }
 step_x() {
-  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-p2p 2,8 150 60 gpu_allreduce stress
-  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-host 2,8 150 60 gpu_host_allreduce stress
+  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-p2p "${WORLDS_STRESS:-2,8}" 150 60 gpu_allreduce stress
+  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-host "${WORLDS_STRESS:-2,8}" 150 60 gpu_host_allreduce stress
 }
 step_e() {
   if fits 60 plan-efficiency; then

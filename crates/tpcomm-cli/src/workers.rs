@@ -118,14 +118,22 @@ impl Supervisor {
     /// Kills and reaps every rank still running (SIGKILL ends stopped
     /// processes too), then sweeps the segments killed ranks left. Returns
     /// the ranks it killed.
+    /// Kills every rank still running, all of them first, then reaps them:
+    /// a GPU rank's exit tears down its context (hundreds of ms when ranks
+    /// share a GPU), so killing and waiting one after another added those
+    /// times up (4 ranks on one H200: past timeout + 1 s).
     fn end_all(&mut self) -> Vec<String> {
         let mut ended = Vec::new();
         for (rank, slot) in self.kids.iter_mut().enumerate() {
-            if let Some(mut k) = slot.take() {
+            if let Some(k) = slot {
                 if matches!(k.try_wait(), Ok(None)) {
                     let _ = k.kill();
                     ended.push(format!("rank {rank}"));
                 }
+            }
+        }
+        for slot in self.kids.iter_mut() {
+            if let Some(mut k) = slot.take() {
                 let _ = k.wait();
             }
         }

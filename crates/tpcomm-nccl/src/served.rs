@@ -1040,21 +1040,30 @@ pub(crate) mod tests {
             let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
             let mut b = stream.alloc_zeros::<u8>(arena).unwrap();
             let (pa, pb) = (a.device_ptr(&stream).0, b.device_ptr(&stream).0);
+            // One pinned buffer for every copy, allocated before any call
+            // and freed after the last: freeing pinned memory synchronizes
+            // the context, which the ranks (threads) share, so a free
+            // between calls would wait for a peer's kernel that waits for
+            // this rank's next call.
+            // SAFETY: (test) every read of it follows the copy that fills it.
+            let host = std::cell::RefCell::new(
+                unsafe { ctx.alloc_pinned_with_flags::<u8>(arena, 0) }.unwrap(),
+            );
             let fetch = |buf: &tpcomm::cuda::cudarc::driver::CudaSlice<u8>, len: usize| {
-                // SAFETY: (test) read only after the copy into it completed.
-                let mut h = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, 0) }.unwrap();
-                stream.memcpy_dtoh(&buf.slice(..len), &mut h).unwrap();
+                let mut h = host.borrow_mut();
+                let h = &mut h.as_mut_slice().unwrap()[..len];
+                stream.memcpy_dtoh(&buf.slice(..len), h).unwrap();
                 stream.synchronize().unwrap();
-                h.as_slice().unwrap().to_vec()
+                h.to_vec()
             };
-            // Copies v into buf at [at, at + v.len()), through pinned memory.
+            // Copies v into buf at [at, at + v.len()), through the pinned buffer.
             let upload =
                 |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, at: usize, v: &[u8]| {
-                    // SAFETY: (test) filled before the copy, dropped after it.
-                    let mut h = unsafe { ctx.alloc_pinned_with_flags::<u8>(v.len(), 0) }.unwrap();
-                    h.as_mut_slice().unwrap().copy_from_slice(v);
+                    let mut h = host.borrow_mut();
+                    let h = &mut h.as_mut_slice().unwrap()[..v.len()];
+                    h.copy_from_slice(v);
                     stream
-                        .memcpy_htod(&h, &mut buf.slice_mut(at..at + v.len()))
+                        .memcpy_htod(&*h, &mut buf.slice_mut(at..at + v.len()))
                         .unwrap();
                     stream.synchronize().unwrap();
                 };

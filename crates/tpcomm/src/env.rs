@@ -421,6 +421,15 @@ pub static NCCL_FALLBACK: Var<Flag> = Var {
     kind: Flag,
 };
 
+pub static CHECK_CALLS: Var<Flag> = Var {
+    name: "TPCOMM_CHECK_CALLS",
+    section: Section::Library,
+    read_by: "`CudaConfig::new`",
+    default: "on",
+    doc: "every GPU call sends its peers what it is and compares theirs, so ranks that call with different counts, types or algorithms get `Error::Mismatch` instead of wrong sums; off saves that (measured: docs/protocol-gpu.md, call words). Every rank must use the same setting",
+    kind: Flag,
+};
+
 pub static SELF_TUNE: Var<Flag> = Var {
     name: "TPCOMM_SELF_TUNE",
     section: Section::Library,
@@ -736,6 +745,7 @@ pub static ALL: &[&dyn Entry] = &[
     &CACHE_DIR,
     &TUNING_TABLE,
     &NCCL_FALLBACK,
+    &CHECK_CALLS,
     &SELF_TUNE,
     &WIRE,
     &WIRE_MIN_BYTES,

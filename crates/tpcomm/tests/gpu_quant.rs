@@ -116,6 +116,10 @@ fn run(
     inputs: &[Vec<u8>],
     graph_replays: usize,
 ) -> Vec<Result<Vec<u8>, Error>> {
+    // Every rank's copies are done before any rank launches: a copy from
+    // pageable memory can hold a rank's thread while a peer's kernel
+    // already waits for that rank's call (docs/shared-gpu.md, two rules).
+    let gate = &std::sync::Barrier::new(ranks.len());
     std::thread::scope(|s| {
         let hs: Vec<_> = ranks
             .iter_mut()
@@ -132,6 +136,8 @@ fn run(
                     rank.stream
                         .memcpy_htod(&poison[..], &mut rank.out.slice_mut(..n))
                         .unwrap();
+                    rank.stream.synchronize().unwrap();
+                    gate.wait();
                     let pi = rank.inp.device_ptr(&rank.stream).0;
                     let po = if in_place {
                         pi

@@ -113,8 +113,13 @@ pub(super) fn bench_report(
         timing: Some(
             format!(
                 "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters), iters {}; \
-                 the algorithms of one size take turns rep by rep",
-                args.iters_text()
+                 the algorithms of one size take turns rep by rep; call words (TPCOMM_CHECK_CALLS) {}",
+                args.iters_text(),
+                if tpcomm::env::CHECK_CALLS.checked_value().unwrap_or(true) {
+                    "on"
+                } else {
+                    "off"
+                }
             ),
         ),
         shared_gpu: outs

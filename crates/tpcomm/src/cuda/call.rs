@@ -87,6 +87,16 @@ pub(crate) fn word(kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u6
     Ok(nbytes | (kind as u64) << 40 | t << 44 | aux << 46)
 }
 
+/// [`word`] when `check` is on; 0 (the kernels then neither send nor
+/// compare call words) when it is off.
+pub(crate) fn word_if(check: bool, kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u64> {
+    if check {
+        word(kind, dtype, nbytes, aux)
+    } else {
+        Ok(0)
+    }
+}
+
 /// The text of a call word, for the mismatch message ("one-shot all-reduce
 /// of 8192 bytes of bf16").
 pub(crate) fn describe(word: u64) -> String {

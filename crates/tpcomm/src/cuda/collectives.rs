@@ -312,7 +312,7 @@ impl CudaCommunicator {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
-                call: call::word(kind, dtype, bytes as u64, root as u64)?,
+                call: call::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?,
                 rank: self.rank() as u32,
                 world: self.world() as u32,
                 ..Default::default()

@@ -60,6 +60,13 @@ pub struct CudaConfig {
     pub wire: Option<crate::quant::Wire>,
     /// `None`: TPCOMM_WIRE_MIN_BYTES, else 1 MiB.
     pub wire_min_bytes: Option<ByteSize>,
+    /// Every call sends its peers a word saying what it is and compares
+    /// theirs (docs/protocol-gpu.md, "Call words"): ranks that call with
+    /// different counts, types or algorithms get `Error::Mismatch`, not
+    /// wrong sums. Default: on, or TPCOMM_CHECK_CALLS. Every rank must use
+    /// the same setting (a rank that checks times out waiting for the words
+    /// of a peer that does not).
+    pub check_calls: bool,
 }
 
 impl CudaConfig {
@@ -100,6 +107,7 @@ impl CudaConfig {
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,
+            check_calls: crate::env::CHECK_CALLS.checked_value().unwrap_or(true),
         }
     }
 }
@@ -146,6 +154,8 @@ pub(crate) struct ProtocolParts<'a> {
     pub sms: u32,
     /// How the group sits on this GPU: the fused kernel sizes its grid by it.
     pub sharing: Sharing,
+    /// Whether calls carry call words (`CudaConfig::check_calls`).
+    pub check_calls: bool,
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
@@ -160,6 +170,7 @@ pub struct CudaCommunicator {
     world: usize,
     max_bytes: ByteSize,
     timeout: Duration,
+    check_calls: bool,
     /// What the routes were decided with (`CudaConfig::selector`).
     selector: Arc<crate::select::Selector>,
     /// What `Algo::Auto` runs, per size class (`select::RouteTable`, without NCCL).
@@ -339,6 +350,7 @@ impl CudaCommunicator {
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
+            check_calls: cfg.check_calls,
             selector,
             routes,
             mode: cfg.mode,
@@ -489,7 +501,7 @@ impl StreamAllReduce for CudaCommunicator {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            call: call::word(kind, dtype, bytes as u64, 0)?,
+            call: call::word_if(self.check_calls, kind, dtype, bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };
@@ -519,6 +531,7 @@ impl CudaCommunicator {
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             sms: self.sms,
             sharing: self.sharing,
+            check_calls: self.check_calls,
         }
     }
 

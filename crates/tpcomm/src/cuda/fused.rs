@@ -290,7 +290,13 @@ impl CudaCommunicator {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
-                call: call::word(call::Kind::FusedRmsNorm, dtype, bytes as u64, 0)?,
+                call: call::word_if(
+                    p.check_calls,
+                    call::Kind::FusedRmsNorm,
+                    dtype,
+                    bytes as u64,
+                    0,
+                )?,
                 rank: self.rank() as u32,
                 world: self.world() as u32,
                 ..Default::default()

@@ -298,6 +298,7 @@ pub struct QuantComm {
     world: usize,
     max_bytes: usize,
     timeout: Duration,
+    check_calls: bool,
     transport: Transport,
     layout: QuantLayout,
     kernels: Arc<QuantKernels>,
@@ -558,6 +559,7 @@ impl QuantComm {
             world: cfg.world,
             max_bytes,
             timeout: cfg.timeout,
+            check_calls: cfg.check_calls,
             transport,
             layout,
             kernels,
@@ -682,7 +684,8 @@ impl QuantComm {
         // call's word: peers with another wire or group made another call.
         let aux = u64::from(format == Format::Int8)
             | (u64::from(group.trailing_zeros().saturating_sub(5)) & 3) << 1;
-        let call = call::word(
+        let call = call::word_if(
+            self.check_calls,
             if twoshot {
                 call::Kind::QuantTwoShot
             } else {

@@ -211,7 +211,7 @@ impl HostGpuCommunicator {
             }
         };
         let mut base = p.args;
-        base.call = call::word(kind, dtype, bytes as u64, root as u64)?;
+        base.call = call::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
         base.input = input;
         base.output = output;
         base.nbytes = bytes as u64;

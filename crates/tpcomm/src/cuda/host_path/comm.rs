@@ -120,6 +120,7 @@ pub struct HostGpuCommunicator {
     world: usize,
     max_bytes: ByteSize,
     timeout: Duration,
+    check_calls: bool,
     layout: HostLayout,
     kernels: Arc<HostKernels>,
     /// The most blocks a launch may have: one per SM, or this rank's share
@@ -363,6 +364,7 @@ impl HostGpuCommunicator {
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
+            check_calls: cfg.check_calls,
             layout,
             kernels,
             grid: agreed.grid,
@@ -544,7 +546,8 @@ impl StreamAllReduce for HostGpuCommunicator {
             slot_bytes: self.layout.delta_cap as u64,
             shadow: self.shadow.ptr(),
             call_offset: self.layout.call_offset as u64,
-            call: call::word(
+            call: call::word_if(
+                self.check_calls,
                 match which {
                     HostAlgo::Delta => call::Kind::HostDelta,
                     HostAlgo::Chunked => call::Kind::HostChunked,
@@ -608,6 +611,8 @@ pub(super) struct HostParts<'a> {
     pub layout: HostLayout,
     pub group_grid: usize,
     pub sharing: Sharing,
+    /// Whether calls carry call words (`CudaConfig::check_calls`).
+    pub check_calls: bool,
     pub arch_major: i32,
 }
 
@@ -643,6 +648,7 @@ impl HostGpuCommunicator {
             layout: self.layout,
             group_grid: self.group_grid,
             sharing: self.sharing,
+            check_calls: self.check_calls,
             arch_major: self.kernels.arch.0,
         }
     }

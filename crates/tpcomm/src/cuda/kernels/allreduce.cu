@@ -182,11 +182,15 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
     Ctl* ctl = (Ctl*)a.ctl;
     const u64 epoch = ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT;
     // For the diagnosis of a timeout: two plain stores to local memory by
-    // one thread of the call. Then this call's word to every peer (the
-    // peer's Ctl sits at the offset of ours: peer_ctl).
+    // one thread of the call.
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         ctl->started_ns = globaltimer();
         ctl->started_epoch = epoch;
+    }
+    // This call's word to every peer (the peer's Ctl sits at the offset of
+    // ours: peer_ctl), by the thread that checks the peers' words in
+    // end_call: block 0's last, idle in small calls.
+    if (a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         const u64 w = call_word(a.call, epoch);
         const u64 off = (u64)((const char*)&ctl->calls[epoch & 1ull][a.rank] - (const char*)ctl);
         for (u32 p = 0; p < a.world; p++)
@@ -199,12 +203,12 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
 // barrier is well-defined. A block that failed does not count itself, so an
 // aborted call never advances the epoch; the abort word stops the waits of
 // later calls.
-__device__ __forceinline__ void end_call(const Args& a, bool ok) {
-    // Block 0 checks that every peer made the same call (read_epoch sent
-    // ours). After this call's own waits, so the words have long arrived.
-    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+__device__ __forceinline__ void end_call(const Args& a, u64 epoch, bool ok) {
+    // Block 0's last thread checks that every peer made the same call
+    // (read_epoch sent ours). In a small call it has no data and checks
+    // while the others work; in a large one the words arrived long before.
+    if (ok && a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         Ctl* ctl = (Ctl*)a.ctl;
-        const u64 epoch = ctl->started_epoch;
         for (u32 p = 0; ok && p < a.world; p++)
             if (p != a.rank)
                 ok = peer_call_agrees(&ctl->calls[epoch & 1ull][p], &ctl->abort, a.status,
@@ -333,7 +337,7 @@ __device__ void oneshot(const Args& a) {
         for (int u = 0; u < UNROLL; u++)
             if (u < n) store_output(a, k[u], r[u]);
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // One-shot for messages of at most one vector per thread of the grid: the
@@ -380,7 +384,7 @@ __device__ void oneshot_small(const Args& a) {
         }
         if (ok) store_output(a, i, canon<T>(T::pack(acc)));
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- two-shot
@@ -494,7 +498,7 @@ __device__ void twoshot(const Args& a) {
         }
     }
 #undef SHARD_LEN
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- entry points

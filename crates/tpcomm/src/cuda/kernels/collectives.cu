@@ -112,7 +112,7 @@ __device__ void coll_all_gather(const CollArgs& c) {
             if (ok) coll_store(a.out + (u64)p * a.nbytes, a.nbytes, i, v);
         }
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // Every rank pushes block q of its input into its slot of rank q's buffer,
@@ -159,7 +159,7 @@ __device__ void coll_reduce_scatter(const CollArgs& c) {
         for (int u = 0; u < UNROLL; u++)
             if (u < n) coll_store(a.out, a.nbytes, k[u], r[u]);
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // The root pushes its block into its slot of every peer's buffer (and its
@@ -202,7 +202,7 @@ __device__ void coll_broadcast(const CollArgs& c) {
             if (ok) coll_store(a.out, a.nbytes, i, v);
         }
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // KERNEL (allreduce.cu): TPCOMM_BLOCK threads at most, one block per SM.

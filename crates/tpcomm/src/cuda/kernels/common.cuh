@@ -159,14 +159,15 @@ struct Status {
 // Every call says what it is: `call` (built by the host, src/cuda/call.rs)
 // holds the message's bytes (bits 0-39), the kind of call (40-43: algorithm
 // or collective, transport), the element type (44-45) and the broadcast root
-// or the quantized wire (46-48). Block 0's thread 0 of each rank sends it,
+// or the quantized wire (46-48). Block 0's last thread of each rank sends it,
 // tagged with the epoch in bits 49-63, to every peer when the call starts;
 // before the call counts as done it waits (bounded) for every peer's word of
 // this epoch and compares: a rank that called with another count, type,
 // algorithm or collective is reported (TPCOMM_CALL_MISMATCH), never summed
 // silently. The tag is never 0, so zeroed memory is never a current word;
 // a word of epoch e and one of e - 2 (the previous use of the same parity)
-// always differ.
+// always differ. A call of 0 means checking is off (CudaConfig::check_calls,
+// TPCOMM_CHECK_CALLS=0): the kernels neither send nor compare words.
 #define TPCOMM_CALL_BITS 49
 #define TPCOMM_CALL_MASK ((1ull << TPCOMM_CALL_BITS) - 1ull)
 // Status codes of every family (its wait codes stay below 11).

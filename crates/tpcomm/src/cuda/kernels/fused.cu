@@ -168,7 +168,7 @@ __device__ void fused_allreduce_rmsnorm(const FusedArgs& f) {
                 write_normed<T>(f, (u64)row * f.row_vecs + j, j, scale);
         }
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // The unfused counterpart: residual += addend (when given), then RMSNorm.

@@ -81,11 +81,11 @@ __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
 
 // ---------------------------------------------------------------- epochs, timeouts
 
-// Block 0's thread 0 also publishes this call's word in its own area's half
+// Block 0's last thread also publishes this call's word in its own area's half
 // of the epoch's parity, for the peers to compare (end_call).
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
     const u64 epoch = (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         volatile u64* w = (volatile u64*)(a.areas[a.rank] + (epoch & 1ull) * a.half_stride + a.call_offset);
         *w = call_word(a.call, epoch);
     }
@@ -135,12 +135,11 @@ __device__ __forceinline__ bool wait_over(const HArgs& a, u32 spins, u64 start, 
 // the arrival bits are back at zero. The next call starts after this kernel
 // completes, so all its blocks read the new epoch. An aborted block does not
 // arrive, so a failed call never advances the epoch.
-__device__ __forceinline__ void end_call(const HArgs& a, bool ok) {
-    // Block 0 checks that every peer made the same call. Its own arrival is
-    // not added yet, so the epoch bits still hold this call's epoch - 1.
-    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+__device__ __forceinline__ void end_call(const HArgs& a, u64 epoch, bool ok) {
+    // Block 0's last thread (the one that published ours in read_epoch)
+    // checks that every peer made the same call.
+    if (ok && a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         HCtl* ctl = (HCtl*)a.ctl;
-        const u64 epoch = (ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
         const u64 at = (epoch & 1ull) * a.half_stride + a.call_offset;
         for (u32 q = 0; ok && q < a.world; q++)
             if (q != a.rank)
@@ -286,7 +285,7 @@ __device__ void delta(const HArgs& a) {
         }
         if (ok) store_output(a, i, T::pack(acc));
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- chunked
@@ -387,7 +386,7 @@ __device__ void chunked(const HArgs& a) {
             }
         }
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)

@@ -178,7 +178,7 @@ __device__ void host_coll(const HCollArgs& c) {
             }
         }
     }
-    end_call(a, ok);
+    end_call(a, epoch, ok);
 }
 
 HG_KERNEL tpcomm_host_all_gather_f32(HCollArgs c) { host_coll<F32, HC_ALL_GATHER>(c); }

@@ -274,12 +274,12 @@ __device__ __noinline__ bool q_wait_flag(const u32* flag, u32 tag, u64 ctl_addr,
     }
 }
 
-// The epoch of this call; block 0's thread 0 also sends the call's word
+// The epoch of this call; block 0's last thread also sends the call's word
 // into this rank's slot at every destination (each peer's area, or the own
 // host area), for the peers to compare (q_end_call).
 __device__ __forceinline__ u64 q_begin(const QArgs& a) {
     const u64 epoch = ld_volatile_u64(&((const QCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT;
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         const u64 at = (epoch & 1ull) * a.parity_stride + a.call_off;
         const u64 w = call_word(a.call, epoch);
         for (u32 q = 0; q < a.ndst; q++)
@@ -289,12 +289,11 @@ __device__ __forceinline__ u64 q_begin(const QArgs& a) {
 }
 
 // A block that failed does not count itself, so an aborted call never
-// advances the epoch. Block 0 first checks that every peer made the same
-// call (its own arrival is not added yet, so the epoch bits are this call's).
-__device__ __forceinline__ void q_end_call(const QArgs& a, bool ok) {
-    if (ok && blockIdx.x == 0 && threadIdx.x == 0) {
+// advances the epoch. Block 0's last thread (the one that sent ours in
+// q_begin) first checks that every peer made the same call.
+__device__ __forceinline__ void q_end_call(const QArgs& a, u64 epoch, bool ok) {
+    if (ok && a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
         QCtl* ctl = (QCtl*)a.ctl;
-        const u64 epoch = ld_volatile_u64(&ctl->arrivals) >> TPCOMM_EPOCH_SHIFT;
         const u64 at = (epoch & 1ull) * a.parity_stride + a.call_off;
         for (u32 p = 0; ok && p < a.world; p++)
             if (p != a.rank)
@@ -477,7 +476,7 @@ __device__ void quant_oneshot(const QArgs& a) {
     }
     for (; ok && next_sum < nchunks; next_sum += gridDim.x)
         ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
-    q_end_call(a, ok);
+    q_end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- two-shot
@@ -593,7 +592,7 @@ __device__ void quant_twoshot(const QArgs& a) {
             store_dequantized<T, FMT>(a, e0, codes, scale);
         }
     }
-    q_end_call(a, ok);
+    q_end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- entry points
