@@ -196,6 +196,32 @@ mod tests {
     }
 
     #[test]
+    fn checking_off_sends_the_word_zero_which_the_kernels_skip() {
+        assert_eq!(word_if(false, Kind::OneShot, DType::F32, 16, 0).unwrap(), 0);
+        assert_eq!(
+            word_if(true, Kind::OneShot, DType::F32, 16, 0).unwrap(),
+            word(Kind::OneShot, DType::F32, 16, 0).unwrap()
+        );
+        // Every kind is non-zero, so a real word is never 0.
+        assert!(Kind::ALL
+            .iter()
+            .all(|&k| word(k, DType::F32, 0, 0).unwrap() != 0));
+        // The kernels test `a.call != 0` before sending or comparing.
+        for f in [
+            "kernels/allreduce.cu",
+            "kernels/host_allreduce.cu",
+            "kernels/quant.cu",
+        ] {
+            let src = match f {
+                "kernels/allreduce.cu" => include_str!("kernels/allreduce.cu"),
+                "kernels/host_allreduce.cu" => include_str!("kernels/host_allreduce.cu"),
+                _ => include_str!("kernels/quant.cu"),
+            };
+            assert_eq!(src.matches("a.call != 0ull").count(), 2, "{f}");
+        }
+    }
+
+    #[test]
     fn words_out_of_range_are_refused() {
         assert!(word(Kind::OneShot, DType::F32, MAX_CALL_BYTES + 1, 0).is_err());
         assert!(word(Kind::Broadcast, DType::F32, 16, 8).is_err());
