@@ -220,27 +220,67 @@ fn bound(f: Format, twoshot: bool, count: usize) -> f64 {
     }
 }
 
-/// Runs one case and checks it; in-place calls of a graph replay their own
-/// output, so only out-of-place calls are replayed.
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    ranks: &mut [Rank],
+/// Every rank's input of one (type, count), sampled once and checked
+/// against by every call made on it; the CPU model's bits (one-shot,
+/// two-shot) and the float64 reference are computed at most once each.
+struct Inputs {
     dtype: DType,
+    xs: Vec<Vec<f32>>,
+    bytes: Vec<Vec<u8>>,
+    bits: [Option<Vec<u32>>; 2],
+    reference: Option<Vec<f64>>,
+}
+
+impl Inputs {
+    /// Fresh Gaussian inputs, one rank per thread (each from a seed drawn
+    /// from `rng`, so the run stays reproducible): the sampling is most of
+    /// the CPU time of the bit-exact test.
+    fn new(world: usize, dtype: DType, count: usize, rng: &mut inputs::Rng) -> Self {
+        let seeds: Vec<u64> = (0..world).map(|_| rng.next_u64()).collect();
+        let (xs, bytes) = std::thread::scope(|s| {
+            let hs: Vec<_> = seeds
+                .iter()
+                .map(|&seed| {
+                    s.spawn(move || {
+                        let x = inputs::sample(
+                            &mut inputs::Rng::new(seed),
+                            inputs::Dist::Gaussian,
+                            dtype,
+                            count,
+                        );
+                        let b = to_bytes(dtype, &x);
+                        (x, b)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).unzip()
+        });
+        Self {
+            dtype,
+            xs,
+            bytes,
+            bits: [None, None],
+            reference: None,
+        }
+    }
+}
+
+/// Runs one case on `inp` and checks it; in-place calls of a graph replay
+/// their own output, so only out-of-place calls are replayed.
+fn check_on(
+    ranks: &mut [Rank],
+    inp: &mut Inputs,
     wire: Wire,
     algo: Option<QuantAlgo>,
-    count: usize,
     in_place: bool,
     replays: usize,
-    rng: &mut inputs::Rng,
 ) {
     let world = ranks.len();
+    let dtype = inp.dtype;
+    let count = inp.xs[0].len();
     let (f, g) = wire.quantized().unwrap();
-    let xs: Vec<Vec<f32>> = (0..world)
-        .map(|_| inputs::sample(rng, inputs::Dist::Gaussian, dtype, count))
-        .collect();
-    let bytes: Vec<Vec<u8>> = xs.iter().map(|x| to_bytes(dtype, x)).collect();
     let twoshot = algo.unwrap_or(QuantAlgo::Auto).runs_twoshot(count, world);
-    let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, algo, in_place, &bytes, replays)
+    let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, algo, in_place, &inp.bytes, replays)
         .into_iter()
         .map(|r| r.expect("quantized all-reduce"))
         .collect();
@@ -252,26 +292,50 @@ fn check_case(
         assert!(o == &outs[0], "rank {r} differs from rank 0: {what}");
     }
     let got = from_bytes(dtype, &outs[0]);
-    let want = if twoshot {
-        model::all_reduce_twoshot_bits(f, g as usize, dtype, &xs)
-    } else {
-        model::all_reduce_bits(f, g as usize, dtype, &xs)
-    };
-    let mismatches = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    let xs = &inp.xs;
+    let want = inp.bits[twoshot as usize].get_or_insert_with(|| {
+        if twoshot {
+            model::all_reduce_twoshot_bits(f, g as usize, dtype, xs)
+        } else {
+            model::all_reduce_bits(f, g as usize, dtype, xs)
+        }
+    });
+    let mismatches = got.iter().zip(want.iter()).filter(|(a, b)| a != b).count();
     if mismatches > 0 {
-        let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+        let i = got
+            .iter()
+            .zip(want.iter())
+            .position(|(a, b)| a != b)
+            .unwrap();
         panic!(
             "{mismatches} elements differ from the CPU model ({what}); first at {i}: {:#x} vs {:#x}",
             got[i], want[i]
         );
     }
     let vals: Vec<f32> = got.iter().map(|&b| model::value_of(dtype, b)).collect();
-    let e = model::error_stats(&vals, &reference_f64(&xs));
+    let reference = inp.reference.get_or_insert_with(|| reference_f64(xs));
+    let e = model::error_stats(&vals, reference);
     assert!(
         e.rel_rms <= bound(f, twoshot, count),
         "rel RMS {:.4} above the bound ({what})",
         e.rel_rms
     );
+}
+
+/// One case on fresh inputs (the graph test's calls).
+#[allow(clippy::too_many_arguments)]
+fn check_case(
+    ranks: &mut [Rank],
+    dtype: DType,
+    wire: Wire,
+    algo: Option<QuantAlgo>,
+    count: usize,
+    in_place: bool,
+    replays: usize,
+    rng: &mut inputs::Rng,
+) {
+    let mut inp = Inputs::new(ranks.len(), dtype, count, rng);
+    check_on(ranks, &mut inp, wire, algo, in_place, replays);
 }
 
 #[test]
@@ -291,19 +355,29 @@ fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
                 Wire::Fp8 { group: 32 },
                 Wire::Fp8 { group: 128 },
             ];
+            let started = std::time::Instant::now();
             for wire in wires {
                 for dtype in DType::ALL {
                     let max_count = MAX.bytes() as usize / dtype.size();
                     for count in [1, 7, 8, 9, 33, 4095, 4096, 4097, 8193, 100_003, max_count] {
+                        // The six calls below share their inputs and models.
+                        let mut inp = Inputs::new(world, dtype, count, &mut rng);
                         for in_place in [false, true] {
                             for algo in [None, Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
-                                check_case(
-                                    &mut ranks, dtype, wire, algo, count, in_place, 0, &mut rng,
-                                );
+                                check_on(&mut ranks, &mut inp, wire, algo, in_place, 0);
                             }
                         }
                     }
                 }
+                // Progress: a slow run shows these lines coming; a stuck one
+                // stops at a (world, transport, wire).
+                eprintln!(
+                    "  {} over {}: {} matched, {:.1} s so far",
+                    describe(world),
+                    ranks[0].comm.gpu().transport().name(),
+                    wire.label(),
+                    started.elapsed().as_secs_f64()
+                );
             }
             eprintln!(
                 "{} over {}: every case matched",
