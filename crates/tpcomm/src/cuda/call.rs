@@ -97,6 +97,43 @@ pub(crate) fn word_if(check: bool, kind: Kind, dtype: DType, nbytes: u64, aux: u
     }
 }
 
+/// The byte a rank posts at creation for its setting (`CudaConfig::check_calls`).
+pub(crate) fn setting_byte(check: bool) -> u8 {
+    if check {
+        2
+    } else {
+        1
+    }
+}
+
+/// Every rank must send and check call words alike: a rank that checks
+/// would wait for words a peer never sends. Compares the first byte of
+/// every rank's blob (posted with [`setting_byte`]) with this rank's; every
+/// rank sees the same blobs, so all fail alike, naming the first rank that
+/// differs from it.
+pub(crate) fn agree_setting(me: usize, all: &[Vec<u8>]) -> Result<()> {
+    let first = |b: &Vec<u8>| b.first().copied();
+    let mine = all.get(me).and_then(first);
+    let text = |b: Option<u8>| match b {
+        Some(2) => "on",
+        Some(1) => "off",
+        _ => "unknown (another tpcomm?)",
+    };
+    for (p, b) in all.iter().enumerate() {
+        if first(b) != mine {
+            return Err(Error::invalid(
+                "TPCOMM_CHECK_CALLS",
+                format!(
+                    "rank {p} has call words {} and rank {me} {}: set CudaConfig::check_calls (or TPCOMM_CHECK_CALLS) alike on every rank",
+                    text(first(b)),
+                    text(mine)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The text of a call word, for the mismatch message ("one-shot all-reduce
 /// of 8192 bytes of bf16").
 pub(crate) fn describe(word: u64) -> String {
@@ -219,6 +256,23 @@ mod tests {
             };
             assert_eq!(src.matches("a.call != 0ull").count(), 2, "{f}");
         }
+    }
+
+    #[test]
+    fn ranks_must_agree_on_checking_calls() {
+        let on = vec![setting_byte(true)];
+        let off = vec![setting_byte(false)];
+        assert!(agree_setting(0, &[on.clone(), on.clone(), on.clone()]).is_ok());
+        assert!(agree_setting(1, &[off.clone(), off.clone()]).is_ok());
+        for me in 0..3 {
+            let e = agree_setting(me, &[on.clone(), off.clone(), on.clone()]).unwrap_err();
+            let t = e.to_string();
+            assert!(
+                t.contains("TPCOMM_CHECK_CALLS") && t.contains("alike"),
+                "{t}"
+            );
+        }
+        assert!(agree_setting(0, &[on.clone(), vec![]]).is_err());
     }
 
     #[test]

@@ -64,8 +64,7 @@ pub struct CudaConfig {
     /// theirs (docs/protocol-gpu.md, "Call words"): ranks that call with
     /// different counts, types or algorithms get `Error::Mismatch`, not
     /// wrong sums. Default: on, or TPCOMM_CHECK_CALLS. Every rank must use
-    /// the same setting (a rank that checks times out waiting for the words
-    /// of a peer that does not).
+    /// the same setting: creation fails on every rank otherwise.
     pub check_calls: bool,
 }
 
@@ -323,7 +322,15 @@ impl CudaCommunicator {
         }
         // A second meeting so that no rank returns (and launches) before every
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
-        rendezvous.exchange("cuda-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
+        // It also checks that every rank sends and checks call words alike.
+        let all = rendezvous.exchange(
+            "cuda-mapped",
+            cfg.rank,
+            cfg.world,
+            &[call::setting_byte(cfg.check_calls)],
+            cfg.timeout,
+        )?;
+        call::agree_setting(cfg.rank, &all)?;
 
         let found = match &cfg.selector {
             Some(s) => Some(s.clone()),

@@ -488,8 +488,16 @@ impl QuantComm {
                 }
             };
         }
-        // No rank launches before every rank has mapped every peer.
-        rendezvous.exchange("quant-mapped", cfg.rank, cfg.world, &[1], cfg.timeout)?;
+        // No rank launches before every rank has mapped every peer; every
+        // rank sends and checks call words alike.
+        let all = rendezvous.exchange(
+            "quant-mapped",
+            cfg.rank,
+            cfg.world,
+            &[call::setting_byte(cfg.check_calls)],
+            cfg.timeout,
+        )?;
+        call::agree_setting(cfg.rank, &all)?;
 
         let (mut dst, mut src) = ([0u64; MAX_WORLD], [0u64; MAX_WORLD]);
         let ndst;

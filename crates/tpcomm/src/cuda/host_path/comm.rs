@@ -288,6 +288,7 @@ impl HostGpuCommunicator {
             sms: sms.min(u32::MAX as usize) as u32,
             blocks_per_sm: kernels.blocks_per_sm,
             chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
+            check_calls: cfg.check_calls,
             device: DeviceIdentity::here(raw::device_uuid(cfg.device as i32)?),
         };
         let all = rendezvous.exchange(

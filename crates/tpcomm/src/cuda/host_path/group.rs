@@ -14,12 +14,15 @@ pub struct GroupRecord {
     pub sms: u32,
     pub blocks_per_sm: u32,
     pub chunk_override: u64,
+    /// `CudaConfig::check_calls`: every rank must have the same.
+    pub check_calls: bool,
     pub device: DeviceIdentity,
 }
 
-const RECORD_BYTES: usize = 1 + 4 + 4 + 8 + DeviceIdentity::BYTES;
-// 3: the one-pass kernel's byte gone (delta is the only one).
-const VERSION: u8 = 3;
+const RECORD_BYTES: usize = 1 + 4 + 4 + 8 + 1 + DeviceIdentity::BYTES;
+// 3: the one-pass kernel's byte gone (delta is the only one); 4: the call
+// words' setting.
+const VERSION: u8 = 4;
 
 /// What the records decide for this rank: how its GPU is shared, the most
 /// blocks its launches may have, and the smallest such grid of the group
@@ -38,6 +41,7 @@ impl GroupRecord {
         b.extend_from_slice(&self.sms.to_le_bytes());
         b.extend_from_slice(&self.blocks_per_sm.to_le_bytes());
         b.extend_from_slice(&self.chunk_override.to_le_bytes());
+        b.push(crate::cuda::call::setting_byte(self.check_calls));
         b.extend_from_slice(&self.device.to_bytes());
         b
     }
@@ -50,7 +54,12 @@ impl GroupRecord {
             sms: u32::from_le_bytes(b[1..5].try_into().ok()?),
             blocks_per_sm: u32::from_le_bytes(b[5..9].try_into().ok()?),
             chunk_override: u64::from_le_bytes(b[9..17].try_into().ok()?),
-            device: DeviceIdentity::from_bytes(&b[17..])?,
+            check_calls: match b[17] {
+                2 => true,
+                1 => false,
+                _ => return None,
+            },
+            device: DeviceIdentity::from_bytes(&b[18..])?,
         })
     }
 }
@@ -79,6 +88,11 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
         .enumerate()
         .map(|(p, b)| parse(p, b))
         .collect::<Result<Vec<_>>>()?;
+    let settings: Vec<Vec<u8>> = records
+        .iter()
+        .map(|r| vec![crate::cuda::call::setting_byte(r.check_calls)])
+        .collect();
+    crate::cuda::call::agree_setting(me, &settings)?;
     let ids: Vec<_> = records.iter().map(|r| r.device).collect();
     let mut group_grid = usize::MAX;
     for (p, r) in records.iter().enumerate() {
@@ -112,6 +126,7 @@ mod tests {
             sms,
             blocks_per_sm: 1,
             chunk_override: chunk,
+            check_calls: true,
             device: DeviceIdentity {
                 uuid: [gpu; 16],
                 pid: 1,
@@ -211,5 +226,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("malformed"));
+    }
+
+    #[test]
+    fn different_call_word_settings_are_refused_on_every_rank() {
+        let mut off = record(132, 0, 1);
+        off.check_calls = false;
+        let back = GroupRecord::parse(&off.to_bytes()).unwrap();
+        assert!(!back.check_calls);
+        let all = vec![record(132, 0, 0).to_bytes(), off.to_bytes()];
+        for me in 0..2 {
+            let e = agree(me, &all).unwrap_err().to_string();
+            assert!(e.contains("TPCOMM_CHECK_CALLS"), "{e}");
+        }
     }
 }
