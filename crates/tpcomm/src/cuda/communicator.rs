@@ -80,7 +80,7 @@ impl Communicator {
             cfg.timeout,
         )?;
         if let (Some(n), 0) = (routes.note(), cfg.rank) {
-            eprintln!("tpcomm: {n}");
+            say_once(n);
         }
         Ok(Self {
             gpu,
@@ -340,6 +340,17 @@ pub fn nccl_over_rendezvous(
         )
     })?;
     nccl.comm_init_rank(world, &UniqueId(id), rank)
+}
+
+/// Prints a routing note once per process: a program (or test) that makes
+/// many communicators with the same routes hears it once.
+fn say_once(note: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|s| s == note) {
+        eprintln!("tpcomm: {note}");
+        said.push(note.to_string());
+    }
 }
 
 #[cfg(test)]
