@@ -164,6 +164,9 @@ fn run_case_on<C: Comm>(
         let mut cfg = CudaConfig::new(r, world, device_of(r));
         cfg.max_bytes = MAX;
         cfg.timeout = TIMEOUT;
+        // On whatever the placement (unset, it is on only when ranks share
+        // a GPU).
+        cfg.check_calls = Some(true);
         C::create(&cfg, &group)
     });
     // values[r][i]: rank r's input as integers, as many as the largest count.

@@ -115,10 +115,10 @@ pub(super) fn bench_report(
                 "CUDA events on rank 0, per-call time = median over reps of (elapsed / iters), iters {}; \
                  the algorithms of one size take turns rep by rep; call words (TPCOMM_CHECK_CALLS) {}",
                 args.iters_text(),
-                if tpcomm::env::CHECK_CALLS.checked_value().unwrap_or(true) {
-                    "on"
-                } else {
-                    "off"
+                match tpcomm::env::CHECK_CALLS.checked_value() {
+                    Some(true) => "on",
+                    Some(false) => "off",
+                    None => "unset: on when ranks share a GPU",
                 }
             ),
         ),

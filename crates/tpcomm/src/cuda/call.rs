@@ -97,6 +97,20 @@ pub(crate) fn word_if(check: bool, kind: Kind, dtype: DType, nbytes: u64, aux: u
     }
 }
 
+/// Whether a group sends call words: the setting when given, else on
+/// exactly when two of its ranks share a GPU (testing a tensor-parallel code
+/// path on fewer GPUs, where a mismatch is most likely a bug being chased)
+/// and off when every rank has a GPU of its own (serving, where the words
+/// cost about 0.7 us per small call on the H200: docs/protocol-gpu.md).
+/// Every rank computes the same answer from the same identities.
+pub(crate) fn resolve(setting: Option<bool>, ids: &[crate::cuda::share::DeviceIdentity]) -> bool {
+    setting.unwrap_or_else(|| {
+        ids.iter()
+            .enumerate()
+            .any(|(i, a)| ids[..i].iter().any(|b| b.uuid == a.uuid))
+    })
+}
+
 /// The byte a rank posts at creation for its setting (`CudaConfig::check_calls`).
 pub(crate) fn setting_byte(check: bool) -> u8 {
     if check {
@@ -256,6 +270,22 @@ mod tests {
             };
             assert_eq!(src.matches("a.call != 0ull").count(), 2, "{f}");
         }
+    }
+
+    #[test]
+    fn unset_means_on_exactly_when_ranks_share_a_gpu() {
+        use crate::cuda::share::DeviceIdentity;
+        let on = |gpu: u8, process: u64| DeviceIdentity {
+            uuid: [gpu; 16],
+            pid: 1,
+            process,
+        };
+        let own = [on(0, 1), on(1, 2), on(2, 3)];
+        let shared = [on(0, 1), on(1, 2), on(0, 3)];
+        assert!(!resolve(None, &own));
+        assert!(resolve(None, &shared));
+        assert!(resolve(Some(true), &own));
+        assert!(!resolve(Some(false), &shared));
     }
 
     #[test]

@@ -63,9 +63,11 @@ pub struct CudaConfig {
     /// Every call sends its peers a word saying what it is and compares
     /// theirs (docs/protocol-gpu.md, "Call words"): ranks that call with
     /// different counts, types or algorithms get `Error::Mismatch`, not
-    /// wrong sums. Default: on, or TPCOMM_CHECK_CALLS. Every rank must use
-    /// the same setting: creation fails on every rank otherwise.
-    pub check_calls: bool,
+    /// wrong sums. `None` (TPCOMM_CHECK_CALLS unset): on when two ranks of
+    /// the group share a GPU, off when every rank has its own (the words
+    /// cost about 0.7 us per small call on the H200). Every rank must end up
+    /// with the same answer: creation fails on every rank otherwise.
+    pub check_calls: Option<bool>,
 }
 
 impl CudaConfig {
@@ -106,7 +108,7 @@ impl CudaConfig {
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,
-            check_calls: crate::env::CHECK_CALLS.checked_value().unwrap_or(true),
+            check_calls: crate::env::CHECK_CALLS.checked_value(),
         }
     }
 }
@@ -323,11 +325,12 @@ impl CudaCommunicator {
         // A second meeting so that no rank returns (and launches) before every
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         // It also checks that every rank sends and checks call words alike.
+        let check_calls = call::resolve(cfg.check_calls, &ids);
         let all = rendezvous.exchange(
             "cuda-mapped",
             cfg.rank,
             cfg.world,
-            &[call::setting_byte(cfg.check_calls)],
+            &[call::setting_byte(check_calls)],
             cfg.timeout,
         )?;
         call::agree_setting(cfg.rank, &all)?;
@@ -357,7 +360,7 @@ impl CudaCommunicator {
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
-            check_calls: cfg.check_calls,
+            check_calls,
             selector,
             routes,
             mode: cfg.mode,

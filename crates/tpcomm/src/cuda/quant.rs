@@ -425,6 +425,7 @@ impl QuantComm {
             })?);
         }
         let sharing = Sharing::of(&ids, cfg.rank);
+        let check_calls = call::resolve(cfg.check_calls, &ids);
         let cap = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
         for (p, blob) in all.iter().enumerate() {
             let at = DeviceIdentity::BYTES;
@@ -494,7 +495,7 @@ impl QuantComm {
             "quant-mapped",
             cfg.rank,
             cfg.world,
-            &[call::setting_byte(cfg.check_calls)],
+            &[call::setting_byte(check_calls)],
             cfg.timeout,
         )?;
         call::agree_setting(cfg.rank, &all)?;
@@ -567,7 +568,7 @@ impl QuantComm {
             world: cfg.world,
             max_bytes,
             timeout: cfg.timeout,
-            check_calls: cfg.check_calls,
+            check_calls,
             transport,
             layout,
             kernels,

@@ -365,7 +365,7 @@ impl HostGpuCommunicator {
             world: cfg.world,
             max_bytes: cfg.max_bytes,
             timeout: cfg.timeout,
-            check_calls: cfg.check_calls,
+            check_calls: agreed.check_calls,
             layout,
             kernels,
             grid: agreed.grid,

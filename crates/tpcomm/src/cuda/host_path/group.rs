@@ -14,8 +14,9 @@ pub struct GroupRecord {
     pub sms: u32,
     pub blocks_per_sm: u32,
     pub chunk_override: u64,
-    /// `CudaConfig::check_calls`: every rank must have the same.
-    pub check_calls: bool,
+    /// `CudaConfig::check_calls` as this rank was given it (`None`: by
+    /// whether ranks share a GPU); every rank must end up with the same.
+    pub check_calls: Option<bool>,
     pub device: DeviceIdentity,
 }
 
@@ -32,6 +33,8 @@ pub struct Agreed {
     pub sharing: Sharing,
     pub grid: usize,
     pub group_grid: usize,
+    /// Whether the group sends call words (every rank agreed).
+    pub check_calls: bool,
 }
 
 impl GroupRecord {
@@ -41,7 +44,7 @@ impl GroupRecord {
         b.extend_from_slice(&self.sms.to_le_bytes());
         b.extend_from_slice(&self.blocks_per_sm.to_le_bytes());
         b.extend_from_slice(&self.chunk_override.to_le_bytes());
-        b.push(crate::cuda::call::setting_byte(self.check_calls));
+        b.push(self.check_calls.map_or(0, crate::cuda::call::setting_byte));
         b.extend_from_slice(&self.device.to_bytes());
         b
     }
@@ -55,8 +58,9 @@ impl GroupRecord {
             blocks_per_sm: u32::from_le_bytes(b[5..9].try_into().ok()?),
             chunk_override: u64::from_le_bytes(b[9..17].try_into().ok()?),
             check_calls: match b[17] {
-                2 => true,
-                1 => false,
+                0 => None,
+                2 => Some(true),
+                1 => Some(false),
                 _ => return None,
             },
             device: DeviceIdentity::from_bytes(&b[18..])?,
@@ -88,12 +92,16 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
         .enumerate()
         .map(|(p, b)| parse(p, b))
         .collect::<Result<Vec<_>>>()?;
-    let settings: Vec<Vec<u8>> = records
+    let ids: Vec<_> = records.iter().map(|r| r.device).collect();
+    let resolved: Vec<bool> = records
         .iter()
-        .map(|r| vec![crate::cuda::call::setting_byte(r.check_calls)])
+        .map(|r| crate::cuda::call::resolve(r.check_calls, &ids))
+        .collect();
+    let settings: Vec<Vec<u8>> = resolved
+        .iter()
+        .map(|&c| vec![crate::cuda::call::setting_byte(c)])
         .collect();
     crate::cuda::call::agree_setting(me, &settings)?;
-    let ids: Vec<_> = records.iter().map(|r| r.device).collect();
     let mut group_grid = usize::MAX;
     for (p, r) in records.iter().enumerate() {
         let share = Sharing::of(&ids, p);
@@ -113,6 +121,7 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
         sharing,
         grid: grid_cap(mine.sms as usize, mine.blocks_per_sm as usize, sharing)?,
         group_grid,
+        check_calls: resolved[me],
     })
 }
 
@@ -126,7 +135,7 @@ mod tests {
             sms,
             blocks_per_sm: 1,
             chunk_override: chunk,
-            check_calls: true,
+            check_calls: None,
             device: DeviceIdentity {
                 uuid: [gpu; 16],
                 pid: 1,
@@ -231,13 +240,22 @@ mod tests {
     #[test]
     fn different_call_word_settings_are_refused_on_every_rank() {
         let mut off = record(132, 0, 1);
-        off.check_calls = false;
+        off.check_calls = Some(false);
         let back = GroupRecord::parse(&off.to_bytes()).unwrap();
-        assert!(!back.check_calls);
-        let all = vec![record(132, 0, 0).to_bytes(), off.to_bytes()];
+        assert_eq!(back.check_calls, Some(false));
+        let mut on = record(132, 0, 0);
+        on.check_calls = Some(true);
+        let all = vec![on.to_bytes(), off.to_bytes()];
         for me in 0..2 {
             let e = agree(me, &all).unwrap_err().to_string();
             assert!(e.contains("TPCOMM_CHECK_CALLS"), "{e}");
         }
+        // Unset on one rank, off on the other, each on a GPU of its own:
+        // both off, agreed.
+        let all = vec![record(132, 0, 0).to_bytes(), off.to_bytes()];
+        assert!(!agree(0, &all).unwrap().check_calls);
+        // Unset everywhere, two ranks on one GPU: on.
+        let all = vec![record(132, 0, 5).to_bytes(), record(132, 0, 5).to_bytes()];
+        assert!(agree(1, &all).unwrap().check_calls);
     }
 }
