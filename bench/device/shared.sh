@@ -62,7 +62,7 @@ if on f; then
   mps_on
   for w in 2 4; do
     for t in cuda host; do
-      run "forward-mps-$t-$w" 150 "$T" bench forward --ranks "$w" --transport "$t" --layers 8 --reps 5
+      run "forward-mps-$t-$w" 150 "$T" bench forward --launch processes --ranks "$w" --transport "$t" --layers 8 --reps 5
     done
   done
   mps_off

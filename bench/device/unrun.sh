@@ -12,9 +12,9 @@
 #      pageable memory), then gpu_allreduce (pinned copies)
 #   c  gpu_collectives, gpu_coll_fallback, gpu_p2p_check at WORLDS
 #   f  gpu_fallback (NCCL by size) and the host suite without stress at WORLDS
-#   n  the drop-in's standalone GPU test (tpcomm-nccl served.rs)
+#   n  the drop-in's standalone GPU test (tpcomm-nccl served/tests.rs)
 #   b  under MPS (ranks are processes): `tpcomm bench --device gpu --ranks 2`
-#      and `tpcomm bench forward --ranks 2 --layers 8`
+#      and `tpcomm bench forward --launch processes --ranks 2 --layers 8`
 #   s  bench/torch/collectives_check.py at WORLDS, every rank on GPU 0 under
 #      MPS, the drop-in in standalone mode (torch.distributed + NCCL API)
 #   l  bench/torch/hf_tp_check.py: a transformers tensor-parallel Llama (random
@@ -96,7 +96,7 @@ step_b() {
       --reps 5 --json "$O/bench-procs-mps.json"
   fi
   if fits 40 forward; then
-    run forward-mps-2 120 "$T" bench forward --ranks 2 --layers 8 --reps 5
+    run forward-mps-2 120 "$T" bench forward --launch processes --ranks 2 --layers 8 --reps 5
   fi
   mps_off
 }

@@ -55,8 +55,8 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    // Before anything starts CUDA (which reads it once): the GPU bench and
-    // tune run ranks as threads of this process, several per GPU when
+    // Before anything starts CUDA (which reads it once): the GPU bench, the
+    // forward bench and tune run ranks as threads of this process, several per GPU when
     // ranks share one, and each rank's stream needs a hardware queue of its
     // own (docs/shared-gpu.md). A value the user gave is kept.
     if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {

@@ -2,7 +2,8 @@
 //! mode; with communication every rank's output must be bit-identical, and
 //! each tpcomm mode's output close to NCCL's (the bench's stated tolerance).
 //! Needs 2+ GPUs with P2P, cuBLAS and NCCL; runs only with TPCOMM_GPU_TESTS=1.
-//! The second test runs it over the host transport (no P2P needed).
+//! The second test runs it over the host transport (no P2P needed); the
+//! third runs its ranks as threads (`--launch threads`, one GPU will do).
 
 use std::process::Command;
 
@@ -128,6 +129,57 @@ fn forward_over_the_host_transport_matches_nccl_without_p2p() {
             if mode == "two-shot" {
                 assert_eq!(kernel, "host-chunked", "{r}");
             }
+            let d = r["rel_diff_vs_nccl"].as_f64().unwrap();
+            assert!(d <= tol, "{mode}: {d} from NCCL's output (tolerance {tol})");
+        }
+    }
+}
+
+/// `--launch threads`: two ranks as threads of one process (on one GPU they
+/// share it and nccl is left out; on two, NCCL runs in the threads too),
+/// every rank's output identical, tpcomm's close to NCCL's where it ran.
+#[test]
+#[ignore = "needs a GPU and cuBLAS; run with TPCOMM_GPU_TESTS=1 --ignored"]
+fn forward_ranks_as_threads_agree() {
+    if !tpcomm::env::GPU_TESTS
+        .get_or(false)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
+        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("forward-threads.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+        .args(["bench", "forward", "--launch", "threads", "--ranks", "2"])
+        .args(["--layers", "4", "--hidden", "2048", "--mlp", "4096"])
+        .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench forward --launch threads failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("ranks as threads"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["meta"]["launch"], "threads");
+    let rows = doc["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{stdout}");
+    let nccl_ran = rows.iter().any(|r| r["mode"] == "nccl");
+    let tol = doc["meta"]["tolerance_vs_nccl"].as_f64().unwrap();
+    for r in rows {
+        let mode = r["mode"].as_str().unwrap();
+        assert!(r["forward_us"].as_f64().unwrap() > 0.0);
+        if mode.starts_with("none") {
+            continue;
+        }
+        assert_eq!(r["ranks_identical"], serde_json::Value::Bool(true), "{r}");
+        if nccl_ran && mode != "nccl" {
             let d = r["rel_diff_vs_nccl"].as_f64().unwrap();
             assert!(d <= tol, "{mode}: {d} from NCCL's output (tolerance {tol})");
         }

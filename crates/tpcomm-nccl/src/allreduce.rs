@@ -47,7 +47,7 @@ pub unsafe extern "C" fn ncclAllReduce(
 ) -> NcclResult {
     guard("ncclAllReduce", || {
         if let Some(a) = crate::served::lookup(comm) {
-            return crate::served::all_reduce(&a, sendbuff, recvbuff, count, datatype, op, stream);
+            return crate::direct::all_reduce(&a, sendbuff, recvbuff, count, datatype, op, stream);
         }
         let s = settings::get();
         let beside = if s.disabled {

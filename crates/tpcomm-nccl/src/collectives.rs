@@ -3,9 +3,10 @@
 //! allows (set up beside this communicator, outside a group, f32/f16/bf16,
 //! sum for reduce-scatter, a non-empty block within TPCOMM_MAX_BYTES), by
 //! NCCL otherwise, with the caller's arguments unchanged. A standalone
-//! communicator is served by served.rs and never forwarded. The rule is a pure
-//! function of the call, so every rank routes it the same way.
+//! communicator is served by direct.rs and exact.rs and never forwarded. The
+//! rule is a pure function of the call, so every rank routes it the same way.
 
+use crate::direct;
 use crate::ffi::{call_real, guard, Fail};
 use crate::route::{Call, Why};
 use crate::served;
@@ -130,7 +131,7 @@ pub unsafe extern "C" fn ncclAllGather(
 ) -> NcclResult {
     guard("ncclAllGather", || {
         if let Some(a) = served::lookup(comm) {
-            return served::all_gather(&a, sendbuff, recvbuff, sendcount, datatype, stream);
+            return direct::all_gather(&a, sendbuff, recvbuff, sendcount, datatype, stream);
         }
         let s = settings::get();
         let beside = if s.disabled {
@@ -198,7 +199,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
         if let Some(a) = served::lookup(comm) {
-            return served::reduce_scatter(&a, sendbuff, recvbuff, recvcount, datatype, op, stream);
+            return direct::reduce_scatter(&a, sendbuff, recvbuff, recvcount, datatype, op, stream);
         }
         let s = settings::get();
         let beside = if s.disabled {
@@ -290,7 +291,7 @@ pub unsafe extern "C" fn ncclBroadcast(
 ) -> NcclResult {
     guard("ncclBroadcast", || {
         if let Some(a) = served::lookup(comm) {
-            return served::broadcast(
+            return direct::broadcast(
                 "ncclBroadcast",
                 &a,
                 sendbuff,
@@ -362,7 +363,7 @@ pub unsafe extern "C" fn ncclBcast(
 ) -> NcclResult {
     guard("ncclBcast", || {
         if let Some(a) = served::lookup(comm) {
-            return served::broadcast("ncclBcast", &a, buff, buff, count, datatype, root, stream);
+            return direct::broadcast("ncclBcast", &a, buff, buff, count, datatype, root, stream);
         }
         let s = settings::get();
         let beside = if s.disabled {

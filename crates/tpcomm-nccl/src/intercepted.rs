@@ -1,9 +1,10 @@
 //! The NCCL functions this library does more than forward: communicator
 //! creation and destruction (to keep a tpcomm communicator beside each real
-//! one, or to make and end a standalone one: served.rs), group brackets (to
+//! one, or to make and end a standalone one: created.rs and served.rs), group brackets (to
 //! know when NCCL's group semantics apply), and the queries a standalone
 //! communicator answers itself. All-reduce itself is in allreduce.rs.
 
+use crate::created;
 use crate::ffi::{call_real, guard, Fail};
 use crate::ready::wait_ready;
 use crate::served;
@@ -147,7 +148,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
                     format!("ncclCommInitRank rank {rank}: {why}"),
                 );
             }
-            return served::create("ncclCommInitRank", comm, nranks, secret, rank);
+            return created::create("ncclCommInitRank", comm, nranks, secret, rank);
         }
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
@@ -181,7 +182,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
                     format!("ncclCommInitRankConfig rank {rank}: {why}"),
                 );
             }
-            return served::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
+            return created::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
         }
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
@@ -277,7 +278,7 @@ pub unsafe extern "C" fn ncclCommSplit(
 ) -> NcclResult {
     guard("ncclCommSplit", || {
         if let Some(a) = served::lookup(comm) {
-            return served::split(&a, color, key, newcomm);
+            return created::split(&a, color, key, newcomm);
         }
         let r = match call_real!(ncclCommSplit(comm, color, key, newcomm, config)
             as fn(NcclComm, c_int, c_int, *mut NcclComm, Opaque) -> NcclResult)

@@ -21,8 +21,10 @@
 mod allreduce;
 mod alone;
 mod collectives;
+mod created;
 #[forbid(unsafe_code)]
 mod cuda;
+mod direct;
 mod exact;
 mod exchange;
 mod ffi;

@@ -1,7 +1,7 @@
 //! Standalone mode's ground (docs/standalone.md): a unique id that real NCCL
 //! never sees, the rendezvous of a communicator's ranks through its bytes on
-//! this host, and the refusals' text. served.rs makes and serves the
-//! communicators.
+//! this host, and the refusals' text. created.rs makes the communicators,
+//! served.rs keeps their handles, direct.rs and exact.rs serve their calls.
 //!
 //! The id is NCCL's 128 opaque bytes: a magic, a 128-bit secret from the
 //! operating system's random source, and the creator's pid. The program

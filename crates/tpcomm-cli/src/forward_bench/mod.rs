@@ -1,11 +1,12 @@
 //! `tpcomm bench forward`: what an all-reduce costs where it lives. A
 //! tensor-parallel transformer forward (the tpcomm-forward crate), one process
-//! per GPU (the command re-executes itself as workers), captured in a CUDA
-//! graph and timed as whole forwards, once per way of doing its all-reduce
-//! sites: none (the compute floor), NCCL, each tpcomm algorithm, and the
-//! fused all-reduce + residual add + RMSNorm kernel. `--transport host`
-//! runs tpcomm's modes through pinned host memory (no P2P), where the fused
-//! modes cannot run.
+//! per rank (the command re-executes itself as workers) or one thread per
+//! rank (`--launch threads`; without `--launch`, the GPU bench's
+//! `default_launch` decides), captured in a CUDA graph and timed as whole
+//! forwards, once per way of doing its all-reduce sites: none (the compute
+//! floor), NCCL, each tpcomm algorithm, and the fused all-reduce + residual
+//! add + RMSNorm kernel. `--transport host` runs tpcomm's modes through
+//! pinned host memory (no P2P), where the fused modes cannot run.
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -19,9 +20,12 @@ use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
 use tpcomm_forward::{Model, Shape, Site};
 
+mod launch;
 mod rank;
 mod report;
 
+use crate::gpu_bench::{choose_launch, mps_on, run_threads, Launch as RankLaunch};
+use launch::run_workers;
 use rank::rank_main;
 use report::report;
 
@@ -31,13 +35,20 @@ pub const TOLERANCE_VS_NCCL: f64 = 1e-2;
 
 #[derive(Args, Clone, Debug)]
 pub struct ForwardBenchArgs {
-    /// Number of ranks (one process each, 2 to 8); default: every GPU, at
-    /// most 8. Ranks go round-robin over the visible GPUs: more ranks than
-    /// GPUs share them (start the MPS daemon first, or every call takes a
-    /// time slice), the report says "shared GPU", and nccl is left out
-    /// (NCCL refuses ranks that share a GPU).
+    /// Number of ranks (2 to 8); default: every GPU, at most 8. Ranks go
+    /// round-robin over the visible GPUs: more ranks than GPUs share them
+    /// (as threads unless an MPS server serves them: see --launch), the
+    /// report says "shared GPU", and nccl is left out (NCCL refuses ranks
+    /// that share a GPU).
     #[arg(long, visible_alias = "ranks")]
     gpus: Option<usize>,
+    /// How ranks run: a process per rank (CUDA IPC) or a thread per rank in
+    /// this process. Default: processes when every rank has a GPU of its own
+    /// or an MPS server serves the GPUs ranks share, else threads (processes
+    /// that share a GPU without MPS run in time slices, milliseconds per
+    /// call); the run prints which and why.
+    #[arg(long, value_enum)]
+    launch: Option<RankLaunch>,
     /// Transformer layers (two all-reduce sites each).
     #[arg(long, default_value_t = 61)]
     layers: usize,
@@ -217,7 +228,7 @@ struct RankOut {
 
 /// Runs the bench; errors are printed after `name` (the spelling the user typed).
 pub fn run(args: ForwardBenchArgs, name: &str) -> i32 {
-    match run_inner(args) {
+    match run_inner(args, name) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{name}: {e}");
@@ -273,7 +284,7 @@ fn check_counts(args: &ForwardBenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_inner(args: ForwardBenchArgs) -> Result<()> {
+fn run_inner(mut args: ForwardBenchArgs, name: &str) -> Result<()> {
     // Checked here so that a bad request fails before any worker starts; the
     // workers decide again once `auto` is resolved.
     modes_for(args.modes.as_deref(), args.transport)?;
@@ -302,43 +313,20 @@ fn run_inner(args: ForwardBenchArgs) -> Result<()> {
             ),
         ));
     }
-    let outs = run_workers(
-        world,
-        args.gpus.is_none(),
-        Duration::from_millis(args.timeout_ms),
-    )?;
-    report(&args, world, outs)
-}
-
-/// Starts one worker process per rank with this command's own arguments and
-/// collects what each wrote.
-fn run_workers(world: usize, add_gpus: bool, timeout: Duration) -> Result<Vec<RankOut>> {
-    crate::workers::run_worker_processes("forward-bench", world, timeout, |r, dir| {
-        worker_argv(std::env::args_os().skip(1), add_gpus, world, r, dir)
-    })
-}
-
-/// A worker's command line: this command's own (`bench forward ...`), plus
-/// the rank, the meeting directory and, when the user left it out, the world
-/// size.
-fn worker_argv(
-    own: impl Iterator<Item = std::ffi::OsString>,
-    add_gpus: bool,
-    world: usize,
-    rank: usize,
-    dir: &std::path::Path,
-) -> Vec<std::ffi::OsString> {
-    let mut v: Vec<std::ffi::OsString> = own.collect();
-    if add_gpus {
-        v.extend(["--gpus".into(), world.to_string().into()]);
+    let (launch, line) = choose_launch(args.launch, world, n, name, mps_on);
+    if let Some(line) = line {
+        eprintln!("{line}");
     }
-    v.extend([
-        "--worker-rank".into(),
-        rank.to_string().into(),
-        "--rendezvous".into(),
-        dir.as_os_str().to_owned(),
-    ]);
-    v
+    args.launch = Some(launch);
+    let outs = match launch {
+        RankLaunch::Threads => run_threads(world, |r, rv| rank_main(r, world, &args, rv))?,
+        RankLaunch::Procs => run_workers(
+            world,
+            args.gpus.is_none(),
+            Duration::from_millis(args.timeout_ms),
+        )?,
+    };
+    report(&args, world, outs)
 }
 
 fn nccl_comm(rank: usize, world: usize, rv: &Rendezvous, timeout: Duration) -> Result<NcclComm> {

@@ -171,7 +171,7 @@ fn print_header(
         ByteSize::b(info.model_bytes)
     );
     println!(
-        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}{}, tpcomm transport {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
+        "# tpcomm forward-bench: {world} x {} ({}), driver CUDA {driver}, NCCL {}{}, tpcomm transport {}, ranks as {}; {} layers, hidden {}, MLP {}, bf16, CUDA graph; median of {} reps x {} forwards, max over ranks",
         info.gpu,
         info.arch,
         info.nccl.clone().unwrap_or_else(|| "not run".into()),
@@ -180,6 +180,7 @@ fn print_header(
             .map(|v| format!(" (NCCL_P2P_DISABLE={v})"))
             .unwrap_or_default(),
         transport_label(args.transport, info),
+        launch_name(args),
         args.layers,
         args.hidden,
         args.mlp,
@@ -238,6 +239,11 @@ fn print_table(rows: &[Row]) {
     }
 }
 
+/// How the ranks ran (`run_inner` sets `--launch` once it has decided).
+fn launch_name(args: &ForwardBenchArgs) -> &'static str {
+    args.launch.map_or("default", RankLaunch::name)
+}
+
 /// What the JSON's `meta` says about the run.
 struct JsonRun<'a> {
     args: &'a ForwardBenchArgs,
@@ -266,6 +272,7 @@ fn write_json(path: &std::path::Path, run: &JsonRun, rows: &[Row]) -> Result<()>
             "transport": info.transport,
             "modes_skipped": info.skipped_modes,
             "shared_gpu": (run.shared > 1).then_some(run.shared),
+            "launch": launch_name(args),
             "layers": args.layers,
             "hidden": args.hidden,
             "mlp": args.mlp,
@@ -409,6 +416,17 @@ mod tests {
         assert_eq!(doc["meta"]["transport_requested"], "auto");
         assert_eq!(doc["meta"]["modes_skipped"], serde_json::json!([]));
         assert!(doc["rows"][2]["kernel"].is_null());
+    }
+
+    /// The JSON names how the ranks ran (run_inner sets --launch before the
+    /// report, given or chosen).
+    #[test]
+    fn json_names_the_launch() {
+        for (flag, want) in [("threads", "threads"), ("procs", "processes")] {
+            let outs = (0..2).map(|_| rank("cuda", &[], None)).collect();
+            let doc = run_report(&["--launch", flag], outs);
+            assert_eq!(doc["meta"]["launch"], want, "{flag}");
+        }
     }
 
     #[test]

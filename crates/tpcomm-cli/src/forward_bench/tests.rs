@@ -1,3 +1,4 @@
+use super::launch::worker_argv;
 use super::*;
 
 fn bf16_bytes(v: &[f32]) -> Vec<u8> {
@@ -39,15 +40,18 @@ fn modes_parse_and_unknown_ones_are_refused() {
 }
 
 fn parse_worker(own: &[&str], dir: &std::path::Path) -> ForwardBenchArgs {
-    use clap::Parser;
     let argv = worker_argv(own.iter().map(|s| s.into()), true, 2, 1, dir);
+    parse_argv(argv).unwrap_or_else(|e| panic!("{own:?}: {e}"))
+}
+
+/// `tpcomm` with `argv` (`bench forward ...`), as the forward bench's arguments.
+fn parse_argv(argv: Vec<std::ffi::OsString>) -> std::result::Result<ForwardBenchArgs, String> {
+    use clap::Parser;
     let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv))
-        .unwrap_or_else(|e| panic!("{own:?}: {e}"));
+        .map_err(|e| e.to_string())?;
     match cli.command {
-        crate::Command::Bench(b) => b
-            .forward()
-            .unwrap_or_else(|| panic!("{own:?}: not forward")),
-        _ => panic!("{own:?}: not `bench forward`"),
+        crate::Command::Bench(b) => b.forward().ok_or_else(|| "not forward".into()),
+        _ => Err("not `bench forward`".into()),
     }
 }
 
@@ -248,6 +252,89 @@ fn numbers_out_of_range_are_refused_naming_the_flag() {
         assert!(
             msg.contains(flag) && msg.contains("give 1 to"),
             "{flag} {bad}: {msg}"
+        );
+    }
+}
+
+/// `tpcomm bench forward` with `own`.
+fn parse_forward(own: &[&str]) -> std::result::Result<ForwardBenchArgs, String> {
+    let argv = ["bench", "forward"].iter().chain(own).map(|s| s.into());
+    parse_argv(argv.collect())
+}
+
+fn parse(own: &[&str]) -> ForwardBenchArgs {
+    parse_forward(own).unwrap_or_else(|e| panic!("{own:?}: {e}"))
+}
+
+/// --launch is open unless given (run_inner then decides); processes go by
+/// either name; a worker handed the parent's --launch still parses.
+#[test]
+fn launch_is_open_unless_given() {
+    assert_eq!(parse(&[]).launch, None);
+    for (flag, want) in [
+        ("procs", RankLaunch::Procs),
+        ("processes", RankLaunch::Procs),
+        ("threads", RankLaunch::Threads),
+    ] {
+        assert_eq!(parse(&["--launch", flag]).launch, Some(want), "{flag}");
+    }
+    assert!(parse_forward(&["--launch", "fibers"]).is_err());
+    let dir = std::path::Path::new("/tmp/fw rv");
+    let own = &[
+        "bench",
+        "forward",
+        "--launch",
+        "processes",
+        "--tokens",
+        "8",
+        "--modes",
+        "none,nccl",
+    ];
+    let a = parse_worker(own, dir);
+    check_worker(&a, dir);
+    assert_eq!(a.launch, Some(RankLaunch::Procs));
+}
+
+/// Without --launch the forward bench decides as `tpcomm bench --device gpu`
+/// does (gpu_bench::default_launch): processes when every rank has a GPU of
+/// its own or MPS serves the shared GPUs, threads when ranks would share a
+/// GPU as processes without MPS (time slices), with one line naming this
+/// command saying which and why. A --launch given is kept, MPS not asked.
+#[test]
+fn ranks_sharing_a_gpu_without_mps_run_as_threads_unless_launch_says() {
+    let name = "tpcomm bench forward";
+    let never = |_: usize| -> Result<bool> { panic!("MPS asked though --launch was given") };
+    let open = parse(&[]).launch;
+    let (l, line) = choose_launch(open, 4, 1, name, |_| Ok(false));
+    assert_eq!(l, RankLaunch::Threads);
+    let line = line.unwrap();
+    assert!(
+        line.starts_with(
+            "tpcomm bench forward: ranks run as threads: 4 ranks share 1 GPU and no MPS server serves GPU 0"
+        ) && line.contains("time slices")
+            && line.ends_with("(--launch chooses)"),
+        "{line}"
+    );
+    let (l, line) = choose_launch(open, 4, 1, name, |_| Ok(true));
+    assert_eq!(l, RankLaunch::Procs);
+    assert!(
+        line.unwrap()
+            .starts_with("tpcomm bench forward: ranks run as processes: 4 ranks share 1 GPU and an MPS server serves them")
+    );
+    let (l, line) = choose_launch(open, 2, 8, name, |_| {
+        panic!("MPS asked with a GPU per rank")
+    });
+    assert_eq!(l, RankLaunch::Procs);
+    assert!(line.unwrap().contains("every rank has a GPU of its own"));
+    for (flag, want) in [
+        ("processes", RankLaunch::Procs),
+        ("threads", RankLaunch::Threads),
+    ] {
+        let given = parse(&["--launch", flag]).launch;
+        assert_eq!(
+            choose_launch(given, 4, 1, name, never),
+            (want, None),
+            "{flag}"
         );
     }
 }

@@ -1,26 +1,33 @@
 //! How the ranks run: a process per GPU (the command re-executes itself as
 //! workers, which meet in a directory) or a thread per GPU in this process.
 
-use super::rank::rank_main;
 use super::{GpuBenchArgs, RankOut};
 use tpcomm::cuda::{Rendezvous, ThreadGroup};
 use tpcomm::{Error, Result};
 
-/// One thread per GPU in this process (`--launch threads`).
-pub(super) fn run_threads(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {
+/// One thread per rank in this process (`--launch threads`), meeting through
+/// a thread group: `rank(r, rendezvous)` is rank r's whole run. The GPU bench
+/// and the forward bench run their thread ranks here.
+pub(crate) fn run_threads<T: Send>(
+    world: usize,
+    rank: impl Fn(usize, Rendezvous) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
     let group = ThreadGroup::new(world);
-    let hs: Vec<_> = (0..world)
-        .map(|r| {
-            let (a, rv) = (args.clone(), Rendezvous::Threads(group.clone()));
-            std::thread::spawn(move || rank_main(r, world, &a, rv))
-        })
-        .collect();
-    hs.into_iter()
-        .map(|h| {
-            h.join()
-                .map_err(|_| Error::Aborted("a rank thread panicked".into()))?
-        })
-        .collect::<Result<_>>()
+    let rank = &rank;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|r| {
+                let rv = Rendezvous::Threads(group.clone());
+                s.spawn(move || rank(r, rv))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| Error::Aborted("a rank thread panicked".into()))?
+            })
+            .collect::<Result<_>>()
+    })
 }
 
 pub(super) fn run_procs(args: &GpuBenchArgs, world: usize) -> Result<Vec<RankOut>> {

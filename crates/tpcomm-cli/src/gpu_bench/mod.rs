@@ -25,7 +25,8 @@ mod tests;
 pub(crate) use check::{count_wrong_par, random_inputs};
 pub(crate) use report::report_rows;
 
-use launch::{run_procs, run_threads};
+use launch::run_procs;
+pub(crate) use launch::run_threads;
 use rank::rank_main;
 use report::report;
 
@@ -309,25 +310,13 @@ pub(crate) fn measure(
             ),
         ));
     }
-    let launch = match args.launch {
-        Some(given) => given,
-        None => {
-            let (chosen, why) = default_launch(world, n, |d| {
-                let d =
-                    i32::try_from(d).map_err(|_| Error::invalid("GPU ordinal", d.to_string()))?;
-                tpcomm::cuda::mps_enabled(d)
-            });
-            eprintln!(
-                "{}: ranks run as {}: {why} (--launch chooses)",
-                spelling.command,
-                chosen.name()
-            );
-            chosen
-        }
-    };
+    let (launch, line) = choose_launch(args.launch, world, n, spelling.command, mps_on);
+    if let Some(line) = line {
+        eprintln!("{line}");
+    }
     args.launch = Some(launch);
     let outs: Vec<RankOut> = match launch {
-        Launch::Threads => run_threads(&args, world)?,
+        Launch::Threads => run_threads(world, |r, rv| rank_main(r, world, &args, rv))?,
         Launch::Procs => run_procs(&args, world)?,
     };
     Ok((args, world, outs))
@@ -341,6 +330,35 @@ impl Launch {
             Launch::Threads => "threads",
         }
     }
+}
+
+/// `--launch` as given, or else [`default_launch`]'s choice for `world`
+/// ranks on `gpus` GPUs with the line the run prints (to stderr) saying
+/// which and why, beginning with `command`. `mps` as for [`default_launch`]
+/// ([`mps_on`] on a machine). `tpcomm bench --device gpu`, `tpcomm tune`
+/// and `tpcomm bench forward` all decide here.
+pub(crate) fn choose_launch(
+    given: Option<Launch>,
+    world: usize,
+    gpus: usize,
+    command: &str,
+    mps: impl Fn(usize) -> Result<bool>,
+) -> (Launch, Option<String>) {
+    if let Some(given) = given {
+        return (given, None);
+    }
+    let (chosen, why) = default_launch(world, gpus, mps);
+    let line = format!(
+        "{command}: ranks run as {}: {why} (--launch chooses)",
+        chosen.name()
+    );
+    (chosen, Some(line))
+}
+
+/// Whether an MPS server serves GPU `device` (`tpcomm::cuda::mps_enabled`).
+pub(crate) fn mps_on(device: usize) -> Result<bool> {
+    let d = i32::try_from(device).map_err(|_| Error::invalid("GPU ordinal", device.to_string()))?;
+    tpcomm::cuda::mps_enabled(d)
 }
 
 /// How ranks run when `--launch` is not given, and why, for the line the run
