@@ -36,6 +36,7 @@
 #      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
 #   u  gpu_fused and gpu_plan_layout at WORLDS
 #   v  the call words' cost: OLD's tpcomm against this one, bench under MPS
+#   r  the forward bench's ranks as threads (gpu_forward forward_ranks_as_threads)
 #   m  issue 15's two missing suites at WORLDS: mismatched calls (gpu_mismatch,
 #      ranks as threads, both transports), then a rank killed or stopped
 #      during set-up, calls and end of `tpcomm bench --device gpu --launch
@@ -190,6 +191,10 @@ step_h() {
 step_u() {
   t fused "$WORLDS" 120 30 gpu_fused
   t plan-layout "$WORLDS" 60 10 gpu_plan_layout
+}
+# The forward bench with ranks as threads (2 ranks on GPU 0; new in session 8).
+step_r() {
+  t forward-threads 2 150 40 gpu_forward forward_ranks_as_threads
 }
 step_m() {
   t mismatch "$WORLDS" 240 60 gpu_mismatch
