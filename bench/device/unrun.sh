@@ -109,13 +109,16 @@ step_v() {
   local old=${OLD:-.dev/old/tpcomm}
   [ -x "$old" ] || { echo "-- step v: no $old" | tee -a "$O/log.txt"; return 0; }
   mps_on
+  # new-on / new-off: this build with TPCOMM_CHECK_CALLS=1 / 0 (the same
+  # binary: tells the words' work apart from code generation).
   for i in 1 2 3; do
-    for b in old new; do
+    for b in old new-off new-on; do
       fits 25 "cost-$b-$i" || continue
-      local bin=$T
+      local bin=$T check=1
       [ "$b" = old ] && bin=$old
-      run "cost-$b-$i" 60 "$bin" bench --device gpu --launch processes --ranks 2 --algos one-shot \
-        --min-bytes 1KiB --max-bytes 1MiB --reps 5 --json "$O/cost-$b-$i.json"
+      [ "$b" = new-off ] && check=0
+      TPCOMM_CHECK_CALLS=$check run "cost-$b-$i" 60 "$bin" bench --device gpu --launch processes \
+        --ranks 2 --algos one-shot --min-bytes 1KiB --max-bytes 1MiB --reps 5 --json "$O/cost-$b-$i.json"
     done
   done
   mps_off
