@@ -120,6 +120,24 @@ pub(crate) fn setting_byte(check: bool) -> u8 {
     }
 }
 
+/// The last creation meeting of a transport (`key`): no rank returns before
+/// every rank got here, and every rank must have resolved `check` alike.
+pub(crate) fn meet(
+    rendezvous: &crate::cuda::Rendezvous,
+    key: &str,
+    cfg: &crate::cuda::CudaConfig,
+    check: bool,
+) -> Result<()> {
+    let all = rendezvous.exchange(
+        key,
+        cfg.rank,
+        cfg.world,
+        &[setting_byte(check)],
+        cfg.timeout,
+    )?;
+    agree_setting(cfg.rank, &all)
+}
+
 /// Every rank must send and check call words alike: a rank that checks
 /// would wait for words a peer never sends. Compares the first byte of
 /// every rank's blob (posted with [`setting_byte`]) with this rank's; every
@@ -303,6 +321,38 @@ mod tests {
             );
         }
         assert!(agree_setting(0, &[on.clone(), vec![]]).is_err());
+    }
+
+    /// The creation meeting through a threads rendezvous (no GPU): ranks
+    /// that resolved alike pass, and when one differs every rank fails.
+    #[test]
+    fn the_creation_meeting_refuses_ranks_that_differ_on_every_rank() {
+        use crate::cuda::{CudaConfig, Rendezvous, ThreadGroup};
+        for odd in [None, Some(2)] {
+            let group = ThreadGroup::new(3);
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let rv = Rendezvous::Threads(group.clone());
+                    std::thread::spawn(move || {
+                        let cfg = CudaConfig::new(r, 3, 0);
+                        meet(&rv, "test-mapped", &cfg, odd != Some(r))
+                    })
+                })
+                .collect();
+            for h in hs {
+                let got = h.join().unwrap();
+                match odd {
+                    None => assert!(got.is_ok(), "{got:?}"),
+                    Some(_) => assert!(
+                        got.as_ref()
+                            .unwrap_err()
+                            .to_string()
+                            .contains("TPCOMM_CHECK_CALLS"),
+                        "{got:?}"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]

@@ -326,14 +326,7 @@ impl CudaCommunicator {
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         // It also checks that every rank sends and checks call words alike.
         let check_calls = call::resolve(cfg.check_calls, &ids);
-        let all = rendezvous.exchange(
-            "cuda-mapped",
-            cfg.rank,
-            cfg.world,
-            &[call::setting_byte(check_calls)],
-            cfg.timeout,
-        )?;
-        call::agree_setting(cfg.rank, &all)?;
+        call::meet(rendezvous, "cuda-mapped", cfg, check_calls)?;
 
         let found = match &cfg.selector {
             Some(s) => Some(s.clone()),

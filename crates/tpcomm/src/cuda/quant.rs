@@ -491,14 +491,7 @@ impl QuantComm {
         }
         // No rank launches before every rank has mapped every peer; every
         // rank sends and checks call words alike.
-        let all = rendezvous.exchange(
-            "quant-mapped",
-            cfg.rank,
-            cfg.world,
-            &[call::setting_byte(check_calls)],
-            cfg.timeout,
-        )?;
-        call::agree_setting(cfg.rank, &all)?;
+        call::meet(rendezvous, "quant-mapped", cfg, check_calls)?;
 
         let (mut dst, mut src) = ([0u64; MAX_WORLD], [0u64; MAX_WORLD]);
         let ndst;
