@@ -164,9 +164,9 @@ struct Status {
 // before the call counts as done it waits (bounded) for every peer's word of
 // this epoch and compares: a rank that called with another count, type,
 // algorithm or collective is reported (TPCOMM_CALL_MISMATCH), never summed
-// silently. The tag is never 0, so zeroed memory is never a current word;
-// a word of epoch e and one of e - 2 (the previous use of the same parity)
-// always differ. A call of 0 means checking is off (CudaConfig::check_calls,
+// silently. The tag (call_tag) is never 0, so zeroed memory is never a
+// current word; a word of epoch e and one of e - 2 (the previous use of the
+// same parity) always differ. A call of 0 means checking is off (CudaConfig::check_calls,
 // TPCOMM_CHECK_CALLS=0): the kernels neither send nor compare words.
 #define TPCOMM_CALL_BITS 49
 #define TPCOMM_CALL_MASK ((1ull << TPCOMM_CALL_BITS) - 1ull)
@@ -174,28 +174,32 @@ struct Status {
 #define TPCOMM_WAIT_CALL 11u
 #define TPCOMM_CALL_MISMATCH 12u
 
+// The epoch's tag: its low 14 bits plus one (never 0; epochs e and e - 2
+// always differ), a mask rather than a division on the checking thread.
+__device__ __forceinline__ u64 call_tag(u64 epoch) { return 1ull + (epoch & 0x3fffull); }
+
 __device__ __forceinline__ u64 call_word(u64 call, u64 epoch) {
-    return ((1ull + epoch % 0x7fffull) << TPCOMM_CALL_BITS) | (call & TPCOMM_CALL_MASK);
+    return (call_tag(epoch) << TPCOMM_CALL_BITS) | (call & TPCOMM_CALL_MASK);
 }
 
 __device__ __forceinline__ bool call_word_current(u64 word, u64 epoch) {
-    return (word >> TPCOMM_CALL_BITS) == 1ull + epoch % 0x7fffull;
+    return (word >> TPCOMM_CALL_BITS) == call_tag(epoch);
 }
 
-// Records a disagreement (the first failure of this rank, by `abort`): the
-// status names the peer, and its bytes 16-31 hold this rank's call and the
-// peer's, for the host's message (check()).
-__device__ __forceinline__ void report_call_mismatch(u32* abort, u64 status, u32 peer, u64 epoch,
-                                                     u64 mine, u64 theirs) {
+// Records this rank's first failure (by `abort`): `code` (TPCOMM_WAIT_CALL
+// or TPCOMM_CALL_MISMATCH) naming the peer, and in bytes 16-31 of the status
+// this rank's call and the peer's word last seen, for check()'s message.
+__device__ __forceinline__ void report_call(u32* abort, u64 status, u32 code, u32 peer, u64 epoch,
+                                            u64 mine, u64 seen) {
     if (atomicCAS(abort, 0u, 1u) == 0u) {
         volatile Status* s = (volatile Status*)status;
         volatile u64* d = (volatile u64*)(status + 16);
         d[0] = mine & TPCOMM_CALL_MASK;
-        d[1] = theirs & TPCOMM_CALL_MASK;
+        d[1] = seen & TPCOMM_CALL_MASK;
         s->peer = peer;
         s->epoch = epoch;
         __threadfence_system();
-        s->code = TPCOMM_CALL_MISMATCH;
+        s->code = code;
         __threadfence_system();
     }
 }
@@ -215,21 +219,14 @@ __device__ __noinline__ bool peer_call_agrees(const u64* w, u32* abort, u64 stat
             if ((spins & 31u) == 0u) {
                 if (ld_volatile_u32(abort) != 0u) return false;
                 if (globaltimer() - start > timeout_ns) {
-                    if (atomicCAS(abort, 0u, 1u) == 0u) {
-                        volatile Status* s = (volatile Status*)status;
-                        s->peer = peer;
-                        s->epoch = epoch;
-                        __threadfence_system();
-                        s->code = TPCOMM_WAIT_CALL;
-                        __threadfence_system();
-                    }
+                    report_call(abort, status, TPCOMM_WAIT_CALL, peer, epoch, mine, word);
                     return false;
                 }
             }
         }
     }
     if ((word & TPCOMM_CALL_MASK) == (mine & TPCOMM_CALL_MASK)) return true;
-    report_call_mismatch(abort, status, peer, epoch, mine, word);
+    report_call(abort, status, TPCOMM_CALL_MISMATCH, peer, epoch, mine, word);
     return false;
 }
 
