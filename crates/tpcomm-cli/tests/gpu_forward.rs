@@ -7,35 +7,51 @@
 
 use std::process::Command;
 
-#[test]
-#[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
-fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
-    if !tpcomm::env::GPU_TESTS
+/// Whether TPCOMM_GPU_TESTS asks for the GPU tests (else says they are skipped).
+fn gpu_tests_on() -> bool {
+    let on = tpcomm::env::GPU_TESTS
         .get_or(false)
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
+        .unwrap_or_else(|e| panic!("{e}"));
+    if !on {
         eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
-        return;
     }
+    on
+}
+
+/// Runs `tpcomm bench forward` on the tests' small model (4 layers, hidden
+/// 2048, MLP 4096, tokens 1, 3 and 16, 3 reps of 2 iterations) with `args`
+/// and `envs` added; asserts it succeeded and returns its stdout and JSON.
+fn forward(envs: &[(&str, &str)], args: &[&str]) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("forward.json");
     let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
-        .args([
-            "bench", "forward", "--layers", "4", "--hidden", "2048", "--mlp", "4096",
-        ])
+        .envs(envs.iter().copied())
+        .args(["bench", "forward"])
+        .args(args)
+        .args(["--layers", "4", "--hidden", "2048", "--mlp", "4096"])
         .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
         .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "bench forward failed:\n{stdout}\n{stderr}"
+        "bench forward {} failed:\n{stdout}\n{stderr}",
+        args.join(" ")
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (stdout, doc)
+}
+
+#[test]
+#[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
+fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
+    if !gpu_tests_on() {
+        return;
+    }
+    let (stdout, doc) = forward(&[], &[]);
     let rows = doc["rows"].as_array().unwrap();
     let modes = [
         "none",
@@ -70,34 +86,12 @@ fn forward_outputs_are_identical_across_ranks_and_match_nccl() {
 #[test]
 #[ignore = "needs 2+ GPUs, cuBLAS and NCCL; run with TPCOMM_GPU_TESTS=1 --ignored"]
 fn forward_over_the_host_transport_matches_nccl_without_p2p() {
-    if !tpcomm::env::GPU_TESTS
-        .get_or(false)
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
+    if !gpu_tests_on() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("forward-host.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
-        .env("NCCL_P2P_DISABLE", "1")
-        .args(["bench", "forward", "--transport", "host"])
-        .args(["--layers", "4", "--hidden", "2048", "--mlp", "4096"])
-        .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench forward --transport host failed:\n{stdout}\n{stderr}"
-    );
+    let (stdout, doc) = forward(&[("NCCL_P2P_DISABLE", "1")], &["--transport", "host"]);
     assert!(stdout.contains("tpcomm transport host"), "{stdout}");
     assert!(stdout.contains("not run: fused, fused-pdl"), "{stdout}");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(doc["meta"]["transport"], "host");
     assert_eq!(doc["meta"]["nccl_p2p_disable"], "1");
     assert_eq!(
@@ -141,32 +135,11 @@ fn forward_over_the_host_transport_matches_nccl_without_p2p() {
 #[test]
 #[ignore = "needs a GPU and cuBLAS; run with TPCOMM_GPU_TESTS=1 --ignored"]
 fn forward_ranks_as_threads_agree() {
-    if !tpcomm::env::GPU_TESTS
-        .get_or(false)
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
-        eprintln!("SKIPPED: set TPCOMM_GPU_TESTS=1 to run the GPU tests");
+    if !gpu_tests_on() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("forward-threads.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
-        .args(["bench", "forward", "--launch", "threads", "--ranks", "2"])
-        .args(["--layers", "4", "--hidden", "2048", "--mlp", "4096"])
-        .args(["--tokens", "1,3,16", "--reps", "3", "--iters", "2"])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench forward --launch threads failed:\n{stdout}\n{stderr}"
-    );
+    let (stdout, doc) = forward(&[], &["--launch", "threads", "--ranks", "2"]);
     assert!(stdout.contains("ranks as threads"), "{stdout}");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(doc["meta"]["launch"], "threads");
     let rows = doc["rows"].as_array().unwrap();
     assert!(!rows.is_empty(), "{stdout}");
