@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod procs;
-use procs::{children, shm_of, signal, stat_fields, wait_bounded, wait_until};
+use procs::{assert_run_names, children, shm_of, signal, stat_fields, wait_bounded, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -197,20 +197,14 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> Option<Duration> {
             shm_of(r0)
         );
     }
-    if phase != Phase::End || !status.success() {
-        assert!(!status.success(), "{what}: the run succeeded\n{err}");
-        let line = err
-            .lines()
-            .find(|l| l.contains("benchmark ranks failed"))
-            .unwrap_or_else(|| panic!("{what}: no summary\n{err}"));
-        let named = [" failed", " is stopped", " was stopped"]
-            .iter()
-            .any(|s| line.contains(&format!("rank {target}{s}")));
-        assert!(
-            named || phase == Phase::End,
-            "{what}: does not name rank {target}: {line}"
-        );
-    }
+    assert_run_names(
+        &what,
+        status.success(),
+        &err,
+        "benchmark ranks failed",
+        target,
+        phase == Phase::End,
+    );
     Some(took)
 }
 

@@ -18,7 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod procs;
-use procs::{children, kill_quietly, shm_of, signal, stat_fields, wait_bounded, wait_until};
+use procs::{
+    assert_run_names, children, kill_quietly, shm_of, signal, stat_fields, wait_bounded, wait_until,
+};
 
 /// The ranks' timeout in the runs with a fault.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -255,20 +257,14 @@ fn scenario(world: usize, phase: Phase, target: usize, sig: &str) -> Option<Dura
         "{what}: the meeting directory {:?} was left",
         meeting_dir(tmp)
     );
-    if phase != Phase::End || !status.success() {
-        assert!(!status.success(), "{what}: the run succeeded\n{err}");
-        let line = err
-            .lines()
-            .find(|l| l.contains("worker processes failed"))
-            .unwrap_or_else(|| panic!("{what}: no summary\n{err}"));
-        let named = [" failed", " is stopped", " was stopped"]
-            .iter()
-            .any(|s| line.contains(&format!("rank {target}{s}")));
-        assert!(
-            named || phase == Phase::End,
-            "{what}: does not name rank {target}: {line}"
-        );
-    }
+    assert_run_names(
+        &what,
+        status.success(),
+        &err,
+        "worker processes failed",
+        target,
+        phase == Phase::End,
+    );
     Some(took)
 }
 

@@ -87,3 +87,32 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// After a run with a fault: unless the fault came as the run ended and
+/// the run still succeeded, the run must have failed, and the supervisor's
+/// summary line (the stderr line containing `summary`) must name rank
+/// `target` as failed or stopped (at the end, naming it is not required).
+pub fn assert_run_names(
+    what: &str,
+    succeeded: bool,
+    err: &str,
+    summary: &str,
+    target: usize,
+    at_end: bool,
+) {
+    if at_end && succeeded {
+        return;
+    }
+    assert!(!succeeded, "{what}: the run succeeded\n{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains(summary))
+        .unwrap_or_else(|| panic!("{what}: no summary\n{err}"));
+    let named = [" failed", " is stopped", " was stopped"]
+        .iter()
+        .any(|s| line.contains(&format!("rank {target}{s}")));
+    assert!(
+        named || at_end,
+        "{what}: does not name rank {target}: {line}"
+    );
+}
