@@ -14,22 +14,7 @@ use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, TpcommTransport}
 use tpcomm_plan::PlanError;
 
 mod common;
-use common::{load, DRAFTS, GPUS, MACHINES, MODELS};
-
-const LLAMA_8B: &str = r#"{
-  "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-  "vocab_size": 128256
-}"#;
-
-const DEEPSEEK_V3: &str = r#"{
-  "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
-  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
-  "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
-  "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512,
-  "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-  "v_head_dim": 128, "vocab_size": 129280, "topk_method": "noaux_tc"
-}"#;
+use common::{load, DEEPSEEK_V3, DRAFTS, GPUS, LLAMA_8B, MACHINES, MODELS};
 
 /// Plans memory for a model at a few TP sizes with extreme options: it may
 /// fail (with an error), never panic, and a plan it gives must add up.
