@@ -535,18 +535,6 @@ impl StreamAllReduce for HostGpuCommunicator {
             input,
             output,
             nbytes: bytes as u64,
-            areas: self.areas,
-            half_stride: self.layout.half_stride as u64,
-            data_offset: self.layout.data_offset as u64,
-            flag_offset: self.layout.flag_offset as u64,
-            chunk_bytes: 16,
-            ctl: self.ctl.ptr(),
-            status: self.status.device_ptr(),
-            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            delta_offset: self.layout.delta_offset as u64,
-            slot_bytes: self.layout.delta_cap as u64,
-            shadow: self.shadow.ptr(),
-            call_offset: self.layout.call_offset as u64,
             call: call::word_if(
                 self.check_calls,
                 match which {
@@ -557,9 +545,7 @@ impl StreamAllReduce for HostGpuCommunicator {
                 bytes as u64,
                 0,
             )?,
-            rank: self.rank as u32,
-            world: self.world as u32,
-            producers: 0,
+            ..self.kernel_args()
         };
         let (f, grid) = match which {
             HostAlgo::Delta => {
@@ -618,34 +604,42 @@ pub(super) struct HostParts<'a> {
 }
 
 impl HostGpuCommunicator {
+    /// The kernels' argument with this communicator's areas, layout, epoch
+    /// words, status and timeout; the per-call fields (input, output, size,
+    /// chunking, call word) zero, for the caller to set.
+    fn kernel_args(&self) -> HostKernelArgs {
+        HostKernelArgs {
+            input: 0,
+            output: 0,
+            nbytes: 0,
+            areas: self.areas,
+            half_stride: self.layout.half_stride as u64,
+            data_offset: self.layout.data_offset as u64,
+            flag_offset: self.layout.flag_offset as u64,
+            chunk_bytes: 16,
+            ctl: self.ctl.ptr(),
+            status: self.status.device_ptr(),
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            delta_offset: self.layout.delta_offset as u64,
+            slot_bytes: self.layout.delta_cap as u64,
+            shadow: self.shadow.ptr(),
+            call_offset: self.layout.call_offset as u64,
+            call: 0,
+            rank: self.rank as u32,
+            world: self.world as u32,
+            producers: 0,
+        }
+    }
+
     /// The protocol state the collective kernels run on (collectives.rs):
     /// the all-reduce's kernel arguments with this communicator's areas,
     /// epoch and status, its layout and the group's smallest grid.
     pub(super) fn parts(&self) -> HostParts<'_> {
         HostParts {
             ctx: &self.ctx,
-            args: HostKernelArgs {
-                input: 0,
-                output: 0,
-                nbytes: 0,
-                areas: self.areas,
-                half_stride: self.layout.half_stride as u64,
-                data_offset: self.layout.data_offset as u64,
-                flag_offset: self.layout.flag_offset as u64,
-                chunk_bytes: 16,
-                ctl: self.ctl.ptr(),
-                status: self.status.device_ptr(),
-                timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-                delta_offset: self.layout.delta_offset as u64,
-                slot_bytes: self.layout.delta_cap as u64,
-                shadow: self.shadow.ptr(),
-                call_offset: self.layout.call_offset as u64,
-                // Set per call (collectives.rs).
-                call: 0,
-                rank: self.rank as u32,
-                world: self.world as u32,
-                producers: 0,
-            },
+            // Input, output, size, chunking and the call word are set per
+            // call (collectives.rs).
+            args: self.kernel_args(),
             layout: self.layout,
             group_grid: self.group_grid,
             sharing: self.sharing,
