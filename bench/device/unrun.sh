@@ -37,16 +37,23 @@
 #   u  gpu_fused and gpu_plan_layout at WORLDS
 #   v  the call words' cost: OLD's tpcomm against this one, bench under MPS
 #   r  the forward bench's ranks as threads (gpu_forward forward_ranks_as_threads)
-#   m  issue 15's two missing suites at WORLDS: mismatched calls (gpu_mismatch,
-#      ranks as threads, both transports), then a rank killed or stopped
-#      during set-up, calls and end of `tpcomm bench --device gpu --launch
-#      processes` without MPS (gpu_supervision, which runs $D/tpcomm)
+#   m  mismatched calls at WORLDS (gpu_mismatch, ranks as threads, both
+#      transports)
+#   z  a rank killed or stopped during set-up, calls and end of `tpcomm bench
+#      --device gpu --launch processes` at WORLDS, without MPS
+#      (gpu_supervision, which runs $D/tpcomm)
+#   Q  the quantized wire's speed and error (issue 20; quant_bench, ranks as
+#      threads on GPU 0): exact bf16 against int8 and fp8 over the host path at
+#      2 ranks, 4-64 MiB (the 0.6x target), the kernels' rate over P2P against
+#      the copy bandwidth of the same run, then GPU-measured errors at 2, 4, 8
+#   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
+#      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
 # QUICK=1 passes --quick to collectives_check.py (step s).
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
 O=${O:-${OUT:-/tmp/unrun-out}}
-STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,u,m}
+STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,u,m,z,Q,P}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
 BUDGET=${BUDGET:-520}
@@ -201,11 +208,41 @@ step_r() {
 }
 step_m() {
   t mismatch "$WORLDS" 240 60 gpu_mismatch
+}
+step_z() {
   # Without MPS: the test does not need the ranks to run at once, and under
   # MPS a killed or stopped client left the server refusing the next
   # clients (cuDevicePrimaryCtxRetain: out of memory / unknown error,
   # session 8, call 1).
   t supervision "$WORLDS" 300 90 gpu_supervision
+}
+step_Q() {
+  export CUDA_DEVICE_MAX_CONNECTIONS=32
+  if fits 100 quant-speed-host; then
+    run quant-speed-host 150 "$D/quant_bench" --ranks 2 --gpus 1 --transport host \
+      --min 4MiB --max 64MiB --iters 10 --reps 15
+  fi
+  if fits 60 quant-speed-p2p; then
+    run quant-speed-p2p 90 "$D/quant_bench" --ranks 2 --gpus 1 --transport cuda \
+      --min 4MiB --max 64MiB --iters 10 --reps 10
+  fi
+  for w in 2 4 8; do
+    fits 40 "quant-error-$w" || continue
+    run "quant-error-$w" 60 "$D/quant_bench" --ranks "$w" --gpus 1 --transport host \
+      --min 16MiB --max 16MiB --iters 2 --reps 3
+  done
+  unset CUDA_DEVICE_MAX_CONNECTIONS
+}
+step_P() {
+  mps_on
+  for w in ${WORLDS_ALL//,/ }; do
+    for tr in cuda host; do
+      fits 30 "bench-procs-$tr-$w" || continue
+      run "bench-procs-$tr-$w" 120 "$T" bench --device gpu --launch processes --ranks "$w" \
+        --transport "$tr" --min-bytes 1KiB --max-bytes 4MiB --reps 5 --json "$O/bench-procs-$tr-$w.json"
+    done
+  done
+  mps_off
 }
 # The steps run in the order STEPS names them.
 for s in ${STEPS//,/ }; do
