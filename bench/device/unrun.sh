@@ -56,6 +56,7 @@ O=${O:-${OUT:-/tmp/unrun-out}}
 STEPS=${STEPS:-g,c,f,n,b,s,l,w,a,p,k,x,e,q,h,u,m,z,Q,P}
 WORLDS=${WORLDS:-2,4}
 WORLDS_ALL=${WORLDS_ALL:-2,3,4,5,8}
+WORLDS_STRESS=${WORLDS_STRESS:-2,8}
 BUDGET=${BUDGET:-520}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=common.sh
@@ -179,8 +180,12 @@ step_k() {
   CUDA_DEVICE_MAX_CONNECTIONS=1 t graph-2-conn1 2 60 30 gpu_allreduce same_two_calls
 }
 step_x() {
-  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-p2p "${WORLDS_STRESS:-2,8}" 150 60 gpu_allreduce stress
-  CUDA_DEVICE_MAX_CONNECTIONS=32 t stress-host "${WORLDS_STRESS:-2,8}" 150 60 gpu_host_allreduce stress
+  # One run per world and transport, so a cut run loses only itself.
+  local w
+  for w in ${WORLDS_STRESS//,/ }; do
+    CUDA_DEVICE_MAX_CONNECTIONS=32 t "stress-p2p-$w" "$w" 150 40 gpu_allreduce stress
+    CUDA_DEVICE_MAX_CONNECTIONS=32 t "stress-host-$w" "$w" 150 40 gpu_host_allreduce stress
+  done
 }
 step_e() {
   if fits 60 plan-efficiency; then

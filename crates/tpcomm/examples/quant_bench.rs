@@ -144,22 +144,45 @@ fn rank_main(
     let ev1 = ctx
         .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(cuda("cuEventCreate"))?;
-    let mut rows = Vec::new();
+    // Every copy goes through pinned host memory allocated here, before the
+    // first call: with ranks as threads of one process, a copy from pageable
+    // memory (or freeing pinned memory) can hold this thread while a peer's
+    // kernel waits for this rank's next call (docs/shared-gpu.md). One
+    // input and one output buffer per size, filled before any call.
+    let mut staged = Vec::with_capacity(sizes.len());
     for &bytes in sizes {
-        let count = bytes / 2;
         let xs = inputs::sample(
             &mut inputs::Rng::new(seed(bytes, r)),
             inputs::Dist::Gaussian,
             DType::Bf16,
-            count,
+            bytes / 2,
         );
-        let host: Vec<u8> = xs
-            .iter()
-            .flat_map(|&x| (model::round_to(DType::Bf16, x) as u16).to_le_bytes())
-            .collect();
+        // SAFETY: plain pinned memory (flags 0), filled right away below
+        // and read by the copies only after that.
+        let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
+            .map_err(cuda("cuMemHostAlloc"))?;
+        for (dst, &x) in host
+            .as_mut_slice()
+            .map_err(cuda("cuMemHostAlloc"))?
+            .chunks_exact_mut(2)
+            .zip(&xs)
+        {
+            dst.copy_from_slice(&(model::round_to(DType::Bf16, x) as u16).to_le_bytes());
+        }
+        // SAFETY: as above; written by the device-to-host copy before it is read.
+        let back = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
+            .map_err(cuda("cuMemHostAlloc"))?;
+        staged.push((host, back));
+    }
+    barrier.wait();
+    let mut rows = Vec::new();
+    for (&bytes, (host, back)) in sizes.iter().zip(staged.iter_mut()) {
+        let count = bytes / 2;
         stream
-            .memcpy_htod(&host[..], &mut inp.slice_mut(..bytes))
+            .memcpy_htod(&*host, &mut inp.slice_mut(..bytes))
             .map_err(cuda("cuMemcpyHtoD"))?;
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        barrier.wait();
         let mut graphs = Vec::new();
         for &wire in wires {
             let call = || -> Result<()> {
@@ -228,12 +251,12 @@ fn rank_main(
                     Launch::Ordinary,
                 )?
             };
-            let mut o = vec![0u8; bytes];
             stream
-                .memcpy_dtoh(&out.slice(..bytes), &mut o[..])
+                .memcpy_dtoh(&out.slice(..bytes), &mut *back)
                 .map_err(cuda("cuMemcpyDtoH"))?;
             stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
             comm.check()?;
+            let o = back.as_slice().map_err(cuda("cuMemcpyDtoH"))?.to_vec();
             rows.push((bytes, wire, t[t.len() / 2], o));
         }
         barrier.wait();
@@ -246,6 +269,11 @@ fn seed(bytes: usize, r: usize) -> u64 {
 }
 
 fn main() {
+    // Before CUDA starts: ranks as threads sharing a GPU need a hardware
+    // queue per rank's stream (docs/shared-gpu.md). A value given is kept.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    }
     if let Err(e) = run() {
         eprintln!("quant_bench: {e}");
         std::process::exit(1);
