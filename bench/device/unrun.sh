@@ -48,7 +48,8 @@
 #      the copy bandwidth of the same run, then GPU-measured errors at 2, 4, 8
 #   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
 #      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
-# QUICK=1 passes --quick to collectives_check.py (step s).
+# QUICK=1 passes --quick to collectives_check.py (step s); WORLDS_TORCH (spaces
+# or commas) its worlds instead of WORLDS.
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
@@ -133,7 +134,8 @@ step_v() {
 }
 step_s() {
   mps_on
-  for w in ${WORLDS//,/ }; do
+  w_list=${WORLDS_TORCH:-$WORLDS}
+  for w in ${w_list//,/ }; do
     fits 40 "torch-shared-$w" || continue
     TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run "torch-shared-$w" 150 python3 \
       bench/torch/collectives_check.py --ranks "$w" --placement shared \

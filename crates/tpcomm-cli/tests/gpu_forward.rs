@@ -7,6 +7,9 @@
 
 use std::process::Command;
 
+mod procs;
+use procs::tpcomm;
+
 /// Whether TPCOMM_GPU_TESTS asks for the GPU tests (else says they are skipped).
 fn gpu_tests_on() -> bool {
     let on = tpcomm::env::GPU_TESTS
@@ -24,7 +27,7 @@ fn gpu_tests_on() -> bool {
 fn forward(envs: &[(&str, &str)], args: &[&str]) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("forward.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_tpcomm"))
+    let out = Command::new(tpcomm())
         .envs(envs.iter().copied())
         .args(["bench", "forward"])
         .args(args)

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 mod procs;
 use procs::{
-    assert_run_names, children, kill_quietly, shm_of, signal, stat_fields, wait_bounded, wait_until,
+    assert_run_names, children, kill_quietly, shm_of, signal, stat_fields, tpcomm, wait_bounded,
+    wait_until,
 };
 
 /// The ranks' timeout in the runs with a fault.
@@ -32,16 +33,6 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 /// killed GPU process takes its time to go.
 fn margin(world: usize) -> Duration {
     Duration::from_millis(500 * world.max(2) as u64)
-}
-
-fn tpcomm() -> PathBuf {
-    let staged = std::env::current_exe()
-        .ok()
-        .and_then(|e| Some(e.parent()?.join("tpcomm")));
-    match staged {
-        Some(p) if p.is_file() => p,
-        _ => PathBuf::from(env!("CARGO_BIN_EXE_tpcomm")),
-    }
 }
 
 /// The world sizes (TPCOMM_TEST_WORLDS, else 2), or `None` after saying the

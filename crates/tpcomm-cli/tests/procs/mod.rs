@@ -1,6 +1,7 @@
 //! Shared by the tests that supervise `tpcomm`'s rank processes
 //! (bench_supervision.rs for CPU ranks, gpu_supervision.rs for GPU ranks):
-//! reading /proc, signalling a rank, bounded waits.
+//! reading /proc, signalling a rank, bounded waits; gpu_forward.rs for
+//! which `tpcomm` to run.
 #![allow(dead_code)]
 
 use std::process::Child;
@@ -115,4 +116,17 @@ pub fn assert_run_names(
         named || at_end,
         "{what}: does not name rank {target}: {line}"
     );
+}
+
+/// The `tpcomm` to run: the one staged beside this test executable when
+/// there is one (bench/device/stage_all.sh puts both in one folder), else
+/// the one cargo built with the tests.
+pub fn tpcomm() -> std::path::PathBuf {
+    let staged = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.join("tpcomm")));
+    match staged {
+        Some(p) if p.is_file() => p,
+        _ => std::path::PathBuf::from(env!("CARGO_BIN_EXE_tpcomm")),
+    }
 }
