@@ -58,10 +58,13 @@ fn main() {
     // Before anything starts CUDA (which reads it once): the GPU bench, the
     // forward bench and tune run ranks as threads of this process, several per GPU when
     // ranks share one, and each rank's stream needs a hardware queue of its
-    // own (docs/shared-gpu.md). A value the user gave is kept.
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    // own (docs/shared-gpu.md). A value the user gave is kept. Rank
+    // processes get the user's value or CUDA's default (workers.rs).
+    let user_queues = std::env::var_os(workers::QUEUES_ENV);
+    if user_queues.is_none() {
+        std::env::set_var(workers::QUEUES_ENV, "32");
     }
+    let _ = workers::USER_QUEUES.set(user_queues);
     match cli.command {
         Command::Plan(cmd) => {
             if let Err(e) = plan::run(cmd) {

@@ -9,14 +9,35 @@
 //! the timeout and fail, so every rank is gone within timeout + a poll.
 //! Once the ranks are gone it removes the shared-memory segments a rank
 //! killed during set-up left (`tpcomm::host::sweep_stale_segments`).
+//!
+//! Each rank process drives one rank, so it gets CUDA's own number of
+//! hardware queues (or the user's CUDA_DEVICE_MAX_CONNECTIONS), never the 32
+//! that `main` sets for ranks as threads: under MPS every client takes its
+//! queues from one pool per GPU, and 32 a client left room for only three
+//! rank processes on one H200 (the fourth failed in cuDevicePrimaryCtxRetain,
+//! out of memory; later ones, MPS_MAX_CONNECTIONS_REACHED).
 
 use serde::de::DeserializeOwned;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::Child;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tpcomm::{Error, JobKey, Result};
+
+/// CUDA_DEVICE_MAX_CONNECTIONS as the user started this command (`None`:
+/// unset), recorded by `main` before it sets the variable for thread ranks.
+pub(crate) static USER_QUEUES: OnceLock<Option<OsString>> = OnceLock::new();
+
+/// The environment variable that sets a CUDA context's hardware queues.
+pub(crate) const QUEUES_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The CUDA_DEVICE_MAX_CONNECTIONS a rank process gets: the user's value,
+/// else CUDA's default (8).
+fn worker_queues(user: Option<&OsStr>) -> OsString {
+    user.map_or_else(|| OsString::from("8"), OsStr::to_os_string)
+}
 
 /// How often the parent looks at its ranks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
@@ -186,7 +207,11 @@ where
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(argv(r, &dir))
-            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex());
+            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
+            .env(
+                QUEUES_ENV,
+                worker_queues(USER_QUEUES.get().and_then(|v| v.as_deref())),
+            );
         match cmd.spawn() {
             Ok(c) => children.push(c),
             Err(e) => {
@@ -214,4 +239,16 @@ where
         .collect::<Result<Vec<T>>>()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_processes_get_the_users_queues_else_cudas_default() {
+        assert_eq!(worker_queues(None), OsString::from("8"));
+        assert_eq!(worker_queues(Some(OsStr::new("4"))), OsString::from("4"));
+        assert_eq!(worker_queues(Some(OsStr::new("32"))), OsString::from("32"));
+    }
 }
