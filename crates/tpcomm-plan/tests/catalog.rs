@@ -450,9 +450,20 @@ fn published_efficiencies_are_read_and_checked() {
         bw.source
     );
     assert_eq!(h100.kernel_us.as_ref().unwrap().value, 1.3);
-    // A slot with nothing published stays empty: no H20 bandwidth was found.
+    // A slot with nothing published stays empty: no RTX PRO 6000 bandwidth
+    // was found.
+    let pro = c
+        .gpu("rtx-pro-6000-blackwell")
+        .unwrap()
+        .published
+        .as_ref()
+        .unwrap();
+    assert!(pro.bandwidth_bytes_per_s.is_none() && pro.kernel_us.is_some());
+    // The H20's one figure says how weak it is.
     let h20 = c.gpu("h20").unwrap().published.as_ref().unwrap();
-    assert!(h20.bandwidth_bytes_per_s.is_none() && h20.kernel_us.is_some());
+    let bw = h20.bandwidth_bytes_per_s.as_ref().unwrap();
+    assert_eq!(bw.value, 3300e9);
+    assert!(bw.source.starts_with("published, weakly"), "{}", bw.source);
     // Every published figure names a source.
     for g in &c.gpus {
         if let Some(p) = &g.published {
