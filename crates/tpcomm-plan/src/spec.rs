@@ -15,7 +15,9 @@
 //! (or FLOPs over its peak, whichever is longer), plus a fixed cost per
 //! forward. With a `[gpu.measured]` block in the catalog both come from
 //! measurements (a streaming copy's bandwidth, a measured per-layer cost).
-//! Without it, a `[gpu.published]` block supplies what it has: a published
+//! A GPU without one takes the per-layer cost measured on another GPU of its
+//! chip class, where the catalog has one (never the bandwidth), and says so.
+//! Otherwise a `[gpu.published]` block supplies what it has: a published
 //! streaming bandwidth, and a published per-kernel cost times the kernels a
 //! forward launches ([`crate::kernels`]). What is still missing falls back
 //! to the datasheet bandwidth and no fixed cost, which overestimates decode
@@ -40,7 +42,8 @@ pub use crate::latency::MAX_LATENCY_US;
 
 /// The overhead added to the roofline (launches, synchronisation, kernels
 /// below peak): from the catalog (the GPU's measured per-layer figure, else
-/// its published per-kernel cost times the kernels of a forward, else none),
+/// one measured on another GPU of its chip class, else its published
+/// per-kernel cost times the kernels of a forward, else none),
 /// given per layer, or fitted per layer to a measured plain-decoding rate.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -315,8 +318,12 @@ impl<'a> Planner<'a> {
             .as_ref()
             .and_then(|x| x.kernel_us.clone());
         match p.inp.overhead {
-            Overhead::Catalog => match (&p.inp.gpu.measured, published_kernel) {
-                (Some(e), _) => {
+            Overhead::Catalog => match (
+                &p.inp.gpu.measured,
+                &p.inp.gpu.class_layer,
+                published_kernel,
+            ) {
+                (Some(e), _, _) => {
                     per_layer(&mut p, e.layer_us);
                     // Catalog sources say "measured: ..." themselves.
                     p.overhead_from = if e.source.starts_with("measured") {
@@ -325,7 +332,22 @@ impl<'a> Planner<'a> {
                         format!("measured ({})", e.source)
                     };
                 }
-                (None, Some(k)) => {
+                (None, Some(c), published) => {
+                    per_layer(&mut p, c.layer_us);
+                    let gpu = &p.inp.gpu.name;
+                    let instead = match published {
+                        Some(k) => format!(
+                            "; it replaces the published {} us per kernel, a launch cost alone",
+                            k.value
+                        ),
+                        None => String::new(),
+                    };
+                    p.overhead_from = format!(
+                        "measured on {}, not on {gpu}: applied to {gpu} as the same chip class {}{instead} ({})",
+                        c.measured_on, c.class, c.source
+                    );
+                }
+                (None, None, Some(k)) => {
                     let target = model_kernels(m)?;
                     let draft = draft_kernels(p.inp.draft, m)?;
                     p.target_fixed_us = target as f64 * k.value;
@@ -335,7 +357,7 @@ impl<'a> Planner<'a> {
                         k.value, k.source
                     );
                 }
-                (None, None) => {
+                (None, None, None) => {
                     p.overhead_from = format!(
                         "none: no measured or published per-kernel cost for {} (uncalibrated; give --overhead-us or --calibrate-tok-s)",
                         p.inp.gpu.name

@@ -450,9 +450,20 @@ fn published_efficiencies_are_read_and_checked() {
         bw.source
     );
     assert_eq!(h100.kernel_us.as_ref().unwrap().value, 1.3);
-    // A slot with nothing published stays empty: no H20 bandwidth was found.
+    // A slot with nothing published stays empty: no RTX PRO 6000 bandwidth
+    // was found.
+    let pro = c
+        .gpu("rtx-pro-6000-blackwell")
+        .unwrap()
+        .published
+        .as_ref()
+        .unwrap();
+    assert!(pro.bandwidth_bytes_per_s.is_none() && pro.kernel_us.is_some());
+    // The H20's one figure says how weak it is.
     let h20 = c.gpu("h20").unwrap().published.as_ref().unwrap();
-    assert!(h20.bandwidth_bytes_per_s.is_none() && h20.kernel_us.is_some());
+    let bw = h20.bandwidth_bytes_per_s.as_ref().unwrap();
+    assert_eq!(bw.value, 3300e9);
+    assert!(bw.source.starts_with("published, weakly"), "{}", bw.source);
     // Every published figure names a source.
     for g in &c.gpus {
         if let Some(p) = &g.published {
@@ -537,4 +548,105 @@ fn published_efficiencies_are_read_and_checked() {
     let e = load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err();
     assert_eq!(error_line(&e), Some(line_of(&bad, "published = {}")), "{e}");
     assert!(e.to_string().contains("empty [gpu.published]"), "{e}");
+}
+
+/// `class`: the H200's measured per-layer cost (`layer_us_for_class`) is
+/// lent to the other GH100 parts without a measurement of their own, and
+/// every way of writing it wrong is refused at its line.
+#[test]
+fn class_layer_costs_are_lent_and_checked() {
+    let c = load(MODELS, GPUS, MACHINES, DRAFTS).unwrap();
+    for g in ["h100-sxm", "h20"] {
+        let lent = c.gpu(g).unwrap().class_layer.as_ref().unwrap();
+        assert_eq!(
+            (lent.class.as_str(), lent.measured_on.as_str()),
+            ("gh100", "h200-sxm")
+        );
+        assert!(lent.source.starts_with("measured: "), "{}", lent.source);
+    }
+    for g in &c.gpus {
+        if let Some(class) = &g.class {
+            assert!(
+                class.source.contains("GH100"),
+                "{}: {}",
+                g.name,
+                class.source
+            );
+        }
+    }
+    // The H200's class lines, by their starts (each unique in the file).
+    let line = |start: &str| -> String {
+        let at = GPUS.find(start).expect("present");
+        let end = GPUS[at..].find('\n').unwrap() + at + 1;
+        GPUS[at..end].to_string()
+    };
+    let h200_class = format!(
+        "class = \"gh100\"\n{}",
+        line("class_source = \"the PCI ID repository names it 'GH100 [H200")
+    );
+    let reject = |bad: &str, line_prefix: &str, says: &str| {
+        let e = load(MODELS, bad, MACHINES, DRAFTS).unwrap_err();
+        assert_eq!(error_line(&e), Some(line_of(bad, line_prefix)), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    };
+    // Lending with no class to lend to.
+    let bad = replace_once(GPUS, &h200_class, "");
+    reject(&bad, "layer_us_for_class", "has no class");
+    // A class without its source, a source without its class.
+    let h100_source = line("class_source = \"NVIDIA, 'NVIDIA Hopper");
+    let bad = replace_once(GPUS, &h100_source, "");
+    reject(&bad, "class = ", "needs its source");
+    let bad = replace_once(
+        GPUS,
+        &format!("class = \"gh100\"\n{h100_source}"),
+        &h100_source,
+    );
+    reject(&bad, "class_source", "without its class");
+    // Not a boolean.
+    let bad = replace_once(
+        GPUS,
+        "\nlayer_us_for_class = true\n",
+        "\nlayer_us_for_class = 1\n",
+    );
+    reject(&bad, "layer_us_for_class", "true or false");
+
+    // A second GPU lending for the same class: refused at the later one.
+    let h100_measured = format!(
+        "{h100_source}[gpu.measured]\nbandwidth_gb_s = 2800\nlayer_us = 30\nlayer_us_for_class = true\nsource = \"measured: test\"\n"
+    );
+    let bad = replace_once(GPUS, &h100_source, &h100_measured);
+    let e = load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err();
+    let h200_lends = bad
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("layer_us_for_class"))
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    assert_eq!(error_line(&e), Some(h200_lends), "{e}");
+    assert!(
+        e.to_string()
+            .contains("h100-sxm already stands for class \"gh100\""),
+        "{e}"
+    );
+
+    // A measured GPU that does not lend keeps its own figure and gets none
+    // lent; the H20 still gets the H200's.
+    let own = replace_once(
+        GPUS,
+        &h100_source,
+        &h100_measured.replace("layer_us_for_class = true\n", ""),
+    );
+    let c = load(MODELS, &own, MACHINES, DRAFTS).unwrap();
+    let h100 = c.gpu("h100-sxm").unwrap();
+    assert!(h100.class_layer.is_none() && h100.measured.as_ref().unwrap().layer_us == 30.0);
+    assert_eq!(
+        c.gpu("h20").unwrap().class_layer.as_ref().unwrap().layer_us,
+        39.24
+    );
+    // Class names match whatever their case.
+    let upper = replace_once(GPUS, &h200_class, &h200_class.replace("gh100", "GH100"));
+    let c = load(MODELS, &upper, MACHINES, DRAFTS).unwrap();
+    assert!(c.gpu("h20").unwrap().class_layer.is_some());
 }

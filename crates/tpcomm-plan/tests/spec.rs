@@ -6,7 +6,7 @@ use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
 use tpcomm_plan::catalog::Tree;
 use tpcomm_plan::catalog::{
-    Attention, Catalog, Draft, DraftShape, Gpu, Model, PublishedEfficiency, Sourced,
+    Attention, Catalog, ClassLayerCost, Draft, DraftShape, Gpu, Model, PublishedEfficiency, Sourced,
 };
 use tpcomm_plan::latency::LatencySource;
 use tpcomm_plan::latency::LatencyTable;
@@ -73,6 +73,8 @@ fn slow_gpu() -> Gpu {
         source: "test".into(),
         measured: None,
         published: None,
+        class: None,
+        class_layer: None,
     }
 }
 
@@ -320,6 +322,7 @@ fn measured_efficiencies_replace_the_datasheet() {
     g.measured = Some(tpcomm_plan::catalog::Efficiency {
         bandwidth_bytes_per_s: 0.5e9,
         layer_us: 7.0,
+        layer_us_for_class: false,
         source: "test".into(),
     });
     let p = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
@@ -628,6 +631,7 @@ fn published_efficiencies_replace_the_datasheet() {
     g.measured = Some(tpcomm_plan::catalog::Efficiency {
         bandwidth_bytes_per_s: 0.25e9,
         layer_us: 7.0,
+        layer_us_for_class: false,
         source: "test".into(),
     });
     let plan = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog))
@@ -657,25 +661,143 @@ fn published_efficiencies_replace_the_datasheet() {
     assert_eq!(plan.overhead_from, "given");
 }
 
-/// The built-in H100 with its published figures: Llama-3.1-8B plain decode
-/// streams its weights at 2.9 TB/s and pays 324 kernels x 1.3 us.
+/// The built-in H100: its published bandwidth (2.9 TB/s) and, with no
+/// measurement of its own, the per-layer cost measured on the H200 (the
+/// same GH100 chip class) instead of its published 324 kernels x 1.3 us,
+/// which it falls back to when its class has no measurement.
 #[test]
-fn builtin_h100_uses_its_published_figures() {
+fn builtin_h100_uses_its_published_bandwidth_and_its_class_layer_cost() {
     let c = Catalog::builtin().unwrap();
     let (m, g) = (c.model("llama-3.1-8b").unwrap(), c.gpu("h100-sxm").unwrap());
     let d = c.draft("llama-3.1-8b-eagle3").unwrap();
-    let mut i = tiny_input(m, d, g, 0.0, None, Overhead::Catalog);
+    let run = |g: &Gpu| {
+        let mut i = tiny_input(m, d, g, 0.0, None, Overhead::Catalog);
+        i.tp = 1;
+        Planner::new(i).unwrap().plan().unwrap()
+    };
+    let lent = g
+        .class_layer
+        .as_ref()
+        .expect("the H200 lends its layer cost");
+    let h200 = c.gpu("h200-sxm").unwrap().measured.as_ref().unwrap();
+    assert_eq!(
+        (
+            lent.measured_on.as_str(),
+            lent.class.as_str(),
+            lent.layer_us
+        ),
+        ("h200-sxm", "gh100", h200.layer_us)
+    );
+    let plan = run(g);
+    assert!(plan.bandwidth_from.starts_with("published 2900 GB/s"));
+    assert!(close(plan.overhead_per_layer_us, lent.layer_us));
+    assert!(
+        plan.overhead_from
+            .starts_with("measured on h200-sxm, not on h100-sxm: applied to h100-sxm as the same chip class gh100")
+            && plan.overhead_from.contains("replaces the published 1.3 us per kernel"),
+        "{}",
+        plan.overhead_from
+    );
+
+    // Without the class's figure: the published kernel cost.
+    let mut own = g.clone();
+    own.class_layer = None;
+    let published = run(&own);
+    assert!(close(published.overhead_per_layer_us * 32.0, 324.0 * 1.3));
+    let mut datasheet = own.clone();
+    datasheet.published = None;
+    let raw = run(&datasheet);
+    let streaming = raw.plain.compute_us * 3350.0 / 2900.0;
+    assert!(close(published.plain.compute_us, streaming + 324.0 * 1.3));
+    assert!(close(
+        plan.plain.compute_us,
+        streaming + 32.0 * lent.layer_us
+    ));
+}
+
+/// The built-in H20 takes the H200's per-layer cost too, with its own
+/// bandwidth; the H200 keeps its own measurement, and a GPU of another
+/// class gets nothing lent.
+#[test]
+fn builtin_class_layer_costs_go_to_the_class_only() {
+    let c = Catalog::builtin().unwrap();
+    let h20 = c.gpu("h20").unwrap();
+    let lent = h20.class_layer.as_ref().unwrap();
+    assert_eq!(
+        (lent.measured_on.as_str(), lent.layer_us),
+        ("h200-sxm", 39.24)
+    );
+    let (m, d) = (
+        c.model("qwen3-8b").unwrap(),
+        c.draft("qwen3-8b-eagle3").unwrap(),
+    );
+    let mut i = tiny_input(m, d, h20, 0.0, None, Overhead::Catalog);
     i.tp = 1;
     let plan = Planner::new(i).unwrap().plan().unwrap();
-    assert!(plan.bandwidth_from.starts_with("published 2900 GB/s"));
-    assert!(close(plan.overhead_per_layer_us * 32.0, 324.0 * 1.3));
-    let mut datasheet = g.clone();
-    datasheet.published = None;
-    let mut i = tiny_input(m, d, &datasheet, 0.0, None, Overhead::Catalog);
-    i.tp = 1;
-    let raw = Planner::new(i).unwrap().plan().unwrap();
-    let streaming = raw.plain.compute_us * 3350.0 / 2900.0;
-    assert!(close(plan.plain.compute_us, streaming + 324.0 * 1.3));
+    assert!(close(plan.overhead_per_layer_us, 39.24));
+    // The class never lends its bandwidth: the H20's own (published) one.
+    assert!(
+        plan.bandwidth_from.starts_with("published 3300 GB/s"),
+        "{}",
+        plan.bandwidth_from
+    );
+    assert!(c.gpu("h200-sxm").unwrap().class_layer.is_none());
+    for g in ["rtx-5090", "rtx-pro-6000-blackwell", "b200", "l40s"] {
+        assert!(c.gpu(g).unwrap().class_layer.is_none(), "{g}");
+    }
+}
+
+/// Precedence of the fixed cost: the GPU's own measurement, then its
+/// class's, then its published per-kernel cost.
+#[test]
+fn class_layer_cost_sits_between_measured_and_published() {
+    let (m, d) = (tiny_model(1), tiny_draft(vec![0.8]));
+    let mut g = slow_gpu();
+    g.published = Some(published(None, Some(2.0)));
+    g.class_layer = Some(ClassLayerCost {
+        class: "k".into(),
+        measured_on: "other".into(),
+        layer_us: 9.0,
+        source: "measured: test".into(),
+    });
+    let run = |g: &Gpu| {
+        Planner::new(tiny_input(&m, &d, g, 10.0, None, Overhead::Catalog))
+            .unwrap()
+            .plan()
+            .unwrap()
+    };
+    let plan = run(&g);
+    // 9 us per layer instead of 14 kernels x 2 us; the draft's layer too.
+    assert!(close(plan.plain.compute_us, 179.072 + 9.0));
+    assert!(plan
+        .overhead_from
+        .starts_with("measured on other, not on slow"));
+    let p = Planner::new(tiny_input(&m, &d, &g, 10.0, None, Overhead::Catalog)).unwrap();
+    assert!(close(
+        p.setting(1, 1.0).unwrap().draft_compute_us,
+        84.736 + 9.0
+    ));
+    // The GPU's own measurement wins.
+    g.measured = Some(tpcomm_plan::catalog::Efficiency {
+        bandwidth_bytes_per_s: 1e9,
+        layer_us: 4.0,
+        layer_us_for_class: false,
+        source: "measured: own".into(),
+    });
+    assert!(close(run(&g).plain.compute_us, 179.072 + 4.0));
+    // A given overhead replaces both.
+    let plan = Planner::new(tiny_input(
+        &m,
+        &d,
+        &g,
+        10.0,
+        None,
+        Overhead::PerLayerUs { us: 1.0 },
+    ))
+    .unwrap()
+    .plan()
+    .unwrap();
+    assert!(close(plan.plain.compute_us, 179.072 + 1.0));
 }
 
 proptest! {

@@ -214,7 +214,9 @@ pub struct SpecArgs {
     #[arg(long, conflicts_with = "overhead_us")]
     calibrate_tok_s: Option<f64>,
     /// Per-layer overhead added to the roofline, in microseconds [default:
-    /// the GPU's measured figure from the catalog, else 0].
+    /// the catalog's: the GPU's measured figure, else one measured on
+    /// another GPU of its chip class, else its published per-kernel cost
+    /// times the kernels of a forward, else 0].
     #[arg(long)]
     overhead_us: Option<f64>,
     /// Most draft steps to try [default: as many as the draft has

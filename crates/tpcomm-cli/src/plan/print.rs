@@ -189,7 +189,9 @@ pub(super) fn list(a: CatalogArg) -> Result<()> {
 }
 
 /// What `plan list` says about a GPU's efficiencies: measured, else the
-/// published figures the planner will use, else that it has neither.
+/// published figures and the per-layer cost measured on another GPU of its
+/// class (which replaces a published per-kernel cost), else that it has
+/// neither.
 fn efficiency_note(g: &tpcomm_plan::catalog::Gpu) -> String {
     if let Some(m) = &g.measured {
         return format!(
@@ -208,8 +210,20 @@ fn efficiency_note(g: &tpcomm_plan::catalog::Gpu) -> String {
         }
         parts
     });
-    match published {
-        Some(parts) if !parts.is_empty() => format!("published {}", parts.join(" and ")),
+    let class = g.class_layer.as_ref().map(|c| {
+        format!(
+            "{:.1} us per layer measured on {} (class {})",
+            c.layer_us, c.measured_on, c.class
+        )
+    });
+    match (published, class) {
+        (Some(parts), Some(c)) if !parts.is_empty() => {
+            format!("published {}; {c}", parts.join(" and "))
+        }
+        (_, Some(c)) => c,
+        (Some(parts), None) if !parts.is_empty() => {
+            format!("published {}", parts.join(" and "))
+        }
         _ => "no measured or published efficiencies".into(),
     }
 }

@@ -112,14 +112,65 @@ impl Catalog {
         machines: (&str, &str),
         drafts: (&str, &str),
     ) -> Result<Catalog> {
-        let cat = Catalog {
+        let mut cat = Catalog {
             models: parse_all(models, "model", parse_model)?,
             gpus: parse_all(gpus, "gpu", parse_gpu)?,
             machines: parse_all(machines, "machine", parse_machine)?,
             drafts: parse_all(drafts, "draft", parse_draft)?,
         };
         cat.check_references(models, gpus, machines, drafts)?;
+        cat.share_class_layer_costs(gpus)?;
         Ok(cat)
+    }
+
+    /// Gives every GPU of a class that has no `[gpu.measured]` block the
+    /// per-layer cost measured on the one GPU of the class whose block says
+    /// `layer_us_for_class = true`. Two such GPUs in one class are refused:
+    /// which of them stands for the class would be a guess.
+    fn share_class_layer_costs(&mut self, gpus: (&str, &str)) -> Result<()> {
+        let mut shared: Vec<ClassLayerCost> = Vec::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            let (Some(class), Some(m)) = (&g.class, &g.measured) else {
+                continue;
+            };
+            if !m.layer_us_for_class {
+                continue;
+            }
+            if let Some(first) = shared
+                .iter()
+                .find(|s| s.class.eq_ignore_ascii_case(&class.name))
+            {
+                let field = "measured.layer_us_for_class";
+                return Err(PlanError::Field {
+                    file: gpus.0.into(),
+                    line: locate(gpus.1, "gpu", i, Some(field)),
+                    entry: g.name.clone(),
+                    field: field.into(),
+                    problem: format!(
+                        "{} already stands for class {:?}; only one measured GPU per class may (the others keep their own measurement)",
+                        first.measured_on, class.name
+                    ),
+                });
+            }
+            shared.push(ClassLayerCost {
+                class: class.name.clone(),
+                measured_on: g.name.clone(),
+                layer_us: m.layer_us,
+                source: m.source.clone(),
+            });
+        }
+        for g in &mut self.gpus {
+            if g.measured.is_some() {
+                continue;
+            }
+            if let Some(class) = &g.class {
+                g.class_layer = shared
+                    .iter()
+                    .find(|s| s.class.eq_ignore_ascii_case(&class.name))
+                    .cloned();
+            }
+        }
+        Ok(())
     }
 
     fn check_references(

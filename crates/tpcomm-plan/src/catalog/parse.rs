@@ -1,7 +1,7 @@
 //! Reading catalog entries from TOML tables, field by field.
 
 use super::types::{
-    Attention, Draft, DraftShape, Efficiency, Gpu, Machine, Model, Moe, Published,
+    Attention, Draft, DraftShape, Efficiency, Gpu, GpuClass, Machine, Model, Moe, Published,
     PublishedEfficiency, Sourced, Tree,
 };
 use crate::error::{PlanError, Result};
@@ -218,6 +218,7 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
             let e = Efficiency {
                 bandwidth_bytes_per_s: m.pos_f64("bandwidth_gb_s")? * 1e9,
                 layer_us: m.nonneg_f64("layer_us")?,
+                layer_us_for_class: m.bool_or("layer_us_for_class", false)?,
                 source: m.string("source")?,
             };
             m.finish()?;
@@ -232,6 +233,30 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
             Some(e)
         }
     };
+    let class = match (f.opt_string("class")?, f.opt_string("class_source")?) {
+        (None, None) => None,
+        (Some(name), Some(source)) => Some(GpuClass { name, source }),
+        (Some(_), None) => {
+            return Err(f.err(
+                "class",
+                "a class needs its source: add class_source (why this GPU is that chip)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(f.err(
+                "class_source",
+                "a source without its class: add class or remove class_source",
+            ))
+        }
+    };
+    if let Some(m) = &measured {
+        if m.layer_us_for_class && class.is_none() {
+            return Err(f.err(
+                "measured.layer_us_for_class",
+                "this GPU has no class: add class and class_source, or remove layer_us_for_class",
+            ));
+        }
+    }
     let g = Gpu {
         name: f.entry().to_string(),
         memory,
@@ -241,6 +266,8 @@ pub(super) fn parse_gpu(f: &Fields) -> Result<Gpu> {
         source: f.string("source")?,
         measured,
         published,
+        class,
+        class_layer: None,
     };
     for (field, x) in [
         ("bandwidth_gb_s", g.bandwidth_bytes_per_s),

@@ -99,6 +99,33 @@ pub struct Gpu {
     /// Efficiencies taken from publications (`[gpu.published]`), each
     /// figure with its source; used where there is no measured block.
     pub published: Option<PublishedEfficiency>,
+    /// The chip class this GPU belongs to (`class`, with `class_source`
+    /// saying why), e.g. the H100, H200 and H20 are all GH100 parts.
+    pub class: Option<GpuClass>,
+    /// A per-layer cost measured on another GPU of the same class, which
+    /// this GPU uses when it has no `[gpu.measured]` block of its own; filled
+    /// in when the catalog is loaded (never written in the TOML).
+    pub class_layer: Option<ClassLayerCost>,
+}
+
+/// A chip class (one die, cut down or paired with other memory), and why
+/// the GPU is counted in it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuClass {
+    pub name: String,
+    pub source: String,
+}
+
+/// A per-layer cost measured on one GPU of a class and applied to another
+/// GPU of the class that has no measurement of its own.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassLayerCost {
+    pub class: String,
+    /// The catalog GPU it was measured on.
+    pub measured_on: String,
+    pub layer_us: f64,
+    /// The measurement's own source.
+    pub source: String,
 }
 
 /// What a GPU achieves in practice, measured (never fitted to a decode rate).
@@ -109,6 +136,11 @@ pub struct Efficiency {
     /// Time per decoder layer beyond streaming its bytes at that bandwidth:
     /// kernel launches and tails, norms, small kernels; one token, TP 1.
     pub layer_us: f64,
+    /// Whether `layer_us` stands for the GPU's whole class
+    /// (`layer_us_for_class`): the other GPUs of the class without a
+    /// measurement of their own then use it. The bandwidth never does (memory
+    /// differs within a class).
+    pub layer_us_for_class: bool,
     pub source: String,
 }
 
