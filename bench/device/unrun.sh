@@ -49,7 +49,9 @@
 #   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
 #      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
 # QUICK=1 passes --quick to collectives_check.py (step s); WORLDS_TORCH (spaces
-# or commas) its worlds instead of WORLDS.
+# or commas) its worlds instead of WORLDS, TORCH_LIMIT its seconds per world
+# (default 150). Step z: Z_FILTER picks supervision tests by name (e.g. set_up),
+# Z_LIMIT its seconds (default 300).
 #
 #   BUDGET=520 STEPS=g,c,f,n,b WORLDS=2,4 bash bench/device/unrun.sh
 set -u -o pipefail
@@ -137,9 +139,11 @@ step_s() {
   w_list=${WORLDS_TORCH:-$WORLDS}
   for w in ${w_list//,/ }; do
     fits 40 "torch-shared-$w" || continue
-    TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run "torch-shared-$w" 150 python3 \
+    local lim=${TORCH_LIMIT:-150}
+    TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB run "torch-shared-$w" "$lim" python3 \
       bench/torch/collectives_check.py --ranks "$w" --placement shared \
-      --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" --timeout 140 ${QUICK:+--quick}
+      --lib "$(realpath "$D/libtpcomm_nccl.so")" --out "$O/torch-shared-$w.json" \
+      --timeout $((lim - 10)) ${QUICK:+--quick}
   done
   mps_off
 }
@@ -221,7 +225,7 @@ step_z() {
   # MPS a killed or stopped client left the server refusing the next
   # clients (cuDevicePrimaryCtxRetain: out of memory / unknown error,
   # session 8, call 1).
-  t supervision "$WORLDS" 300 90 gpu_supervision
+  t supervision "$WORLDS" "${Z_LIMIT:-300}" 90 gpu_supervision ${Z_FILTER:-}
 }
 step_Q() {
   export CUDA_DEVICE_MAX_CONNECTIONS=32

@@ -152,10 +152,15 @@ def worker(rank, world, args, init_file, q):
     # not something tpcomm's standalone mode serves.
     meta = dist.new_group(backend="gloo")
     rows, seed = [], 1
+    started = time.time()
     try:
         for name in DTYPES:
             elem = torch.tensor([], dtype=DTYPES[name]).element_size()
             for n in sizes(args.quick, elem):
+                if rank == 0:
+                    # Progress, so a run cut by its time limit shows how far it got.
+                    print(f"progress: {name} {n} elements ({n * elem} bytes), {len(rows)} rows so far, "
+                          f"{time.time() - started:.1f} s", file=sys.stderr, flush=True)
                 for op in OPS:
                     if op == "barrier" and n != 1:
                         continue
