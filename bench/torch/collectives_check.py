@@ -12,7 +12,8 @@ cuda:(r mod GPUs).
 
 For bf16, fp16 and fp32, sizes from 1 element to 64 MiB, each rank runs all_reduce
 (sum), all_gather_into_tensor, reduce_scatter_tensor (sum), broadcast (the root moves
-with the size) and barrier, eager and captured in a CUDA graph (replayed once after
+with the size) and barrier (all-gather's output and reduce-scatter's input, world blocks,
+stay within 64 MiB in all: their block shrinks at the largest sizes), eager and captured in a CUDA graph (replayed once after
 the inputs are refilled). Inputs are made on the CPU from (seed, rank), so every rank
 rebuilds every rank's input and checks every output element against a float64
 reference: sums within 2 roundings of the type relative to (|ref| + 1), gathered and
@@ -23,8 +24,8 @@ What it needs: ranks sharing one GPU are refused by real NCCL ("Duplicate GPU
 detected"), so --placement shared needs the drop-in's standalone mode: run it with
 TPCOMM_STANDALONE=1 (and TPCOMM_MAX_BYTES=64MiB, the largest block sent here) in the
 environment, which the ranks inherit (bench/device/collectives.sh does). --placement
-spread (one GPU per rank) runs with real NCCL, with or without the drop-in. It has not
-been run yet (written on a machine without a GPU).
+spread (one GPU per rank) runs with real NCCL, with or without the drop-in. Where it ran
+(shared, on one H200): bench/results/shared-gpu.md.
 Keep NCCL_NVLS_ENABLE=0 set on machines where NVLink multicast is off.
 """
 import argparse
@@ -58,9 +59,12 @@ def sizes(quick, elem):
     return counts
 
 
-def cpu_input(seed, rank, n, dtype):
-    """Random values on the CPU, never zero; any rank can rebuild any rank's."""
-    g = torch.Generator().manual_seed(seed * 7919 + rank)
+def cpu_input(seed, rank, n, dtype, part=0):
+    """Random values on the CPU, never zero; any rank can rebuild any rank's.
+    `part`: which destination's block of a reduce-scatter input (each block
+    has its own generator, so a rank checks its block without rebuilding the
+    others)."""
+    g = torch.Generator().manual_seed((seed * 7919 + rank) * 131 + part)
     x = torch.randn(n, generator=g, dtype=torch.float32)
     x = torch.where(x.abs() < 1e-3, torch.full_like(x, 0.5), x)
     return x.to(dtype)
@@ -101,8 +105,12 @@ class Case:
         self.out = torch.empty(outs, dtype=self.dtype, device=dev)
 
     def fill(self):
-        ins = self.world * self.n if self.op == "reduce_scatter" else self.n
-        self.inp.copy_(cpu_input(self.seed, self.rank, ins, self.dtype))
+        if self.op == "reduce_scatter":
+            x = torch.cat([cpu_input(self.seed, self.rank, self.n, self.dtype, part=d)
+                           for d in range(self.world)])
+        else:
+            x = cpu_input(self.seed, self.rank, self.n, self.dtype)
+        self.inp.copy_(x)
         self.out.fill_(7.0)
 
     def call(self):
@@ -132,15 +140,17 @@ class Case:
         ref = torch.zeros(n, dtype=torch.float64)
         mag = torch.zeros(n, dtype=torch.float64)
         for r in range(w):
-            x = cpu_input(self.seed, r, w * n if self.op == "reduce_scatter" else n, self.dtype)
-            if self.op == "reduce_scatter":
-                x = x[self.rank * n:(self.rank + 1) * n]
+            # A reduce-scatter's block for this rank is its own generator's.
+            part = self.rank if self.op == "reduce_scatter" else 0
+            x = cpu_input(self.seed, r, n, self.dtype, part=part)
             ref += x.double()
             mag += x.double().abs()
         return wrong_sum(out, ref, mag, w, self.name)
 
 
 def worker(rank, world, args, init_file, q):
+    # The CPU checks of all ranks share the machine's cores.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     ngpu = torch.cuda.device_count()
     dev = torch.device("cuda", 0 if args.placement == "shared" else rank % ngpu)
     torch.cuda.set_device(dev)
@@ -164,8 +174,14 @@ def worker(rank, world, args, init_file, q):
                 for op in OPS:
                     if op == "barrier" and n != 1:
                         continue
+                    # All-gather's output and reduce-scatter's input hold world
+                    # blocks: their total stays within 64 MiB, as nccl-tests
+                    # sizes them (the block shrinks at the largest sizes).
+                    m = n
+                    if op in ("all_gather", "reduce_scatter") and world * n * elem > MAX_BYTES:
+                        m = MAX_BYTES // (world * elem)
                     seed += 1
-                    c = Case(op, name, n, rank, world, dev, seed)
+                    c = Case(op, name, m, rank, world, dev, seed)
                     # Eager: one checked call, then timed ones.
                     c.fill()
                     c.call()
@@ -178,7 +194,7 @@ def worker(rank, world, args, init_file, q):
                         c.call()
                         torch.cuda.synchronize()
                         times.append((time.perf_counter() - t0) * 1e6)
-                    rows.append(dict(op=op, dtype=name, count=n, bytes=n * elem, mode="eager",
+                    rows.append(dict(op=op, dtype=name, count=m, bytes=m * elem, mode="eager",
                                      wrong=wrong, time_us=sorted(times)[2]))
                     if op == "barrier":
                         continue  # barrier is not captured (it synchronizes the host)
@@ -199,7 +215,7 @@ def worker(rank, world, args, init_file, q):
                     g.replay()
                     torch.cuda.synchronize()
                     t = (time.perf_counter() - t0) * 1e6
-                    rows.append(dict(op=op, dtype=name, count=n, bytes=n * elem, mode="graph",
+                    rows.append(dict(op=op, dtype=name, count=m, bytes=m * elem, mode="graph",
                                      wrong=c.wrong(), time_us=t))
                     del g
         # Every rank's wrong counts, summed, so rank 0 reports them all.
