@@ -276,7 +276,7 @@ fn check_counts(args: &ForwardBenchArgs) -> Result<()> {
         return Err(Error::invalid(
             "--timeout-ms",
             format!(
-                "{}: give 1 to {max_ms} milliseconds (one day)",
+                "{}: give 1 to {max_ms} milliseconds (under one day)",
                 args.timeout_ms
             ),
         ));
