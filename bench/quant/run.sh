@@ -13,7 +13,7 @@
 #    whether the output equals the CPU model bit for bit on every rank. The
 #    run also measures the GPU's device-to-device copy bandwidth.
 # 2. The quantized kernels' rate against that copy bandwidth: 2 ranks on GPU 0
-#    over P2P (all traffic in device memory), 4-64 MiB ("wire GB/s vs copy").
+#    over P2P (all traffic in device memory), 4-64 MiB ("GPU 0 GB/s vs copy").
 # 3. Errors measured on the GPU at 2, 4 and 8 ranks (sharing GPU 0, host
 #    path), 16 MiB.
 # 4. tpcomm bench (threads, 2 ranks sharing GPU 0, host path): the exact

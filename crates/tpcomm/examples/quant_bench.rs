@@ -334,7 +334,9 @@ fn run() -> Result<()> {
         copy / 1e9
     );
     println!();
-    println!("| bytes | wire | time us | algbw GB/s | x exact | wire GB/s vs copy | rel-RMS | max-rel | = CPU model | ranks equal |");
+    // Ranks that drive GPU 0 (rank r drives GPU r % gpus).
+    let on_gpu0 = a.ranks.div_ceil(gpus);
+    println!("| bytes | wire | time us | algbw GB/s | x exact | GPU 0 GB/s vs copy | rel-RMS | max-rel | = CPU model | ranks equal |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let rows0 = &all[0].0;
     for (k, (bytes, wire, t, out)) in rows0.iter().enumerate() {
@@ -372,17 +374,33 @@ fn run() -> Result<()> {
                 } else {
                     model::all_reduce_bits(f, g as usize, DType::Bf16, &xs)
                 };
-                // What the kernels read and write in device memory per
-                // rank: the input, every rank's codes and scales, the output.
+                // The bytes one rank's call must move through device
+                // memory over P2P: its input once, its output, its codes
+                // and scales written to the peers and the peers' read
+                // (one-shot: all of them, each way; two-shot: (n - 1) / n of
+                // them, twice each way). Times the ranks on GPU 0, over the
+                // call's time: GPU 0's rate, set against its copy rate.
+                // Over the host path the codes cross PCIe, not device
+                // memory, and no rate is given.
                 let wire_bytes = count as f64 * (1.0 + 4.0 / g as f64);
-                let moved = 2.0 * *bytes as f64 + (1 + a.ranks) as f64 * wire_bytes;
+                let n = a.ranks as f64;
+                let codes = if twoshot {
+                    4.0 * (n - 1.0) / n * wire_bytes
+                } else {
+                    2.0 * (n - 1.0) * wire_bytes
+                };
+                let moved = (2.0 * *bytes as f64 + codes) * on_gpu0 as f64;
                 (
                     if got == want { "yes" } else { "NO" },
-                    format!(
-                        "{:.0} ({:.0}%)",
-                        moved / (t * 1e-6) / 1e9,
-                        100.0 * moved / (t * 1e-6) / copy
-                    ),
+                    if transport == "cuda" {
+                        format!(
+                            "{:.0} ({:.0}%)",
+                            moved / (t * 1e-6) / 1e9,
+                            100.0 * moved / (t * 1e-6) / copy
+                        )
+                    } else {
+                        "-".into()
+                    },
                 )
             }
             None => ("-", "-".into()),
