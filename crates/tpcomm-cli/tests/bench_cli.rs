@@ -385,3 +385,29 @@ fn forward_refuses_fused_modes_on_the_host_transport() {
         assert!(!out.status.success() && err.contains("pcie"), "{err}");
     }
 }
+
+/// The quantized modes are in the help (with their group) and a quantized
+/// mode with no exact tpcomm mode before it is refused before any GPU is
+/// looked for, so this holds on any machine.
+#[test]
+fn forward_refuses_a_quantized_mode_with_no_exact_mode_before_it() {
+    let help = tpcomm(&["bench", "forward", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout).to_string();
+    assert!(
+        text.contains("int8") && text.contains("fp8") && text.contains("group of 64"),
+        "{text}"
+    );
+    for (modes, fix) in [
+        ("int8", "--modes one-shot,int8"),
+        ("none,nccl,fp8", "--modes none,nccl,one-shot,fp8"),
+    ] {
+        let out = tpcomm(&["bench", "forward", "--modes", modes]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{modes} succeeded");
+        assert!(err.contains(fix), "{modes}: {err}");
+        assert!(
+            !err.contains("CUDA") && !err.contains("panicked"),
+            "{modes}: {err}"
+        );
+    }
+}

@@ -5,8 +5,10 @@
 //! `default_launch` decides), captured in a CUDA graph and timed as whole
 //! forwards, once per way of doing its all-reduce sites: none (the compute
 //! floor), NCCL, each tpcomm algorithm, and the fused all-reduce + residual
-//! add + RMSNorm kernel. `--transport host` runs tpcomm's modes through
-//! pinned host memory (no P2P), where the fused modes cannot run.
+//! add + RMSNorm kernel; opt-in, the quantized all-reduce (int8 or fp8 on
+//! the wire), whose rows report how far the final hidden state is from an
+//! exact run's. `--transport host` runs tpcomm's modes through pinned host
+//! memory (no P2P), where the fused modes cannot run.
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -17,6 +19,7 @@ use tpcomm::cuda::host_path::{GpuComm, Transport};
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::{open_context, CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::quant::Wire;
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
 use tpcomm_forward::{Model, Shape, Site};
 
@@ -67,7 +70,14 @@ pub struct ForwardBenchArgs {
     /// with programmatic dependent launch (sm_90+), hiding launch gaps.
     /// Per-site costs are taken against none. Default: none, nccl, one-shot,
     /// one-shot-pdl, two-shot, fused, fused-pdl, none-pdl; on the host
-    /// transport all but fused and fused-pdl, which need P2P.
+    /// transport all but fused and fused-pdl, which need P2P. Opt-in, never
+    /// in the default: int8 and fp8, the quantized all-reduce (one f32 scale
+    /// per group of 64 elements; docs/quantized.md) then the add + RMSNorm;
+    /// their rows report the final hidden state's relative error against
+    /// the exact run at the same token count (NCCL's when nccl ran, else the
+    /// first exact tpcomm mode's), so an exact tpcomm mode (one-shot,
+    /// two-shot, fused or a -pdl form) must come before them, e.g.
+    /// --modes none,one-shot,int8,fp8.
     #[arg(long, value_delimiter = ',')]
     modes: Option<Vec<String>>,
     /// GPU transport of tpcomm's modes: cuda (P2P), host (through pinned host
@@ -101,6 +111,9 @@ enum Mode {
     Nccl,
     Tp(Algo, Launch),
     Fused(Launch),
+    /// The quantized all-reduce on this wire, then the add + RMSNorm kernel
+    /// (ordinary launches).
+    Quant(Wire),
 }
 
 impl Mode {
@@ -114,13 +127,21 @@ impl Mode {
             "one-shot" | "two-shot" => Mode::Tp(s.parse()?, Launch::Ordinary),
             "one-shot-pdl" => Mode::Tp(Algo::OneShot, Launch::Overlapped),
             "two-shot-pdl" => Mode::Tp(Algo::TwoShot, Launch::Overlapped),
+            "int8" => Mode::Quant(Wire::int8()),
+            "fp8" => Mode::Quant(Wire::fp8()),
             other => {
                 return Err(Error::invalid(
                     "--modes",
-                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, one-shot-pdl, two-shot, two-shot-pdl, fused or fused-pdl)"),
+                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, one-shot-pdl, two-shot, two-shot-pdl, fused, fused-pdl, int8 or fp8)"),
                 ))
             }
         })
+    }
+
+    /// An exact tpcomm all-reduce: what a quantized row is compared with
+    /// when NCCL did not run.
+    fn is_exact_tpcomm(self) -> bool {
+        matches!(self, Mode::Tp(..) | Mode::Fused(_))
     }
 }
 
@@ -137,9 +158,11 @@ const ALL_MODES: [&str; 8] = [
 ];
 
 /// The modes to run over `transport`: the ones asked for, refused where one
-/// needs P2P on the host transport; without `--modes`, every mode that can
-/// run there. Returns the modes and the names of default modes left out.
-/// `Auto` refuses nothing (the workers call this again once it is resolved).
+/// needs P2P on the host transport or where a quantized mode has no exact
+/// tpcomm mode before it; without `--modes`, every mode that can run there
+/// (never a quantized one). Returns the modes and the names of default modes
+/// left out. `Auto` refuses no fused mode (the workers call this again once
+/// it is resolved).
 fn modes_for(
     requested: Option<&[String]>,
     transport: Transport,
@@ -165,6 +188,7 @@ fn modes_for(
     if modes.is_empty() {
         return Err(Error::invalid("--modes", "name at least one mode"));
     }
+    check_quant_references(&modes)?;
     if host {
         let fused: Vec<String> = modes
             .iter()
@@ -185,6 +209,41 @@ fn modes_for(
     Ok((modes, Vec::new()))
 }
 
+/// Refuses a quantized mode with no exact tpcomm mode before it in `modes`:
+/// its row would have nothing exact to be compared with. NCCL alone does not
+/// count, as NCCL is left out where ranks share a GPU.
+fn check_quant_references(modes: &[Mode]) -> Result<()> {
+    let first_exact = modes
+        .iter()
+        .position(|m| m.is_exact_tpcomm())
+        .unwrap_or(modes.len());
+    let mut orphans: Vec<String> = Vec::new();
+    for &m in &modes[..first_exact] {
+        if matches!(m, Mode::Quant(_)) && !orphans.contains(&mode_name(m)) {
+            orphans.push(mode_name(m));
+        }
+    }
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let mut example: Vec<String> = modes.iter().map(|&m| mode_name(m)).collect();
+    let at = example
+        .iter()
+        .position(|m| orphans.contains(m))
+        .unwrap_or(0);
+    example.insert(at, "one-shot".into());
+    Err(Error::invalid(
+        "--modes",
+        format!(
+            "{} {} compared with an exact run at the same token count (NCCL's, else the first exact tpcomm mode's), and no exact tpcomm mode (one-shot, two-shot, fused or a -pdl form) comes before {}; nccl alone does not do, as it is left out where ranks share a GPU; put one first, e.g. --modes {}",
+            orphans.join(" and "),
+            if orphans.len() > 1 { "are" } else { "is" },
+            if orphans.len() > 1 { "them" } else { "it" },
+            example.join(",")
+        ),
+    ))
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RankRow {
     tokens: usize,
@@ -197,9 +256,19 @@ struct RankRow {
     /// FNV-1a of the final residual stream and hidden state bytes.
     output_hash: u64,
     /// max |out - nccl_out| / max |nccl_out| over the final hidden state
-    /// (None for NCCL itself, the floor, or when NCCL did not run).
+    /// (None for NCCL itself, the floor, the quantized modes, or when NCCL
+    /// did not run).
     rel_diff_vs_nccl: Option<f64>,
     bitwise_equal_nccl: Option<bool>,
+    /// Quantized modes: the exact mode whose output at this token count
+    /// `rel_diff_vs_reference` is measured against (nccl when it ran, else
+    /// the first exact tpcomm mode); None for the other modes.
+    #[serde(default)]
+    reference: Option<String>,
+    /// Quantized modes: max |out - ref| / max |ref| over the final hidden
+    /// state, `ref` the output of the `reference` mode.
+    #[serde(default)]
+    rel_diff_vs_reference: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -398,6 +467,10 @@ fn mode_name(m: Mode) -> String {
         Mode::Tp(a, Launch::Overlapped) => format!("{}-pdl", a.name()),
         Mode::Fused(Launch::Ordinary) => "fused".into(),
         Mode::Fused(Launch::Overlapped) => "fused-pdl".into(),
+        Mode::Quant(w) => match w.quantized() {
+            Some((f, _)) => f.name().into(),
+            None => "exact".into(),
+        },
     }
 }
 

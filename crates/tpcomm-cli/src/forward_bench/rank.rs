@@ -5,6 +5,7 @@
 use super::*;
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
+use tpcomm::cuda::quant::QuantComm;
 use tpcomm::cuda::StreamAllReduce;
 
 pub(super) fn rank_main(
@@ -36,24 +37,75 @@ pub(super) fn rank_main(
     for &tokens in &args.tokens {
         // NCCL's output at this token count, for the modes after it.
         let mut nccl_h: Option<Vec<u8>> = None;
+        let mut refs = References::default();
         for (mi, &mode) in setup.modes.iter().enumerate() {
             let key = format!("t{tokens}m{mi}");
             let graph = f.capture(tokens, mode, &key)?;
             f.barrier(&format!("{key}-timed"))?;
             let times = f.time(&graph)?;
-            rows.push(f.row(tokens, mode, times, &mut nccl_h)?);
+            let (row, h) = f.row(tokens, mode, times, &mut nccl_h)?;
+            refs.keep(rows.len(), mode, h);
+            rows.push(row);
         }
+        refs.compare(&mut rows);
     }
     f.barrier("end")?;
     Ok(RankOut { info, rows })
 }
 
+/// One token count's final hidden states that the quantized rows are
+/// compared with, and the quantized rows' own, until every mode has run.
+#[derive(Default)]
+pub(super) struct References {
+    nccl: Option<Vec<u8>>,
+    /// The first exact tpcomm mode's name and output.
+    exact: Option<(String, Vec<u8>)>,
+    /// Index in the rows and output of each quantized row.
+    quant: Vec<(usize, Vec<u8>)>,
+}
+
+impl References {
+    /// Keeps `h`, the output of `mode` (row `index`), where a comparison
+    /// needs it.
+    pub(super) fn keep(&mut self, index: usize, mode: Mode, h: Vec<u8>) {
+        match mode {
+            Mode::Nccl => self.nccl = Some(h),
+            Mode::Quant(_) => self.quant.push((index, h)),
+            m if m.is_exact_tpcomm() && self.exact.is_none() => {
+                self.exact = Some((mode_name(m), h))
+            }
+            _ => {}
+        }
+    }
+
+    /// Fills in each quantized row's reference and relative error: against
+    /// NCCL's output when NCCL ran at this token count, else against the
+    /// first exact tpcomm mode's (`modes_for` puts one before every
+    /// quantized mode).
+    pub(super) fn compare(self, rows: &mut [RankRow]) {
+        let reference = match (self.nccl, self.exact) {
+            (Some(h), _) => Some(("nccl".to_string(), h)),
+            (None, exact) => exact,
+        };
+        let Some((name, r)) = reference else {
+            return;
+        };
+        for (i, h) in self.quant {
+            rows[i].reference = Some(name.clone());
+            rows[i].rel_diff_vs_reference = Some(rel_diff(&h, &r));
+        }
+    }
+}
+
 /// This rank's GPU, communicators and model, and the modes it runs. The
 /// fields drop in the order rank_main's locals did: the model and NCCL
-/// before tpcomm's communicator, the stream and the context.
+/// before tpcomm's communicators (the quantized one first), the stream and
+/// the context.
 struct Setup {
     model: Model,
     nccl: Option<NcclComm>,
+    /// The quantized all-reduce, only when a quantized mode runs.
+    quant: Option<QuantComm>,
     comm: GpuComm,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -109,6 +161,13 @@ fn set_up(
     } else {
         None
     };
+    // One QuantComm serves both wires: its buffers hold any group from 32 to
+    // 128 (sized for the smallest), at the exact communicator's max_bytes.
+    let quant = if modes.iter().any(|m| matches!(m, Mode::Quant(_))) {
+        Some(QuantComm::new(&cfg, comm.transport(), rv)?)
+    } else {
+        None
+    };
     let model = Model::new(&ctx, shape, rank, stream.cu_stream())?;
     stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
     let arch = ctx
@@ -118,12 +177,21 @@ fn set_up(
         gpu: ctx.name().unwrap_or_default(),
         arch: format!("sm_{}{}", arch.0, arch.1),
         nccl: nccl.as_ref().map(|n| n.nccl().version().to_string()),
-        comm_memory: match fused_image {
-            Some(image) => format!(
-                "{}  fused kernels' image: {image} (shared per device)\n",
-                comm.memory_report()
-            ),
-            None => format!("{}", comm.memory_report()),
+        comm_memory: {
+            let mut text = match fused_image {
+                Some(image) => format!(
+                    "{}  fused kernels' image: {image} (shared per device)\n",
+                    comm.memory_report()
+                ),
+                None => format!("{}", comm.memory_report()),
+            };
+            if let Some(q) = &quant {
+                if !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&q.memory_report().to_string());
+            }
+            text
         },
         model_bytes: model.device_bytes().bytes(),
         transport: comm.transport().name().to_string(),
@@ -133,6 +201,7 @@ fn set_up(
     let setup = Setup {
         model,
         nccl,
+        quant,
         comm,
         stream,
         ctx,
@@ -158,6 +227,13 @@ impl Forward<'_> {
         self.rv
             .exchange(key, self.rank, self.world, &[], self.timeout)
             .map(|_| ())
+    }
+
+    /// Reports a peer that did not arrive in an earlier call, of either of
+    /// tpcomm's communicators (synchronize the stream first).
+    fn check(&self) -> Result<()> {
+        self.s.comm.check()?;
+        self.s.quant.as_ref().map_or(Ok(()), QuantComm::check)
     }
 
     /// tpcomm's communicator when it is the P2P one (the fused modes need it).
@@ -218,6 +294,21 @@ impl Forward<'_> {
                         cs,
                         how,
                     ),
+                Mode::Quant(wire) => {
+                    let q = self.s.quant.as_ref().ok_or_else(|| {
+                        Error::Aborted("a quantized mode without its communicator".into())
+                    })?;
+                    q.all_reduce(
+                        s.partial,
+                        s.reduced,
+                        count,
+                        DType::Bf16,
+                        wire,
+                        cs,
+                        Launch::Ordinary,
+                    )?;
+                    model.add_norm(s, s.reduced, cs, Launch::Ordinary)
+                }
             }
         }
     }
@@ -226,7 +317,7 @@ impl Forward<'_> {
     /// one eager run (cuBLAS and NCCL set themselves up outside the
     /// capture), uploaded and launched three times untimed.
     fn capture(&self, tokens: usize, mode: Mode, key: &str) -> Result<CudaGraph> {
-        let (model, stream, comm) = (&self.s.model, &self.s.stream, &self.s.comm);
+        let (model, stream) = (&self.s.model, &self.s.stream);
         let cs = stream.cu_stream();
         let mut site = |s: &Site| self.site(mode, s);
         self.barrier(&format!("{key}-eager"))?;
@@ -234,7 +325,7 @@ impl Forward<'_> {
         // run of it (all synchronized before rank_main returns).
         unsafe { model.record(tokens, cs, &mut site)? };
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        comm.check()?;
+        self.check()?;
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda("cuStreamBeginCapture"))?;
@@ -254,7 +345,7 @@ impl Forward<'_> {
             graph.launch().map_err(cuda("cuGraphLaunch"))?;
         }
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        comm.check()?;
+        self.check()?;
         Ok(graph)
     }
 
@@ -280,20 +371,22 @@ impl Forward<'_> {
 
     /// The row of one mode: its median time and its output, compared with
     /// NCCL's at the same token count when NCCL ran before it (and kept as
-    /// that reference when this mode is NCCL).
+    /// that reference when this mode is NCCL), and the final hidden state
+    /// (a quantized row's comparison waits for the token count's end:
+    /// `References`).
     fn row(
         &self,
         tokens: usize,
         mode: Mode,
         times: Vec<f64>,
         nccl_h: &mut Option<Vec<u8>>,
-    ) -> Result<RankRow> {
+    ) -> Result<(RankRow, Vec<u8>)> {
         let comm = &self.s.comm;
         self.s
             .stream
             .synchronize()
             .map_err(cuda("cuStreamSynchronize"))?;
-        comm.check()?;
+        self.check()?;
         let (x, h) = self.s.model.output(tokens)?;
         let (rel, equal) = match (&*nccl_h, mode) {
             (Some(r), Mode::Tp(..) | Mode::Fused(_)) => (Some(rel_diff(&h, r)), Some(h == *r)),
@@ -312,7 +405,7 @@ impl Forward<'_> {
             }
             _ => None,
         };
-        Ok(RankRow {
+        let row = RankRow {
             tokens,
             mode: mode_name(mode),
             kernel,
@@ -320,6 +413,9 @@ impl Forward<'_> {
             output_hash: fnv1a(&[&x, &h]),
             rel_diff_vs_nccl: rel,
             bitwise_equal_nccl: equal,
-        })
+            reference: None,
+            rel_diff_vs_reference: None,
+        };
+        Ok((row, h))
     }
 }

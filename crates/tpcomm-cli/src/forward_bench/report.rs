@@ -1,10 +1,11 @@
 //! The forward benchmark's table and JSON, from every rank's rows: per-site
-//! cost against the floor, communication share, and the output checks.
+//! cost against the floor, communication share, and the output checks
+//! (the quantized rows: their error against an exact run).
 
 use super::*;
 
 #[derive(Clone, Debug, Serialize)]
-struct Row {
+pub(super) struct Row {
     tokens: usize,
     mode: String,
     /// The kernel the all-reduce ran where it is not the mode's name (host
@@ -25,6 +26,19 @@ struct Row {
     ranks_identical: Option<bool>,
     rel_diff_vs_nccl: Option<f64>,
     bitwise_equal_nccl: Option<bool>,
+    /// Quantized modes: the wire ("int8/g64", "fp8/g64"); None otherwise.
+    wire: Option<String>,
+    /// Quantized modes: the quantized kernel each site ran ("one-shot", or
+    /// "two-shot" above 2 ranks where the message has a 4096-element chunk
+    /// per rank: QuantAlgo::Auto); None otherwise.
+    quant_algo: Option<String>,
+    /// Quantized modes: the exact mode whose final hidden state at this
+    /// token count the error is measured against (nccl when it ran, else the
+    /// first exact tpcomm mode); None otherwise.
+    reference: Option<String>,
+    /// Quantized modes: max over ranks of max |out - ref| / max |ref| over
+    /// the final hidden state (the measure of rel_diff_vs_nccl).
+    rel_diff_vs_reference: Option<f64>,
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -77,10 +91,7 @@ fn attach_floors(rows: &mut [Row], sites: usize) {
 pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) -> Result<()> {
     let sites = 2 * args.layers;
     let mut failures = Vec::new();
-    let mut rows: Vec<Row> = (0..outs[0].rows.len())
-        .map(|i| merged_row(&outs, i, &mut failures))
-        .collect();
-    attach_floors(&mut rows, sites);
+    let rows = merged_rows(args, world, &outs, &mut failures);
     let driver = tpcomm::cuda::driver_version()
         .map(|(a, b)| format!("{a}.{b}"))
         .unwrap_or_default();
@@ -90,7 +101,7 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         .max()
         .unwrap_or(1);
     print_header(args, world, &outs[0].info, &driver, shared);
-    print_table(&rows);
+    print!("{}", table(&rows));
     if let Some(path) = &args.json {
         let run = JsonRun {
             args,
@@ -109,6 +120,29 @@ pub(super) fn report(args: &ForwardBenchArgs, world: usize, outs: Vec<RankOut>) 
         )));
     }
     Ok(())
+}
+
+/// Every rank's rows merged (`merged_row`), the quantized ones with their
+/// wire and kernel, costed against the floors.
+pub(super) fn merged_rows(
+    args: &ForwardBenchArgs,
+    world: usize,
+    outs: &[RankOut],
+    failures: &mut Vec<String>,
+) -> Vec<Row> {
+    let mut rows: Vec<Row> = (0..outs[0].rows.len())
+        .map(|i| merged_row(outs, i, failures))
+        .collect();
+    for r in &mut rows {
+        if let Ok(Mode::Quant(w)) = Mode::parse(&r.mode) {
+            let twoshot =
+                tpcomm::cuda::quant::QuantAlgo::Auto.runs_twoshot(r.tokens * args.hidden, world);
+            r.wire = Some(w.label());
+            r.quant_algo = Some(if twoshot { "two-shot" } else { "one-shot" }.into());
+        }
+    }
+    attach_floors(&mut rows, 2 * args.layers);
+    rows
 }
 
 /// Row `i` of every rank as one row (the time: the slowest rank's), with
@@ -141,6 +175,27 @@ fn merged_row(outs: &[RankOut], i: usize, failures: &mut Vec<String>) -> Row {
         .map(|o| o.rows[i].bitwise_equal_nccl)
         .reduce(|a, b| a.zip(b).map(|(a, b)| a && b))
         .flatten();
+    // A quantized row's error is measured, not bounded; only a non-finite
+    // one (NaN or infinity in either output) fails the run.
+    let quant_rel = outs
+        .iter()
+        .filter_map(|o| o.rows[i].rel_diff_vs_reference)
+        .reduce(|a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        });
+    let reference = r0.reference.clone();
+    if let Some(d) = quant_rel.filter(|d| !d.is_finite()) {
+        failures.push(format!(
+            "{} at {} tokens: relative error against {} is {d}",
+            r0.mode,
+            r0.tokens,
+            reference.as_deref().unwrap_or("the reference")
+        ));
+    }
     Row {
         tokens: r0.tokens,
         mode: r0.mode.clone(),
@@ -153,6 +208,10 @@ fn merged_row(outs: &[RankOut], i: usize, failures: &mut Vec<String>) -> Row {
         ranks_identical: identical,
         rel_diff_vs_nccl: rel,
         bitwise_equal_nccl: equal,
+        wire: None,
+        quant_algo: None,
+        reference,
+        rel_diff_vs_reference: quant_rel,
     }
 }
 
@@ -201,21 +260,48 @@ fn print_header(
     }
 }
 
-/// The table, one line per row.
-fn print_table(rows: &[Row]) {
+/// The `#` line above a table with quantized rows.
+const QUANT_NOTE: &str = "# quantized rows (int8, fp8: one f32 scale per 64 elements): error = max |out - ref| / max |ref| over the final hidden state, ref = the exact mode named beside it at the same token count (nccl when it ran, else the first exact tpcomm mode); measured, not held to a tolerance";
+
+/// The table, one line per row. A table with quantized rows has one more
+/// column, beside the per-site cost: their error against the exact run
+/// and which mode that was ("-" on the other rows); without quantized rows
+/// the table is as it was before they existed.
+pub(super) fn table(rows: &[Row]) -> String {
+    use std::fmt::Write;
     // Host kernels are named for what ran; the mode column widens only then.
     let shown = |r: &Row| r.kernel.clone().unwrap_or_else(|| r.mode.clone());
     let mw = rows.iter().map(|r| shown(r).len()).fold(9, usize::max);
-    println!(
-        "{:>6} {:>mw$} {:>12} {:>13} {:>13} {:>10} {:>10} {:>14}",
-        "tokens",
-        "mode",
-        "forward(us)",
-        "per-site(us)",
-        "vs none-pdl",
-        "comm share",
-        "ranks ==",
-        "vs NCCL"
+    let error = |r: &Row| match (r.rel_diff_vs_reference, &r.reference) {
+        (Some(d), Some(m)) => format!("{d:.2e} vs {m}"),
+        (Some(d), None) => format!("{d:.2e}"),
+        (None, Some(m)) => format!("- vs {m}"),
+        (None, None) => "-".to_string(),
+    };
+    let quant = rows
+        .iter()
+        .any(|r| r.reference.is_some() || r.wire.is_some());
+    let ew = if quant {
+        rows.iter().map(|r| error(r).len()).fold(20, usize::max)
+    } else {
+        0
+    };
+    let mut out = String::new();
+    if quant {
+        let _ = writeln!(out, "{QUANT_NOTE}");
+    }
+    let _ = write!(
+        out,
+        "{:>6} {:>mw$} {:>12} {:>13}",
+        "tokens", "mode", "forward(us)", "per-site(us)"
+    );
+    if quant {
+        let _ = write!(out, " {:>ew$}", "error (reference)");
+    }
+    let _ = writeln!(
+        out,
+        " {:>13} {:>10} {:>10} {:>14}",
+        "vs none-pdl", "comm share", "ranks ==", "vs NCCL"
     );
     for r in rows {
         let vs = match (r.bitwise_equal_nccl, r.rel_diff_vs_nccl) {
@@ -223,12 +309,20 @@ fn print_table(rows: &[Row]) {
             (_, Some(d)) => format!("{d:.2e}"),
             _ => "-".to_string(),
         };
-        println!(
-            "{:>6} {:>mw$} {:>12.1} {:>13} {:>13} {:>10} {:>10} {:>14}",
+        let _ = write!(
+            out,
+            "{:>6} {:>mw$} {:>12.1} {:>13}",
             r.tokens,
             shown(r),
             r.forward_us,
             opt(r.per_site_us, 2),
+        );
+        if quant {
+            let _ = write!(out, " {:>ew$}", error(r));
+        }
+        let _ = writeln!(
+            out,
+            " {:>13} {:>10} {:>10} {:>14}",
             opt(r.per_site_vs_pdl_floor_us, 2),
             r.comm_share
                 .map_or("-".into(), |s| format!("{:.1}%", 100.0 * s)),
@@ -237,6 +331,7 @@ fn print_table(rows: &[Row]) {
             vs
         );
     }
+    out
 }
 
 /// How the ranks ran (`run_inner` sets `--launch` once it has decided).
@@ -287,6 +382,7 @@ fn write_json(path: &std::path::Path, run: &JsonRun, rows: &[Row]) -> Result<()>
             "per_site": "(forward_us - floor forward_us) / sites_per_forward",
             "per_site_vs_pdl_floor": "for the -pdl modes: (forward_us - none-pdl forward_us) / sites_per_forward",
             "tolerance_vs_nccl": TOLERANCE_VS_NCCL,
+            "rel_diff_vs_reference": "quantized modes (int8, fp8): max |out - ref| / max |ref| over the final hidden state, max over ranks; ref = the output of the row's `reference` mode at the same token count (nccl when it ran, else the first exact tpcomm mode); measured, not held to tolerance_vs_nccl",
         },
         "rows": rows,
     });
@@ -312,6 +408,10 @@ mod tests {
             ranks_identical: None,
             rel_diff_vs_nccl: None,
             bitwise_equal_nccl: None,
+            wire: None,
+            quant_algo: None,
+            reference: None,
+            rel_diff_vs_reference: None,
         }
     }
 
@@ -362,6 +462,8 @@ mod tests {
             output_hash: 7,
             rel_diff_vs_nccl: rel,
             bitwise_equal_nccl: rel.map(|d| d == 0.0),
+            reference: None,
+            rel_diff_vs_reference: None,
         };
         RankOut {
             info: RankInfo {
