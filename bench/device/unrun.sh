@@ -36,7 +36,8 @@
 #      GPU 0; the command sets CUDA_DEVICE_MAX_CONNECTIONS itself)
 #   u  gpu_fused and gpu_plan_layout at WORLDS
 #   v  the call words' cost: OLD's tpcomm against this one, bench under MPS
-#   r  the forward bench's ranks as threads (gpu_forward forward_ranks_as_threads)
+#   r  the forward bench's ranks as threads (gpu_forward forward_ranks_as_threads),
+#      then its quantized modes (forward_quantized_modes_..., host path, threads)
 #   m  mismatched calls at WORLDS (gpu_mismatch, ranks as threads, both
 #      transports)
 #   z  a rank killed or stopped during set-up, calls and end of `tpcomm bench
@@ -216,6 +217,7 @@ step_u() {
 # The forward bench with ranks as threads (2 ranks on GPU 0; new in session 8).
 step_r() {
   t forward-threads 2 150 40 gpu_forward forward_ranks_as_threads
+  t forward-quant 2 150 40 gpu_forward forward_quantized_modes
 }
 step_m() {
   t mismatch "$WORLDS" 240 60 gpu_mismatch
