@@ -12,7 +12,7 @@
 #      pageable memory), then gpu_allreduce (pinned copies)
 #   c  gpu_collectives, gpu_coll_fallback, gpu_p2p_check at WORLDS
 #   f  gpu_fallback (NCCL by size) and the host suite without stress at WORLDS
-#   n  the drop-in's standalone GPU test (tpcomm-nccl served/tests.rs)
+#   n  the drop-in's standalone GPU test (tpcomm-nccl served/tests/gpu.rs)
 #   b  under MPS (ranks are processes): `tpcomm bench --device gpu --ranks 2`
 #      and `tpcomm bench forward --launch processes --ranks 2 --layers 8`
 #   s  bench/torch/collectives_check.py at WORLDS, every rank on GPU 0 under

@@ -1,0 +1,234 @@
+//! served.rs's tests (and created.rs's and direct.rs's): handles without a
+//! GPU side through the exports; gpu.rs holds the ignored GPU test of ranks
+//! sharing one GPU.
+
+use super::*;
+use crate::created::{create, split_place, NO_COLOR};
+use crate::direct::as_bytes;
+use crate::standalone::{Secret, INVALID_USAGE};
+use std::ffi::{c_int, c_void};
+use tpcomm::DType;
+
+/// A handle as ncclCommInitRank would give, without a GPU side.
+pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
+    hollow_with(
+        rank,
+        world,
+        standalone::parse(&standalone::new_id().unwrap()).unwrap(),
+    )
+}
+
+fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
+    insert(Alone {
+        rank,
+        world,
+        device: 0,
+        secret,
+        splits: Default::default(),
+        live: None,
+        solo: None,
+    })
+}
+
+/// Three ranks split through the exports: the ranks meet where the
+/// parent's met; a rank without a colour gets NULL, and a colour of one
+/// or two ranks goes on to creation with the new rank and size (which
+/// needs a GPU: without one it fails at once, naming the driver).
+#[test]
+fn a_split_meets_through_the_parent_and_places_every_rank() {
+    // Each run is a parent communicator of its own (its own id).
+    let run = |colors: [c_int; 3]| -> Vec<(NcclResult, bool, String)> {
+        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        let hs: Vec<usize> = (0..3).map(|r| hollow_with(r, 3, secret) as usize).collect();
+        let out = std::thread::scope(|s| {
+            let ts: Vec<_> = (0..3)
+                .map(|r| {
+                    let h = hs[r];
+                    s.spawn(move || {
+                        let h = h as NcclComm;
+                        let mut c: NcclComm = std::ptr::null_mut();
+                        // SAFETY: a handle of the table and a live out-pointer.
+                        let r = unsafe {
+                            crate::intercepted::ncclCommSplit(
+                                h,
+                                colors[r],
+                                0,
+                                &mut c,
+                                std::ptr::null_mut(),
+                            )
+                        };
+                        (r, c.is_null(), standalone::last_error())
+                    })
+                })
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for h in hs {
+            release("ncclCommDestroy", h as NcclComm, true);
+        }
+        out
+    };
+    let out = run([0, NO_COLOR, 1]);
+    assert_eq!(out[1].0, SUCCESS);
+    assert!(out[1].1);
+    if tpcomm::cuda::ensure_driver().is_err() {
+        // Colours of one rank each: rank 0 of 1 on either side.
+        for r in [0, 2] {
+            assert_eq!(out[r].0, CUDA_ERROR, "{:?}", out[r]);
+            assert!(out[r].2.contains("ncclCommSplit rank 0/1"), "{:?}", out[r]);
+        }
+        let out = run([0, NO_COLOR, 0]);
+        assert_eq!(out[1].0, SUCCESS);
+        for r in [0, 2] {
+            assert_eq!(out[r].0, CUDA_ERROR, "{:?}", out[r]);
+            assert!(out[r].2.contains("ncclCommSplit rank") && out[r].2.contains("needs a GPU"));
+        }
+    }
+}
+
+#[test]
+fn handles_are_found_only_while_alive_and_foreign_ones_never() {
+    let h = hollow(1, 4);
+    assert_eq!(lookup(h).map(|a| (a.rank, a.world)), Some((1, 4)));
+    assert!(lookup(0x1234 as NcclComm).is_none());
+    assert!(lookup(std::ptr::null_mut()).is_none());
+    assert_eq!(release("ncclCommDestroy", h, true), SUCCESS);
+    assert!(lookup(h).is_none());
+}
+
+#[test]
+fn byte_moving_calls_take_any_type_at_the_widest_word_that_fits() {
+    assert_eq!(as_bytes(1, 8, &[0x100, 0x200]), Some((DType::F32, 2)));
+    assert_eq!(as_bytes(1, 6, &[0x100, 0x200]), Some((DType::F16, 3)));
+    assert_eq!(as_bytes(4, 3, &[0x100, 0x202]), Some((DType::F16, 12)));
+    assert_eq!(as_bytes(0, 3, &[0x100, 0x200]), None);
+    assert_eq!(as_bytes(99, 4, &[0x100, 0x200]), None);
+    assert_eq!(as_bytes(7, usize::MAX, &[0, 0]), None);
+}
+
+#[test]
+fn creation_refuses_bad_arguments_by_name_before_any_gpu_work() {
+    let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+    let r = create("ncclCommInitRank", std::ptr::null_mut(), 2, secret, 0);
+    assert_eq!(r, INVALID_ARGUMENT);
+    let mut c: NcclComm = std::ptr::null_mut();
+    assert_eq!(
+        create("ncclCommInitRank", &mut c, 9, secret, 0),
+        INVALID_USAGE
+    );
+    assert!(standalone::last_error().contains("1 to 8 ranks"));
+    assert_eq!(
+        create("ncclCommInitRank", &mut c, 2, secret, 2),
+        INVALID_ARGUMENT
+    );
+    assert!(standalone::last_error().contains("rank 2 is not one of 0..2"));
+    assert!(c.is_null());
+}
+
+/// The exports on a standalone handle: the unserved ones refuse with
+/// ncclInvalidUsage and a last error naming the call (never reaching a
+/// real NCCL: none is loaded in unit tests, so forwarding would give
+/// ncclSystemError instead), the queries answer from the handle.
+#[test]
+fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
+    use std::ffi::CStr;
+    let h = hollow(1, 3);
+    let p = |x: usize| x as *mut c_void;
+    let text = || {
+        // SAFETY: ncclGetLastError returns a NUL-terminated string.
+        unsafe { CStr::from_ptr(crate::intercepted::ncclGetLastError(h)) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // SAFETY: the handle is only looked up; no buffer is touched by a
+    // refused call.
+    unsafe {
+        assert_eq!(crate::forwarded::ncclSend(p(0x100), 4, 7, 0, h, p(0)), 5);
+        assert!(text().contains("cannot serve ncclSend"), "{}", text());
+        assert_eq!(
+            crate::forwarded::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
+            5
+        );
+        assert!(text().contains("ncclAlltoAll"), "{}", text());
+        let mut c: NcclComm = std::ptr::null_mut();
+        let r = crate::intercepted::ncclCommShrink(
+            h,
+            std::ptr::null_mut(),
+            0,
+            &mut c,
+            std::ptr::null_mut(),
+            0,
+        );
+        assert_eq!(r, 5);
+        assert!(
+            text().contains("ncclCommShrink") && c.is_null(),
+            "{}",
+            text()
+        );
+        // int8 max is served by the gathered path, which this handle
+        // (no GPU side) cannot run; fp8 (type 10) and a pre-multiplied
+        // sum (op 5) are served by no path.
+        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
+        assert_eq!(r, 5);
+        assert!(
+            text().contains("ncclAllReduce") && text().contains("no GPU side"),
+            "{}",
+            text()
+        );
+        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 10, 0, h, p(0));
+        assert_eq!(r, 5);
+        assert!(
+            text().contains("ncclAllReduce") && text().contains("ncclDataType 10"),
+            "{}",
+            text()
+        );
+        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
+        assert_eq!(r, 5);
+        assert!(text().contains("ncclRedOp 5"), "{}", text());
+        // f32 prod goes to the gathered path (no GPU side here); a
+        // pre-multiplied sum (op 5) to none.
+        let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
+        assert_eq!(r, 5);
+        assert!(
+            text().contains("ncclReduceScatter") && text().contains("no GPU side"),
+            "{}",
+            text()
+        );
+        let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
+        assert_eq!(r, 5);
+        assert!(
+            text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5"),
+            "{}",
+            text()
+        );
+        let mut v: c_int = -1;
+        assert_eq!(crate::intercepted::ncclCommCount(h, &mut v), SUCCESS);
+        assert_eq!(v, 3);
+        assert_eq!(crate::intercepted::ncclCommUserRank(h, &mut v), SUCCESS);
+        assert_eq!(v, 1);
+        assert_eq!(crate::intercepted::ncclCommCuDevice(h, &mut v), SUCCESS);
+        assert_eq!(v, 0);
+        let mut e: NcclResult = -1;
+        assert_eq!(
+            crate::intercepted::ncclCommGetAsyncError(h, &mut e),
+            SUCCESS
+        );
+        assert_eq!(e, SUCCESS);
+        assert_eq!(crate::intercepted::ncclCommFinalize(h), SUCCESS);
+        assert_eq!(crate::intercepted::ncclCommDestroy(h), SUCCESS);
+    }
+    assert!(lookup(h).is_none());
+}
+
+#[test]
+fn a_split_orders_each_colour_by_key_then_parent_rank() {
+    // Parent ranks 0..5: colours 0,1,0,-1,1 and keys 5,0,5,0,-2.
+    let all = [(0, 5), (1, 0), (0, 5), (NO_COLOR, 0), (1, -2)];
+    assert_eq!(split_place(&all, 0), Some((0, 2)));
+    assert_eq!(split_place(&all, 2), Some((1, 2)));
+    assert_eq!(split_place(&all, 4), Some((0, 2)));
+    assert_eq!(split_place(&all, 1), Some((1, 2)));
+    assert_eq!(split_place(&all, 3), None);
+}
+
+mod gpu;
