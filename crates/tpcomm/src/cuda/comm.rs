@@ -8,7 +8,9 @@ use super::layout::{block_from_env, oneshot_block, round_up, Layout};
 use super::loader::check_call;
 use super::pdl::{self, Launch};
 use super::rendezvous::Rendezvous;
-use super::share::{grid_cap, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing};
+use super::share::{
+    grid_cap, mps_refusal_hint, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
+};
 use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
 use crate::algo::Algo;
@@ -138,7 +140,19 @@ pub fn open_context(device: usize) -> Result<Arc<CudaContext>> {
             format!("ordinal {device}, but this machine has {n} CUDA device(s)"),
         ));
     }
-    let ctx = CudaContext::new(device).map_err(cuda_err("cuDevicePrimaryCtxRetain"))?;
+    let ctx = CudaContext::new(device).map_err(|e| {
+        let code = e.0;
+        let mut err = cuda_err("cuDevicePrimaryCtxRetain")(e);
+        if let Error::Cuda { detail, .. } = &mut err {
+            let mps = raw::mps_enabled(device as i32).unwrap_or(false);
+            // CUDA's own variable, read as CUDA reads it.
+            let queues = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+            if let Some(hint) = mps_refusal_hint(code, mps, queues.as_deref()) {
+                detail.push_str(&hint);
+            }
+        }
+        err
+    })?;
     ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))?;
     Ok(ctx)
 }

@@ -181,9 +181,63 @@ pub fn warn_queues_once(sharing: Sharing, device: usize) {
     }
 }
 
+/// What to add to a failed `cuDevicePrimaryCtxRetain` when an MPS server
+/// serves the GPU (`mps`) and refused this process: MPS's own refusals, or
+/// out of memory, which is how the H200 said its queue pool was spent (a
+/// fourth rank process with 32 queues; docs/shared-gpu.md). `queues`: this
+/// process's CUDA_DEVICE_MAX_CONNECTIONS. `None` when nothing points at MPS.
+pub fn mps_refusal_hint(
+    code: cudarc::driver::sys::CUresult,
+    mps: bool,
+    queues: Option<&str>,
+) -> Option<String> {
+    use cudarc::driver::sys::CUresult as R;
+    let refused = matches!(
+        code,
+        R::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED
+            | R::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED
+            | R::CUDA_ERROR_MPS_SERVER_NOT_READY
+            | R::CUDA_ERROR_MPS_CONNECTION_FAILED
+            | R::CUDA_ERROR_MPS_RPC_FAILURE
+            | R::CUDA_ERROR_OUT_OF_MEMORY
+    );
+    (mps && refused).then(|| {
+        format!(
+            "; an MPS server serves this GPU and did not take this process: its clients share one \
+             pool of hardware queues, and this process asks for {} (CUDA_DEVICE_MAX_CONNECTIONS). \
+             Start rank processes with it unset or at 8 or less, put fewer processes on the GPU, \
+             or, if earlier clients were killed, restart the daemon (`echo quit | \
+             nvidia-cuda-mps-control`, then `nvidia-cuda-mps-control -d`)",
+            queues.map_or("CUDA's default of 8".to_string(), |q| q.to_string())
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_context_refused_under_mps_says_why_and_what_to_do() {
+        use cudarc::driver::sys::CUresult as R;
+        let h =
+            mps_refusal_hint(R::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, true, Some("32")).unwrap();
+        assert!(
+            h.contains("asks for 32") && h.contains("8 or less") && h.contains("-d"),
+            "{h}"
+        );
+        let h = mps_refusal_hint(R::CUDA_ERROR_OUT_OF_MEMORY, true, None).unwrap();
+        assert!(h.contains("CUDA's default of 8"), "{h}");
+        // Without MPS, or for an error MPS does not cause, nothing is added.
+        assert_eq!(
+            mps_refusal_hint(R::CUDA_ERROR_OUT_OF_MEMORY, false, Some("32")),
+            None
+        );
+        assert_eq!(
+            mps_refusal_hint(R::CUDA_ERROR_INVALID_VALUE, true, Some("32")),
+            None
+        );
+    }
 
     fn id(gpu: u8, pid: u32) -> DeviceIdentity {
         DeviceIdentity {
