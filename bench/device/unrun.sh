@@ -49,6 +49,10 @@
 #      the copy bandwidth of the same run, then GPU-measured errors at 2, 4, 8
 #   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
 #      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
+#   A  the quantized kernels of branch quant-speed (QS, default .dev/qs: its gpu_quant
+#      and quant_bench, built from the branch and staged by hand; carry it too)
+#      against this build: the branch's gpu_quant at WORLDS first, then both
+#      quant_bench builds alternated twice, P2P and host path, 2 ranks on GPU 0
 # QUICK=1 passes --quick to collectives_check.py (step s); WORLDS_TORCH (spaces
 # or commas) its worlds instead of WORLDS, TORCH_LIMIT its seconds per world
 # (default 150). Step z: Z_FILTER picks supervision tests by name (e.g. set_up),
@@ -256,6 +260,27 @@ step_P() {
     done
   done
   mps_off
+}
+step_A() {
+  local qs=${QS:-.dev/qs}
+  [ -x "$qs/quant_bench" ] || { echo "-- step A: no $qs/quant_bench" | tee -a "$O/log.txt"; return 0; }
+  export CUDA_DEVICE_MAX_CONNECTIONS=32
+  if fits 100 qs-quant; then
+    TPCOMM_TEST_WORLDS=$WORLDS run qs-quant 240 "$qs/gpu_quant" --ignored --test-threads=1 --nocapture
+  fi
+  local i b tr bin
+  for i in 1 2; do
+    for b in main qs; do
+      bin=$D/quant_bench
+      [ "$b" = qs ] && bin=$qs/quant_bench
+      for tr in cuda host; do
+        fits 40 "qab-$b-$tr-$i" || continue
+        run "qab-$b-$tr-$i" 90 "$bin" --ranks 2 --gpus 1 --transport "$tr" \
+          --min 4MiB --max 64MiB --iters 10 --reps 10
+      done
+    done
+  done
+  unset CUDA_DEVICE_MAX_CONNECTIONS
 }
 # The steps run in the order STEPS names them.
 for s in ${STEPS//,/ }; do
