@@ -47,6 +47,7 @@
 #      threads on GPU 0): exact bf16 against int8 and fp8 over the host path at
 #      2 ranks, 4-64 MiB (the 0.6x target), the kernels' rate over P2P against
 #      the copy bandwidth of the same run, then GPU-measured errors at 2, 4, 8
+#      (Gaussian inputs, then Gaussian with 100x outliers)
 #   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
 #      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
 #   A  the quantized kernels of branch quant-speed (QS, default .dev/qs: its gpu_quant
@@ -247,6 +248,11 @@ step_Q() {
     fits 40 "quant-error-$w" || continue
     run "quant-error-$w" 60 "$D/quant_bench" --ranks "$w" --gpus 1 --transport host \
       --min 16MiB --max 16MiB --iters 2 --reps 3
+  done
+  for w in 2 4 8; do
+    fits 40 "quant-outliers-$w" || continue
+    run "quant-outliers-$w" 60 "$D/quant_bench" --ranks "$w" --gpus 1 --transport host \
+      --min 16MiB --max 16MiB --iters 2 --reps 3 --dist outliers
   done
   unset CUDA_DEVICE_MAX_CONNECTIONS
 }

@@ -9,7 +9,8 @@
 //!
 //! cargo run --release -p tpcomm --example quant_bench -- \
 //!     [--ranks 2] [--gpus N] [--transport host|cuda|auto] [--min 4MiB] \
-//!     [--max 64MiB] [--iters 10] [--reps 15] [--group 64]
+//!     [--max 64MiB] [--iters 10] [--reps 15] [--group 64] \
+//!     [--dist gaussian|outliers]
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -31,6 +32,7 @@ struct Args {
     iters: usize,
     reps: usize,
     group: u32,
+    dist: inputs::Dist,
 }
 
 fn parse() -> Result<Args> {
@@ -43,6 +45,7 @@ fn parse() -> Result<Args> {
         iters: 10,
         reps: 15,
         group: 64,
+        dist: inputs::Dist::Gaussian,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -63,6 +66,18 @@ fn parse() -> Result<Args> {
             "--iters" => a.iters = num("--iters")?.max(1),
             "--reps" => a.reps = num("--reps")?.max(1),
             "--group" => a.group = num("--group")? as u32,
+            "--dist" => {
+                a.dist = match v.as_str() {
+                    "gaussian" => inputs::Dist::Gaussian,
+                    "outliers" => inputs::Dist::Outliers,
+                    _ => {
+                        return Err(Error::invalid(
+                            "--dist",
+                            format!("{v:?} (expected gaussian or outliers)"),
+                        ))
+                    }
+                }
+            }
             other => return Err(Error::invalid("arguments", format!("unknown {other}"))),
         }
         i += 2;
@@ -153,7 +168,7 @@ fn rank_main(
     for &bytes in sizes {
         let xs = inputs::sample(
             &mut inputs::Rng::new(seed(bytes, r)),
-            inputs::Dist::Gaussian,
+            a.dist,
             DType::Bf16,
             bytes / 2,
         );
@@ -323,9 +338,10 @@ fn run() -> Result<()> {
     let transport = all[0].1.clone();
     let shared = if a.ranks > gpus { ", shared GPU" } else { "" };
     println!(
-        "{} ranks on {} GPU(s){shared}, transport {transport}, bf16, graph of {} calls, median of {} reps",
+        "{} ranks on {} GPU(s){shared}, transport {transport}, bf16, {} inputs, graph of {} calls, median of {} reps",
         a.ranks,
         gpus.min(a.ranks),
+        a.dist.name(),
         a.iters,
         a.reps
     );
@@ -350,7 +366,7 @@ fn run() -> Result<()> {
             .map(|r| {
                 inputs::sample(
                     &mut inputs::Rng::new(seed(*bytes, r)),
-                    inputs::Dist::Gaussian,
+                    a.dist,
                     DType::Bf16,
                     count,
                 )
