@@ -7,12 +7,10 @@
 #   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_collectives
 #   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant gpu_mismatch
 #   nccl_gpu               test executables of crates/tpcomm
-#   gpu_forward gpu_supervision  test executables of crates/tpcomm-cli (gpu_supervision
-#                          runs the `tpcomm` staged beside it)
+#   gpu_forward gpu_supervision  test executables of crates/tpcomm-cli (both run
+#                          the `tpcomm` staged beside them)
 #   nccl_lib               the drop-in's unit tests (crates/tpcomm-nccl --lib; its
 #                          standalone test is an ignored GPU test)
-#   gpu_forward.tpcomm-path  where gpu_forward looks for `tpcomm` (the path is
-#                          compiled in; verify_all.sh links it there)
 #   dropin/*.py            bench/dropin/
 #   torch_allreduce.py     the torch anchor (../shared/anchors/)
 #   verify_all.sh          the device script itself, so script and binaries match
@@ -92,11 +90,7 @@ for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}" nccl_lib; do
   cp "$exe" "$DEST/$t"
 done
 [ "${#missing[@]}" -eq 0 ] || { echo "stage_all: FAILED: no test executable for: ${missing[*]}" >&2; exit 1; }
-# gpu_forward runs the `tpcomm` it was compiled next to (CARGO_BIN_EXE_tpcomm,
-# an absolute path); verify_all.sh puts a link to DEST/tpcomm there.
-echo "$ROOT/target/release/tpcomm" > "$DEST/gpu_forward.tpcomm-path"
-grep -qF "$ROOT/target/release/tpcomm" "$DEST/gpu_forward" ||
-  echo "stage_all: warning: $ROOT/target/release/tpcomm not found in gpu_forward; its test may not find tpcomm" >&2
+# gpu_forward and gpu_supervision run the `tpcomm` staged beside them (DEST/tpcomm).
 
 strip "$DEST/tpcomm" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}" "$DEST/nccl_lib"
 # Keep the dynamic symbol table: it is the NCCL API the drop-in exports.

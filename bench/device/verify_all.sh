@@ -238,25 +238,8 @@ step c2 25 70 host/bench-procs-large.txt env NCCL_P2P_DISABLE=1 "$T" bench --dev
 step c3 45 100 host/torch-nop2p.txt env NCCL_P2P_DISABLE=1 python3 "$D/torch_allreduce.py" --tag nop2p \
   --out "$W/host/torch-nop2p.json"
 
-# d: forward. gpu_forward runs the tpcomm compiled in at build time (an
-# absolute path, see gpu_forward.tpcomm-path): link it to ours if absent.
-if selected d1; then
-  FWD=$(cat "$D/gpu_forward.tpcomm-path" 2>/dev/null)
-  if [ -z "$FWD" ]; then
-    log "-- d1: $D/gpu_forward.tpcomm-path missing; the test may not find tpcomm"
-  elif [ "$DRY_RUN" = 1 ]; then
-    log "-- d1: would link $FWD -> $PWD/$T (if absent)"
-  elif [ ! -e "$FWD" ] || [ -L "$FWD" ]; then
-    if timeout 10 mkdir -p "$(dirname "$FWD")" && timeout 10 ln -sfn "$PWD/$T" "$FWD"; then
-      log "-- d1: linked $FWD -> $PWD/$T"
-    else
-      log "-- d1: could not link $FWD; the test will not find tpcomm"
-    fi
-  else
-    log "-- d1: $FWD exists and is not a link; the test runs that binary"
-  fi
-fi
-step d1 40 180 forward/gpu_forward-test.txt "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
+# d: forward. gpu_forward runs the tpcomm staged beside it ($D/tpcomm).
+step d1 60 240 forward/gpu_forward-test.txt "${G[@]}" "$D/gpu_forward" "${TT[@]}" --ignored
 step d2 70 180 forward/forward-p2p.txt "$T" bench forward --tokens 1,4,8,16 --json "$W/forward/forward-p2p.json"
 if timeout 10 "$T" bench forward --help 2>/dev/null | grep -q -- "--transport"; then
   step d3 70 180 forward/forward-host.txt env NCCL_P2P_DISABLE=1 "$T" bench forward --transport host \
