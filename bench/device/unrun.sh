@@ -54,6 +54,9 @@
 #      and quant_bench, built from the branch and staged by hand; carry it too)
 #      against this build: the branch's gpu_quant at WORLDS first, then both
 #      quant_bench builds alternated twice, P2P and host path, 2 ranks on GPU 0
+#   W  the planner's per-layer cost at two more widths (bench/plan/h200_efficiency.py
+#      at hidden 2048 / MLP 6144 and hidden 8192 / MLP 28672, beside step e's 4096):
+#      whether the cost beyond streaming is fixed per layer or grows with its bytes
 # QUICK=1 passes --quick to collectives_check.py (step s); WORLDS_TORCH (spaces
 # or commas) its worlds instead of WORLDS, TORCH_LIMIT its seconds per world
 # (default 150). Step z: Z_FILTER picks supervision tests by name (e.g. set_up),
@@ -233,6 +236,15 @@ step_z() {
   # clients (cuDevicePrimaryCtxRetain: out of memory / unknown error,
   # session 8, call 1).
   t supervision "$WORLDS" "${Z_LIMIT:-300}" 90 gpu_supervision ${Z_FILTER:-}
+}
+step_W() {
+  local h m
+  for hm in 2048:6144 8192:28672; do
+    h=${hm%:*} m=${hm#*:}
+    fits 30 "plan-width-$h" || continue
+    OUT=$O/plan run "plan-width-$h" 120 bash bench/plan/h200_efficiency.sh --hidden "$h" \
+      --mlp "$m" --heads $((h / 128)) --kv-heads 8
+  done
 }
 step_Q() {
   export CUDA_DEVICE_MAX_CONNECTIONS=32
