@@ -238,7 +238,7 @@ step_z() {
   t supervision "$WORLDS" "${Z_LIMIT:-300}" 90 gpu_supervision ${Z_FILTER:-}
 }
 step_W() {
-  local h m
+  local h m hm
   for hm in 2048:6144 8192:28672; do
     h=${hm%:*} m=${hm#*:}
     fits 30 "plan-width-$h" || continue

@@ -60,11 +60,7 @@ fn main() {
     // ranks share one, and each rank's stream needs a hardware queue of its
     // own (docs/shared-gpu.md). A value the user gave is kept. Rank
     // processes get the user's value or CUDA's default (workers.rs).
-    let user_queues = std::env::var_os(workers::QUEUES_ENV);
-    if user_queues.is_none() {
-        std::env::set_var(workers::QUEUES_ENV, "32");
-    }
-    let _ = workers::USER_QUEUES.set(user_queues);
+    let _ = workers::USER_QUEUES.set(tpcomm::cuda::share::widen_queues_for_threads());
     match cli.command {
         Command::Plan(cmd) => {
             if let Err(e) = plan::run(cmd) {

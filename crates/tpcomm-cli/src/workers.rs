@@ -30,9 +30,6 @@ use tpcomm::{Error, JobKey, Result};
 /// unset), recorded by `main` before it sets the variable for thread ranks.
 pub(crate) static USER_QUEUES: OnceLock<Option<OsString>> = OnceLock::new();
 
-/// The environment variable that sets a CUDA context's hardware queues.
-pub(crate) const QUEUES_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
-
 /// The CUDA_DEVICE_MAX_CONNECTIONS a rank process gets: the user's value,
 /// else CUDA's default (8).
 fn worker_queues(user: Option<&OsStr>) -> OsString {
@@ -209,7 +206,7 @@ where
         cmd.args(argv(r, &dir))
             .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
             .env(
-                QUEUES_ENV,
+                tpcomm::cuda::share::QUEUES_ENV,
                 worker_queues(USER_QUEUES.get().and_then(|v| v.as_deref())),
             );
         match cmd.spawn() {

@@ -286,9 +286,7 @@ fn seed(bytes: usize, r: usize) -> u64 {
 fn main() {
     // Before CUDA starts: ranks as threads sharing a GPU need a hardware
     // queue per rank's stream (docs/shared-gpu.md). A value given is kept.
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
-    }
+    tpcomm::cuda::share::widen_queues_for_threads();
     if let Err(e) = run() {
         eprintln!("quant_bench: {e}");
         std::process::exit(1);

@@ -10,6 +10,7 @@ use super::pdl::{self, Launch};
 use super::rendezvous::Rendezvous;
 use super::share::{
     grid_cap, mps_refusal_hint, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
+    QUEUES_ENV,
 };
 use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
@@ -146,7 +147,7 @@ pub fn open_context(device: usize) -> Result<Arc<CudaContext>> {
         if let Error::Cuda { detail, .. } = &mut err {
             let mps = raw::mps_enabled(device as i32).unwrap_or(false);
             // CUDA's own variable, read as CUDA reads it.
-            let queues = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+            let queues = std::env::var(QUEUES_ENV).ok();
             if let Some(hint) = mps_refusal_hint(code, mps, queues.as_deref()) {
                 detail.push_str(&hint);
             }

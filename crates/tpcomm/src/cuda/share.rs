@@ -136,6 +136,22 @@ pub fn time_slice_warning(sharing: Sharing, mps: bool, device: usize) -> Option<
 /// (`CUDA_DEVICE_MAX_CONNECTIONS`, default 8).
 pub const MAX_CONNECTIONS: u32 = 32;
 
+/// CUDA's own variable for a context's hardware work queues.
+pub const QUEUES_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// For a process whose ranks are threads sharing a GPU (each rank's stream
+/// needs a queue of its own, [`queue_warning`]): sets [`QUEUES_ENV`] to
+/// [`MAX_CONNECTIONS`] when it is unset (a value given is kept) and returns
+/// what it held before (`None`: unset). CUDA reads it once, when it
+/// starts: call this before any thread of the process touches CUDA.
+pub fn widen_queues_for_threads() -> Option<std::ffi::OsString> {
+    let before = std::env::var_os(QUEUES_ENV);
+    if before.is_none() {
+        std::env::set_var(QUEUES_ENV, MAX_CONNECTIONS.to_string());
+    }
+    before
+}
+
 /// What a rank whose GPU is shared with other ranks *of its own process*
 /// (threads) says when `CUDA_DEVICE_MAX_CONNECTIONS` (`connections`, as
 /// read from the environment) is below 32.
@@ -175,7 +191,7 @@ pub fn queue_warning(sharing: Sharing, connections: Option<&str>, device: usize)
 pub fn warn_queues_once(sharing: Sharing, device: usize) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // CUDA's own variable, read as CUDA reads it (not a tpcomm setting).
-    let v = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+    let v = std::env::var(QUEUES_ENV).ok();
     if let Some(w) = queue_warning(sharing, v.as_deref(), device) {
         ONCE.call_once(|| eprintln!("{w}"));
     }

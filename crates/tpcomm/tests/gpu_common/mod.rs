@@ -20,9 +20,7 @@ pub fn gpu_count() -> usize {
         // GPU: each rank's stream needs a hardware queue of its own
         // (docs/shared-gpu.md). CUDA reads this once, when it starts, which
         // is the next line; a value given by the caller is kept.
-        if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-            std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
-        }
+        tpcomm::cuda::share::widen_queues_for_threads();
         tpcomm::cuda::ensure_driver().expect("CUDA driver");
         CudaContext::device_count().expect("device count") as usize
     })

@@ -16,9 +16,7 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
     // need hardware queues of their own (docs/shared-gpu.md), and every
     // copy below goes through pinned memory (a pageable copy can hold a
     // rank's thread while a peer's kernel waits for that rank's call).
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
-    }
+    tpcomm::cuda::share::widen_queues_for_threads();
     for world in [1usize, 2, 4] {
         let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
         std::thread::scope(|s| {
