@@ -17,11 +17,10 @@
 // - it reads peer p's contribution at `src[p]`: P2P, slot p of its own
 //   receive area; host path, peer p's area. Its own codes it computes again
 //   from its input instead of reading them back (same function, same bits).
-// Each message is cut into chunks of Q_CHUNK elements. One-shot: producer
-// blocks quantize, send and flag chunks, consumer blocks wait for them and
-// dequantize and sum (quant_oneshot). A chunk's flag is written after a
-// system-scope fence, so a reader that sees the flag (acquire) sees the
-// chunk's codes and scales.
+// Each message is cut into chunks of Q_CHUNK elements; block b quantizes,
+// sends and flags chunks b, b + grid, ... and dequantizes and sums each
+// Q_LAG chunks later. A chunk's flag is written after a system-scope fence, so a
+// reader that sees the flag (acquire) sees the chunk's codes and scales.
 // Flags carry the call's epoch tag, so they are never reset. Two parities of
 // buffers alternate by epoch, for the reason docs/protocol-gpu.md gives for
 // the exact kernels: a rank writes parity e % 2 for epoch e + 2 only after it
@@ -150,43 +149,6 @@ __device__ __forceinline__ u32 q_encode(float x, float inv) {
         return (u32)r & 0xffu;
     }
     return e4m3_encode(y);
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// The hardware conversion (sm_89 and later), two values at a time, made to
-// give e4m3_encode's bits for every input: it converts the magnitude (round
-// to nearest even, finite values saturated to 448) and the sign is put back
-// by hand; magnitudes up to 2^-10 (which round to 0) become 0 first, so no
-// f32 subnormal reaches the conversion; a NaN gives 0.
-__device__ __forceinline__ u32 e4m3_encode2(float lo, float hi) {
-    const u32 bl = __float_as_uint(lo), bh = __float_as_uint(hi);
-    float al = __uint_as_float(bl & 0x7fffffffu), ah = __uint_as_float(bh & 0x7fffffffu);
-    al = al <= 0.0009765625f ? 0.0f : al;
-    ah = ah <= 0.0009765625f ? 0.0f : ah;
-    unsigned short r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(ah), "f"(al));
-    u32 c = (u32)r | ((bl >> 24) & 0x80u) | ((bh >> 16) & 0x8000u);
-    if ((bl & 0x7fffffffu) > 0x7f800000u) c &= 0xff00u;
-    if ((bh & 0x7fffffffu) > 0x7f800000u) c &= 0x00ffu;
-    return c;
-}
-#endif
-
-// Eight values times `inv`, as codes (value k in byte k).
-template <int FMT>
-__device__ __forceinline__ u64 encode8(const float* x, float inv) {
-    u32 w[2] = {0u, 0u};
-#pragma unroll
-    for (int k = 0; k < 8; k += 2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-        if (FMT == Q_FP8) {
-            w[k / 4] |= e4m3_encode2(q_mul(x[k], inv), q_mul(x[k + 1], inv)) << (8 * (k % 4));
-            continue;
-        }
-#endif
-        w[k / 4] |= (q_encode<FMT>(x[k], inv) | (q_encode<FMT>(x[k + 1], inv) << 8)) << (8 * (k % 4));
-    }
-    return (u64)w[0] | ((u64)w[1] << 32);
 }
 
 template <int FMT>
@@ -347,11 +309,18 @@ __device__ __forceinline__ void q_end_call(const QArgs& a, u64 epoch, bool ok) {
 
 // ---------------------------------------------------------------- one-shot
 
-// Quantizes 8 f32 values (zeros past the message) with their group's scale.
-// Every lane of the warp must call it together (the group's maximum goes
-// through the lanes of the group, G / 8 neighbouring lanes).
-template <int FMT>
-__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
+// Chunks a block sends ahead of the one it sums: its stores to the peers
+// (or the host) drain while it reads, so both directions of the link work
+// at once.
+#define Q_LAG 2u
+
+// Quantizes the octet at e0 (elements past n count as 0): its 8 codes and
+// its group's scale. Every lane of the warp must call it together (the
+// group's maximum goes through the lanes of the group).
+template <typename T, int FMT>
+__device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, float* scale_out) {
+    float x[8];
+    T::load8(a.in, e0, a.count, x);
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
@@ -361,16 +330,14 @@ __device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float
         scale = q_div(amax, q_code_max<FMT>());
         inv = q_div(q_code_max<FMT>(), amax);
     }
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
     *scale_out = scale;
-    return encode8<FMT>(x, inv);
-}
-
-// Quantizes the input's octet at e0 (elements past n count as 0).
-template <typename T, int FMT>
-__device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, float* scale_out) {
-    float x[8];
-    T::load8(a.in, e0, a.count, x);
-    return quantize8_values<FMT>(x, lanes, scale_out);
+    return (u64)lo | ((u64)hi << 32);
 }
 
 // Whether destination d receives a send meant for `target` (a rank, or
@@ -454,134 +421,36 @@ __device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 o
     }
 }
 
-// One-shot, split by role as the exact host-path kernel is: blocks
-// [0, grid / 2) only produce (quantize chunks of the input and send them,
-// never waiting), the others only consume (wait for a chunk's flags, then
-// dequantize every rank's codes and sum them in rank order), so stores to
-// the peers (or the host) and loads from them run at once, and no block's
-// sends queue behind its waits. A grid of one block produces everything,
-// then consumes it. Each role handles Q_UNROLL of its chunks at once (one
-// octet of each per thread, their loads in flight together, one fence and
-// one wait for all of them). A consumer quantizes this rank's own codes
-// again from the input (the same function, so the same bits) instead of
-// reading them back; in place (in == out) it first waits for this rank's
-// own flag of the chunk, so its output never overwrites input a producer
-// has not read yet. No wait cycle: producers wait for nothing, consumers
-// only for producers, and every block of every rank is resident
-// (quant_grid in src/cuda/quant.rs).
-#ifndef Q_UNROLL
-#define Q_UNROLL 4
-#endif
-
+// Waits for chunk c of every peer, then dequantizes every rank's codes and
+// sums them in rank order; this rank's own codes are quantized again from
+// its input (the same function, so the same bits) instead of read back.
+// False when a peer did not arrive.
 template <typename T, int FMT>
-__device__ __forceinline__ void produce(const QArgs& a, u64 first, u64 stride, u64 nchunks, u64 par, u32 tag,
-                                        u32 lanes, u32 gshift) {
-    const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
-    for (u64 c0 = first; c0 < nchunks; c0 += Q_UNROLL * stride) {
-        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
-            float x[Q_UNROLL][8];
-#pragma unroll
-            for (int j = 0; j < Q_UNROLL; j++) T::load8(a.in, (c0 + j * stride) * Q_CHUNK + off, a.count, x[j]);
-#pragma unroll
-            for (int j = 0; j < Q_UNROLL; j++) {
-                const u64 e0 = (c0 + j * stride) * Q_CHUNK + off;
-                float scale;
-                const u64 codes = quantize8_values<FMT>(x[j], lanes, &scale);
-                if (e0 < a.count) put_octet(a, par, Q_ALL, e0, codes, scale, group_head, gshift);
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence_system();
-            for (u32 j = 0; j < Q_UNROLL; j++) {
-                const u64 c = c0 + j * stride;
-                if (c >= nchunks) break;
-                for (u32 d = 0; d < a.ndst; d++)
-                    if (q_sends_to(a, d, Q_ALL)) st_release_sys_u32((u32*)(a.dst[d] + par + a.flags_off) + c, tag);
-            }
-        }
-    }
-}
-
-// Where this rank's own flags land: its host area, or (P2P) its slot in
-// the first peer's area.
-__device__ __forceinline__ const u32* own_flags(const QArgs& a, u64 par) {
-    const u32 d = a.ndst == 1u ? 0u : (a.rank == 0u ? 1u : 0u);
-    return (const u32*)(a.dst[d] + par + a.flags_off);
-}
-
-template <typename T, int FMT>
-__device__ __forceinline__ bool consume(const QArgs& a, u64 first, u64 stride, u64 nchunks, u64 par, u32 tag,
-                                        u32 lanes, u32 gshift, u64 epoch) {
+__device__ __forceinline__ bool sum_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
+                                          u64 epoch) {
     const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
-    const bool in_place = a.in == a.out;
-    for (u64 c0 = first; c0 < nchunks; c0 += Q_UNROLL * stride) {
-        bool arrived = true;
-        if (threadIdx.x == 0) {
-            for (u32 j = 0; arrived && j < Q_UNROLL; j++) {
-                const u64 c = c0 + j * stride;
-                if (c >= nchunks) break;
-                for (u32 p = 0; arrived && p < a.world; p++)
-                    if ((peers >> p) & 1u)
-                        arrived = q_wait_flag((const u32*)(a.src[p] + par + a.flags_off) + c, tag, a.ctl,
-                                              a.status, a.timeout_ns, p, epoch);
-                if (arrived && in_place)
-                    arrived = q_wait_flag(own_flags(a, par) + c, tag, a.ctl, a.status, a.timeout_ns, a.rank, epoch);
-            }
-        }
-        if (!__syncthreads_and(arrived)) return false;
-        for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
-            float acc[Q_UNROLL][8];
-            u64 own[Q_UNROLL];
-            float own_scale[Q_UNROLL];
-            {
-                float x[Q_UNROLL][8];
-#pragma unroll
-                for (int j = 0; j < Q_UNROLL; j++) T::load8(a.in, (c0 + j * stride) * Q_CHUNK + off, a.count, x[j]);
-#pragma unroll
-                for (int j = 0; j < Q_UNROLL; j++) own[j] = quantize8_values<FMT>(x[j], lanes, &own_scale[j]);
-            }
-            for (u32 p = 0; p < a.world; p++) {
-                u64 codes[Q_UNROLL];
-                float scale[Q_UNROLL];
-                if (p == a.rank) {
-#pragma unroll
-                    for (int j = 0; j < Q_UNROLL; j++) {
-                        codes[j] = own[j];
-                        scale[j] = own_scale[j];
-                    }
-                } else {
-                    const u64 base = a.src[p] + par;
-#pragma unroll
-                    for (int j = 0; j < Q_UNROLL; j++) {
-                        const u64 e0 = (c0 + j * stride) * Q_CHUNK + off;
-                        codes[j] = 0ull;
-                        scale[j] = 0.0f;
-                        if (e0 < a.count) {
-                            codes[j] = ld_volatile_u64((const u64*)(base + e0));
-                            scale[j] = __uint_as_float(
-                                ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
-                        }
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < Q_UNROLL; j++)
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        const float v = q_mul(q_decode<FMT>((u32)(codes[j] >> (8 * k)) & 0xffu), scale[j]);
-                        acc[j][k] = p == 0 ? v : q_add(acc[j][k], v);
-                    }
-            }
-#pragma unroll
-            for (int j = 0; j < Q_UNROLL; j++) {
-                const u64 e0 = (c0 + j * stride) * Q_CHUNK + off;
-                if (e0 < a.count) T::store8(a.out, e0, a.count, acc[j]);
-            }
-        }
+    if (!wait_chunk(a, c, par, tag, peers, epoch)) return false;
+    for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+        const u64 e0 = (u64)c * Q_CHUNK + off;
+        float own_scale;
+        const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
+        if (e0 >= a.count) continue;
+        float acc[8];
+        sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
+        T::store8(a.out, e0, a.count, acc);
     }
     return true;
 }
 
+// Block b handles chunks b, b + grid, ...: it sends each and sums the one
+// Q_LAG steps behind, then the last ones. Thread t handles the octets t,
+// t + blockDim, ... of a chunk (blockDim a power of two from 32 to 512, so
+// a chunk is whole warps and a group's G / 8 octets are neighbouring lanes).
+// No wait cycle: sending chunk c waits only for sums of smaller chunks, each
+// of which waits only for sends of itself (induction on c); every block of
+// every rank is resident (quant_grid in src/cuda/quant.rs).
+// In place: a chunk's input is read (sent, then quantized again in the sum)
+// before the same block writes its output, each thread its own octets.
 template <typename T, int FMT>
 __device__ void quant_oneshot(const QArgs& a) {
     if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
@@ -596,21 +465,44 @@ __device__ void quant_oneshot(const QArgs& a) {
     while ((1u << gshift) < a.group) gshift++;
 
     bool ok = true;
-    if (gridDim.x == 1u) {
-        produce<T, FMT>(a, 0ull, 1ull, nchunks, par, tag, lanes, gshift);
-        ok = consume<T, FMT>(a, 0ull, 1ull, nchunks, par, tag, lanes, gshift, epoch);
-    } else {
-        const u32 producers = gridDim.x / 2u;
-        if (blockIdx.x < producers)
-            produce<T, FMT>(a, blockIdx.x, producers, nchunks, par, tag, lanes, gshift);
-        else
-            ok = consume<T, FMT>(a, blockIdx.x - producers, gridDim.x - producers, nchunks, par, tag, lanes,
-                                 gshift, epoch);
+    u64 next_sum = blockIdx.x;
+    u32 step = 0u;
+    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x, step++) {
+        send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, Q_ALL);
+        if (step >= Q_LAG) {
+            ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+            next_sum += gridDim.x;
+        }
     }
+    for (; ok && next_sum < nchunks; next_sum += gridDim.x)
+        ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
     q_end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- two-shot
+
+// Quantizes 8 f32 values (zeros past the message) in the lanes of their
+// group, as quantize8 does with the input.
+template <int FMT>
+__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
+    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
+    float scale = 0.0f, inv = 0.0f;
+    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
+        scale = q_div(amax, q_code_max<FMT>());
+        inv = q_div(q_code_max<FMT>(), amax);
+    }
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
+    *scale_out = scale;
+    return (u64)lo | ((u64)hi << 32);
+}
 
 template <typename T, int FMT>
 __device__ __forceinline__ void store_dequantized(const QArgs& a, u64 e0, u64 codes, float scale) {
