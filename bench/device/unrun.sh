@@ -50,10 +50,11 @@
 #      (Gaussian inputs, then Gaussian with 100x outliers)
 #   P  under MPS: `tpcomm bench --device gpu --launch processes` at every world
 #      of WORLDS_ALL, P2P then the host path (every row checked, #wrong)
-#   A  the quantized kernels of branch quant-speed (QS, default .dev/qs: its gpu_quant
-#      and quant_bench, built from the branch and staged by hand; carry it too)
-#      against this build: the branch's gpu_quant at WORLDS first, then both
-#      quant_bench builds alternated twice, P2P and host path, 2 ranks on GPU 0
+#   A  other builds of the quantized kernels (QS: a directory or a comma list,
+#      default .dev/qs; each with gpu_quant and quant_bench, built by hand and
+#      carried too) against this build: each one's gpu_quant at WORLDS first,
+#      then every quant_bench build alternated twice, P2P and host path, 2 ranks
+#      on GPU 0 (QAB_REPS: --reps, default 10)
 #   W  the planner's per-layer cost at two more widths (bench/plan/h200_efficiency.py
 #      at hidden 2048 / MLP 6144 and hidden 8192 / MLP 28672, beside step e's 4096):
 #      whether the cost beyond streaming is fixed per layer or grows with its bytes
@@ -280,21 +281,27 @@ step_P() {
   mps_off
 }
 step_A() {
-  local qs=${QS:-.dev/qs}
-  [ -x "$qs/quant_bench" ] || { echo "-- step A: no $qs/quant_bench" | tee -a "$O/log.txt"; return 0; }
+  # QS: one build directory or a comma list of them (each with gpu_quant and
+  # quant_bench); QAB_REPS: quant_bench's --reps (default 10).
+  local qs_list=${QS:-.dev/qs} qs
   export CUDA_DEVICE_MAX_CONNECTIONS=32
-  if fits 100 qs-quant; then
-    TPCOMM_TEST_WORLDS=$WORLDS run qs-quant 240 "$qs/gpu_quant" --ignored --test-threads=1 --nocapture
-  fi
+  for qs in ${qs_list//,/ }; do
+    [ -x "$qs/quant_bench" ] || { echo "-- step A: no $qs/quant_bench" | tee -a "$O/log.txt"; continue; }
+    cat "$qs/BUILD.txt" >> "$O/build.txt" 2>/dev/null
+    if fits 100 "qs-quant-${qs##*/}"; then
+      TPCOMM_TEST_WORLDS=$WORLDS run "qs-quant-${qs##*/}" 240 "$qs/gpu_quant" --ignored --test-threads=1 --nocapture
+    fi
+  done
   local i b tr bin
   for i in 1 2; do
-    for b in main qs; do
+    for b in main ${qs_list//,/ }; do
       bin=$D/quant_bench
-      [ "$b" = qs ] && bin=$qs/quant_bench
+      [ "$b" = main ] || bin=$b/quant_bench
+      [ -x "$bin" ] || continue
       for tr in cuda host; do
-        fits 40 "qab-$b-$tr-$i" || continue
-        run "qab-$b-$tr-$i" 90 "$bin" --ranks 2 --gpus 1 --transport "$tr" \
-          --min 4MiB --max 64MiB --iters 10 --reps 10
+        fits 40 "qab-${b##*/}-$tr-$i" || continue
+        run "qab-${b##*/}-$tr-$i" 90 "$bin" --ranks 2 --gpus 1 --transport "$tr" \
+          --min 4MiB --max 64MiB --iters 10 --reps "${QAB_REPS:-10}"
       done
     done
   done
