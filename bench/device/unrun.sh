@@ -38,6 +38,7 @@
 #   v  the call words' cost: OLD's tpcomm against this one, bench under MPS
 #   r  the forward bench's ranks as threads (gpu_forward forward_ranks_as_threads),
 #      then its quantized modes (forward_quantized_modes_..., host path, threads)
+#   R  only step r's quantized modes
 #   m  mismatched calls at WORLDS (gpu_mismatch, ranks as threads, both
 #      transports)
 #   z  a rank killed or stopped during set-up, calls and end of `tpcomm bench
@@ -55,6 +56,9 @@
 #      carried too) against this build: each one's gpu_quant at WORLDS first,
 #      then every quant_bench build alternated twice, P2P and host path, 2 ranks
 #      on GPU 0 (QAB_REPS: --reps, default 10)
+#   S  the drop-in choosing standalone mode by itself (TPCOMM_STANDALONE unset),
+#      every rank on GPU 0 under MPS: collectives_check.py --quick at 2 and 4
+#      ranks, then hf_tp_check.py at TP 2, float32
 #   W  the planner's per-layer cost at two more widths (bench/plan/h200_efficiency.py
 #      at hidden 2048 / MLP 6144 and hidden 8192 / MLP 28672, beside step e's 4096):
 #      whether the cost beyond streaming is fixed per layer or grows with its bytes
@@ -228,6 +232,10 @@ step_r() {
   t forward-threads 2 150 40 gpu_forward forward_ranks_as_threads
   t forward-quant 2 150 40 gpu_forward forward_quantized_modes
 }
+# Only the forward bench's quantized modes (step r's second half).
+step_R() {
+  t forward-quant 2 150 40 gpu_forward forward_quantized_modes
+}
 step_m() {
   t mismatch "$WORLDS" 240 60 gpu_mismatch
 }
@@ -306,6 +314,30 @@ step_A() {
     done
   done
   unset CUDA_DEVICE_MAX_CONNECTIONS
+}
+step_S() {
+  mps_on
+  local w lib
+  lib=$(realpath "$D/libtpcomm_nccl.so")
+  for w in 2 4; do
+    fits 40 "torch-auto-$w" || continue
+    (
+      unset TPCOMM_STANDALONE
+      export TPCOMM_MAX_BYTES=64MiB
+      run "torch-auto-$w" 150 python3 bench/torch/collectives_check.py --ranks "$w" --placement shared \
+        --lib "$lib" --out "$O/torch-auto-$w.json" --timeout 140 --quick
+    )
+  done
+  if fits 90 hf-tp-auto; then
+    (
+      unset TPCOMM_STANDALONE
+      export TPCOMM_MAX_BYTES=64MiB
+      run hf-tp-auto 200 python3 bench/torch/hf_tp_check.py --lib "$lib" --standalone env --tp 2 \
+        --dtype float32 --out "$O/hf-tp-auto.json" --timeout 180
+    )
+    [ -d "$O/hf-tp-auto-logs" ] && tar czf "$O/hf-tp-auto-logs.tgz" -C "$O" hf-tp-auto-logs && rm -rf "${O:?}/hf-tp-auto-logs"
+  fi
+  mps_off
 }
 # The steps run in the order STEPS names them.
 for s in ${STEPS//,/ }; do

@@ -24,8 +24,9 @@ temporary directory, so every process loads the same weights. The prompt is --ba
     their kernels at once (docs/shared-gpu.md).
 
 With --lib the drop-in is preloaded (LD_PRELOAD) into every process, with
-TPCOMM_LOG=info and TPCOMM_STANDALONE=1 (unless set otherwise in the environment), so
-the NCCL process group is served by tpcomm alone. Without --lib, plain NCCL serves it:
+TPCOMM_LOG=info and TPCOMM_STANDALONE=1 (unless set otherwise in the environment, or
+--standalone env: the variable as the environment has it), so the NCCL process group is
+served by tpcomm alone. Without --lib, plain NCCL serves it:
 NCCL refuses ranks sharing a GPU ("Duplicate GPU detected"), and the script reports that
 refusal as the expected outcome of the run without the drop-in, not as a crash.
 
@@ -542,6 +543,10 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--standalone", choices=["1", "env"], default="1",
+                    help="with --lib: 1 sets TPCOMM_STANDALONE=1 unless the environment sets it; "
+                         "env leaves the variable as the environment has it (unset: the drop-in "
+                         "decides for itself)")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint and tensors")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run on the CPU with gloo: checks this script only, not tpcomm")
@@ -562,7 +567,8 @@ def main():
         # Re-run this script with the drop-in preloaded from the start (every rank inherits it).
         env = dict(os.environ, LD_PRELOAD=os.path.abspath(args.lib), TPCOMM_LOG="info",
                    TPCOMM_CHECK_PRELOADED="1")
-        env.setdefault("TPCOMM_STANDALONE", "1")
+        if args.standalone == "1":
+            env.setdefault("TPCOMM_STANDALONE", "1")
         env.setdefault("TPCOMM_TIMEOUT_S", str(min(120, pg_timeout(args))))
         os.execvpe(sys.executable, [sys.executable] + sys.argv, env)
     plain = not args.lib and not args.cpu_smoke
