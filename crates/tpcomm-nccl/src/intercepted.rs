@@ -8,7 +8,7 @@ use crate::created;
 use crate::ffi::{call_real, guard, Fail};
 use crate::ready::wait_ready;
 use crate::served;
-use crate::settings::{self, info};
+use crate::settings::{self, info, Standalone};
 use crate::standalone;
 use crate::state;
 use crate::types::*;
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
     guard("ncclGroupStart", || {
         // Standalone mode has no real NCCL to group with: calls on a
         // standalone communicator run in order as they come.
-        if settings::get().standalone {
+        if settings::get().standalone == Standalone::Always {
             DEPTH.set(DEPTH.get() + 1);
             return SUCCESS;
         }
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
-        if settings::get().standalone {
+        if settings::get().standalone == Standalone::Always {
             DEPTH.set(DEPTH.get().saturating_sub(1));
             return SUCCESS;
         }
@@ -381,7 +381,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
     guard("ncclGetVersion", || {
         match call_real!(ncclGetVersion(version) as fn(*mut c_int) -> NcclResult) {
             Ok(r) => r,
-            Err(_) if settings::get().standalone && !version.is_null() => {
+            Err(_) if settings::get().standalone == Standalone::Always && !version.is_null() => {
                 // SAFETY: non-null, the caller's int.
                 unsafe { *version = API_VERSION };
                 SUCCESS
@@ -394,7 +394,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult {
     guard("ncclGetUniqueId", || {
-        if settings::get().standalone {
+        if settings::get().standalone == Standalone::Always {
             if unique_id.is_null() {
                 return standalone::fail(
                     served::INVALID_ARGUMENT,
@@ -423,7 +423,8 @@ pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
     guard("ncclGetLastError", || {
         // Standalone mode's own text for its communicators, and for the
         // calls that take none (creation, ids) when it is on.
-        let ours = served::lookup(comm).is_some() || (comm.is_null() && settings::get().standalone);
+        let ours = served::lookup(comm).is_some()
+            || (comm.is_null() && settings::get().standalone == Standalone::Always);
         if ours {
             return standalone::last_error_ptr();
         }

@@ -484,9 +484,21 @@ pub static STANDALONE: Var<Flag> = Var {
     name: "TPCOMM_STANDALONE",
     section: Section::DropIn,
     read_by: "the drop-in (first call)",
-    default: "off",
-    doc: "on: `ncclGetUniqueId` returns a standalone id and communicators made with one are served by tpcomm alone, with no real NCCL under them (one host; docs/standalone.md)",
+    default: "unset: auto",
+    doc: "on: `ncclGetUniqueId` returns a standalone id and communicators made with one are served by tpcomm alone, with no real NCCL under them (one host); off: never standalone; unset (auto): NCCL's ids, and a communicator whose ranks are all on one host and share a GPU (which NCCL refuses) is served standalone, found by a census at creation (docs/standalone.md)",
     kind: Flag,
+};
+
+pub static STANDALONE_WAIT_S: Var<Seconds> = Var {
+    name: "TPCOMM_STANDALONE_WAIT_S",
+    section: Section::DropIn,
+    read_by: "the drop-in (first call)",
+    default: "5",
+    doc: "auto standalone mode: how long rank 0 waits at communicator creation for the other ranks of its host to say which GPU they are on; when not all come (ranks on other hosts, or later ones) the communicator is NCCL's",
+    kind: Seconds {
+        min_ms: 1,
+        max_s: 3600,
+    },
 };
 
 pub static REAL_NCCL: Var<Path> = Var {
@@ -753,6 +765,7 @@ pub static ALL: &[&dyn Entry] = &[
     &LOG,
     &REAL_NCCL,
     &STANDALONE,
+    &STANDALONE_WAIT_S,
     &MAX_BYTES,
     &TIMEOUT_S,
     &P2P_BLOCK,
