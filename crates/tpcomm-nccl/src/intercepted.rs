@@ -4,11 +4,12 @@
 //! know when NCCL's group semantics apply), and the queries a standalone
 //! communicator answers itself. All-reduce itself is in allreduce.rs.
 
+use crate::auto;
 use crate::created;
 use crate::ffi::{call_real, guard, Fail};
 use crate::ready::wait_ready;
 use crate::served;
-use crate::settings::{self, info, Standalone};
+use crate::settings::{self, info, warn, Standalone};
 use crate::standalone;
 use crate::state;
 use crate::types::*;
@@ -150,12 +151,25 @@ pub unsafe extern "C" fn ncclCommInitRank(
             }
             return created::create("ncclCommInitRank", comm, nranks, secret, rank);
         }
+        // A marked id (auto mode): the census decides; NCCL gets the id
+        // as it made it. Any other id goes on untouched.
+        const CALL: &str = "ncclCommInitRank";
+        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
+            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
+            auto::Route::Standalone(secret) => {
+                return created::create(CALL, comm, nranks, secret, rank)
+            }
+            auto::Route::Failed(r) => return r,
+        };
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
         {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
+        if let Some(t) = after {
+            t.done(r);
+        }
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
             created(r, unsafe { *comm }, "ncclCommInitRank");
@@ -184,12 +198,26 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             }
             return created::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
         }
+        // As in ncclCommInitRank; the census blocks even a non-blocking
+        // creation (at most the census wait on rank 0).
+        const CALL: &str = "ncclCommInitRankConfig";
+        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
+            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
+            auto::Route::Standalone(secret) => {
+                return created::create(CALL, comm, nranks, secret, rank)
+            }
+            auto::Route::Failed(r) => return r,
+        };
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
         {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
+        // In progress (non-blocking) is not made yet: the records stay.
+        if let Some(t) = after {
+            t.done(r);
+        }
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
             created(r, unsafe { *comm }, "ncclCommInitRankConfig");
@@ -208,16 +236,35 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
+        // Auto mode's marks are taken off a copy of the ids (no census:
+        // this creation is always NCCL's).
+        let mut unmarked: Vec<UniqueId> = Vec::new();
         if !comm_ids.is_null() && n_id > 0 {
             // SAFETY: non-null, and nccl.h's contract gives `n_id` ids there.
-            let first = unsafe { &*comm_ids };
-            if standalone::parse(&first.internal).is_some() {
+            let ids = unsafe { std::slice::from_raw_parts(comm_ids, n_id as usize) };
+            if standalone::parse(&ids[0].internal).is_some() {
                 return standalone::unservable(
                     "ncclCommInitRankScalable",
                     "a standalone id is made for ncclCommInitRank and ncclCommInitRankConfig",
                 );
             }
+            if ids.iter().any(|i| auto::read_mark(&i.internal).is_some()) {
+                unmarked = ids
+                    .iter()
+                    .map(|i| UniqueId {
+                        internal: match auto::read_mark(&i.internal) {
+                            Some(_) => auto::stripped(&i.internal),
+                            None => i.internal,
+                        },
+                    })
+                    .collect();
+            }
         }
+        let comm_ids = if unmarked.is_empty() {
+            comm_ids
+        } else {
+            unmarked.as_mut_ptr()
+        };
         let r = match call_real!(ncclCommInitRankScalable(
             comm, nranks, myrank, n_id, comm_ids, config
         )
@@ -413,8 +460,19 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
                 ),
             };
         }
-        call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
-            .unwrap_or_else(|_| NcclResult::missing())
+        let r = call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing());
+        if r == SUCCESS && !unique_id.is_null() && settings::get().standalone == Standalone::Auto {
+            // SAFETY: non-null, the caller's ncclUniqueId, which NCCL has
+            // just written.
+            let id = unsafe { &mut (*unique_id).internal };
+            match auto::mark(id) {
+                Ok(Some(_)) => info!("ncclGetUniqueId: NCCL's id, marked for auto standalone mode"),
+                Ok(None) => info!("ncclGetUniqueId: NCCL's id has data in its last 64 bytes; left unmarked (no auto standalone mode for it)"),
+                Err(e) => warn!("ncclGetUniqueId: NCCL's id left unmarked, so no auto standalone mode for it ({e})"),
+            }
+        }
+        r
     })
 }
 
@@ -422,9 +480,13 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
 pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
     guard("ncclGetLastError", || {
         // Standalone mode's own text for its communicators, and for the
-        // calls that take none (creation, ids) when it is on.
+        // calls that take none (creation, ids) when it is on; in auto mode
+        // for those when tpcomm failed the last creation (a census, a
+        // standalone communicator: one handed to NCCL clears the text).
+        let mode = settings::get().standalone;
         let ours = served::lookup(comm).is_some()
-            || (comm.is_null() && settings::get().standalone == Standalone::Always);
+            || (comm.is_null() && mode == Standalone::Always)
+            || (comm.is_null() && mode == Standalone::Auto && standalone::has_last_error());
         if ours {
             return standalone::last_error_ptr();
         }

@@ -20,6 +20,7 @@
 
 mod allreduce;
 mod alone;
+mod auto;
 mod collectives;
 mod created;
 #[forbid(unsafe_code)]
