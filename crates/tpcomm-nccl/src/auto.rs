@@ -249,10 +249,16 @@ pub fn route_in(
         );
     }
     if place.in_group {
-        return c.give_up(
+        let r = c.give_up(
             "created inside ncclGroupStart/ncclGroupEnd (the ranks of a group are made at its end, so no census waits for them)",
             false,
         );
+        // NCCL's success inside a group does not mean every rank has read
+        // the decision: the records stay.
+        return match r {
+            Route::Nccl { id, .. } => Route::Nccl { id, after: None },
+            other => other,
+        };
     }
     let me = match gpu() {
         Ok(me) => me,

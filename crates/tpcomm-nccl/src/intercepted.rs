@@ -462,7 +462,10 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
         }
         let r = call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing());
-        if r == SUCCESS && !unique_id.is_null() && settings::get().standalone == Standalone::Auto {
+        let s = settings::get();
+        if s.standalone == Standalone::Auto && s.nccl_comm_id {
+            info!("ncclGetUniqueId: NCCL_COMM_ID is set, so the ranks may not share this id; left unmarked (no auto standalone mode for it)");
+        } else if r == SUCCESS && !unique_id.is_null() && s.standalone == Standalone::Auto {
             // SAFETY: non-null, the caller's ncclUniqueId, which NCCL has
             // just written.
             let id = unsafe { &mut (*unique_id).internal };

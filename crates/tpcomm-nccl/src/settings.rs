@@ -36,6 +36,9 @@ pub struct Settings {
     pub standalone: Standalone,
     /// `TPCOMM_STANDALONE_WAIT_S`: how long rank 0's census waits in auto mode.
     pub standalone_wait: Duration,
+    /// `NCCL_COMM_ID` is set: ranks may each make their own unique id, so
+    /// auto mode leaves ids unmarked (a census needs one shared id).
+    pub nccl_comm_id: bool,
 }
 
 /// `TPCOMM_STANDALONE`'s three values.
@@ -85,6 +88,9 @@ impl Settings {
         let standalone = take(&mut bad, env::STANDALONE.read_with(&get));
         let standalone_wait = take(&mut bad, env::STANDALONE_WAIT_S.read_with(&get))
             .unwrap_or(DEFAULT_STANDALONE_WAIT);
+        // NCCL's variable: any value (even one that is not text) counts as
+        // set, and none is an error of tpcomm's.
+        let nccl_comm_id = !matches!(env::NCCL_COMM_ID.read_with(&get), Ok(None));
         let standalone = match standalone {
             _ if disabled || !bad.is_empty() => Standalone::Never,
             Some(true) => Standalone::Always,
@@ -100,6 +106,7 @@ impl Settings {
                 real_nccl,
                 standalone,
                 standalone_wait,
+                nccl_comm_id,
             },
             bad,
         )
@@ -207,6 +214,10 @@ mod tests {
         // A bad value of another variable steps auto mode aside too.
         let (s, _) = with(&[("TPCOMM_MAX_BYTES", "lots")]);
         assert_eq!(s.standalone, Standalone::Never);
+        // NCCL_COMM_ID is noticed, and is never a bad value of tpcomm's.
+        let (s, bad) = with(&[("NCCL_COMM_ID", "10.0.0.1:5000")]);
+        assert!(s.nccl_comm_id && bad.is_empty() && !s.disabled);
+        assert!(!with(&[]).0.nccl_comm_id);
     }
 
     #[test]

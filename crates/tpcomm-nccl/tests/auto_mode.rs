@@ -189,3 +189,20 @@ fn an_id_with_data_in_its_tail_is_left_unmarked() {
     assert!(!out.contains("census"), "{out}");
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn with_nccl_comm_id_set_ids_are_left_unmarked() {
+    // Ranks may each make their own id then: no shared secret to meet by.
+    let (out, left) = run_child(&[("NCCL_COMM_ID", "127.0.0.1:29999")]);
+    for want in [
+        "uid=0",
+        "tail=\"\\0\\0\\0\\0\\0\\0\\0\\0\"",
+        "init=0",
+        "nccl_rest_zero=true",
+        "NCCL_COMM_ID is set",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(!out.contains("census"), "{out}");
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -750,6 +750,15 @@ pub static NCCL_P2P_DISABLE: Var<Text> = Var {
     kind: Text,
 };
 
+pub static NCCL_COMM_ID: Var<Text> = Var {
+    name: "NCCL_COMM_ID",
+    section: Section::Standard,
+    read_by: "the drop-in (first call)",
+    default: "NCCL's",
+    doc: "NCCL's own (rank 0's address, so that ranks may each make their own unique id); set: auto standalone mode leaves NCCL's ids unmarked, since the ranks may not share one id",
+    kind: Text,
+};
+
 /// Every variable, in the order of the documentation.
 pub static ALL: &[&dyn Entry] = &[
     &NVRTC_LIBRARY,
@@ -787,6 +796,7 @@ pub static ALL: &[&dyn Entry] = &[
     &VIRTUAL_ENV,
     &CONDA_PREFIX,
     &NCCL_P2P_DISABLE,
+    &NCCL_COMM_ID,
 ];
 
 /// The sections whose variables a communicator's creation checks.

@@ -335,6 +335,26 @@ fn a_rank_inside_a_group_or_without_a_gpu_makes_every_rank_nccl() {
 }
 
 #[test]
+fn a_creation_inside_a_group_leaves_the_records_for_the_others() {
+    let base = standalone::test_dir();
+    let (nccls, id) = marked(11);
+    let mut p = place(&base, 10_000, 20_000);
+    p.in_group = true;
+    let r = route_in("test", &id, 2, 0, &p, || panic!("a census inside a group"));
+    // NCCL returns at once inside a group: tidying then would take the
+    // decision away from ranks that have not read it.
+    assert!(
+        matches!(&r, Route::Nccl { id: got, after: None } if *got == nccls),
+        "{r:?}"
+    );
+    let r = route_in("test", &id, 2, 1, &place(&base, 10_000, 20_000), || {
+        Ok(DeviceIdentity::here([0; 16]))
+    });
+    assert!(matches!(&r, Route::Nccl { .. }), "{r:?}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
 fn a_rank_that_waits_out_the_timeout_decides_nccl_and_rank_0_follows_it() {
     let base = standalone::test_dir();
     let (nccls, id) = marked(7);
