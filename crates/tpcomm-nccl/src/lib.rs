@@ -20,6 +20,7 @@
 
 mod allreduce;
 mod alone;
+#[forbid(unsafe_code)]
 mod auto;
 mod collectives;
 mod created;
