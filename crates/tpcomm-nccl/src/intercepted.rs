@@ -92,7 +92,10 @@ pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char
 pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
     guard("ncclGroupStart", || {
         // Standalone mode has no real NCCL to group with: calls on a
-        // standalone communicator run in order as they come.
+        // standalone communicator run in order as they come. Auto mode
+        // groups with NCCL (its real communicators keep NCCL's group
+        // semantics); calls on a served communicator inside the group still
+        // run at once (served::lookup comes first) and never reach NCCL.
         if settings::get().standalone == Standalone::Always {
             DEPTH.set(DEPTH.get() + 1);
             return SUCCESS;
