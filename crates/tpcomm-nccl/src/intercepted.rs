@@ -4,11 +4,12 @@
 //! know when NCCL's group semantics apply), and the queries a standalone
 //! communicator answers itself. All-reduce itself is in allreduce.rs.
 
+use crate::auto;
 use crate::created;
 use crate::ffi::{call_real, guard, Fail};
 use crate::ready::wait_ready;
 use crate::served;
-use crate::settings::{self, info};
+use crate::settings::{self, info, warn, Standalone};
 use crate::standalone;
 use crate::state;
 use crate::types::*;
@@ -91,8 +92,11 @@ pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char
 pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
     guard("ncclGroupStart", || {
         // Standalone mode has no real NCCL to group with: calls on a
-        // standalone communicator run in order as they come.
-        if settings::get().standalone {
+        // standalone communicator run in order as they come. Auto mode
+        // groups with NCCL (its real communicators keep NCCL's group
+        // semantics); calls on a served communicator inside the group still
+        // run at once (served::lookup comes first) and never reach NCCL.
+        if settings::get().standalone == Standalone::Always {
             DEPTH.set(DEPTH.get() + 1);
             return SUCCESS;
         }
@@ -111,7 +115,7 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
-        if settings::get().standalone {
+        if settings::get().standalone == Standalone::Always {
             DEPTH.set(DEPTH.get().saturating_sub(1));
             return SUCCESS;
         }
@@ -150,12 +154,25 @@ pub unsafe extern "C" fn ncclCommInitRank(
             }
             return created::create("ncclCommInitRank", comm, nranks, secret, rank);
         }
+        // A marked id (auto mode): the census decides; NCCL gets the id
+        // as it made it. Any other id goes on untouched.
+        const CALL: &str = "ncclCommInitRank";
+        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
+            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
+            auto::Route::Standalone(secret) => {
+                return created::create(CALL, comm, nranks, secret, rank)
+            }
+            auto::Route::Failed(r) => return r,
+        };
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
         {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
+        if let Some(t) = after {
+            t.done(r);
+        }
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
             created(r, unsafe { *comm }, "ncclCommInitRank");
@@ -184,12 +201,26 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             }
             return created::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
         }
+        // As in ncclCommInitRank; the census blocks even a non-blocking
+        // creation (at most the census wait on rank 0).
+        const CALL: &str = "ncclCommInitRankConfig";
+        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
+            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
+            auto::Route::Standalone(secret) => {
+                return created::create(CALL, comm, nranks, secret, rank)
+            }
+            auto::Route::Failed(r) => return r,
+        };
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
         {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
+        // In progress (non-blocking) is not made yet: the records stay.
+        if let Some(t) = after {
+            t.done(r);
+        }
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
             created(r, unsafe { *comm }, "ncclCommInitRankConfig");
@@ -208,16 +239,35 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
+        // Auto mode's marks are taken off a copy of the ids (no census:
+        // this creation is always NCCL's).
+        let mut unmarked: Vec<UniqueId> = Vec::new();
         if !comm_ids.is_null() && n_id > 0 {
             // SAFETY: non-null, and nccl.h's contract gives `n_id` ids there.
-            let first = unsafe { &*comm_ids };
-            if standalone::parse(&first.internal).is_some() {
+            let ids = unsafe { std::slice::from_raw_parts(comm_ids, n_id as usize) };
+            if standalone::parse(&ids[0].internal).is_some() {
                 return standalone::unservable(
                     "ncclCommInitRankScalable",
                     "a standalone id is made for ncclCommInitRank and ncclCommInitRankConfig",
                 );
             }
+            if ids.iter().any(|i| auto::read_mark(&i.internal).is_some()) {
+                unmarked = ids
+                    .iter()
+                    .map(|i| UniqueId {
+                        internal: match auto::read_mark(&i.internal) {
+                            Some(_) => auto::stripped(&i.internal),
+                            None => i.internal,
+                        },
+                    })
+                    .collect();
+            }
         }
+        let comm_ids = if unmarked.is_empty() {
+            comm_ids
+        } else {
+            unmarked.as_mut_ptr()
+        };
         let r = match call_real!(ncclCommInitRankScalable(
             comm, nranks, myrank, n_id, comm_ids, config
         )
@@ -381,7 +431,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
     guard("ncclGetVersion", || {
         match call_real!(ncclGetVersion(version) as fn(*mut c_int) -> NcclResult) {
             Ok(r) => r,
-            Err(_) if settings::get().standalone && !version.is_null() => {
+            Err(_) if settings::get().standalone == Standalone::Always && !version.is_null() => {
                 // SAFETY: non-null, the caller's int.
                 unsafe { *version = API_VERSION };
                 SUCCESS
@@ -394,7 +444,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult {
     guard("ncclGetUniqueId", || {
-        if settings::get().standalone {
+        if settings::get().standalone == Standalone::Always {
             if unique_id.is_null() {
                 return standalone::fail(
                     served::INVALID_ARGUMENT,
@@ -413,8 +463,22 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
                 ),
             };
         }
-        call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
-            .unwrap_or_else(|_| NcclResult::missing())
+        let r = call_real!(ncclGetUniqueId(unique_id) as fn(*mut UniqueId) -> NcclResult)
+            .unwrap_or_else(|_| NcclResult::missing());
+        let s = settings::get();
+        if s.standalone == Standalone::Auto && s.nccl_comm_id {
+            info!("ncclGetUniqueId: NCCL_COMM_ID is set, so the ranks may not share this id; left unmarked (no auto standalone mode for it)");
+        } else if r == SUCCESS && !unique_id.is_null() && s.standalone == Standalone::Auto {
+            // SAFETY: non-null, the caller's ncclUniqueId, which NCCL has
+            // just written.
+            let id = unsafe { &mut (*unique_id).internal };
+            match auto::mark(id) {
+                Ok(Some(_)) => info!("ncclGetUniqueId: NCCL's id, marked for auto standalone mode"),
+                Ok(None) => info!("ncclGetUniqueId: NCCL's id has data in its last 64 bytes; left unmarked (no auto standalone mode for it)"),
+                Err(e) => warn!("ncclGetUniqueId: NCCL's id left unmarked, so no auto standalone mode for it ({e})"),
+            }
+        }
+        r
     })
 }
 
@@ -422,8 +486,13 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
 pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
     guard("ncclGetLastError", || {
         // Standalone mode's own text for its communicators, and for the
-        // calls that take none (creation, ids) when it is on.
-        let ours = served::lookup(comm).is_some() || (comm.is_null() && settings::get().standalone);
+        // calls that take none (creation, ids) when it is on; in auto mode
+        // for those when tpcomm failed the last creation (a census, a
+        // standalone communicator: one handed to NCCL clears the text).
+        let mode = settings::get().standalone;
+        let ours = served::lookup(comm).is_some()
+            || (comm.is_null() && mode == Standalone::Always)
+            || (comm.is_null() && mode == Standalone::Auto && standalone::has_last_error());
         if ours {
             return standalone::last_error_ptr();
         }

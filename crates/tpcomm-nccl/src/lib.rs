@@ -20,6 +20,8 @@
 
 mod allreduce;
 mod alone;
+#[forbid(unsafe_code)]
+mod auto;
 mod collectives;
 mod created;
 #[forbid(unsafe_code)]

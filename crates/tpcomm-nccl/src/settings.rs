@@ -31,15 +31,39 @@ pub struct Settings {
     pub timeout: Duration,
     /// `TPCOMM_REAL_NCCL`: the real library's path.
     pub real_nccl: Option<String>,
-    /// `TPCOMM_STANDALONE=1`: unique ids are standalone ones, and their
-    /// communicators are served with no real NCCL (docs/standalone.md).
-    pub standalone: bool,
+    /// `TPCOMM_STANDALONE`: when tpcomm serves a communicator itself, with
+    /// no real NCCL under it (docs/standalone.md).
+    pub standalone: Standalone,
+    /// `TPCOMM_STANDALONE_WAIT_S`: how long rank 0's census waits in auto mode.
+    pub standalone_wait: Duration,
+    /// `NCCL_COMM_ID` is set: ranks may each make their own unique id, so
+    /// auto mode leaves ids unmarked (a census needs one shared id).
+    pub nccl_comm_id: bool,
+}
+
+/// `TPCOMM_STANDALONE`'s three values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standalone {
+    /// `1`: unique ids are standalone ones, and their communicators are
+    /// served with no real NCCL.
+    Always,
+    /// Unset: unique ids are NCCL's, marked (auto.rs); a communicator made
+    /// with a marked id whose ranks are all on this host and share a GPU is
+    /// served standalone, any other is NCCL's.
+    Auto,
+    /// `0`, or tpcomm stepping aside (`TPCOMM_DISABLE=1`, a bad value):
+    /// plain interception, ids untouched, no census.
+    Never,
 }
 
 pub const DEFAULT_MAX_BYTES: ByteSize = ByteSize::mib(16);
 /// As long as PyTorch's NCCL watchdog waits by default: a rank may reach its
 /// first all-reduce minutes after its peer (compilation, weight loading).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Long enough for ranks started together to reach creation together, short
+/// enough to add little to a creation whose ranks do not all come (ranks of
+/// other hosts on rank 0's host).
+pub const DEFAULT_STANDALONE_WAIT: Duration = Duration::from_secs(5);
 
 impl Settings {
     /// Reads the variables (declared in `tpcomm::env`) through `get`, so
@@ -61,7 +85,18 @@ impl Settings {
         let timeout = take(&mut bad, env::TIMEOUT_S.read_with(&get)).unwrap_or(DEFAULT_TIMEOUT);
         let real_nccl = take(&mut bad, env::REAL_NCCL.read_with(&get))
             .map(|p| p.to_string_lossy().into_owned());
-        let standalone = take(&mut bad, env::STANDALONE.read_with(&get)).unwrap_or(false);
+        let standalone = take(&mut bad, env::STANDALONE.read_with(&get));
+        let standalone_wait = take(&mut bad, env::STANDALONE_WAIT_S.read_with(&get))
+            .unwrap_or(DEFAULT_STANDALONE_WAIT);
+        // NCCL's variable: any value (even one that is not text) counts as
+        // set, and none is an error of tpcomm's.
+        let nccl_comm_id = !matches!(env::NCCL_COMM_ID.read_with(&get), Ok(None));
+        let standalone = match standalone {
+            _ if disabled || !bad.is_empty() => Standalone::Never,
+            Some(true) => Standalone::Always,
+            Some(false) => Standalone::Never,
+            None => Standalone::Auto,
+        };
         (
             Settings {
                 disabled: disabled || !bad.is_empty(),
@@ -69,7 +104,9 @@ impl Settings {
                 max_bytes,
                 timeout,
                 real_nccl,
-                standalone: standalone && !disabled && bad.is_empty(),
+                standalone,
+                standalone_wait,
+                nccl_comm_id,
             },
             bad,
         )
@@ -156,17 +193,49 @@ mod tests {
         assert_eq!(s.max_bytes, ByteSize::mib(16));
         assert_eq!(s.timeout, DEFAULT_TIMEOUT);
         assert_eq!(s.real_nccl, None);
-        assert!(!s.standalone);
+        assert_eq!(s.standalone, Standalone::Auto);
+        assert_eq!(s.standalone_wait, Duration::from_secs(5));
     }
 
     #[test]
-    fn standalone_is_a_boolean_and_yields_to_disable_and_bad_values() {
-        assert!(with(&[("TPCOMM_STANDALONE", "1")]).0.standalone);
-        assert!(!with(&[("TPCOMM_STANDALONE", "0")]).0.standalone);
+    fn standalone_is_on_off_or_auto_and_yields_to_disable_and_bad_values() {
+        let mode = |v: &[(&str, &str)]| with(v).0.standalone;
+        assert_eq!(mode(&[("TPCOMM_STANDALONE", "1")]), Standalone::Always);
+        assert_eq!(mode(&[("TPCOMM_STANDALONE", "on")]), Standalone::Always);
+        assert_eq!(mode(&[("TPCOMM_STANDALONE", "0")]), Standalone::Never);
+        assert_eq!(mode(&[("TPCOMM_STANDALONE", "")]), Standalone::Auto);
+        assert_eq!(mode(&[]), Standalone::Auto);
         let (s, bad) = with(&[("TPCOMM_STANDALONE", "perhaps")]);
-        assert!(!s.standalone && s.disabled && bad.len() == 1);
-        let (s, _) = with(&[("TPCOMM_STANDALONE", "1"), ("TPCOMM_DISABLE", "1")]);
-        assert!(!s.standalone && s.disabled);
+        assert!(s.standalone == Standalone::Never && s.disabled && bad.len() == 1);
+        for v in ["1", ""] {
+            let (s, _) = with(&[("TPCOMM_STANDALONE", v), ("TPCOMM_DISABLE", "1")]);
+            assert!(s.standalone == Standalone::Never && s.disabled, "{v}");
+        }
+        // A bad value of another variable steps auto mode aside too.
+        let (s, _) = with(&[("TPCOMM_MAX_BYTES", "lots")]);
+        assert_eq!(s.standalone, Standalone::Never);
+        // NCCL_COMM_ID is noticed, and is never a bad value of tpcomm's.
+        let (s, bad) = with(&[("NCCL_COMM_ID", "10.0.0.1:5000")]);
+        assert!(s.nccl_comm_id && bad.is_empty() && !s.disabled);
+        assert!(!with(&[]).0.nccl_comm_id);
+    }
+
+    #[test]
+    fn the_census_wait_is_seconds_and_a_bad_one_steps_aside_without_a_panic() {
+        let (s, bad) = with(&[("TPCOMM_STANDALONE_WAIT_S", "0.25")]);
+        assert!(bad.is_empty() && !s.disabled);
+        assert_eq!(s.standalone_wait, Duration::from_millis(250));
+        for v in ["-1", "0", "1e9", "inf", "soon", "3601"] {
+            let (s, bad) = with(&[("TPCOMM_STANDALONE_WAIT_S", v)]);
+            assert!(s.disabled && s.standalone == Standalone::Never, "{v}");
+            assert_eq!(bad.len(), 1, "{v}");
+            assert!(
+                bad[0].to_string().contains("TPCOMM_STANDALONE_WAIT_S"),
+                "{}",
+                bad[0]
+            );
+            assert_eq!(s.standalone_wait, DEFAULT_STANDALONE_WAIT);
+        }
     }
 
     #[test]

@@ -107,16 +107,33 @@ fn random_bytes(buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+impl Secret {
+    /// A fresh secret from the kernel's random source (never all zeros).
+    pub fn random() -> Result<Secret> {
+        let mut s = [0u8; 16];
+        while s == [0u8; 16] {
+            random_bytes(&mut s)?;
+        }
+        Ok(Secret(s))
+    }
+
+    /// The secret of these bytes; `None` for all zeros (no id carries that).
+    pub fn from_bytes(b: [u8; 16]) -> Option<Secret> {
+        (b != [0u8; 16]).then_some(Secret(b))
+    }
+
+    /// The bytes an id carries.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+}
+
 /// A new standalone unique id (what ncclGetUniqueId will return in
 /// standalone mode).
 pub fn new_id() -> Result<[u8; 128]> {
     let mut id = [0u8; 128];
     id[..8].copy_from_slice(MAGIC);
-    let mut secret = [0u8; 16];
-    while secret == [0u8; 16] {
-        random_bytes(&mut secret)?;
-    }
-    id[8..24].copy_from_slice(&secret);
+    id[8..24].copy_from_slice(&Secret::random()?.to_bytes());
     id[24..28].copy_from_slice(&std::process::id().to_le_bytes());
     id[28..36].copy_from_slice(&host_hash().to_le_bytes());
     Ok(id)
@@ -159,8 +176,7 @@ pub fn parse(id: &[u8; 128]) -> Option<Secret> {
     if &id[..8] != MAGIC {
         return None;
     }
-    let s: [u8; 16] = id[8..24].try_into().ok()?;
-    (s != [0u8; 16]).then_some(Secret(s))
+    Secret::from_bytes(id[8..24].try_into().ok()?)
 }
 
 fn euid() -> u32 {
@@ -228,24 +244,61 @@ pub fn exchange(
     mine: &[u8],
     timeout: Duration,
 ) -> Result<Vec<Vec<u8>>> {
-    let tag = secret.tag(1).to_le_bytes();
-    let mut rec = Vec::with_capacity(8 + mine.len());
-    rec.extend_from_slice(&tag);
-    rec.extend_from_slice(mine);
+    let rec = tagged(secret, mine);
     let all = Rendezvous::Dir(dir.to_path_buf()).exchange(key, rank, world, &rec, timeout)?;
     all.into_iter()
         .enumerate()
-        .map(|(r, v)| match v.strip_prefix(&tag[..]) {
-            Some(body) => Ok(body.to_vec()),
-            None => Err(Error::invalid(
-                "standalone rendezvous",
-                format!(
-                    "rank {r}'s record in {} was not made with this communicator's unique id (another job meeting at the same place?)",
-                    dir.display()
-                ),
-            )),
-        })
+        .map(|(r, v)| untagged(dir, secret, r, v))
         .collect()
+}
+
+/// `mine` behind the secret's record tag.
+fn tagged(secret: &Secret, mine: &[u8]) -> Vec<u8> {
+    let mut rec = Vec::with_capacity(8 + mine.len());
+    rec.extend_from_slice(&secret.tag(1).to_le_bytes());
+    rec.extend_from_slice(mine);
+    rec
+}
+
+/// Rank `r`'s record `v` without the tag; refused by name when it lacks it.
+fn untagged(dir: &Path, secret: &Secret, r: usize, v: Vec<u8>) -> Result<Vec<u8>> {
+    match v.strip_prefix(&secret.tag(1).to_le_bytes()[..]) {
+        Some(body) => Ok(body.to_vec()),
+        None => Err(Error::invalid(
+            "standalone rendezvous",
+            format!(
+                "rank {r}'s record in {} was not made with this communicator's unique id (another job meeting at the same place?)",
+                dir.display()
+            ),
+        )),
+    }
+}
+
+/// Posts `mine` as rank `rank`'s record of step `key` in `dir` (from
+/// [`meeting_dir`]), tagged as [`exchange`] tags it, without waiting for
+/// anyone (auto.rs's census).
+pub fn post(dir: &Path, secret: &Secret, key: &str, rank: usize, mine: &[u8]) -> Result<()> {
+    tpcomm::cuda::post_record(dir, key, rank, &tagged(secret, mine))
+}
+
+/// [`post`] only if no record of `key` and `rank` is there yet: `false`
+/// when one was (exactly one of racing posts wins; see [`read`] for it).
+pub fn post_first(
+    dir: &Path,
+    secret: &Secret,
+    key: &str,
+    rank: usize,
+    mine: &[u8],
+) -> Result<bool> {
+    tpcomm::cuda::post_first_record(dir, key, rank, &tagged(secret, mine))
+}
+
+/// Rank `rank`'s record of step `key` in `dir`, `None` while there is none;
+/// refused by name when it was not made with this secret.
+pub fn read(dir: &Path, secret: &Secret, key: &str, rank: usize) -> Result<Option<Vec<u8>>> {
+    tpcomm::cuda::read_record(dir, key, rank)?
+        .map(|v| untagged(dir, secret, rank, v))
+        .transpose()
 }
 
 /// Removes this rank's records in `dir` except those of step `keep`. Sound
@@ -289,7 +342,7 @@ pub fn unservable(call: &str, why: &str) -> c_int {
     fail(
         INVALID_USAGE,
         format!(
-            "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; unset TPCOMM_STANDALONE, or give each rank a GPU of its own, to use NCCL)"
+            "tpcomm standalone mode cannot serve {call}: {why} (no real NCCL communicator is under this one; to use NCCL, give each rank a GPU of its own with TPCOMM_STANDALONE unset or 0)"
         ),
     )
 }
@@ -310,6 +363,23 @@ pub fn last_error_ptr() -> *const std::ffi::c_char {
 /// Whether this thread has a last error recorded.
 pub fn has_last_error() -> bool {
     LAST_ERROR.with_borrow(|s| !s.is_empty())
+}
+
+/// Forgets this thread's last error: a creation auto mode hands to the real
+/// NCCL leaves ncclGetLastError to NCCL's own text again.
+pub fn clear_last_error() {
+    LAST_ERROR.with_borrow_mut(|s| *s = std::ffi::CString::default());
+}
+
+/// A fresh private directory for tests (no tempfile crate in this crate's
+/// deps).
+#[cfg(test)]
+pub(crate) fn test_dir() -> PathBuf {
+    let mut r = [0u8; 8];
+    random_bytes(&mut r).unwrap();
+    let d = std::env::temp_dir().join(format!("tpcomm-sa-test-{:016x}", u64::from_le_bytes(r)));
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    d
 }
 
 #[cfg(test)]
@@ -341,7 +411,7 @@ mod tests {
 
     #[test]
     fn ranks_holding_the_same_id_meet_and_get_every_record_in_rank_order() {
-        let base = tempfile_dir();
+        let base = test_dir();
         let id = new_id().unwrap();
         let world = 4;
         let out: Vec<_> = std::thread::scope(|s| {
@@ -380,7 +450,7 @@ mod tests {
 
     #[test]
     fn a_record_made_without_the_secret_is_refused_and_a_missing_rank_is_named() {
-        let base = tempfile_dir();
+        let base = test_dir();
         let id = new_id().unwrap();
         let secret = parse(&id).unwrap();
         let dir = meeting_dir(&base, &secret).unwrap();
@@ -415,8 +485,34 @@ mod tests {
     }
 
     #[test]
+    fn records_posted_alone_carry_the_tag_and_the_first_post_wins() {
+        let base = test_dir();
+        let secret = Secret::random().unwrap();
+        let dir = meeting_dir(&base, &secret).unwrap();
+        assert_eq!(read(&dir, &secret, "census", 1).unwrap(), None);
+        post(&dir, &secret, "census", 1, b"gpu").unwrap();
+        assert_eq!(
+            read(&dir, &secret, "census", 1).unwrap().as_deref(),
+            Some(&b"gpu"[..])
+        );
+        assert!(post_first(&dir, &secret, "decision", 0, b"a").unwrap());
+        assert!(!post_first(&dir, &secret, "decision", 0, b"b").unwrap());
+        assert_eq!(
+            read(&dir, &secret, "decision", 0).unwrap().as_deref(),
+            Some(&b"a"[..])
+        );
+        // Someone who knows the directory but not the secret.
+        post(&dir, &Secret([7u8; 16]), "census", 2, b"gpu").unwrap();
+        let e = read(&dir, &secret, "census", 2).unwrap_err().to_string();
+        assert!(e.contains("rank 2's record"), "{e}");
+        assert_eq!(Secret::from_bytes([0u8; 16]), None);
+        assert_eq!(Secret::from_bytes(secret.to_bytes()), Some(secret));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
     fn a_meeting_directory_others_may_enter_or_a_link_is_refused() {
-        let base = tempfile_dir();
+        let base = test_dir();
         let secret = parse(&new_id().unwrap()).unwrap();
         let dir = meeting_dir(&base, &secret).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -443,7 +539,7 @@ mod tests {
 
     #[test]
     fn tidying_removes_only_this_rank_s_earlier_records() {
-        let base = tempfile_dir();
+        let base = test_dir();
         let secret = parse(&new_id().unwrap()).unwrap();
         let dir = meeting_dir(&base, &secret).unwrap();
         for f in [
@@ -479,14 +575,5 @@ mod tests {
     #[test]
     fn the_default_base_is_an_existing_directory() {
         assert!(runtime_base().is_dir());
-    }
-
-    /// A fresh private directory (no tempfile crate in this crate's deps).
-    fn tempfile_dir() -> PathBuf {
-        let mut r = [0u8; 8];
-        random_bytes(&mut r).unwrap();
-        let d = std::env::temp_dir().join(format!("tpcomm-sa-test-{:016x}", u64::from_le_bytes(r)));
-        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
-        d
     }
 }

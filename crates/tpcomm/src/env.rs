@@ -484,9 +484,21 @@ pub static STANDALONE: Var<Flag> = Var {
     name: "TPCOMM_STANDALONE",
     section: Section::DropIn,
     read_by: "the drop-in (first call)",
-    default: "off",
-    doc: "on: `ncclGetUniqueId` returns a standalone id and communicators made with one are served by tpcomm alone, with no real NCCL under them (one host; docs/standalone.md)",
+    default: "unset: auto",
+    doc: "on: `ncclGetUniqueId` returns a standalone id and communicators made with one are served by tpcomm alone, with no real NCCL under them (one host); off: never standalone; unset (auto): NCCL's ids, and a communicator whose ranks are all on one host and share a GPU (which NCCL refuses) is served standalone, found by a census at creation (docs/standalone.md)",
     kind: Flag,
+};
+
+pub static STANDALONE_WAIT_S: Var<Seconds> = Var {
+    name: "TPCOMM_STANDALONE_WAIT_S",
+    section: Section::DropIn,
+    read_by: "the drop-in (first call)",
+    default: "5",
+    doc: "auto standalone mode: how long rank 0 waits at communicator creation for the other ranks of its host to say which GPU they are on; when not all come (ranks on other hosts, or later ones) the communicator is NCCL's",
+    kind: Seconds {
+        min_ms: 1,
+        max_s: 3600,
+    },
 };
 
 pub static REAL_NCCL: Var<Path> = Var {
@@ -738,6 +750,15 @@ pub static NCCL_P2P_DISABLE: Var<Text> = Var {
     kind: Text,
 };
 
+pub static NCCL_COMM_ID: Var<Text> = Var {
+    name: "NCCL_COMM_ID",
+    section: Section::Standard,
+    read_by: "the drop-in (first call)",
+    default: "NCCL's",
+    doc: "NCCL's own (rank 0's address, so that ranks may each make their own unique id); set: auto standalone mode leaves NCCL's ids unmarked, since the ranks may not share one id",
+    kind: Text,
+};
+
 /// Every variable, in the order of the documentation.
 pub static ALL: &[&dyn Entry] = &[
     &NVRTC_LIBRARY,
@@ -753,6 +774,7 @@ pub static ALL: &[&dyn Entry] = &[
     &LOG,
     &REAL_NCCL,
     &STANDALONE,
+    &STANDALONE_WAIT_S,
     &MAX_BYTES,
     &TIMEOUT_S,
     &P2P_BLOCK,
@@ -774,6 +796,7 @@ pub static ALL: &[&dyn Entry] = &[
     &VIRTUAL_ENV,
     &CONDA_PREFIX,
     &NCCL_P2P_DISABLE,
+    &NCCL_COMM_ID,
 ];
 
 /// The sections whose variables a communicator's creation checks.

@@ -16,8 +16,11 @@ const char *fake_journal(void) { return journal; }
 
 int ncclGetVersion(int *v) { *v = 22809; note("version"); return 0; }
 const char *ncclGetErrorString(int r) { (void)r; return "fake error string"; }
+/* As NCCL does: the id zeroed, then a bootstrap handle of 40 bytes at its
+   start (FAKE_FULL_ID set: every byte written, no zero tail). */
 int ncclGetUniqueId(ncclUniqueId *id) {
-  memset(id->internal, 0x42, sizeof id->internal);
+  memset(id->internal, 0, sizeof id->internal);
+  memset(id->internal, 0x42, getenv("FAKE_FULL_ID") ? sizeof id->internal : 40);
   note("uniqueid");
   return 0;
 }
@@ -27,8 +30,12 @@ int ncclSend(const void *s, size_t n, int dt, int peer, void *comm, void *st) {
   note(b);
   return 0;
 }
+/* The id the last ncclCommInitRank got, byte for byte. */
+static ncclUniqueId last_init_id;
+const char *fake_last_init_id(void) { return last_init_id.internal; }
 int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
   char b[128];
+  last_init_id = id;
   snprintf(b, sizeof b, "init n=%d rank=%d id0=%d id127=%d", n, rank, id.internal[0], id.internal[127]);
   note(b);
   *comm = (void *)0x1234;

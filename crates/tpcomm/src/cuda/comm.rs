@@ -270,7 +270,7 @@ impl CudaCommunicator {
 
         // Published only after the fill completed, so no peer can write into
         // this buffer before it holds the sentinel.
-        let identity = DeviceIdentity::here(raw::device_uuid(dev)?);
+        let identity = DeviceIdentity::of_device(cfg.device)?;
         let mut mine = Vec::with_capacity(RECORD_PROCS);
         mine.extend_from_slice(&identity.to_bytes());
         mine.extend_from_slice(&(cfg.device as u32).to_le_bytes());

@@ -59,7 +59,9 @@ pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
 pub use pdl::Launch;
-pub use rendezvous::{Exchange, Rendezvous, ThreadGroup};
+pub use rendezvous::{
+    post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,
+};
 pub use stream_all_reduce::StreamAllReduce;
 
 /// Largest world size the kernels take (their argument block has 8 slots).

@@ -398,7 +398,7 @@ impl QuantComm {
             (OwnArea::HostProcess(reg, file), p, path.into_bytes())
         };
 
-        let identity = DeviceIdentity::here(raw::device_uuid(dev_ord)?);
+        let identity = DeviceIdentity::of_device(cfg.device)?;
         const HEAD: usize = DeviceIdentity::BYTES + 12;
         let mut mine = Vec::with_capacity(HEAD + extra.len());
         mine.extend_from_slice(&identity.to_bytes());

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -188,8 +188,61 @@ fn job_tag() -> Result<[u8; 16]> {
     Ok(tag)
 }
 
+/// Where rank `rank`'s record of `key` lies in `dir`.
+fn record_path(dir: &Path, key: &str, rank: usize) -> PathBuf {
+    dir.join(format!("{key}.rank{rank}"))
+}
+
+/// `mine` as a record: the hash of the job key (TPCOMM_JOB_KEY, which
+/// `tpcomm` sets for the ranks it starts; zeros without one) first, so a
+/// record of another job in the same directory is refused, never used.
+fn framed(mine: &[u8]) -> Result<Vec<u8>> {
+    let tag = job_tag()?;
+    let mut record = Vec::with_capacity(16 + mine.len());
+    record.extend_from_slice(&tag);
+    record.extend_from_slice(mine);
+    Ok(record)
+}
+
+/// Posts `mine` as rank `rank`'s record of `key` in the existing directory
+/// `dir`, as [`Rendezvous::Dir`] posts it (`<dir>/<key>.rank<rank>`, a file
+/// only this user can have written), without waiting for anyone: for
+/// meetings where not every rank reads every record. `key` is used as
+/// given (no rounds).
+pub fn post_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Result<()> {
+    crate::host::private_file::write(&record_path(dir, key, rank), &framed(mine)?)
+}
+
+/// [`post_record`], but only when no record of `key` and `rank` is there
+/// yet: `false` when one was. Of ranks racing to post the same record
+/// exactly one wins, and every reader sees that one (a decision any rank
+/// may take, once).
+pub fn post_first_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Result<bool> {
+    crate::host::private_file::write_new(&record_path(dir, key, rank), &framed(mine)?)
+}
+
+/// Rank `rank`'s record of `key` in `dir` (what [`post_record`] or an
+/// exchange posted), `None` while there is none; an error when it is not a
+/// private file of this user or belongs to another job.
+pub fn read_record(dir: &Path, key: &str, rank: usize) -> Result<Option<Vec<u8>>> {
+    let path = record_path(dir, key, rank);
+    let Some(bytes) = crate::host::private_file::read(&path)? else {
+        return Ok(None);
+    };
+    match bytes.strip_prefix(&job_tag()?[..]) {
+        Some(body) => Ok(Some(body.to_vec())),
+        None => Err(Error::invalid(
+            "rendezvous",
+            format!(
+                "{} belongs to another job (its job key differs): give each job its own directory and TPCOMM_JOB_KEY",
+                path.display()
+            ),
+        )),
+    }
+}
+
 fn exchange_dir(
-    dir: &std::path::Path,
+    dir: &Path,
     key: &str,
     rank: usize,
     world: usize,
@@ -198,33 +251,14 @@ fn exchange_dir(
 ) -> Result<Vec<Vec<u8>>> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
-    let path = |r: usize| dir.join(format!("{key}.rank{r}"));
-    // Every record starts with the hash of the job key (TPCOMM_JOB_KEY, which
-    // `tpcomm` sets for the ranks it starts; zeros without one), so a record
-    // of another job in the same directory is refused, never used. Files are
-    // this user's and no one else's (host/private_file.rs).
-    let tag = job_tag()?;
-    let mut record = Vec::with_capacity(16 + mine.len());
-    record.extend_from_slice(&tag);
-    record.extend_from_slice(mine);
-    crate::host::private_file::write(&path(rank), &record)?;
+    // Files are this user's and no one else's (host/private_file.rs).
+    post_record(dir, key, rank, mine)?;
     let start = Instant::now();
     let mut out: Vec<Option<Vec<u8>>> = vec![None; world];
     loop {
         for (r, slot) in out.iter_mut().enumerate() {
             if slot.is_none() {
-                if let Some(bytes) = crate::host::private_file::read(&path(r))? {
-                    if bytes.get(..16) != Some(&tag[..]) {
-                        return Err(Error::invalid(
-                            "rendezvous",
-                            format!(
-                                "{} belongs to another job (its job key differs): give each job its own directory and TPCOMM_JOB_KEY",
-                                path(r).display()
-                            ),
-                        ));
-                    }
-                    *slot = Some(bytes[16..].to_vec());
-                }
+                *slot = read_record(dir, key, r)?;
             }
         }
         match out.iter().position(|s| s.is_none()) {
@@ -235,7 +269,10 @@ fn exchange_dir(
                     return Err(missing_error(
                         rank,
                         missing,
-                        format!("rendezvous file {}", path(missing).display()),
+                        format!(
+                            "rendezvous file {}",
+                            record_path(dir, key, missing).display()
+                        ),
                         waited,
                     ));
                 }
@@ -285,6 +322,35 @@ mod tests {
         std::os::unix::fs::symlink(&secret, d.path().join("j.rank1")).unwrap();
         let e = exchange_dir(d.path(), "j", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn records_posted_alone_are_read_by_rank_and_only_the_first_of_a_race_stays() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(read_record(d.path(), "census", 2).unwrap(), None);
+        post_record(d.path(), "census", 2, b"gpu").unwrap();
+        assert_eq!(
+            read_record(d.path(), "census", 2).unwrap().as_deref(),
+            Some(&b"gpu"[..])
+        );
+        assert!(post_first_record(d.path(), "decision", 0, b"a").unwrap());
+        assert!(!post_first_record(d.path(), "decision", 0, b"b").unwrap());
+        assert_eq!(
+            read_record(d.path(), "decision", 0).unwrap().as_deref(),
+            Some(&b"a"[..])
+        );
+        // An exchange meets records posted alone (same files).
+        let all = Rendezvous::Dir(d.path().to_path_buf()).exchange(
+            "census",
+            0,
+            3,
+            b"x",
+            Duration::from_millis(50),
+        );
+        assert!(all.is_err(), "rank 1 never posted");
+        post_record(d.path(), "census", 1, b"y").unwrap();
+        let all = exchange_dir(d.path(), "census", 0, 3, b"x", Duration::from_secs(5)).unwrap();
+        assert_eq!(all, vec![b"x".to_vec(), b"y".to_vec(), b"gpu".to_vec()]);
     }
 
     #[test]

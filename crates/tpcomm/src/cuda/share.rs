@@ -38,6 +38,14 @@ impl DeviceIdentity {
         }
     }
 
+    /// This process's identity on CUDA device `device` (its UUID asked of
+    /// the driver, which must be loaded): what a rank tells its peers.
+    pub fn of_device(device: usize) -> Result<Self> {
+        let ordinal = i32::try_from(device)
+            .map_err(|_| Error::invalid("CUDA device", format!("ordinal {device} is too large")))?;
+        Ok(Self::here(crate::sys::cuda::device_uuid(ordinal)?))
+    }
+
     /// Whether `other` runs in the same process (same address space, same
     /// CUDA contexts): its device pointers are valid here as they are.
     pub fn same_process(&self, other: &Self) -> bool {

@@ -289,7 +289,7 @@ impl HostGpuCommunicator {
             blocks_per_sm: kernels.blocks_per_sm,
             chunk_override: shape.chunk_bytes.unwrap_or(0) as u64,
             check_calls: cfg.check_calls,
-            device: DeviceIdentity::here(raw::device_uuid(cfg.device as i32)?),
+            device: DeviceIdentity::of_device(cfg.device)?,
         };
         let all = rendezvous.exchange(
             "host-gpu-mapped",
