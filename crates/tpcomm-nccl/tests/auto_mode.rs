@@ -6,37 +6,12 @@
 //! cannot name its GPU decides NCCL for every rank at once); the census
 //! itself, with ranks as threads and fake GPUs, is tested in src/auto/.
 
+mod common;
 use std::ffi::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const CHILD: &str = "TPCOMM_AUTO_CHILD";
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
-}
-
-/// The fake NCCL, built once per test process under a name of its own.
-fn fake_nccl() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = target_dir().join("fake-nccl");
-            std::fs::create_dir_all(&dir).unwrap();
-            let out = dir.join(format!("libnccl.so.2.auto.{}", std::process::id()));
-            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_nccl.c");
-            let st = Command::new("cc")
-                .args(["-shared", "-fPIC", "-O1", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .expect("a C compiler (cc) is needed to build the fake NCCL");
-            assert!(st.success(), "compiling {} failed", src.display());
-            out
-        })
-        .clone()
-}
 
 #[repr(C)]
 struct UniqueId([u8; 128]);
@@ -50,7 +25,7 @@ fn child_auto() {
     // SAFETY: the libraries are called with NCCL's prototypes; the fake is
     // the object the drop-in opened (same path), so its record is shared.
     unsafe {
-        let lib = libloading::Library::new(target_dir().join("libtpcomm_nccl.so")).unwrap();
+        let lib = libloading::Library::new(common::target_dir().join("libtpcomm_nccl.so")).unwrap();
         let fake = libloading::Library::new(fake_path).unwrap();
         let uid: libloading::Symbol<unsafe extern "C" fn(*mut UniqueId) -> c_int> =
             lib.get(b"ncclGetUniqueId").unwrap();
@@ -77,10 +52,10 @@ fn child_auto() {
 /// Runs `child_auto` with `envs` and a runtime directory of its own;
 /// gives its output and what it left in that directory.
 fn run_child(envs: &[(&str, &str)]) -> (String, Vec<String>) {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("auto");
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let runtime = target_dir().join(format!("auto-runtime-{}-{n}", std::process::id()));
+    let runtime = common::target_dir().join(format!("auto-runtime-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&runtime);
     std::fs::create_dir_all(&runtime).unwrap();
     let mut cmd = Command::new(std::env::current_exe().unwrap());

@@ -4,35 +4,9 @@
 //! argument unchanged whenever tpcomm cannot take the call: disabled, not set
 //! up (no GPU here), a data type or op its kernels lack, inside a group.
 
+mod common;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::path::PathBuf;
 use std::process::Command;
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
-}
-
-fn fake_nccl() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = target_dir().join("fake-nccl");
-            std::fs::create_dir_all(&dir).unwrap();
-            let out = dir.join(format!("libnccl.so.2.coll.{}", std::process::id()));
-            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_nccl.c");
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-            let st = Command::new(&cc)
-                .args(["-shared", "-fPIC", "-O1", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .unwrap_or_else(|e| panic!("a C compiler ({cc}) is needed: {e}"));
-            assert!(st.success(), "compiling {} failed", src.display());
-            out
-        })
-        .clone()
-}
 
 #[repr(C)]
 struct UniqueId([u8; 128]);
@@ -65,7 +39,7 @@ fn child_collectives() {
     // SAFETY: both libraries are called with nccl.h's prototypes; the fake is
     // the object the drop-in opened (same path), so its journal is shared.
     unsafe {
-        let lib = libloading::Library::new(target_dir().join("libtpcomm_nccl.so")).unwrap();
+        let lib = libloading::Library::new(common::target_dir().join("libtpcomm_nccl.so")).unwrap();
         let fake = libloading::Library::new(std::env::var("FAKE_PATH").unwrap()).unwrap();
         let init: libloading::Symbol<
             unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int,
@@ -105,7 +79,7 @@ fn child_collectives() {
 }
 
 fn run_child(envs: &[(&str, &str)]) -> String {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("coll");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",

@@ -3,44 +3,16 @@
 //! arrive unchanged, with TPCOMM_DISABLE=1 and without it (no GPU here, so
 //! tpcomm cannot set up and must leave the work to NCCL).
 
+mod common;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::path::PathBuf;
 use std::process::Command;
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf()
-}
-
-/// Builds the fake NCCL once per test process (tests run as threads, and a
-/// rebuild under a child that is loading the file would break it).
-fn fake_nccl() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_fake).clone()
-}
-
-fn build_fake() -> PathBuf {
-    let dir = target_dir().join("fake-nccl");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("libnccl.so.2.{}", std::process::id()));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_nccl.c");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("a C compiler ({cc}) is needed to build the fake NCCL: {e}"));
-    assert!(st.success(), "compiling {} failed", src.display());
-    out
-}
 
 fn run_child(envs: &[(&str, &str)]) -> (String, String) {
     run_child_test("child_calls", envs)
 }
 
 fn run_child_test(name: &str, envs: &[(&str, &str)]) -> (String, String) {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("fwd");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("TPCOMM_FORWARD_CHILD", "1")
@@ -68,7 +40,7 @@ fn child_calls() {
     if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
         return;
     }
-    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    let lib_path = common::target_dir().join("libtpcomm_nccl.so");
     // SAFETY: both libraries are called with NCCL's prototypes; the fake is
     // the same object the drop-in opened (same path), so its journal is shared.
     unsafe {
@@ -197,7 +169,7 @@ fn child_group_init() {
     if std::env::var("TPCOMM_FORWARD_CHILD").is_err() {
         return;
     }
-    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    let lib_path = common::target_dir().join("libtpcomm_nccl.so");
     // SAFETY: as in `child_calls`.
     unsafe {
         let lib = libloading::Library::new(lib_path).unwrap();
@@ -222,7 +194,7 @@ fn child_group_init() {
 
 #[test]
 fn a_communicator_made_inside_a_group_is_set_up_at_the_outermost_group_end() {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("fwd");
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -267,7 +239,7 @@ fn child_overhead() {
         *mut c_void,
         *mut c_void,
     ) -> c_int;
-    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    let lib_path = common::target_dir().join("libtpcomm_nccl.so");
     // SAFETY: as in `child_calls`.
     unsafe {
         let lib = libloading::Library::new(lib_path).unwrap();
@@ -340,7 +312,7 @@ fn child_standalone() {
         return;
     }
     type Ptr = *mut c_void;
-    let lib_path = target_dir().join("libtpcomm_nccl.so");
+    let lib_path = common::target_dir().join("libtpcomm_nccl.so");
     // SAFETY: the library is called with NCCL's prototypes.
     unsafe {
         let lib = libloading::Library::new(lib_path).unwrap();
@@ -452,7 +424,7 @@ fn without_standalone_the_unique_id_is_nccl_s() {
 
 #[test]
 fn standalone_mode_works_with_no_real_nccl_to_load() {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("fwd");
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",

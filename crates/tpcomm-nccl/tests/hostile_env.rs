@@ -5,46 +5,17 @@
 //! arguments unchanged, and the log must name the bad variable and what it
 //! takes. Issue 17 item 4: `TPCOMM_TIMEOUT_S=1e20` used to abort the process.
 
+mod common;
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::process::Command;
 
 const CHILD: &str = "TPCOMM_HOSTILE_CHILD";
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target directory")
-        .to_path_buf()
-}
-
-/// The fake NCCL, built once per test process under a name of its own.
-fn fake_nccl() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = target_dir().join("fake-nccl");
-            std::fs::create_dir_all(&dir).expect("create the fake NCCL's folder");
-            let out = dir.join(format!("libnccl.so.2.hostile.{}", std::process::id()));
-            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_nccl.c");
-            let st = Command::new("cc")
-                .args(["-shared", "-fPIC", "-O1", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .expect("a C compiler (cc) is needed to build the fake NCCL");
-            assert!(st.success(), "compiling {} failed", src.display());
-            out
-        })
-        .clone()
-}
-
 /// Runs `child_calls_through_the_drop_in` with `envs` added; returns
 /// (exit status success, stdout, stderr).
 fn run_child(envs: &[(&str, &OsStr)]) -> (bool, String, String) {
-    let fake = fake_nccl();
+    let fake = common::fake_nccl("hostile");
     let mut cmd = Command::new(std::env::current_exe().expect("test executable"));
     cmd.args([
         "--exact",
@@ -100,7 +71,7 @@ fn child_calls_through_the_drop_in() {
     // SAFETY: both libraries are called with NCCL's prototypes; the fake is
     // the object the drop-in opened (same path), so its journal is shared.
     unsafe {
-        let lib = libloading::Library::new(target_dir().join("libtpcomm_nccl.so"))
+        let lib = libloading::Library::new(common::target_dir().join("libtpcomm_nccl.so"))
             .expect("load libtpcomm_nccl.so");
         let fake = libloading::Library::new(fake_path).expect("load the fake NCCL");
         let init: libloading::Symbol<Init> = lib.get(b"ncclCommInitRank").unwrap();

@@ -272,7 +272,16 @@ pub(super) fn table(rows: &[Row]) -> String {
     // Host kernels are named for what ran; the mode column widens only then.
     let shown = |r: &Row| r.kernel.clone().unwrap_or_else(|| r.mode.clone());
     let mw = rows.iter().map(|r| shown(r).len()).fold(9, usize::max);
-    let error = |r: &Row| match (r.rel_diff_vs_reference, &r.reference) {
+    // The reference as the mode column shows it (a host kernel's name where
+    // one ran), so the error names a row of the table.
+    let reference = |r: &Row| {
+        r.reference.as_ref().map(|m| {
+            rows.iter()
+                .find(|o| o.tokens == r.tokens && &o.mode == m)
+                .map_or_else(|| m.clone(), shown)
+        })
+    };
+    let error = |r: &Row| match (r.rel_diff_vs_reference, reference(r)) {
         (Some(d), Some(m)) => format!("{d:.2e} vs {m}"),
         (Some(d), None) => format!("{d:.2e}"),
         (None, Some(m)) => format!("- vs {m}"),

@@ -364,3 +364,31 @@ fn a_non_finite_quantized_error_fails_the_report() {
     assert!(!e.contains("fp8"), "{e}");
     assert_eq!(doc["rows"][2]["mode"], "int8");
 }
+
+/// Over the host transport the mode column shows the kernel that ran
+/// (`host-delta` for one-shot); a quantized row's error names its reference
+/// the same way, so it points at a row of the table. The JSON keeps the
+/// mode's name.
+#[test]
+fn the_error_column_names_its_reference_as_the_mode_column_shows_it() {
+    let host = |rel| {
+        let mut out = quant_rank(false, rel);
+        for r in out.rows.iter_mut().filter(|r| r.mode == "one-shot") {
+            r.kernel = Some("host-delta".into());
+        }
+        out
+    };
+    let modes = ["--modes", "none,one-shot,int8,fp8", "--transport", "host"];
+    let (done, doc, text) = quant_report(&modes, vec![host(1.0), host(2.0)]);
+    done.unwrap();
+    let cols = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let lines: Vec<&str> = text.lines().collect();
+    let row = |m: &str| cols(lines.iter().find(|l| cols(l)[1] == m).unwrap());
+    assert_eq!(row("int8")[5..7], ["vs", "host-delta"], "{text}");
+    assert_eq!(row("fp8")[5..7], ["vs", "host-delta"], "{text}");
+    assert!(lines.iter().any(|l| cols(l)[1] == "host-delta"), "{text}");
+    assert!(!text.contains("vs one-shot"), "{text}");
+    let rows = doc["rows"].as_array().unwrap();
+    let int8 = rows.iter().find(|r| r["mode"] == "int8").unwrap();
+    assert_eq!(int8["reference"], "one-shot", "{int8}");
+}
