@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds a variant of the quantized kernels for device step A
+# (bench/device/unrun.sh: QS=DEST, each build's gpu_quant, then quant_bench
+# alternated with this tree's): applies PATCH to a temporary worktree of
+# HEAD, optionally sets `#define NAME VALUE` lines in kernels/quant.cu
+# (DEFINES="Q_STEP=4 ..."), builds quant_bench and gpu_quant in release with
+# this checkout's target directory (only the tpcomm crate recompiles), and
+# copies them, stripped, with BUILD.txt (commit, patch, defines) into DEST.
+#
+#   bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-steps.patch .dev/qv2
+#   DEFINES="Q_STEP=4" bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-steps.patch .dev/qv4
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+[ $# -eq 2 ] || { echo "usage: stage_variant.sh PATCH DEST" >&2; exit 2; }
+PATCH=$(realpath "$1")
+DEST=$2
+case "$DEST" in "" | / | . | "$ROOT") echo "stage_variant: refusing DEST=$DEST" >&2; exit 2 ;; esac
+[ -f "$PATCH" ] || { echo "stage_variant: no patch $PATCH" >&2; exit 2; }
+WT=$(mktemp -d /tmp/tpcomm-variant.XXXXXX)
+trap 'git -C "$ROOT" worktree remove --force "$WT" 2>/dev/null || rm -rf "$WT"' EXIT
+git worktree add -q --detach "$WT" HEAD
+git -C "$WT" apply "$PATCH"
+KERNEL=$WT/crates/tpcomm/src/cuda/kernels/quant.cu
+for d in ${DEFINES:-}; do
+  name=${d%%=*} value=${d#*=}
+  grep -q "^#define $name " "$KERNEL" || { echo "stage_variant: no '#define $name' in quant.cu" >&2; exit 2; }
+  sed -i "s/^#define $name .*/#define $name $value/" "$KERNEL"
+done
+export CARGO_TARGET_DIR=$ROOT/target
+(cd "$WT" && cargo build --release -q -p tpcomm --example quant_bench)
+test_exe=$(cd "$WT" && cargo test --release -q -p tpcomm --test gpu_quant --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu_quant":
+        print(m["executable"])')
+[ -x "$test_exe" ] || { echo "stage_variant: gpu_quant was not built" >&2; exit 1; }
+rm -rf "$DEST"
+mkdir -p "$DEST"
+cp "$ROOT/target/release/examples/quant_bench" "$test_exe" "$DEST/"
+[ "$(basename "$test_exe")" = gpu_quant ] || mv "$DEST/$(basename "$test_exe")" "$DEST/gpu_quant"
+strip "$DEST/quant_bench" "$DEST/gpu_quant"
+{
+  echo "commit $(git rev-parse HEAD) + $(basename "$PATCH") ${DEFINES:+(defines: $DEFINES)}"
+  echo "built $(date -u +%FT%TZ)"
+  grep -E "^#define (Q_STEP|Q_LAG|Q_CHUNK) |__launch_bounds__" "$KERNEL"
+} > "$DEST/BUILD.txt"
+# The next build of this checkout must see its own kernel source again.
+touch "$ROOT/crates/tpcomm/src/cuda/kernels/quant.cu"
+cat "$DEST/BUILD.txt"
+ls -la "$DEST"
