@@ -61,7 +61,7 @@ pub unsafe extern "C" fn ncclAllReduce(
             count,
             dtype: datatype,
             op,
-            group_depth: crate::intercepted::group_depth(),
+            group_depth: crate::group::depth(),
         };
         let elem = dtype_of(datatype).map(|d| d.size()).unwrap_or(1);
         let bytes = count.saturating_mul(elem);

@@ -159,7 +159,7 @@ impl Place {
             host: standalone::host_hash(),
             wait: s.standalone_wait,
             timeout: s.timeout,
-            in_group: crate::intercepted::group_depth() > 0,
+            in_group: crate::group::depth() > 0,
         }
     }
 }

@@ -73,7 +73,7 @@ fn route_of(
         count,
         dtype: datatype,
         op,
-        group_depth: crate::intercepted::group_depth(),
+        group_depth: crate::group::depth(),
     };
     if disabled {
         return Route::Nccl(Why::Disabled);

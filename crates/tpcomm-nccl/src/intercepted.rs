@@ -7,13 +7,14 @@
 use crate::auto;
 use crate::created;
 use crate::ffi::{call_real, guard, Fail};
+use crate::group;
 use crate::ready::wait_ready;
 use crate::served;
 use crate::settings::{self, info, warn, Standalone};
 use crate::standalone;
 use crate::state;
 use crate::types::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 
 /// Every function this library does more than forward (defined here, in
@@ -48,15 +49,8 @@ pub const INTERCEPTED: &[&str] = &[
 ];
 
 thread_local! {
-    /// ncclGroupStart nesting on this thread (NCCL keeps its own the same way).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Communicators created inside a group: NCCL makes them at ncclGroupEnd.
     static PENDING: RefCell<Vec<(usize, &'static str)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// ncclGroupStart nesting on the calling thread.
-pub(crate) fn group_depth() -> u32 {
-    DEPTH.get()
 }
 
 fn ok(r: NcclResult) -> bool {
@@ -69,7 +63,7 @@ fn created(r: NcclResult, comm: NcclComm, origin: &'static str) {
     if !ok(r) || comm.is_null() || settings::get().disabled {
         return;
     }
-    if DEPTH.get() > 0 {
+    if group::depth() > 0 {
         info!("{origin}: inside a group; tpcomm set-up waits for ncclGroupEnd");
         PENDING.with_borrow_mut(|p| p.push((comm as usize, origin)));
         return;
@@ -97,13 +91,13 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
         // semantics); calls on a served communicator inside the group still
         // run at once (served::lookup comes first) and never reach NCCL.
         if settings::get().standalone == Standalone::Always {
-            DEPTH.set(DEPTH.get() + 1);
+            group::enter();
             return SUCCESS;
         }
         match call_real!(ncclGroupStart() as fn() -> NcclResult) {
             Ok(r) => {
                 if r == SUCCESS {
-                    DEPTH.set(DEPTH.get() + 1);
+                    group::enter();
                 }
                 r
             }
@@ -116,7 +110,7 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
         if settings::get().standalone == Standalone::Always {
-            DEPTH.set(DEPTH.get().saturating_sub(1));
+            group::leave();
             return SUCCESS;
         }
         let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
@@ -124,8 +118,8 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
             Err(_) => return NcclResult::missing(),
         };
         // NCCL leaves the group whatever the result.
-        DEPTH.set(DEPTH.get().saturating_sub(1));
-        if DEPTH.get() == 0 {
+        group::leave();
+        if group::depth() == 0 {
             for (comm, origin) in PENDING.take() {
                 let comm = comm as NcclComm;
                 if ok(r) && (r == SUCCESS || wait_ready(comm)) {

@@ -31,6 +31,7 @@ mod exact;
 mod exchange;
 mod ffi;
 mod forwarded;
+mod group;
 mod intercepted;
 mod quant;
 mod ready;
