@@ -97,6 +97,14 @@ pub fn stripped(id: &[u8; 128]) -> [u8; 128] {
     out
 }
 
+/// The id as NCCL made it: a marked id stripped, any other as it is.
+pub fn unmarked(id: &[u8; 128]) -> [u8; 128] {
+    match read_mark(id) {
+        Some(_) => stripped(id),
+        None => *id,
+    }
+}
+
 /// Where a creation goes.
 #[derive(Debug)]
 pub enum Route {
@@ -196,23 +204,6 @@ pub fn route_in(
     place: &Place,
     gpu: impl FnOnce() -> tpcomm::Result<DeviceIdentity>,
 ) -> Route {
-    match decide(call, id, nranks, rank, place, gpu) {
-        // NCCL's success inside a group is no sign that every rank has read
-        // the decision (NCCL makes the communicator at the group's end):
-        // the records stay.
-        Route::Nccl { id, .. } if place.in_group => Route::Nccl { id, after: None },
-        other => other,
-    }
-}
-
-fn decide(
-    call: &str,
-    id: &[u8; 128],
-    nranks: c_int,
-    rank: c_int,
-    place: &Place,
-    gpu: impl FnOnce() -> tpcomm::Result<DeviceIdentity>,
-) -> Route {
     let Some(m) = read_mark(id) else {
         return Route::Nccl {
             id: *id,
@@ -252,6 +243,10 @@ fn decide(
         secret: m.secret,
         rank: rank as usize,
         world: nranks as usize,
+        // NCCL's success inside a group is no sign that every rank has
+        // read the decision (NCCL makes the communicator at the group's
+        // end): the records stay.
+        tidy_after: !place.in_group,
         real,
     };
     if place.mode == Standalone::Never {

@@ -131,6 +131,35 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     })
 }
 
+/// What ncclCommInitRank and ncclCommInitRankConfig do before the real
+/// NCCL: a standalone id (`TPCOMM_STANDALONE=1`) or auto mode's decision to
+/// serve the group makes the communicator here, or fails it (`Err`, the
+/// call's result); otherwise `Ok`: the id to hand NCCL (a marked one as
+/// NCCL made it, any other untouched) and the census records to tidy once
+/// NCCL has made the communicator.
+fn nccl_id_or_served(
+    call: &'static str,
+    comm: *mut NcclComm,
+    nranks: c_int,
+    id: &UniqueId,
+    rank: c_int,
+) -> Result<(UniqueId, Option<auto::Tidy>), NcclResult> {
+    if let Some(secret) = standalone::parse(&id.internal) {
+        if let Err(why) = standalone::check_host(&id.internal) {
+            return Err(standalone::fail(
+                standalone::INVALID_USAGE,
+                format!("{call} rank {rank}: {why}"),
+            ));
+        }
+        return Err(created::create(call, comm, nranks, secret, rank));
+    }
+    match auto::route(call, &id.internal, nranks, rank) {
+        auto::Route::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
+        auto::Route::Standalone(secret) => Err(created::create(call, comm, nranks, secret, rank)),
+        auto::Route::Failed(r) => Err(r),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitRank(
     comm: *mut NcclComm,
@@ -139,25 +168,11 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     guard("ncclCommInitRank", || {
-        if let Some(secret) = standalone::parse(&comm_id.internal) {
-            if let Err(why) = standalone::check_host(&comm_id.internal) {
-                return standalone::fail(
-                    standalone::INVALID_USAGE,
-                    format!("ncclCommInitRank rank {rank}: {why}"),
-                );
-            }
-            return created::create("ncclCommInitRank", comm, nranks, secret, rank);
-        }
-        // A marked id (auto mode): the census decides; NCCL gets the id
-        // as it made it. Any other id goes on untouched.
-        const CALL: &str = "ncclCommInitRank";
-        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
-            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
-            auto::Route::Standalone(secret) => {
-                return created::create(CALL, comm, nranks, secret, rank)
-            }
-            auto::Route::Failed(r) => return r,
-        };
+        let (comm_id, after) =
+            match nccl_id_or_served("ncclCommInitRank", comm, nranks, &comm_id, rank) {
+                Ok(to_nccl) => to_nccl,
+                Err(served) => return served,
+            };
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
         {
@@ -185,26 +200,14 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
 ) -> NcclResult {
     guard("ncclCommInitRankConfig", || {
         // The config's only field that matters here is `blocking`, and a
-        // standalone communicator is always ready when creation returns.
-        if let Some(secret) = standalone::parse(&comm_id.internal) {
-            if let Err(why) = standalone::check_host(&comm_id.internal) {
-                return standalone::fail(
-                    standalone::INVALID_USAGE,
-                    format!("ncclCommInitRankConfig rank {rank}: {why}"),
-                );
-            }
-            return created::create("ncclCommInitRankConfig", comm, nranks, secret, rank);
-        }
-        // As in ncclCommInitRank; the census blocks even a non-blocking
-        // creation (at most the census wait on rank 0).
-        const CALL: &str = "ncclCommInitRankConfig";
-        let (comm_id, after) = match auto::route(CALL, &comm_id.internal, nranks, rank) {
-            auto::Route::Nccl { id, after } => (UniqueId { internal: id }, after),
-            auto::Route::Standalone(secret) => {
-                return created::create(CALL, comm, nranks, secret, rank)
-            }
-            auto::Route::Failed(r) => return r,
-        };
+        // standalone communicator is always ready when creation returns;
+        // the census blocks even a non-blocking creation (at most the
+        // census wait on rank 0).
+        let (comm_id, after) =
+            match nccl_id_or_served("ncclCommInitRankConfig", comm, nranks, &comm_id, rank) {
+                Ok(to_nccl) => to_nccl,
+                Err(served) => return served,
+            };
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
         {
@@ -249,10 +252,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
                 unmarked = ids
                     .iter()
                     .map(|i| UniqueId {
-                        internal: match auto::read_mark(&i.internal) {
-                            Some(_) => auto::stripped(&i.internal),
-                            None => i.internal,
-                        },
+                        internal: auto::unmarked(&i.internal),
                     })
                     .collect();
             }

@@ -26,6 +26,9 @@ pub(super) struct Census {
     pub rank: usize,
     pub world: usize,
     pub real: [u8; 128],
+    /// Whether a creation handed to NCCL removes this rank's records once
+    /// NCCL has made the communicator (not inside a group).
+    pub tidy_after: bool,
 }
 
 impl Census {
@@ -158,7 +161,7 @@ impl Census {
             standalone::clear_last_error();
             Route::Nccl {
                 id: self.real,
-                after: Some(Tidy {
+                after: self.tidy_after.then_some(Tidy {
                     dir: self.dir,
                     rank: self.rank,
                 }),
