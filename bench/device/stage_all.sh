@@ -42,18 +42,7 @@ cargo build --release -p tpcomm-cli -p tpcomm-nccl
 cargo build --release -p tpcomm --example tp_allreduce --example quant_bench
 
 # Prints "name<TAB>path" for each test executable cargo reports.
-test_exes() {
-  python3 -c 'import json, sys
-want = set(sys.argv[1:])
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    t = m.get("target", {})
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("name") in want and "test" in t.get("kind", []):
-        print(t["name"] + "\t" + m["executable"])' "$@"
-}
+test_exes() { python3 bench/device/test_exes.py "$@"; }
 args_for() { local a=() t; for t in "$@"; do a+=(--test "$t"); done; echo "${a[@]}"; }
 
 echo "== build (release): test executables"

@@ -30,15 +30,7 @@ done
 export CARGO_TARGET_DIR=$ROOT/target
 (cd "$WT" && cargo build --release -q -p tpcomm --example quant_bench)
 test_exe=$(cd "$WT" && cargo test --release -q -p tpcomm --test gpu_quant --no-run --message-format=json 2>/dev/null |
-  python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu_quant":
-        print(m["executable"])')
+  python3 "$ROOT/bench/device/test_exes.py" gpu_quant | cut -f2)
 [ -x "$test_exe" ] || { echo "stage_variant: gpu_quant was not built" >&2; exit 1; }
 rm -rf "$DEST"
 mkdir -p "$DEST"
