@@ -99,14 +99,21 @@ pub unsafe extern "C" fn ncclAllReduce(
                     // (route kept it within TPCOMM_MAX_BYTES).
                     let ran = unsafe {
                         if !staged {
-                            q.try_all_reduce(sendbuff as u64, recvbuff as u64, count, dt, st)
+                            q.try_all_reduce(
+                                &b.gpu,
+                                sendbuff as u64,
+                                recvbuff as u64,
+                                count,
+                                dt,
+                                st,
+                            )
                         } else if q.wire_for(bytes) != tpcomm::quant::Wire::Exact {
                             let p = b.staging.ptr();
                             Some(
                                 b.staging
                                     .copy(p, sendbuff as u64, bytes, st)
                                     .and_then(|_| {
-                                        q.try_all_reduce(p, p, count, dt, st)
+                                        q.try_all_reduce(&b.gpu, p, p, count, dt, st)
                                             .unwrap_or(Ok(tpcomm::quant::Wire::Exact))
                                     })
                                     .and_then(|w| {

@@ -3,8 +3,8 @@
 //! (TODO(env registry): through crates/tpcomm/src/env.rs once it lands).
 //! Opt-in: unset, nothing is allocated and every call runs as before.
 
-use tpcomm::cuda::quant::{agree_wire, wire_for, QuantComm};
-use tpcomm::cuda::{CUstream, CudaConfig, Launch, Rendezvous, Transport};
+use tpcomm::cuda::quant::{agree_wire, wire_for, QuantAlgo, QuantComm};
+use tpcomm::cuda::{CUstream, CudaConfig, GpuComm, Launch, Rendezvous};
 use tpcomm::quant::Wire;
 use tpcomm::{ByteSize, DType, Result};
 
@@ -17,20 +17,18 @@ pub struct QuantBeside {
 
 /// Reads the wire from the environment, checks that every rank read the
 /// same (an error on every rank otherwise) and, when it is quantized, sets
-/// up its buffers over `transport` (the exact communicator's).
+/// up its buffers over `exact`'s transport.
 /// Every rank calls it, after the exact communicator was made.
-pub fn set_up(
-    cfg: &CudaConfig,
-    transport: Transport,
-    rv: &Rendezvous,
-) -> Result<Option<QuantBeside>> {
+pub fn set_up(cfg: &CudaConfig, exact: &GpuComm, rv: &Rendezvous) -> Result<Option<QuantBeside>> {
     let env = tpcomm::quant::wire_from_env()?;
     agree_wire(cfg, rv, env.wire, env.min_bytes)?;
     if env.wire == Wire::Exact {
         return Ok(None);
     }
+    // The drop-in's config keeps `wire_algo` at Auto: the kernels, no
+    // gathered blocks.
     Ok(Some(QuantBeside {
-        comm: QuantComm::new(cfg, transport, rv)?,
+        comm: QuantComm::new(cfg, exact.transport(), rv)?,
         wire: env.wire,
         min_bytes: env.min_bytes,
     }))
@@ -42,13 +40,15 @@ impl QuantBeside {
         wire_for(self.wire, self.min_bytes, bytes as u64)
     }
 
-    /// Runs the sum on the quantized wire when it applies to `bytes`;
-    /// `None` when the call stays exact.
+    /// Runs the sum on the quantized wire when it applies to `bytes`
+    /// (`QuantComm::run`'s choice of algorithm; the gathered form's
+    /// all-gather runs on `exact`); `None` when the call stays exact.
     ///
     /// # Safety
-    /// As `QuantComm::all_reduce`.
+    /// As `QuantComm::run`; `exact` is the communicator this one was set up beside.
     pub unsafe fn try_all_reduce(
         &self,
+        exact: &GpuComm,
         send: u64,
         recv: u64,
         count: usize,
@@ -62,7 +62,17 @@ impl QuantBeside {
         // SAFETY: passed on from the caller.
         Some(unsafe {
             self.comm
-                .all_reduce(send, recv, count, dtype, wire, stream, Launch::Ordinary)
+                .run(
+                    exact,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                    wire,
+                    QuantAlgo::Auto,
+                    stream,
+                    Launch::Ordinary,
+                )
                 .map(|_| wire)
         })
     }

@@ -251,7 +251,7 @@ fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
         rv,
         cfg.timeout,
     )?;
-    let quant = crate::quant::set_up(cfg, gpu.transport(), rv)?;
+    let quant = crate::quant::set_up(cfg, &gpu, rv)?;
     let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
     Ok(Made {
         gpu,

@@ -7,15 +7,21 @@
 //! Ranks are threads; rank r drives GPU r % GPUs, so ranks may share a GPU
 //! (then the timings are "shared GPU" figures). bench/quant/run.sh runs it.
 //!
+//! With `--algo gathered` (the communicator created with that
+//! `wire_algo`), it also times that form's two local kernels alone (pack:
+//! quantize into the rank's block; unpack-sum: dequantize and sum every
+//! block), rank 0 by itself while the others wait, against the copy rate.
+//!
 //! cargo run --release -p tpcomm --example quant_bench -- \
 //!     [--ranks 2] [--gpus N] [--transport host|cuda|auto] [--min 4MiB] \
 //!     [--max 64MiB] [--iters 10] [--reps 15] [--group 64] \
-//!     [--dist gaussian|outliers]
+//!     [--dist gaussian|outliers] [--algo auto|one-shot|two-shot|gathered]
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, DevicePtr};
 
+use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{
     open_context, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup, Transport,
 };
@@ -33,6 +39,7 @@ struct Args {
     reps: usize,
     group: u32,
     dist: inputs::Dist,
+    algo: QuantAlgo,
 }
 
 fn parse() -> Result<Args> {
@@ -46,6 +53,7 @@ fn parse() -> Result<Args> {
         reps: 15,
         group: 64,
         dist: inputs::Dist::Gaussian,
+        algo: QuantAlgo::Auto,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -74,6 +82,20 @@ fn parse() -> Result<Args> {
                         return Err(Error::invalid(
                             "--dist",
                             format!("{v:?} (expected gaussian or outliers)"),
+                        ))
+                    }
+                }
+            }
+            "--algo" => {
+                a.algo = match v.as_str() {
+                    "auto" => QuantAlgo::Auto,
+                    "one-shot" => QuantAlgo::OneShot,
+                    "two-shot" => QuantAlgo::TwoShot,
+                    "gathered" => QuantAlgo::Gathered,
+                    _ => {
+                        return Err(Error::invalid(
+                            "--algo",
+                            format!("{v:?} (expected auto, one-shot, two-shot or gathered)"),
                         ))
                     }
                 }
@@ -123,8 +145,57 @@ fn copy_bandwidth() -> Result<f64> {
     Ok(2.0 * n as f64 / times[times.len() / 2])
 }
 
-/// One rank's results per (size, wire): median us per call, output bytes.
-type RankRows = Vec<(usize, Wire, f64, Vec<u8>)>;
+/// One row of a rank's results: size, wire, the quantized algorithm that
+/// ran (None for exact), median us per call, output bytes.
+type Row = (usize, Wire, Option<QuantAlgo>, f64, Vec<u8>);
+type RankRows = Vec<Row>;
+
+/// Rank 0's times of the gathered form's local kernels: (size, wire,
+/// stage, median us).
+type StageRows = Vec<(usize, Wire, &'static str, f64)>;
+
+/// One quantized or exact call; the quantized algorithm that ran.
+///
+/// # Safety
+/// `pi` and `po` hold `count` bf16 elements until the stream has run it.
+#[allow(clippy::too_many_arguments)]
+unsafe fn one_call(
+    comm: &Communicator,
+    pi: u64,
+    po: u64,
+    count: usize,
+    wire: Wire,
+    algo: QuantAlgo,
+    stream: tpcomm::cuda::CUstream,
+) -> Result<Option<QuantAlgo>> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if wire == Wire::Exact {
+            comm.all_reduce_wire(
+                pi,
+                po,
+                count,
+                DType::Bf16,
+                ReduceOp::Sum,
+                wire,
+                stream,
+                Launch::Ordinary,
+            )?;
+            return Ok(None);
+        }
+        comm.all_reduce_quant(
+            pi,
+            po,
+            count,
+            DType::Bf16,
+            wire,
+            algo,
+            stream,
+            Launch::Ordinary,
+        )
+        .map(Some)
+    }
+}
 
 fn rank_main(
     a: &Args,
@@ -134,7 +205,7 @@ fn rank_main(
     barrier: &Barrier,
     sizes: &[usize],
     wires: &[Wire],
-) -> Result<(RankRows, String)> {
+) -> Result<(RankRows, StageRows, String)> {
     let dev = r % gpus;
     let mut cfg = CudaConfig::new(r, a.ranks, dev);
     cfg.max_bytes = a.max;
@@ -142,6 +213,9 @@ fn rank_main(
     cfg.transport = a.transport;
     cfg.wire = Some(Wire::Int8 { group: a.group });
     cfg.wire_min_bytes = Some(ByteSize::b(0));
+    if a.algo == QuantAlgo::Gathered {
+        cfg.wire_algo = QuantAlgo::Gathered;
+    }
     let comm = Communicator::new(&cfg, &Rendezvous::Threads(group))?;
     let transport = comm.gpu().transport().name().to_string();
     let ctx = open_context(dev)?;
@@ -190,7 +264,7 @@ fn rank_main(
         staged.push((host, back));
     }
     barrier.wait();
-    let mut rows = Vec::new();
+    let mut rows: RankRows = Vec::new();
     for (&bytes, (host, back)) in sizes.iter().zip(staged.iter_mut()) {
         let count = bytes / 2;
         stream
@@ -203,18 +277,7 @@ fn rank_main(
             let call = || -> Result<()> {
                 // SAFETY: both buffers hold `max` bytes and outlive every
                 // launch (the stream is synchronized before they drop).
-                unsafe {
-                    comm.all_reduce_wire(
-                        pi,
-                        po,
-                        count,
-                        DType::Bf16,
-                        ReduceOp::Sum,
-                        wire,
-                        stream.cu_stream(),
-                        Launch::Ordinary,
-                    )?
-                };
+                unsafe { one_call(&comm, pi, po, count, wire, a.algo, stream.cu_stream())? };
                 Ok(())
             };
             for _ in 0..3 {
@@ -254,29 +317,94 @@ fn rank_main(
             t.sort_by(f64::total_cmp);
             // One more call, read back for the error and the model check.
             // SAFETY: as above.
-            unsafe {
-                comm.all_reduce_wire(
-                    pi,
-                    po,
-                    count,
-                    DType::Bf16,
-                    ReduceOp::Sum,
-                    wire,
-                    stream.cu_stream(),
-                    Launch::Ordinary,
-                )?
-            };
+            let ran = unsafe { one_call(&comm, pi, po, count, wire, a.algo, stream.cu_stream())? };
             stream
                 .memcpy_dtoh(&out.slice(..bytes), &mut *back)
                 .map_err(cuda("cuMemcpyDtoH"))?;
             stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
             comm.check()?;
             let o = back.as_slice().map_err(cuda("cuMemcpyDtoH"))?.to_vec();
-            rows.push((bytes, wire, t[t.len() / 2], o));
+            rows.push((bytes, wire, ran, t[t.len() / 2], o));
         }
         barrier.wait();
     }
-    Ok((rows, transport))
+    let mut stages = Vec::new();
+    if r == 0 {
+        if let Some(q) = comm.quant().filter(|q| q.has_gathered()) {
+            for &bytes in sizes {
+                for &wire in &wires[1..] {
+                    // SAFETY: as above; rank 0 alone, its own block only.
+                    stages.extend(unsafe {
+                        time_stages(q, &ctx, &stream, pi, po, bytes, wire, a.reps)?
+                    });
+                }
+            }
+        }
+    }
+    barrier.wait();
+    Ok((rows, stages, transport))
+}
+
+/// Times the gathered form's pack and unpack-sum kernels alone on rank 0's
+/// stream (no peer involved): each the median of `reps` graphs of 10
+/// launches.
+///
+/// # Safety
+/// `pi` and `po` hold `bytes` until the stream has run the launches.
+#[allow(clippy::too_many_arguments)]
+unsafe fn time_stages(
+    q: &tpcomm::cuda::quant::QuantComm,
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<tpcomm::cuda::cudarc::driver::CudaStream>,
+    pi: u64,
+    po: u64,
+    bytes: usize,
+    wire: Wire,
+    reps: usize,
+) -> Result<StageRows> {
+    let Some(c) = q.gathered_call(pi, po, bytes / 2, DType::Bf16, wire)? else {
+        return Ok(Vec::new());
+    };
+    let ev0 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    let ev1 = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda("cuEventCreate"))?;
+    const N: usize = 10;
+    let mut rows = Vec::new();
+    for stage in ["pack", "unpack-sum"] {
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda("cuStreamBeginCapture"))?;
+        for _ in 0..N {
+            // SAFETY: the caller's contract; the blocks are the communicator's.
+            unsafe {
+                match stage {
+                    "pack" => q.pack(&c, pi, stream.cu_stream(), Launch::Ordinary)?,
+                    _ => q.unpack_sum(&c, po, stream.cu_stream(), Launch::Ordinary)?,
+                }
+            }
+        }
+        let g = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda("cuStreamEndCapture"))?
+            .ok_or_else(|| Error::invalid("graph", "capture produced no graph"))?;
+        g.launch().map_err(cuda("cuGraphLaunch"))?;
+        let mut t = Vec::new();
+        for _ in 0..reps {
+            ev0.record(stream).map_err(cuda("cuEventRecord"))?;
+            g.launch().map_err(cuda("cuGraphLaunch"))?;
+            ev1.record(stream).map_err(cuda("cuEventRecord"))?;
+            ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+            t.push(
+                ev0.elapsed_ms(&ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1e3 / N as f64,
+            );
+        }
+        t.sort_by(f64::total_cmp);
+        rows.push((bytes, wire, stage, t[t.len() / 2]));
+    }
+    Ok(rows)
 }
 
 fn seed(bytes: usize, r: usize) -> u64 {
@@ -314,7 +442,7 @@ fn run() -> Result<()> {
     ];
     let group = ThreadGroup::new(a.ranks);
     let barrier = Barrier::new(a.ranks);
-    let results: Vec<Result<(RankRows, String)>> = std::thread::scope(|sc| {
+    let results: Vec<Result<(RankRows, StageRows, String)>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..a.ranks)
             .map(|r| {
                 let (a, group, barrier, sizes, wires) =
@@ -333,7 +461,7 @@ fn run() -> Result<()> {
     for r in results {
         all.push(r?);
     }
-    let transport = all[0].1.clone();
+    let transport = all[0].2.clone();
     let shared = if a.ranks > gpus { ", shared GPU" } else { "" };
     println!(
         "{} ranks on {} GPU(s){shared}, transport {transport}, bf16, {} inputs, graph of {} calls, median of {} reps",
@@ -350,16 +478,18 @@ fn run() -> Result<()> {
     println!();
     // Ranks that drive GPU 0 (rank r drives GPU r % gpus).
     let on_gpu0 = a.ranks.div_ceil(gpus);
-    println!("| bytes | wire | time us | algbw GB/s | x exact | GPU 0 GB/s vs copy | rel-RMS | max-rel | = CPU model | ranks equal |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| bytes | wire | algorithm | time us | algbw GB/s | x exact | GPU 0 GB/s vs copy | rel-RMS | max-rel | = CPU model | ranks equal |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let rows0 = &all[0].0;
-    for (k, (bytes, wire, t, out)) in rows0.iter().enumerate() {
+    for (k, (bytes, wire, ran, t, out)) in rows0.iter().enumerate() {
         let count = bytes / 2;
         let exact_t = rows0
             .iter()
-            .find(|(b, w, _, _)| b == bytes && *w == Wire::Exact)
-            .map_or(f64::NAN, |x| x.2);
-        let equal = all.iter().all(|(rows, _)| &rows[k].3 == out);
+            .find(|(b, w, ..)| b == bytes && *w == Wire::Exact)
+            .map_or(f64::NAN, |x| x.3);
+        let equal = all
+            .iter()
+            .all(|(rows, ..)| &rows[k].4 == out && rows[k].2 == *ran);
         let xs: Vec<Vec<f32>> = (0..a.ranks)
             .map(|r| {
                 inputs::sample(
@@ -381,8 +511,7 @@ fn run() -> Result<()> {
         let e = model::error_stats(&vals, &reference_f64(&xs));
         let (model_eq, rate) = match wire.quantized() {
             Some((f, g)) => {
-                // Communicator::all_reduce_wire lets the kernels choose.
-                let twoshot = tpcomm::cuda::quant::QuantAlgo::Auto.runs_twoshot(count, a.ranks);
+                let twoshot = *ran == Some(QuantAlgo::TwoShot);
                 let want = if twoshot {
                     model::all_reduce_twoshot_bits(f, g as usize, DType::Bf16, &xs)
                 } else {
@@ -398,6 +527,8 @@ fn run() -> Result<()> {
                 // memory, and no rate is given.
                 let wire_bytes = count as f64 * (1.0 + 4.0 / g as f64);
                 let n = a.ranks as f64;
+                // (The gathered form moves the one-shot bytes, plus its
+                // blocks written and read once more in device memory.)
                 let codes = if twoshot {
                     4.0 * (n - 1.0) / n * wire_bytes
                 } else {
@@ -420,9 +551,10 @@ fn run() -> Result<()> {
             None => ("-", "-".into()),
         };
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {:.3}% | {:.3} | {} | {} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {} | {:.3}% | {:.3} | {} | {} |",
             ByteSize::from_usize(*bytes),
             wire.label(),
+            ran.map_or("exact".to_string(), |r| format!("{r:?}")),
             t,
             *bytes as f64 / (t * 1e-6) / 1e9,
             t / exact_t,
@@ -432,6 +564,34 @@ fn run() -> Result<()> {
             model_eq,
             if equal { "yes" } else { "NO" }
         );
+    }
+    let stages = &all[0].1;
+    if !stages.is_empty() {
+        println!();
+        println!("Gathered form's local kernels, rank 0 alone (graph of 10 launches, median of {} reps); bytes = what the kernel must read + write:", a.reps);
+        println!();
+        println!("| bytes | wire | kernel | time us | bytes moved | GB/s | vs copy |");
+        println!("|---|---|---|---|---|---|---|");
+        for (bytes, wire, stage, t) in stages {
+            let (_, g) = wire
+                .quantized()
+                .unwrap_or((tpcomm::quant::Format::Int8, 64));
+            let count = bytes / 2;
+            let block = tpcomm::cuda::quant::GatherLayout::of(count, g).block_bytes;
+            let moved = match *stage {
+                "pack" => bytes + block,
+                _ => a.ranks * block + bytes,
+            } as f64;
+            let rate = moved / (t * 1e-6);
+            println!(
+                "| {} | {} | {stage} | {t:.1} | {} | {:.0} | {:.0}% |",
+                ByteSize::from_usize(*bytes),
+                wire.label(),
+                ByteSize::from_usize(moved as usize),
+                rate / 1e9,
+                100.0 * rate / copy
+            );
+        }
     }
     Ok(())
 }

@@ -581,7 +581,7 @@ pub static HOST_CHUNK: Var<Size> = Var {
     section: Section::Shapes,
     read_by: "communicator creation",
     default: "by message size (docs/host-gpu.md)",
-    doc: "chunk size of the host path's chunked kernel (rounded to whole 16 KiB)",
+    doc: "chunk size of the host path's chunked all-reduce and of its all-gather, reduce-scatter and broadcast (rounded to whole 16 KiB)",
     kind: Size {
         min: ByteSize::kib(16),
         max: ByteSize::kib(256),
@@ -593,7 +593,7 @@ pub static HOST_PRODUCERS: Var<Count> = Var {
     section: Section::Shapes,
     read_by: "communicator creation",
     default: "by message size and SM count",
-    doc: "producer blocks of the host path's chunked kernel (clamped to the SMs)",
+    doc: "producer blocks of the host path's chunked all-reduce and of its collectives (clamped to the SMs)",
     kind: Count {
         min: 1,
         max: 4096,
@@ -606,7 +606,7 @@ pub static HOST_CONSUMERS: Var<Count> = Var {
     section: Section::Shapes,
     read_by: "communicator creation",
     default: "by message size and SM count",
-    doc: "consumer blocks of the host path's chunked kernel (clamped to the SMs)",
+    doc: "consumer blocks of the host path's chunked all-reduce and of its collectives (clamped to the SMs)",
     kind: Count {
         min: 1,
         max: 4096,

@@ -61,6 +61,9 @@ fn make_ranks(world: usize, transport: Transport, timeout: Duration) -> Vec<Rank
                 cfg.transport = transport;
                 cfg.wire = Some(Wire::int8());
                 cfg.wire_min_bytes = Some(ByteSize::b(0));
+                // The gathered form's blocks too, so every algorithm runs;
+                // calls that leave the choice to the communicator take it.
+                cfg.wire_algo = QuantAlgo::Gathered;
                 let comm = Communicator::new(&cfg, &Rendezvous::Threads(group))
                     .expect("create communicator");
                 let ctx = open_context(dev).unwrap();
@@ -105,8 +108,9 @@ fn from_bytes(dtype: DType, b: &[u8]) -> Vec<u32> {
 /// One quantized call on every rank: `inputs[r]` in, the output bytes of
 /// every rank (read back after `replays` launches of a captured graph, or
 /// one eager call), or the error.
-/// `algo` `None`: `Communicator::all_reduce_wire` (the quantized kernels'
-/// own choice); `Some`: that kernel through `QuantComm::all_reduce_with`.
+/// `algo` `None`: `Communicator::all_reduce_wire` (the communicator's own
+/// choice); `Some`: that algorithm through `Communicator::all_reduce_quant`,
+/// which must run it.
 fn run(
     ranks: &mut [Rank],
     dtype: DType,
@@ -149,11 +153,28 @@ fn run(
                         // SAFETY: both buffers hold MAX bytes and outlive the
                         // synchronisation below.
                         unsafe {
-                            match (algo, rank.comm.quant()) {
-                                (Some(a), Some(q)) => q
-                                    .all_reduce_with(pi, po, count, dtype, wire, a, cs, how)
-                                    .map(|_| Route::TpcommQuantized),
-                                _ => rank.comm.all_reduce_wire(
+                            match algo {
+                                Some(a) => rank
+                                    .comm
+                                    .all_reduce_quant(pi, po, count, dtype, wire, a, cs, how)
+                                    .map(|ran| {
+                                        // Two-shot runs where every rank owns a chunk.
+                                        let world = inputs.len();
+                                        let want = match a {
+                                            QuantAlgo::TwoShot | QuantAlgo::Auto
+                                                if a.runs_twoshot(count, world) =>
+                                            {
+                                                QuantAlgo::TwoShot
+                                            }
+                                            QuantAlgo::TwoShot | QuantAlgo::Auto => {
+                                                QuantAlgo::OneShot
+                                            }
+                                            _ => a,
+                                        };
+                                        assert_eq!(ran, want, "asked for {a:?}, count {count}");
+                                        Route::TpcommQuantized
+                                    }),
+                                None => rank.comm.all_reduce_wire(
                                     pi,
                                     po,
                                     count,
@@ -265,6 +286,19 @@ impl Inputs {
     }
 }
 
+/// The algorithms to test: the communicator's choice (`wire_algo`, the
+/// gathered form in these tests), the kernels' own choice, the two kernels
+/// and the gathered form.
+fn algos() -> [Option<QuantAlgo>; 5] {
+    [
+        None,
+        Some(QuantAlgo::Auto),
+        Some(QuantAlgo::OneShot),
+        Some(QuantAlgo::TwoShot),
+        Some(QuantAlgo::Gathered),
+    ]
+}
+
 /// Runs one case on `inp` and checks it; in-place calls of a graph replay
 /// their own output, so only out-of-place calls are replayed.
 fn check_on(
@@ -279,7 +313,10 @@ fn check_on(
     let dtype = inp.dtype;
     let count = inp.xs[0].len();
     let (f, g) = wire.quantized().unwrap();
-    let twoshot = algo.unwrap_or(QuantAlgo::Auto).runs_twoshot(count, world);
+    // `None` runs the communicator's wire_algo: the gathered form here.
+    let twoshot = algo
+        .unwrap_or(QuantAlgo::Gathered)
+        .runs_twoshot(count, world);
     let outs: Vec<Vec<u8>> = run(ranks, dtype, wire, algo, in_place, &inp.bytes, replays)
         .into_iter()
         .map(|r| r.expect("quantized all-reduce"))
@@ -360,10 +397,10 @@ fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
                 for dtype in DType::ALL {
                     let max_count = MAX.bytes() as usize / dtype.size();
                     for count in [1, 7, 8, 9, 33, 4095, 4096, 4097, 8193, 100_003, max_count] {
-                        // The six calls below share their inputs and models.
+                        // The calls below share their inputs and models.
                         let mut inp = Inputs::new(world, dtype, count, &mut rng);
                         for in_place in [false, true] {
-                            for algo in [None, Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                            for algo in algos() {
                                 check_on(&mut ranks, &mut inp, wire, algo, in_place, 0);
                             }
                         }
@@ -399,7 +436,7 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
         for t in transports() {
             let mut ranks = make_ranks(world, t, Duration::from_secs(20));
             for replays in [1, 2, 5, 100] {
-                for algo in [Some(QuantAlgo::OneShot), Some(QuantAlgo::TwoShot)] {
+                for algo in algos().into_iter().skip(1) {
                     check_case(
                         &mut ranks,
                         DType::Bf16,
@@ -447,32 +484,43 @@ fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
     // Created once with a long timeout first, so the kernels are compiled
     // and loaded (once per device and process) before the short one counts.
     drop(make_ranks(2, Transport::Host, Duration::from_secs(60)));
-    let mut ranks = make_ranks(2, Transport::Host, Duration::from_secs(2));
-    let r0 = &mut ranks[0];
-    r0.ctx.bind_to_thread().unwrap();
-    let p = r0.inp.device_ptr(&r0.stream).0;
-    // SAFETY: the buffer holds MAX bytes and outlives the sync below.
-    unsafe {
-        r0.comm
-            .all_reduce_wire(
-                p,
-                p,
-                1 << 20,
-                DType::Bf16,
-                ReduceOp::Sum,
-                Wire::int8(),
-                r0.stream.cu_stream(),
-                Launch::Ordinary,
-            )
-            .unwrap()
-    };
-    r0.stream.synchronize().unwrap();
-    match r0.comm.check() {
-        Err(Error::PeerTimeout { peer, what, .. }) => {
-            assert_eq!(peer, 1);
-            assert!(what.contains("quantized"), "{what}");
+    // The one-shot kernel names its own wait; the gathered form (the host
+    // path's default at 2 ranks) waits in the exact all-gather, which first
+    // checks the peer's description of the call.
+    for (algo, names) in [
+        (QuantAlgo::OneShot, &["quantized"][..]),
+        (
+            QuantAlgo::Gathered,
+            &["all-gather", "description of its call"][..],
+        ),
+    ] {
+        let mut ranks = make_ranks(2, Transport::Host, Duration::from_secs(2));
+        let r0 = &mut ranks[0];
+        r0.ctx.bind_to_thread().unwrap();
+        let p = r0.inp.device_ptr(&r0.stream).0;
+        // SAFETY: the buffer holds MAX bytes and outlives the sync below.
+        unsafe {
+            r0.comm
+                .all_reduce_quant(
+                    p,
+                    p,
+                    1 << 20,
+                    DType::Bf16,
+                    Wire::int8(),
+                    algo,
+                    r0.stream.cu_stream(),
+                    Launch::Ordinary,
+                )
+                .unwrap()
+        };
+        r0.stream.synchronize().unwrap();
+        match r0.comm.check() {
+            Err(Error::PeerTimeout { peer, what, .. }) => {
+                assert_eq!(peer, 1, "{algo:?}");
+                assert!(names.iter().any(|n| what.contains(n)), "{algo:?}: {what}");
+            }
+            other => panic!("{algo:?}: expected a timeout naming rank 1, got {other:?}"),
         }
-        other => panic!("expected a timeout naming rank 1, got {other:?}"),
     }
 }
 
@@ -498,5 +546,17 @@ fn gpu_quant_memory_report_shows_the_quantized_layout() {
             .iter()
             .any(|l| l.place == place && l.name.contains("quantized wire")));
         assert!(rep.total().unwrap().bytes() > MAX.bytes() / 2);
+        // The gathered form's blocks: one per rank, each the largest
+        // message's codes and scales (groups of 32), in device memory.
+        // (make_ranks asks for them: CudaConfig::wire_algo.)
+        assert!(q.has_gathered());
+        let l = rep
+            .lines
+            .iter()
+            .find(|l| l.name.contains("gathered"))
+            .expect("a line for the gathered blocks");
+        assert_eq!(l.place, Place::Device);
+        let block = tpcomm::cuda::quant::GatherLayout::max_block(MAX.bytes() as usize);
+        assert_eq!(l.bytes.bytes(), 2 * block as u64);
     }
 }

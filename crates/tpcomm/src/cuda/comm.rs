@@ -63,6 +63,13 @@ pub struct CudaConfig {
     pub wire: Option<crate::quant::Wire>,
     /// `None`: TPCOMM_WIRE_MIN_BYTES, else 1 MiB.
     pub wire_min_bytes: Option<ByteSize>,
+    /// The quantized all-reduce's algorithm for calls that leave it to the
+    /// communicator. `Auto` (the default): the one-shot or two-shot kernel.
+    /// `Gathered` allocates the gathered form's blocks at creation
+    /// (`cuda::quant::gathered`; world x about 0.56 x `max_bytes` of device
+    /// memory) and runs every quantized call that way. Every rank must give
+    /// the same (checked at creation).
+    pub wire_algo: super::quant::QuantAlgo,
     /// Every call sends its peers a word saying what it is and compares
     /// theirs (docs/protocol-gpu.md, "Call words"): ranks that call with
     /// different counts, types or algorithms get `Error::Mismatch`, not
@@ -111,6 +118,7 @@ impl CudaConfig {
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,
+            wire_algo: super::quant::QuantAlgo::Auto,
             check_calls: crate::env::CHECK_CALLS.checked_value(),
         }
     }

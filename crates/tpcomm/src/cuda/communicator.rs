@@ -12,7 +12,7 @@
 //! communicator it set up beside its own, on the same ranks and stream.
 
 use super::host_path::GpuComm;
-use super::quant::{agree_wire, resolve_wire, wire_for, QuantComm};
+use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
 use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
@@ -36,6 +36,8 @@ pub struct Communicator {
     quant: Option<QuantComm>,
     wire: Wire,
     wire_min_bytes: ByteSize,
+    /// `CudaConfig::wire_algo`: what quantized calls run.
+    wire_algo: QuantAlgo,
     /// Where each call goes (NCCL included when it is loaded).
     routes: RouteTable,
     mode: Mode,
@@ -54,6 +56,11 @@ impl Communicator {
             Wire::Exact => None,
             _ => Some(QuantComm::new(cfg, gpu.transport(), rendezvous)?),
         };
+        if quant.as_ref().is_some_and(QuantComm::has_gathered) {
+            // The gathered form's all-gather: loaded now, not in a first
+            // call that may be inside a graph capture.
+            gpu.prepare_collectives()?;
+        }
         let nccl = if cfg.nccl_fallback {
             Some(nccl_over_rendezvous(
                 cfg.rank,
@@ -90,6 +97,7 @@ impl Communicator {
             quant,
             wire,
             wire_min_bytes,
+            wire_algo: cfg.wire_algo,
         })
     }
 
@@ -133,22 +141,57 @@ impl Communicator {
                 self.route_exact(input, output, count, dtype, op, Algo::Auto, stream, how)
             };
         }
-        let Some(q) = &self.quant else {
-            return Err(Error::Unsupported(format!(
-                "the {} wire on a communicator created without one; create it with CudaConfig::wire (or TPCOMM_WIRE) set so its buffers are allocated",
-                wire.label()
-            )));
-        };
         if op != ReduceOp::Sum {
             return Err(Error::Unsupported(format!(
                 "reduce op {op} on the {} wire (only sum)",
                 wire.label()
             )));
         }
-        self.gpu.check()?;
         // SAFETY: as above.
-        unsafe { q.all_reduce(input, output, count, dtype, wire, stream, how)? };
+        unsafe {
+            self.all_reduce_quant(
+                input,
+                output,
+                count,
+                dtype,
+                wire,
+                self.wire_algo,
+                stream,
+                how,
+            )?
+        };
         Ok(Route::TpcommQuantized)
+    }
+
+    /// A quantized all-reduce (sum) on `wire` with the algorithm `algo`
+    /// asks for; returns the one that ran (`QuantComm::run`).
+    ///
+    /// # Safety
+    /// As [`StreamAllReduce::all_reduce_launched`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_quant(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        wire: Wire,
+        algo: QuantAlgo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<QuantAlgo> {
+        let Some(q) = &self.quant else {
+            return Err(Error::Unsupported(format!(
+                "the {} wire on a communicator created without one; create it with CudaConfig::wire (or TPCOMM_WIRE) set so its buffers are allocated",
+                wire.label()
+            )));
+        };
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe {
+            q.run(
+                &self.gpu, input, output, count, dtype, wire, algo, stream, how,
+            )
+        }
     }
 
     /// Reports a peer that did not arrive, in the exact or the quantized

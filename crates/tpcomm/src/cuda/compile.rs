@@ -39,8 +39,9 @@ pub const HOST_ALLREDUCE_SRC: &str =
     family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu");
 
 /// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
-/// transports (src/cuda/quant.rs).
-pub const QUANT_SRC: &str = family_source!(""; "quant.cu");
+/// transports (src/cuda/quant/mod.rs), and the pack and unpack-sum halves of its
+/// gathered form (src/cuda/quant/gathered.rs), which reuse quant.cu's arithmetic.
+pub const QUANT_SRC: &str = family_source!(""; "quant.cu", "quant_gathered.cu");
 
 /// All-gather, reduce-scatter and broadcast on the P2P all-reduce's buffers
 /// and epoch (src/cuda/collectives.rs), which reuse allreduce.cu's protocol
@@ -210,6 +211,10 @@ mod tests {
             include_str!("kernels/host_allreduce.cu"),
         ),
         ("quant.cu", include_str!("kernels/quant.cu")),
+        (
+            "quant_gathered.cu",
+            include_str!("kernels/quant_gathered.cu"),
+        ),
         ("collectives.cu", include_str!("kernels/collectives.cu")),
         (
             "host_collectives.cu",

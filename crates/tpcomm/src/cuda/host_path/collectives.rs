@@ -91,12 +91,15 @@ pub struct CollPlan {
 
 /// The plan of a call, or `None` when its blocks do not fit the area (the
 /// data region and the chunk flags the all-reduce's layout made).
+/// `chunk_override` (TPCOMM_HOST_CHUNK, for measuring) replaces the rule's
+/// chunk, rounded to whole MIN_CHUNK within MIN_CHUNK-MAX_CHUNK.
 pub fn fits(
     what: Collective,
     bytes: usize,
     world: usize,
     group_grid: usize,
     l: &HostLayout,
+    chunk_override: Option<usize>,
 ) -> Option<CollPlan> {
     if bytes == 0 {
         return Some(CollPlan {
@@ -108,7 +111,11 @@ pub fn fits(
     // About one chunk per reading block of the smallest grid, within
     // MIN_CHUNK (which the flags were counted for) and MAX_CHUNK.
     let readers = (group_grid / 2).max(1);
-    let chunk_bytes = (bytes.div_ceil(readers).div_ceil(16) * 16).clamp(MIN_CHUNK, MAX_CHUNK);
+    let chunk_bytes = match chunk_override {
+        Some(c) => c.div_ceil(MIN_CHUNK) * MIN_CHUNK,
+        None => bytes.div_ceil(readers).div_ceil(16) * 16,
+    }
+    .clamp(MIN_CHUNK, MAX_CHUNK);
     let per_block = bytes.div_ceil(chunk_bytes);
     let blocks = match what {
         Collective::ReduceScatter => world,
@@ -137,7 +144,16 @@ impl HostGpuCommunicator {
         count
             .checked_mul(dtype.size())
             .filter(|&b| b as u64 <= self.max_bytes().bytes())
-            .and_then(|b| fits(what, b, self.world(), p.group_grid, &p.layout))
+            .and_then(|b| {
+                fits(
+                    what,
+                    b,
+                    self.world(),
+                    p.group_grid,
+                    &p.layout,
+                    p.shape.chunk_bytes,
+                )
+            })
             .is_some()
     }
 
@@ -176,7 +192,14 @@ impl HostGpuCommunicator {
             return Ok(());
         }
         let p = self.parts();
-        let Some(plan) = fits(what, bytes, self.world(), p.group_grid, &p.layout) else {
+        let Some(plan) = fits(
+            what,
+            bytes,
+            self.world(),
+            p.group_grid,
+            &p.layout,
+            p.shape.chunk_bytes,
+        ) else {
             return Err(Error::invalid(
                 "message size",
                 format!(
@@ -200,8 +223,17 @@ impl HostGpuCommunicator {
                 what.name()
             )));
         }
-        let producers = plan.chunks.clamp(1, grid / 2);
-        let consumers = plan.per_block.clamp(1, grid - producers);
+        // TPCOMM_HOST_PRODUCERS / _CONSUMERS (for measuring) replace the
+        // rule's split, within the grid.
+        let producers = match p.shape.producers {
+            Some(n) => n.clamp(1, grid - 1).min(plan.chunks.max(1)),
+            None => plan.chunks.clamp(1, grid / 2),
+        };
+        let consumers = match p.shape.consumers {
+            Some(n) => n,
+            None => plan.per_block,
+        }
+        .clamp(1, grid - producers);
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
             Collective::AllGather => (k.all_gather[d], 0, call::Kind::HostAllGather),
@@ -271,18 +303,18 @@ mod tests {
         let l = HostLayout::new(8 << 20);
         // All-gather and broadcast: any block up to max_bytes.
         for b in [1, 16, 1000, 8 << 20] {
-            let p = fits(Collective::AllGather, b, 4, 132, &l).unwrap();
+            let p = fits(Collective::AllGather, b, 4, 132, &l, None).unwrap();
             assert!(p.chunk_bytes >= MIN_CHUNK && p.chunks == p.per_block);
             assert!(p.chunks <= l.max_chunks);
         }
         // Reduce-scatter: all 4 blocks must fit.
-        let p = fits(Collective::ReduceScatter, 2 << 20, 4, 132, &l).unwrap();
+        let p = fits(Collective::ReduceScatter, 2 << 20, 4, 132, &l, None).unwrap();
         assert_eq!(p.chunks, 4 * p.per_block);
-        assert!(fits(Collective::ReduceScatter, (2 << 20) + 16, 4, 132, &l).is_none());
+        assert!(fits(Collective::ReduceScatter, (2 << 20) + 16, 4, 132, &l, None).is_none());
         // Small blocks still cost one flag each: 8 ranks need 8 flags.
         let tiny = HostLayout::new(16 << 10);
         assert_eq!(tiny.max_chunks, 1);
-        assert!(fits(Collective::ReduceScatter, 16, 8, 16, &tiny).is_none());
-        assert!(fits(Collective::AllGather, 16, 8, 16, &tiny).is_some());
+        assert!(fits(Collective::ReduceScatter, 16, 8, 16, &tiny, None).is_none());
+        assert!(fits(Collective::AllGather, 16, 8, 16, &tiny, None).is_some());
     }
 }

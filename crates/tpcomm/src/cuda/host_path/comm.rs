@@ -601,6 +601,9 @@ pub(super) struct HostParts<'a> {
     /// Whether calls carry call words (`CudaConfig::check_calls`).
     pub check_calls: bool,
     pub arch_major: i32,
+    /// TPCOMM_HOST_CHUNK / _PRODUCERS / _CONSUMERS, which the collectives
+    /// take too.
+    pub shape: HostChunkShape,
 }
 
 impl HostGpuCommunicator {
@@ -645,6 +648,7 @@ impl HostGpuCommunicator {
             sharing: self.sharing,
             check_calls: self.check_calls,
             arch_major: self.kernels.arch.0,
+            shape: self.shape,
         }
     }
 }

@@ -28,7 +28,7 @@
 // each peer sent only after it had finished reading epoch e.
 
 #define Q_CHUNK 4096u
-// Timeout code written to Status::code (mirrored in src/cuda/quant.rs).
+// Timeout code written to Status::code (mirrored in src/cuda/quant/mod.rs).
 #define Q_WAIT_QUANT 8u
 
 #define Q_INT8 0
@@ -44,7 +44,7 @@ struct QCtl {
 };
 
 // Kernel arguments, passed by value. Mirrored by `QuantArgs` in
-// src/cuda/quant.rs (repr(C)); keep both in the same order.
+// src/cuda/quant/mod.rs (repr(C)); keep both in the same order.
 struct QArgs {
     u64 in;                  // device pointer, 16-byte aligned
     u64 out;                 // device pointer, 16-byte aligned (may equal in)
@@ -448,7 +448,7 @@ __device__ __forceinline__ bool sum_chunk(const QArgs& a, u64 c, u64 par, u32 ta
 // a chunk is whole warps and a group's G / 8 octets are neighbouring lanes).
 // No wait cycle: sending chunk c waits only for sums of smaller chunks, each
 // of which waits only for sends of itself (induction on c); every block of
-// every rank is resident (quant_grid in src/cuda/quant.rs).
+// every rank is resident (quant_grid in src/cuda/quant/mod.rs).
 // In place: a chunk's input is read (sent, then quantized again in the sum)
 // before the same block writes its output, each thread its own octets.
 template <typename T, int FMT>

@@ -1,0 +1,98 @@
+// tpcomm quantized all-reduce, gathered form: the two local halves around
+// an ordinary all-gather of the codes (src/cuda/quant/gathered.rs runs the
+// three launches). Compiled after quant.cu, whose arithmetic (quantize8_values,
+// q_decode, q_mul, q_add), element types and launch order these use, so the
+// result is the one-shot kernel's bit for bit (src/quant/model.rs).
+//
+// - pack: quantizes this rank's input into its block of the gathered
+//   buffer: codes (one byte per element), then f32 scales (one per group);
+// - the host-path (or P2P) all-gather copies every rank's block to every
+//   rank; it moves bytes, so it needs nothing from these kernels;
+// - unpack_sum: dequantizes every rank's block and sums them in rank order
+//   in f32, rounding once to the element type.
+// Neither kernel waits on anything: one thread per octet of elements, as
+// many blocks as the message needs, no protocol.
+//
+// The P2P all-gather's slots are self-validating: a 32-bit word 0xffffffff
+// is its sentinel and is sent as another value (common.cuh, canon). So no
+// word of a block may be all ones, and the all-gather moves the blocks as
+// f32 words (src/cuda/quant/gathered.rs): scales are never negative, fp8
+// codes never 0xff (q_encode's largest magnitude is 0x7e), and int8 codes
+// (never -128) travel xor 0x7f, which maps the unused -128 to 0xff and so
+// no code to it.
+#define QG_INT8_XOR 0x7f7f7f7f7f7f7f7full
+
+// Mirrors `GatherArgs` in src/cuda/quant/gathered.rs (repr(C)).
+struct QGArgs {
+    u64 in;            // pack: input elements; unpack_sum: block 0 of the gathered buffer
+    u64 out;           // pack: this rank's block; unpack_sum: output elements
+    u64 count;         // elements
+    u64 block_stride;  // bytes between ranks' blocks (unpack_sum)
+    u64 scales_off;    // scales inside a block
+    u32 world;
+    u32 group;         // elements per scale: 32, 64 or 128
+};
+
+__device__ __forceinline__ u32 qg_shift(u32 group) {
+    u32 s = 0u;
+    while ((1u << s) < group) s++;
+    return s;
+}
+
+// Thread t of the grid quantizes octet t (elements 8t..8t+7; past the
+// message they read as 0, so they change no group's maximum); the G / 8
+// threads of a group are neighbouring lanes of one warp (blocks are whole
+// warps, G <= 256).
+template <typename T, int FMT>
+__device__ void quant_pack(const QGArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 e0 = 8ull * ((u64)blockIdx.x * blockDim.x + threadIdx.x);
+    const u32 lanes = a.group / 8u;
+    float x[8];
+    T::load8(a.in, e0, a.count, x);
+    float scale;
+    const u64 codes = quantize8_values<FMT>(x, lanes, &scale);
+    if (e0 >= a.count) return;
+    *(u64*)(a.out + e0) = FMT == Q_INT8 ? codes ^ QG_INT8_XOR : codes;
+    if ((threadIdx.x & (lanes - 1u)) == 0u)
+        *(u32*)(a.out + a.scales_off + 4ull * (e0 >> qg_shift(a.group))) = __float_as_uint(scale);
+}
+
+// Thread t sums octet t of every rank's block, in rank order.
+template <typename T, int FMT>
+__device__ void quant_unpack_sum(const QGArgs& a) {
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    const u64 e0 = 8ull * ((u64)blockIdx.x * blockDim.x + threadIdx.x);
+    if (e0 >= a.count) return;
+    const u64 sc = a.scales_off + 4ull * (e0 >> qg_shift(a.group));
+    float acc[8];
+    for (u32 p = 0; p < a.world; p++) {
+        const u64 base = a.in + (u64)p * a.block_stride;
+        const u64 wire = *(const u64*)(base + e0);
+        const u64 codes = FMT == Q_INT8 ? wire ^ QG_INT8_XOR : wire;
+        const float scale = __uint_as_float(*(const u32*)(base + sc));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+            acc[k] = p == 0 ? v : q_add(acc[k], v);
+        }
+    }
+    T::store8(a.out, e0, a.count, acc);
+}
+
+#define QG_BLOCK 256
+#define QGKERNEL extern "C" __global__ void __launch_bounds__(QG_BLOCK)
+QGKERNEL tpcomm_quant_pack_int8_f32(QGArgs a) { quant_pack<QF32, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_pack_int8_f16(QGArgs a) { quant_pack<QF16, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_pack_int8_bf16(QGArgs a) { quant_pack<QBF16, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_pack_fp8_f32(QGArgs a) { quant_pack<QF32, Q_FP8>(a); }
+QGKERNEL tpcomm_quant_pack_fp8_f16(QGArgs a) { quant_pack<QF16, Q_FP8>(a); }
+QGKERNEL tpcomm_quant_pack_fp8_bf16(QGArgs a) { quant_pack<QBF16, Q_FP8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_int8_f32(QGArgs a) { quant_unpack_sum<QF32, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_int8_f16(QGArgs a) { quant_unpack_sum<QF16, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_int8_bf16(QGArgs a) { quant_unpack_sum<QBF16, Q_INT8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_fp8_f32(QGArgs a) { quant_unpack_sum<QF32, Q_FP8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_fp8_f16(QGArgs a) { quant_unpack_sum<QF16, Q_FP8>(a); }
+QGKERNEL tpcomm_quant_unpack_sum_fp8_bf16(QGArgs a) { quant_unpack_sum<QBF16, Q_FP8>(a); }
