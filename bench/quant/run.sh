@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 20, the quantized wire, for the lead: one device call on one H200
-# (about 3 minutes). Builds nothing: it runs binaries built beforehand with
+# (about 4 minutes). Builds nothing: it runs binaries built beforehand with
 #   cargo build --release -p tpcomm --example quant_bench
 #   cargo test --release -p tpcomm --test gpu_quant --no-run
 #   cargo build --release -p tpcomm-cli
@@ -11,7 +11,9 @@
 #    (group 64) at 4-64 MiB, graph mode; rows print time, ratio to exact
 #    ("x exact"; target for int8 <= 0.6 at 4-64 MiB), rel-RMS, max-rel, and
 #    whether the output equals the CPU model bit for bit on every rank. The
-#    run also measures the GPU's device-to-device copy bandwidth.
+#    run also measures the GPU's device-to-device copy bandwidth. Then the
+#    same with the gathered form (QuantAlgo::Gathered), which also times its
+#    pack and unpack-sum kernels alone against that bandwidth.
 # 2. The quantized kernels' rate against that copy bandwidth: 2 ranks on GPU 0
 #    over P2P (all traffic in device memory), 4-64 MiB ("GPU 0 GB/s vs copy").
 # 3. Errors measured on the GPU at 2, 4 and 8 ranks (sharing GPU 0, host
@@ -36,6 +38,9 @@ step "machine"
 
 step "1. host path, 2 ranks sharing GPU 0: exact bf16 vs int8 / fp8, 4-64 MiB"
 timeout 150 "$QB" --ranks 2 --gpus 1 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15 2>&1 | tee -a "$LOG"
+
+step "1b. the same with the gathered form (--algo gathered), and its pack and unpack-sum kernels' rate vs copy bandwidth"
+timeout 150 "$QB" --ranks 2 --gpus 1 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15 --algo gathered 2>&1 | tee -a "$LOG"
 
 step "2. P2P on one GPU (device memory only): quantized kernel rate vs copy bandwidth"
 timeout 90 "$QB" --ranks 2 --gpus 1 --transport cuda --min 4MiB --max 64MiB --iters 10 --reps 10 2>&1 | tee -a "$LOG"

@@ -114,6 +114,20 @@ fn cuda<E: std::fmt::Display>(call: &'static str) -> impl Fn(E) -> Error {
     }
 }
 
+/// Two timing events on `ctx`: start and end of a timed span.
+fn timing_events(
+    ctx: &Arc<CudaContext>,
+) -> Result<(
+    tpcomm::cuda::cudarc::driver::CudaEvent,
+    tpcomm::cuda::cudarc::driver::CudaEvent,
+)> {
+    let ev = || {
+        ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda("cuEventCreate"))
+    };
+    Ok((ev()?, ev()?))
+}
+
 /// Device-to-device copy bandwidth of GPU 0 (bytes read + written per
 /// second), the ceiling a memory-bound kernel can reach.
 fn copy_bandwidth() -> Result<f64> {
@@ -122,12 +136,7 @@ fn copy_bandwidth() -> Result<f64> {
     let n = 1usize << 30;
     let src = stream.alloc_zeros::<u8>(n).map_err(cuda("cuMemAlloc"))?;
     let mut dst = stream.alloc_zeros::<u8>(n).map_err(cuda("cuMemAlloc"))?;
-    let ev0 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
-    let ev1 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
+    let (ev0, ev1) = timing_events(&ctx)?;
     stream
         .memcpy_dtod(&src, &mut dst)
         .map_err(cuda("cuMemcpyDtoD"))?;
@@ -227,12 +236,7 @@ fn rank_main(
     let mut inp = stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?;
     let out = stream.alloc_zeros::<u8>(max).map_err(cuda("cuMemAlloc"))?;
     let (pi, po) = (inp.device_ptr(&stream).0, out.device_ptr(&stream).0);
-    let ev0 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
-    let ev1 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
+    let (ev0, ev1) = timing_events(&ctx)?;
     // Every copy goes through pinned host memory allocated here, before the
     // first call: with ranks as threads of one process, a copy from pageable
     // memory (or freeing pinned memory) can hold this thread while a peer's
@@ -365,12 +369,7 @@ unsafe fn time_stages(
     let Some(c) = q.gathered_call(pi, po, bytes / 2, DType::Bf16, wire)? else {
         return Ok(Vec::new());
     };
-    let ev0 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
-    let ev1 = ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("cuEventCreate"))?;
+    let (ev0, ev1) = timing_events(ctx)?;
     const N: usize = 10;
     let mut rows = Vec::new();
     for stage in ["pack", "unpack-sum"] {
