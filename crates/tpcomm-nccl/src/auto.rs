@@ -119,7 +119,10 @@ pub enum Route {
 
 /// This rank's records of one census, removed once NCCL has made the
 /// communicator: its success means every rank has joined NCCL, which each
-/// does only after reading the decision, so no rank still needs them.
+/// does only after reading the decision, so no rank still needs them. NCCL
+/// has made it when a blocking creation returns success outside a group,
+/// when ncclGroupEnd succeeds for a creation inside one, and when a
+/// non-blocking creation is ready (intercepted.rs calls `done` then).
 #[derive(Debug)]
 pub struct Tidy {
     dir: PathBuf,
@@ -127,10 +130,10 @@ pub struct Tidy {
 }
 
 impl Tidy {
-    /// After the real creation returned `r`: removes this rank's records
-    /// (rank 0's include the decision), and the directory once empty (the
-    /// last rank's removal succeeds). A non-blocking creation still in
-    /// progress, or a failed one, leaves them.
+    /// Once NCCL has made the communicator (`r` SUCCESS): removes this
+    /// rank's records (rank 0's include the decision), and the directory
+    /// once empty (the last rank's removal succeeds). Any other `r` (a
+    /// failed creation, whose peers may still be reading) leaves them.
     pub fn done(self, r: NcclResult) {
         if r == SUCCESS {
             standalone::tidy(&self.dir, self.rank, "");
@@ -243,10 +246,6 @@ pub fn route_in(
         secret: m.secret,
         rank: rank as usize,
         world: nranks as usize,
-        // NCCL's success inside a group is no sign that every rank has
-        // read the decision (NCCL makes the communicator at the group's
-        // end): the records stay.
-        tidy_after: !place.in_group,
         real,
     };
     if place.mode == Standalone::Never {

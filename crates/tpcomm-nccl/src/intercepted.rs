@@ -49,29 +49,44 @@ pub const INTERCEPTED: &[&str] = &[
 ];
 
 thread_local! {
-    /// Communicators created inside a group: NCCL makes them at ncclGroupEnd.
-    static PENDING: RefCell<Vec<(usize, &'static str)>> = const { RefCell::new(Vec::new()) };
+    /// Communicators created inside a group (with the census records to
+    /// remove once made): NCCL makes them at ncclGroupEnd.
+    static PENDING: RefCell<Vec<(usize, &'static str, Option<auto::Tidy>)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 fn ok(r: NcclResult) -> bool {
     r == SUCCESS || r == IN_PROGRESS
 }
 
-/// After the real creation of `comm` returned `r`: set tpcomm up now, or at
-/// the end of the enclosing group.
-fn created(r: NcclResult, comm: NcclComm, origin: &'static str) {
-    if !ok(r) || comm.is_null() || settings::get().disabled {
+/// After the real creation of `comm` returned `r`: once NCCL has made it
+/// (now, at the end of the enclosing group, or when a non-blocking creation
+/// is ready), remove the census records of `after` and set tpcomm up. A
+/// failed creation leaves the records (its peers may still read them).
+fn created(r: NcclResult, comm: NcclComm, origin: &'static str, after: Option<auto::Tidy>) {
+    if !ok(r) || comm.is_null() {
         return;
     }
     if group::depth() > 0 {
         info!("{origin}: inside a group; tpcomm set-up waits for ncclGroupEnd");
-        PENDING.with_borrow_mut(|p| p.push((comm as usize, origin)));
+        PENDING.with_borrow_mut(|p| p.push((comm as usize, origin, after)));
         return;
     }
     if r == IN_PROGRESS && !wait_ready(comm) {
         return;
     }
-    state::set_up(comm, origin);
+    made(comm, origin, after);
+}
+
+/// NCCL has made `comm`: its census records go, and tpcomm is set up beside
+/// it (unless tpcomm is disabled).
+fn made(comm: NcclComm, origin: &'static str, after: Option<auto::Tidy>) {
+    if let Some(t) = after {
+        t.done(SUCCESS);
+    }
+    if !settings::get().disabled {
+        state::set_up(comm, origin);
+    }
 }
 
 #[no_mangle]
@@ -120,10 +135,10 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         // NCCL leaves the group whatever the result.
         group::leave();
         if group::depth() == 0 {
-            for (comm, origin) in PENDING.take() {
+            for (comm, origin, after) in PENDING.take() {
                 let comm = comm as NcclComm;
                 if ok(r) && (r == SUCCESS || wait_ready(comm)) {
-                    state::set_up(comm, origin);
+                    made(comm, origin, after);
                 }
             }
         }
@@ -179,12 +194,9 @@ pub unsafe extern "C" fn ncclCommInitRank(
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
-        if let Some(t) = after {
-            t.done(r);
-        }
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *comm }, "ncclCommInitRank");
+            created(r, unsafe { *comm }, "ncclCommInitRank", after);
         }
         r
     })
@@ -214,13 +226,10 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
         };
-        // In progress (non-blocking) is not made yet: the records stay.
-        if let Some(t) = after {
-            t.done(r);
-        }
+        // In progress (non-blocking): the records go once it is ready.
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *comm }, "ncclCommInitRankConfig");
+            created(r, unsafe { *comm }, "ncclCommInitRankConfig", after);
         }
         r
     })
@@ -272,7 +281,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         };
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *comm }, "ncclCommInitRankScalable");
+            created(r, unsafe { *comm }, "ncclCommInitRankScalable", None);
         }
         r
     })
@@ -333,7 +342,7 @@ pub unsafe extern "C" fn ncclCommSplit(
         // Ranks split off with NCCL_SPLIT_NOCOLOR get no communicator.
         if !newcomm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *newcomm }, "ncclCommSplit");
+            created(r, unsafe { *newcomm }, "ncclCommSplit", None);
         }
         r
     })
@@ -367,7 +376,7 @@ pub unsafe extern "C" fn ncclCommShrink(
         };
         if !newcomm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *newcomm }, "ncclCommShrink");
+            created(r, unsafe { *newcomm }, "ncclCommShrink", None);
         }
         r
     })

@@ -40,13 +40,32 @@ fn child_auto() {
         println!("head42={}", id.0[..40].iter().all(|&b| b == 0x42));
         println!("tail={:?}", String::from_utf8_lossy(&id.0[64..72]));
         let mut comm: Ptr = std::ptr::null_mut();
+        // AUTO_CHILD_GROUP=1: the creation inside ncclGroupStart/End, as
+        // PyTorch before 2.3 creates its communicators.
+        let in_group = std::env::var("AUTO_CHILD_GROUP").is_ok_and(|v| v == "1");
+        let bracket = |name: &[u8]| {
+            let f: libloading::Symbol<unsafe extern "C" fn() -> c_int> = lib.get(name).unwrap();
+            f()
+        };
+        if in_group {
+            println!("group_start={}", bracket(b"ncclGroupStart"));
+        }
         let t = std::time::Instant::now();
         println!("init={}", init(&mut comm, 2, id, 0));
         println!("init_ms={}", t.elapsed().as_millis());
+        if in_group {
+            println!("left_before_group_end={}", listing(&runtime_dir()).len());
+            println!("group_end={}", bracket(b"ncclGroupEnd"));
+        }
         let got = std::slice::from_raw_parts(last() as *const u8, 128);
         println!("nccl_head42={}", got[..40].iter().all(|&b| b == 0x42));
         println!("nccl_rest_zero={}", got[40..].iter().all(|&b| b == 0));
     }
+}
+
+/// The child's runtime directory (XDG_RUNTIME_DIR, set by `run_child`).
+fn runtime_dir() -> PathBuf {
+    PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap())
 }
 
 /// Runs `child_auto` with `envs` and a runtime directory of its own;
@@ -130,6 +149,32 @@ fn unset_the_id_is_marked_and_nccl_gets_it_as_it_made_it_without_waiting() {
     }
     assert!(init_ms(&out) < 10_000, "{out}");
     // NCCL made the communicator: the census left nothing behind.
+    assert!(left.is_empty(), "left in the runtime directory: {left:?}");
+}
+
+#[test]
+fn a_creation_inside_a_group_leaves_its_census_until_the_group_ends_then_nothing() {
+    // NCCL makes a communicator created inside a group at ncclGroupEnd:
+    // only then has every rank read the decision, so the records (here
+    // rank 0's decision) stay until then, and go with the group's end.
+    let (out, left) = run_child(&[("AUTO_CHILD_GROUP", "1")]);
+    for want in [
+        "group_start=0",
+        "init=0",
+        "group_end=0",
+        "this rank cannot name its GPU",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let before: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("left_before_group_end="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no left_before_group_end in:\n{out}"));
+    assert!(
+        before > 0,
+        "the decision should be there before the group ends:\n{out}"
+    );
     assert!(left.is_empty(), "left in the runtime directory: {left:?}");
 }
 

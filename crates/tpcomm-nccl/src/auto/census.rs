@@ -26,9 +26,6 @@ pub(super) struct Census {
     pub rank: usize,
     pub world: usize,
     pub real: [u8; 128],
-    /// Whether a creation handed to NCCL removes this rank's records once
-    /// NCCL has made the communicator (not inside a group).
-    pub tidy_after: bool,
 }
 
 impl Census {
@@ -161,7 +158,7 @@ impl Census {
             standalone::clear_last_error();
             Route::Nccl {
                 id: self.real,
-                after: self.tidy_after.then_some(Tidy {
+                after: Some(Tidy {
                     dir: self.dir,
                     rank: self.rank,
                 }),
