@@ -1,4 +1,4 @@
-//! Which all-reduce algorithm a call uses.
+//! Which all-reduce algorithm a call uses, and which other collective.
 //!
 //! The enum is shared by every transport (CPU shared memory, CUDA P2P, GPUs
 //! through pinned host memory); each resolves `Auto` by its own rule
@@ -10,6 +10,25 @@
 use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
+
+/// Which collective other than the all-reduce a call runs (GPU transports:
+/// `cuda::collectives`, `cuda::host_path::collectives`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    AllGather,
+    ReduceScatter,
+    Broadcast { root: usize },
+}
+
+impl Collective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter => "reduce-scatter",
+            Collective::Broadcast { .. } => "broadcast",
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

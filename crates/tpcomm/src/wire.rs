@@ -118,6 +118,26 @@ impl Wire {
     }
 }
 
+/// Which quantized all-reduce algorithm a call runs (`cuda::quant`, which
+/// also says when `Auto` runs two-shot: `QuantAlgo::runs_twoshot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantAlgo {
+    /// Every rank sends all its codes to every peer.
+    OneShot,
+    /// Quantized reduce-scatter, f32 sum of the own shard, requantized
+    /// all-gather (a second rounding, less traffic above 2 ranks). Messages
+    /// of fewer 4096-element chunks than ranks run one-shot.
+    TwoShot,
+    /// Quantize locally, all-gather the codes with the transport's exact
+    /// all-gather, dequantize and sum locally (gathered.rs): one-shot's bytes
+    /// and bits in three launches. Needs the buffer a communicator allocates
+    /// only when `CudaConfig::wire_algo` asks for this algorithm.
+    Gathered,
+    /// One-shot at 2 ranks (the same traffic, one rounding less), two-shot
+    /// above (`QuantComm::resolve`).
+    Auto,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,23 +39,9 @@ struct CollArgs {
     pad: u32,
 }
 
-/// Which collective, for the checks and the launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Collective {
-    AllGather,
-    ReduceScatter,
-    Broadcast { root: usize },
-}
-
-impl Collective {
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllGather => "all-gather",
-            Collective::ReduceScatter => "reduce-scatter",
-            Collective::Broadcast { .. } => "broadcast",
-        }
-    }
-}
+/// Which collective (defined beside `Algo`, so that the quantized gathered
+/// form can name the all-gather without importing this module).
+pub use crate::algo::Collective;
 
 struct CollKernels {
     all_gather: [Function; 3],

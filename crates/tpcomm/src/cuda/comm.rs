@@ -69,7 +69,7 @@ pub struct CudaConfig {
     /// (`cuda::quant::gathered`; world x about 0.56 x `max_bytes` of device
     /// memory) and runs every quantized call that way. Every rank must give
     /// the same (checked at creation).
-    pub wire_algo: super::quant::QuantAlgo,
+    pub wire_algo: crate::wire::QuantAlgo,
     /// Every call sends its peers a word saying what it is and compares
     /// theirs (docs/protocol-gpu.md, "Call words"): ranks that call with
     /// different counts, types or algorithms get `Error::Mismatch`, not
@@ -118,7 +118,7 @@ impl CudaConfig {
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,
-            wire_algo: super::quant::QuantAlgo::Auto,
+            wire_algo: crate::wire::QuantAlgo::Auto,
             check_calls: crate::env::CHECK_CALLS.checked_value(),
         }
     }

@@ -14,7 +14,7 @@
 //! The buffer holds one block per rank, allocated at creation and reported.
 
 use super::{round_up, QuantAlgo, QuantComm};
-use crate::cuda::collectives::Collective;
+use crate::algo::Collective;
 use crate::cuda::host_path::GpuComm;
 use crate::cuda::loader::dtype_index;
 use crate::cuda::pdl::{self, Launch};

@@ -144,24 +144,9 @@ struct QuantArgs {
     group: u32,
 }
 
-/// Which quantized kernel a call runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuantAlgo {
-    /// Every rank sends all its codes to every peer.
-    OneShot,
-    /// Quantized reduce-scatter, f32 sum of the own shard, requantized
-    /// all-gather (a second rounding, less traffic above 2 ranks). Messages
-    /// of fewer 4096-element chunks than ranks run one-shot.
-    TwoShot,
-    /// Quantize locally, all-gather the codes with the transport's exact
-    /// all-gather, dequantize and sum locally (gathered.rs): one-shot's bytes
-    /// and bits in three launches. Needs the buffer a communicator allocates
-    /// only when `CudaConfig::wire_algo` asks for this algorithm.
-    Gathered,
-    /// One-shot at 2 ranks (the same traffic, one rounding less), two-shot
-    /// above (`QuantComm::resolve`).
-    Auto,
-}
+/// Which quantized algorithm a call runs (defined in `crate::wire`, beside
+/// `Wire`, so that `CudaConfig` can hold it without importing this module).
+pub use crate::wire::QuantAlgo;
 
 impl QuantAlgo {
     /// Whether a call of `count` elements at `world` ranks runs two-shot
