@@ -5,7 +5,7 @@
 use super::*;
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
-use tpcomm::cuda::quant::QuantComm;
+use tpcomm::cuda::quant::{QuantAlgo, QuantComm};
 use tpcomm::cuda::StreamAllReduce;
 
 pub(super) fn rank_main(
@@ -298,12 +298,13 @@ impl Forward<'_> {
                     let q = self.s.quant.as_ref().ok_or_else(|| {
                         Error::Aborted("a quantized mode without its communicator".into())
                     })?;
-                    q.all_reduce(
+                    q.all_reduce_with(
                         s.partial,
                         s.reduced,
                         count,
                         DType::Bf16,
                         wire,
+                        QuantAlgo::Auto,
                         cs,
                         Launch::Ordinary,
                     )?;

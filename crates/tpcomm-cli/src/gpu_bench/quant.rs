@@ -23,7 +23,7 @@ pub(crate) struct QuantCheck {
 }
 
 /// Checks `out` (element bytes of `dtype`) against the CPU model of `wire`
-/// on `inputs` (every rank's element bytes), as `QuantComm::all_reduce`
+/// on `inputs` (every rank's element bytes), as `QuantComm::all_reduce_with`
 /// runs it (one-shot or two-shot: `QuantAlgo::Auto`).
 pub(crate) fn check(dtype: DType, wire: Wire, out: &[u8], inputs: &[&[u8]]) -> QuantCheck {
     let Some((f, g)) = wire.quantized() else {

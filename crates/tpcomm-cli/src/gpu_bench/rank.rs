@@ -8,6 +8,7 @@ use crate::bench::coll::Coll;
 use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::select;
@@ -335,7 +336,16 @@ impl Rank<'_> {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream)
                 }),
                 Impl::Quant(w) => self.c.quant.as_ref().map_or(Ok(()), |q| {
-                    q.all_reduce(i, o, count, dtype, *w, stream, Launch::Ordinary)
+                    q.all_reduce_with(
+                        i,
+                        o,
+                        count,
+                        dtype,
+                        *w,
+                        QuantAlgo::Auto,
+                        stream,
+                        Launch::Ordinary,
+                    )
                 }),
                 Impl::Auto | Impl::Coll => unreachable!("resolved before any call"),
             }

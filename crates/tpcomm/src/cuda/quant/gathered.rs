@@ -228,9 +228,6 @@ impl QuantComm {
         // caller; the kernels start with wait_for_previous_kernel.
         unsafe { pdl::launch(f, grid, BLOCK, args, stream, how, self.kernels.arch.0) }
     }
-}
-
-impl QuantComm {
     /// A quantized all-reduce (sum) on `wire` with the algorithm `algo` asks
     /// for ([`resolve`](Self::resolve)); returns the one that ran. `exact` is
     /// the group's exact communicator (its failures are checked first; the
@@ -240,7 +237,7 @@ impl QuantComm {
     /// tiny `max_bytes`) the one-shot kernel runs instead, with the same bits.
     ///
     /// # Safety
-    /// As [`QuantComm::all_reduce`]; `exact` is the communicator of the same
+    /// As [`QuantComm::all_reduce_with`]; `exact` is the communicator of the same
     /// ranks this one was created beside, and every rank makes the same calls.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(

@@ -302,43 +302,14 @@ impl QuantComm {
 
     /// Launches the quantized all-reduce (sum) of `count` elements of
     /// `dtype` from `input` into `output` (may be equal) on `stream`, on the
-    /// one-shot or two-shot kernel (`QuantAlgo::runs_twoshot`). The gathered
-    /// form needs the exact communicator too: [`run`](Self::run).
+    /// kernel `algo` names: one-shot, two-shot, or `Auto`, which picks by
+    /// `QuantAlgo::runs_twoshot`. The gathered form needs the exact
+    /// communicator too: [`run`](Self::run).
     ///
     /// # Safety
     /// `input` and `output` are device allocations of at least `count`
     /// elements of `dtype`, 16-byte aligned, valid until the kernel has
     /// finished; every rank makes the same calls in the same order.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        wire: Wire,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            self.all_reduce_with(
-                input,
-                output,
-                count,
-                dtype,
-                wire,
-                QuantAlgo::Auto,
-                stream,
-                how,
-            )
-        }
-    }
-
-    /// [`all_reduce`](Self::all_reduce) with the kernel chosen by `algo`.
-    ///
-    /// # Safety
-    /// As [`all_reduce`](Self::all_reduce).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce_with(
         &self,
