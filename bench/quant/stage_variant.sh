@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds a variant of the quantized kernels for device step A
 # (bench/device/unrun.sh: QS=DEST, each build's gpu_quant, then quant_bench
-# alternated with this tree's): applies PATCH to a temporary worktree of
-# HEAD, optionally sets `#define NAME VALUE` lines in kernels/quant.cu
+# alternated with this tree's): applies PATCH (- for none: DEFINES only) to a
+# temporary worktree of HEAD, optionally sets `#define NAME VALUE` lines in
+# kernels/quant.cu
 # (DEFINES="Q_STEP=4 ..."), builds quant_bench and gpu_quant in release with
 # this checkout's target directory (only the tpcomm crate recompiles), and
 # copies them, stripped, with BUILD.txt (commit, patch, defines) into DEST.
@@ -13,14 +14,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 [ $# -eq 2 ] || { echo "usage: stage_variant.sh PATCH DEST" >&2; exit 2; }
-PATCH=$(realpath "$1")
+PATCH=$1
+[ "$PATCH" = - ] || PATCH=$(realpath "$PATCH")
 DEST=$2
 case "$DEST" in "" | / | . | "$ROOT") echo "stage_variant: refusing DEST=$DEST" >&2; exit 2 ;; esac
-[ -f "$PATCH" ] || { echo "stage_variant: no patch $PATCH" >&2; exit 2; }
+[ "$PATCH" = - ] || [ -f "$PATCH" ] || { echo "stage_variant: no patch $PATCH" >&2; exit 2; }
 WT=$(mktemp -d /tmp/tpcomm-variant.XXXXXX)
 trap 'git -C "$ROOT" worktree remove --force "$WT" 2>/dev/null || rm -rf "$WT"' EXIT
 git worktree add -q --detach "$WT" HEAD
-git -C "$WT" apply "$PATCH"
+[ "$PATCH" = - ] || git -C "$WT" apply "$PATCH"
 KERNEL=$WT/crates/tpcomm/src/cuda/kernels/quant.cu
 for d in ${DEFINES:-}; do
   name=${d%%=*} value=${d#*=}
@@ -40,7 +42,7 @@ strip "$DEST/quant_bench" "$DEST/gpu_quant"
 {
   echo "commit $(git rev-parse HEAD) + $(basename "$PATCH") ${DEFINES:+(defines: $DEFINES)}"
   echo "built $(date -u +%FT%TZ)"
-  grep -E "^#define (Q_STEP|Q_LAG|Q_CHUNK) |__launch_bounds__" "$KERNEL"
+  grep -E "^#define (Q_STEP|Q_LAG|Q_CHUNK|Q_MINB) |__launch_bounds__" "$KERNEL"
 } > "$DEST/BUILD.txt"
 # The next build of this checkout must see its own kernel source again.
 touch "$ROOT/crates/tpcomm/src/cuda/kernels/quant.cu"
