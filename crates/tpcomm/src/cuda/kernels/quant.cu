@@ -17,10 +17,12 @@
 // - it reads peer p's contribution at `src[p]`: P2P, slot p of its own
 //   receive area; host path, peer p's area. Its own codes it computes again
 //   from its input instead of reading them back (same function, same bits).
-// Each message is cut into chunks of Q_CHUNK elements; block b quantizes,
-// sends and flags chunks b, b + grid, ... and dequantizes and sums each
-// Q_LAG chunks later. A chunk's flag is written after a system-scope fence, so a
-// reader that sees the flag (acquire) sees the chunk's codes and scales.
+// Each message is cut into chunks of Q_CHUNK elements. One-shot takes them
+// Q_STEP at a time (a step): block b quantizes and sends steps b, b + grid,
+// ..., and dequantizes and sums each Q_LAG steps later; a step's flag (the
+// flag of its last chunk) is written after one system-scope fence, so a
+// reader that sees it (acquire) sees the codes and scales of every chunk of
+// the step. Two-shot flags chunk by chunk the same way.
 // Flags carry the call's epoch tag, so they are never reset. Two parities of
 // buffers alternate by epoch, for the reason docs/protocol-gpu.md gives for
 // the exact kernels: a rank writes parity e % 2 for epoch e + 2 only after it
@@ -309,18 +311,15 @@ __device__ __forceinline__ void q_end_call(const QArgs& a, u64 epoch, bool ok) {
 
 // ---------------------------------------------------------------- one-shot
 
-// Chunks a block sends ahead of the one it sums: its stores to the peers
-// (or the host) drain while it reads, so both directions of the link work
-// at once.
+// Steps (one-shot) or chunks (two-shot) a block sends ahead of the one it
+// sums: its stores to the peers (or the host) drain while it reads, so both
+// directions of the link work at once.
 #define Q_LAG 2u
 
-// Quantizes the octet at e0 (elements past n count as 0): its 8 codes and
-// its group's scale. Every lane of the warp must call it together (the
-// group's maximum goes through the lanes of the group).
-template <typename T, int FMT>
-__device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, float* scale_out) {
-    float x[8];
-    T::load8(a.in, e0, a.count, x);
+// Quantizes 8 f32 values (zeros past the message) in the lanes of their
+// group, as quantize8 does with the input.
+template <int FMT>
+__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
@@ -338,6 +337,16 @@ __device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, floa
     }
     *scale_out = scale;
     return (u64)lo | ((u64)hi << 32);
+}
+
+// Quantizes the octet at e0 (elements past n count as 0): its 8 codes and
+// its group's scale. Every lane of the warp must call it together (the
+// group's maximum goes through the lanes of the group).
+template <typename T, int FMT>
+__device__ __forceinline__ u64 quantize8(const QArgs& a, u64 e0, u32 lanes, float* scale_out) {
+    float x[8];
+    T::load8(a.in, e0, a.count, x);
+    return quantize8_values<FMT>(x, lanes, scale_out);
 }
 
 // Whether destination d receives a send meant for `target` (a rank, or
@@ -421,42 +430,122 @@ __device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 o
     }
 }
 
-// Waits for chunk c of every peer, then dequantizes every rank's codes and
-// sums them in rank order; this rank's own codes are quantized again from
-// its input (the same function, so the same bits) instead of read back.
-// False when a peer did not arrive.
+// Chunks a block handles at once in one-shot (a step): one octet of each
+// per thread, their loads in flight together, one fence, one flag and one
+// wait per peer for all of them. Mirrored by STEP_CHUNKS in
+// src/cuda/quant/mod.rs. On one H200 with 2 ranks over the host path, 4
+// chunks a step with one flag took 0.59-0.63x the time of a chunk at a time
+// with a flag each at 4-64 MiB (bench/results/quantized.md, session 12).
+#define Q_STEP 4
+
+// Quantizes step s's chunks (s * Q_STEP, ...) and sends them to every peer,
+// then flags them after one barrier and one system fence.
 template <typename T, int FMT>
-__device__ __forceinline__ bool sum_chunk(const QArgs& a, u64 c, u64 par, u32 tag, u32 lanes, u32 gshift,
-                                          u64 epoch) {
-    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
-    if (!wait_chunk(a, c, par, tag, peers, epoch)) return false;
+__device__ __forceinline__ void send_step(const QArgs& a, u64 s, u64 nchunks, u64 par, u32 tag, u32 lanes,
+                                          u32 gshift) {
+    const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
+    const u64 c0 = s * Q_STEP;
     for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
-        const u64 e0 = (u64)c * Q_CHUNK + off;
-        float own_scale;
-        const u64 own = quantize8<T, FMT>(a, e0, lanes, &own_scale);
-        if (e0 >= a.count) continue;
-        float acc[8];
-        sum_octet<FMT>(a, par, e0, own, own_scale, gshift, acc);
-        T::store8(a.out, e0, a.count, acc);
+        float x[Q_STEP][8];
+#pragma unroll
+        for (int j = 0; j < Q_STEP; j++) T::load8(a.in, (c0 + j) * Q_CHUNK + off, a.count, x[j]);
+#pragma unroll
+        for (int j = 0; j < Q_STEP; j++) {
+            const u64 e0 = (c0 + j) * Q_CHUNK + off;
+            float scale;
+            const u64 codes = quantize8_values<FMT>(x[j], lanes, &scale);
+            if (e0 < a.count) put_octet(a, par, Q_ALL, e0, codes, scale, group_head, gshift);
+        }
+    }
+    __syncthreads();
+    // One flag per step, its last chunk's: the release after the fence
+    // publishes every chunk of the step.
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        const u64 last = (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
+        for (u32 d = 0; d < a.ndst; d++)
+            if (q_sends_to(a, d, Q_ALL)) st_release_sys_u32((u32*)(a.dst[d] + par + a.flags_off) + last, tag);
+    }
+}
+
+// Waits for step s's chunks from every peer, then dequantizes every rank's
+// codes and sums them in rank order; this rank's own codes are quantized
+// again from its input (the same function, so the same bits) instead of
+// read back. False when a peer did not arrive.
+template <typename T, int FMT>
+__device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64 par, u32 tag, u32 lanes,
+                                         u32 gshift, u64 epoch) {
+    const u32 peers = ((1u << a.world) - 1u) & ~(1u << a.rank);
+    const u64 c0 = s * Q_STEP;
+    // Thread p waits for peer p's flag of the step (its last chunk's), the
+    // peers at once.
+    bool arrived = true;
+    if (threadIdx.x < a.world && ((peers >> threadIdx.x) & 1u)) {
+        const u64 last = (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
+        arrived = q_wait_flag((const u32*)(a.src[threadIdx.x] + par + a.flags_off) + last, tag, a.ctl, a.status,
+                              a.timeout_ns, threadIdx.x, epoch);
+    }
+    if (!__syncthreads_and(arrived)) return false;
+    for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
+        u64 own[Q_STEP];
+        float own_scale[Q_STEP];
+        {
+            float x[Q_STEP][8];
+#pragma unroll
+            for (int j = 0; j < Q_STEP; j++) T::load8(a.in, (c0 + j) * Q_CHUNK + off, a.count, x[j]);
+#pragma unroll
+            for (int j = 0; j < Q_STEP; j++) own[j] = quantize8_values<FMT>(x[j], lanes, &own_scale[j]);
+        }
+        float acc[Q_STEP][8];
+        for (u32 p = 0; p < a.world; p++) {
+            u64 codes[Q_STEP];
+            float scale[Q_STEP];
+#pragma unroll
+            for (int j = 0; j < Q_STEP; j++) {
+                const u64 e0 = (c0 + j) * Q_CHUNK + off;
+                codes[j] = own[j];
+                scale[j] = own_scale[j];
+                if (p != a.rank && e0 < a.count) {
+                    const u64 base = a.src[p] + par;
+                    codes[j] = ld_volatile_u64((const u64*)(base + e0));
+                    scale[j] = __uint_as_float(
+                        ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < Q_STEP; j++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float v = q_mul(q_decode<FMT>((u32)(codes[j] >> (8 * k)) & 0xffu), scale[j]);
+                    acc[j][k] = p == 0 ? v : q_add(acc[j][k], v);
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < Q_STEP; j++) {
+            const u64 e0 = (c0 + j) * Q_CHUNK + off;
+            if (e0 < a.count) T::store8(a.out, e0, a.count, acc[j]);
+        }
     }
     return true;
 }
 
-// Block b handles chunks b, b + grid, ...: it sends each and sums the one
-// Q_LAG steps behind, then the last ones. Thread t handles the octets t,
-// t + blockDim, ... of a chunk (blockDim a power of two from 32 to 512, so
-// a chunk is whole warps and a group's G / 8 octets are neighbouring lanes).
-// No wait cycle: sending chunk c waits only for sums of smaller chunks, each
-// of which waits only for sends of itself (induction on c); every block of
-// every rank is resident (quant_grid in src/cuda/quant/mod.rs).
-// In place: a chunk's input is read (sent, then quantized again in the sum)
-// before the same block writes its output, each thread its own octets.
+// Block b handles steps b, b + grid, ... (step s: chunks s * Q_STEP, ...):
+// it sends each and sums the one Q_LAG steps behind, then the last ones.
+// Thread t handles the octets t, t + blockDim, ... of a chunk (blockDim a
+// power of two from 32 to 512, so a chunk is whole warps and a group's
+// G / 8 octets are neighbouring lanes). No wait cycle: sending step s waits
+// only for sums of smaller steps, each of which waits only for sends of
+// itself (induction on s); every block of every rank is resident
+// (quant_grid in src/cuda/quant/mod.rs). In place: a chunk's input is read
+// (sent, then quantized again in the sum) before the same block writes its
+// output, each thread its own octets.
 template <typename T, int FMT>
 __device__ void quant_oneshot(const QArgs& a) {
     if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
     wait_for_previous_kernel();
     allow_next_kernel();
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
+    const u64 nsteps = (nchunks + Q_STEP - 1) / Q_STEP;
     const u64 epoch = q_begin(a);
     const u64 par = (epoch & 1ull) * a.parity_stride;
     const u32 tag = (u32)(epoch & 0x3fffffffull) + 1u;  // never 0, the flags' initial value
@@ -467,42 +556,19 @@ __device__ void quant_oneshot(const QArgs& a) {
     bool ok = true;
     u64 next_sum = blockIdx.x;
     u32 step = 0u;
-    for (u64 c = blockIdx.x; ok && c < nchunks; c += gridDim.x, step++) {
-        send_chunk<T, FMT>(a, c, par, tag, lanes, gshift, Q_ALL);
+    for (u64 s = blockIdx.x; ok && s < nsteps; s += gridDim.x, step++) {
+        send_step<T, FMT>(a, s, nchunks, par, tag, lanes, gshift);
         if (step >= Q_LAG) {
-            ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+            ok = sum_step<T, FMT>(a, next_sum, nchunks, par, tag, lanes, gshift, epoch);
             next_sum += gridDim.x;
         }
     }
-    for (; ok && next_sum < nchunks; next_sum += gridDim.x)
-        ok = sum_chunk<T, FMT>(a, next_sum, par, tag, lanes, gshift, epoch);
+    for (; ok && next_sum < nsteps; next_sum += gridDim.x)
+        ok = sum_step<T, FMT>(a, next_sum, nchunks, par, tag, lanes, gshift, epoch);
     q_end_call(a, epoch, ok);
 }
 
 // ---------------------------------------------------------------- two-shot
-
-// Quantizes 8 f32 values (zeros past the message) in the lanes of their
-// group, as quantize8 does with the input.
-template <int FMT>
-__device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float* scale_out) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
-    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
-    float scale = 0.0f, inv = 0.0f;
-    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
-        scale = q_div(amax, q_code_max<FMT>());
-        inv = q_div(q_code_max<FMT>(), amax);
-    }
-    u32 lo = 0u, hi = 0u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
-        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
-    }
-    *scale_out = scale;
-    return (u64)lo | ((u64)hi << 32);
-}
 
 template <typename T, int FMT>
 __device__ __forceinline__ void store_dequantized(const QArgs& a, u64 e0, u64 codes, float scale) {
@@ -598,7 +664,10 @@ __device__ void quant_twoshot(const QArgs& a) {
 // ---------------------------------------------------------------- entry points
 
 #define Q_BLOCK 512
-#define QKERNEL extern "C" __global__ void __launch_bounds__(Q_BLOCK)
+// Blocks per SM the register budget must allow (Q_STEP octets per thread in
+// flight take registers; one block per SM would halve the grid).
+#define Q_MINB 2
+#define QKERNEL extern "C" __global__ void __launch_bounds__(Q_BLOCK, Q_MINB)
 QKERNEL tpcomm_quant_oneshot_int8_f32(QArgs a) { quant_oneshot<QF32, Q_INT8>(a); }
 QKERNEL tpcomm_quant_oneshot_int8_f16(QArgs a) { quant_oneshot<QF16, Q_INT8>(a); }
 QKERNEL tpcomm_quant_oneshot_int8_bf16(QArgs a) { quant_oneshot<QBF16, Q_INT8>(a); }

@@ -106,19 +106,24 @@ impl QuantLayout {
     }
 }
 
-/// (blocks, threads per block) of a quantized call of `count` elements: a
-/// power-of-two block (the kernel's chunk loop needs it) of at most
-/// `max_block`, and at most one block per chunk and at most `cap` blocks:
-/// `share::grid_cap` of the quantized kernels' occupancy and the ranks on
-/// this GPU, so every block of every rank on the GPU is resident at once
-/// (blocks wait on peers' flags).
-pub fn quant_grid(count: usize, cap: u32, max_block: u32) -> (u32, u32) {
+/// Chunks of a one-shot step (Q_STEP in kernels/quant.cu): one-shot blocks
+/// take a step at a time, two-shot blocks a chunk.
+pub(crate) const STEP_CHUNKS: usize = 4;
+
+/// (blocks, threads per block) of a quantized call of `count` elements whose
+/// blocks take `unit` chunks at a time (STEP_CHUNKS for one-shot, 1 for
+/// two-shot): a power-of-two block (the kernel's chunk loop needs it) of at
+/// most `max_block`, and at most one block per unit and at most `cap`
+/// blocks: `share::grid_cap` of the quantized kernels' occupancy and the
+/// ranks on this GPU, so every block of every rank on the GPU is resident
+/// at once (blocks wait on peers' flags).
+pub fn quant_grid(count: usize, unit: usize, cap: u32, max_block: u32) -> (u32, u32) {
     let mut block = 32u32;
     while block * 2 <= max_block.min(MAX_BLOCK) {
         block *= 2;
     }
-    let chunks = count.div_ceil(CHUNK_ELEMS).max(1);
-    (chunks.min(cap.max(1) as usize) as u32, block)
+    let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
+    (units.min(cap.max(1) as usize) as u32, block)
 }
 
 /// The by-value kernel argument: mirrors `struct QArgs` in quant.cu.
@@ -180,7 +185,7 @@ struct QuantKernels {
 
 /// The power-of-two block the kernels launch with (at most `max`).
 fn pow2_block(max: u32) -> u32 {
-    quant_grid(1, 1, max).1
+    quant_grid(1, 1, 1, max).1
 }
 
 fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
@@ -332,8 +337,9 @@ impl QuantComm {
             return Ok(());
         };
         let bytes = count * dtype.size();
-        let (grid, block) = quant_grid(count, self.grid_cap, self.kernels.block);
         let twoshot = algo.runs_twoshot(count, self.world);
+        let unit = if twoshot { 1 } else { STEP_CHUNKS };
+        let (grid, block) = quant_grid(count, unit, self.grid_cap, self.kernels.block);
         let kernels = if twoshot {
             &self.kernels.twoshot
         } else {

@@ -113,14 +113,23 @@ fn two_shot_runs_only_when_every_rank_owns_a_chunk() {
 }
 
 #[test]
-fn grids_stay_within_the_cap_and_the_chunks() {
-    assert_eq!(quant_grid(1, 132, 512), (1, 512));
-    assert_eq!(quant_grid(32 << 20, 132, 512), (132, 512));
-    assert_eq!(quant_grid(32 << 20, 66, 512), (66, 512));
-    assert_eq!(quant_grid(5 * CHUNK_ELEMS, 66, 512), (5, 512));
+fn grids_stay_within_the_cap_and_the_units() {
+    assert_eq!(quant_grid(1, 1, 132, 512), (1, 512));
+    assert_eq!(quant_grid(32 << 20, 1, 132, 512), (132, 512));
+    assert_eq!(quant_grid(32 << 20, 1, 66, 512), (66, 512));
+    // Two-shot: a block per chunk; one-shot: a block per step of chunks.
+    assert_eq!(quant_grid(5 * CHUNK_ELEMS, 1, 66, 512), (5, 512));
+    assert_eq!(quant_grid(5 * CHUNK_ELEMS, STEP_CHUNKS, 66, 512), (2, 512));
+    assert_eq!(quant_grid(1 << 20, STEP_CHUNKS, 132, 512), (64, 512));
     // Blocks are powers of two (the kernel's chunk loop needs it).
-    assert_eq!(quant_grid(1 << 20, 132, 384), (132, 256));
-    assert_eq!(quant_grid(1 << 20, 0, 512), (1, 512));
+    assert_eq!(quant_grid(1 << 20, 1, 132, 384), (132, 256));
+    assert_eq!(quant_grid(1 << 20, 1, 0, 512), (1, 512));
+}
+
+#[test]
+fn the_step_matches_the_kernel_source() {
+    let src = include_str!("../kernels/quant.cu");
+    assert!(src.contains(&format!("#define Q_STEP {STEP_CHUNKS}\n")));
 }
 
 #[test]
