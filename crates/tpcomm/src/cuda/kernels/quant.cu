@@ -19,7 +19,7 @@
 //   from its input instead of reading them back (same function, same bits).
 // Each message is cut into chunks of Q_CHUNK elements. One-shot takes them
 // Q_STEP at a time (a step): block b quantizes and sends steps b, b + grid,
-// ..., and dequantizes and sums each Q_LAG steps later; a step's flag (the
+// ..., and dequantizes and sums each Q_LAG step(s) later; a step's flag (the
 // flag of its last chunk) is written after one system-scope fence, so a
 // reader that sees it (acquire) sees the codes and scales of every chunk of
 // the step. Two-shot flags chunk by chunk the same way.
@@ -311,10 +311,11 @@ __device__ __forceinline__ void q_end_call(const QArgs& a, u64 epoch, bool ok) {
 
 // ---------------------------------------------------------------- one-shot
 
-// Steps (one-shot) or chunks (two-shot) a block sends ahead of the one it
-// sums: its stores to the peers (or the host) drain while it reads, so both
-// directions of the link work at once.
-#define Q_LAG 2u
+// Steps a one-shot block sends ahead of the one it sums: its stores to the
+// peers (or the host) drain while it reads, so both directions of the link
+// work at once. One step (4 chunks) measured faster than two at 16-64 MiB
+// over the host path on one H200 (2-5%, bench/results/quantized.md).
+#define Q_LAG 1u
 
 // Quantizes 8 f32 values (zeros past the message) in the lanes of their
 // group, as quantize8 does with the input.
