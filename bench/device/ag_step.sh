@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its patches were removed after session 12: check them out from commit 8eff98c.)
 # Issue 20 follow-up, one device call (about 5 minutes with the start): where
 # the host-path all-gather slows fivefold (session 11: 866 us for 8 MiB per
 # rank, 4748 us for 16 MiB, 2 ranks sharing GPU 0; bench/results/quantized.md)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its patches were removed after session 12: check them out from commit 8eff98c.)
 # Issue 20, second device call of session 12 (about 5 minutes with the start),
 # after bench/device/ag_step.sh found: the host-path all-gather steps between
 # 20 and 24 MiB of output per rank (4 ranks too), the split one-shot variants

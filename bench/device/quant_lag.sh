@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Its patches were removed after session 12: check them out from commit 8eff98c.)
 # Issue 20, session 12, the last call (about 6 minutes with the start): Q_LAG 1
 # (sums one step behind the sends instead of two), which measured 0.51-0.62x
 # in call 3, checked bit for bit and measured again beside this build; and

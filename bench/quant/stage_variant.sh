@@ -8,8 +8,8 @@
 # this checkout's target directory (only the tpcomm crate recompiles), and
 # copies them, stripped, with BUILD.txt (commit, patch, defines) into DEST.
 #
-#   bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-steps.patch .dev/qv2
-#   DEFINES="Q_STEP=4" bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-steps.patch .dev/qv4
+#   bash bench/quant/stage_variant.sh bench/quant/variants/NAME.patch .dev/qv
+#   DEFINES="Q_LAG=2" bash bench/quant/stage_variant.sh - .dev/ql2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
