@@ -51,12 +51,31 @@ fn child_auto() {
             println!("group_start={}", bracket(b"ncclGroupStart"));
         }
         let t = std::time::Instant::now();
-        println!("init={}", init(&mut comm, 2, id, 0));
+        // AUTO_CHILD_NONBLOCKING=1: ncclCommInitRankConfig, which the fake
+        // answers "in progress" (ready after FAKE_READY_AFTER asks).
+        if std::env::var("AUTO_CHILD_NONBLOCKING").is_ok_and(|v| v == "1") {
+            let init_config: libloading::Symbol<
+                unsafe extern "C" fn(*mut Ptr, c_int, UniqueId, c_int, Ptr) -> c_int,
+            > = lib.get(b"ncclCommInitRankConfig").unwrap();
+            let mut config = [0u8; 64];
+            println!(
+                "init={}",
+                init_config(&mut comm, 2, id, 0, config.as_mut_ptr().cast())
+            );
+        } else {
+            println!("init={}", init(&mut comm, 2, id, 0));
+        }
         println!("init_ms={}", t.elapsed().as_millis());
         if in_group {
             println!("left_before_group_end={}", listing(&runtime_dir()).len());
             println!("group_end={}", bracket(b"ncclGroupEnd"));
         }
+        let journal: libloading::Symbol<unsafe extern "C" fn() -> *const c_char> =
+            fake.get(b"fake_journal").unwrap();
+        println!(
+            "journal={}",
+            std::ffi::CStr::from_ptr(journal()).to_string_lossy()
+        );
         let got = std::slice::from_raw_parts(last() as *const u8, 128);
         println!("nccl_head42={}", got[..40].iter().all(|&b| b == 0x42));
         println!("nccl_rest_zero={}", got[40..].iter().all(|&b| b == 0));
@@ -176,6 +195,41 @@ fn a_creation_inside_a_group_leaves_its_census_until_the_group_ends_then_nothing
         "the decision should be there before the group ends:\n{out}"
     );
     assert!(left.is_empty(), "left in the runtime directory: {left:?}");
+}
+
+#[test]
+fn a_non_blocking_creation_leaves_its_census_until_nccl_reports_it_ready_then_nothing() {
+    // ncclCommInitRankConfig in progress: the drop-in asks
+    // ncclCommGetAsyncError until the communicator is ready, then removes
+    // the records (rank 0's decision), before the call returns.
+    let (out, left) = run_child(&[("AUTO_CHILD_NONBLOCKING", "1"), ("FAKE_READY_AFTER", "3")]);
+    for want in [
+        "init=7",
+        "initconfig n=2 rank=0;ready;",
+        "this rank cannot name its GPU",
+        "nccl_head42=true",
+        "nccl_rest_zero=true",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(left.is_empty(), "left in the runtime directory: {left:?}");
+}
+
+#[test]
+fn a_non_blocking_creation_never_ready_keeps_its_census_and_says_so() {
+    // Not ready within TPCOMM_TIMEOUT_S: tpcomm is not set up and the
+    // records stay (the creation may still complete for the peers, which
+    // may still be reading the decision).
+    let (out, left) = run_child(&[
+        ("AUTO_CHILD_NONBLOCKING", "1"),
+        ("FAKE_READY_AFTER", "0"),
+        ("TPCOMM_TIMEOUT_S", "0.3"),
+    ]);
+    for want in ["init=7", "was not ready in time; tpcomm not set up"] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(!out.contains("ready;"), "the fake never said ready:\n{out}");
+    assert!(!left.is_empty(), "the census records should stay:\n{out}");
 }
 
 #[test]

@@ -41,6 +41,30 @@ int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
   *comm = (void *)0x1234;
   return 0;
 }
+/* Non-blocking creation (NCCL's ncclCommInitRankConfig with blocking = 0):
+   in progress (ncclInProgress, 7) until ncclCommGetAsyncError has been
+   asked FAKE_READY_AFTER times (default 3; 0: never ready). The config is
+   not read. */
+static int async_asks, ready_after;
+int ncclCommInitRankConfig(void **comm, int n, ncclUniqueId id, int rank, void *config) {
+  char b[128];
+  (void)config;
+  last_init_id = id;
+  snprintf(b, sizeof b, "initconfig n=%d rank=%d", n, rank);
+  note(b);
+  const char *r = getenv("FAKE_READY_AFTER");
+  ready_after = r ? atoi(r) : 3;
+  async_asks = 0;
+  *comm = (void *)0x1234;
+  return 7;
+}
+int ncclCommGetAsyncError(void *comm, int *state) {
+  (void)comm;
+  async_asks++;
+  *state = ready_after > 0 && async_asks >= ready_after ? 0 : 7;
+  if (*state == 0) note("ready");
+  return 0;
+}
 int ncclCommCount(void *c, int *n) {
   const char *w = getenv("FAKE_WORLD");
   (void)c;
