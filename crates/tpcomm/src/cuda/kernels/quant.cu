@@ -435,8 +435,9 @@ __device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 o
 // per thread, their loads in flight together, one fence, one flag and one
 // wait per peer for all of them. Mirrored by STEP_CHUNKS in
 // src/cuda/quant/mod.rs. On one H200 with 2 ranks over the host path, 4
-// chunks a step with one flag took 0.59-0.63x the time of a chunk at a time
-// with a flag each at 4-64 MiB (bench/results/quantized.md, session 12).
+// chunks a step with one flag took 0.71-0.83x the time of a chunk at a time
+// with a flag each at 4-64 MiB, 0.51-0.63x the exact call's time
+// (bench/results/quantized.md, session 12).
 #define Q_STEP 4
 
 // Quantizes step s's chunks (s * Q_STEP, ...) and sends them to every peer,
