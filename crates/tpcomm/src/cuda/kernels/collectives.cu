@@ -16,7 +16,7 @@
 // `Args::nbytes` is one rank's block: the all-gather's input, the
 // reduce-scatter's output, the broadcast's message. Blocks of the gathered
 // output and of the scattered input sit nbytes apart, so they need not be
-// 16-byte aligned: coll_load and coll_store fall back to 16-bit accesses.
+// 16-byte aligned: block_load and block_store fall back to 16-bit accesses.
 
 // Timeout codes written to Status::code (mirrored in src/cuda/collectives.rs).
 #define TPCOMM_WAIT_COLL_ALL_GATHER 5u
@@ -30,36 +30,6 @@ struct CollArgs {
     u32 root;  // broadcast: the rank whose input every rank receives
     u32 pad;
 };
-
-// Vector i of a block of nbytes at address `at` (2-byte aligned at least);
-// the part of the last vector past the block reads as zeros.
-__device__ __forceinline__ V16 coll_load(u64 at, u64 nbytes, u64 i) {
-    const u64 full = nbytes / 16;
-    if (i < full && (at & 15ull) == 0ull) return ((const V16*)at)[i];
-    u32 w[4] = {0u, 0u, 0u, 0u};
-    const u16* p = (const u16*)(at + 16ull * i);
-    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
-    V16 v;
-    v.x = w[0];
-    v.y = w[1];
-    v.z = w[2];
-    v.w = w[3];
-    return v;
-}
-
-// Writes vector i of a block of nbytes at `at`: only the block's own bytes.
-__device__ __forceinline__ void coll_store(u64 at, u64 nbytes, u64 i, V16 v) {
-    const u64 full = nbytes / 16;
-    if (i < full && (at & 15ull) == 0ull) {
-        ((V16*)at)[i] = v;
-        return;
-    }
-    const u32 w[4] = {v.x, v.y, v.z, v.w};
-    u16* p = (u16*)(at + 16ull * i);
-    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
-}
 
 // Waits for vector i of peer p's slot in this rank's buffer, resets it to the
 // sentinel and returns it; `ok` turns false when the peer did not arrive.
@@ -98,10 +68,10 @@ __device__ void coll_all_gather(const CollArgs& c) {
     const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
     const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
     for (u64 i = first; i < nvec; i += stride) {
-        const V16 v = canon<T>(coll_load(a.in, a.nbytes, i));
+        const V16 v = canon<T>(block_load(a.in, a.nbytes, i));
         for (u32 p = 0; p < a.world; p++)
             if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
-        coll_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
+        block_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
     }
     bool ok = true;
     const u64 base = a.bufs[a.rank] + buf_off;
@@ -109,7 +79,7 @@ __device__ void coll_all_gather(const CollArgs& c) {
         const u32 p = (a.rank + d) % a.world;
         for (u64 i = first; ok && i < nvec; i += stride) {
             const V16 v = coll_receive<T>(a, base, p, i, epoch, TPCOMM_WAIT_COLL_ALL_GATHER, ok);
-            if (ok) coll_store(a.out + (u64)p * a.nbytes, a.nbytes, i, v);
+            if (ok) block_store(a.out + (u64)p * a.nbytes, a.nbytes, i, v);
         }
     }
     end_call(a, epoch, ok);
@@ -136,7 +106,7 @@ __device__ void coll_reduce_scatter(const CollArgs& c) {
         const u32 q = (a.rank + d) % a.world;
         const u64 src = a.in + (u64)q * a.nbytes;
         for (u64 i = first; i < nvec; i += stride)
-            st_relaxed_sys(slot_ptr(a.bufs[q], my_slot, i), canon<T>(coll_load(src, a.nbytes, i)));
+            st_relaxed_sys(slot_ptr(a.bufs[q], my_slot, i), canon<T>(block_load(src, a.nbytes, i)));
     }
     bool ok = true;
     const u64 own_src = a.in + (u64)a.rank * a.nbytes;
@@ -149,7 +119,7 @@ __device__ void coll_reduce_scatter(const CollArgs& c) {
         for (int u = 0; u < UNROLL; u++) {
             k[u] = i0 + u * stride;
             if (k[u] < nvec) {
-                own[u] = canon<T>(coll_load(own_src, a.nbytes, k[u]));
+                own[u] = canon<T>(block_load(own_src, a.nbytes, k[u]));
                 n = u + 1;
             }
         }
@@ -157,7 +127,7 @@ __device__ void coll_reduce_scatter(const CollArgs& c) {
         if (!ok) break;
 #pragma unroll
         for (int u = 0; u < UNROLL; u++)
-            if (u < n) coll_store(a.out, a.nbytes, k[u], r[u]);
+            if (u < n) block_store(a.out, a.nbytes, k[u], r[u]);
     }
     end_call(a, epoch, ok);
 }
@@ -182,10 +152,10 @@ __device__ void coll_broadcast(const CollArgs& c) {
     const u32 root = c.root;
     if (a.rank == root) {
         for (u64 i = first; i < nvec; i += stride) {
-            const V16 v = canon<T>(coll_load(a.in, a.nbytes, i));
+            const V16 v = canon<T>(block_load(a.in, a.nbytes, i));
             for (u32 p = 0; p < a.world; p++)
                 if (p != a.rank) st_relaxed_sys(slot_ptr(a.bufs[p], my_slot, i), v);
-            coll_store(a.out, a.nbytes, i, v);
+            block_store(a.out, a.nbytes, i, v);
         }
     } else if (first < a.world && first != a.rank) {
         V16 token;
@@ -199,7 +169,7 @@ __device__ void coll_broadcast(const CollArgs& c) {
     if (a.rank != root) {
         for (u64 i = first; ok && i < nvec; i += stride) {
             const V16 v = coll_receive<T>(a, base, root, i, epoch, TPCOMM_WAIT_COLL_BROADCAST, ok);
-            if (ok) coll_store(a.out, a.nbytes, i, v);
+            if (ok) block_store(a.out, a.nbytes, i, v);
         }
     }
     end_call(a, epoch, ok);

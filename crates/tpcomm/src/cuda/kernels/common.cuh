@@ -52,6 +52,43 @@ struct __align__(TPCOMM_V16_ALIGN) V16 {
     u32 x, y, z, w;
 };
 
+// ---------------------------------------------------------------- blocks
+
+// A rank's block inside a gathered buffer sits nbytes into it, so it is
+// 16-byte aligned only when nbytes is (the collective kernels, P2P and host
+// path): these read and write it in 16-byte vectors where they can and in
+// 16-bit steps where not.
+
+// Vector i of a block of nbytes at `at` (2-byte aligned at least); the part
+// of the last vector past the block reads as zeros.
+__device__ __forceinline__ V16 block_load(u64 at, u64 nbytes, u64 i) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) return ((const V16*)at)[i];
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const u16* p = (const u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+// Writes vector i of a block of nbytes at `at`: only the block's own bytes.
+__device__ __forceinline__ void block_store(u64 at, u64 nbytes, u64 i, V16 v) {
+    const u64 full = nbytes / 16;
+    if (i < full && (at & 15ull) == 0ull) {
+        ((V16*)at)[i] = v;
+        return;
+    }
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+    u16* p = (u16*)(at + 16ull * i);
+    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
+    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
+}
+
 // ---------------------------------------------------------------- sentinel
 
 // The sentinel of the self-validating slots (P2P, fused and host push

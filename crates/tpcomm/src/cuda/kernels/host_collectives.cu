@@ -40,36 +40,6 @@ struct HCollArgs {
     u32 pad;
 };
 
-// Vector i of a block of nbytes at `at` (2-byte aligned at least); the part
-// of the last vector past the block reads as zeros.
-__device__ __forceinline__ V16 hc_load(u64 at, u64 nbytes, u64 i) {
-    const u64 full = nbytes / 16;
-    if (i < full && (at & 15ull) == 0ull) return ((const V16*)at)[i];
-    u32 w[4] = {0u, 0u, 0u, 0u};
-    const u16* p = (const u16*)(at + 16ull * i);
-    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
-    V16 v;
-    v.x = w[0];
-    v.y = w[1];
-    v.z = w[2];
-    v.w = w[3];
-    return v;
-}
-
-// Writes vector i of a block of nbytes at `at`: only the block's own bytes.
-__device__ __forceinline__ void hc_store(u64 at, u64 nbytes, u64 i, V16 v) {
-    const u64 full = nbytes / 16;
-    if (i < full && (at & 15ull) == 0ull) {
-        ((V16*)at)[i] = v;
-        return;
-    }
-    const u32 w[4] = {v.x, v.y, v.z, v.w};
-    u16* p = (u16*)(at + 16ull * i);
-    const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
-    for (u32 k = 0; k < halves; k++) p[k] = (u16)(w[k / 2] >> (16 * (k % 2)));
-}
-
 // Thread 0 waits for flag k of every rank; the block learns the outcome
 // through the barrier.
 __device__ bool hc_wait(const HArgs& a, u64 half, u64 k, u32 e, u64 epoch, u32 what) {
@@ -124,10 +94,10 @@ __device__ void host_coll(const HCollArgs& c) {
             if (sends) {
                 const u64 src = a.in + q * a.nbytes;
                 for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-                    const V16 v = hc_load(src, a.nbytes, i);
+                    const V16 v = block_load(src, a.nbytes, i);
                     mine[q * nvec + i] = v;
-                    if (MODE == HC_ALL_GATHER) hc_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
-                    if (MODE == HC_BROADCAST && a.out != a.in) hc_store(a.out, a.nbytes, i, v);
+                    if (MODE == HC_ALL_GATHER) block_store(a.out + (u64)a.rank * a.nbytes, a.nbytes, i, v);
+                    if (MODE == HC_BROADCAST && a.out != a.in) block_store(a.out, a.nbytes, i, v);
                 }
             }
             // The barrier orders every thread's stores before thread 0's
@@ -153,13 +123,13 @@ __device__ void host_coll(const HCollArgs& c) {
                     const u32 q = (a.rank + d) % a.world;
                     const V16* src = (const V16*)(a.areas[q] + half + a.data_offset);
                     for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
-                        hc_store(a.out + (u64)q * a.nbytes, a.nbytes, i, ld_volatile_v4(src + i));
+                        block_store(a.out + (u64)q * a.nbytes, a.nbytes, i, ld_volatile_v4(src + i));
                 }
             } else if (MODE == HC_BROADCAST) {
                 if (a.rank != c.root) {
                     const V16* src = (const V16*)(a.areas[c.root] + half + a.data_offset);
                     for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
-                        hc_store(a.out, a.nbytes, i, ld_volatile_v4(src + i));
+                        block_store(a.out, a.nbytes, i, ld_volatile_v4(src + i));
                 }
             } else {
                 const u64 own = a.in + (u64)a.rank * a.nbytes;
@@ -169,11 +139,11 @@ __device__ void host_coll(const HCollArgs& c) {
                     for (int k = 0; k < 8; k++) acc[k] = 0.f;
                     for (u32 q = 0; q < a.world; q++) {
                         const V16* src = (const V16*)(a.areas[q] + half + a.data_offset);
-                        const V16 v = q == a.rank ? hc_load(own, a.nbytes, i)
+                        const V16 v = q == a.rank ? block_load(own, a.nbytes, i)
                                                   : ld_volatile_v4(src + (u64)a.rank * nvec + i);
                         T::add(acc, v);
                     }
-                    hc_store(a.out, a.nbytes, i, T::pack(acc));
+                    block_store(a.out, a.nbytes, i, T::pack(acc));
                 }
             }
         }
