@@ -410,6 +410,18 @@ __device__ __forceinline__ bool wait_chunk(const QArgs& a, u64 c, u64 par, u32 t
     return __syncthreads_and(arrived) != 0;
 }
 
+// Adds an octet's 8 dequantized values (codes times the group's scale) to
+// the rank-ordered sums in acc; rank 0's (`first`) start them. The CPU
+// model's operations, in its order.
+template <int FMT>
+__device__ __forceinline__ void add_octet(float* acc, u64 codes, float scale, bool first) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
+        acc[k] = first ? v : q_add(acc[k], v);
+    }
+}
+
 // The rank-ordered f32 sum of every rank's codes of the octet at e0: peer
 // p's read from src[p], this rank's own given.
 template <int FMT>
@@ -423,11 +435,7 @@ __device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 o
             codes = ld_volatile_u64((const u64*)(base + e0));
             scale = __uint_as_float(ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
         }
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
-            acc[k] = p == 0 ? v : q_add(acc[k], v);
-        }
+        add_octet<FMT>(acc, codes, scale, p == 0);
     }
 }
 
@@ -515,12 +523,7 @@ __device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64
                 }
             }
 #pragma unroll
-            for (int j = 0; j < Q_STEP; j++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float v = q_mul(q_decode<FMT>((u32)(codes[j] >> (8 * k)) & 0xffu), scale[j]);
-                    acc[j][k] = p == 0 ? v : q_add(acc[j][k], v);
-                }
+            for (int j = 0; j < Q_STEP; j++) add_octet<FMT>(acc[j], codes[j], scale[j], p == 0);
         }
 #pragma unroll
         for (int j = 0; j < Q_STEP; j++) {

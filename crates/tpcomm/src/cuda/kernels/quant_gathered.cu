@@ -1,8 +1,8 @@
 // tpcomm quantized all-reduce, gathered form: the two local halves around
 // an ordinary all-gather of the codes (src/cuda/quant/gathered.rs runs the
 // three launches). Compiled after quant.cu, whose arithmetic (quantize8_values,
-// q_decode, q_mul, q_add), element types and launch order these use, so the
-// result is the one-shot kernel's bit for bit (src/quant/model.rs).
+// add_octet, q_decode, q_mul, q_add), element types and launch order these
+// use, so the result is the one-shot kernel's bit for bit (src/quant/model.rs).
 //
 // - pack: quantizes this rank's input into its block of the gathered
 //   buffer: codes (one byte per element), then f32 scales (one per group);
@@ -73,11 +73,7 @@ __device__ void quant_unpack_sum(const QGArgs& a) {
         const u64 wire = *(const u64*)(base + e0);
         const u64 codes = FMT == Q_INT8 ? wire ^ QG_INT8_XOR : wire;
         const float scale = __uint_as_float(*(const u32*)(base + sc));
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float v = q_mul(q_decode<FMT>((u32)(codes >> (8 * k)) & 0xffu), scale);
-            acc[k] = p == 0 ? v : q_add(acc[k], v);
-        }
+        add_octet<FMT>(acc, codes, scale, p == 0);
     }
     T::store8(a.out, e0, a.count, acc);
 }
