@@ -448,6 +448,12 @@ __device__ __forceinline__ void sum_octet(const QArgs& a, u64 par, u64 e0, u64 o
 // (bench/results/quantized.md, session 12).
 #define Q_STEP 4
 
+// The chunk whose flag stands for the step starting at chunk c0: its last
+// (the sender writes only it, the readers wait only for it).
+__device__ __forceinline__ u64 step_flag(u64 c0, u64 nchunks) {
+    return (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
+}
+
 // Quantizes step s's chunks (s * Q_STEP, ...) and sends them to every peer,
 // then flags them after one barrier and one system fence.
 template <typename T, int FMT>
@@ -472,7 +478,7 @@ __device__ __forceinline__ void send_step(const QArgs& a, u64 s, u64 nchunks, u6
     // publishes every chunk of the step.
     if (threadIdx.x == 0) {
         __threadfence_system();
-        const u64 last = (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
+        const u64 last = step_flag(c0, nchunks);
         for (u32 d = 0; d < a.ndst; d++)
             if (q_sends_to(a, d, Q_ALL)) st_release_sys_u32((u32*)(a.dst[d] + par + a.flags_off) + last, tag);
     }
@@ -491,7 +497,7 @@ __device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64
     // peers at once.
     bool arrived = true;
     if (threadIdx.x < a.world && ((peers >> threadIdx.x) & 1u)) {
-        const u64 last = (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
+        const u64 last = step_flag(c0, nchunks);
         arrived = q_wait_flag((const u32*)(a.src[threadIdx.x] + par + a.flags_off) + last, tag, a.ctl, a.status,
                               a.timeout_ns, threadIdx.x, epoch);
     }
