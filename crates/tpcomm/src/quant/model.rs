@@ -334,6 +334,20 @@ mod tests {
     }
 
     #[test]
+    fn e4m3_decoded_by_one_multiply_is_the_definition_for_every_code() {
+        // kernels/quant.cu decodes by placing the code's magnitude bits at
+        // f32's exponent and mantissa and multiplying by 2^120.
+        let two_120 = f32::from_bits((127 + 120) << 23);
+        assert_eq!(two_120, 1.329_228e36);
+        for c in 0..=255u8 {
+            let c32 = u32::from(c);
+            let shifted = f32::from_bits(((c32 & 0x80) << 24) | ((c32 & 0x7f) << 20));
+            let fast = shifted * two_120;
+            assert_eq!(fast.to_bits(), e4m3_to_f32(c).to_bits(), "code {c:#04x}");
+        }
+    }
+
+    #[test]
     fn e4m3_rounds_ties_to_even_and_saturates() {
         // 1 + 1/16 lies halfway between 1 (even mantissa) and 1 + 1/8.
         assert_eq!(e4m3_to_f32(e4m3_from_f32(1.0625)), 1.0);

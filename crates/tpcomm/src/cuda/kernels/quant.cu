@@ -135,11 +135,15 @@ __device__ __forceinline__ u32 e4m3_encode(float y) {
     return sign | mag;
 }
 
+// The code's 7 magnitude bits placed at f32's exponent and mantissa (so
+// exponent e with bias 127 instead of 7, subnormals included), times 2^120:
+// exact for every code (a power of two, results from 2^-9 up, normal in
+// f32), so the same bits as the definition (CPU test in quant/model.rs).
+// Codes 1-7 make f32 subnormals: q_mul's mul.rn.f32 has no .ftz, and
+// NVRTC's default keeps them.
 __device__ __forceinline__ float e4m3_decode(u32 c) {
-    const u32 e = (c >> 3) & 15u;
-    const u32 m = c & 7u;
-    const float mag = e == 0u ? q_mul((float)m, 0.001953125f) : __uint_as_float(((e + 120u) << 23) | (m << 20));
-    return (c & 0x80u) ? -mag : mag;
+    const float shifted = __uint_as_float(((c & 0x80u) << 24) | ((c & 0x7fu) << 20));
+    return q_mul(shifted, __uint_as_float(0x7b800000u));  // 2^120
 }
 
 template <int FMT>
