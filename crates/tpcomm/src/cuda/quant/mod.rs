@@ -123,7 +123,15 @@ pub fn quant_grid(count: usize, unit: usize, cap: u32, max_block: u32) -> (u32, 
         block *= 2;
     }
     let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
-    (units.min(cap.max(1) as usize) as u32, block)
+    let cap = cap.max(1) as usize;
+    // One-shot: at least 4 steps a block while that keeps half the cap, so
+    // a block's sends and sums overlap (variant oneshot-halfgrid.patch).
+    let blocks = if unit > 1 {
+        units.div_ceil(4).max(cap / 2).max(1)
+    } else {
+        units
+    };
+    (blocks.min(units).min(cap) as u32, block)
 }
 
 /// The by-value kernel argument: mirrors `struct QArgs` in quant.cu.
