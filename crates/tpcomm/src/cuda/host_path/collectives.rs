@@ -9,7 +9,7 @@
 
 use super::comm::HostGpuCommunicator;
 use super::kernels::HostKernelArgs;
-use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
+use super::layout::{HostChunkShape, HostLayout, MAX_CHUNK, MIN_CHUNK};
 use crate::cuda::call;
 use crate::cuda::collectives::{check_collective, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
@@ -130,6 +130,41 @@ pub fn fits(
     })
 }
 
+/// Reading blocks of the all-gather per GPU (split among the ranks sharing
+/// it): every one of them streams peers' chunks from pinned host memory
+/// across the GPU's one link. With one reading block per chunk (up to 66
+/// per rank), the host-path all-gather slowed about fivefold per byte past
+/// 20-24 MiB of output per rank; 4 or 8 per rank kept 20-22 GB/s from 8 to
+/// 64 MiB (one H100, 2 ranks sharing it, session 13 call 3:
+/// bench/runs/2026-12-02-session13/). Why many readers hurt was not found.
+pub const ALL_GATHER_LINK_READERS: usize = 16;
+
+/// Producer and consumer blocks of a call within `grid`: producers one per
+/// chunk up to half the grid, consumers one per chunk of a block (for the
+/// all-gather at most its share of [`ALL_GATHER_LINK_READERS`] among the
+/// `ranks_on_device`); TPCOMM_HOST_PRODUCERS / _CONSUMERS (for measuring)
+/// replace the rule, within the grid. `grid` is at least 2.
+pub fn blocks(
+    what: Collective,
+    plan: &CollPlan,
+    grid: usize,
+    ranks_on_device: usize,
+    shape: &HostChunkShape,
+) -> (usize, usize) {
+    let producers = match shape.producers {
+        Some(n) => n.clamp(1, grid - 1).min(plan.chunks.max(1)),
+        None => plan.chunks.clamp(1, grid / 2),
+    };
+    let rule = match what {
+        Collective::AllGather => plan
+            .per_block
+            .min((ALL_GATHER_LINK_READERS / ranks_on_device.max(1)).max(1)),
+        _ => plan.per_block,
+    };
+    let consumers = shape.consumers.unwrap_or(rule).clamp(1, grid - producers);
+    (producers, consumers)
+}
+
 impl HostGpuCommunicator {
     /// Loads the collective kernels now (see
     /// `CudaCommunicator::prepare_collectives`); returns the kernel image's size.
@@ -223,17 +258,7 @@ impl HostGpuCommunicator {
                 what.name()
             )));
         }
-        // TPCOMM_HOST_PRODUCERS / _CONSUMERS (for measuring) replace the
-        // rule's split, within the grid.
-        let producers = match p.shape.producers {
-            Some(n) => n.clamp(1, grid - 1).min(plan.chunks.max(1)),
-            None => plan.chunks.clamp(1, grid / 2),
-        };
-        let consumers = match p.shape.consumers {
-            Some(n) => n,
-            None => plan.per_block,
-        }
-        .clamp(1, grid - producers);
+        let (producers, consumers) = blocks(what, &plan, grid, p.sharing.ranks_on_device, &p.shape);
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
             Collective::AllGather => (k.all_gather[d], 0, call::Kind::HostAllGather),
@@ -296,6 +321,41 @@ mod tests {
                 "{code} is taken"
             );
         }
+    }
+
+    #[test]
+    fn all_gather_readers_share_the_link_and_the_rest_read_one_block_per_chunk() {
+        let l = HostLayout::new(64 << 20);
+        let none = HostChunkShape::default();
+        let plan = |what, bytes| fits(what, bytes, 2, 132, &l, None).unwrap();
+        // 16 MiB per rank: 66 chunks of a block.
+        let big = plan(Collective::AllGather, 16 << 20);
+        assert_eq!(big.per_block, 66);
+        assert_eq!(blocks(Collective::AllGather, &big, 132, 1, &none), (66, 16));
+        assert_eq!(blocks(Collective::AllGather, &big, 132, 2, &none), (66, 8));
+        assert_eq!(blocks(Collective::AllGather, &big, 33, 4, &none), (16, 4));
+        assert_eq!(blocks(Collective::AllGather, &big, 16, 32, &none), (8, 1));
+        let bc = plan(Collective::Broadcast { root: 0 }, 16 << 20);
+        assert_eq!(
+            blocks(Collective::Broadcast { root: 0 }, &bc, 132, 2, &none),
+            (66, 66)
+        );
+        // Fewer chunks than readers: one reader per chunk.
+        let small = plan(Collective::AllGather, 48 << 10);
+        assert_eq!(small.per_block, 3);
+        assert_eq!(blocks(Collective::AllGather, &small, 132, 1, &none), (3, 3));
+        // The overrides win, within the grid.
+        let set = HostChunkShape {
+            producers: Some(200),
+            consumers: Some(40),
+            ..HostChunkShape::default()
+        };
+        assert_eq!(blocks(Collective::AllGather, &big, 64, 2, &set), (63, 1));
+        let set = HostChunkShape {
+            consumers: Some(40),
+            ..HostChunkShape::default()
+        };
+        assert_eq!(blocks(Collective::AllGather, &big, 132, 2, &set), (66, 40));
     }
 
     #[test]
