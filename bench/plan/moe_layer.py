@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What an MoE layer costs at T tokens on one GPU, for `tpcomm plan`'s
 speculative model of small-active MoE models (issue 22; docs/plan.md, the
-Qwen3-30B-A3B rows). Prepared in session 12, not yet run.
+Qwen3-30B-A3B rows). Prepared in session 12, run in session 13 on an H100
+(bench/runs/2026-12-02-session13/call1-plan-h100/).
 
 The layer is Qwen3-30B-A3B's expert block (hidden 2048, 128 experts, top 8,
 expert width 768, bf16), with random weights and a random router, so tokens
@@ -56,19 +57,25 @@ def copy_bandwidth_gb_s():
 
 
 class Experts:
-    """One layer's router and experts as 3-D tensors (gate and up fused)."""
+    """One layer's router and experts as 3-D tensors (gate and up fused).
+    The shape defaults to Qwen3-30B-A3B's; bench/plan/h200_efficiency.py
+    --experts builds other shapes through it."""
 
-    def __init__(self):
+    def __init__(self, hidden=HIDDEN, experts=EXPERTS, top_k=TOP_K, width=WIDTH):
         dev, dt = "cuda", torch.bfloat16
-        self.router = torch.randn(HIDDEN, EXPERTS, device=dev, dtype=dt) * 0.02
+        self.hidden, self.experts, self.top_k, self.width = hidden, experts, top_k, width
+        self.router = torch.randn(hidden, experts, device=dev, dtype=dt) * 0.02
         # Stored [experts, out, in] and passed transposed (column-major
         # [experts, in, out]), the layout _grouped_mm takes on sm_90.
-        self.gate_up = torch.randn(EXPERTS, 2 * WIDTH, HIDDEN, device=dev, dtype=dt) * 0.02
-        self.down = torch.randn(EXPERTS, HIDDEN, WIDTH, device=dev, dtype=dt) * 0.02
+        self.gate_up = torch.randn(experts, 2 * width, hidden, device=dev, dtype=dt) * 0.02
+        self.down = torch.randn(experts, hidden, width, device=dev, dtype=dt) * 0.02
+        self.expert_bytes = 3 * hidden * width * 2
+        self.router_bytes = hidden * experts * 2
 
     def grouped(self, x):
-        """x: [T, HIDDEN]. Router, top-k, grouped GEMMs over the hit experts."""
+        """x: [T, hidden]. Router, top-k, grouped GEMMs over the hit experts."""
         t = x.shape[0]
+        TOP_K, EXPERTS, WIDTH, HIDDEN = self.top_k, self.experts, self.width, self.hidden
         logits = (x @ self.router).float()
         probs = torch.softmax(logits, dim=-1)
         w, idx = torch.topk(probs, TOP_K, dim=-1)

@@ -551,11 +551,23 @@ fn published_efficiencies_are_read_and_checked() {
 }
 
 /// `class`: the H200's measured per-layer cost (`layer_us_for_class`) is
-/// lent to the other GH100 parts without a measurement of their own, and
-/// every way of writing it wrong is refused at its line.
+/// lent to the other GH100 parts without a measurement of their own (here
+/// the catalog less the H100's), and every way of writing it wrong is
+/// refused at its line.
 #[test]
 fn class_layer_costs_are_lent_and_checked() {
+    // The built-in H100 has a measurement of its own, so it keeps it and is
+    // lent nothing; without that block it takes the H200's like the H20.
     let c = load(MODELS, GPUS, MACHINES, DRAFTS).unwrap();
+    let h100 = c.gpu("h100-sxm").unwrap();
+    assert!(h100.class_layer.is_none() && h100.measured.is_some());
+    let at = GPUS
+        .find("[gpu.measured]\nbandwidth_gb_s = 2991\n")
+        .expect("the H100's measured block");
+    let len = GPUS[at..].find("\n\n").expect("a blank line after it") + 2;
+    let unmeasured = GPUS.replacen(&GPUS[at..at + len], "", 1);
+    let gpus = unmeasured.as_str();
+    let c = load(MODELS, gpus, MACHINES, DRAFTS).unwrap();
     for g in ["h100-sxm", "h20"] {
         let lent = c.gpu(g).unwrap().class_layer.as_ref().unwrap();
         assert_eq!(
@@ -576,9 +588,9 @@ fn class_layer_costs_are_lent_and_checked() {
     }
     // The H200's class lines, by their starts (each unique in the file).
     let line = |start: &str| -> String {
-        let at = GPUS.find(start).expect("present");
-        let end = GPUS[at..].find('\n').unwrap() + at + 1;
-        GPUS[at..end].to_string()
+        let at = gpus.find(start).expect("present");
+        let end = gpus[at..].find('\n').unwrap() + at + 1;
+        gpus[at..end].to_string()
     };
     let h200_class = format!(
         "class = \"gh100\"\n{}",
@@ -590,21 +602,21 @@ fn class_layer_costs_are_lent_and_checked() {
         assert!(e.to_string().contains(says), "{e}");
     };
     // Lending with no class to lend to.
-    let bad = replace_once(GPUS, &h200_class, "");
+    let bad = replace_once(gpus, &h200_class, "");
     reject(&bad, "layer_us_for_class", "has no class");
     // A class without its source, a source without its class.
     let h100_source = line("class_source = \"NVIDIA, 'NVIDIA Hopper");
-    let bad = replace_once(GPUS, &h100_source, "");
+    let bad = replace_once(gpus, &h100_source, "");
     reject(&bad, "class = ", "needs its source");
     let bad = replace_once(
-        GPUS,
+        gpus,
         &format!("class = \"gh100\"\n{h100_source}"),
         &h100_source,
     );
     reject(&bad, "class_source", "without its class");
     // Not a boolean.
     let bad = replace_once(
-        GPUS,
+        gpus,
         "\nlayer_us_for_class = true\n",
         "\nlayer_us_for_class = 1\n",
     );
@@ -614,7 +626,7 @@ fn class_layer_costs_are_lent_and_checked() {
     let h100_measured = format!(
         "{h100_source}[gpu.measured]\nbandwidth_gb_s = 2800\nlayer_us = 30\nlayer_us_for_class = true\nsource = \"measured: test\"\n"
     );
-    let bad = replace_once(GPUS, &h100_source, &h100_measured);
+    let bad = replace_once(gpus, &h100_source, &h100_measured);
     let e = load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err();
     let h200_lends = bad
         .lines()
@@ -634,7 +646,7 @@ fn class_layer_costs_are_lent_and_checked() {
     // A measured GPU that does not lend keeps its own figure and gets none
     // lent; the H20 still gets the H200's.
     let own = replace_once(
-        GPUS,
+        gpus,
         &h100_source,
         &h100_measured.replace("layer_us_for_class = true\n", ""),
     );
@@ -646,7 +658,7 @@ fn class_layer_costs_are_lent_and_checked() {
         39.24
     );
     // Class names match whatever their case.
-    let upper = replace_once(GPUS, &h200_class, &h200_class.replace("gh100", "GH100"));
+    let upper = replace_once(gpus, &h200_class, &h200_class.replace("gh100", "GH100"));
     let c = load(MODELS, &upper, MACHINES, DRAFTS).unwrap();
     assert!(c.gpu("h20").unwrap().class_layer.is_some());
 }

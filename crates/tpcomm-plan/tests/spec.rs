@@ -661,12 +661,13 @@ fn published_efficiencies_replace_the_datasheet() {
     assert_eq!(plan.overhead_from, "given");
 }
 
-/// The built-in H100: its published bandwidth (2.9 TB/s) and, with no
-/// measurement of its own, the per-layer cost measured on the H200 (the
-/// same GH100 chip class) instead of its published 324 kernels x 1.3 us,
-/// which it falls back to when its class has no measurement.
+/// The built-in H100: its own measurement (2991 GB/s, 39.37 us per layer);
+/// without it, its published bandwidth (2.9 TB/s) and the per-layer cost
+/// measured on the H200 (the same GH100 chip class) instead of its
+/// published 324 kernels x 1.3 us, which it falls back to when its class
+/// has no measurement either.
 #[test]
-fn builtin_h100_uses_its_published_bandwidth_and_its_class_layer_cost() {
+fn builtin_h100_uses_its_measurement_then_its_class_then_published() {
     let c = Catalog::builtin().unwrap();
     let (m, g) = (c.model("llama-3.1-8b").unwrap(), c.gpu("h100-sxm").unwrap());
     let d = c.draft("llama-3.1-8b-eagle3").unwrap();
@@ -675,6 +676,25 @@ fn builtin_h100_uses_its_published_bandwidth_and_its_class_layer_cost() {
         i.tp = 1;
         Planner::new(i).unwrap().plan().unwrap()
     };
+    let measured = g.measured.as_ref().expect("the H100 is measured");
+    assert_eq!(
+        (measured.bandwidth_bytes_per_s, measured.layer_us),
+        (2991e9, 39.37)
+    );
+    assert!(g.class_layer.is_none(), "a measured GPU is lent nothing");
+    let own = run(g);
+    assert!(
+        own.bandwidth_from.starts_with("measured 2991 GB/s"),
+        "{}",
+        own.bandwidth_from
+    );
+    assert!(close(own.overhead_per_layer_us, 39.37));
+
+    // Without its measurement: its class's layer cost, lent by the H200.
+    let mut unmeasured = g.clone();
+    unmeasured.measured = None;
+    unmeasured.class_layer = c.gpu("h20").unwrap().class_layer.clone();
+    let g = &unmeasured;
     let lent = g
         .class_layer
         .as_ref()
