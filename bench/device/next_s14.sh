@@ -6,7 +6,9 @@
 #   q  issue 20's one remaining speed miss, fp8 at 8 MiB over the host path
 #      (0.60-0.63x the exact call before the encode by cvt): quant_bench
 #      one-shot at 4-64 MiB three times; over P2P twice and the gathered
-#      kernel rates once (the encode by cvt not measured there yet);
+#      kernel rates once (the encode by cvt not measured there yet; the
+#      rates now beside a same-size device copy's: are 4-8 MiB's 42-59%
+#      the kernels' or any kernel's of that size?);
 #   a  the all-gather's reader cap at 8 ranks sharing the GPU (2 readers a
 #      rank by the rule) against 4 and 8 a rank, 1-64 MiB of output.
 # Stage: bash bench/device/stage_all.sh

@@ -160,8 +160,8 @@ type Row = (usize, Wire, Option<QuantAlgo>, f64, Vec<u8>);
 type RankRows = Vec<Row>;
 
 /// Rank 0's times of the gathered form's local kernels: (size, wire,
-/// stage, median us).
-type StageRows = Vec<(usize, Wire, &'static str, f64)>;
+/// stage, median us, median us of a device copy moving the same bytes).
+type StageRows = Vec<(usize, Wire, &'static str, f64, f64)>;
 
 /// One quantized or exact call; the quantized algorithm that ran.
 ///
@@ -339,7 +339,7 @@ fn rank_main(
                 for &wire in &wires[1..] {
                     // SAFETY: as above; rank 0 alone, its own block only.
                     stages.extend(unsafe {
-                        time_stages(q, &ctx, &stream, pi, po, bytes, wire, a.reps)?
+                        time_stages(q, &ctx, &stream, pi, po, bytes, wire, a.ranks, a.reps)?
                     });
                 }
             }
@@ -351,7 +351,9 @@ fn rank_main(
 
 /// Times the gathered form's pack and unpack-sum kernels alone on rank 0's
 /// stream (no peer involved): each the median of `reps` graphs of 10
-/// launches.
+/// launches; beside each, a device copy that reads and writes as many bytes
+/// (`moved / 2` copied), timed the same way: the rate a kernel of that size
+/// could reach at best, where launch and tail weigh.
 ///
 /// # Safety
 /// `pi` and `po` hold `bytes` until the stream has run the launches.
@@ -364,6 +366,7 @@ unsafe fn time_stages(
     po: u64,
     bytes: usize,
     wire: Wire,
+    world: usize,
     reps: usize,
 ) -> Result<StageRows> {
     let Some(c) = q.gathered_call(pi, po, bytes / 2, DType::Bf16, wire)? else {
@@ -371,24 +374,8 @@ unsafe fn time_stages(
     };
     let (ev0, ev1) = timing_events(ctx)?;
     const N: usize = 10;
-    let mut rows = Vec::new();
-    for stage in ["pack", "unpack-sum"] {
-        stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda("cuStreamBeginCapture"))?;
-        for _ in 0..N {
-            // SAFETY: the caller's contract; the blocks are the communicator's.
-            unsafe {
-                match stage {
-                    "pack" => q.pack(&c, pi, stream.cu_stream(), Launch::Ordinary)?,
-                    _ => q.unpack_sum(&c, po, stream.cu_stream(), Launch::Ordinary)?,
-                }
-            }
-        }
-        let g = stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda("cuStreamEndCapture"))?
-            .ok_or_else(|| Error::invalid("graph", "capture produced no graph"))?;
+    // Median us of one replay of `g` over `reps`, per launch it holds.
+    let median_us = |g: &tpcomm::cuda::cudarc::driver::CudaGraph| -> Result<f64> {
         g.launch().map_err(cuda("cuGraphLaunch"))?;
         let mut t = Vec::new();
         for _ in 0..reps {
@@ -401,9 +388,57 @@ unsafe fn time_stages(
             );
         }
         t.sort_by(f64::total_cmp);
-        rows.push((bytes, wire, stage, t[t.len() / 2]));
+        Ok(t[t.len() / 2])
+    };
+    let capture = |record: &mut dyn FnMut() -> Result<()>| {
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda("cuStreamBeginCapture"))?;
+        for _ in 0..N {
+            record()?;
+        }
+        stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda("cuStreamEndCapture"))?
+            .ok_or_else(|| Error::invalid("graph", "capture produced no graph"))
+    };
+    let mut rows = Vec::new();
+    for stage in ["pack", "unpack-sum"] {
+        let g = capture(&mut || {
+            // SAFETY: the caller's contract; the blocks are the communicator's.
+            unsafe {
+                match stage {
+                    "pack" => q.pack(&c, pi, stream.cu_stream(), Launch::Ordinary),
+                    _ => q.unpack_sum(&c, po, stream.cu_stream(), Launch::Ordinary),
+                }
+            }
+        })?;
+        let kernel = median_us(&g)?;
+        let half = stage_bytes(bytes, wire, stage, world).div_ceil(2);
+        let src = stream.alloc_zeros::<u8>(half).map_err(cuda("cuMemAlloc"))?;
+        let mut dst = stream.alloc_zeros::<u8>(half).map_err(cuda("cuMemAlloc"))?;
+        let g = capture(&mut || {
+            stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(cuda("cuMemcpyDtoD"))
+        })?;
+        rows.push((bytes, wire, stage, kernel, median_us(&g)?));
     }
     Ok(rows)
+}
+
+/// Bytes a gathered-form kernel must read and write for a bf16 message of
+/// `bytes` among `world` ranks: pack reads the message and writes its block,
+/// unpack-sum reads every rank's block and writes the message.
+fn stage_bytes(bytes: usize, wire: Wire, stage: &str, world: usize) -> usize {
+    let (_, g) = wire
+        .quantized()
+        .unwrap_or((tpcomm::quant::Format::Int8, 64));
+    let block = tpcomm::cuda::quant::GatherLayout::of(bytes / 2, g).block_bytes;
+    match stage {
+        "pack" => bytes + block,
+        _ => world * block + bytes,
+    }
 }
 
 fn seed(bytes: usize, r: usize) -> u64 {
@@ -567,28 +602,23 @@ fn run() -> Result<()> {
     let stages = &all[0].1;
     if !stages.is_empty() {
         println!();
-        println!("Gathered form's local kernels, rank 0 alone (graph of 10 launches, median of {} reps); bytes = what the kernel must read + write:", a.reps);
+        println!("Gathered form's local kernels, rank 0 alone (graph of 10 launches, median of {} reps); bytes = what the kernel must read + write; vs copy: against the 1 GiB copy above; same-size copy: a device copy reading and writing as many bytes, timed the same way:", a.reps);
         println!();
-        println!("| bytes | wire | kernel | time us | bytes moved | GB/s | vs copy |");
-        println!("|---|---|---|---|---|---|---|");
-        for (bytes, wire, stage, t) in stages {
-            let (_, g) = wire
-                .quantized()
-                .unwrap_or((tpcomm::quant::Format::Int8, 64));
-            let count = bytes / 2;
-            let block = tpcomm::cuda::quant::GatherLayout::of(count, g).block_bytes;
-            let moved = match *stage {
-                "pack" => bytes + block,
-                _ => a.ranks * block + bytes,
-            } as f64;
+        println!("| bytes | wire | kernel | time us | bytes moved | GB/s | vs copy | same-size copy GB/s | vs same-size copy |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for (bytes, wire, stage, t, t_copy) in stages {
+            let moved = stage_bytes(*bytes, *wire, stage, a.ranks) as f64;
             let rate = moved / (t * 1e-6);
+            let copy_rate = 2.0 * (moved / 2.0).ceil() / (t_copy * 1e-6);
             println!(
-                "| {} | {} | {stage} | {t:.1} | {} | {:.0} | {:.0}% |",
+                "| {} | {} | {stage} | {t:.1} | {} | {:.0} | {:.0}% | {:.0} | {:.0}% |",
                 ByteSize::from_usize(*bytes),
                 wire.label(),
                 ByteSize::from_usize(moved as usize),
                 rate / 1e9,
-                100.0 * rate / copy
+                100.0 * rate / copy,
+                copy_rate / 1e9,
+                100.0 * rate / copy_rate
             );
         }
     }
