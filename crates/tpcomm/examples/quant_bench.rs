@@ -10,7 +10,9 @@
 //! With `--algo gathered` (the communicator created with that
 //! `wire_algo`), it also times that form's two local kernels alone (pack:
 //! quantize into the rank's block; unpack-sum: dequantize and sum every
-//! block), rank 0 by itself while the others wait, against the copy rate.
+//! block), rank 0 by itself while the others wait, against the copy rate
+//! and against a device copy of the same bytes (the best a kernel of that
+//! size could do).
 //!
 //! cargo run --release -p tpcomm --example quant_bench -- \
 //!     [--ranks 2] [--gpus N] [--transport host|cuda|auto] [--min 4MiB] \
