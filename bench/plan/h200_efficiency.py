@@ -31,6 +31,8 @@ import sys
 
 import torch
 
+from moe_layer import Experts  # beside this file
+
 
 def cuda_time_ms(fn, warmup, reps):
     for _ in range(warmup):
@@ -72,8 +74,6 @@ class Layer:
         dense = [self.qkv, self.o, self.n1, self.n2]
         self.moe = None
         if experts:
-            from moe_layer import Experts  # beside this file
-
             self.moe = Experts(hidden, experts, top_k, mlp)
             # One token hits top_k distinct experts: their bytes and the router's.
             moe_bytes = self.moe.router_bytes + top_k * self.moe.expert_bytes

@@ -75,24 +75,24 @@ class Experts:
     def grouped(self, x):
         """x: [T, hidden]. Router, top-k, grouped GEMMs over the hit experts."""
         t = x.shape[0]
-        TOP_K, EXPERTS, WIDTH, HIDDEN = self.top_k, self.experts, self.width, self.hidden
+        k = self.top_k
         logits = (x @ self.router).float()
         probs = torch.softmax(logits, dim=-1)
-        w, idx = torch.topk(probs, TOP_K, dim=-1)
+        w, idx = torch.topk(probs, k, dim=-1)
         w = (w / w.sum(dim=-1, keepdim=True)).to(x.dtype)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        rows = x.repeat_interleave(TOP_K, dim=0)[order]
-        counts = torch.zeros(EXPERTS, dtype=torch.int32, device=x.device)
+        rows = x.repeat_interleave(k, dim=0)[order]
+        counts = torch.zeros(self.experts, dtype=torch.int32, device=x.device)
         counts.scatter_add_(0, flat.to(torch.int64), torch.ones_like(flat, dtype=torch.int32))
         offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
         h = torch._grouped_mm(rows, self.gate_up.transpose(-2, -1), offs=offs)
-        g, u = h[:, :WIDTH], h[:, WIDTH:]
+        g, u = h[:, : self.width], h[:, self.width :]
         h = torch.nn.functional.silu(g) * u
         y = torch._grouped_mm(h, self.down.transpose(-2, -1), offs=offs)
         out = torch.empty_like(y)
         out[order] = y
-        out = out.view(t, TOP_K, HIDDEN) * w.unsqueeze(-1)
+        out = out.view(t, k, self.hidden) * w.unsqueeze(-1)
         return out.sum(dim=1), idx
 
 
@@ -124,7 +124,7 @@ def main():
     tokens = [int(t) for t in args.tokens.split(",")]
     bw = copy_bandwidth_gb_s()
     layers = [Experts() for _ in range(args.layers)]
-    expert_bytes = 3 * HIDDEN * WIDTH * 2
+    expert_bytes = layers[0].expert_bytes
     have_grouped = hasattr(torch, "_grouped_mm")
 
     hf_blocks, hf_error = None, None
