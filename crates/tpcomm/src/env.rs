@@ -614,6 +614,19 @@ pub static HOST_CONSUMERS: Var<Count> = Var {
     },
 };
 
+pub static QUANT_BLOCKS: Var<Count> = Var {
+    name: "TPCOMM_QUANT_BLOCKS",
+    section: Section::Shapes,
+    read_by: "communicator creation",
+    default: "by message size and the GPU's residency cap (one-shot: a block per 4 steps, at least half the cap)",
+    doc: "blocks per rank of a quantized one-shot or two-shot call (at most one per step or chunk, clamped to the residency cap)",
+    kind: Count {
+        min: 1,
+        max: 4096,
+        step: 1,
+    },
+};
+
 // ---- Tests ---------------------------------------------------------------------
 
 pub static GPU_TESTS: Var<Flag> = Var {
@@ -783,6 +796,7 @@ pub static ALL: &[&dyn Entry] = &[
     &HOST_CHUNK,
     &HOST_PRODUCERS,
     &HOST_CONSUMERS,
+    &QUANT_BLOCKS,
     &GPU_TESTS,
     &STRESS_CALLS,
     &REPLAYS,

@@ -133,6 +133,7 @@ impl QuantComm {
         let sharing = Sharing::of(&ids, cfg.rank);
         let check_calls = call::resolve(cfg.check_calls, &ids);
         let cap = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
+        let blocks_asked = crate::env::QUANT_BLOCKS.get()?.map(|n| n as u32);
         for (p, blob) in all.iter().enumerate() {
             let at = DeviceIdentity::BYTES;
             let peer_dev =
@@ -287,6 +288,7 @@ impl QuantComm {
             layout,
             kernels,
             grid_cap: cap,
+            blocks_asked,
             sharing,
             _dev: dev,
             ctl,

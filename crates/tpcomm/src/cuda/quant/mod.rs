@@ -121,17 +121,25 @@ pub(crate) const STEP_CHUNKS: usize = 4;
 /// its sends and sums overlap (8 MiB of bf16 at 2 ranks on an H100: 0.59-0.61x
 /// the exact host path against 0.62-0.63x with one block per step,
 /// bench/results/quantized.md, session 13).
-pub fn quant_grid(count: usize, unit: usize, cap: u32, max_block: u32) -> (u32, u32) {
+/// `asked` (TPCOMM_QUANT_BLOCKS) replaces that rule, still at most one block
+/// per unit and at most `cap`.
+pub fn quant_grid(
+    count: usize,
+    unit: usize,
+    cap: u32,
+    max_block: u32,
+    asked: Option<u32>,
+) -> (u32, u32) {
     let mut block = 32u32;
     while block * 2 <= max_block.min(MAX_BLOCK) {
         block *= 2;
     }
     let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
     let cap = cap.max(1) as usize;
-    let blocks = if unit > 1 {
-        units.div_ceil(4).max(cap / 2).max(1)
-    } else {
-        units
+    let blocks = match asked {
+        Some(n) => (n as usize).max(1),
+        None if unit > 1 => units.div_ceil(4).max(cap / 2).max(1),
+        None => units,
     };
     (blocks.min(units).min(cap) as u32, block)
 }
@@ -195,7 +203,7 @@ struct QuantKernels {
 
 /// The power-of-two block the kernels launch with (at most `max`).
 fn pow2_block(max: u32) -> u32 {
-    quant_grid(1, 1, 1, max).1
+    quant_grid(1, 1, 1, max, None).1
 }
 
 fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
@@ -266,6 +274,8 @@ pub struct QuantComm {
     kernels: Arc<QuantKernels>,
     /// The most blocks a call launches (share::grid_cap).
     grid_cap: u32,
+    /// TPCOMM_QUANT_BLOCKS at creation: blocks per call instead of the rule.
+    blocks_asked: Option<u32>,
     sharing: Sharing,
     /// P2P: the receive area with the control words after it; host: the
     /// control words alone.
@@ -349,7 +359,13 @@ impl QuantComm {
         let bytes = count * dtype.size();
         let twoshot = algo.runs_twoshot(count, self.world);
         let unit = if twoshot { 1 } else { STEP_CHUNKS };
-        let (grid, block) = quant_grid(count, unit, self.grid_cap, self.kernels.block);
+        let (grid, block) = quant_grid(
+            count,
+            unit,
+            self.grid_cap,
+            self.kernels.block,
+            self.blocks_asked,
+        );
         let kernels = if twoshot {
             &self.kernels.twoshot
         } else {

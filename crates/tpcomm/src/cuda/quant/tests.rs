@@ -114,22 +114,43 @@ fn two_shot_runs_only_when_every_rank_owns_a_chunk() {
 
 #[test]
 fn grids_stay_within_the_cap_and_the_units() {
-    assert_eq!(quant_grid(1, 1, 132, 512), (1, 512));
-    assert_eq!(quant_grid(32 << 20, 1, 132, 512), (132, 512));
-    assert_eq!(quant_grid(32 << 20, 1, 66, 512), (66, 512));
+    assert_eq!(quant_grid(1, 1, 132, 512, None), (1, 512));
+    assert_eq!(quant_grid(32 << 20, 1, 132, 512, None), (132, 512));
+    assert_eq!(quant_grid(32 << 20, 1, 66, 512, None), (66, 512));
     // Two-shot: a block per chunk; one-shot: a block per step of chunks.
-    assert_eq!(quant_grid(5 * CHUNK_ELEMS, 1, 66, 512), (5, 512));
-    assert_eq!(quant_grid(5 * CHUNK_ELEMS, STEP_CHUNKS, 66, 512), (2, 512));
-    assert_eq!(quant_grid(1 << 20, STEP_CHUNKS, 132, 512), (64, 512));
+    assert_eq!(quant_grid(5 * CHUNK_ELEMS, 1, 66, 512, None), (5, 512));
+    assert_eq!(
+        quant_grid(5 * CHUNK_ELEMS, STEP_CHUNKS, 66, 512, None),
+        (2, 512)
+    );
+    assert_eq!(quant_grid(1 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
     // One-shot keeps half the cap until blocks have 4 steps each: 2M and
     // 4M elements (4 and 8 MiB of bf16) 66 blocks, 8M 128, 16M the cap.
-    assert_eq!(quant_grid(2 << 20, STEP_CHUNKS, 132, 512), (66, 512));
-    assert_eq!(quant_grid(4 << 20, STEP_CHUNKS, 132, 512), (66, 512));
-    assert_eq!(quant_grid(8 << 20, STEP_CHUNKS, 132, 512), (128, 512));
-    assert_eq!(quant_grid(16 << 20, STEP_CHUNKS, 132, 512), (132, 512));
+    assert_eq!(quant_grid(2 << 20, STEP_CHUNKS, 132, 512, None), (66, 512));
+    assert_eq!(quant_grid(4 << 20, STEP_CHUNKS, 132, 512, None), (66, 512));
+    assert_eq!(quant_grid(8 << 20, STEP_CHUNKS, 132, 512, None), (128, 512));
+    assert_eq!(
+        quant_grid(16 << 20, STEP_CHUNKS, 132, 512, None),
+        (132, 512)
+    );
     // Blocks are powers of two (the kernel's chunk loop needs it).
-    assert_eq!(quant_grid(1 << 20, 1, 132, 384), (132, 256));
-    assert_eq!(quant_grid(1 << 20, 1, 0, 512), (1, 512));
+    assert_eq!(quant_grid(1 << 20, 1, 132, 384, None), (132, 256));
+    assert_eq!(quant_grid(1 << 20, 1, 0, 512, None), (1, 512));
+}
+
+#[test]
+fn asked_blocks_replace_the_rule_within_the_units_and_the_cap() {
+    // 4M elements: 256 one-shot steps, 1024 chunks.
+    assert_eq!(
+        quant_grid(4 << 20, STEP_CHUNKS, 132, 512, Some(16)),
+        (16, 512)
+    );
+    assert_eq!(quant_grid(4 << 20, 1, 132, 512, Some(100)), (100, 512));
+    assert_eq!(
+        quant_grid(4 << 20, STEP_CHUNKS, 132, 512, Some(4000)),
+        (132, 512)
+    );
+    assert_eq!(quant_grid(3 * CHUNK_ELEMS, 1, 132, 512, Some(16)), (3, 512));
 }
 
 #[test]
