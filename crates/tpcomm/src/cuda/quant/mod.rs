@@ -120,7 +120,10 @@ pub(crate) const STEP_CHUNKS: usize = 4;
 /// are fewer while that keeps half the cap: each gets at least 4 steps, so
 /// its sends and sums overlap (8 MiB of bf16 at 2 ranks on an H100: 0.59-0.61x
 /// the exact host path against 0.62-0.63x with one block per step,
-/// bench/results/quantized.md, session 13).
+/// bench/results/quantized.md, session 13). Then as few blocks as give the
+/// same most steps a block: a call lasts as long as its busiest block, and
+/// a block more only adds to the link's traffic (8 MiB: 64 blocks of 4
+/// steps, not 66 of which 8 have 3).
 /// `asked` (TPCOMM_QUANT_BLOCKS) replaces that rule, still at most one block
 /// per unit and at most `cap`.
 pub fn quant_grid(
@@ -137,11 +140,16 @@ pub fn quant_grid(
     let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
     let cap = cap.max(1) as usize;
     let blocks = match asked {
-        Some(n) => (n as usize).max(1),
-        None if unit > 1 => units.div_ceil(4).max(cap / 2).max(1),
-        None => units,
+        Some(n) => (n as usize).max(1).min(units).min(cap),
+        None if unit > 1 => {
+            // As few blocks as take the same most steps each: no block
+            // idles through the last round while the others finish it.
+            let first = units.div_ceil(4).max(cap / 2).max(1).min(units).min(cap);
+            units.div_ceil(units.div_ceil(first))
+        }
+        None => units.min(cap),
     };
-    (blocks.min(units).min(cap) as u32, block)
+    (blocks as u32, block)
 }
 
 /// The by-value kernel argument: mirrors `struct QArgs` in quant.cu.

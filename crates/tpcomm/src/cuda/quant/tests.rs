@@ -124,14 +124,28 @@ fn grids_stay_within_the_cap_and_the_units() {
         (2, 512)
     );
     assert_eq!(quant_grid(1 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
-    // One-shot keeps half the cap until blocks have 4 steps each: 2M and
-    // 4M elements (4 and 8 MiB of bf16) 66 blocks, 8M 128, 16M the cap.
-    assert_eq!(quant_grid(2 << 20, STEP_CHUNKS, 132, 512, None), (66, 512));
-    assert_eq!(quant_grid(4 << 20, STEP_CHUNKS, 132, 512, None), (66, 512));
+    // One-shot keeps half the cap until blocks have 4 steps each, then
+    // takes as few blocks as have the same most steps each: 2M and 4M
+    // elements (4 and 8 MiB of bf16; 128 and 256 steps) 64 blocks of 2 and
+    // 4 steps (66 would leave 4 and 8 blocks a step short), 8M 128 of 4,
+    // 16M 128 of 8 (the cap of 132 would give 8 to most and 7 to some).
+    assert_eq!(quant_grid(2 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
+    assert_eq!(quant_grid(4 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
     assert_eq!(quant_grid(8 << 20, STEP_CHUNKS, 132, 512, None), (128, 512));
     assert_eq!(
         quant_grid(16 << 20, STEP_CHUNKS, 132, 512, None),
-        (132, 512)
+        (128, 512)
+    );
+    // 9 steps at a cap of 14: half the cap (7 blocks) has at most 2 steps
+    // a block, and 5 blocks have that too.
+    assert_eq!(
+        quant_grid(9 * 4 * CHUNK_ELEMS, STEP_CHUNKS, 14, 512, None),
+        (5, 512)
+    );
+    // 9 steps at a cap of 4: 3 steps each takes 3 blocks, not 4.
+    assert_eq!(
+        quant_grid(9 * 4 * CHUNK_ELEMS, STEP_CHUNKS, 4, 512, None),
+        (3, 512)
     );
     // Blocks are powers of two (the kernel's chunk loop needs it).
     assert_eq!(quant_grid(1 << 20, 1, 132, 384, None), (132, 256));
