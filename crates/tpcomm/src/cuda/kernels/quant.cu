@@ -330,6 +330,34 @@ __device__ __forceinline__ void q_end_call(const QArgs& a, u64 epoch, bool ok) {
 // over the host path on one H200 (2-5%, bench/results/quantized.md).
 #define Q_LAG 1u
 
+// The scale of a group whose elements' largest magnitude this thread holds
+// in amax (its share of the group) and the other lanes of the group theirs;
+// every lane of the warp must call it together. inv is what values are
+// multiplied by before they are coded (0 for a group sent as zeros).
+template <int FMT>
+__device__ __forceinline__ float group_scale(float amax, u32 lanes, float* inv_out) {
+    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
+    float scale = 0.0f, inv = 0.0f;
+    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
+        scale = q_div(amax, q_code_max<FMT>());
+        inv = q_div(q_code_max<FMT>(), amax);
+    }
+    *inv_out = inv;
+    return scale;
+}
+
+// The 8 codes of 8 values, the first in the lowest byte.
+template <int FMT>
+__device__ __forceinline__ u64 encode8(const float* x, float inv) {
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
+        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
+    }
+    return (u64)lo | ((u64)hi << 32);
+}
+
 // Quantizes 8 f32 values (zeros past the message) in the lanes of their
 // group, as quantize8 does with the input.
 template <int FMT>
@@ -337,20 +365,9 @@ __device__ __forceinline__ u64 quantize8_values(const float* x, u32 lanes, float
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) amax = q_max(amax, q_abs(x[k]));
-    for (u32 s = 1u; s < lanes; s <<= 1) amax = q_max(amax, q_shfl_xor(amax, s));
-    float scale = 0.0f, inv = 0.0f;
-    if (__float_as_uint(amax) >= Q_MIN_AMAX_BITS) {
-        scale = q_div(amax, q_code_max<FMT>());
-        inv = q_div(q_code_max<FMT>(), amax);
-    }
-    u32 lo = 0u, hi = 0u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo |= q_encode<FMT>(x[k], inv) << (8 * k);
-        hi |= q_encode<FMT>(x[k + 4], inv) << (8 * k);
-    }
-    *scale_out = scale;
-    return (u64)lo | ((u64)hi << 32);
+    float inv;
+    *scale_out = group_scale<FMT>(amax, lanes, &inv);
+    return encode8<FMT>(x, inv);
 }
 
 // Quantizes the octet at e0 (elements past n count as 0): its 8 codes and
