@@ -40,8 +40,9 @@ pub const HOST_ALLREDUCE_SRC: &str =
 
 /// The quantized (int8 / fp8 wire) all-reduce kernels of both GPU
 /// transports (src/cuda/quant/mod.rs), and the pack and unpack-sum halves of its
-/// gathered form (src/cuda/quant/gathered.rs), which reuse quant.cu's arithmetic.
-pub const QUANT_SRC: &str = family_source!(""; "quant.cu", "quant_gathered.cu");
+/// gathered form (src/cuda/quant/gathered.rs), both on quant_math.cu's
+/// arithmetic (what the CPU model mirrors).
+pub const QUANT_SRC: &str = family_source!(""; "quant_math.cu", "quant.cu", "quant_gathered.cu");
 
 /// All-gather, reduce-scatter and broadcast on the P2P all-reduce's buffers
 /// and epoch (src/cuda/collectives.rs), which reuse allreduce.cu's protocol
@@ -210,6 +211,7 @@ mod tests {
             "host_allreduce.cu",
             include_str!("kernels/host_allreduce.cu"),
         ),
+        ("quant_math.cu", include_str!("kernels/quant_math.cu")),
         ("quant.cu", include_str!("kernels/quant.cu")),
         (
             "quant_gathered.cu",

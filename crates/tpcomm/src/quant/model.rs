@@ -1,4 +1,5 @@
-//! The bit-exact CPU model of the quantized all-reduce (kernels/quant.cu):
+//! The bit-exact CPU model of the quantized all-reduce's arithmetic
+//! (kernels/quant_math.cu):
 //! the same operations in the same order with the same IEEE rounding, so a
 //! GPU result can be compared with it bit for bit. Every f32 operation here
 //! is one correctly rounded IEEE operation (Rust never contracts a * b + c
@@ -335,7 +336,7 @@ mod tests {
 
     #[test]
     fn e4m3_decoded_by_one_multiply_is_the_definition_for_every_code() {
-        // kernels/quant.cu decodes by placing the code's magnitude bits at
+        // kernels/quant_math.cu decodes by placing the code's magnitude bits at
         // f32's exponent and mantissa and multiplying by 2^120.
         let two_120 = f32::from_bits((127 + 120) << 23);
         assert_eq!(two_120, 1.329_228e36);

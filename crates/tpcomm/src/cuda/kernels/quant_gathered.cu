@@ -1,8 +1,9 @@
 // tpcomm quantized all-reduce, gathered form: the two local halves around
 // an ordinary all-gather of the codes (src/cuda/quant/gathered.rs runs the
-// three launches). Compiled after quant.cu, whose arithmetic (quantize8_values,
-// add_octet, q_decode, q_mul, q_add), element types and launch order these
-// use, so the result is the one-shot kernel's bit for bit (src/quant/model.rs).
+// three launches). Compiled after quant_math.cu, whose arithmetic (a
+// group's scale and codes, the rank-ordered sum) and element types these
+// use, as the one-shot kernel does, so the result is its bit for bit
+// (src/quant/model.rs).
 //
 // - pack: quantizes this rank's input into its block of the gathered
 //   buffer: codes (one byte per element), then f32 scales (one per group);
