@@ -119,12 +119,18 @@ impl HostChunkShape {
 }
 
 /// Messages up to this size go in MID_CHUNK chunks with at most MID_PRODUCERS
-/// producer blocks.
+/// producer and MID_CONSUMERS consumer blocks.
 pub const MID_MAX: usize = 4 << 20;
 pub const MID_CHUNK: usize = 128 << 10;
 pub const MID_PRODUCERS: usize = 16;
+/// With a consumer per chunk (32 at 4 MiB) the 4 MiB call of 2 ranks
+/// sharing one H200 took 411-419 us, with 16 or 8 a rank 357-364 us; at 8
+/// MiB 16 were equal to the rule's 66 and at 16 MiB 3% slower
+/// (bench/results/host-consumers.md, session 15; shared-GPU runs only).
+pub const MID_CONSUMERS: usize = 16;
 
-/// Up to MID_MAX: chunks of MID_CHUNK and at most MID_PRODUCERS producers. A
+/// Up to MID_MAX: chunks of MID_CHUNK, at most MID_PRODUCERS producers and
+/// MID_CONSUMERS consumers. A
 /// sweep of chunk sizes (16-128 KiB) and producer blocks (4-32) on 2 x H200
 /// with the host path forced (bench/results/2026-11-30-session2/hx/) found
 /// the per-chunk cost (fence, flag, the consumer's poll across PCIe)
@@ -154,7 +160,8 @@ pub fn chunk_plan_with(
     let group_sms = group_sms.max(2);
     let world = world.max(2);
     let split = (sms / world).max(1);
-    let (chunk_rule, producers_rule) = if bytes <= MID_MAX {
+    let mid = bytes <= MID_MAX;
+    let (chunk_rule, producers_rule) = if mid {
         (MID_CHUNK, split.min(MID_PRODUCERS))
     } else {
         (bytes.div_ceil(2 * group_sms), split)
@@ -163,9 +170,14 @@ pub fn chunk_plan_with(
         round_up(shape.chunk_bytes.unwrap_or(chunk_rule), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
     let chunks = bytes.div_ceil(chunk_bytes).max(1);
     let producers = shape.producers.unwrap_or(producers_rule).clamp(1, sms - 1);
+    let consumers_rule = if mid {
+        (sms - producers).min(MID_CONSUMERS)
+    } else {
+        sms - producers
+    };
     let consumers = shape
         .consumers
-        .unwrap_or(sms - producers)
+        .unwrap_or(consumers_rule)
         .clamp(1, sms - producers);
     let (producers, consumers) = (producers.min(chunks), consumers.min(chunks));
     ChunkPlan {
@@ -253,10 +265,11 @@ mod tests {
             (p.chunk_bytes, p.chunks, p.producers, p.consumers),
             (128 << 10, 8, 8, 8)
         );
+        // 4 MiB: 32 chunks, but at most 16 consumers.
         let p = chunk_plan(4 << 20, 2, 132);
         assert_eq!(
             (p.chunk_bytes, p.chunks, p.producers, p.consumers),
-            (128 << 10, 32, 16, 32)
+            (128 << 10, 32, 16, 16)
         );
         let p = chunk_plan((4 << 20) + 16, 2, 132);
         assert_eq!((p.chunk_bytes, p.producers), (16 << 10, 66));

@@ -11,8 +11,9 @@
 //   rank; it moves bytes, so it needs nothing from these kernels;
 // - unpack_sum: dequantizes every rank's block and sums them in rank order
 //   in f32, rounding once to the element type.
-// Neither kernel waits on anything: one thread per octet of elements, as
-// many blocks as the message needs, no protocol.
+// Neither kernel waits on anything: one thread per QG_PACK_OCTETS octets of
+// elements (pack) or per octet (unpack-sum), as many blocks as the message
+// needs, no protocol.
 //
 // The P2P all-gather's slots are self-validating: a 32-bit word 0xffffffff
 // is its sentinel and is sent as another value (common.cuh, canon). So no
@@ -40,22 +41,57 @@ __device__ __forceinline__ u32 qg_shift(u32 group) {
     return s;
 }
 
-// Thread t of the grid quantizes octet t (elements 8t..8t+7; past the
-// message they read as 0, so they change no group's maximum); the G / 8
-// threads of a group are neighbouring lanes of one warp (blocks are whole
-// warps, G <= 256).
+// Octets a pack thread takes, side by side: 8 * QG_PACK_OCTETS elements,
+// all in one group (groups are 32-128 elements; thread t starts at element
+// 8 * QG_PACK_OCTETS * t): one 16-byte store of codes and one group maximum
+// for both. Mirrored by PACK_OCTETS in src/cuda/quant/gathered.rs. On one
+// H200 (bench/results/quantized.md, session 15) two took the pack from 58%
+// to 65% of the copy rate at 8 MiB of bf16 and from 68% to 85% at 64 MiB;
+// four were faster only at 4 MiB; for unpack-sum one stayed the fastest.
+#define QG_PACK_OCTETS 2
+
+// A thread's octets k and k + 1 as one 16-byte vector (codes of 16
+// elements; the start of a pair is 16-byte aligned, and a pair that starts
+// inside the message ends inside the codes, rounded up to 16 bytes).
+__device__ __forceinline__ void store_pair(u64 at, u64 c0, u64 c1) {
+    V16 v;
+    v.x = (u32)c0;
+    v.y = (u32)(c0 >> 32);
+    v.z = (u32)c1;
+    v.w = (u32)(c1 >> 32);
+    *(V16*)at = v;
+}
+
+// Thread t of the grid quantizes its QG_PACK_OCTETS octets (elements past
+// the message read as 0, so they change no group's maximum); the G / (8 *
+// QG_PACK_OCTETS) threads of a group are neighbouring lanes of one warp
+// (blocks are whole warps, G <= 256).
 template <typename T, int FMT>
 __device__ void quant_pack(const QGArgs& a) {
     wait_for_previous_kernel();
     allow_next_kernel();
-    const u64 e0 = 8ull * ((u64)blockIdx.x * blockDim.x + threadIdx.x);
-    const u32 lanes = a.group / 8u;
-    float x[8];
-    T::load8(a.in, e0, a.count, x);
-    float scale;
-    const u64 codes = quantize8_values<FMT>(x, lanes, &scale);
+    const u64 e0 = 8ull * QG_PACK_OCTETS * ((u64)blockIdx.x * blockDim.x + threadIdx.x);
+    const u32 lanes = a.group / (8u * QG_PACK_OCTETS);
+    float x[QG_PACK_OCTETS][8];
+#pragma unroll
+    for (int k = 0; k < QG_PACK_OCTETS; k++) T::load8(a.in, e0 + 8 * k, a.count, x[k]);
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QG_PACK_OCTETS; k++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) amax = q_max(amax, q_abs(x[k][j]));
+    float inv;
+    const float scale = group_scale<FMT>(amax, lanes, &inv);
     if (e0 >= a.count) return;
-    *(u64*)(a.out + e0) = FMT == Q_INT8 ? codes ^ QG_INT8_XOR : codes;
+    u64 codes[QG_PACK_OCTETS];
+#pragma unroll
+    for (int k = 0; k < QG_PACK_OCTETS; k++) {
+        codes[k] = encode8<FMT>(x[k], inv);
+        if (FMT == Q_INT8) codes[k] ^= QG_INT8_XOR;
+    }
+#pragma unroll
+    for (int k = 0; k < QG_PACK_OCTETS; k += 2)
+        if (e0 + 8 * k < a.count) store_pair(a.out + e0 + 8 * k, codes[k], codes[k + 1]);
     if ((threadIdx.x & (lanes - 1u)) == 0u)
         *(u32*)(a.out + a.scales_off + 4ull * (e0 >> qg_shift(a.group))) = __float_as_uint(scale);
 }
@@ -69,12 +105,12 @@ __device__ void quant_unpack_sum(const QGArgs& a) {
     if (e0 >= a.count) return;
     const u64 sc = a.scales_off + 4ull * (e0 >> qg_shift(a.group));
     float acc[8];
+#pragma unroll 2
     for (u32 p = 0; p < a.world; p++) {
         const u64 base = a.in + (u64)p * a.block_stride;
         const u64 wire = *(const u64*)(base + e0);
-        const u64 codes = FMT == Q_INT8 ? wire ^ QG_INT8_XOR : wire;
         const float scale = __uint_as_float(*(const u32*)(base + sc));
-        add_octet<FMT>(acc, codes, scale, p == 0);
+        add_octet<FMT>(acc, FMT == Q_INT8 ? wire ^ QG_INT8_XOR : wire, scale, p == 0);
     }
     T::store8(a.out, e0, a.count, acc);
 }

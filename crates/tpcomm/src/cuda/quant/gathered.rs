@@ -26,6 +26,11 @@ use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream};
 /// QG_BLOCK in kernels/quant_gathered.cu (the launch bound).
 pub(super) const BLOCK: u32 = 256;
 
+/// QG_PACK_OCTETS in kernels/quant_gathered.cu: the neighbouring octets of
+/// elements one pack thread takes (all in one group of at least 32; an
+/// unpack-sum thread takes one octet).
+pub(super) const PACK_OCTETS: usize = 2;
+
 /// Where one call's codes and scales sit in a rank's block: codes from byte
 /// 0 (one per element), then an f32 scale per group. Both parts are whole
 /// 16-byte vectors, so blocks stay 16-byte aligned and the all-gather moves
@@ -170,7 +175,7 @@ impl QuantComm {
         let f = self.kernels.pack[format_index(c.format)][dtype_index(c.dtype)];
         // SAFETY: the caller's contract for `input`; the block lies in the
         // gathered buffer, which lives as long as `self`.
-        unsafe { self.launch_local(f, c, &args, stream, how) }
+        unsafe { self.launch_local(f, c, &args, PACK_OCTETS, stream, how) }
     }
 
     /// Dequantizes every rank's block and sums them in rank order into
@@ -189,7 +194,7 @@ impl QuantComm {
         let args = self.gather_args(c, c.blocks, output);
         let f = self.kernels.unpack_sum[format_index(c.format)][dtype_index(c.dtype)];
         // SAFETY: as in `pack`.
-        unsafe { self.launch_local(f, c, &args, stream, how) }
+        unsafe { self.launch_local(f, c, &args, 1, stream, how) }
     }
 
     fn gather_args(&self, c: &GatherCall, input: u64, output: u64) -> GatherArgs {
@@ -204,7 +209,8 @@ impl QuantComm {
         }
     }
 
-    /// One thread per octet of elements, whole blocks of [`BLOCK`] threads.
+    /// One thread per `octets` octets of elements, whole blocks of
+    /// [`BLOCK`] threads.
     ///
     /// # Safety
     /// `args` is a pack or unpack-sum argument whose addresses are valid
@@ -214,10 +220,12 @@ impl QuantComm {
         f: raw::Function,
         c: &GatherCall,
         args: &GatherArgs,
+        octets: usize,
         stream: CUstream,
         how: Launch,
     ) -> Result<()> {
-        let grid = u32::try_from(c.count.div_ceil(8).div_ceil(BLOCK as usize)).map_err(|_| {
+        let threads = c.count.div_ceil(8 * octets);
+        let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
             Error::invalid(
                 "count",
                 format!("{} elements need too many blocks", c.count),
@@ -303,6 +311,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<GatherArgs>(), 5 * 8 + 8);
         let src = include_str!("../kernels/quant_gathered.cu");
         assert!(src.contains(&format!("#define QG_BLOCK {BLOCK}")));
+        // Two octets a pack thread: one 16-byte store of codes, and the
+        // smallest group (32) still holds whole threads.
+        assert!(src.contains(&format!("#define QG_PACK_OCTETS {PACK_OCTETS}")));
+        assert!(matches!(PACK_OCTETS, 2 | 4) && 8 * PACK_OCTETS <= MIN_GROUP as usize);
     }
 
     #[test]
