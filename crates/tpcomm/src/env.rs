@@ -605,7 +605,7 @@ pub static HOST_CONSUMERS: Var<Count> = Var {
     name: "TPCOMM_HOST_CONSUMERS",
     section: Section::Shapes,
     read_by: "communicator creation",
-    default: "by message size and SM count (the all-gather: at most 16 per GPU, shared among its ranks)",
+    default: "by message size and SM count (the all-reduce: at most 16 a rank up to 4 MiB; the all-gather: at most 16 per GPU, shared among its ranks)",
     doc: "consumer blocks of the host path's chunked all-reduce and of its collectives (clamped to the SMs)",
     kind: Count {
         min: 1,
