@@ -273,6 +273,12 @@ mod tests {
         );
         let p = chunk_plan((4 << 20) + 16, 2, 132);
         assert_eq!((p.chunk_bytes, p.producers), (16 << 10, 66));
+        // The consumer cap holds up to 4 MiB only: above, the rest of the SMs.
+        assert_eq!(chunk_plan((4 << 20) + 16, 2, 132).consumers, 66);
+        assert_eq!(chunk_plan(8 << 20, 2, 132).consumers, 66);
+        // With 4 ranks at 4 MiB the cap holds too (16 of 32 chunks).
+        let p = chunk_plan(4 << 20, 4, 132);
+        assert_eq!((p.chunks, p.producers, p.consumers), (32, 16, 16));
     }
 
     #[test]
