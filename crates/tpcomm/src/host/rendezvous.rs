@@ -62,6 +62,10 @@ pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     r
 }
 
+/// How often rank 0 publishes its ticket when the path was taken and freed
+/// again by another job in between.
+const PUBLISH_ATTEMPTS: u32 = 4;
+
 fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     let file = job.file;
     let me = Proc::me();
@@ -120,28 +124,41 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     seg.word(H_MAGIC).store(MAGIC, Release);
 
     ticket.name = name.clone();
-    let found = match ticket::publish(file, &ticket) {
-        Ok(Published::Done(f)) => f,
-        Ok(Published::Occupied) => {
-            shm::unlink(&name);
-            // Another rank 0 got there between our check and now.
-            return Err(match ticket::read(file, uid) {
+    // Another job's rank 0 can publish between the check above and ours,
+    // and be done with the path (its ticket removed) before we look again:
+    // the path is free then, so publishing is tried again, a few times.
+    let mut attempts = 0;
+    let found = loop {
+        attempts += 1;
+        match ticket::publish(file, &ticket) {
+            Ok(Published::Done(f)) => break f,
+            Ok(Published::Occupied) => match ticket::read(file, uid) {
+                Ok(None) if attempts < PUBLISH_ATTEMPTS => continue,
                 Ok(Some(ticket::Found {
                     ticket: Some(t), ..
-                })) => in_use(file, &t),
-                Err(e) => e,
-                _ => Error::invalid(
-                    "rendezvous",
-                    format!(
-                        "{} appeared while this rank was creating it; give every job its own path",
-                        file.display()
-                    ),
-                ),
-            });
-        }
-        Err(e) => {
-            shm::unlink(&name);
-            return Err(e);
+                })) => {
+                    shm::unlink(&name);
+                    return Err(in_use(file, &t));
+                }
+                Err(e) => {
+                    shm::unlink(&name);
+                    return Err(e);
+                }
+                _ => {
+                    shm::unlink(&name);
+                    return Err(Error::invalid(
+                        "rendezvous",
+                        format!(
+                            "{} appeared while this rank was creating it; give every job its own path",
+                            file.display()
+                        ),
+                    ));
+                }
+            },
+            Err(e) => {
+                shm::unlink(&name);
+                return Err(e);
+            }
         }
     };
 
