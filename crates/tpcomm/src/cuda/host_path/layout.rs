@@ -160,24 +160,18 @@ pub fn chunk_plan_with(
     let group_sms = group_sms.max(2);
     let world = world.max(2);
     let split = (sms / world).max(1);
-    let mid = bytes <= MID_MAX;
-    let (chunk_rule, producers_rule) = if mid {
-        (MID_CHUNK, split.min(MID_PRODUCERS))
+    let (chunk_rule, producers_rule, consumers_cap) = if bytes <= MID_MAX {
+        (MID_CHUNK, split.min(MID_PRODUCERS), MID_CONSUMERS)
     } else {
-        (bytes.div_ceil(2 * group_sms), split)
+        (bytes.div_ceil(2 * group_sms), split, usize::MAX)
     };
     let chunk_bytes =
         round_up(shape.chunk_bytes.unwrap_or(chunk_rule), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
     let chunks = bytes.div_ceil(chunk_bytes).max(1);
     let producers = shape.producers.unwrap_or(producers_rule).clamp(1, sms - 1);
-    let consumers_rule = if mid {
-        (sms - producers).min(MID_CONSUMERS)
-    } else {
-        sms - producers
-    };
     let consumers = shape
         .consumers
-        .unwrap_or(consumers_rule)
+        .unwrap_or((sms - producers).min(consumers_cap))
         .clamp(1, sms - producers);
     let (producers, consumers) = (producers.min(chunks), consumers.min(chunks));
     ChunkPlan {

@@ -140,16 +140,16 @@ pub fn quant_grid(
     let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
     let cap = cap.max(1) as usize;
     let blocks = match asked {
-        Some(n) => (n as usize).max(1).min(units).min(cap),
+        Some(n) => n as usize,
         None if unit > 1 => {
             // As few blocks as take the same most steps each: no block
             // idles through the last round while the others finish it.
-            let first = units.div_ceil(4).max(cap / 2).max(1).min(units).min(cap);
+            let first = units.div_ceil(4).max(cap / 2).clamp(1, units.min(cap));
             units.div_ceil(units.div_ceil(first))
         }
-        None => units.min(cap),
+        None => units,
     };
-    (blocks as u32, block)
+    (blocks.clamp(1, units.min(cap)) as u32, block)
 }
 
 /// The by-value kernel argument: mirrors `struct QArgs` in quant.cu.
