@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
-# Prepared in session 15 for the next device call (not yet run; about 7
-# minutes with the start): bench/quant/variants/int8-magic.patch (int8
-# coded and decoded without conversion instructions) against the build it
-# applies to. Steps (STEPS, default all):
-#   g  gpu_quant at 2 and 4 ranks on the variant (every algorithm, type,
+# Prepared in sessions 15 and 16 for the next device call (not yet run;
+# about 11 minutes with the start): two kernel variants of
+# bench/quant/variants against the build they apply to (.dev/qbase):
+#   qmagic  int8-magic.patch: int8 coded and decoded without conversion
+#           instructions (the 12 int8 kernels' machine code changes);
+#   qvec    oneshot-vec-scales.patch: the one-shot's scales leave and arrive
+#           in 16-byte vectors through shared memory (its 6 kernels change).
+# Steps (STEPS, default all):
+#   g  gpu_quant at 2 and 4 ranks on each variant (every algorithm, type,
 #      group and format bit for bit against the CPU model);
-#   r  the gathered kernels' rates at 4-64 MiB, both builds alternated, two
-#      rounds (int8 unpack-sum at 8 MiB: 59-60% of the copy rate before);
-#   o  the one-shot over the host path at 4-64 MiB, alternated, three rounds;
+#   r  the gathered kernels' rates at 4-64 MiB, qbase and qmagic alternated,
+#      two rounds (int8 unpack-sum at 8 MiB: 59-60% of the copy rate before);
+#   o  the one-shot over the host path at 4-64 MiB, all three builds
+#      alternated, three rounds (8 MiB: 0.59-0.62x the exact call before);
 #   p  the one-shot over P2P once each.
-# Stage:
+# Stage (VARIANTS, default "qmagic qvec", names a subset):
 #   bash bench/quant/stage_variant.sh - .dev/qbase
 #   bash bench/quant/stage_variant.sh bench/quant/variants/int8-magic.patch .dev/qmagic
-# device: O=$OUT bash bench/device/next_s16.sh, carry [".dev/qbase", ".dev/qmagic"]
+#   bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-vec-scales.patch .dev/qvec
+# device: O=$OUT bash bench/device/next_s16.sh,
+#   carry [".dev/qbase", ".dev/qmagic", ".dev/qvec"]
 O=${O:-${OUT:-/tmp/next-s16}}
 STEPS=${STEPS:-g,r,o,p}
+VARIANTS=${VARIANTS:-qmagic qvec}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$O/log.txt"
-for b in qbase qmagic; do echo ".dev/$b: $(head -1 .dev/$b/BUILD.txt)" >> "$O/log.txt"; done
+for b in qbase $VARIANTS; do echo ".dev/$b: $(head -1 .dev/$b/BUILD.txt)" >> "$O/log.txt"; done
 if on g; then
-  TPCOMM_GPU_TESTS=1 TPCOMM_TEST_WORLDS=2,4 run gpu_quant 200 .dev/qmagic/gpu_quant --ignored --test-threads=1 --nocapture
+  for b in $VARIANTS; do
+    TPCOMM_GPU_TESTS=1 TPCOMM_TEST_WORLDS=2,4 run gpu_quant-$b 200 .dev/$b/gpu_quant --ignored --test-threads=1 --nocapture
+  done
 fi
 QB="--ranks 2 --gpus 1 --iters 10 --reps 5 --min 4MiB --max 64MiB"
-if on r; then
+if on r && [[ " $VARIANTS " == *" qmagic "* ]]; then
   for r in 1 2; do
     for b in qbase qmagic; do
       # shellcheck disable=SC2086
@@ -33,14 +43,14 @@ if on r; then
 fi
 if on o; then
   for r in 1 2 3; do
-    for b in qbase qmagic; do
+    for b in qbase $VARIANTS; do
       # shellcheck disable=SC2086
       run host-$b-$r 60 .dev/$b/quant_bench $QB --transport host --algo one-shot
     done
   done
 fi
 if on p; then
-  for b in qbase qmagic; do
+  for b in qbase $VARIANTS; do
     # shellcheck disable=SC2086
     run p2p-$b 60 .dev/$b/quant_bench $QB --transport cuda --algo one-shot
   done
