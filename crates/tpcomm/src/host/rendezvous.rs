@@ -9,7 +9,7 @@ use super::identity::{euid, JobKey, Proc};
 use super::job::{failed_error, given_key, local_failure, local_key, Job};
 use super::layout::*;
 use super::notice;
-use super::ticket::{self, Published, Ticket};
+use super::ticket::{self, Ticket};
 use super::wait::Backoff;
 use super::{room, HostConfig};
 use crate::error::{Error, Result};
@@ -38,18 +38,6 @@ fn setup_abort_word(rank: usize) -> u64 {
     super::allreduce::ABORT_SETUP << 56 | (rank as u64) << 48
 }
 
-fn in_use(file: &Path, t: &Ticket) -> Error {
-    Error::invalid(
-        "rendezvous",
-        format!(
-            "{} is in use by another communicator (created by pid {} for {} ranks, still running); two jobs cannot share a rendezvous path: give every job its own path",
-            file.display(),
-            t.creator.pid,
-            t.world
-        ),
-    )
-}
-
 /// Rank 0: create, publish, wait for everyone, then remove the names.
 pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     let file = rendezvous_file(&cfg.rendezvous);
@@ -61,10 +49,6 @@ pub(crate) fn create(cfg: &HostConfig, layout: Layout) -> Result<Segment> {
     }
     r
 }
-
-/// How often rank 0 publishes its ticket when the path was taken and freed
-/// again by another job in between.
-const PUBLISH_ATTEMPTS: u32 = 4;
 
 fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     let file = job.file;
@@ -85,7 +69,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     // Whatever is at the path now: a live job's ticket is never touched.
     if let Some(found) = ticket::read(file, uid)? {
         match &found.ticket {
-            Some(t) if t.creator.alive() => return Err(in_use(file, t)),
+            Some(t) if t.creator.alive() => return Err(ticket::in_use(file, t)),
             // A dead creator's ticket: its segment, if any, is swept by
             // name above, never unlinked on the ticket's word.
             Some(_) => ticket::remove_if_same(file, &found),
@@ -124,43 +108,12 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     seg.word(H_MAGIC).store(MAGIC, Release);
 
     ticket.name = name.clone();
-    // Another job's rank 0 can publish between the check above and ours,
-    // and be done with the path (its ticket removed) before we look again:
-    // the path is free then, so publishing is tried again, a few times.
-    let mut attempts = 0;
-    let found = loop {
-        attempts += 1;
-        match ticket::publish(file, &ticket) {
-            Ok(Published::Done(f)) => break f,
-            Ok(Published::Occupied) => match ticket::read(file, uid) {
-                Ok(None) if attempts < PUBLISH_ATTEMPTS => continue,
-                Ok(Some(ticket::Found {
-                    ticket: Some(t), ..
-                })) => {
-                    shm::unlink(&name);
-                    return Err(in_use(file, &t));
-                }
-                Err(e) => {
-                    shm::unlink(&name);
-                    return Err(e);
-                }
-                _ => {
-                    shm::unlink(&name);
-                    return Err(Error::invalid(
-                        "rendezvous",
-                        format!(
-                            "{} appeared while this rank was creating it; give every job its own path",
-                            file.display()
-                        ),
-                    ));
-                }
-            },
-            Err(e) => {
-                shm::unlink(&name);
-                return Err(e);
-            }
-        }
-    };
+    let found = ticket::publish_until_free(
+        file,
+        || ticket::publish(file, &ticket),
+        || ticket::read(file, uid),
+    )
+    .inspect_err(|_| shm::unlink(&name))?;
 
     let fail = |e: Error| {
         shm::unlink(&name);

@@ -276,9 +276,60 @@ pub(crate) fn publish_via(file: &Path, tmp: &Path, t: &Ticket) -> Result<Publish
     })
 }
 
+/// The error for a path that another live job's ticket holds.
+pub(crate) fn in_use(file: &Path, t: &Ticket) -> Error {
+    Error::invalid(
+        "rendezvous",
+        format!(
+            "{} is in use by another communicator (created by pid {} for {} ranks, still running); two jobs cannot share a rendezvous path: give every job its own path",
+            file.display(),
+            t.creator.pid,
+            t.world
+        ),
+    )
+}
+
+/// How often rank 0 publishes its ticket when the path was taken and freed
+/// again by another job in between.
+const PUBLISH_ATTEMPTS: u32 = 4;
+
+/// Publishes rank 0's ticket (`publish`), reading the path (`read`) when
+/// something is already there. Another job's rank 0 can publish between
+/// this rank's look at the path and its publish, and be done with the path
+/// (its ticket removed) before this rank reads it: the path is free then,
+/// so publishing is tried again, up to PUBLISH_ATTEMPTS times. A ticket
+/// found there is another job's: an error naming its creator.
+pub(crate) fn publish_until_free(
+    file: &Path,
+    mut publish: impl FnMut() -> Result<Published>,
+    mut read: impl FnMut() -> Result<Option<Found>>,
+) -> Result<Found> {
+    for attempt in 1..=PUBLISH_ATTEMPTS {
+        match publish()? {
+            Published::Done(found) => return Ok(found),
+            Published::Occupied => match read()? {
+                None if attempt < PUBLISH_ATTEMPTS => continue,
+                Some(Found {
+                    ticket: Some(t), ..
+                }) => return Err(in_use(file, &t)),
+                _ => break,
+            },
+        }
+    }
+    Err(Error::invalid(
+        "rendezvous",
+        format!(
+            "{} appeared while this rank was creating it; give every job its own path",
+            file.display()
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::identity::euid;
     use super::*;
+    use std::cell::Cell;
 
     fn ticket() -> Ticket {
         Ticket {
@@ -366,5 +417,87 @@ mod tests {
         std::fs::write(&other, "x").unwrap();
         sweep_temps(&file, uid);
         assert!(live.exists() && other.exists() && !dead.exists());
+    }
+
+    #[test]
+    fn a_path_freed_between_look_and_publish_is_published_again() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("rv");
+        let uid = euid();
+        let calls = Cell::new(0);
+        // The first publish finds the path taken; by the read it is free.
+        let found = publish_until_free(
+            &file,
+            || {
+                calls.set(calls.get() + 1);
+                if calls.get() == 1 {
+                    Ok(Published::Occupied)
+                } else {
+                    publish(&file, &ticket())
+                }
+            },
+            || read(&file, uid),
+        )
+        .unwrap();
+        assert_eq!(calls.get(), 2);
+        assert_eq!(found.ticket, Some(ticket()));
+        let on_disk = read(&file, uid).unwrap().unwrap();
+        assert_eq!(on_disk.ticket, Some(ticket()));
+    }
+
+    #[test]
+    fn another_jobs_ticket_at_the_path_is_in_use_and_not_retried() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("rv");
+        let uid = euid();
+        let mut other = ticket();
+        other.world = 5;
+        assert!(matches!(
+            publish(&file, &other).unwrap(),
+            Published::Done(_)
+        ));
+        let calls = Cell::new(0);
+        let err = publish_until_free(
+            &file,
+            || {
+                calls.set(calls.get() + 1);
+                publish(&file, &ticket())
+            },
+            || read(&file, uid),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert_eq!(calls.get(), 1);
+        assert!(
+            err.contains("in use by another") && err.contains("5 ranks"),
+            "{err}"
+        );
+        // The other job's ticket is left as it was.
+        let on_disk = read(&file, uid).unwrap().unwrap();
+        assert_eq!(on_disk.ticket, Some(other));
+    }
+
+    #[test]
+    fn a_path_taken_and_freed_again_and_again_ends_in_an_error_after_the_attempts() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("rv");
+        let calls = Cell::new(0);
+        let err = publish_until_free(
+            &file,
+            || {
+                calls.set(calls.get() + 1);
+                Ok(Published::Occupied)
+            },
+            || Ok(None),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert_eq!(calls.get(), PUBLISH_ATTEMPTS);
+        assert!(
+            err.contains("appeared while this rank was creating it"),
+            "{err}"
+        );
     }
 }
