@@ -72,7 +72,8 @@ pub struct ForwardBenchArgs {
     /// one-shot-pdl, two-shot, fused, fused-pdl, none-pdl; on the host
     /// transport all but fused and fused-pdl, which need P2P. Opt-in, never
     /// in the default: int8 and fp8, the quantized all-reduce (one f32 scale
-    /// per group of 64 elements; docs/quantized.md) then the add + RMSNorm;
+    /// per group of 64 elements, or of 32 or 128 as int8/32, fp8/128;
+    /// docs/quantized.md) then the add + RMSNorm;
     /// their rows report the final hidden state's relative error against
     /// the exact run at the same token count (NCCL's when nccl ran, else the
     /// first exact tpcomm mode's), so an exact tpcomm mode (one-shot,
@@ -127,12 +128,17 @@ impl Mode {
             "one-shot" | "two-shot" => Mode::Tp(s.parse()?, Launch::Ordinary),
             "one-shot-pdl" => Mode::Tp(Algo::OneShot, Launch::Overlapped),
             "two-shot-pdl" => Mode::Tp(Algo::TwoShot, Launch::Overlapped),
-            "int8" => Mode::Quant(Wire::int8()),
-            "fp8" => Mode::Quant(Wire::fp8()),
+            // int8 and fp8 at the default group, or with one: int8/128.
+            q if matches!(q.split(['/', ':']).next(), Some("int8" | "fp8")) => {
+                Mode::Quant(Wire::parse(q).map_err(|e| match e {
+                    Error::InvalidArgument { detail, .. } => Error::invalid("--modes", detail),
+                    e => e,
+                })?)
+            }
             other => {
                 return Err(Error::invalid(
                     "--modes",
-                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, one-shot-pdl, two-shot, two-shot-pdl, fused, fused-pdl, int8 or fp8)"),
+                    format!("{other:?} (expected none, none-pdl, nccl, one-shot, one-shot-pdl, two-shot, two-shot-pdl, fused, fused-pdl, int8 or fp8, the last two optionally with a group: int8/32, fp8/128)"),
                 ))
             }
         })
@@ -468,7 +474,8 @@ fn mode_name(m: Mode) -> String {
         Mode::Fused(Launch::Ordinary) => "fused".into(),
         Mode::Fused(Launch::Overlapped) => "fused-pdl".into(),
         Mode::Quant(w) => match w.quantized() {
-            Some((f, _)) => f.name().into(),
+            Some((f, Wire::DEFAULT_GROUP)) => f.name().into(),
+            Some((f, g)) => format!("{}/{g}", f.name()),
             None => "exact".into(),
         },
     }

@@ -261,7 +261,7 @@ fn print_header(
 }
 
 /// The `#` line above a table with quantized rows.
-const QUANT_NOTE: &str = "# quantized rows (int8, fp8: one f32 scale per 64 elements): error = max |out - ref| / max |ref| over the final hidden state, ref = the exact mode named beside it at the same token count (nccl when it ran, else the first exact tpcomm mode); measured, not held to a tolerance";
+const QUANT_NOTE: &str = "# quantized rows (int8, fp8: one f32 scale per group of 64 elements, or as the wire column says): error = max |out - ref| / max |ref| over the final hidden state, ref = the exact mode named beside it at the same token count (nccl when it ran, else the first exact tpcomm mode); measured, not held to a tolerance";
 
 /// The table, one line per row. A table with quantized rows has one more
 /// column, beside the per-site cost: their error against the exact run

@@ -6,7 +6,7 @@ use super::*;
 /// int8 and fp8 name the quantized all-reduce at the default group (64),
 /// spelled back as given; no default mode list holds them.
 #[test]
-fn quantized_modes_parse_and_stay_out_of_the_defaults() {
+fn quantized_modes_parse_at_the_default_group_and_no_default_names_them() {
     assert_eq!(
         Mode::parse("int8").unwrap(),
         Mode::Quant(Wire::Int8 { group: 64 })
@@ -21,6 +21,45 @@ fn quantized_modes_parse_and_stay_out_of_the_defaults() {
     }
     let e = Mode::parse("int4").unwrap_err().to_string();
     assert!(e.contains("int8 or fp8"), "{e}");
+}
+
+/// int8/G and fp8/G name the group (32, 64 or 128); the name is spelled
+/// back with the group unless it is the default; a bad group is an error
+/// naming --modes and the groups there are.
+#[test]
+fn quantized_modes_take_a_group_and_refuse_a_bad_one() {
+    assert_eq!(
+        Mode::parse("int8/128").unwrap(),
+        Mode::Quant(Wire::Int8 { group: 128 })
+    );
+    assert_eq!(
+        Mode::parse("fp8/32").unwrap(),
+        Mode::Quant(Wire::Fp8 { group: 32 })
+    );
+    for m in ["int8/32", "int8/128", "fp8/32", "fp8/128"] {
+        assert_eq!(mode_name(Mode::parse(m).unwrap()), m);
+    }
+    assert_eq!(mode_name(Mode::parse("int8/64").unwrap()), "int8");
+    for bad in ["int8/48", "int8/256", "fp8/x", "int8/"] {
+        let e = Mode::parse(bad).unwrap_err().to_string();
+        assert!(e.contains("--modes"), "{bad}: {e}");
+        assert!(e.contains("32") || e.contains("number"), "{bad}: {e}");
+    }
+    let a = parse(&["--modes", "one-shot,int8/128,int8"]);
+    let (modes, _) = modes_for(a.modes.as_deref(), a.transport).unwrap();
+    assert_eq!(
+        modes[1..],
+        [
+            Mode::Quant(Wire::Int8 { group: 128 }),
+            Mode::Quant(Wire::int8())
+        ]
+    );
+}
+
+/// Without --modes no quantized mode runs, on any transport; asked for,
+/// they run in the order given.
+#[test]
+fn quantized_modes_stay_out_of_the_defaults() {
     for t in [Transport::Cuda, Transport::Host, Transport::Auto] {
         let (modes, _) = modes_for(None, t).unwrap();
         assert!(
