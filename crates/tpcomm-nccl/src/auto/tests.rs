@@ -241,12 +241,14 @@ fn the_others_wait_past_the_census_wait_for_a_late_rank_0() {
 fn a_rank_later_than_rank_0_s_census_makes_every_rank_nccl() {
     let base = standalone::test_dir();
     let (nccls, id) = marked(3);
-    // All three share GPU 0, but rank 2 comes 0.8 s after a 0.2 s census.
-    let (ends, ids) = run(&id, ranks(&base, &[0, 0, 0], &[0, 0, 800], 200));
+    // All three share GPU 0, but rank 2 comes 2 s after a 0.2 s census.
+    // Rank 0 decides without it: well before rank 2 comes (the margin is
+    // for a loaded 2-core machine).
+    let (ends, ids) = run(&id, ranks(&base, &[0, 0, 0], &[0, 0, 2000], 200));
     for (r, (end, _)) in ends.iter().enumerate() {
         assert_eq!(*end, End::Nccl(nccls), "rank {r}");
     }
-    assert!(ends[0].1 < Duration::from_millis(700), "{:?}", ends[0].1);
+    assert!(ends[0].1 < Duration::from_millis(1700), "{:?}", ends[0].1);
     assert_eq!(ids.len(), 3);
     let _ = std::fs::remove_dir_all(&base);
 }
