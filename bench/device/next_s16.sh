@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # Prepared in sessions 15 and 16 for the next device call (not yet run;
-# about 11 minutes with the start): two kernel variants of
-# bench/quant/variants against the build they apply to (.dev/qbase):
+# about 15 minutes with the start): two kernel variants of
+# bench/quant/variants and both together, against the build they apply to
+# (.dev/qbase):
 #   qmagic  int8-magic.patch: int8 coded and decoded without conversion
 #           instructions (the 12 int8 kernels' machine code changes);
 #   qvec    oneshot-vec-scales.patch: the one-shot's scales leave and arrive
-#           in 16-byte vectors through shared memory (its 6 kernels change).
+#           in 16-byte vectors through shared memory (its 6 kernels change);
+#   qboth   both patches (ready to merge, with its own gpu_quant, if both
+#           win).
 # Steps (STEPS, default all):
 #   g  gpu_quant at 2 and 4 ranks on each variant (every algorithm, type,
 #      group and format bit for bit against the CPU model);
 #   r  the gathered kernels' rates at 4-64 MiB, qbase and qmagic alternated,
 #      two rounds (int8 unpack-sum at 8 MiB: 59-60% of the copy rate before);
-#   o  the one-shot over the host path at 4-64 MiB, all three builds
+#   o  the one-shot over the host path at 4-64 MiB, all four builds
 #      alternated, three rounds (8 MiB: 0.59-0.62x the exact call before);
 #   p  the one-shot over P2P once each.
-# Stage (VARIANTS, default "qmagic qvec", names a subset):
+# Stage (VARIANTS, default "qmagic qvec qboth", names a subset):
 #   bash bench/quant/stage_variant.sh - .dev/qbase
 #   bash bench/quant/stage_variant.sh bench/quant/variants/int8-magic.patch .dev/qmagic
 #   bash bench/quant/stage_variant.sh bench/quant/variants/oneshot-vec-scales.patch .dev/qvec
+#   bash bench/quant/stage_variant.sh bench/quant/variants/int8-magic.patch,bench/quant/variants/oneshot-vec-scales.patch .dev/qboth
 # device: O=$OUT bash bench/device/next_s16.sh,
-#   carry [".dev/qbase", ".dev/qmagic", ".dev/qvec"]
+#   carry [".dev/qbase", ".dev/qmagic", ".dev/qvec", ".dev/qboth"]
 O=${O:-${OUT:-/tmp/next-s16}}
 STEPS=${STEPS:-g,r,o,p}
-VARIANTS=${VARIANTS:-qmagic qvec}
+VARIANTS=${VARIANTS:-qmagic qvec qboth}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$O/log.txt"
 for b in qbase $VARIANTS; do echo ".dev/$b: $(head -1 .dev/$b/BUILD.txt)" >> "$O/log.txt"; done
