@@ -85,6 +85,14 @@ impl Wire {
         }
     }
 
+    /// The quantized wire a name asks for ("int8", "fp8/128", ...): `None`
+    /// when the name is not int8 or fp8 (an algorithm's or mode's name), the
+    /// parse's error when its group is not one.
+    pub fn parse_quantized(name: &str) -> Option<Result<Self>> {
+        let base = name.split(['/', ':']).next().unwrap_or(name);
+        matches!(base, "int8" | "fp8").then(|| Wire::parse(name))
+    }
+
     /// Parses "exact", "int8", "fp8", optionally with a group: "int8/64",
     /// "fp8:128", "int8/g32".
     pub fn parse(s: &str) -> Result<Self> {
@@ -141,6 +149,22 @@ pub enum QuantAlgo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantized_names_parse_and_others_are_not_quantized() {
+        assert_eq!(
+            Wire::parse_quantized("int8").unwrap().unwrap(),
+            Wire::int8()
+        );
+        assert_eq!(
+            Wire::parse_quantized("fp8/128").unwrap().unwrap(),
+            Wire::Fp8 { group: 128 }
+        );
+        assert!(Wire::parse_quantized("int8/7").unwrap().is_err());
+        assert!(
+            Wire::parse_quantized("one-shot").is_none() && Wire::parse_quantized("nccl").is_none()
+        );
+    }
 
     #[test]
     fn wires_parse_with_and_without_a_group() {

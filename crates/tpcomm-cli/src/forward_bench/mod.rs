@@ -119,6 +119,13 @@ enum Mode {
 
 impl Mode {
     fn parse(s: &str) -> Result<Mode> {
+        // int8 and fp8 at the default group, or with one: int8/128.
+        if let Some(w) = Wire::parse_quantized(s) {
+            return Ok(Mode::Quant(w.map_err(|e| match e {
+                Error::InvalidArgument { detail, .. } => Error::invalid("--modes", detail),
+                e => e,
+            })?));
+        }
         Ok(match s {
             "none" => Mode::None(Launch::Ordinary),
             "none-pdl" => Mode::None(Launch::Overlapped),
@@ -128,13 +135,6 @@ impl Mode {
             "one-shot" | "two-shot" => Mode::Tp(s.parse()?, Launch::Ordinary),
             "one-shot-pdl" => Mode::Tp(Algo::OneShot, Launch::Overlapped),
             "two-shot-pdl" => Mode::Tp(Algo::TwoShot, Launch::Overlapped),
-            // int8 and fp8 at the default group, or with one: int8/128.
-            q if matches!(q.split(['/', ':']).next(), Some("int8" | "fp8")) => {
-                Mode::Quant(Wire::parse(q).map_err(|e| match e {
-                    Error::InvalidArgument { detail, .. } => Error::invalid("--modes", detail),
-                    e => e,
-                })?)
-            }
             other => {
                 return Err(Error::invalid(
                     "--modes",

@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use tpcomm::cuda::cudarc::driver::CudaContext;
 use tpcomm::cuda::{Rendezvous, Transport};
+use tpcomm::quant::Wire;
 use tpcomm::select;
 use tpcomm::{Algo, ByteSize, DType, Error, Result};
 
@@ -500,7 +501,7 @@ fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
         if let Some(a) = args
             .algos
             .iter()
-            .find(|a| quant::wire_of(a).is_some() || a.ends_with("-pdl"))
+            .find(|a| Wire::parse_quantized(a).is_some() || a.ends_with("-pdl"))
         {
             return Err(Error::invalid(
                 "--algos",
@@ -512,7 +513,7 @@ fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
         }
     }
     for a in &args.algos {
-        match quant::wire_of(a) {
+        match Wire::parse_quantized(a) {
             Some(w) => {
                 w?;
             }

@@ -1,18 +1,12 @@
 //! The bench's quantized-wire rows (`--algos int8,fp8`, optionally with a
-//! group: `int8/32`): their names, and their check, which is not the exact
-//! one: an output must equal the CPU model of the same arithmetic
+//! group: `int8/32`; `Wire::parse_quantized` reads the names): their check,
+//! which is not the exact one: an output must equal the CPU model of the same arithmetic
 //! (tpcomm::quant::model) bit for bit, and its error against the float64
 //! sum is reported (rel-RMS, max-rel: docs/quantized.md).
 
 use tpcomm::quant::model;
 use tpcomm::quant::Wire;
-use tpcomm::{DType, Result};
-
-/// The quantized wire an `--algos` name asks for, `None` for other names.
-pub(crate) fn wire_of(name: &str) -> Option<Result<Wire>> {
-    let base = name.split(['/', ':']).next().unwrap_or(name);
-    matches!(base, "int8" | "fp8").then(|| Wire::parse(name))
-}
+use tpcomm::DType;
 
 /// What a quantized row's check found.
 pub(crate) struct QuantCheck {
@@ -65,17 +59,6 @@ fn bits(c: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantized_names_parse_and_others_are_not_quantized() {
-        assert_eq!(wire_of("int8").unwrap().unwrap(), Wire::int8());
-        assert_eq!(
-            wire_of("fp8/128").unwrap().unwrap(),
-            Wire::Fp8 { group: 128 }
-        );
-        assert!(wire_of("int8/7").unwrap().is_err());
-        assert!(wire_of("one-shot").is_none() && wire_of("nccl").is_none());
-    }
 
     #[test]
     fn the_check_accepts_the_model_and_counts_other_bits_wrong() {

@@ -11,6 +11,7 @@ use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaS
 use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{open_context, Algo, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
+use tpcomm::quant::Wire;
 use tpcomm::select;
 use tpcomm::{DType, Error, ReduceOp, Result};
 
@@ -109,7 +110,7 @@ fn open_comms(
     let quant = if args
         .algos
         .iter()
-        .any(|a| super::quant::wire_of(a).is_some())
+        .any(|a| Wire::parse_quantized(a).is_some())
     {
         Some(tpcomm::cuda::quant::QuantComm::new(
             &cfg,
@@ -416,7 +417,7 @@ impl Rank<'_> {
             return Ok(entries);
         }
         for algo_name in &self.args.algos {
-            let imp = if let Some(w) = super::quant::wire_of(algo_name) {
+            let imp = if let Some(w) = Wire::parse_quantized(algo_name) {
                 Impl::Quant(w?)
             } else if algo_name == "nccl" {
                 match &self.c.nccl {
