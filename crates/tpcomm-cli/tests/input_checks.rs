@@ -80,6 +80,29 @@ fn a_misspelt_algorithm_gets_the_list_of_valid_ones() {
     }
 }
 
+/// Quantized wires are GPU bench rows (docs/quantized.md): the front end's
+/// name check lets them through to the GPU bench, and refuses a bad group
+/// naming the groups there are.
+#[test]
+fn quantized_wires_pass_the_gpu_bench_name_check_and_a_bad_group_is_refused() {
+    let o = tpcomm(&[
+        "bench",
+        "--device",
+        "gpu",
+        "--algos",
+        "one-shot,int8,fp8/128",
+    ]);
+    let err = stderr(&o);
+    assert!(!err.contains("invalid --algos"), "{err}");
+    let o = tpcomm(&["bench", "--device", "gpu", "--algos", "int8/48"]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("int8/48") && err.contains("32 to 128"),
+        "{err}"
+    );
+}
+
 #[test]
 fn cpu_bench_ends_with_what_it_checked() {
     let o = tpcomm(&[

@@ -433,8 +433,19 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     }
     // Checked here, before any GPU is looked for, so a misspelt algorithm
     // gets the list of valid ones on any machine.
+    // Quantized wires (int8, fp8/128) are rows of their own, their group
+    // checked here too.
     for a in o.algos.iter().filter(|a| *a != "all" && *a != "nccl") {
-        crate::gpu_bench::parse_algo(a).map_err(|e| format!("{e} (or all)"))?;
+        match tpcomm::quant::Wire::parse_quantized(a) {
+            Some(w) => {
+                w.map_err(|e| format!("--algos {a}: {e}"))?;
+            }
+            None => {
+                crate::gpu_bench::parse_algo(a).map_err(|e| {
+                    format!("{e} (or all, or a quantized wire: int8 or fp8, optionally with a group: int8/32, fp8/128)")
+                })?;
+            }
+        }
     }
     let mut a = GpuBenchArgs::defaults();
     if let Some(c) = o.coll {
