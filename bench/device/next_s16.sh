@@ -19,6 +19,8 @@
 #   p  the one-shot over P2P once each;
 #   G  gpu_quant at 2 and 4 ranks on the other variants (last: the timings
 #      come back even if the call is cut short here).
+# ROUNDS (default "1 2 3") names step o's rounds, so the rounds can be split
+# between calls of at most 600 s.
 # Stage (VARIANTS, default "qmagic qvec qboth", names a subset):
 #   bash bench/quant/stage_variant.sh - .dev/qbase
 #   bash bench/quant/stage_variant.sh bench/quant/variants/int8-magic.patch .dev/qmagic
@@ -28,6 +30,7 @@
 #   carry [".dev/qbase", ".dev/qmagic", ".dev/qvec", ".dev/qboth"]
 O=${O:-${OUT:-/tmp/next-s16}}
 STEPS=${STEPS:-g,r,o,p,G}
+ROUNDS=${ROUNDS:-1 2 3}
 VARIANTS=${VARIANTS:-qmagic qvec qboth}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$O/log.txt"
@@ -49,7 +52,7 @@ if on r && [[ " $VARIANTS " == *" qmagic "* ]]; then
   grep -HE "MiB \| int8/g64 \| (pack|unpack-sum)" "$O"/rates-*.txt >> "$O/log.txt"
 fi
 if on o; then
-  for r in 1 2 3; do
+  for r in $ROUNDS; do
     for b in qbase $VARIANTS; do
       # shellcheck disable=SC2086
       run host-$b-$r 60 .dev/$b/quant_bench $QB --transport host --algo one-shot
