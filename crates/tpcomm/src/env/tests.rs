@@ -1,6 +1,8 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
 
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
     let m: HashMap<String, OsString> = pairs
