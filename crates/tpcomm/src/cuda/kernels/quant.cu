@@ -242,11 +242,25 @@ __device__ __forceinline__ u64 step_flag(u64 c0, u64 nchunks) {
     return (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - 1;
 }
 
+// The most scales a step has (the smallest group, 32 elements).
+#define Q_STEP_SCALES (Q_STEP * Q_CHUNK / 32u)
+
+// The scales of step s's chunks that are inside the message: how many
+// 16-byte vectors of them, and the index of the first scale.
+__device__ __forceinline__ u32 step_scale_vecs(u64 c0, u64 nchunks, u32 gshift) {
+    const u64 chunks = (c0 + Q_STEP < nchunks ? c0 + Q_STEP : nchunks) - c0;
+    return (u32)((chunks * Q_CHUNK) >> gshift) / 4u;
+}
+
 // Quantizes step s's chunks (s * Q_STEP, ...) and sends them to every peer,
-// then flags them after one barrier and one system fence.
+// then flags them after one barrier and one system fence. The codes go out
+// as each thread makes them; the scales are gathered in shared memory and
+// go out after the barrier as whole 16-byte vectors (a group head's 4-byte
+// store was a write of 16 bytes a warp over the link).
 template <typename T, int FMT>
 __device__ __forceinline__ void send_step(const QArgs& a, u64 s, u64 nchunks, u64 par, u32 tag, u32 lanes,
                                           u32 gshift) {
+    __shared__ __align__(16) float s_scales[Q_STEP_SCALES];
     const bool group_head = (threadIdx.x & (lanes - 1u)) == 0u;
     const u64 c0 = s * Q_STEP;
     for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
@@ -258,8 +272,17 @@ __device__ __forceinline__ void send_step(const QArgs& a, u64 s, u64 nchunks, u6
             const u64 e0 = (c0 + j) * Q_CHUNK + off;
             float scale;
             const u64 codes = quantize8_values<FMT>(x[j], lanes, &scale);
-            if (e0 < a.count) put_octet(a, par, Q_ALL, e0, codes, scale, group_head, gshift);
+            if (e0 < a.count) put_octet(a, par, Q_ALL, e0, codes, scale, false, gshift);
+            if (group_head) s_scales[(j * Q_CHUNK + off) >> gshift] = scale;
         }
+    }
+    __syncthreads();
+    const u32 nvec = step_scale_vecs(c0, nchunks, gshift);
+    const u64 first = (c0 * Q_CHUNK) >> gshift;
+    for (u32 i = threadIdx.x; i < nvec; i += blockDim.x) {
+        const V16 v = ((const V16*)s_scales)[i];
+        for (u32 d = 0; d < a.ndst; d++)
+            if (q_sends_to(a, d, Q_ALL)) *(V16*)(a.dst[d] + par + a.scales_off + 4ull * first + 16ull * i) = v;
     }
     __syncthreads();
     // One flag per step, its last chunk's: the release after the fence
@@ -290,6 +313,14 @@ __device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64
                               a.timeout_ns, threadIdx.x, epoch);
     }
     if (!__syncthreads_and(arrived)) return false;
+    // Per peer: this thread's codes of the step, and the block's copy of
+    // the peer's scales of the step in shared memory, read as 16-byte
+    // vectors (a warp's groups' scales were one 16-byte read over the
+    // link); both reads in flight together, one barrier before the scales
+    // are used and one after.
+    __shared__ __align__(16) float s_peer_scales[Q_STEP_SCALES];
+    const u32 nvec = step_scale_vecs(c0, nchunks, gshift);
+    const u64 first = (c0 * Q_CHUNK) >> gshift;
     for (u32 off = 8u * threadIdx.x; off < Q_CHUNK; off += 8u * blockDim.x) {
         u64 own[Q_STEP];
         float own_scale[Q_STEP];
@@ -304,17 +335,25 @@ __device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64
         for (u32 p = 0; p < a.world; p++) {
             u64 codes[Q_STEP];
             float scale[Q_STEP];
+            if (p == a.rank) {
 #pragma unroll
-            for (int j = 0; j < Q_STEP; j++) {
-                const u64 e0 = (c0 + j) * Q_CHUNK + off;
-                codes[j] = own[j];
-                scale[j] = own_scale[j];
-                if (p != a.rank && e0 < a.count) {
-                    const u64 base = a.src[p] + par;
-                    codes[j] = ld_volatile_u64((const u64*)(base + e0));
-                    scale[j] = __uint_as_float(
-                        ld_volatile_u32((const u32*)(base + a.scales_off + 4ull * (e0 >> gshift))));
+                for (int j = 0; j < Q_STEP; j++) {
+                    codes[j] = own[j];
+                    scale[j] = own_scale[j];
                 }
+            } else {
+#pragma unroll
+                for (int j = 0; j < Q_STEP; j++) {
+                    const u64 e0 = (c0 + j) * Q_CHUNK + off;
+                    codes[j] = e0 < a.count ? ld_volatile_u64((const u64*)(a.src[p] + par + e0)) : 0ull;
+                }
+                const u64 at = a.src[p] + par + a.scales_off + 4ull * first;
+                for (u32 i = threadIdx.x; i < nvec; i += blockDim.x)
+                    ((V16*)s_peer_scales)[i] = ld_volatile_v4((const void*)(at + 16ull * i));
+                __syncthreads();
+#pragma unroll
+                for (int j = 0; j < Q_STEP; j++) scale[j] = s_peer_scales[(j * Q_CHUNK + off) >> gshift];
+                __syncthreads();
             }
 #pragma unroll
             for (int j = 0; j < Q_STEP; j++) add_octet<FMT>(acc[j], codes[j], scale[j], p == 0);
