@@ -250,6 +250,11 @@ fn print_header(
         println!(
             "# shared GPU: up to {shared} ranks per device; one GPU does every rank's work, so these are not a measurement of {world} GPUs"
         );
+        if args.modes.iter().flatten().any(|m| m.ends_with("-pdl")) {
+            println!(
+                "# -pdl modes: launched ordinarily, as every launch is where ranks share a GPU (programmatic dependent launch could stall the call there; docs/shared-gpu.md)"
+            );
+        }
     }
     if !info.skipped_modes.is_empty() {
         println!(

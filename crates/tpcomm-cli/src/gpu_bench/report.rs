@@ -39,6 +39,11 @@ pub(super) fn report(args: &GpuBenchArgs, world: usize, outs: Vec<RankOut>) -> R
         println!(
             "# shared GPU: up to {k} ranks per device; these timings are one GPU doing every rank's work, not a measurement of {world} GPUs"
         );
+        if rows.iter().any(|r| r.algo.ends_with("-pdl")) {
+            println!(
+                "# -pdl rows: launched ordinarily, as every launch is where ranks share a GPU (programmatic dependent launch could stall the call there; docs/shared-gpu.md)"
+            );
+        }
     }
     println!("{}", crate::bench::columns::header());
     for r in &doc.rows {

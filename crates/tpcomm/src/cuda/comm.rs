@@ -9,8 +9,8 @@ use super::loader::check_call;
 use super::pdl::{self, Launch};
 use super::rendezvous::Rendezvous;
 use super::share::{
-    grid_cap, mps_refusal_hint, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
-    QUEUES_ENV,
+    grid_cap, mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity,
+    Sharing, QUEUES_ENV,
 };
 use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
@@ -306,6 +306,7 @@ impl CudaCommunicator {
             eprintln!("{w}");
         }
         warn_queues_once(sharing, cfg.device);
+        note_sharing(sharing, cfg.device);
 
         let mut bufs = [0u64; MAX_WORLD];
         let mut peer_ctxs = Vec::new();

@@ -3,8 +3,10 @@
 //! inside (`griddepcontrol.wait`, in `wait_for_previous_kernel` of
 //! kernels/common.cuh) before touching what that kernel wrote. Every tpcomm kernel starts with that wait, so any of
 //! them may be launched this way. The launch call itself is the raw layer's
-//! (`sys::cuda::launch_overlapped`).
+//! (`sys::cuda::launch_overlapped`). Where ranks share the GPU an overlapped
+//! launch is an ordinary one ([`super::share::device_shared`] says why).
 
+use super::share::device_shared;
 use crate::error::Result;
 use crate::sys::cuda::{self as raw, CUstream, Function};
 
@@ -18,12 +20,24 @@ pub enum Launch {
     Ordinary,
     /// Programmatic dependent launch: the kernel may start while the
     /// previous one drains and waits for it inside, hiding its launch
-    /// latency. sm_90 and newer; an ordinary launch on older GPUs.
+    /// latency. sm_90 and newer; an ordinary launch on older GPUs and on a
+    /// GPU this process's ranks share with other ranks.
     Overlapped,
 }
 
-/// Launches `f` as `how` asks on a device of compute capability major
-/// `arch_major` (overlapped only from sm_90 on, ordinary otherwise).
+/// How a kernel asked to launch as `how` is launched on a device of
+/// compute capability major `arch_major` that ranks share or not: overlapped
+/// only from sm_90 on and only on a GPU of the rank's own.
+pub(crate) fn effective(how: Launch, arch_major: i32, shared: bool) -> Launch {
+    if how == Launch::Overlapped && arch_major >= 9 && !shared {
+        Launch::Overlapped
+    } else {
+        Launch::Ordinary
+    }
+}
+
+/// Launches `f` as `how` asks on the current context's device, of compute
+/// capability major `arch_major` ([`effective`]).
 ///
 /// # Safety
 /// As `sys::cuda::launch`; `f` must start with `wait_for_previous_kernel`.
@@ -36,12 +50,33 @@ pub(crate) unsafe fn launch<A>(
     how: Launch,
     arch_major: i32,
 ) -> Result<()> {
+    // The current device is asked only when an overlapped launch is possible.
+    let shared = || -> Result<bool> { Ok(device_shared(raw::current_device()?)) };
+    let how = match effective(how, arch_major, false) {
+        Launch::Overlapped => effective(how, arch_major, shared()?),
+        Launch::Ordinary => Launch::Ordinary,
+    };
     // SAFETY: forwarded from the caller.
     unsafe {
-        if how == Launch::Overlapped && arch_major >= 9 {
-            raw::launch_overlapped(f, grid, block, args, stream)
-        } else {
-            raw::launch(f, grid, block, args, stream)
+        match how {
+            Launch::Overlapped => raw::launch_overlapped(f, grid, block, args, stream),
+            Launch::Ordinary => raw::launch(f, grid, block, args, stream),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapped_only_from_sm_90_and_only_on_a_gpu_of_its_own() {
+        use Launch::*;
+        assert_eq!(effective(Overlapped, 9, false), Overlapped);
+        assert_eq!(effective(Overlapped, 10, false), Overlapped);
+        assert_eq!(effective(Overlapped, 9, true), Ordinary);
+        assert_eq!(effective(Overlapped, 8, false), Ordinary);
+        assert_eq!(effective(Ordinary, 9, false), Ordinary);
+        assert_eq!(effective(Ordinary, 9, true), Ordinary);
     }
 }

@@ -11,6 +11,7 @@
 //! occupancy API for the kernels as compiled.
 
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What a rank tells its peers about its GPU at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +195,40 @@ pub fn queue_warning(sharing: Sharing, connections: Option<&str>, device: usize)
     ))
 }
 
+/// The devices (a bit per ordinal, ordinals from 63 on sharing bit 63) on
+/// which this process created a communicator whose GPU other ranks share.
+static SHARED_DEVICES: AtomicU64 = AtomicU64::new(0);
+
+fn device_bit(device: usize) -> u64 {
+    1u64 << device.min(63)
+}
+
+/// Records, at a communicator's creation, that ranks share `device` when
+/// they do. Kept for the process's life: a later communicator on that
+/// device may share it again, and a kernel queued by one that was dropped
+/// may still be running.
+pub fn note_sharing(sharing: Sharing, device: usize) {
+    if sharing.shared() {
+        SHARED_DEVICES.fetch_or(device_bit(device), Ordering::Relaxed);
+    }
+}
+
+/// Whether this process has had ranks sharing `device` ([`note_sharing`]).
+///
+/// Programmatic dependent launch is then off on it (`cuda::pdl`): a kernel
+/// launched overlapped puts its blocks on the SMs as soon as every block of
+/// the kernel before it on its stream is running, and they sit there until
+/// that kernel ends. With one rank a GPU that costs nothing. With k ranks
+/// on a GPU, each rank's grid is sized to a k-th of what the GPU holds at
+/// once ([`grid_cap`]), and those early blocks take the room of another
+/// rank's grid, which the waiting kernel needs resident: the call stalls
+/// until the timeout. Seen on one H200 with 2 and 4 ranks as threads
+/// (`tpcomm bench --algos one-shot-pdl,...` failed with a peer timeout
+/// after about 150,000 calls; bench/runs/2026-12-03-session17).
+pub fn device_shared(device: usize) -> bool {
+    SHARED_DEVICES.load(Ordering::Relaxed) & device_bit(device) != 0
+}
+
 /// Prints [`queue_warning`] for this process's setting, once per process
 /// (every rank of the process would say the same).
 pub fn warn_queues_once(sharing: Sharing, device: usize) {
@@ -369,5 +404,28 @@ mod tests {
         let here = DeviceIdentity::here([5; 16]);
         assert!(here.same_process(&DeviceIdentity::here([6; 16])));
         assert_eq!(here.pid, std::process::id());
+    }
+
+    /// Devices 41 and 42 (no test creates a communicator on them); the mark
+    /// is process-wide, so each assertion names its own device.
+    #[test]
+    fn only_a_shared_gpu_is_marked_and_the_mark_stays() {
+        let own = Sharing::of(&[id(0, 7), id(1, 7)], 0);
+        let shared = Sharing::of(&[id(0, 7), id(0, 7)], 0);
+        note_sharing(own, 41);
+        assert!(!device_shared(41), "a GPU of its own is not marked");
+        note_sharing(shared, 42);
+        assert!(device_shared(42));
+        assert!(!device_shared(41), "the mark is per device");
+        note_sharing(own, 42);
+        assert!(
+            device_shared(42),
+            "a later unshared communicator does not clear it"
+        );
+        assert_eq!(
+            device_bit(63),
+            device_bit(200),
+            "ordinals past 63 share the last bit"
+        );
     }
 }

@@ -10,7 +10,9 @@ use crate::cuda::call;
 use crate::cuda::layout::{block_var, oneshot_block};
 use crate::cuda::loader::check_call;
 use crate::cuda::pdl::{self, Launch};
-use crate::cuda::share::{time_slice_warning, warn_queues_once, DeviceIdentity, Sharing};
+use crate::cuda::share::{
+    note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
+};
 use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
@@ -307,6 +309,7 @@ impl HostGpuCommunicator {
             eprintln!("{w}");
         }
         warn_queues_once(agreed.sharing, cfg.device);
+        note_sharing(agreed.sharing, cfg.device);
 
         items.push(MemoryLine::device(
             "control words (epoch, abort; one granule)",

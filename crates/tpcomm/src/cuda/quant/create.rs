@@ -131,6 +131,7 @@ impl QuantComm {
             })?);
         }
         let sharing = Sharing::of(&ids, cfg.rank);
+        crate::cuda::share::note_sharing(sharing, cfg.device);
         let check_calls = call::resolve(cfg.check_calls, &ids);
         let cap = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
         let blocks_asked = crate::env::QUANT_BLOCKS.get()?.map(|n| n as u32);

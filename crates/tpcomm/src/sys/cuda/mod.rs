@@ -111,6 +111,17 @@ pub fn set_current(ctx: CUcontext) -> Result<()> {
     check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) })
 }
 
+/// The ordinal of the current context's device.
+pub fn current_device() -> Result<usize> {
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: writes one int; needs a current context (callers bind first).
+    check("cuCtxGetDevice", unsafe { cu::cuCtxGetDevice(&mut dev) })?;
+    usize::try_from(dev).map_err(|_| Error::Cuda {
+        call: "cuCtxGetDevice".into(),
+        detail: format!("device ordinal {dev}"),
+    })
+}
+
 /// (free, total) bytes of the current context's device.
 pub fn mem_get_info() -> Result<(usize, usize)> {
     let (mut free, mut total) = (0usize, 0usize);
