@@ -20,6 +20,8 @@ mod comm;
 pub mod communicator;
 #[forbid(unsafe_code)]
 pub mod compile;
+#[forbid(unsafe_code)]
+mod config;
 pub mod fused;
 pub mod gathered;
 pub mod host_path;
@@ -53,8 +55,9 @@ pub use crate::sys::cuda::{
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
 pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use collectives::{Collective, CollectiveRoute};
-pub use comm::{open_context, CudaCommunicator, CudaConfig};
+pub use comm::{open_context, CudaCommunicator};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
+pub use config::CudaConfig;
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};

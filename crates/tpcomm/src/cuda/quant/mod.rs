@@ -15,7 +15,7 @@
 //!   exact communicator's all-gather.
 
 use super::call;
-use super::comm::CudaConfig;
+use super::config::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
 use super::loader::{

@@ -2,7 +2,7 @@
 //! it (and on the quantized algorithm) at creation.
 
 use super::QuantAlgo;
-use crate::cuda::comm::CudaConfig;
+use crate::cuda::config::CudaConfig;
 use crate::cuda::rendezvous::Rendezvous;
 use crate::error::{Error, Result};
 use crate::quant::Wire;
