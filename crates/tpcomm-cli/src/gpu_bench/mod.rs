@@ -16,6 +16,7 @@ use tpcomm::select;
 use tpcomm::{Algo, ByteSize, DType, Error, Result};
 
 mod check;
+mod comms;
 mod launch;
 mod quant;
 mod rank;
