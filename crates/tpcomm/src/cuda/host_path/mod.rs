@@ -9,6 +9,8 @@
 //! consumed by separate blocks, for larger ones. [`GpuComm`] picks this path
 //! or the P2P one ([`Transport`]).
 
+#[forbid(unsafe_code)]
+mod algo;
 pub mod collectives;
 mod comm;
 #[forbid(unsafe_code)]
@@ -22,5 +24,6 @@ mod select;
 mod wait;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
-pub use comm::{delta_shadow_bytes, HostAlgo, HostGpuCommunicator};
+pub use algo::{delta_shadow_bytes, HostAlgo};
+pub use comm::HostGpuCommunicator;
 pub use select::{GpuComm, Transport};
