@@ -1,8 +1,6 @@
 //! `tpcomm plan`: the memory and speculative-decoding planners (tpcomm-plan)
 //! on the command line.
 
-use clap::{Args, Subcommand, ValueEnum};
-
 /// Prints a line to stdout; a closed pipe (`tpcomm plan ... | head`) ends
 /// the output quietly instead of panicking as `println!` would.
 macro_rules! outln {
@@ -16,224 +14,19 @@ macro_rules! outln {
     }};
 }
 
+mod args;
 mod print;
+pub use args::PlanCommand;
+use args::*;
 use print::{list, print_spec};
 
-use std::path::PathBuf;
 use tpcomm::ByteSize;
 use tpcomm_plan::arch::{KvType, QuantScope, WeightType};
-use tpcomm_plan::catalog::{Catalog, Gpu, Model, Tree};
+use tpcomm_plan::catalog::{Catalog, Gpu, Model};
 use tpcomm_plan::latency::{Interp, LatencySource, LatencyTable};
 use tpcomm_plan::memory::{plan_memory, CommChoice, MemoryInput, MemoryPlan, TpcommTransport};
 use tpcomm_plan::spec::{Overhead, Planner, SpecInput, SpecPlan, MAX_LATENCY_US};
 use tpcomm_plan::{PlanError, Result};
-
-#[derive(Subcommand)]
-pub enum PlanCommand {
-    /// Memory per GPU: weights, communication buffers, CUDA graphs,
-    /// activations, draft, and what is left for the KV cache.
-    Memory(Box<MemoryArgs>),
-    /// Speculative decoding: plain vs speculative tok/s over draft steps,
-    /// the best setting, the break-even all-reduce latency.
-    Spec(Box<SpecArgs>),
-    /// List the catalog's models, GPUs, machines and drafts.
-    List(CatalogArg),
-}
-
-#[derive(Args)]
-pub struct CatalogArg {
-    /// Read the catalog from this directory instead of the built-in copy.
-    #[arg(long, value_name = "DIR")]
-    catalog: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum WeightsArg {
-    Bf16,
-    Fp8,
-    Int4,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ScopeArg {
-    /// Routed experts only (dense models: every linear layer).
-    Experts,
-    /// Every linear layer of the decoder layers.
-    Linear,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum KvArg {
-    Bf16,
-    Fp8,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum CommArg {
-    /// tpcomm's buffers for --max-message.
-    Tpcomm,
-    /// An estimate of NCCL's buffers.
-    Nccl,
-    /// Both (tpcomm with NCCL as its fallback).
-    Both,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum TransportArg {
-    P2p,
-    Host,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum InterpArg {
-    LogLog,
-    Linear,
-}
-
-#[derive(Args)]
-pub struct Common {
-    #[command(flatten)]
-    catalog: CatalogArg,
-    /// Catalog model name (see `tpcomm plan list`).
-    #[arg(long, conflicts_with = "config", required_unless_present = "config")]
-    model: Option<String>,
-    /// A Hugging Face config.json instead of a catalog model.
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Catalog machine (gives the GPU, the GPU count and latency tables).
-    #[arg(long)]
-    machine: Option<String>,
-    /// Catalog GPU (when no machine is given).
-    #[arg(long)]
-    gpu: Option<String>,
-    /// Tensor-parallel size [default: the machine's GPU count, else 1].
-    #[arg(long)]
-    tp: Option<u64>,
-    /// Weight type of the quantized linear layers.
-    #[arg(long, value_enum, default_value = "bf16")]
-    weights: WeightsArg,
-    /// Which linear layers --weights applies to [default: experts for MoE
-    /// models, linear for dense ones]; the rest stay bf16.
-    #[arg(long, value_enum)]
-    quant_scope: Option<ScopeArg>,
-    /// KV-cache element type.
-    #[arg(long, value_enum, default_value = "bf16")]
-    kv: KvArg,
-    /// Weight type of an EAGLE draft (MTP drafts follow --weights).
-    #[arg(long, value_enum, default_value = "bf16")]
-    draft_weights: WeightsArg,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
-pub struct MemoryArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Catalog draft (EAGLE-3 head or MTP layers) whose weights and KV cache
-    /// to count.
-    #[arg(long)]
-    draft: Option<String>,
-    /// Memory of one GPU, overriding the catalog (e.g. "139 GiB").
-    #[arg(long, conflicts_with = "from_probe")]
-    gpu_memory: Option<ByteSize>,
-    /// Take the GPU memory from a `tpcomm probe --json` file (the smallest
-    /// GPU's, as the CUDA driver reports it).
-    #[arg(long, value_name = "FILE")]
-    from_probe: Option<PathBuf>,
-    /// Communication buffers to reserve.
-    #[arg(long, value_enum, default_value = "both")]
-    comm: CommArg,
-    /// tpcomm's transport: p2p (NVLink/PCIe P2P) or host (pinned host memory).
-    #[arg(long, value_enum, default_value = "p2p")]
-    transport: TransportArg,
-    /// tpcomm's maximum message size (its buffers scale with it).
-    #[arg(long, default_value = "8 MiB")]
-    max_message: ByteSize,
-    /// NCCL channels for the NCCL estimate (1 to 64).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=64))]
-    nccl_channels: u64,
-    /// Communication buffer bytes you measured (e.g. the communicator's
-    /// memory report); replaces --comm.
-    #[arg(long)]
-    comm_bytes: Option<ByteSize>,
-    /// CUDA context, library workspaces, allocator slack (an estimate).
-    #[arg(long, default_value = "1 GiB")]
-    runtime_reserve: ByteSize,
-    /// Memory kept by captured CUDA graphs (an estimate).
-    #[arg(long, default_value = "512 MiB")]
-    graph_reserve: ByteSize,
-    /// Most tokens in one forward (prefill chunk), for activations (at least 1).
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
-    max_batch_tokens: u64,
-    /// Rows of logits alive at once (sequences sampled per step; at least 1).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
-    logit_rows: u64,
-}
-
-#[derive(Args)]
-pub struct SpecArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Catalog draft (EAGLE-3 head or MTP layers; see `tpcomm plan list`).
-    #[arg(long, required = true)]
-    draft: String,
-    /// Tokens already in the KV cache, read by attention every forward.
-    #[arg(long, default_value_t = 4096)]
-    context: u64,
-    /// All-reduce table from `tpcomm bench --json`.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["table", "allreduce_us"])]
-    bench: Option<PathBuf>,
-    /// Rows of --bench to use: algorithm.
-    #[arg(long)]
-    algo: Option<String>,
-    /// Rows of --bench to use: eager or graph.
-    #[arg(long)]
-    mode: Option<String>,
-    /// Rows of --bench to use: element type.
-    #[arg(long, default_value = "bf16")]
-    dtype: String,
-    /// A latency table of the catalog machine (see `tpcomm plan list`).
-    #[arg(long, conflicts_with = "allreduce_us")]
-    table: Option<String>,
-    /// A flat latency for every all-reduce of the cycle, in microseconds.
-    #[arg(long)]
-    allreduce_us: Option<f64>,
-    /// Plain decoding's own flat all-reduce latency, when its path differs
-    /// from the speculative one [default: same as the cycle].
-    #[arg(long, conflicts_with = "plain_table")]
-    plain_allreduce_us: Option<f64>,
-    /// Plain decoding's own latency table of the catalog machine.
-    #[arg(long)]
-    plain_table: Option<String>,
-    /// How to read between table rows.
-    #[arg(long, value_enum, default_value = "log-log")]
-    interp: InterpArg,
-    /// Fit the per-layer overhead to this measured plain-decoding rate.
-    #[arg(long, conflicts_with = "overhead_us")]
-    calibrate_tok_s: Option<f64>,
-    /// Per-layer overhead added to the roofline, in microseconds [default:
-    /// the catalog's: the GPU's measured figure, else one measured on
-    /// another GPU of its chip class, else its published per-kernel cost
-    /// times the kernels of a forward, else 0].
-    #[arg(long)]
-    overhead_us: Option<f64>,
-    /// Most draft steps to try [default: as many as the draft has
-    /// acceptance rates; more than that is reported and capped].
-    #[arg(long)]
-    max_steps: Option<u64>,
-    /// A draft tree to plan besides the chains, with its measured acceptance
-    /// length: STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH (SGLang's
-    /// --speculative-num-steps, --speculative-eagle-topk,
-    /// --speculative-num-draft-tokens, and the average accepted tokens per
-    /// cycle it reports, bonus token included). Repeatable.
-    #[arg(long, value_name = "S,K,N,TAU", value_parser = parse_tree)]
-    tree: Vec<Tree>,
-    /// Write latency.png and cycle.png here.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
-}
 
 pub fn run(cmd: PlanCommand) -> Result<()> {
     match cmd {
@@ -310,31 +103,6 @@ fn resolve<'c>(c: &Common, draft: Option<&str>, cat: &'c Catalog) -> Result<Reso
         draft,
         draft_weights: weights(c.draft_weights),
     })
-}
-
-/// `--tree STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH`.
-fn parse_tree(v: &str) -> std::result::Result<Tree, String> {
-    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
-    let [s, k, n, tau] = parts.as_slice() else {
-        return Err(format!(
-            "{v:?}: give STEPS,TOPK,DRAFT_TOKENS,ACCEPT_LENGTH, e.g. 5,4,8,3.2"
-        ));
-    };
-    let int = |x: &str, what: &str| {
-        x.parse::<u64>()
-            .map_err(|_| format!("{what} {x:?} is not a whole number"))
-    };
-    let tree = Tree {
-        steps: int(s, "STEPS")?,
-        topk: int(k, "TOPK")?,
-        draft_tokens: int(n, "DRAFT_TOKENS")?,
-        accept_length: tau
-            .parse::<f64>()
-            .map_err(|_| format!("ACCEPT_LENGTH {tau:?} is not a number"))?,
-        source: "given with --tree".into(),
-    };
-    tree.check()?;
-    Ok(tree)
 }
 
 /// The smallest GPU memory in a `tpcomm probe --json` file.
