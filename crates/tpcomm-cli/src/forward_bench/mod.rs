@@ -17,7 +17,7 @@ use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
 use tpcomm::cuda::host_path::{GpuComm, Transport};
 use tpcomm::cuda::Launch;
-use tpcomm::cuda::{open_context, CudaConfig, Rendezvous};
+use tpcomm::cuda::{CudaConfig, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::quant::Wire;
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
@@ -27,7 +27,9 @@ mod launch;
 mod rank;
 mod report;
 
-use crate::gpu_bench::{choose_launch, mps_on, run_threads, Launch as RankLaunch};
+use crate::gpu_bench::{
+    choose_launch, cuda, mps_on, open_rank_device, run_threads, Launch as RankLaunch, RankDevice,
+};
 use launch::run_workers;
 use rank::rank_main;
 use report::report;
@@ -309,13 +311,6 @@ pub fn run(args: ForwardBenchArgs, name: &str) -> i32 {
             eprintln!("{name}: {e}");
             1
         }
-    }
-}
-
-fn cuda(call: &'static str) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
-    move |e| Error::Cuda {
-        call: call.into(),
-        detail: e.to_string(),
     }
 }
 

@@ -121,15 +121,12 @@ fn set_up(
     rv: &Rendezvous,
     timeout: Duration,
 ) -> Result<(Setup, RankInfo)> {
-    let gpus = CudaContext::device_count()
-        .map_err(cuda("cuDeviceGetCount"))?
-        .max(1) as usize;
-    let device = rank % gpus;
-    let ctx = open_context(device)?;
-    // SAFETY: every buffer is used on this one stream, so cudarc's per-buffer
-    // events are not needed (and must not be recorded into graphs).
-    unsafe { ctx.disable_event_tracking() };
-    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let RankDevice {
+        gpus,
+        device,
+        ctx,
+        stream,
+    } = open_rank_device(rank)?;
     let max_tokens = args.tokens.iter().copied().max().unwrap_or(1);
     let shape = Shape {
         layers: args.layers,

@@ -3,12 +3,12 @@
 //! wire is among the algorithms, NCCL's when nccl is and every rank loaded
 //! it; and the selector of `--algos auto`.
 
-use super::rank::cuda;
+use super::device::{open_rank_device, RankDevice};
 use super::{GpuBenchArgs, RankInfo};
 use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
-use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous};
+use tpcomm::cuda::{CudaConfig, GpuComm, Rendezvous};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::quant::Wire;
 use tpcomm::select;
@@ -34,15 +34,12 @@ pub(super) fn open_comms(
     rv: &Rendezvous,
     timeout: Duration,
 ) -> Result<(Comms, RankInfo)> {
-    let gpus = CudaContext::device_count()
-        .map_err(cuda("cuDeviceGetCount"))?
-        .max(1) as usize;
-    let device = rank % gpus;
-    let ctx = open_context(device)?;
-    // SAFETY: every buffer here is used on one stream only, so cudarc's
-    // per-buffer events are not needed (and must not be recorded into graphs).
-    unsafe { ctx.disable_event_tracking() };
-    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    let RankDevice {
+        gpus,
+        device,
+        ctx,
+        stream,
+    } = open_rank_device(rank)?;
     let mut cfg = CudaConfig::new(rank, world, device);
     cfg.max_bytes = args.max;
     cfg.timeout = timeout;

@@ -17,6 +17,7 @@ use tpcomm::{Algo, ByteSize, DType, Error, Result};
 
 mod check;
 mod comms;
+mod device;
 mod launch;
 mod quant;
 mod rank;
@@ -25,6 +26,7 @@ mod report;
 mod tests;
 
 pub(crate) use check::{count_wrong_par, random_inputs};
+pub(crate) use device::{cuda, open_rank_device, RankDevice};
 pub(crate) use report::report_rows;
 
 use launch::run_procs;

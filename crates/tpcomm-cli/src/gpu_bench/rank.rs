@@ -3,6 +3,7 @@
 
 use super::check::cpu_workers;
 use super::comms::{auto_selector, open_comms, Comms};
+use super::device::cuda;
 use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankOut, Row};
 use crate::bench::coll::Coll;
@@ -34,15 +35,6 @@ enum Impl {
     Auto,
     /// The quantized all-reduce on this wire.
     Quant(tpcomm::quant::Wire),
-}
-
-pub(super) fn cuda(
-    call: &'static str,
-) -> impl Fn(tpcomm::cuda::cudarc::driver::DriverError) -> Error {
-    move |e| Error::Cuda {
-        call: call.into(),
-        detail: e.to_string(),
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -1,0 +1,46 @@
+//! A bench rank's GPU, shared by `tpcomm bench --device gpu` and
+//! `tpcomm bench forward`: the device (round-robin over the visible ones, so
+//! more ranks than GPUs share them), its context and the one stream the rank
+//! works on; and how a cudarc driver error becomes tpcomm's.
+
+use std::sync::Arc;
+use tpcomm::cuda::cudarc::driver::{CudaContext, CudaStream, DriverError};
+use tpcomm::cuda::open_context;
+use tpcomm::{Error, Result};
+
+/// A failed driver call `call` as tpcomm's error.
+pub(crate) fn cuda(call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Cuda {
+        call: call.into(),
+        detail: e.to_string(),
+    }
+}
+
+/// This rank's GPU: (the visible GPUs, its ordinal, its context, its stream).
+pub(crate) struct RankDevice {
+    pub gpus: usize,
+    pub device: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+}
+
+/// Opens rank `rank`'s GPU, `rank % visible GPUs`, and a stream on it.
+/// The caller uses every buffer it makes on that one stream only.
+pub(crate) fn open_rank_device(rank: usize) -> Result<RankDevice> {
+    let gpus = CudaContext::device_count()
+        .map_err(cuda("cuDeviceGetCount"))?
+        .max(1) as usize;
+    let device = rank % gpus;
+    let ctx = open_context(device)?;
+    // SAFETY: the rank uses every buffer on its one stream (the contract
+    // above), so cudarc's per-buffer events are not needed (and must not be
+    // recorded into graphs).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+    Ok(RankDevice {
+        gpus,
+        device,
+        ctx,
+        stream,
+    })
+}
