@@ -51,9 +51,8 @@ pub(crate) unsafe fn launch<A>(
     arch_major: i32,
 ) -> Result<()> {
     // The current device is asked only when an overlapped launch is possible.
-    let shared = || -> Result<bool> { Ok(device_shared(raw::current_device()?)) };
     let how = match effective(how, arch_major, false) {
-        Launch::Overlapped => effective(how, arch_major, shared()?),
+        Launch::Overlapped => effective(how, arch_major, device_shared(raw::current_device()?)),
         Launch::Ordinary => Launch::Ordinary,
     };
     // SAFETY: forwarded from the caller.
