@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20, prepared in session 12, run in session 13 (call 3, on an H100, with
-# an all-gather consumer sweep appended inline; bench/runs/2026-12-02-session13/): the fp8 decode by one multiply
+# an all-gather consumer sweep appended inline; bench/results/2026-12-02-h100-h200-plan-quant/): the fp8 decode by one multiply
 # (bench/quant/variants/fp8-decode-mul.patch; the same bits for every code,
 # a CPU test in the patch proves it) against this build, where fp8 costs
 # more than int8 only in the kernels: the gathered form's pack and

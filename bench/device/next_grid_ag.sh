@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20, prepared in session 12, run in session 13 (call 2, on an H100;
-# bench/runs/2026-12-02-session13/call2-grid-ag-h100/). Two questions:
+# bench/results/2026-12-02-h100-h200-plan-quant/call2-grid-ag-h100/). Two questions:
 # 1. the one-shot at 8 MiB (0.62-0.64x the exact host path, the one size
 #    over the 0.6x target): does keeping half the grid until every block has
 #    4 steps (bench/quant/variants/oneshot-halfgrid.patch; 66 blocks at 4-8

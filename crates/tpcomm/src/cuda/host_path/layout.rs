@@ -9,7 +9,7 @@ pub const DELTA_CAP: usize = 2 << 20;
 /// Largest message `Algo::Auto` sends through the delta kernel when no
 /// selection is consulted (the buffers' size still applies): on 2 x H200
 /// with the host path forced delta beat the chunked kernel at every size up
-/// to 2 MiB (bench/runs/2026-11-30-h200x2-session4/).
+/// to 2 MiB (bench/results/2026-11-30-h200x2-host-delta/).
 pub const AUTO_ONE_PASS_MAX: usize = 2 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
