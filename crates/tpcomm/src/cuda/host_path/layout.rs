@@ -132,7 +132,7 @@ pub const MID_CONSUMERS: usize = 16;
 /// Up to MID_MAX: chunks of MID_CHUNK, at most MID_PRODUCERS producers and
 /// MID_CONSUMERS consumers. A
 /// sweep of chunk sizes (16-128 KiB) and producer blocks (4-32) on 2 x H200
-/// with the host path forced (bench/results/2026-11-30-session2/hx/) found
+/// with the host path forced (bench/results/2026-11-30-h200x2-tune-forward/hx/) found
 /// the per-chunk cost (fence, flag, the consumer's poll across PCIe)
 /// dominating there: 128 KiB chunks took 1 MiB from 108 to 77 us and 4 MiB
 /// from 272 to 204 us against the rule below. Above: chunks sized so every
