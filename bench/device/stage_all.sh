@@ -35,10 +35,10 @@ names() { local f; for f in "$@"; do [ -f "$f" ] && basename "$f" .rs; done; }
 mapfile -t TESTS_TPCOMM < <(names crates/tpcomm/tests/gpu_*.rs crates/tpcomm/tests/nccl_gpu.rs)
 mapfile -t TESTS_CLI < <(names crates/tpcomm-cli/tests/gpu_*.rs)
 unlisted=()
-for f in $(grep -l '#\[ignore' crates/*/tests/*.rs); do
+while read -r f; do
   n=$(basename "$f" .rs)
   [[ " ${TESTS_TPCOMM[*]} ${TESTS_CLI[*]} " == *" $n "* ]] || unlisted+=("$f")
-done
+done < <(grep -l '#\[ignore' crates/*/tests/*.rs)
 [ "${#unlisted[@]}" -eq 0 ] ||
   { echo "stage_all: FAILED: GPU tests that no list stages (add them here and to suite.sh): ${unlisted[*]}" >&2; exit 1; }
 

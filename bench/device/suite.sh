@@ -326,6 +326,7 @@ part_dropin() {
     step "shared-$w" 40 150 env TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB python3 bench/torch/collectives_check.py \
       --ranks "$w" --placement shared --lib "$LIB" --out "$X/shared-$w.json" --timeout 140
   done
+  # shellcheck disable=SC2086 # one --tp argument per world
   step hf-tp 150 420 env TPCOMM_STANDALONE=1 TPCOMM_MAX_BYTES=64MiB python3 bench/torch/hf_tp_check.py --lib "$LIB" \
     --tp ${WORLDS//,/ } --dtype float32 bfloat16 --out "$X/hf-tp.json" --timeout 400
   # Without the drop-in, plain NCCL is expected to refuse the shared GPU; the script checks that.
