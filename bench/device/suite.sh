@@ -33,8 +33,11 @@ Parts, in the order they run (--only takes a comma list of them):
            MPS) at every world, transformers tensor parallelism, the drop-in choosing
            standalone by itself. Several: pynccl and torch clients, collectives one rank
            per GPU with the drop-in and with plain NCCL
-  quant    the quantized wire: quant_bench speed over the host path and P2P, errors
-           at 2, 4, 8 ranks (Gaussian, then with 100x outliers)
+  quant    the quantized wire, 2 ranks on GPU 0: quant_bench speed against the exact
+           bf16 call over the host path (one-shot/two-shot, then the gathered form with
+           its kernels' rates against the copy bandwidth) and over P2P; errors at 2, 4,
+           8 ranks (Gaussian, then with 100x outliers); `tpcomm bench` with int8 and fp8
+           rows beside the exact ones (the GPU tests are in part tests)
   forward  `tpcomm bench forward`: ranks as threads on one GPU (exact and quantized
            modes), and one rank per GPU over P2P and host memory on several
   plan     the planner's per-layer cost (bench/plan/h200_efficiency.sh, three widths)
@@ -344,6 +347,8 @@ part_dropin() {
 part_quant() {
   local w Q=(env CUDA_DEVICE_MAX_CONNECTIONS=32 "$D/quant_bench" --gpus 1)
   step speed-host 100 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15
+  step gathered-host 100 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15 \
+    --algo gathered
   step speed-p2p 60 90 "${Q[@]}" --ranks 2 --transport cuda --min 4MiB --max 64MiB --iters 10 --reps 10
   for w in 2 4 8; do
     step "error-$w" 40 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3
@@ -352,6 +357,9 @@ part_quant() {
     step "outliers-$w" 40 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3 \
       --dist outliers
   done
+  step bench-host-2 60 150 env CUDA_VISIBLE_DEVICES=0 "$T" bench --device gpu --launch threads --ranks 2 \
+    --transport host --algos one-shot,two-shot,int8,fp8 --modes graph --min-bytes 4MiB --max-bytes 64MiB --reps 10 \
+    --json "$W/quant/bench-host-2.json"
 }
 
 part_forward() {
