@@ -179,7 +179,8 @@ step() {
   return 0
 }
 # gtest NAME EST LIMIT WORLDS EXE [test args...]: a GPU test executable, ranks as
-# threads. EST and LIMIT are for two worlds; they grow with the number of worlds.
+# threads. EST and LIMIT are for two worlds (EST from the step logs of earlier runs on
+# one H200, rounded up); they grow with the number of worlds.
 gtest() {
   local n=$1 est=$2 limit=$3 w=$4 exe=$5 nw
   shift 5
@@ -210,21 +211,21 @@ LIB=$D/libtpcomm_nccl.so
 
 part_tests() {
   local w=$WORLDS
-  gtest allreduce 90 300 "$w" gpu_allreduce --skip stress
-  gtest host 90 300 "$w" gpu_host_allreduce --skip stress
-  gtest fused 30 120 "$w" gpu_fused
-  gtest fallback 20 90 "$w" gpu_fallback
-  gtest self-tune 15 60 "$w" gpu_self_tune
-  gtest plan-layout 10 60 "$w" gpu_plan_layout
-  gtest collectives 60 300 "$w" gpu_collectives
-  gtest coll-fallback 20 120 "$w" gpu_coll_fallback
-  gtest p2p-check 10 60 "$w" gpu_p2p_check
-  gtest mismatch 60 240 "$w" gpu_mismatch
-  gtest quant 100 300 "$w" gpu_quant
+  gtest allreduce 40 200 "$w" gpu_allreduce --skip stress
+  gtest host 25 150 "$w" gpu_host_allreduce --skip stress
+  gtest fused 5 60 "$w" gpu_fused
+  gtest fallback 5 60 "$w" gpu_fallback
+  gtest self-tune 10 60 "$w" gpu_self_tune
+  gtest plan-layout 3 60 "$w" gpu_plan_layout
+  gtest collectives 15 150 "$w" gpu_collectives
+  gtest coll-fallback 5 90 "$w" gpu_coll_fallback
+  gtest p2p-check 5 60 "$w" gpu_p2p_check
+  gtest mismatch 15 150 "$w" gpu_mismatch
+  gtest quant 120 300 "$w" gpu_quant
   gtest nccl 10 60 "$w" nccl_gpu
-  gtest standalone 20 90 2 nccl_lib standalone_ranks_sharing
+  gtest standalone 10 90 2 nccl_lib standalone_ranks_sharing
   gtest forward 60 240 2 gpu_forward
-  gtest supervision 90 300 "$w" gpu_supervision
+  gtest supervision 100 300 "$w" gpu_supervision
   # Every GPU test executable staged (stage_all.sh takes them from the test files) runs above.
   local exe known=" gpu_allreduce gpu_host_allreduce gpu_fused gpu_fallback gpu_self_tune gpu_plan_layout"
   known+=" gpu_collectives gpu_coll_fallback gpu_p2p_check gpu_mismatch gpu_quant nccl_gpu gpu_forward gpu_supervision "
@@ -239,8 +240,8 @@ part_stress() {
   local w
   export TPCOMM_STRESS_CALLS=$STRESS_CALLS
   for w in ${STRESS_WORLDS//,/ }; do
-    gtest "p2p-$w" 40 200 "$w" gpu_allreduce stress
-    gtest "host-$w" 40 200 "$w" gpu_host_allreduce stress
+    gtest "p2p-$w" 45 200 "$w" gpu_allreduce stress
+    gtest "host-$w" 45 200 "$w" gpu_host_allreduce stress
   done
 }
 
@@ -249,13 +250,13 @@ part_shared() {
   mps_on
   for w in ${WORLDS//,/ }; do
     for tr in cuda host; do
-      step "bench-$tr-$w" 30 120 "$T" bench --device gpu --launch processes --ranks "$w" --transport "$tr" \
+      step "bench-$tr-$w" 15 120 "$T" bench --device gpu --launch processes --ranks "$w" --transport "$tr" \
         --min-bytes 1KiB --max-bytes 4MiB --algos one-shot,two-shot,auto --reps 5 --json "$W/shared/bench-$tr-$w.json"
     done
   done
   for w in 2 4; do
     for tr in cuda host; do
-      step "forward-$tr-$w" 40 150 "$T" bench forward --launch processes --ranks "$w" --transport "$tr" --layers 8 --reps 5
+      step "forward-$tr-$w" 30 150 "$T" bench forward --launch processes --ranks "$w" --transport "$tr" --layers 8 --reps 5
     done
   done
   mps_off
@@ -346,18 +347,18 @@ part_dropin() {
 
 part_quant() {
   local w Q=(env CUDA_DEVICE_MAX_CONNECTIONS=32 "$D/quant_bench" --gpus 1)
-  step speed-host 100 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15
-  step gathered-host 100 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15 \
+  step speed-host 50 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15
+  step gathered-host 50 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15 \
     --algo gathered
-  step speed-p2p 60 90 "${Q[@]}" --ranks 2 --transport cuda --min 4MiB --max 64MiB --iters 10 --reps 10
+  step speed-p2p 40 90 "${Q[@]}" --ranks 2 --transport cuda --min 4MiB --max 64MiB --iters 10 --reps 10
   for w in 2 4 8; do
-    step "error-$w" 40 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3
+    step "error-$w" 20 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3
   done
   for w in 2 4 8; do
-    step "outliers-$w" 40 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3 \
+    step "outliers-$w" 20 60 "${Q[@]}" --ranks "$w" --transport host --min 16MiB --max 16MiB --iters 2 --reps 3 \
       --dist outliers
   done
-  step bench-host-2 60 150 env CUDA_VISIBLE_DEVICES=0 "$T" bench --device gpu --launch threads --ranks 2 \
+  step bench-host-2 40 150 env CUDA_VISIBLE_DEVICES=0 "$T" bench --device gpu --launch threads --ranks 2 \
     --transport host --algos one-shot,two-shot,int8,fp8 --modes graph --min-bytes 4MiB --max-bytes 64MiB --reps 10 \
     --json "$W/quant/bench-host-2.json"
 }
