@@ -3,7 +3,7 @@
 # sizes, same machine, in one go. Installs OpenMPI (Debian's openmpi-bin) if
 # it is missing, runs both ROUNDS times alternately (the best median of each
 # counts, so a burst of load from elsewhere hurts neither side alone), and
-# writes bench/runs/<date>-<machine>-cpu-vs-openmpi/cpu-vs-openmpi.{json,md}.
+# writes bench/results/<date>-<machine>-cpu-vs-openmpi/cpu-vs-openmpi.{json,md}.
 #
 # Environment: MIN_BYTES (1024), MAX_BYTES (67108864), ROUNDS (3), DTYPE f32 only.
 set -euo pipefail
@@ -43,7 +43,7 @@ done
 
 cut -d' ' -f1-3 /proc/loadavg >"$work/load-after"
 machine="$(nproc)core-$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | tr -s ' ' | sed 's/^ //; s/[^A-Za-z0-9]\+/-/g; s/-$//' | tr 'A-Z' 'a-z')"
-out="bench/runs/$(date -u +%Y-%m-%d)-${machine}-cpu-vs-openmpi/cpu-vs-openmpi"
+out="bench/results/$(date -u +%Y-%m-%d)-${machine}-cpu-vs-openmpi/cpu-vs-openmpi"
 mkdir -p "$(dirname "$out")"
 python3 bench/openmpi/compare.py "$work" "$ROUNDS" "$(mpirun --version 2>&1 | head -1)" "$out"
 echo "wrote $out.json and $out.md"

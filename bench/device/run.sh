@@ -10,7 +10,7 @@
 #   REPEAT=3 bash bench/device/run.sh p2p-bench -- \
 #       target/release/tpcomm bench --device gpu --min 1KiB --max 64MiB --json @JSON
 #
-# WHAT names the run: the folder is bench/runs/<UTC date>-<machine>-<WHAT>/
+# WHAT names the run: the folder is bench/results/<UTC date>-<machine>-<WHAT>/
 # (machine: h200x2 style from nvidia-smi, else cpu<cores>; RUNS overrides the
 # parent folder). @JSON in the command becomes that repetition's JSON path.
 # Every device call gets NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -46,7 +46,7 @@ machine() {
 
 MACHINE=$(machine)
 DATE=$(date -u +%F)
-DIR="${RUNS:-$ROOT/bench/runs}/$DATE-$MACHINE-$WHAT"
+DIR="${RUNS:-$ROOT/bench/results}/$DATE-$MACHINE-$WHAT"
 if [ -e "$DIR" ]; then
     echo "run.sh: $DIR exists; pick another WHAT" >&2
     exit 2

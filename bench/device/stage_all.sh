@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Builds (release) everything bench/device/verify_all.sh runs on the device and
-# copies it, stripped, into DEST (default /work/main/.dev/all, emptied first):
+# Builds (release) everything bench/device/suite.sh runs on the device and
+# copies it, stripped, into DEST (default .dev/all of this tree, emptied first):
 #   tpcomm                 the command (bench --device gpu, bench forward, tune)
 #   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
-#   gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_collectives
-#   gpu_coll_fallback gpu_p2p_check gpu_plan_layout gpu_quant gpu_mismatch
-#   nccl_gpu               test executables of crates/tpcomm
-#   gpu_forward gpu_supervision  test executables of crates/tpcomm-cli (both run
-#                          the `tpcomm` staged beside them)
+#   quant_bench            the quantized wire's bench (crates/tpcomm/examples)
+#   gpu_* nccl_gpu         the GPU test executables of crates/tpcomm: one per
+#                          crates/tpcomm/tests/gpu_*.rs and nccl_gpu.rs
+#   gpu_*                  those of crates/tpcomm-cli (crates/tpcomm-cli/tests/gpu_*.rs;
+#                          they run the `tpcomm` staged beside them)
 #   nccl_lib               the drop-in's unit tests (crates/tpcomm-nccl --lib; its
 #                          standalone test is an ignored GPU test)
 #   dropin/*.py            bench/dropin/
-#   torch_allreduce.py     the torch anchor (../shared/anchors/)
-#   verify_all.sh          the device script itself, so script and binaries match
+#   torch_allreduce.py     the torch anchor (ANCHOR, else shared/anchors/ or ../shared/anchors/)
+#   plan/ quant/           bench/plan and bench/quant
 #   BUILD.txt              commit, dirty state, build time, sizes
+# The lists of test executables come from the test files; staging fails when a
+# test file of crates/*/tests marks tests #[ignore] (GPU tests) but no list has
+# it. suite.sh itself runs from the tree the device call carries.
 # The device call carries at most 64 MiB; this fails when DEST passes
 # MAX_MIB (default 48) so there is room to spare.
 #
@@ -22,20 +25,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-DEST="${1:-/work/main/.dev/all}"
+DEST="${1:-$ROOT/.dev/all}"
 MAX_MIB="${MAX_MIB:-48}"
 case "$DEST" in
   "" | / | "$ROOT" | "$HOME") echo "stage_all: refusing to empty DEST=$DEST" >&2; exit 2 ;;
 esac
 
-TESTS_TPCOMM=(gpu_allreduce gpu_fallback gpu_host_allreduce gpu_fused gpu_self_tune gpu_plan_layout gpu_quant nccl_gpu gpu_collectives gpu_coll_fallback gpu_p2p_check gpu_mismatch)
-TESTS_CLI=(gpu_forward gpu_supervision)
+names() { local f; for f in "$@"; do [ -f "$f" ] && basename "$f" .rs; done; }
+mapfile -t TESTS_TPCOMM < <(names crates/tpcomm/tests/gpu_*.rs crates/tpcomm/tests/nccl_gpu.rs)
+mapfile -t TESTS_CLI < <(names crates/tpcomm-cli/tests/gpu_*.rs)
+unlisted=()
+while read -r f; do
+  n=$(basename "$f" .rs)
+  [[ " ${TESTS_TPCOMM[*]} ${TESTS_CLI[*]} " == *" $n "* ]] || unlisted+=("$f")
+done < <(grep -l '#\[ignore' crates/*/tests/*.rs)
+[ "${#unlisted[@]}" -eq 0 ] ||
+  { echo "stage_all: FAILED: GPU tests that no list stages (add them here and to suite.sh): ${unlisted[*]}" >&2; exit 1; }
 
 anchor=""
-for a in ../shared/anchors/torch_allreduce.py /work/wt/shared/anchors/torch_allreduce.py; do
-  [ -f "$a" ] && { anchor=$a; break; }
+for a in "${ANCHOR:-}" shared/anchors/torch_allreduce.py ../shared/anchors/torch_allreduce.py; do
+  [ -n "$a" ] && [ -f "$a" ] && { anchor=$a; break; }
 done
-[ -n "$anchor" ] || { echo "stage_all: torch_allreduce.py not found in ../shared/anchors or /work/wt/shared/anchors" >&2; exit 1; }
+[ -n "$anchor" ] || { echo "stage_all: torch_allreduce.py not found (ANCHOR, shared/anchors/, ../shared/anchors/)" >&2; exit 1; }
 
 echo "== build (release): tpcomm, libtpcomm_nccl.so"
 cargo build --release -p tpcomm-cli -p tpcomm-nccl
@@ -89,8 +100,6 @@ nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||
 
 cp bench/dropin/*.py "$DEST/dropin/"
 cp "$anchor" "$DEST/torch_allreduce.py"
-cp bench/device/verify_all.sh "$DEST/verify_all.sh"
-cp bench/device/common.sh bench/device/run.sh bench/device/scale.sh bench/device/shared.sh bench/device/shared_verify.sh bench/device/copy_bw.py "$DEST/"
 [ -d bench/plan ] && cp -r bench/plan "$DEST/plan"
 [ -d bench/quant ] && cp -r bench/quant "$DEST/quant"
 
@@ -111,4 +120,4 @@ if [ "$total" -gt $((MAX_MIB * 1024 * 1024)) ]; then
   echo "stage_all: FAILED: $DEST is $total bytes, over $MAX_MIB MiB; the carry would not fit" >&2
   exit 1
 fi
-echo "staged: carry [\"${DEST#/work/main/}\"]"
+echo "staged: carry [\"${DEST#"$ROOT"/}\"]"

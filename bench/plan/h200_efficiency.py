@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measures what `tpcomm plan` needs to know about one GPU, for the
-`[gpu.measured]` block of catalog/gpus.toml (issue 22):
+`[gpu.measured]` block of catalog/gpus.toml:
 
 - bandwidth_gb_s: HBM bandwidth a streaming copy sustains (torch copy_ of a
   2 GiB bf16 buffer, bytes read + written per second, median of 20 timed

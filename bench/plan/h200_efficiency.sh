@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Measures the H200's [gpu.measured] figures for `tpcomm plan` (issue 22) on
+# Measures the H200's [gpu.measured] figures for `tpcomm plan` on
 # one GPU and keeps the output under $OUT (or a run folder
-# bench/runs/<date>-h200-plan-efficiency/ when unset).
+# bench/results/<date>-h200-plan-efficiency/ when unset).
 # Usage: bench/plan/h200_efficiency.sh   (needs python3 with torch + CUDA)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What an MoE layer costs at T tokens on one GPU, for `tpcomm plan`'s
-speculative model of small-active MoE models (issue 22; docs/plan.md, the
-Qwen3-30B-A3B rows). Prepared in session 12, run in session 13 on an H100
-(bench/runs/2026-12-02-session13/call1-plan-h100/).
+speculative model of small-active MoE models (docs/plan.md, the
+Qwen3-30B-A3B rows). Run on an H100, 2026-12-02
+(bench/results/2026-12-02-h100-h200-plan-quant/call1-plan-h100/).
 
 The layer is Qwen3-30B-A3B's expert block (hidden 2048, 128 experts, top 8,
 expert width 768, bf16), with random weights and a random router, so tokens

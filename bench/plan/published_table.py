@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reruns the planner on the published setups of docs/plan.md and prints its predictions
-beside the published rates, for three catalogs (issue 22):
+beside the published rates, for three catalogs:
 
   uncalibrated  catalog/ without any [gpu.published] or [gpu.measured] block
                 (datasheet bandwidth, no per-layer or per-kernel cost);

@@ -23,7 +23,7 @@ the number of wrong elements and the median time of 5 eager calls (graph: one re
 What it needs: ranks sharing one GPU are refused by real NCCL ("Duplicate GPU
 detected"), so --placement shared needs the drop-in's standalone mode: run it with
 TPCOMM_STANDALONE=1 (and TPCOMM_MAX_BYTES=64MiB, the largest block sent here) in the
-environment, which the ranks inherit (bench/device/collectives.sh does). --placement
+environment, which the ranks inherit (bench/device/suite.sh does). --placement
 spread (one GPU per rank) runs with real NCCL, with or without the drop-in. Where it ran
 (shared, on one H200): bench/results/shared-gpu.md.
 Keep NCCL_NVLS_ENABLE=0 set on machines where NVLink multicast is off.

@@ -358,7 +358,7 @@ fn tune_from_bench_reads_old_and_new_shapes_alike_and_refuses_cpu_runs() {
 
 /// `--transport host` refuses the fused modes (they need P2P) before it
 /// looks for a GPU, so this holds on any machine; the help names the
-/// option (bench/device/verify_all.sh greps for it).
+/// option.
 #[test]
 fn forward_refuses_fused_modes_on_the_host_transport() {
     for spelling in [&["bench", "forward"][..]] {

@@ -317,7 +317,7 @@ fn gpu_memory_from_catalog_or_probe() {
 
     let probe = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../bench/runs/2026-11-30-h200x2-session1/probe.json"
+        "/../../bench/results/2026-11-30-h200x2-first-runs/probe.json"
     );
     let (code, out, err) = tpcomm(&[
         "plan",

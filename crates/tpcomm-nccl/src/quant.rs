@@ -1,6 +1,6 @@
 //! The quantized wire in the drop-in: TPCOMM_WIRE=int8|fp8 (optionally
 //! /GROUP) and TPCOMM_WIRE_MIN_BYTES, read by `tpcomm::quant::wire_from_env`
-//! (TODO(env registry): through crates/tpcomm/src/env.rs once it lands).
+//! through the library's environment registry (crates/tpcomm/src/env.rs).
 //! Opt-in: unset, nothing is allocated and every call runs as before.
 
 use tpcomm::cuda::quant::{agree_wire, wire_for, QuantAlgo, QuantComm};

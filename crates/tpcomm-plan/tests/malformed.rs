@@ -459,7 +459,7 @@ fn bench_readers(text: &str) -> [Option<String>; 2] {
 
 // ---- probe JSON ----------------------------------------------------------------
 
-const PROBE: &str = include_str!("../../../bench/runs/2026-11-30-h200x2-session1/probe.json");
+const PROBE: &str = include_str!("../../../bench/results/2026-11-30-h200x2-first-runs/probe.json");
 
 fn probe_files() -> Vec<String> {
     let mut v: Vec<String> = (1..PROBE.len())

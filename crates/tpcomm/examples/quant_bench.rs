@@ -5,7 +5,7 @@
 //! model bit for bit. Also the GPU's device-to-device copy bandwidth,
 //! measured in the same run, to set the quantized kernels' rate against.
 //! Ranks are threads; rank r drives GPU r % GPUs, so ranks may share a GPU
-//! (then the timings are "shared GPU" figures). bench/quant/run.sh runs it.
+//! (then the timings are "shared GPU" figures). bench/device/suite.sh (--only quant) runs it.
 //!
 //! With `--algo gathered` (the communicator created with that
 //! `wire_algo`), it also times that form's two local kernels alone (pack:

@@ -23,7 +23,7 @@
 //! when the call starts and compared before the call counts as done. Before
 //! it, a receiver only waited until the vectors it expected were no longer
 //! the sentinel, and these cases got sums with a clean status (measured on
-//! an H200, bench/runs/2026-12-02-h200x1-session8/): counts that differ
+//! an H200, bench/results/2026-12-02-h200x1-call-words/): counts that differ
 //! inside the last 16-byte vector, two-shot calls whose counts differ, f16
 //! against bf16, a shorter type against a longer one. Now such a call ends
 //! in `Error::Mismatch` naming the peer, or a timeout where the odd call

@@ -18,7 +18,7 @@ pub fn resolve_by_size(algo: Algo, bytes: usize, world: usize) -> Algo {
 /// Messages up to this size go one-shot under `Algo::Auto`, a size rule until
 /// tuning tables exist. For 2 ranks: on 2 x H200 one-shot was faster up to
 /// 1 MiB, even at 2 MiB, and two-shot faster from 4 MiB
-/// (bench/results/2026-11-30-h200x2-v4-*).
+/// (crates/tpcomm/src/select/testdata/2026-11-30-h200x2-v4-*).
 /// One-shot moves (world - 1) times the message out of each rank, so with more
 /// ranks the crossing comes sooner; the 256 KiB used there is a guess, not a
 /// measurement (only 2-GPU machines were available).

@@ -40,7 +40,7 @@ struct FusedArgs {
 const FUSED_PUSH_VECS: usize = 128;
 
 /// Calls of at most this many rows spread their stores by default. In the
-/// forward benchmark on 2 x H200 (bench/results/2026-11-30-session4/spread/)
+/// forward benchmark on 2 x H200 (bench/results/2026-11-30-h200x2-host-delta/spread/)
 /// spreading took 0.14-0.24 us off a site at 1 token, changed nothing at 4,
 /// and cost 0.13-0.17 us at 8 and 0.4 us at 16 (more blocks, each with a
 /// row's worth of threads, to launch and retire).

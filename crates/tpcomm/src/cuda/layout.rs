@@ -59,7 +59,7 @@ mod tests {
 }
 
 /// Smallest block of the one-shot kernels on a message of many vectors.
-/// Measured on 2 x H200 (bench/results/2026-11-30-session2/block/): blocks
+/// Measured on 2 x H200 (bench/results/2026-11-30-h200x2-tune-forward/block/): blocks
 /// of 128 threads spread over more SMs took 8 KiB from 3.23 to 2.80 us,
 /// 64 KiB from 3.48 to 3.33 and 256 KiB from 4.06 to 3.91 against 512;
 /// 64 was no better.

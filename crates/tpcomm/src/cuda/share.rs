@@ -172,7 +172,7 @@ pub fn widen_queues_for_threads() -> Option<std::ffi::OsString> {
 /// kernel that it waits for, until the timeout. Measured on one H200 with
 /// the 10,000-replay tests: with 1 queue every call stalls, with the
 /// default 8 a stall came within a few thousand calls at 5 ranks, with 32
-/// none at 2 to 8 ranks (bench/runs/2026-12-02-h200x1-session7).
+/// none at 2 to 8 ranks (bench/results/2026-12-02-h200x1-shared-pinned).
 /// Processes under MPS each have queues of their own.
 pub fn queue_warning(sharing: Sharing, connections: Option<&str>, device: usize) -> Option<String> {
     if sharing.in_this_process < 2 {
@@ -224,7 +224,7 @@ pub fn note_sharing(sharing: Sharing, device: usize) {
 /// rank's grid, which the waiting kernel needs resident: the call stalls
 /// until the timeout. Seen on one H200 with 2 and 4 ranks as threads
 /// (`tpcomm bench --algos one-shot-pdl,...` failed with a peer timeout
-/// after about 150,000 calls; bench/runs/2026-12-03-session17).
+/// after about 150,000 calls; bench/results/2026-12-03-h200x1-quant-variants).
 pub fn device_shared(device: usize) -> bool {
     SHARED_DEVICES.load(Ordering::Relaxed) & device_bit(device) != 0
 }

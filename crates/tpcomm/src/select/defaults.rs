@@ -67,7 +67,7 @@ pub fn class_rule(class: MachineClass, q: &Query, allowed: &dyn Fn(Candidate) ->
         MachineClass::PcieNop2p => {
             // Crossovers measured with the host path forced on 2 x H200
             // against NCCL 2.28.3 with NCCL_P2P_DISABLE=1
-            // (bench/runs/2026-11-30-h200x2-session4/final/ and cap2m/): delta
+            // (bench/results/2026-11-30-h200x2-host-delta/final/ and cap2m/): delta
             // words win up to 2 MiB, their largest size (0.36-0.47x NCCL's
             // time up to 256 KiB, 0.65x at 1 MiB, 0.74x at 2 MiB), NCCL from
             // 2 MiB to 16 MiB (chunked 1.19-1.26x its time from 3 to 8 MiB),

@@ -136,7 +136,7 @@ pub fn fits(
 /// per rank), the host-path all-gather slowed about fivefold per byte past
 /// 20-24 MiB of output per rank; 4 or 8 per rank kept 20-22 GB/s from 8 to
 /// 64 MiB (one H100, 2 ranks sharing it, session 13 call 3:
-/// bench/runs/2026-12-02-session13/). Why many readers hurt was not found.
+/// bench/results/2026-12-02-h100-h200-plan-quant/). Why many readers hurt was not found.
 pub const ALL_GATHER_LINK_READERS: usize = 16;
 
 /// Producer and consumer blocks of a call within `grid`: producers one per

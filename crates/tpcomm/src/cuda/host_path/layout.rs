@@ -9,7 +9,7 @@ pub const DELTA_CAP: usize = 2 << 20;
 /// Largest message `Algo::Auto` sends through the delta kernel when no
 /// selection is consulted (the buffers' size still applies): on 2 x H200
 /// with the host path forced delta beat the chunked kernel at every size up
-/// to 2 MiB (bench/runs/2026-11-30-h200x2-session4/).
+/// to 2 MiB (bench/results/2026-11-30-h200x2-host-delta/).
 pub const AUTO_ONE_PASS_MAX: usize = 2 << 20;
 /// Smallest and largest chunk of the chunked path.
 pub const MIN_CHUNK: usize = 16 << 10;
@@ -132,7 +132,7 @@ pub const MID_CONSUMERS: usize = 16;
 /// Up to MID_MAX: chunks of MID_CHUNK, at most MID_PRODUCERS producers and
 /// MID_CONSUMERS consumers. A
 /// sweep of chunk sizes (16-128 KiB) and producer blocks (4-32) on 2 x H200
-/// with the host path forced (bench/results/2026-11-30-session2/hx/) found
+/// with the host path forced (bench/results/2026-11-30-h200x2-tune-forward/hx/) found
 /// the per-chunk cost (fence, flag, the consumer's poll across PCIe)
 /// dominating there: 128 KiB chunks took 1 MiB from 108 to 77 us and 4 MiB
 /// from 272 to 204 us against the rule below. Above: chunks sized so every

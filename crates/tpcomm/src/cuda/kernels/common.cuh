@@ -453,7 +453,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // have evicted them, and the load after the wait would go to DRAM while the
 // wait itself (the previous kernel draining) can hide it. One thread per
 // block asks for a shared line: every warp asking for it was measured slower
-// at 16 tokens (bench/results/2026-11-30-session4/).
+// at 16 tokens (bench/results/2026-11-30-h200x2-host-delta/).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
