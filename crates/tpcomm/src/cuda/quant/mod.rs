@@ -14,7 +14,7 @@
 //!   device buffer of one block of codes and scales per rank, moved by the
 //!   exact communicator's all-gather.
 
-use super::call;
+use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
@@ -383,12 +383,12 @@ impl QuantComm {
         // call's word: peers with another wire or group made another call.
         let aux = u64::from(format == Format::Int8)
             | (u64::from(group.trailing_zeros().saturating_sub(5)) & 3) << 1;
-        let call = call::word_if(
+        let call = call_word::word_if(
             self.check_calls,
             if twoshot {
-                call::Kind::QuantTwoShot
+                call_word::Kind::QuantTwoShot
             } else {
-                call::Kind::QuantOneShot
+                call_word::Kind::QuantOneShot
             },
             dtype,
             bytes as u64,
@@ -470,9 +470,9 @@ impl QuantComm {
             return Ok(());
         }
         let (peer, epoch) = (self.status.read_u32(4) as usize, self.status.read_u64(8));
-        if code == call::CALL_MISMATCH {
+        if code == call_word::CALL_MISMATCH {
             let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
+            return Err(call_word::mismatch(self.rank, peer, epoch, mine, theirs));
         }
         Err(Error::PeerTimeout {
             rank: self.rank,
@@ -480,7 +480,7 @@ impl QuantComm {
             epoch,
             what: match code {
                 WAIT_QUANT => "quantized one-shot data".into(),
-                call::WAIT_CALL => "the description of its call".into(),
+                call_word::WAIT_CALL => "the description of its call".into(),
                 _ => "data".into(),
             },
             waited: self.timeout,
