@@ -295,16 +295,9 @@ impl Forward<'_> {
                     let q = self.s.quant.as_ref().ok_or_else(|| {
                         Error::Aborted("a quantized mode without its communicator".into())
                     })?;
-                    q.all_reduce_with(
-                        s.partial,
-                        s.reduced,
-                        count,
-                        DType::Bf16,
-                        wire,
-                        QuantAlgo::Auto,
-                        cs,
-                        Launch::Ordinary,
-                    )?;
+                    let call =
+                        tpcomm::cuda::Call::new(s.partial, s.reduced, count, DType::Bf16, cs);
+                    q.all_reduce_with(&call, wire, QuantAlgo::Auto)?;
                     model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                 }
             }

@@ -247,16 +247,7 @@ impl Rank<'_> {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream)
                 }),
                 Impl::Quant(w) => self.c.quant.as_ref().map_or(Ok(()), |q| {
-                    q.all_reduce_with(
-                        i,
-                        o,
-                        count,
-                        dtype,
-                        *w,
-                        QuantAlgo::Auto,
-                        stream,
-                        Launch::Ordinary,
-                    )
+                    q.all_reduce_with(&Call::new(i, o, count, dtype, stream), *w, QuantAlgo::Auto)
                 }),
                 Impl::Auto | Impl::Coll => unreachable!("resolved before any call"),
             }
