@@ -14,11 +14,10 @@ mod gpu_common;
 use gpu_common::{describe, device_of, make_ranks, Rank};
 use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::{
-    Call, Collective, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce, ThreadGroup,
-    Transport,
+    Call, Collective, CudaConfig, GpuComm, GpuTransport, Launch, Rendezvous, ThreadGroup, Transport,
 };
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::{ByteSize, DType};
 
 const MAX: ByteSize = ByteSize::mib(1);
 
@@ -63,20 +62,23 @@ fn launch(rank: &Rank<GpuComm>, op: Op, count: usize, dtype: DType) {
     // outlive the synchronisation that follows every batch.
     unsafe {
         match op {
-            Op::AllGather { in_place: false } => c.run_collective(ag, &call(pa, pb)),
-            Op::AllGather { in_place: true } => c.run_collective(ag, &call(pa + me * block, pa)),
-            Op::ReduceScatter { in_place: false } => c.run_collective(rs, &call(pa, pb)),
-            Op::ReduceScatter { in_place: true } => c.run_collective(
+            Op::AllGather { in_place: false } => GpuTransport::run_collective(c, ag, &call(pa, pb)),
+            Op::AllGather { in_place: true } => {
+                GpuTransport::run_collective(c, ag, &call(pa + me * block, pa))
+            }
+            Op::ReduceScatter { in_place: false } => {
+                GpuTransport::run_collective(c, rs, &call(pa, pb))
+            }
+            Op::ReduceScatter { in_place: true } => GpuTransport::run_collective(
+                c,
                 rs,
                 &call(pa, pa + me * block).with_launch(Launch::Overlapped),
             ),
             Op::Broadcast { root, in_place } => {
                 let out = if in_place { pa } else { pb };
-                c.run_collective(Collective::Broadcast { root }, &call(pa, out))
+                GpuTransport::run_collective(c, Collective::Broadcast { root }, &call(pa, out))
             }
-            Op::AllReduce => c
-                .all_reduce(pb, pb, count, dtype, ReduceOp::Sum, Algo::Auto, cs)
-                .map(|_| ()),
+            Op::AllReduce => GpuTransport::all_reduce(c, &call(pb, pb)),
         }
         .unwrap();
     }
@@ -188,7 +190,7 @@ fn fits(ranks: &mut [Rank<GpuComm>], op: Op, count: usize, dtype: DType) -> bool
         let (pa, pb) = (r.ptr(&r.a), r.ptr(&r.b));
         // SAFETY (test): refused before anything is launched.
         let call = Call::new(pa, pb, count, dtype, r.stream.cu_stream());
-        let e = unsafe { r.comm.run_collective(what, &call) };
+        let e = unsafe { GpuTransport::run_collective(&r.comm, what, &call) };
         let e = e.expect_err("a call that does not fit must be refused");
         assert!(e.to_string().contains("max_bytes"), "{e}");
     }

@@ -110,12 +110,22 @@ pub trait GpuTransport {
     /// See the trait's docs.
     unsafe fn all_reduce(&self, call: &Call) -> Result<Self::Ran>;
 
+    /// All-gather, reduce-scatter or broadcast as `what` says (`what`
+    /// names the broadcast's root; `call.root` is not read).
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()>;
+
     /// All-gather: every rank's `call.input` (`count` elements) lands in
     /// `call.output` (`world * count`) in rank order.
     ///
     /// # Safety
     /// See the trait's docs.
-    unsafe fn all_gather(&self, call: &Call) -> Result<()>;
+    unsafe fn all_gather(&self, call: &Call) -> Result<()> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.run_collective(Collective::AllGather, call) }
+    }
 
     /// Reduce-scatter: block `rank` (`count` elements) of the reduction
     /// (`call.op`) over the ranks' `call.input` (`world * count`) lands in
@@ -123,14 +133,21 @@ pub trait GpuTransport {
     ///
     /// # Safety
     /// See the trait's docs.
-    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()>;
+    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()> {
+        // SAFETY: as for all_gather.
+        unsafe { self.run_collective(Collective::ReduceScatter, call) }
+    }
 
     /// Broadcast: `call.input` of rank `call.root` lands in `call.output`
     /// of every rank.
     ///
     /// # Safety
     /// See the trait's docs.
-    unsafe fn broadcast(&self, call: &Call) -> Result<()>;
+    unsafe fn broadcast(&self, call: &Call) -> Result<()> {
+        let what = Collective::Broadcast { root: call.root };
+        // SAFETY: as for all_gather.
+        unsafe { self.run_collective(what, call) }
+    }
 }
 
 /// The checks every all-reduce of tpcomm's kernels makes before launching:
@@ -174,6 +191,12 @@ pub(crate) fn check_collective(
     world: usize,
     max_bytes: ByteSize,
 ) -> Result<usize> {
+    if what == Collective::ReduceScatter && call.op != ReduceOp::Sum {
+        return Err(Error::Unsupported(format!(
+            "reduce op {} in tpcomm's reduce-scatter kernels (only sum); use Communicator with nccl_fallback for it",
+            call.op
+        )));
+    }
     let count = call.count;
     let bytes = count
         .checked_mul(call.dtype.size())
@@ -225,24 +248,22 @@ impl GpuTransport for NcclComm {
         unsafe { NcclComm::all_reduce(self, c.input, c.output, c.count, c.dtype, c.op, c.stream) }
     }
 
-    unsafe fn all_gather(&self, call: &Call) -> Result<()> {
-        let c = call;
-        // SAFETY: as for all_reduce.
-        unsafe { NcclComm::all_gather(self, c.input, c.output, c.count, c.dtype, c.stream) }
-    }
-
-    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()> {
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
         let c = call;
         // SAFETY: as for all_reduce.
         unsafe {
-            NcclComm::reduce_scatter(self, c.input, c.output, c.count, c.dtype, c.op, c.stream)
+            match what {
+                Collective::AllGather => {
+                    NcclComm::all_gather(self, c.input, c.output, c.count, c.dtype, c.stream)
+                }
+                Collective::ReduceScatter => NcclComm::reduce_scatter(
+                    self, c.input, c.output, c.count, c.dtype, c.op, c.stream,
+                ),
+                Collective::Broadcast { root } => {
+                    NcclComm::broadcast(self, c.input, c.output, c.count, c.dtype, root, c.stream)
+                }
+            }
         }
-    }
-
-    unsafe fn broadcast(&self, call: &Call) -> Result<()> {
-        let c = call;
-        // SAFETY: as for all_reduce.
-        unsafe { NcclComm::broadcast(self, c.input, c.output, c.count, c.dtype, c.root, c.stream) }
     }
 }
 
@@ -323,6 +344,9 @@ mod tests {
             max,
         );
         assert!(e(odd).contains("aligned to 2 bytes"));
+        let max_op = call(16, 32, 1, DType::F32).with_op(ReduceOp::Max);
+        let op = check_collective(Collective::ReduceScatter, &max_op, 2, max);
+        assert!(e(op).contains("only sum"));
         let over = check_collective(
             Collective::AllGather,
             &call(16, 32, usize::MAX / 2, DType::F32),

@@ -242,23 +242,7 @@ impl GpuComm {
         }
     }
 
-    /// All-gather, reduce-scatter (sum) or broadcast (`what` names the
-    /// root) on this transport's kernels: the [`GpuTransport`] methods, with
-    /// the collective as an argument. `call.root` is not read.
-    ///
-    /// # Safety
-    /// As [`GpuTransport`]'s methods.
-    pub unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
-        // SAFETY: the caller's contract, passed on unchanged.
-        unsafe {
-            match self {
-                GpuComm::P2p(c) => c.collective(what, call),
-                GpuComm::Pinned(h) => h.collective(what, call),
-            }
-        }
-    }
-
-    /// [`run_collective`](Self::run_collective) with the call's fields as
+    /// [`GpuTransport::run_collective`] with the call's fields as
     /// arguments: the drop-in's form.
     ///
     /// # Safety
@@ -276,7 +260,7 @@ impl GpuComm {
     ) -> Result<()> {
         let call = Call::new(input, output, count, dtype, stream).with_launch(how);
         // SAFETY: the caller's contract, passed on unchanged.
-        unsafe { self.run_collective(what, &call) }
+        unsafe { GpuTransport::run_collective(self, what, &call) }
     }
 }
 
@@ -329,13 +313,7 @@ impl Communicator {
         unsafe {
             match (route, self.nccl()) {
                 (CollectiveRoute::Tpcomm, _) => self.gpu().run_collective(what, call)?,
-                (_, Some(n)) => match what {
-                    Collective::AllGather => GpuTransport::all_gather(n, call)?,
-                    Collective::ReduceScatter => GpuTransport::reduce_scatter(n, call)?,
-                    Collective::Broadcast { root } => {
-                        GpuTransport::broadcast(n, &call.with_root(root))?
-                    }
-                },
+                (_, Some(n)) => GpuTransport::run_collective(n, what, call)?,
                 _ => return Err(no_route()),
             }
         }

@@ -539,25 +539,8 @@ impl GpuTransport for PinnedTransport {
         Ok(which)
     }
 
-    unsafe fn all_gather(&self, call: &Call) -> Result<()> {
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
         // SAFETY: the trait's contract (collectives.rs).
-        unsafe { self.collective(Collective::AllGather, call) }
-    }
-
-    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()> {
-        if call.op != ReduceOp::Sum {
-            return Err(Error::Unsupported(format!(
-                "reduce op {} in the host-path reduce-scatter kernels (only sum); use Communicator with nccl_fallback for it",
-                call.op
-            )));
-        }
-        // SAFETY: as for all_gather.
-        unsafe { self.collective(Collective::ReduceScatter, call) }
-    }
-
-    unsafe fn broadcast(&self, call: &Call) -> Result<()> {
-        let what = Collective::Broadcast { root: call.root };
-        // SAFETY: as for all_gather.
         unsafe { self.collective(what, call) }
     }
 }

@@ -1,7 +1,7 @@
 //! Which GPU transport a communicator uses, and one type over both.
 
 use super::comm::PinnedTransport;
-use crate::algo::Algo;
+use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::{CudaConfig, P2pTransport, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
@@ -167,32 +167,12 @@ impl GpuTransport for GpuComm {
         }
     }
 
-    unsafe fn all_gather(&self, call: &Call) -> Result<()> {
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
         // SAFETY: as for all_reduce.
         unsafe {
             match self {
-                GpuComm::P2p(c) => c.all_gather(call),
-                GpuComm::Pinned(c) => c.all_gather(call),
-            }
-        }
-    }
-
-    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()> {
-        // SAFETY: as for all_reduce.
-        unsafe {
-            match self {
-                GpuComm::P2p(c) => c.reduce_scatter(call),
-                GpuComm::Pinned(c) => c.reduce_scatter(call),
-            }
-        }
-    }
-
-    unsafe fn broadcast(&self, call: &Call) -> Result<()> {
-        // SAFETY: as for all_reduce.
-        unsafe {
-            match self {
-                GpuComm::P2p(c) => c.broadcast(call),
-                GpuComm::Pinned(c) => c.broadcast(call),
+                GpuComm::P2p(c) => c.collective(what, call),
+                GpuComm::Pinned(c) => c.collective(what, call),
             }
         }
     }

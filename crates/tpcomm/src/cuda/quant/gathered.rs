@@ -15,7 +15,7 @@
 
 use super::{round_up, QuantAlgo, QuantComm};
 use crate::algo::Collective;
-use crate::cuda::call::Call;
+use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::host_path::GpuComm;
 use crate::cuda::loader::dtype_index;
 use crate::cuda::pdl;
