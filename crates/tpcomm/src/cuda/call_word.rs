@@ -8,7 +8,9 @@
 //! epoch's tag above bit 49 and compare the rest.
 
 use crate::error::{Error, Result};
+use crate::sys::cuda::HostMapped;
 use crate::DType;
+use std::time::Duration;
 
 const BYTES_BITS: u32 = 40;
 /// The largest message a call word can describe.
@@ -209,6 +211,39 @@ pub(crate) fn mismatch(rank: usize, peer: usize, epoch: u64, mine: u64, theirs: 
 /// TPCOMM_CALL_MISMATCH in kernels/common.cuh).
 pub(crate) const WAIT_CALL: u32 = 11;
 pub(crate) const CALL_MISMATCH: u32 = 12;
+
+/// What the status words a transport's kernels write say about its
+/// latest calls (the layout every kernel family shares: the code at 0, the
+/// peer at 4, the epoch at 8, for a mismatch the two call words at 16 and
+/// 24): nothing, a call that disagrees with a peer's, or a wait for a peer
+/// that timed out after `waited`, on what `what` names for the code.
+pub(crate) fn status_check(
+    status: &HostMapped,
+    rank: usize,
+    waited: Duration,
+    what: impl FnOnce(u32) -> &'static str,
+) -> Result<()> {
+    let code = status.read_u32(0);
+    if code == 0 {
+        return Ok(());
+    }
+    let (peer, epoch) = (status.read_u32(4) as usize, status.read_u64(8));
+    if code == CALL_MISMATCH {
+        let (mine, theirs) = (status.read_u64(16), status.read_u64(24));
+        return Err(mismatch(rank, peer, epoch, mine, theirs));
+    }
+    let what = match code {
+        WAIT_CALL => "the description of its call",
+        c => what(c),
+    };
+    Err(Error::PeerTimeout {
+        rank,
+        peer,
+        epoch,
+        what: what.into(),
+        waited,
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -566,30 +566,12 @@ impl P2pTransport {
     /// status the kernels write). Synchronize the stream first to see the
     /// outcome of the latest call.
     pub fn check(&self) -> Result<()> {
-        let code = self.status.read_u32(0);
-        if code == 0 {
-            return Ok(());
-        }
-        let peer = self.status.read_u32(4) as usize;
-        let epoch = self.status.read_u64(8);
-        if code == call_word::CALL_MISMATCH {
-            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call_word::mismatch(self.rank, peer, epoch, mine, theirs));
-        }
-        let what = match code {
+        call_word::status_check(&self.status, self.rank, self.timeout, |code| match code {
             WAIT_ONESHOT => "one-shot data",
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
             WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
-            call_word::WAIT_CALL => "the description of its call",
             c => super::wait::wait_what(c).unwrap_or("data"),
-        };
-        Err(Error::PeerTimeout {
-            rank: self.rank,
-            peer,
-            epoch,
-            what: what.into(),
-            waited: self.timeout,
         })
     }
 }

@@ -458,25 +458,9 @@ impl QuantComm {
     /// Reports a peer that did not arrive in an earlier call. Synchronize
     /// the stream first to see the latest call's outcome.
     pub fn check(&self) -> Result<()> {
-        let code = self.status.read_u32(0);
-        if code == 0 {
-            return Ok(());
-        }
-        let (peer, epoch) = (self.status.read_u32(4) as usize, self.status.read_u64(8));
-        if code == call_word::CALL_MISMATCH {
-            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call_word::mismatch(self.rank, peer, epoch, mine, theirs));
-        }
-        Err(Error::PeerTimeout {
-            rank: self.rank,
-            peer,
-            epoch,
-            what: match code {
-                WAIT_QUANT => "quantized one-shot data".into(),
-                call_word::WAIT_CALL => "the description of its call".into(),
-                _ => "data".into(),
-            },
-            waited: self.timeout,
+        call_word::status_check(&self.status, self.rank, self.timeout, |code| match code {
+            WAIT_QUANT => "quantized one-shot data",
+            _ => "data",
         })
     }
 }
