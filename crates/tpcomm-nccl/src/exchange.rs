@@ -200,7 +200,7 @@ impl NcclExchange {
     }
 }
 
-/// How CudaCommunicator::new reaches the other ranks: through this exchange.
+/// How P2pTransport::new reaches the other ranks: through this exchange.
 #[derive(Debug)]
 pub struct AsRendezvous(pub std::sync::Arc<NcclExchange>);
 
@@ -287,7 +287,7 @@ mod tests {
         }
     }
 
-    /// Rank r makes `steps` exchanges like CudaCommunicator::new, failing
+    /// Rank r makes `steps` exchanges like P2pTransport::new, failing
     /// locally before step `fail_at[r]` (if any), then finishes.
     fn run_ranks(steps: usize, fail_at: Vec<Option<usize>>) -> Vec<(bool, usize)> {
         let world = fail_at.len();

@@ -4,7 +4,7 @@
 //! Opt-in: unset, nothing is allocated and every call runs as before.
 
 use tpcomm::cuda::quant::{agree_wire, wire_for, QuantAlgo, QuantComm};
-use tpcomm::cuda::{CUstream, CudaConfig, GpuComm, Launch, Rendezvous};
+use tpcomm::cuda::{CUstream, Call, CudaConfig, GpuComm, Rendezvous};
 use tpcomm::quant::Wire;
 use tpcomm::{ByteSize, DType, Result};
 
@@ -61,18 +61,9 @@ impl QuantBeside {
         }
         // SAFETY: passed on from the caller.
         Some(unsafe {
+            let call = Call::new(send, recv, count, dtype, stream);
             self.comm
-                .run(
-                    exact,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                    wire,
-                    QuantAlgo::Auto,
-                    stream,
-                    Launch::Ordinary,
-                )
+                .run(exact, &call, wire, QuantAlgo::Auto)
                 .map(|_| wire)
         })
     }

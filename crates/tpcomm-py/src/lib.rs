@@ -221,8 +221,8 @@ impl Communicator {
         let rendezvous = Rendezvous::Custom(Arc::new(PyExchange { callable: exchange }));
         let inner = RustCommunicator::new(&cfg, &rendezvous).map_err(to_py)?;
         match inner.gpu() {
-            GpuComm::Cuda(c) => c.prepare_fused().map_err(to_py)?,
-            GpuComm::Host(c) => tpcomm::cuda::fused::prepare(c.context()).map_err(to_py)?,
+            GpuComm::P2p(c) => c.prepare_fused().map_err(to_py)?,
+            GpuComm::Pinned(c) => tpcomm::cuda::fused::prepare(c.context()).map_err(to_py)?,
         };
         inner.prepare_collectives().map_err(to_py)?;
         Ok(Self {
@@ -420,7 +420,7 @@ impl Communicator {
         match self.comm()?.gpu() {
             // SAFETY: as in all_reduce: live tensors of this device, of the
             // sizes tpcomm/torch.py checked, on a stream of this device.
-            GpuComm::Cuda(c) => unsafe {
+            GpuComm::P2p(c) => unsafe {
                 c.all_reduce_residual_rmsnorm(
                     partial,
                     residual,
@@ -435,7 +435,7 @@ impl Communicator {
                 )
             }
             .map_err(to_py),
-            GpuComm::Host(c) => {
+            GpuComm::Pinned(c) => {
                 let scratch = scratch.ok_or_else(|| {
                     to_py(Error::invalid(
                         "scratch",
@@ -494,8 +494,8 @@ impl Communicator {
         let dtype = parse::<DType>(dtype)?;
         let comm = self.comm()?;
         let ctx = match comm.gpu() {
-            GpuComm::Cuda(c) => c.context(),
-            GpuComm::Host(c) => c.context(),
+            GpuComm::P2p(c) => c.context(),
+            GpuComm::Pinned(c) => c.context(),
         };
         // SAFETY: as in all_reduce.
         unsafe {

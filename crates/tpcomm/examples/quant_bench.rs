@@ -341,7 +341,16 @@ fn rank_main(
                 for &wire in &wires[1..] {
                     // SAFETY: as above; rank 0 alone, its own block only.
                     stages.extend(unsafe {
-                        time_stages(q, &ctx, &stream, pi, po, bytes, wire, a.ranks, a.reps)?
+                        {
+                            let call = tpcomm::cuda::Call::new(
+                                pi,
+                                po,
+                                bytes / 2,
+                                DType::Bf16,
+                                stream.cu_stream(),
+                            );
+                            time_stages(q, &ctx, &stream, &call, wire, a.ranks, a.reps)?
+                        }
                     });
                 }
             }
@@ -358,20 +367,19 @@ fn rank_main(
 /// could reach at best, where launch and tail weigh.
 ///
 /// # Safety
-/// `pi` and `po` hold `bytes` until the stream has run the launches.
-#[allow(clippy::too_many_arguments)]
+/// `call`'s input and output (bf16, on `stream`) hold its count until the
+/// stream has run the launches.
 unsafe fn time_stages(
     q: &tpcomm::cuda::quant::QuantComm,
     ctx: &Arc<CudaContext>,
     stream: &Arc<tpcomm::cuda::cudarc::driver::CudaStream>,
-    pi: u64,
-    po: u64,
-    bytes: usize,
+    call: &tpcomm::cuda::Call,
     wire: Wire,
     world: usize,
     reps: usize,
 ) -> Result<StageRows> {
-    let Some(c) = q.gathered_call(pi, po, bytes / 2, DType::Bf16, wire)? else {
+    let bytes = call.count * 2;
+    let Some(c) = q.gathered_call(call, wire)? else {
         return Ok(Vec::new());
     };
     let (ev0, ev1) = timing_events(ctx)?;
@@ -410,8 +418,8 @@ unsafe fn time_stages(
             // SAFETY: the caller's contract; the blocks are the communicator's.
             unsafe {
                 match stage {
-                    "pack" => q.pack(&c, pi, stream.cu_stream(), Launch::Ordinary),
-                    _ => q.unpack_sum(&c, po, stream.cu_stream(), Launch::Ordinary),
+                    "pack" => q.pack(&c, call),
+                    _ => q.unpack_sum(&c, call),
                 }
             }
         })?;

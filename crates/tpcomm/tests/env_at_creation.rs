@@ -4,7 +4,7 @@
 //! environment of the other tests is left alone.
 
 use std::process::Command;
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, HostGpuCommunicator, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{CudaConfig, P2pTransport, PinnedTransport, Rendezvous, ThreadGroup};
 
 const CHILD: &str = "TPCOMM_ENV_TEST_CHILD";
 
@@ -16,11 +16,11 @@ fn child_creates_communicators() {
     }
     let cfg = CudaConfig::new(0, 2, 0);
     let rv = Rendezvous::Threads(ThreadGroup::new(2));
-    match CudaCommunicator::new(&cfg, &rv) {
+    match P2pTransport::new(&cfg, &rv) {
         Ok(_) => println!("P2P: created"),
         Err(e) => println!("P2P: {e}"),
     }
-    match HostGpuCommunicator::new(&cfg, &rv) {
+    match PinnedTransport::new(&cfg, &rv) {
         Ok(_) => println!("HOST: created"),
         Err(e) => println!("HOST: {e}"),
     }

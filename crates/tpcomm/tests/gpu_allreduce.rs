@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
@@ -22,14 +22,13 @@ fn make_ranks(
     max: ByteSize,
     arena: usize,
     timeout: Duration,
-) -> Vec<Rank<CudaCommunicator>> {
+) -> Vec<Rank<P2pTransport>> {
     let group = ThreadGroup::new(world);
     gpu_common::make_ranks(world, arena, move |r| {
         let mut cfg = CudaConfig::new(r, world, device_of(r));
         cfg.max_bytes = max;
         cfg.timeout = timeout;
-        CudaCommunicator::new(&cfg, &Rendezvous::Threads(group.clone()))
-            .expect("create communicator")
+        P2pTransport::new(&cfg, &Rendezvous::Threads(group.clone())).expect("create communicator")
     })
 }
 
@@ -135,7 +134,7 @@ fn repeat_calls(
                         .collect();
                     let (pa, pb) = (rank.ptr(&rank.a), rank.ptr(&rank.b));
                     let cs = rank.stream.cu_stream();
-                    let issue = |rank: &Rank<CudaCommunicator>| -> Result<(), String> {
+                    let issue = |rank: &Rank<P2pTransport>| -> Result<(), String> {
                         for (k, c) in calls.iter().enumerate() {
                             let off = offsets[k] as u64;
                             // SAFETY: ranges inside this rank's arenas, alive for the test.
@@ -367,7 +366,7 @@ fn gpu_memory_report_matches_the_free_memory_drop() {
         let made = gpu_common::create_measured(world, move |r| {
             let mut cfg = CudaConfig::new(r, world, device_of(r));
             cfg.max_bytes = ByteSize::b((8 << 20) + 6);
-            CudaCommunicator::new(&cfg, &Rendezvous::Threads(group.clone())).unwrap()
+            P2pTransport::new(&cfg, &Rendezvous::Threads(group.clone())).unwrap()
         });
         let sums: Vec<_> = made
             .iter()

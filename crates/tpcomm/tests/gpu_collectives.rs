@@ -14,10 +14,10 @@ mod gpu_common;
 use gpu_common::{describe, device_of, make_ranks, Rank};
 use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::{
-    Collective, CudaConfig, GpuComm, Launch, Rendezvous, StreamAllReduce, ThreadGroup, Transport,
+    Call, Collective, CudaConfig, GpuComm, GpuTransport, Launch, Rendezvous, ThreadGroup, Transport,
 };
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::{ByteSize, DType};
 
 const MAX: ByteSize = ByteSize::mib(1);
 
@@ -29,42 +29,11 @@ fn ranks(world: usize, transport: Transport) -> Vec<Rank<GpuComm>> {
         cfg.transport = transport;
         let c = GpuComm::new(&cfg, &Rendezvous::Threads(group.clone())).unwrap();
         match &c {
-            GpuComm::Cuda(p) => p.prepare_collectives().unwrap(),
-            GpuComm::Host(h) => h.prepare_collectives().unwrap(),
+            GpuComm::P2p(p) => p.prepare_collectives().unwrap(),
+            GpuComm::Pinned(h) => h.prepare_collectives().unwrap(),
         };
         c
     })
-}
-
-/// One collective on either transport.
-///
-/// # Safety
-/// As `CudaCommunicator::all_gather`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn collective(
-    comm: &GpuComm,
-    what: Collective,
-    input: u64,
-    output: u64,
-    count: usize,
-    dtype: DType,
-    stream: tpcomm::cuda::CUstream,
-    how: Launch,
-) -> tpcomm::Result<()> {
-    unsafe {
-        match (comm, what) {
-            (GpuComm::Host(h), w) => h.collective(w, input, output, count, dtype, stream, how),
-            (GpuComm::Cuda(c), Collective::AllGather) => {
-                c.all_gather(input, output, count, dtype, stream, how)
-            }
-            (GpuComm::Cuda(c), Collective::ReduceScatter) => {
-                c.reduce_scatter(input, output, count, dtype, ReduceOp::Sum, stream, how)
-            }
-            (GpuComm::Cuda(c), Collective::Broadcast { root }) => {
-                c.broadcast(input, output, count, dtype, root, stream, how)
-            }
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -81,49 +50,35 @@ enum Op {
 fn launch(rank: &Rank<GpuComm>, op: Op, count: usize, dtype: DType) {
     let (pa, pb) = (rank.ptr(&rank.a), rank.ptr(&rank.b));
     let me = match &rank.comm {
-        GpuComm::Cuda(p) => p.rank(),
-        GpuComm::Host(h) => h.rank(),
+        GpuComm::P2p(p) => p.rank(),
+        GpuComm::Pinned(h) => h.rank(),
     } as u64;
     let block = (count * dtype.size()) as u64;
     let cs = rank.stream.cu_stream();
     let c = &rank.comm;
     let (ag, rs) = (Collective::AllGather, Collective::ReduceScatter);
-    let o = Launch::Ordinary;
+    let call = |i, o| Call::new(i, o, count, dtype, cs);
     // SAFETY (test): every range lies inside this rank's 16 MiB arenas, which
     // outlive the synchronisation that follows every batch.
     unsafe {
         match op {
-            Op::AllGather { in_place: false } => collective(c, ag, pa, pb, count, dtype, cs, o),
+            Op::AllGather { in_place: false } => GpuTransport::run_collective(c, ag, &call(pa, pb)),
             Op::AllGather { in_place: true } => {
-                collective(c, ag, pa + me * block, pa, count, dtype, cs, o)
+                GpuTransport::run_collective(c, ag, &call(pa + me * block, pa))
             }
-            Op::ReduceScatter { in_place: false } => collective(c, rs, pa, pb, count, dtype, cs, o),
-            Op::ReduceScatter { in_place: true } => collective(
+            Op::ReduceScatter { in_place: false } => {
+                GpuTransport::run_collective(c, rs, &call(pa, pb))
+            }
+            Op::ReduceScatter { in_place: true } => GpuTransport::run_collective(
                 c,
                 rs,
-                pa,
-                pa + me * block,
-                count,
-                dtype,
-                cs,
-                Launch::Overlapped,
+                &call(pa, pa + me * block).with_launch(Launch::Overlapped),
             ),
             Op::Broadcast { root, in_place } => {
                 let out = if in_place { pa } else { pb };
-                collective(
-                    c,
-                    Collective::Broadcast { root },
-                    pa,
-                    out,
-                    count,
-                    dtype,
-                    cs,
-                    o,
-                )
+                GpuTransport::run_collective(c, Collective::Broadcast { root }, &call(pa, out))
             }
-            Op::AllReduce => c
-                .all_reduce(pb, pb, count, dtype, ReduceOp::Sum, Algo::Auto, cs)
-                .map(|_| ()),
+            Op::AllReduce => GpuTransport::all_reduce(c, &call(pb, pb)),
         }
         .unwrap();
     }
@@ -234,18 +189,8 @@ fn fits(ranks: &mut [Rank<GpuComm>], op: Op, count: usize, dtype: DType) -> bool
         r.ctx.bind_to_thread().unwrap();
         let (pa, pb) = (r.ptr(&r.a), r.ptr(&r.b));
         // SAFETY (test): refused before anything is launched.
-        let e = unsafe {
-            collective(
-                &r.comm,
-                what,
-                pa,
-                pb,
-                count,
-                dtype,
-                r.stream.cu_stream(),
-                Launch::Ordinary,
-            )
-        };
+        let call = Call::new(pa, pb, count, dtype, r.stream.cu_stream());
+        let e = unsafe { GpuTransport::run_collective(&r.comm, what, &call) };
         let e = e.expect_err("a call that does not fit must be refused");
         assert!(e.to_string().contains("max_bytes"), "{e}");
     }

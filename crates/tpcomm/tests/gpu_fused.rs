@@ -15,7 +15,7 @@ use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::fused::add_rmsnorm;
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{element, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
@@ -108,7 +108,7 @@ struct Bufs {
 /// launch) on one rank; returns (unfused residual, unfused normed, fused
 /// residual, fused normed, overlapped residual, overlapped normed).
 fn run_rank(
-    comm: &CudaCommunicator,
+    comm: &P2pTransport,
     stream: &Arc<CudaStream>,
     c: &Case,
     inp: &Inputs,
@@ -223,7 +223,7 @@ fn fused_all_reduce_residual_rmsnorm_equals_the_unfused_sequence() {
                 std::thread::spawn(move || {
                     let mut cfg = CudaConfig::new(r, world, device_of(r));
                     cfg.max_bytes = ByteSize::from_usize(max);
-                    let comm = CudaCommunicator::new(&cfg, &rv).expect("create communicator");
+                    let comm = P2pTransport::new(&cfg, &rv).expect("create communicator");
                     let ctx = comm.context().clone();
                     // SAFETY (test): each slice is used on this one stream only.
                     unsafe { ctx.disable_event_tracking() };
@@ -304,14 +304,14 @@ fn fused_call_whose_peer_never_arrives_times_out_naming_it() {
     let Some(_) = gpu_worlds() else { return };
     let timeout = Duration::from_millis(300);
     let group = ThreadGroup::new(2);
-    let comms: Vec<CudaCommunicator> = (0..2)
+    let comms: Vec<P2pTransport> = (0..2)
         .map(|r| {
             let rv = Rendezvous::Threads(group.clone());
             std::thread::spawn(move || {
                 let mut cfg = CudaConfig::new(r, 2, device_of(r));
                 cfg.max_bytes = ByteSize::mib(1);
                 cfg.timeout = timeout;
-                CudaCommunicator::new(&cfg, &rv).expect("create communicator")
+                P2pTransport::new(&cfg, &rv).expect("create communicator")
             })
         })
         .collect::<Vec<_>>()

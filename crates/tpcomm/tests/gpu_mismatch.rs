@@ -32,8 +32,8 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tpcomm::cuda::host_path::HostGpuCommunicator;
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::cuda::host_path::PinnedTransport;
+use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::Rng;
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
@@ -66,16 +66,15 @@ trait Comm: TestComm + 'static {
     fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self;
 }
 
-impl Comm for CudaCommunicator {
+impl Comm for P2pTransport {
     fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self {
-        CudaCommunicator::new(cfg, &Rendezvous::Threads(group.clone()))
-            .expect("create communicator")
+        P2pTransport::new(cfg, &Rendezvous::Threads(group.clone())).expect("create communicator")
     }
 }
 
-impl Comm for HostGpuCommunicator {
+impl Comm for PinnedTransport {
     fn create(cfg: &CudaConfig, group: &Arc<ThreadGroup>) -> Self {
-        HostGpuCommunicator::new(cfg, &Rendezvous::Threads(group.clone()))
+        PinnedTransport::new(cfg, &Rendezvous::Threads(group.clone()))
             .expect("create host-path communicator")
     }
 }
@@ -132,13 +131,13 @@ fn warm_up() {
         drop(gpu_common::make_ranks(2, 256, move |r| {
             let mut cfg = CudaConfig::new(r, 2, device_of(r));
             cfg.max_bytes = MAX;
-            CudaCommunicator::create(&cfg, &group)
+            P2pTransport::create(&cfg, &group)
         }));
         let group = ThreadGroup::new(2);
         drop(gpu_common::make_ranks(2, 256, move |r| {
             let mut cfg = CudaConfig::new(r, 2, device_of(r));
             cfg.max_bytes = MAX;
-            HostGpuCommunicator::create(&cfg, &group)
+            PinnedTransport::create(&cfg, &group)
         }));
     });
 }
@@ -149,8 +148,8 @@ fn warm_up() {
 fn run_case(world: usize, asks: &[Option<Ask>], seed: u64, via: Via) -> Result<Vec<Seen>, String> {
     warm_up();
     match via {
-        Via::P2p => run_case_on::<CudaCommunicator>(world, asks, seed),
-        Via::Host => run_case_on::<HostGpuCommunicator>(world, asks, seed),
+        Via::P2p => run_case_on::<P2pTransport>(world, asks, seed),
+        Via::Host => run_case_on::<PinnedTransport>(world, asks, seed),
     }
 }
 

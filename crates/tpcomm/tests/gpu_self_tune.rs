@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::DevicePtr;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaCommunicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
@@ -45,7 +45,7 @@ fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() 
                 cfg.max_bytes = max;
                 cfg.timeout = Duration::from_secs(10);
                 cfg.self_tune = false;
-                let first = CudaCommunicator::new(&cfg, &rv1).expect("create");
+                let first = P2pTransport::new(&cfg, &rv1).expect("create");
                 // Both ranks' first communicators go only after both are made
                 // (a peer's buffers must outlive its mappings).
                 rv1.exchange("test-drop", r, world, &[], Duration::from_secs(10))
@@ -53,7 +53,7 @@ fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() 
                 drop(first);
                 cfg.self_tune = true;
                 let t0 = Instant::now();
-                let comm = CudaCommunicator::new(&cfg, &rv2).expect("create with self-tune");
+                let comm = P2pTransport::new(&cfg, &rv2).expect("create with self-tune");
                 let took = t0.elapsed();
                 let sel = comm.selector().expect("self-tune sets a selector");
                 let table = sel.table().expect("a table").to_toml();

@@ -139,7 +139,7 @@ fn set_up(
     cfg.max_bytes = ByteSize::from_usize(max_tokens * args.hidden * 2);
     cfg.timeout = timeout;
     cfg.transport = args.transport;
-    // On cuda (P2P) this is CudaCommunicator::new, as before the host
+    // On cuda (P2P) this is P2pTransport::new, as before the host
     // transport was offered; every rank resolves auto the same way, so a
     // refused mode fails them all here, before NCCL or the model.
     let comm = GpuComm::new(&cfg, rv)?;
@@ -150,8 +150,8 @@ fn set_up(
         skipped.push("nccl");
     }
     let fused_image = match &comm {
-        GpuComm::Cuda(c) => Some(c.prepare_fused()?),
-        GpuComm::Host(_) => None,
+        GpuComm::P2p(c) => Some(c.prepare_fused()?),
+        GpuComm::Pinned(_) => None,
     };
     let nccl = if modes.contains(&Mode::Nccl) {
         Some(nccl_comm(rank, world, rv, timeout)?)
@@ -234,10 +234,10 @@ impl Forward<'_> {
     }
 
     /// tpcomm's communicator when it is the P2P one (the fused modes need it).
-    fn p2p(&self) -> Option<&tpcomm::cuda::CudaCommunicator> {
+    fn p2p(&self) -> Option<&tpcomm::cuda::P2pTransport> {
         match &self.s.comm {
-            GpuComm::Cuda(c) => Some(c),
-            GpuComm::Host(_) => None,
+            GpuComm::P2p(c) => Some(c),
+            GpuComm::Pinned(_) => None,
         }
     }
 
@@ -295,16 +295,9 @@ impl Forward<'_> {
                     let q = self.s.quant.as_ref().ok_or_else(|| {
                         Error::Aborted("a quantized mode without its communicator".into())
                     })?;
-                    q.all_reduce_with(
-                        s.partial,
-                        s.reduced,
-                        count,
-                        DType::Bf16,
-                        wire,
-                        QuantAlgo::Auto,
-                        cs,
-                        Launch::Ordinary,
-                    )?;
+                    let call =
+                        tpcomm::cuda::Call::new(s.partial, s.reduced, count, DType::Bf16, cs);
+                    q.all_reduce_with(&call, wire, QuantAlgo::Auto)?;
                     model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                 }
             }
@@ -394,7 +387,7 @@ impl Forward<'_> {
             *nccl_h = Some(h.clone());
         }
         let kernel = match (mode, comm) {
-            (Mode::Tp(algo, how), GpuComm::Host(_)) => {
+            (Mode::Tp(algo, how), GpuComm::Pinned(_)) => {
                 let k = comm.algo_name(algo, tokens * self.args.hidden * 2);
                 Some(match how {
                     Launch::Ordinary => k.to_string(),

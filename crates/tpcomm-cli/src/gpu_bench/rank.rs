@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::quant::QuantAlgo;
-use tpcomm::cuda::{Algo, GpuComm, Launch, Rendezvous, StreamAllReduce};
+use tpcomm::cuda::{Algo, Call, GpuTransport, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::quant::Wire;
 use tpcomm::select;
-use tpcomm::{DType, Error, ReduceOp, Result};
+use tpcomm::{Error, ReduceOp, Result};
 
 /// One algorithm in one mode at the size being measured.
 struct Entry {
@@ -213,20 +213,18 @@ impl Rank<'_> {
         let (dtype, stream) = (self.args.dtype, self.c.stream.cu_stream());
         let coll = self.args.coll;
         if coll != Coll::AllReduce {
-            let root = self.root();
+            let call = Call::new(i, o, count, dtype, stream).with_root(self.root());
             // SAFETY: as for the all-reduce below; a collective's buffers (world x count for
             // the gathered output and the scattered input) fit `max`, which
             // the size column (world x count) is at most.
             return unsafe {
                 match imp {
-                    Impl::Nccl => self.c.nccl.as_ref().map_or(Ok(()), |n| match coll {
-                        Coll::AllGather => n.all_gather(i, o, count, dtype, stream),
-                        Coll::ReduceScatter => {
-                            n.reduce_scatter(i, o, count, dtype, ReduceOp::Sum, stream)
-                        }
-                        _ => n.broadcast(i, o, count, dtype, root, stream),
-                    }),
-                    _ => tp_collective(&self.c.comm, coll, i, o, count, dtype, root, stream),
+                    Impl::Nccl => self
+                        .c
+                        .nccl
+                        .as_ref()
+                        .map_or(Ok(()), |n| run_collective(n, coll, &call)),
+                    _ => run_collective(&self.c.comm, coll, &call),
                 }
             };
         }
@@ -249,16 +247,7 @@ impl Rank<'_> {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream)
                 }),
                 Impl::Quant(w) => self.c.quant.as_ref().map_or(Ok(()), |q| {
-                    q.all_reduce_with(
-                        i,
-                        o,
-                        count,
-                        dtype,
-                        *w,
-                        QuantAlgo::Auto,
-                        stream,
-                        Launch::Ordinary,
-                    )
+                    q.all_reduce_with(&Call::new(i, o, count, dtype, stream), *w, QuantAlgo::Auto)
                 }),
                 Impl::Auto | Impl::Coll => unreachable!("resolved before any call"),
             }
@@ -579,41 +568,18 @@ impl Rank<'_> {
     }
 }
 
-/// tpcomm's kernel of `coll` on either transport.
+/// The collective `coll` (not the all-reduce) of `call` on a transport:
+/// tpcomm's kernels (either transport) or NCCL.
 ///
 /// # Safety
-/// As `CudaCommunicator::all_gather`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn tp_collective(
-    comm: &GpuComm,
-    coll: Coll,
-    i: u64,
-    o: u64,
-    count: usize,
-    dtype: DType,
-    root: usize,
-    stream: tpcomm::cuda::CUstream,
-) -> Result<()> {
-    use tpcomm::cuda::Collective;
-    let what = match coll {
-        Coll::AllGather => Collective::AllGather,
-        Coll::ReduceScatter => Collective::ReduceScatter,
-        _ => Collective::Broadcast { root },
-    };
-    let how = Launch::Ordinary;
+/// As `GpuTransport`'s methods.
+unsafe fn run_collective(t: &impl GpuTransport, coll: Coll, call: &Call) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe {
-        match (comm, what) {
-            (GpuComm::Host(h), w) => h.collective(w, i, o, count, dtype, stream, how),
-            (GpuComm::Cuda(c), Collective::AllGather) => {
-                c.all_gather(i, o, count, dtype, stream, how)
-            }
-            (GpuComm::Cuda(c), Collective::ReduceScatter) => {
-                c.reduce_scatter(i, o, count, dtype, ReduceOp::Sum, stream, how)
-            }
-            (GpuComm::Cuda(c), Collective::Broadcast { root }) => {
-                c.broadcast(i, o, count, dtype, root, stream, how)
-            }
+        match coll {
+            Coll::AllGather => t.all_gather(call),
+            Coll::ReduceScatter => t.reduce_scatter(call),
+            _ => t.broadcast(call),
         }
     }
 }

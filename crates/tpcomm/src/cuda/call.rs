@@ -1,363 +1,363 @@
-//! What a GPU call says it is: the word every rank sends its peers with each
-//! call (kernels/common.cuh, "call words"), built here, and the text
-//! `check()` gives when two ranks' words disagree.
+//! One GPU collective call as a value ([`Call`]), and the trait every GPU
+//! transport runs calls through ([`GpuTransport`]): P2P
+//! ([`P2pTransport`](super::P2pTransport)), pinned host memory
+//! ([`PinnedTransport`](super::PinnedTransport)), either of the two
+//! ([`GpuComm`](super::GpuComm)), and NCCL ([`NcclComm`]).
 //!
-//! Bits 0-39: the message's bytes (for the collectives, one rank's block);
-//! 40-43: the kind of call; 44-45: the element type (1 f32, 2 f16, 3 bf16);
-//! 46-48: the broadcast's root, or the quantized wire. The kernels add the
-//! epoch's tag above bit 49 and compare the rest.
+//! A `Call` is built once on the caller's stack and passed by reference down
+//! to the kernel launch: no transport takes the arguments one by one.
 
+use super::pdl::Launch;
+use crate::algo::{Algo, Collective};
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::DType;
+use crate::nccl::NcclComm;
+use crate::sys::cuda::{CUdeviceptr, CUstream};
+use crate::units::ByteSize;
 
-const BYTES_BITS: u32 = 40;
-/// The largest message a call word can describe.
-pub(crate) const MAX_CALL_BYTES: u64 = (1 << BYTES_BITS) - 1;
-
-/// The kinds of call: the algorithm or collective, on its transport. A rank
-/// that runs another kind than its peers has made another call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u64)]
-pub(crate) enum Kind {
-    OneShot = 1,
-    TwoShot = 2,
-    FusedRmsNorm = 3,
-    AllGather = 4,
-    ReduceScatter = 5,
-    Broadcast = 6,
-    HostDelta = 7,
-    HostChunked = 8,
-    HostAllGather = 9,
-    HostReduceScatter = 10,
-    HostBroadcast = 11,
-    QuantOneShot = 12,
-    QuantTwoShot = 13,
+/// What one collective call asks for: where the data is, how much of it,
+/// of which type and reduction, on which stream and how launched.
+///
+/// `count` follows NCCL: for the all-reduce the whole message; for
+/// all-gather, reduce-scatter and broadcast one rank's block (the
+/// all-gather's input, the reduce-scatter's output, the broadcast's
+/// message). The input and output are equal for an in-place call.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub input: CUdeviceptr,
+    pub output: CUdeviceptr,
+    /// Elements (see the type's docs for which buffer they count).
+    pub count: usize,
+    pub dtype: DType,
+    /// The reduction (all-reduce, reduce-scatter); `Sum` for the others.
+    pub op: ReduceOp,
+    /// The all-reduce algorithm asked for (`Auto`: the route table picks).
+    pub algo: Algo,
+    /// The broadcast's root rank (0 for the other calls).
+    pub root: usize,
+    /// The caller's CUDA stream (null: the legacy default stream).
+    pub stream: CUstream,
+    /// Ordinary or overlapped launch of tpcomm's kernels (NCCL launches as
+    /// NCCL does).
+    pub launch: Launch,
 }
 
-impl Kind {
-    const ALL: [Kind; 13] = [
-        Kind::OneShot,
-        Kind::TwoShot,
-        Kind::FusedRmsNorm,
-        Kind::AllGather,
-        Kind::ReduceScatter,
-        Kind::Broadcast,
-        Kind::HostDelta,
-        Kind::HostChunked,
-        Kind::HostAllGather,
-        Kind::HostReduceScatter,
-        Kind::HostBroadcast,
-        Kind::QuantOneShot,
-        Kind::QuantTwoShot,
-    ];
-
-    fn text(self) -> &'static str {
-        match self {
-            Kind::OneShot => "one-shot all-reduce",
-            Kind::TwoShot => "two-shot all-reduce",
-            Kind::FusedRmsNorm => "fused all-reduce + residual + RMSNorm",
-            Kind::AllGather => "all-gather",
-            Kind::ReduceScatter => "reduce-scatter",
-            Kind::Broadcast => "broadcast",
-            Kind::HostDelta => "host-path all-reduce (delta)",
-            Kind::HostChunked => "host-path all-reduce (chunked)",
-            Kind::HostAllGather => "host-path all-gather",
-            Kind::HostReduceScatter => "host-path reduce-scatter",
-            Kind::HostBroadcast => "host-path broadcast",
-            Kind::QuantOneShot => "quantized one-shot all-reduce",
-            Kind::QuantTwoShot => "quantized two-shot all-reduce",
+impl Call {
+    /// A sum of `count` elements of `dtype` from `input` into `output` on
+    /// `stream`: `Algo::Auto`, root 0, an ordinary launch. Change the rest
+    /// with the `with_*` methods.
+    pub fn new(
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        stream: CUstream,
+    ) -> Self {
+        Call {
+            input,
+            output,
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            algo: Algo::Auto,
+            root: 0,
+            stream,
+            launch: Launch::Ordinary,
         }
     }
+
+    pub fn with_op(self, op: ReduceOp) -> Self {
+        Call { op, ..self }
+    }
+    pub fn with_algo(self, algo: Algo) -> Self {
+        Call { algo, ..self }
+    }
+    pub fn with_root(self, root: usize) -> Self {
+        Call { root, ..self }
+    }
+    pub fn with_launch(self, launch: Launch) -> Self {
+        Call { launch, ..self }
+    }
+
+    /// The call's data in bytes (`count` elements of `dtype`), or an error
+    /// when that overflows.
+    pub fn bytes(&self) -> Result<u64> {
+        (self.count as u64)
+            .checked_mul(self.dtype.size() as u64)
+            .ok_or_else(|| Error::invalid("count", format!("{} elements overflow", self.count)))
+    }
 }
 
-/// The call word of a call of `kind` moving `nbytes` of `dtype`; `aux` is
-/// the broadcast's root or the quantized wire (0 otherwise, at most 7).
-pub(crate) fn word(kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u64> {
-    if nbytes > MAX_CALL_BYTES || aux > 7 {
+/// A GPU transport: runs [`Call`]s on the caller's stream, asynchronously.
+///
+/// # Safety (of every method)
+/// `call.input` and `call.output` must be device memory of the transport's
+/// device (or mapped into it), 16-byte aligned for tpcomm's kernels, sized
+/// for the call (see [`Call`]: `world * count` elements for the all-gather's
+/// output and the reduce-scatter's input, `count` otherwise), either
+/// disjoint or in place at this rank's block, and stay valid until the
+/// stream has run the call; `call.stream` must belong to that device's
+/// primary context (or be null).
+pub trait GpuTransport {
+    /// What an all-reduce ran: the algorithm (P2P), the kernel (pinned host
+    /// memory), or nothing said (`GpuComm`, NCCL).
+    type Ran;
+
+    /// Sums (or reduces by `call.op`, where the transport has it)
+    /// `call.count` elements over all ranks into `call.output`.
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn all_reduce(&self, call: &Call) -> Result<Self::Ran>;
+
+    /// All-gather, reduce-scatter or broadcast as `what` says (`what`
+    /// names the broadcast's root; `call.root` is not read).
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()>;
+
+    /// All-gather: every rank's `call.input` (`count` elements) lands in
+    /// `call.output` (`world * count`) in rank order.
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn all_gather(&self, call: &Call) -> Result<()> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.run_collective(Collective::AllGather, call) }
+    }
+
+    /// Reduce-scatter: block `rank` (`count` elements) of the reduction
+    /// (`call.op`) over the ranks' `call.input` (`world * count`) lands in
+    /// `call.output`.
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn reduce_scatter(&self, call: &Call) -> Result<()> {
+        // SAFETY: as for all_gather.
+        unsafe { self.run_collective(Collective::ReduceScatter, call) }
+    }
+
+    /// Broadcast: `call.input` of rank `call.root` lands in `call.output`
+    /// of every rank.
+    ///
+    /// # Safety
+    /// See the trait's docs.
+    unsafe fn broadcast(&self, call: &Call) -> Result<()> {
+        let what = Collective::Broadcast { root: call.root };
+        // SAFETY: as for all_gather.
+        unsafe { self.run_collective(what, call) }
+    }
+}
+
+/// The checks every all-reduce of tpcomm's kernels makes before launching:
+/// only sum, a count whose bytes fit `max_bytes`, 16-byte aligned buffers.
+/// Returns the message's bytes. `kernels` names the family in the error.
+pub(crate) fn check_all_reduce(kernels: &str, call: &Call, max_bytes: ByteSize) -> Result<usize> {
+    let op = call.op;
+    if op != ReduceOp::Sum {
+        return Err(Error::Unsupported(format!(
+            "reduce op {op:?} in {kernels} (only sum); use NCCL for it"
+        )));
+    }
+    let count = call.count;
+    let bytes = count
+        .checked_mul(call.dtype.size())
+        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    if bytes as u64 > max_bytes.bytes() {
         return Err(Error::invalid(
-            "call",
-            format!("{nbytes} bytes (aux {aux}): a GPU call moves at most {MAX_CALL_BYTES} bytes"),
+            "message size",
+            format!(
+                "{} is above this communicator's maximum {}; create it with a larger max_bytes",
+                ByteSize::from_usize(bytes),
+                max_bytes
+            ),
         ));
     }
-    let t = match dtype {
-        DType::F32 => 1,
-        DType::F16 => 2,
-        DType::Bf16 => 3,
-    };
-    Ok(nbytes | (kind as u64) << 40 | t << 44 | aux << 46)
-}
-
-/// [`word`] when `check` is on; 0 (the kernels then neither send nor
-/// compare call words) when it is off.
-pub(crate) fn word_if(check: bool, kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u64> {
-    if check {
-        word(kind, dtype, nbytes, aux)
-    } else {
-        Ok(0)
+    if !call.input.is_multiple_of(16) || !call.output.is_multiple_of(16) {
+        return Err(Error::invalid(
+            "buffer address",
+            "input and output must be 16-byte aligned",
+        ));
     }
+    Ok(bytes)
 }
 
-/// Whether a group sends call words: the setting when given, else on
-/// exactly when two of its ranks share a GPU (testing a tensor-parallel code
-/// path on fewer GPUs, where a mismatch is most likely a bug being chased)
-/// and off when every rank has a GPU of its own (serving, where the words
-/// cost about 0.7 us per small call on the H200: docs/protocol-gpu.md).
-/// Every rank computes the same answer from the same identities.
-pub(crate) fn resolve(setting: Option<bool>, ids: &[crate::cuda::share::DeviceIdentity]) -> bool {
-    setting.unwrap_or_else(|| {
-        ids.iter()
-            .enumerate()
-            .any(|(i, a)| ids[..i].iter().any(|b| b.uuid == a.uuid))
-    })
-}
-
-/// The byte a rank posts at creation for its setting (`CudaConfig::check_calls`).
-pub(crate) fn setting_byte(check: bool) -> u8 {
-    if check {
-        2
-    } else {
-        1
+/// The checks every tpcomm transport makes before a collective; returns one
+/// rank's block in bytes.
+pub(crate) fn check_collective(
+    what: Collective,
+    call: &Call,
+    world: usize,
+    max_bytes: ByteSize,
+) -> Result<usize> {
+    if what == Collective::ReduceScatter && call.op != ReduceOp::Sum {
+        return Err(Error::Unsupported(format!(
+            "reduce op {} in tpcomm's reduce-scatter kernels (only sum); use Communicator with nccl_fallback for it",
+            call.op
+        )));
     }
-}
-
-/// The last creation meeting of a transport (`key`): no rank returns before
-/// every rank got here, and every rank must have resolved `check` alike.
-pub(crate) fn meet(
-    rendezvous: &crate::cuda::Rendezvous,
-    key: &str,
-    cfg: &crate::cuda::CudaConfig,
-    check: bool,
-) -> Result<()> {
-    let all = rendezvous.exchange(
-        key,
-        cfg.rank,
-        cfg.world,
-        &[setting_byte(check)],
-        cfg.timeout,
-    )?;
-    agree_setting(cfg.rank, &all)
-}
-
-/// Every rank must send and check call words alike: a rank that checks
-/// would wait for words a peer never sends. Compares the first byte of
-/// every rank's blob (posted with [`setting_byte`]) with this rank's; every
-/// rank sees the same blobs, so all fail alike, naming the first rank that
-/// differs from it.
-pub(crate) fn agree_setting(me: usize, all: &[Vec<u8>]) -> Result<()> {
-    let first = |b: &Vec<u8>| b.first().copied();
-    let mine = all.get(me).and_then(first);
-    let text = |b: Option<u8>| match b {
-        Some(2) => "on",
-        Some(1) => "off",
-        _ => "unknown (another tpcomm?)",
-    };
-    for (p, b) in all.iter().enumerate() {
-        if first(b) != mine {
+    let count = call.count;
+    let bytes = count
+        .checked_mul(call.dtype.size())
+        .filter(|b| b.checked_mul(world).is_some())
+        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    if bytes as u64 > max_bytes.bytes() {
+        return Err(Error::invalid(
+            "message size",
+            format!(
+                "a {} block of {} is above this communicator's maximum {}; create it with a larger max_bytes",
+                what.name(),
+                ByteSize::from_usize(bytes),
+                max_bytes
+            ),
+        ));
+    }
+    if let Collective::Broadcast { root } = what {
+        if root >= world {
             return Err(Error::invalid(
-                "TPCOMM_CHECK_CALLS",
-                format!(
-                    "rank {p} has call words {} and rank {me} {}: set CudaConfig::check_calls (or TPCOMM_CHECK_CALLS) alike on every rank",
-                    text(first(b)),
-                    text(mine)
-                ),
+                "broadcast root",
+                format!("{root} is not a rank of this communicator (0..{world})"),
             ));
         }
     }
-    Ok(())
+    if count > 0
+        && [call.input, call.output]
+            .iter()
+            .any(|p| *p == 0 || !p.is_multiple_of(2))
+    {
+        return Err(Error::invalid(
+            "buffer address",
+            format!(
+                "{} buffers must be non-null device addresses aligned to 2 bytes",
+                what.name()
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
-/// The text of a call word, for the mismatch message ("one-shot all-reduce
-/// of 8192 bytes of bf16").
-pub(crate) fn describe(word: u64) -> String {
-    let nbytes = word & MAX_CALL_BYTES;
-    let kind = Kind::ALL
-        .iter()
-        .find(|k| **k as u64 == (word >> 40) & 0xf)
-        .map_or("an unknown call", |k| k.text());
-    let dtype = match (word >> 44) & 3 {
-        1 => "f32",
-        2 => "f16",
-        3 => "bf16",
-        _ => "an unknown type",
-    };
-    let aux = (word >> 46) & 7;
-    let extra = match (word >> 40) & 0xf {
-        k if k == Kind::Broadcast as u64 || k == Kind::HostBroadcast as u64 => {
-            format!(" from rank {aux}")
-        }
-        k if k == Kind::QuantOneShot as u64 || k == Kind::QuantTwoShot as u64 => {
-            format!(" (wire {aux})")
-        }
-        _ => String::new(),
-    };
-    format!("{kind}{extra} of {nbytes} bytes of {dtype}")
-}
+/// NCCL as a transport: the same calls, on `ncclAllReduce` and the others
+/// (`call.algo` and `call.launch` do not apply).
+impl GpuTransport for NcclComm {
+    type Ran = ();
 
-/// The error of a status that says two ranks' calls differed: `mine` and
-/// `theirs` are the words the kernel left in the status (bytes 16-31).
-pub(crate) fn mismatch(rank: usize, peer: usize, epoch: u64, mine: u64, theirs: u64) -> Error {
-    Error::Mismatch {
-        rank,
-        peer,
-        epoch,
-        mine: describe(mine),
-        theirs: describe(theirs),
+    unsafe fn all_reduce(&self, call: &Call) -> Result<()> {
+        let c = call;
+        // SAFETY: the trait's contract is NCCL's for the same call.
+        unsafe { NcclComm::all_reduce(self, c.input, c.output, c.count, c.dtype, c.op, c.stream) }
+    }
+
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
+        let c = call;
+        // SAFETY: as for all_reduce.
+        unsafe {
+            match what {
+                Collective::AllGather => {
+                    NcclComm::all_gather(self, c.input, c.output, c.count, c.dtype, c.stream)
+                }
+                Collective::ReduceScatter => NcclComm::reduce_scatter(
+                    self, c.input, c.output, c.count, c.dtype, c.op, c.stream,
+                ),
+                Collective::Broadcast { root } => {
+                    NcclComm::broadcast(self, c.input, c.output, c.count, c.dtype, root, c.stream)
+                }
+            }
+        }
     }
 }
-
-/// Status codes every family's kernels write (TPCOMM_WAIT_CALL and
-/// TPCOMM_CALL_MISMATCH in kernels/common.cuh).
-pub(crate) const WAIT_CALL: u32 = 11;
-pub(crate) const CALL_MISMATCH: u32 = 12;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_status_codes_and_bit_places_are_the_kernels() {
-        let src = include_str!("kernels/common.cuh");
-        for line in [
-            format!("#define TPCOMM_WAIT_CALL {WAIT_CALL}u"),
-            format!("#define TPCOMM_CALL_MISMATCH {CALL_MISMATCH}u"),
-            "#define TPCOMM_CALL_BITS 49".to_string(),
-        ] {
-            assert!(src.contains(&line), "common.cuh lacks {line:?}");
-        }
-        // The widest word leaves bit 49 up for the epoch's tag.
-        let w = word(Kind::QuantTwoShot, DType::Bf16, MAX_CALL_BYTES, 7).unwrap();
-        assert!(w < 1 << 49, "{w:#x}");
+    fn call(input: u64, output: u64, count: usize, dtype: DType) -> Call {
+        Call::new(input, output, count, dtype, std::ptr::null_mut())
     }
 
     #[test]
-    fn calls_that_differ_in_any_field_have_different_words() {
-        let base = word(Kind::OneShot, DType::Bf16, 8192, 0).unwrap();
-        let others = [
-            word(Kind::OneShot, DType::Bf16, 8190, 0),
-            word(Kind::OneShot, DType::F16, 8192, 0),
-            word(Kind::OneShot, DType::F32, 8192, 0),
-            word(Kind::TwoShot, DType::Bf16, 8192, 0),
-            word(Kind::AllGather, DType::Bf16, 8192, 0),
-            word(Kind::OneShot, DType::Bf16, 8192, 1),
-        ];
-        for o in others {
-            assert_ne!(o.unwrap(), base);
-        }
-        assert_eq!(describe(base), "one-shot all-reduce of 8192 bytes of bf16");
+    fn a_new_call_is_an_ordinary_auto_sum_and_the_with_methods_change_one_field() {
+        let c = call(16, 32, 100, DType::Bf16);
         assert_eq!(
-            describe(word(Kind::Broadcast, DType::F32, 4, 3).unwrap()),
-            "broadcast from rank 3 of 4 bytes of f32"
+            (c.op, c.algo, c.root, c.launch),
+            (ReduceOp::Sum, Algo::Auto, 0, Launch::Ordinary)
         );
-        let e = mismatch(
-            1,
-            0,
-            7,
-            base,
-            word(Kind::TwoShot, DType::F16, 16, 0).unwrap(),
-        );
-        let text = e.to_string();
-        assert!(
-            text.contains("one-shot all-reduce of 8192 bytes of bf16")
-                && text.contains("two-shot all-reduce of 16 bytes of f16")
-                && text.contains("rank 0"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn checking_off_sends_the_word_zero_which_the_kernels_skip() {
-        assert_eq!(word_if(false, Kind::OneShot, DType::F32, 16, 0).unwrap(), 0);
+        let d = c
+            .with_op(ReduceOp::Max)
+            .with_algo(Algo::TwoShot)
+            .with_root(3)
+            .with_launch(Launch::Overlapped);
         assert_eq!(
-            word_if(true, Kind::OneShot, DType::F32, 16, 0).unwrap(),
-            word(Kind::OneShot, DType::F32, 16, 0).unwrap()
+            (d.op, d.algo, d.root, d.launch),
+            (ReduceOp::Max, Algo::TwoShot, 3, Launch::Overlapped)
         );
-        // Every kind is non-zero, so a real word is never 0.
-        assert!(Kind::ALL
-            .iter()
-            .all(|&k| word(k, DType::F32, 0, 0).unwrap() != 0));
-        // The kernels test `a.call != 0` before sending or comparing.
-        for f in [
-            "kernels/allreduce.cu",
-            "kernels/host_allreduce.cu",
-            "kernels/quant.cu",
-        ] {
-            let src = match f {
-                "kernels/allreduce.cu" => include_str!("kernels/allreduce.cu"),
-                "kernels/host_allreduce.cu" => include_str!("kernels/host_allreduce.cu"),
-                _ => include_str!("kernels/quant.cu"),
-            };
-            assert_eq!(src.matches("a.call != 0ull").count(), 2, "{f}");
-        }
+        assert_eq!((d.input, d.output, d.count), (16, 32, 100));
+        assert_eq!(d.bytes().unwrap(), 200);
+        assert!(call(0, 0, usize::MAX, DType::F32).bytes().is_err());
     }
 
     #[test]
-    fn unset_means_on_exactly_when_ranks_share_a_gpu() {
-        use crate::cuda::share::DeviceIdentity;
-        let on = |gpu: u8, process: u64| DeviceIdentity {
-            uuid: [gpu; 16],
-            pid: 1,
-            process,
-        };
-        let own = [on(0, 1), on(1, 2), on(2, 3)];
-        let shared = [on(0, 1), on(1, 2), on(0, 3)];
-        assert!(!resolve(None, &own));
-        assert!(resolve(None, &shared));
-        assert!(resolve(Some(true), &own));
-        assert!(!resolve(Some(false), &shared));
+    fn all_reduces_the_kernels_cannot_take_are_refused_before_launch() {
+        let max = ByteSize::kib(64);
+        let ok = check_all_reduce("k", &call(256, 512, 1000, DType::Bf16), max);
+        assert_eq!(ok.unwrap(), 2000);
+        let max_op = call(256, 256, 10, DType::F32).with_op(ReduceOp::Max);
+        let op = check_all_reduce("k", &max_op, max).unwrap_err();
+        assert!(matches!(op, Error::Unsupported(_)), "{op}");
+        let big = check_all_reduce("k", &call(256, 256, 32 * 1024 + 1, DType::F16), max);
+        assert!(big.unwrap_err().to_string().contains("max_bytes"));
+        let odd = check_all_reduce("k", &call(258, 256, 10, DType::F32), max);
+        assert!(odd.unwrap_err().to_string().contains("16-byte"));
+        let huge = check_all_reduce("k", &call(0, 0, usize::MAX, DType::F32), max);
+        assert!(huge.unwrap_err().to_string().contains("overflow"));
     }
 
     #[test]
-    fn ranks_must_agree_on_checking_calls() {
-        let on = vec![setting_byte(true)];
-        let off = vec![setting_byte(false)];
-        assert!(agree_setting(0, &[on.clone(), on.clone(), on.clone()]).is_ok());
-        assert!(agree_setting(1, &[off.clone(), off.clone()]).is_ok());
-        for me in 0..3 {
-            let e = agree_setting(me, &[on.clone(), off.clone(), on.clone()]).unwrap_err();
-            let t = e.to_string();
-            assert!(
-                t.contains("TPCOMM_CHECK_CALLS") && t.contains("alike"),
-                "{t}"
-            );
-        }
-        assert!(agree_setting(0, &[on.clone(), vec![]]).is_err());
-    }
-
-    /// The creation meeting through a threads rendezvous (no GPU): ranks
-    /// that resolved alike pass, and when one differs every rank fails.
-    #[test]
-    fn the_creation_meeting_refuses_ranks_that_differ_on_every_rank() {
-        use crate::cuda::{CudaConfig, Rendezvous, ThreadGroup};
-        for odd in [None, Some(2)] {
-            let group = ThreadGroup::new(3);
-            let hs: Vec<_> = (0..3)
-                .map(|r| {
-                    let rv = Rendezvous::Threads(group.clone());
-                    std::thread::spawn(move || {
-                        let cfg = CudaConfig::new(r, 3, 0);
-                        meet(&rv, "test-mapped", &cfg, odd != Some(r))
-                    })
-                })
-                .collect();
-            for h in hs {
-                let got = h.join().unwrap();
-                match odd {
-                    None => assert!(got.is_ok(), "{got:?}"),
-                    Some(_) => assert!(
-                        got.as_ref()
-                            .unwrap_err()
-                            .to_string()
-                            .contains("TPCOMM_CHECK_CALLS"),
-                        "{got:?}"
-                    ),
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn words_out_of_range_are_refused() {
-        assert!(word(Kind::OneShot, DType::F32, MAX_CALL_BYTES + 1, 0).is_err());
-        assert!(word(Kind::Broadcast, DType::F32, 16, 8).is_err());
+    fn bad_collective_calls_are_refused_before_any_gpu_work() {
+        let max = ByteSize::kib(64);
+        let ok = check_collective(
+            Collective::AllGather,
+            &call(16, 32, 100, DType::Bf16),
+            4,
+            max,
+        );
+        assert_eq!(ok.unwrap(), 200);
+        let e = |r: Result<usize>| r.unwrap_err().to_string();
+        let big = check_collective(
+            Collective::AllGather,
+            &call(16, 32, 40000, DType::F32),
+            4,
+            max,
+        );
+        assert!(e(big).contains("above this communicator's maximum"));
+        let root = check_collective(
+            Collective::Broadcast { root: 4 },
+            &call(16, 16, 1, DType::F32),
+            4,
+            max,
+        );
+        assert!(e(root).contains("broadcast root"));
+        let odd = check_collective(
+            Collective::ReduceScatter,
+            &call(17, 32, 1, DType::F16),
+            2,
+            max,
+        );
+        assert!(e(odd).contains("aligned to 2 bytes"));
+        let max_op = call(16, 32, 1, DType::F32).with_op(ReduceOp::Max);
+        let op = check_collective(Collective::ReduceScatter, &max_op, 2, max);
+        assert!(e(op).contains("only sum"));
+        let over = check_collective(
+            Collective::AllGather,
+            &call(16, 32, usize::MAX / 2, DType::F32),
+            2,
+            max,
+        );
+        assert!(e(over).contains("overflow"));
+        // Nothing to move: null pointers are fine.
+        assert_eq!(
+            check_collective(Collective::AllGather, &call(0, 0, 0, DType::F32), 2, max).unwrap(),
+            0
+        );
     }
 }

@@ -1,25 +1,24 @@
-//! `CudaCommunicator`: all-reduce between GPUs that map each other's memory
+//! `P2pTransport`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::call;
+use super::call::{check_all_reduce, Call, GpuTransport};
+use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
 use super::layout::{block_from_env, oneshot_block, round_up, Layout};
-use super::loader::check_call;
-use super::pdl::{self, Launch};
+use super::pdl;
 use super::rendezvous::Rendezvous;
 use super::share::{
     grid_cap, mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity,
     Sharing, QUEUES_ENV,
 };
-use super::stream_all_reduce::StreamAllReduce;
 use super::MAX_WORLD;
-use crate::algo::Algo;
-use crate::dtype::{DType, ReduceOp};
+use crate::algo::{Algo, Collective};
+use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
-use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, DeviceAlloc, HostMapped, IpcMapping};
+use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -89,7 +88,7 @@ pub(crate) struct ProtocolParts<'a> {
 /// write into this rank's receive buffer, which drop frees. A failed call
 /// (see [`check`](Self::check)) leaves the communicator unusable; create new
 /// ones on every rank.
-pub struct CudaCommunicator {
+pub struct P2pTransport {
     ctx: Arc<CudaContext>,
     rank: usize,
     world: usize,
@@ -121,9 +120,9 @@ pub struct CudaCommunicator {
     _ipc: Vec<IpcMapping>,
 }
 
-impl std::fmt::Debug for CudaCommunicator {
+impl std::fmt::Debug for P2pTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaCommunicator")
+        f.debug_struct("P2pTransport")
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("device", &self.ctx.ordinal())
@@ -132,7 +131,7 @@ impl std::fmt::Debug for CudaCommunicator {
     }
 }
 
-impl CudaCommunicator {
+impl P2pTransport {
     /// Creates this rank's communicator: compiles (or loads) the kernels,
     /// allocates every buffer it will ever use, and maps the peers' buffers.
     /// All ranks must call this with the same world, max size and rendezvous.
@@ -250,8 +249,8 @@ impl CudaCommunicator {
         // A second meeting so that no rank returns (and launches) before every
         // rank has mapped every peer: a failure anywhere then fails all ranks here.
         // It also checks that every rank sends and checks call words alike.
-        let check_calls = call::resolve(cfg.check_calls, &ids);
-        call::meet(rendezvous, "cuda-mapped", cfg, check_calls)?;
+        let check_calls = call_word::resolve(cfg.check_calls, &ids);
+        call_word::meet(rendezvous, "cuda-mapped", cfg, check_calls)?;
 
         let found = match &cfg.selector {
             Some(s) => Some(s.clone()),
@@ -361,37 +360,19 @@ impl CudaCommunicator {
     }
 }
 
-impl StreamAllReduce for CudaCommunicator {
+impl GpuTransport for P2pTransport {
     type Ran = Algo;
 
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Self::Ran> {
+    unsafe fn all_reduce(&self, call: &Call) -> Result<Algo> {
         self.check()?;
-        let bytes = check_call(
-            "the CUDA kernels",
-            input,
-            output,
-            count,
-            dtype,
-            op,
-            self.max_bytes,
-        )?;
+        let bytes = check_all_reduce("the CUDA kernels", call, self.max_bytes)?;
+        let dtype = call.dtype;
         let algo = self
             .routes
-            .lookup(bytes as u64, dtype, ReduceOp::Sum, algo, self.mode)
+            .lookup(bytes as u64, dtype, ReduceOp::Sum, call.algo, self.mode)
             .algo
             .unwrap_or(Algo::OneShot);
-        if count == 0 {
+        if call.count == 0 {
             return Ok(algo);
         }
         let nvec = bytes.div_ceil(16);
@@ -414,12 +395,12 @@ impl StreamAllReduce for CudaCommunicator {
             _ => self.kernels.oneshot[d],
         };
         let kind = match algo {
-            Algo::TwoShot => call::Kind::TwoShot,
-            _ => call::Kind::OneShot,
+            Algo::TwoShot => call_word::Kind::TwoShot,
+            _ => call_word::Kind::OneShot,
         };
         let args = KernelArgs {
-            input,
-            output,
+            input: call.input,
+            output: call.output,
             nbytes: bytes as u64,
             bufs: self.bufs,
             epoch_stride: self.layout.epoch_stride as u64,
@@ -429,7 +410,7 @@ impl StreamAllReduce for CudaCommunicator {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            call: call::word_if(self.check_calls, kind, dtype, bytes as u64, 0)?,
+            call: call_word::word_if(self.check_calls, kind, dtype, bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };
@@ -439,12 +420,27 @@ impl StreamAllReduce for CudaCommunicator {
         // their streams finish); input/output validity is the caller's
         // contract above; every kernel of allreduce.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, blocks, block, &args, stream, how, self.kernels.arch.0)? };
+        unsafe {
+            pdl::launch(
+                f,
+                blocks,
+                block,
+                &args,
+                call.stream,
+                call.launch,
+                self.kernels.arch.0,
+            )?
+        };
         Ok(algo)
+    }
+
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
+        // SAFETY: the trait's contract (collectives.rs).
+        unsafe { self.collective(what, call) }
     }
 }
 
-impl CudaCommunicator {
+impl P2pTransport {
     /// What the fused kernels (fused.rs) need to run the one-shot protocol on
     /// this communicator's buffers and epoch: (context, peer receive buffers,
     /// epoch stride, one-shot slot stride, control words, status, timeout ns, SMs).
@@ -475,7 +471,7 @@ impl CudaCommunicator {
         match self.status.read_u32(0) {
             0 => return None,
             // Not a wait for data: check()'s message says it all.
-            call::CALL_MISMATCH | call::WAIT_CALL => {
+            call_word::CALL_MISMATCH | call_word::WAIT_CALL => {
                 return self.check().err().map(|e| e.to_string())
             }
             _ => {}
@@ -570,30 +566,12 @@ impl CudaCommunicator {
     /// status the kernels write). Synchronize the stream first to see the
     /// outcome of the latest call.
     pub fn check(&self) -> Result<()> {
-        let code = self.status.read_u32(0);
-        if code == 0 {
-            return Ok(());
-        }
-        let peer = self.status.read_u32(4) as usize;
-        let epoch = self.status.read_u64(8);
-        if code == call::CALL_MISMATCH {
-            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
-        }
-        let what = match code {
+        call_word::status_check(&self.status, self.rank, self.timeout, |code| match code {
             WAIT_ONESHOT => "one-shot data",
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
             WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
-            call::WAIT_CALL => "the description of its call",
             c => super::wait::wait_what(c).unwrap_or("data"),
-        };
-        Err(Error::PeerTimeout {
-            rank: self.rank,
-            peer,
-            epoch,
-            what: what.into(),
-            waited: self.timeout,
         })
     }
 }

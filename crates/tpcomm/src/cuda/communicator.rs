@@ -188,9 +188,8 @@ impl Communicator {
         };
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe {
-            q.run(
-                &self.gpu, input, output, count, dtype, wire, algo, stream, how,
-            )
+            let call = super::Call::new(input, output, count, dtype, stream).with_launch(how);
+            q.run(&self.gpu, &call, wire, algo)
         }
     }
 

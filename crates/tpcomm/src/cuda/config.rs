@@ -33,7 +33,7 @@ pub struct CudaConfig {
     /// that when `selector` is `None`. Default: off, or on with
     /// TPCOMM_SELF_TUNE=1.
     pub self_tune: bool,
-    /// Which transport `GpuComm::new` builds (`CudaCommunicator::new` is
+    /// Which transport `GpuComm::new` builds (`P2pTransport::new` is
     /// always the P2P one).
     pub transport: super::host_path::Transport,
     /// Set up NCCL beside tpcomm's buffers so that `cuda::Communicator` runs

@@ -1,10 +1,10 @@
 //! All-reduce fused with the residual add and RMSNorm that follow it
-//! ([`CudaCommunicator::all_reduce_residual_rmsnorm`]), the unfused add +
+//! ([`P2pTransport::all_reduce_residual_rmsnorm`]), the unfused add +
 //! RMSNorm kernel it replaces ([`add_rmsnorm`]), and the kernel module they
 //! live in (its source is `compile::FUSED_SRC`).
 
-use super::call;
-use super::comm::CudaCommunicator;
+use super::call_word;
+use super::comm::P2pTransport;
 use super::compile;
 use super::kernels::KernelArgs;
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
@@ -158,7 +158,7 @@ fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) ->
 /// `residual += addend` (when given), then `normed = rmsnorm(residual) * weight`,
 /// on `rows` rows of `hidden` elements: the unfused sequence that follows an
 /// all-reduce, bit-identical to what the fused kernel computes. `how` as in
-/// [`CudaCommunicator::all_reduce_residual_rmsnorm`].
+/// [`P2pTransport::all_reduce_residual_rmsnorm`].
 ///
 /// # Safety
 /// Every pointer must be device memory of `ctx`'s device, 16-byte aligned:
@@ -215,12 +215,12 @@ pub unsafe fn add_rmsnorm(
 /// Compiles (or reads from the cache) and loads the fused module on `ctx`'s
 /// device now, so a later [`add_rmsnorm`] loads nothing (inside a CUDA graph
 /// capture, for one); returns the size of the kernel image. For
-/// communicators without [`CudaCommunicator::prepare_fused`] (the host path).
+/// communicators without [`P2pTransport::prepare_fused`] (the host path).
 pub fn prepare(ctx: &Arc<CudaContext>) -> Result<ByteSize> {
     Ok(ByteSize::from_usize(fused_kernels(ctx)?.cubin_bytes))
 }
 
-impl CudaCommunicator {
+impl P2pTransport {
     /// Compiles (or reads from the cache) and loads the fused kernels now,
     /// so the first [`all_reduce_residual_rmsnorm`](Self::all_reduce_residual_rmsnorm)
     /// takes no memory a server has not already seen. Returns the size of
@@ -290,9 +290,9 @@ impl CudaCommunicator {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
-                call: call::word_if(
+                call: call_word::word_if(
                     p.check_calls,
-                    call::Kind::FusedRmsNorm,
+                    call_word::Kind::FusedRmsNorm,
                     dtype,
                     bytes as u64,
                     0,

@@ -5,10 +5,9 @@
 
 use super::compile;
 use super::cuda_err;
-use crate::dtype::{DType, ReduceOp};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sys::cuda::{CUdeviceptr, Function, Module};
-use crate::units::ByteSize;
+use crate::sys::cuda::{Function, Module};
 use cudarc::driver::CudaContext;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -119,63 +118,9 @@ pub(crate) fn dtype_index(d: DType) -> usize {
     }
 }
 
-/// The checks every all-reduce call makes before launching: only sum, a
-/// count whose bytes fit `max_bytes`, 16-byte aligned buffers. Returns the
-/// message's bytes. `kernels` names the family in the error.
-pub(crate) fn check_call(
-    kernels: &str,
-    input: CUdeviceptr,
-    output: CUdeviceptr,
-    count: usize,
-    dtype: DType,
-    op: ReduceOp,
-    max_bytes: ByteSize,
-) -> Result<usize> {
-    if op != ReduceOp::Sum {
-        return Err(Error::Unsupported(format!(
-            "reduce op {op:?} in {kernels} (only sum); use NCCL for it"
-        )));
-    }
-    let bytes = count
-        .checked_mul(dtype.size())
-        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
-    if bytes as u64 > max_bytes.bytes() {
-        return Err(Error::invalid(
-            "message size",
-            format!(
-                "{} is above this communicator's maximum {}; create it with a larger max_bytes",
-                ByteSize::from_usize(bytes),
-                max_bytes
-            ),
-        ));
-    }
-    if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
-        return Err(Error::invalid(
-            "buffer address",
-            "input and output must be 16-byte aligned",
-        ));
-    }
-    Ok(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn calls_the_kernels_cannot_take_are_refused_before_launch() {
-        let max = ByteSize::kib(64);
-        let ok = check_call("k", 256, 512, 1000, DType::Bf16, ReduceOp::Sum, max);
-        assert_eq!(ok.unwrap(), 2000);
-        let op = check_call("k", 256, 256, 10, DType::F32, ReduceOp::Max, max).unwrap_err();
-        assert!(matches!(op, Error::Unsupported(_)), "{op}");
-        let big = check_call("k", 256, 256, 32 * 1024 + 1, DType::F16, ReduceOp::Sum, max);
-        assert!(big.unwrap_err().to_string().contains("max_bytes"));
-        let odd = check_call("k", 258, 256, 10, DType::F32, ReduceOp::Sum, max);
-        assert!(odd.unwrap_err().to_string().contains("16-byte"));
-        let huge = check_call("k", 0, 0, usize::MAX, DType::F32, ReduceOp::Sum, max);
-        assert!(huge.unwrap_err().to_string().contains("overflow"));
-    }
 
     #[test]
     fn dtype_indices_are_distinct_and_dense() {

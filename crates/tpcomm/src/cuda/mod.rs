@@ -4,8 +4,8 @@
 //! `crate::sys::cuda`, the bottom layer, holds every CUDA driver and NVRTC
 //! call (the only `cudarc` `sys` calls of the library), behind safe functions and owning types. Above it,
 //! `unsafe` remains only where the API itself takes raw device pointers and
-//! streams from the caller (`StreamAllReduce::all_reduce_launched` and the
-//! kernel launches behind it, the fused, quantized, collective and P2P-check
+//! streams from the caller (`GpuTransport`'s methods on a `Call`,
+//! `StreamAllReduce::all_reduce_launched`, and the kernel launches behind them, the fused, quantized, collective and P2P-check
 //! entry points): each block there says which caller contract makes it
 //! sound. Modules marked `forbid(unsafe_code)` hold none. `loader`,
 //! `compile` and the launch, module and allocation types of `sys::cuda`,
@@ -15,6 +15,7 @@
 #[forbid(unsafe_code)]
 mod algo;
 mod call;
+mod call_word;
 pub mod collectives;
 mod comm;
 pub mod communicator;
@@ -54,13 +55,14 @@ pub use crate::sys::cuda::{
 /// What a kernel family outside the library launches with.
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
 pub use algo::{auto_oneshot_max, resolve_by_size};
+pub use call::{Call, GpuTransport};
 pub use collectives::{Collective, CollectiveRoute};
-pub use comm::{open_context, CudaCommunicator};
+pub use comm::{open_context, P2pTransport};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use config::CudaConfig;
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
-pub use host_path::{GpuComm, HostAlgo, HostGpuCommunicator, Transport};
+pub use host_path::{GpuComm, HostAlgo, PinnedTransport, Transport};
 pub use pdl::Launch;
 pub use rendezvous::{
     post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,

@@ -1,7 +1,8 @@
-//! The all-reduce every GPU communicator offers (`CudaCommunicator` over P2P,
-//! `HostGpuCommunicator` through pinned host memory, and `GpuComm`, either),
-//! as one trait, so callers can be generic over the transport.
+//! The all-reduce with its arguments one by one, as callers of the
+//! communicator write it: implemented by [`Communicator`](super::Communicator),
+//! and by every [`GpuTransport`] through the [`Call`] it builds.
 
+use super::call::{Call, GpuTransport};
 use super::pdl::Launch;
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
@@ -10,8 +11,8 @@ use crate::sys::cuda::{CUdeviceptr, CUstream};
 
 /// An all-reduce enqueued on a caller's CUDA stream.
 pub trait StreamAllReduce {
-    /// What the call ran: the algorithm (P2P), the kernel (host path), or
-    /// nothing said (`GpuComm`).
+    /// What the call ran: the route (`Communicator`), the algorithm (P2P),
+    /// the kernel (pinned host memory), or nothing said (`GpuComm`).
     type Ran;
 
     /// Sums `count` elements of `dtype` from `input` over all ranks into
@@ -72,5 +73,37 @@ pub trait StreamAllReduce {
                 Launch::Ordinary,
             )
         }
+    }
+}
+
+/// A transport's all-reduce with the arguments one by one: the [`Call`]
+/// they make, run by [`GpuTransport::all_reduce`].
+impl<T: GpuTransport> StreamAllReduce for T {
+    type Ran = T::Ran;
+
+    unsafe fn all_reduce_launched(
+        &self,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        stream: CUstream,
+        how: Launch,
+    ) -> Result<T::Ran> {
+        let call = Call {
+            input,
+            output,
+            count,
+            dtype,
+            op,
+            algo,
+            root: 0,
+            stream,
+            launch: how,
+        };
+        // SAFETY: the caller's contract is the trait's.
+        unsafe { GpuTransport::all_reduce(self, &call) }
     }
 }

@@ -8,7 +8,7 @@ pub(super) const WAIT_REDUCE_SCATTER: u32 = 6;
 pub(super) const WAIT_BROADCAST: u32 = 7;
 
 /// What a status code of the collective kernels was waiting for, for
-/// `CudaCommunicator::check`; `None` for other codes.
+/// `P2pTransport::check`; `None` for other codes.
 pub(super) fn wait_what(code: u32) -> Option<&'static str> {
     match code {
         WAIT_ALL_GATHER => Some("all-gather data"),

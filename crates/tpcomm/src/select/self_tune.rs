@@ -12,7 +12,7 @@ use super::{Candidate, Measured, Mode, Selector, Table};
 use crate::algo::Algo;
 use crate::cuda::cudarc::driver::{sys, DevicePtr};
 use crate::cuda::StreamAllReduce;
-use crate::cuda::{CudaCommunicator, Rendezvous};
+use crate::cuda::{P2pTransport, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;
@@ -110,7 +110,7 @@ pub fn table(world: usize, sizes: &[u64], times: &[f64], spent: Duration) -> Tab
 /// Runs the self-tune on a freshly created communicator (every rank at once).
 /// Two scratch buffers of the largest size are taken and given back before
 /// this returns.
-pub fn run(comm: &CudaCommunicator, rv: &Rendezvous, timeout: Duration) -> Result<Selector> {
+pub fn run(comm: &P2pTransport, rv: &Rendezvous, timeout: Duration) -> Result<Selector> {
     let started = Instant::now();
     let err = |call: &'static str| {
         move |e: crate::cuda::cudarc::driver::DriverError| Error::Cuda {

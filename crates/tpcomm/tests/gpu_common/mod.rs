@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
-use tpcomm::cuda::{open_context, CudaCommunicator, GpuComm, StreamAllReduce};
+use tpcomm::cuda::{open_context, GpuComm, P2pTransport, StreamAllReduce};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
 use tpcomm::{Algo, DType, Error, ReduceOp};
 
@@ -78,13 +78,13 @@ pub trait TestComm: StreamAllReduce + Send {
     fn status(&self) -> Result<(), Error>;
 }
 
-impl TestComm for CudaCommunicator {
+impl TestComm for P2pTransport {
     fn status(&self) -> Result<(), Error> {
         self.check()
     }
 }
 
-impl TestComm for tpcomm::cuda::host_path::HostGpuCommunicator {
+impl TestComm for tpcomm::cuda::host_path::PinnedTransport {
     fn status(&self) -> Result<(), Error> {
         self.check()
     }

@@ -7,21 +7,22 @@
 //! all `world` blocks of the input (each rounded up to 16 bytes) and their
 //! chunks. [`fits`] says which; `Communicator` sends the rest to NCCL.
 
-use super::comm::HostGpuCommunicator;
+use super::comm::PinnedTransport;
 use super::kernels::HostKernelArgs;
 use super::layout::{HostChunkShape, HostLayout, MAX_CHUNK, MIN_CHUNK};
-use crate::cuda::call;
-use crate::cuda::collectives::{check_collective, Collective};
+use crate::cuda::call::{check_collective, Call};
+use crate::cuda::call_word;
+use crate::cuda::collectives::Collective;
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::loader::{
     common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
     PerDevice,
 };
-use crate::cuda::pdl::{self, Launch};
+use crate::cuda::pdl;
 use crate::cuda::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
+use crate::sys::cuda::{self as raw, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -165,9 +166,9 @@ pub fn blocks(
     (producers, consumers)
 }
 
-impl HostGpuCommunicator {
+impl PinnedTransport {
     /// Loads the collective kernels now (see
-    /// `CudaCommunicator::prepare_collectives`); returns the kernel image's size.
+    /// `P2pTransport::prepare_collectives`); returns the kernel image's size.
     pub fn prepare_collectives(&self) -> Result<ByteSize> {
         Ok(ByteSize::from_usize(kernels(self.context())?.cubin_bytes))
     }
@@ -193,37 +194,17 @@ impl HostGpuCommunicator {
     }
 
     /// All-gather, reduce-scatter (sum) or broadcast through pinned host
-    /// memory, with the arguments and results of `CudaCommunicator`'s (the
-    /// same bytes on every rank; reduce-scatter's bits those of this
-    /// transport's chunked all-reduce).
+    /// memory (the transport's [`GpuTransport`](crate::cuda::GpuTransport) methods), with the results
+    /// of `P2pTransport`'s (the same bytes on every rank; reduce-scatter's
+    /// bits those of this transport's chunked all-reduce).
     ///
     /// # Safety
-    /// As `CudaCommunicator::all_gather`: device addresses of this
-    /// communicator's device, valid until `stream` has run the call, sized
-    /// for `what` (`input` of `world * count` for reduce-scatter, `output`
-    /// of `world * count` for all-gather, `count` otherwise), either
-    /// disjoint or in place at this rank's block.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn collective(
-        &self,
-        what: Collective,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
+    /// As [`GpuTransport`](crate::cuda::GpuTransport)'s methods.
+    pub(crate) unsafe fn collective(&self, what: Collective, call: &Call) -> Result<()> {
         self.check()?;
-        let bytes = check_collective(
-            what,
-            [input, output],
-            count,
-            dtype,
-            self.world(),
-            self.max_bytes(),
-        )?;
-        if count == 0 {
+        let bytes = check_collective(what, call, self.world(), self.max_bytes())?;
+        let dtype = call.dtype;
+        if call.count == 0 {
             return Ok(());
         }
         let p = self.parts();
@@ -261,16 +242,18 @@ impl HostGpuCommunicator {
         let (producers, consumers) = blocks(what, &plan, grid, p.sharing.ranks_on_device, &p.shape);
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
-            Collective::AllGather => (k.all_gather[d], 0, call::Kind::HostAllGather),
-            Collective::ReduceScatter => (k.reduce_scatter[d], 0, call::Kind::HostReduceScatter),
+            Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::HostAllGather),
+            Collective::ReduceScatter => {
+                (k.reduce_scatter[d], 0, call_word::Kind::HostReduceScatter)
+            }
             Collective::Broadcast { root } => {
-                (k.broadcast[d], root as u32, call::Kind::HostBroadcast)
+                (k.broadcast[d], root as u32, call_word::Kind::HostBroadcast)
             }
         };
         let mut base = p.args;
-        base.call = call::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
-        base.input = input;
-        base.output = output;
+        base.call = call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
+        base.input = call.input;
+        base.output = call.output;
         base.nbytes = bytes as u64;
         base.chunk_bytes = plan.chunk_bytes as u64;
         base.producers = producers as u32;
@@ -287,8 +270,8 @@ impl HostGpuCommunicator {
                 (producers + consumers) as u32,
                 k.block,
                 &args,
-                stream,
-                how,
+                call.stream,
+                call.launch,
                 p.arch_major,
             )
         }

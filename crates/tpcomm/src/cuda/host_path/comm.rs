@@ -1,24 +1,23 @@
-//! `HostGpuCommunicator`: all-reduce between GPUs through pinned host memory.
+//! `PinnedTransport`: all-reduce between GPUs through pinned host memory.
 
 use super::algo::{delta_shadow_bytes, resolve, HostAlgo};
 use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, one_pass_blocks, HostChunkShape, HostLayout};
-use crate::algo::Algo;
-use crate::cuda::call;
+use crate::algo::{Algo, Collective};
+use crate::cuda::call::{check_all_reduce, Call, GpuTransport};
+use crate::cuda::call_word;
 use crate::cuda::layout::{block_var, oneshot_block};
-use crate::cuda::loader::check_call;
-use crate::cuda::pdl::{self, Launch};
+use crate::cuda::pdl;
 use crate::cuda::share::{
     note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
 };
-use crate::cuda::StreamAllReduce;
 use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::sys::cuda::pinned::{self, Registered};
-use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, DeviceAlloc, HostMapped};
+use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped};
 use crate::sys::shm::{self, Mapping, SharedFile};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
@@ -71,7 +70,7 @@ impl Segment {
 /// read this rank's area, which drop frees. A failed call (see
 /// [`check`](Self::check)) leaves the communicator unusable; create new ones
 /// on every rank.
-pub struct HostGpuCommunicator {
+pub struct PinnedTransport {
     ctx: Arc<CudaContext>,
     rank: usize,
     world: usize,
@@ -109,9 +108,9 @@ pub struct HostGpuCommunicator {
     _own: Areas,
 }
 
-impl std::fmt::Debug for HostGpuCommunicator {
+impl std::fmt::Debug for PinnedTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostGpuCommunicator")
+        f.debug_struct("PinnedTransport")
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("device", &self.ctx.ordinal())
@@ -132,7 +131,7 @@ fn u64_at(blob: &[u8], at: usize) -> Result<u64> {
         })
 }
 
-impl HostGpuCommunicator {
+impl PinnedTransport {
     /// Creates this rank's communicator: compiles (or loads) the kernels,
     /// allocates and pins its host area, and maps every peer's. All ranks call
     /// this with the same world, max size and rendezvous.
@@ -458,46 +457,28 @@ impl HostGpuCommunicator {
     }
 }
 
-impl StreamAllReduce for HostGpuCommunicator {
+impl GpuTransport for PinnedTransport {
     type Ran = HostAlgo;
 
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Self::Ran> {
+    unsafe fn all_reduce(&self, call: &Call) -> Result<HostAlgo> {
         self.check()?;
-        let bytes = check_call(
-            "the host-path kernels",
-            input,
-            output,
-            count,
-            dtype,
-            op,
-            self.max_bytes,
-        )?;
-        let which = self.resolve(self.auto_algo(algo, dtype, bytes), bytes);
-        if count == 0 {
+        let bytes = check_all_reduce("the host-path kernels", call, self.max_bytes)?;
+        let dtype = call.dtype;
+        let which = self.resolve(self.auto_algo(call.algo, dtype, bytes), bytes);
+        if call.count == 0 {
             return Ok(which);
         }
         let mut block = self.kernels.block;
         let d = dtype_index(dtype);
         let mut args = HostKernelArgs {
-            input,
-            output,
+            input: call.input,
+            output: call.output,
             nbytes: bytes as u64,
-            call: call::word_if(
+            call: call_word::word_if(
                 self.check_calls,
                 match which {
-                    HostAlgo::Delta => call::Kind::HostDelta,
-                    HostAlgo::Chunked => call::Kind::HostChunked,
+                    HostAlgo::Delta => call_word::Kind::HostDelta,
+                    HostAlgo::Chunked => call_word::Kind::HostChunked,
                 },
                 dtype,
                 bytes as u64,
@@ -544,8 +525,23 @@ impl StreamAllReduce for HostGpuCommunicator {
         // communicator until their streams finish); input/output validity is
         // the caller's contract above; both kernels of host_allreduce.cu
         // start with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, grid, block, &args, stream, how, self.kernels.arch.0)? };
+        unsafe {
+            pdl::launch(
+                f,
+                grid,
+                block,
+                &args,
+                call.stream,
+                call.launch,
+                self.kernels.arch.0,
+            )?
+        };
         Ok(which)
+    }
+
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
+        // SAFETY: the trait's contract (collectives.rs).
+        unsafe { self.collective(what, call) }
     }
 }
 
@@ -564,7 +560,7 @@ pub(super) struct HostParts<'a> {
     pub shape: HostChunkShape,
 }
 
-impl HostGpuCommunicator {
+impl PinnedTransport {
     /// The kernels' argument with this communicator's areas, layout, epoch
     /// words, status and timeout; the per-call fields (input, output, size,
     /// chunking, call word) zero, for the caller to set.
@@ -611,7 +607,7 @@ impl HostGpuCommunicator {
     }
 }
 
-impl HostGpuCommunicator {
+impl PinnedTransport {
     /// `Algo::Auto` as selection answers it for this communicator (its
     /// selector's `host:*` rows, else the pcie-nop2p rules); other algorithms
     /// unchanged. Every rank answers alike, as all hold the same selector.
@@ -636,28 +632,10 @@ impl HostGpuCommunicator {
     /// status the kernels write). Synchronize the stream first to see the
     /// outcome of the latest call.
     pub fn check(&self) -> Result<()> {
-        let code = self.status.read_u32(0);
-        if code == 0 {
-            return Ok(());
-        }
-        let peer = self.status.read_u32(4) as usize;
-        let epoch = self.status.read_u64(8);
-        if code == call::CALL_MISMATCH {
-            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
-        }
-        let what = match code {
+        call_word::status_check(&self.status, self.rank, self.timeout, |code| match code {
             WAIT_CHUNK => "host-path chunk flag",
             WAIT_DELTA => "host-path delta words",
-            call::WAIT_CALL => "the description of its call",
             c => super::wait::wait_what(c).unwrap_or("host-path data"),
-        };
-        Err(Error::PeerTimeout {
-            rank: self.rank,
-            peer,
-            epoch,
-            what: what.into(),
-            waited: self.timeout,
         })
     }
 }

@@ -44,7 +44,10 @@ impl GroupRecord {
         b.extend_from_slice(&self.sms.to_le_bytes());
         b.extend_from_slice(&self.blocks_per_sm.to_le_bytes());
         b.extend_from_slice(&self.chunk_override.to_le_bytes());
-        b.push(self.check_calls.map_or(0, crate::cuda::call::setting_byte));
+        b.push(
+            self.check_calls
+                .map_or(0, crate::cuda::call_word::setting_byte),
+        );
         b.extend_from_slice(&self.device.to_bytes());
         b
     }
@@ -95,13 +98,13 @@ pub fn agree(me: usize, all: &[Vec<u8>]) -> Result<Agreed> {
     let ids: Vec<_> = records.iter().map(|r| r.device).collect();
     let resolved: Vec<bool> = records
         .iter()
-        .map(|r| crate::cuda::call::resolve(r.check_calls, &ids))
+        .map(|r| crate::cuda::call_word::resolve(r.check_calls, &ids))
         .collect();
     let settings: Vec<Vec<u8>> = resolved
         .iter()
-        .map(|&c| vec![crate::cuda::call::setting_byte(c)])
+        .map(|&c| vec![crate::cuda::call_word::setting_byte(c)])
         .collect();
-    crate::cuda::call::agree_setting(me, &settings)?;
+    crate::cuda::call_word::agree_setting(me, &settings)?;
     let mut group_grid = usize::MAX;
     for (p, r) in records.iter().enumerate() {
         let share = Sharing::of(&ids, p);
@@ -150,7 +153,7 @@ mod tests {
         record(sms, chunk, gpu).to_bytes()
     }
 
-    /// The records as `HostGpuCommunicator::new` exchanges them (threads
+    /// The records as `PinnedTransport::new` exchanges them (threads
     /// rendezvous, no GPU): every rank gets the same answer.
     #[test]
     fn ranks_exchanging_records_agree_on_the_smallest_sm_count() {

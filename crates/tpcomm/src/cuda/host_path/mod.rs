@@ -25,5 +25,5 @@ mod wait;
 
 pub use super::compile::HOST_ALLREDUCE_SRC;
 pub use algo::{delta_shadow_bytes, HostAlgo};
-pub use comm::HostGpuCommunicator;
+pub use comm::PinnedTransport;
 pub use select::{GpuComm, Transport};

@@ -1,10 +1,9 @@
 //! Which GPU transport a communicator uses, and one type over both.
 
-use super::comm::HostGpuCommunicator;
-use crate::algo::Algo;
-use crate::cuda::{
-    CUdeviceptr, CUstream, CudaCommunicator, CudaConfig, Launch, Rendezvous, StreamAllReduce,
-};
+use super::comm::PinnedTransport;
+use crate::algo::{Algo, Collective};
+use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::{CudaConfig, P2pTransport, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
@@ -27,8 +26,8 @@ pub fn resolve_transport(requested: Transport, all_ranks_have_p2p: &[bool]) -> T
 /// A GPU communicator over the transport `CudaConfig::transport` asks for.
 #[derive(Debug)]
 pub enum GpuComm {
-    Cuda(CudaCommunicator),
-    Host(HostGpuCommunicator),
+    P2p(P2pTransport),
+    Pinned(PinnedTransport),
 }
 
 impl GpuComm {
@@ -126,17 +125,17 @@ impl GpuComm {
             t => t,
         };
         let mut comm = match transport {
-            Transport::Host => GpuComm::Host(HostGpuCommunicator::new(cfg, rendezvous)?),
+            Transport::Host => GpuComm::Pinned(PinnedTransport::new(cfg, rendezvous)?),
             Transport::Nccl => return Err(Error::invalid(
                 "transport",
                 "nccl is not a transport of tpcomm's kernels (use auto, cuda or host); create a cuda::Communicator with nccl_fallback to run calls on NCCL",
             )),
-            _ => GpuComm::Cuda(CudaCommunicator::new(cfg, rendezvous)?),
+            _ => GpuComm::P2p(P2pTransport::new(cfg, rendezvous)?),
         };
         if let Some(why) = check_note {
             let report = match &mut comm {
-                GpuComm::Cuda(c) => c.report_mut(),
-                GpuComm::Host(c) => c.report_mut(),
+                GpuComm::P2p(c) => c.report_mut(),
+                GpuComm::Pinned(c) => c.report_mut(),
             };
             report.title = format!("{} ({why})", report.title);
         }
@@ -146,39 +145,34 @@ impl GpuComm {
     /// The transport in use (never `Auto`).
     pub fn transport(&self) -> Transport {
         match self {
-            GpuComm::Cuda(_) => Transport::Cuda,
-            GpuComm::Host(_) => Transport::Host,
+            GpuComm::P2p(_) => Transport::Cuda,
+            GpuComm::Pinned(_) => Transport::Host,
         }
     }
 }
 
-/// On the host transport `OneShot` asks for the delta kernel and `TwoShot`
-/// for the chunked kernel; the algorithm
-/// or kernel that ran is not returned.
-impl StreamAllReduce for GpuComm {
+/// On the pinned transport `OneShot` asks for the delta kernel and
+/// `TwoShot` for the chunked kernel; the algorithm or kernel that ran is not
+/// returned.
+impl GpuTransport for GpuComm {
     type Ran = ();
 
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
+    unsafe fn all_reduce(&self, call: &Call) -> Result<()> {
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe {
             match self {
-                GpuComm::Cuda(c) => c
-                    .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)
-                    .map(|_| ()),
-                GpuComm::Host(c) => c
-                    .all_reduce_launched(input, output, count, dtype, op, algo, stream, how)
-                    .map(|_| ()),
+                GpuComm::P2p(c) => c.all_reduce(call).map(|_| ()),
+                GpuComm::Pinned(c) => c.all_reduce(call).map(|_| ()),
+            }
+        }
+    }
+
+    unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
+        // SAFETY: as for all_reduce.
+        unsafe {
+            match self {
+                GpuComm::P2p(c) => c.collective(what, call),
+                GpuComm::Pinned(c) => c.collective(what, call),
             }
         }
     }
@@ -188,13 +182,13 @@ impl GpuComm {
     /// The name of the kernel a bf16 message of `bytes` runs with under `algo`.
     pub fn algo_name(&self, algo: Algo, bytes: usize) -> &'static str {
         match self {
-            GpuComm::Cuda(c) => c
+            GpuComm::P2p(c) => c
                 .routes()
                 .lookup(bytes as u64, DType::Bf16, ReduceOp::Sum, algo, c.mode())
                 .algo
                 .unwrap_or(Algo::OneShot)
                 .name(),
-            GpuComm::Host(c) => c
+            GpuComm::Pinned(c) => c
                 .resolve(c.auto_algo(algo, DType::Bf16, bytes), bytes)
                 .name(),
         }
@@ -202,66 +196,66 @@ impl GpuComm {
 
     pub fn check(&self) -> Result<()> {
         match self {
-            GpuComm::Cuda(c) => c.check(),
-            GpuComm::Host(c) => c.check(),
+            GpuComm::P2p(c) => c.check(),
+            GpuComm::Pinned(c) => c.check(),
         }
     }
     /// What the routes were decided with.
     pub fn selector(&self) -> &std::sync::Arc<crate::select::Selector> {
         match self {
-            GpuComm::Cuda(c) => c.selector_arc(),
-            GpuComm::Host(c) => c.selector(),
+            GpuComm::P2p(c) => c.selector_arc(),
+            GpuComm::Pinned(c) => c.selector(),
         }
     }
     /// What `Algo::Auto` runs at each size (the kernels alone, no NCCL).
     pub fn routes(&self) -> &crate::select::RouteTable {
         match self {
-            GpuComm::Cuda(c) => c.routes(),
-            GpuComm::Host(c) => c.routes(),
+            GpuComm::P2p(c) => c.routes(),
+            GpuComm::Pinned(c) => c.routes(),
         }
     }
     pub fn rank(&self) -> usize {
         match self {
-            GpuComm::Cuda(c) => c.rank(),
-            GpuComm::Host(c) => c.rank(),
+            GpuComm::P2p(c) => c.rank(),
+            GpuComm::Pinned(c) => c.rank(),
         }
     }
     pub fn world(&self) -> usize {
         match self {
-            GpuComm::Cuda(c) => c.world(),
-            GpuComm::Host(c) => c.world(),
+            GpuComm::P2p(c) => c.world(),
+            GpuComm::Pinned(c) => c.world(),
         }
     }
     /// The largest message its buffers take.
     pub fn max_bytes(&self) -> crate::units::ByteSize {
         match self {
-            GpuComm::Cuda(c) => c.max_bytes(),
-            GpuComm::Host(c) => c.max_bytes(),
+            GpuComm::P2p(c) => c.max_bytes(),
+            GpuComm::Pinned(c) => c.max_bytes(),
         }
     }
     pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
         match self {
-            GpuComm::Cuda(c) => c.context(),
-            GpuComm::Host(c) => c.context(),
+            GpuComm::P2p(c) => c.context(),
+            GpuComm::Pinned(c) => c.context(),
         }
     }
     pub fn memory_report(&self) -> &MemoryReport {
         match self {
-            GpuComm::Cuda(c) => c.memory_report(),
-            GpuComm::Host(c) => c.memory_report(),
+            GpuComm::P2p(c) => c.memory_report(),
+            GpuComm::Pinned(c) => c.memory_report(),
         }
     }
     pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
         match self {
-            GpuComm::Cuda(c) => c.compiled_with(),
-            GpuComm::Host(c) => c.compiled_with(),
+            GpuComm::P2p(c) => c.compiled_with(),
+            GpuComm::Pinned(c) => c.compiled_with(),
         }
     }
     /// How the group's ranks share this rank's GPU.
     pub fn sharing(&self) -> crate::cuda::share::Sharing {
         match self {
-            GpuComm::Cuda(c) => c.sharing(),
-            GpuComm::Host(c) => c.sharing(),
+            GpuComm::P2p(c) => c.sharing(),
+            GpuComm::Pinned(c) => c.sharing(),
         }
     }
 }

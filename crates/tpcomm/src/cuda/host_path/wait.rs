@@ -8,7 +8,7 @@ pub(super) const WAIT_REDUCE_SCATTER: u32 = 9;
 pub(super) const WAIT_BROADCAST: u32 = 10;
 
 /// What a status code of these kernels waited for, for
-/// `HostGpuCommunicator::check`; `None` for other codes.
+/// `PinnedTransport::check`; `None` for other codes.
 pub(super) fn wait_what(code: u32) -> Option<&'static str> {
     match code {
         WAIT_ALL_GATHER => Some("host-path all-gather chunk flag"),

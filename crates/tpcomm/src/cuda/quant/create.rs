@@ -132,7 +132,7 @@ impl QuantComm {
         }
         let sharing = Sharing::of(&ids, cfg.rank);
         crate::cuda::share::note_sharing(sharing, cfg.device);
-        let check_calls = call::resolve(cfg.check_calls, &ids);
+        let check_calls = call_word::resolve(cfg.check_calls, &ids);
         let cap = grid_cap(sms as usize, kernels.blocks_per_sm as usize, sharing)? as u32;
         let blocks_asked = crate::env::QUANT_BLOCKS.get()?.map(|n| n as u32);
         for (p, blob) in all.iter().enumerate() {
@@ -199,7 +199,7 @@ impl QuantComm {
         }
         // No rank launches before every rank has mapped every peer; every
         // rank sends and checks call words alike.
-        call::meet(rendezvous, "quant-mapped", cfg, check_calls)?;
+        call_word::meet(rendezvous, "quant-mapped", cfg, check_calls)?;
 
         let (mut dst, mut src) = ([0u64; MAX_WORLD], [0u64; MAX_WORLD]);
         let ndst;

@@ -15,13 +15,14 @@
 
 use super::{round_up, QuantAlgo, QuantComm};
 use crate::algo::Collective;
+use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::host_path::GpuComm;
 use crate::cuda::loader::dtype_index;
-use crate::cuda::pdl::{self, Launch};
+use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::{Format, Wire, MIN_GROUP};
-use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream};
+use crate::sys::cuda::{self as raw, CUdeviceptr};
 
 /// QG_BLOCK in kernels/quant_gathered.cu (the launch bound).
 pub(super) const BLOCK: u32 = 256;
@@ -121,22 +122,16 @@ impl QuantComm {
 
     /// Plans a gathered call (after the checks every quantized call makes);
     /// `None` for an empty message.
-    pub fn gathered_call(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        wire: Wire,
-    ) -> Result<Option<GatherCall>> {
+    pub fn gathered_call(&self, call: &Call, wire: Wire) -> Result<Option<GatherCall>> {
         let Some(buf) = &self.gathered else {
             return Err(Error::Unsupported(
                 "this quantized communicator has no gathered buffer".into(),
             ));
         };
-        let Some((format, group)) = self.checked_call(input, output, count, dtype, wire)? else {
+        let Some((format, group)) = self.checked_call(call, wire)? else {
             return Ok(None);
         };
+        let (count, dtype) = (call.count, call.dtype);
         let layout = GatherLayout::of(count, group);
         if layout.block_bytes > self.gathered_block {
             // checked_call bounds count by max_bytes; this cannot happen
@@ -160,41 +155,30 @@ impl QuantComm {
         }))
     }
 
-    /// Quantizes `input` into this rank's block.
+    /// Quantizes `call.input` into this rank's block, on `call.stream`.
     ///
     /// # Safety
-    /// `input` holds `c.count` elements of `c.dtype` until the kernel has run.
-    pub unsafe fn pack(
-        &self,
-        c: &GatherCall,
-        input: CUdeviceptr,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
-        let args = self.gather_args(c, input, c.own_block);
+    /// `call.input` holds `c.count` elements of `c.dtype` until the kernel
+    /// has run.
+    pub unsafe fn pack(&self, c: &GatherCall, call: &Call) -> Result<()> {
+        let args = self.gather_args(c, call.input, c.own_block);
         let f = self.kernels.pack[format_index(c.format)][dtype_index(c.dtype)];
         // SAFETY: the caller's contract for `input`; the block lies in the
         // gathered buffer, which lives as long as `self`.
-        unsafe { self.launch_local(f, c, &args, PACK_OCTETS, stream, how) }
+        unsafe { self.launch_local(f, c, &args, PACK_OCTETS, call) }
     }
 
     /// Dequantizes every rank's block and sums them in rank order into
-    /// `output`.
+    /// `call.output`, on `call.stream`.
     ///
     /// # Safety
-    /// `output` holds `c.count` elements of `c.dtype` until the kernel has
-    /// run; the blocks were gathered (stream order) before it.
-    pub unsafe fn unpack_sum(
-        &self,
-        c: &GatherCall,
-        output: CUdeviceptr,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
-        let args = self.gather_args(c, c.blocks, output);
+    /// `call.output` holds `c.count` elements of `c.dtype` until the kernel
+    /// has run; the blocks were gathered (stream order) before it.
+    pub unsafe fn unpack_sum(&self, c: &GatherCall, call: &Call) -> Result<()> {
+        let args = self.gather_args(c, c.blocks, call.output);
         let f = self.kernels.unpack_sum[format_index(c.format)][dtype_index(c.dtype)];
         // SAFETY: as in `pack`.
-        unsafe { self.launch_local(f, c, &args, 1, stream, how) }
+        unsafe { self.launch_local(f, c, &args, 1, call) }
     }
 
     fn gather_args(&self, c: &GatherCall, input: u64, output: u64) -> GatherArgs {
@@ -221,8 +205,7 @@ impl QuantComm {
         c: &GatherCall,
         args: &GatherArgs,
         octets: usize,
-        stream: CUstream,
-        how: Launch,
+        call: &Call,
     ) -> Result<()> {
         let threads = c.count.div_ceil(8 * octets);
         let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
@@ -234,7 +217,17 @@ impl QuantComm {
         raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: GatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
-        unsafe { pdl::launch(f, grid, BLOCK, args, stream, how, self.kernels.arch.0) }
+        unsafe {
+            pdl::launch(
+                f,
+                grid,
+                BLOCK,
+                args,
+                call.stream,
+                call.launch,
+                self.kernels.arch.0,
+            )
+        }
     }
     /// A quantized all-reduce (sum) on `wire` with the algorithm `algo` asks
     /// for ([`resolve`](Self::resolve)); returns the one that ran. `exact` is
@@ -247,49 +240,43 @@ impl QuantComm {
     /// # Safety
     /// As [`QuantComm::all_reduce_with`]; `exact` is the communicator of the same
     /// ranks this one was created beside, and every rank makes the same calls.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(
         &self,
         exact: &GpuComm,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
+        call: &Call,
         wire: Wire,
         algo: QuantAlgo,
-        stream: CUstream,
-        how: Launch,
     ) -> Result<QuantAlgo> {
         exact.check()?;
-        let mut ran = self.resolve(algo, count)?;
+        let mut ran = self.resolve(algo, call.count)?;
         if ran == QuantAlgo::Gathered {
-            let Some(c) = self.gathered_call(input, output, count, dtype, wire)? else {
+            let Some(c) = self.gathered_call(call, wire)? else {
                 return Ok(ran);
             };
             let what = Collective::AllGather;
             if exact.collective_fits(what, c.gather_count(), GatherCall::GATHER_DTYPE) {
+                // The all-gather of the blocks, on the caller's stream and launch.
+                let blocks = Call {
+                    input: c.own_block,
+                    output: c.blocks,
+                    count: c.gather_count(),
+                    dtype: GatherCall::GATHER_DTYPE,
+                    ..*call
+                };
                 // SAFETY: the caller's contract for input and output; the
                 // blocks live in the quantized communicator's buffer (as
                 // long as `self`), in stream order between the launches.
                 unsafe {
-                    self.pack(&c, input, stream, how)?;
-                    exact.collective(
-                        what,
-                        c.own_block,
-                        c.blocks,
-                        c.gather_count(),
-                        GatherCall::GATHER_DTYPE,
-                        stream,
-                        how,
-                    )?;
-                    self.unpack_sum(&c, output, stream, how)?;
+                    self.pack(&c, call)?;
+                    exact.run_collective(what, &blocks)?;
+                    self.unpack_sum(&c, call)?;
                 }
                 return Ok(ran);
             }
             ran = QuantAlgo::OneShot;
         }
         // SAFETY: as above.
-        unsafe { self.all_reduce_with(input, output, count, dtype, wire, ran, stream, how)? };
+        unsafe { self.all_reduce_with(call, wire, ran)? };
         Ok(ran)
     }
 }

@@ -14,26 +14,24 @@
 //!   device buffer of one block of codes and scales per rank, moved by the
 //!   exact communicator's all-gather.
 
-use super::call;
+use super::call::Call;
+use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
-use super::pdl::{self, Launch};
+use super::pdl;
 use super::rendezvous::Rendezvous;
 use super::share::{grid_cap, DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::quant::model::CHUNK_ELEMS;
 use crate::quant::{Format, Wire, MIN_GROUP};
 use crate::sys::cuda::pinned::Registered;
-use crate::sys::cuda::{
-    self as raw, CUdeviceptr, CUstream, DeviceAlloc, Function, HostMapped, IpcMapping,
-};
+use crate::sys::cuda::{self as raw, DeviceAlloc, Function, HostMapped, IpcMapping};
 use crate::sys::shm::SharedFile;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
@@ -333,37 +331,28 @@ impl QuantComm {
         self.sharing
     }
 
-    /// Launches the quantized all-reduce (sum) of `count` elements of
-    /// `dtype` from `input` into `output` (may be equal) on `stream`, on the
-    /// kernel `algo` names: one-shot, two-shot, or `Auto`, which picks by
+    /// Launches the quantized all-reduce (sum) of `call` (`call.op` and
+    /// `call.algo` are not read) on the wire `wire`, on the kernel `algo`
+    /// names: one-shot, two-shot, or `Auto`, which picks by
     /// `QuantAlgo::runs_twoshot`. The gathered form needs the exact
     /// communicator too: [`run`](Self::run).
     ///
     /// # Safety
-    /// `input` and `output` are device allocations of at least `count`
-    /// elements of `dtype`, 16-byte aligned, valid until the kernel has
-    /// finished; every rank makes the same calls in the same order.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_with(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        wire: Wire,
-        algo: QuantAlgo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
+    /// `call.input` and `call.output` (may be equal) are device allocations
+    /// of at least `count` elements of `dtype`, 16-byte aligned, valid until
+    /// the kernel has finished; every rank makes the same calls in the same
+    /// order.
+    pub unsafe fn all_reduce_with(&self, call: &Call, wire: Wire, algo: QuantAlgo) -> Result<()> {
         if algo == QuantAlgo::Gathered {
             return Err(Error::invalid(
                 "quantized algorithm",
                 "the gathered form runs through the exact communicator's all-gather: call Communicator::all_reduce_quant",
             ));
         }
-        let Some((format, group)) = self.checked_call(input, output, count, dtype, wire)? else {
+        let Some((format, group)) = self.checked_call(call, wire)? else {
             return Ok(());
         };
+        let (count, dtype) = (call.count, call.dtype);
         let bytes = count * dtype.size();
         let twoshot = algo.runs_twoshot(count, self.world);
         let unit = if twoshot { 1 } else { STEP_CHUNKS };
@@ -383,12 +372,12 @@ impl QuantComm {
         // call's word: peers with another wire or group made another call.
         let aux = u64::from(format == Format::Int8)
             | (u64::from(group.trailing_zeros().saturating_sub(5)) & 3) << 1;
-        let call = call::word_if(
+        let word = call_word::word_if(
             self.check_calls,
             if twoshot {
-                call::Kind::QuantTwoShot
+                call_word::Kind::QuantTwoShot
             } else {
-                call::Kind::QuantOneShot
+                call_word::Kind::QuantOneShot
             },
             dtype,
             bytes as u64,
@@ -396,8 +385,8 @@ impl QuantComm {
         )?;
         let f = kernels[gathered::format_index(format)][dtype_index(dtype)];
         let args = QuantArgs {
-            input,
-            output,
+            input: call.input,
+            output: call.output,
             count: count as u64,
             dst: self.dst,
             src: self.src,
@@ -408,7 +397,7 @@ impl QuantComm {
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             call_off: self.layout.call_off as u64,
-            call,
+            call: word,
             rank: self.rank as u32,
             world: self.world as u32,
             ndst: self.ndst,
@@ -419,20 +408,24 @@ impl QuantComm {
         // and status live as long as `self` (callers keep it until their
         // streams finish); input/output are the caller's contract above; the
         // kernel starts with wait_for_previous_kernel.
-        unsafe { pdl::launch(f, grid, block, &args, stream, how, self.kernels.arch.0) }
+        unsafe {
+            pdl::launch(
+                f,
+                grid,
+                block,
+                &args,
+                call.stream,
+                call.launch,
+                self.kernels.arch.0,
+            )
+        }
     }
 
     /// The checks every quantized call makes (an earlier call's failure, the
     /// wire, the size, the alignment); the wire's format and group, or
     /// `None` for an empty message.
-    pub(crate) fn checked_call(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        wire: Wire,
-    ) -> Result<Option<(Format, u32)>> {
+    pub(crate) fn checked_call(&self, call: &Call, wire: Wire) -> Result<Option<(Format, u32)>> {
+        let count = call.count;
         self.check()?;
         let Some((format, group)) = wire.checked()?.quantized() else {
             return Err(Error::invalid(
@@ -441,7 +434,7 @@ impl QuantComm {
             ));
         };
         let bytes = count
-            .checked_mul(dtype.size())
+            .checked_mul(call.dtype.size())
             .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
         if bytes > self.max_bytes || count > self.layout.max_elems {
             return Err(Error::invalid(
@@ -453,7 +446,7 @@ impl QuantComm {
                 ),
             ));
         }
-        if !input.is_multiple_of(16) || !output.is_multiple_of(16) {
+        if !call.input.is_multiple_of(16) || !call.output.is_multiple_of(16) {
             return Err(Error::invalid(
                 "buffer address",
                 "input and output must be 16-byte aligned",
@@ -465,25 +458,9 @@ impl QuantComm {
     /// Reports a peer that did not arrive in an earlier call. Synchronize
     /// the stream first to see the latest call's outcome.
     pub fn check(&self) -> Result<()> {
-        let code = self.status.read_u32(0);
-        if code == 0 {
-            return Ok(());
-        }
-        let (peer, epoch) = (self.status.read_u32(4) as usize, self.status.read_u64(8));
-        if code == call::CALL_MISMATCH {
-            let (mine, theirs) = (self.status.read_u64(16), self.status.read_u64(24));
-            return Err(call::mismatch(self.rank, peer, epoch, mine, theirs));
-        }
-        Err(Error::PeerTimeout {
-            rank: self.rank,
-            peer,
-            epoch,
-            what: match code {
-                WAIT_QUANT => "quantized one-shot data".into(),
-                call::WAIT_CALL => "the description of its call".into(),
-                _ => "data".into(),
-            },
-            waited: self.timeout,
+        call_word::status_check(&self.status, self.rank, self.timeout, |code| match code {
+            WAIT_QUANT => "quantized one-shot data",
+            _ => "data",
         })
     }
 }
