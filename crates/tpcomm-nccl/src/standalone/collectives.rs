@@ -4,11 +4,11 @@
 //! kernels; a communicator of one rank copies. Every other type and op goes
 //! to exact.rs.
 
-use crate::alone::{live, run, Alone, Live};
-use crate::exact;
-use crate::served::INVALID_ARGUMENT;
 use crate::settings;
 use crate::standalone;
+use crate::standalone::comm::{live, run, Alone, Live};
+use crate::standalone::gathered;
+use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Staging, StreamAllReduce};
@@ -147,8 +147,8 @@ pub fn all_reduce(
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
     // type and op gathers the blocks and reduces them (all_reduce_gathered).
-    if exact::takes(a, datatype, op) {
-        return exact::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
+    if gathered::takes(a, datatype, op) {
+        return gathered::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
@@ -211,12 +211,12 @@ pub fn all_gather(
         return SUCCESS;
     }
     let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
     let Some((dt, n)) = direct else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(CALL, &format!("ncclDataType {datatype}"));
         };
-        return exact::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
+        return gathered::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
     };
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
         return standalone::unservable(
@@ -258,8 +258,8 @@ pub fn reduce_scatter(
     const CALL: &str = "ncclReduceScatter";
     // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
     // and op gathers the blocks and reduces this rank's (exact.rs).
-    if exact::takes(a, datatype, op) {
-        return exact::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
+    if gathered::takes(a, datatype, op) {
+        return gathered::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
@@ -321,12 +321,12 @@ pub fn broadcast(
         return SUCCESS;
     }
     let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
     let Some((dt, total)) = direct else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(call, &format!("ncclDataType {datatype}"));
         };
-        return exact::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
+        return gathered::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
     };
     let what = Collective::Broadcast {
         root: root as usize,

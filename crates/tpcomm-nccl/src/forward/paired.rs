@@ -2,8 +2,8 @@
 //! they are set up.
 
 use crate::cuda::{SavedContext, Staging};
-use crate::exchange::{AsRendezvous, NcclExchange};
 use crate::ffi::call_real;
+use crate::forward::setup_exchange::{AsRendezvous, NcclExchange};
 use crate::settings::{self, info, warn};
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ pub struct Beside {
     /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
     pub staging: crate::cuda::Staging,
     /// The quantized wire (TPCOMM_WIRE), when enabled.
-    pub quant: Option<crate::quant::QuantBeside>,
+    pub quant: Option<crate::forward::quant_wire::QuantBeside>,
 }
 
 type Map = RwLock<HashMap<usize, Arc<Beside>>>;
@@ -220,7 +220,7 @@ struct Made {
     gpu: GpuComm,
     routes: RouteTable,
     staging: Staging,
-    quant: Option<crate::quant::QuantBeside>,
+    quant: Option<crate::forward::quant_wire::QuantBeside>,
 }
 
 /// Creates one rank's side (every rank calls it with the same world and
@@ -251,7 +251,7 @@ fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
         rv,
         cfg.timeout,
     )?;
-    let quant = crate::quant::set_up(cfg, &gpu, rv)?;
+    let quant = crate::forward::quant_wire::set_up(cfg, &gpu, rv)?;
     let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
     Ok(Made {
         gpu,

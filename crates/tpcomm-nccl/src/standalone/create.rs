@@ -4,9 +4,9 @@
 //! parent's ranks meet again and each colour makes a new one). The handles
 //! go into served.rs's table.
 
-use crate::alone::{Alone, Live};
-use crate::served::{insert, CUDA_ERROR, INVALID_ARGUMENT};
 use crate::settings::{self, info, warn};
+use crate::standalone::comm::{Alone, Live};
+use crate::standalone::registry::{insert, CUDA_ERROR, INVALID_ARGUMENT};
 use crate::standalone::{self, Secret, INVALID_USAGE};
 use crate::types::*;
 use std::ffi::c_int;

@@ -28,6 +28,7 @@
 //! of one rank or more than `MAX_WORLD`, goes to NCCL at once on every rank
 //! (the same bytes and sizes on every rank: no meeting needed). NCCL is
 //! always given the id with its tail zero again, as NCCL made it.
+#![forbid(unsafe_code)]
 
 use crate::settings::{self, info, Standalone};
 use crate::standalone::{self, Secret};

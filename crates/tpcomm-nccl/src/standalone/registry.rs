@@ -11,9 +11,9 @@
 //! export that takes a communicator asks [`lookup`] first; with no
 //! standalone communicator alive that is one atomic load.
 
-use crate::alone::Alone;
 use crate::settings::info;
 use crate::standalone;
+use crate::standalone::comm::Alone;
 use crate::types::*;
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -138,6 +138,3 @@ pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
 pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
     lookup(comm).map(|_| standalone::unservable(call, "not served in standalone mode"))
 }
-
-#[cfg(test)]
-pub(crate) mod tests;

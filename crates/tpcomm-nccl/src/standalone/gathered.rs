@@ -4,8 +4,8 @@
 //! f64, fp8), through the expanded form and the reduction of gathered blocks
 //! (`tpcomm::cuda::gathered`).
 
-use crate::alone::{live, run, Alone, Live};
 use crate::standalone;
+use crate::standalone::comm::{live, run, Alone, Live};
 use crate::types::*;
 use std::ffi::c_void;
 use tpcomm::cuda::gathered::Form;
