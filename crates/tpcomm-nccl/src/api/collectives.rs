@@ -58,7 +58,7 @@ enum Route {
 #[allow(clippy::too_many_arguments)]
 fn route_of(
     disabled: bool,
-    beside: Option<&paired::Beside>,
+    beside: Option<&paired::Paired>,
     what: Collective,
     send: *const c_void,
     recv: *mut c_void,
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 /// (a bad root goes to NCCL, which reports it).
 fn broadcast_route(
     s: &settings::Settings,
-    beside: Option<&paired::Beside>,
+    beside: Option<&paired::Paired>,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,

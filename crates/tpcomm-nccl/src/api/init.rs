@@ -79,12 +79,12 @@ fn nccl_id_or_served(
         }
         return Err(create::create(call, comm, nranks, secret, rank));
     }
-    match auto_mode::route(call, &id.internal, nranks, rank) {
-        auto_mode::Route::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
-        auto_mode::Route::Standalone(secret) => {
+    match auto_mode::choose_creator(call, &id.internal, nranks, rank) {
+        auto_mode::Creator::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
+        auto_mode::Creator::Standalone(secret) => {
             Err(create::create(call, comm, nranks, secret, rank))
         }
-        auto_mode::Route::Failed(r) => Err(r),
+        auto_mode::Creator::Failed(r) => Err(r),
     }
 }
 

@@ -14,7 +14,7 @@ use tpcomm::select::{Group, RouteTable};
 use tpcomm::{Error, Result};
 
 /// tpcomm's side of one NCCL communicator.
-pub struct Beside {
+pub struct Paired {
     /// The kernels on the transport the group's P2P verdict gave: P2P, or
     /// pinned host memory on boxes without P2P.
     pub gpu: GpuComm,
@@ -27,7 +27,7 @@ pub struct Beside {
     pub quant: Option<crate::forward::quant_wire::QuantBeside>,
 }
 
-type Map = RwLock<HashMap<usize, Arc<Beside>>>;
+type Map = RwLock<HashMap<usize, Arc<Paired>>>;
 
 fn map() -> &'static Map {
     static M: OnceLock<Map> = OnceLock::new();
@@ -35,7 +35,7 @@ fn map() -> &'static Map {
 }
 
 /// The tpcomm communicator beside `comm`, if any.
-pub fn lookup(comm: NcclComm) -> Option<Arc<Beside>> {
+pub fn lookup(comm: NcclComm) -> Option<Arc<Paired>> {
     map().read().ok()?.get(&(comm as usize)).cloned()
 }
 
@@ -62,7 +62,7 @@ pub fn remove(comm: NcclComm, free: bool) -> bool {
     }
 }
 
-fn insert(comm: NcclComm, b: Beside) {
+fn insert(comm: NcclComm, b: Paired) {
     if let Ok(mut m) = map().write() {
         m.insert(comm as usize, Arc::new(b));
     }
@@ -159,7 +159,7 @@ pub fn set_up(comm: NcclComm, origin: &str) {
             info!("{tag}: {}", routes.summary());
             insert(
                 comm,
-                Beside {
+                Paired {
                     gpu,
                     routes,
                     staging,
@@ -316,7 +316,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
         info!("ncclCommInitAll rank {}: {}", gpu.rank(), routes.summary());
         insert(
             *comm,
-            Beside {
+            Paired {
                 gpu,
                 routes,
                 staging,

@@ -106,9 +106,10 @@ pub fn unmarked(id: &[u8; 128]) -> [u8; 128] {
     }
 }
 
-/// Where a creation goes.
+/// Who creates a communicator: the real NCCL or standalone mode (or
+/// neither, the creation having failed). Decided once, at creation.
 #[derive(Debug)]
-pub enum Route {
+pub enum Creator {
     /// To the real NCCL with `id` (a marked id stripped); `after`, once
     /// NCCL has made the communicator, removes this rank's census records.
     Nccl { id: [u8; 128], after: Option<Tidy> },
@@ -187,11 +188,11 @@ pub fn gpu_here() -> tpcomm::Result<DeviceIdentity> {
 
 /// Where `call` (ncclCommInitRank or ncclCommInitRankConfig) with `id` goes,
 /// in this process.
-pub fn route(call: &str, id: &[u8; 128], nranks: c_int, rank: c_int) -> Route {
+pub fn choose_creator(call: &str, id: &[u8; 128], nranks: c_int, rank: c_int) -> Creator {
     if read_mark(id).is_none() {
         // Every id that is not ours goes on untouched (the common path: one
         // comparison of 8 bytes).
-        return Route::Nccl {
+        return Creator::Nccl {
             id: *id,
             after: None,
         };
@@ -207,9 +208,9 @@ pub fn route_in(
     rank: c_int,
     place: &Place,
     gpu: impl FnOnce() -> tpcomm::Result<DeviceIdentity>,
-) -> Route {
+) -> Creator {
     let Some(m) = read_mark(id) else {
-        return Route::Nccl {
+        return Creator::Nccl {
             id: *id,
             after: None,
         };
@@ -219,7 +220,7 @@ pub fn route_in(
     let at_once = |why: String| {
         info!("{tag}: {why}; NCCL's communicator");
         standalone::clear_last_error();
-        Route::Nccl {
+        Creator::Nccl {
             id: real,
             after: None,
         }

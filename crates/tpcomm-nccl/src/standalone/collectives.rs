@@ -6,7 +6,7 @@
 
 use crate::settings;
 use crate::standalone;
-use crate::standalone::comm::{live, run, Alone, Live};
+use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::gathered;
 use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
@@ -20,7 +20,7 @@ use tpcomm::{Algo, DType, ReduceOp};
 #[allow(clippy::too_many_arguments)]
 fn solo_copy(
     call: &str,
-    a: &Alone,
+    a: &StandaloneComm,
     solo: &Staging,
     send: *const c_void,
     recv: *mut c_void,
@@ -93,14 +93,14 @@ fn piece(gpu: &GpuComm, what: Collective, dt: DType) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn summing<'a>(
     call: &str,
-    a: &'a Alone,
+    a: &'a StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
     datatype: NcclDataType,
     op: NcclRedOp,
     stream: CudaStream,
-) -> Result<(DType, &'a Live), NcclResult> {
+) -> Result<(DType, &'a StandaloneGpu), NcclResult> {
     if let Some(solo) = &a.solo {
         if !identity_alone(op) {
             return Err(standalone::unservable(
@@ -136,7 +136,7 @@ fn summing<'a>(
 /// staging buffer when a buffer is not 16-byte aligned.
 #[allow(clippy::too_many_arguments)]
 pub fn all_reduce(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -192,7 +192,7 @@ pub fn all_reduce(
 /// `ncclAllGather` on a standalone communicator: any type (the bytes are
 /// only copied), a block within the transport's buffers.
 pub fn all_gather(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -247,7 +247,7 @@ pub fn all_gather(
 /// bf16, a block within the transport's buffers.
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_scatter(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -293,7 +293,7 @@ pub fn reduce_scatter(
 #[allow(clippy::too_many_arguments)]
 pub fn broadcast(
     call: &'static str,
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,

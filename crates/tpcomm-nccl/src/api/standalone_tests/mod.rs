@@ -4,7 +4,7 @@
 
 use crate::standalone;
 use crate::standalone::collectives::as_bytes;
-use crate::standalone::comm::Alone;
+use crate::standalone::comm::StandaloneComm;
 use crate::standalone::create::{create, split_place, NO_COLOR};
 use crate::standalone::registry::*;
 use crate::standalone::{Secret, INVALID_USAGE};
@@ -22,7 +22,7 @@ pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
 }
 
 fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
-    insert(Alone {
+    insert(StandaloneComm {
         rank,
         world,
         device: 0,
