@@ -3,7 +3,7 @@
 //! allows (set up beside this communicator, outside a group, f32/f16/bf16,
 //! sum for reduce-scatter, a non-empty block within TPCOMM_MAX_BYTES), by
 //! NCCL otherwise, with the caller's arguments unchanged. A standalone
-//! communicator is served by direct.rs and exact.rs and never forwarded. The
+//! communicator is served by standalone/collectives.rs and gathered.rs and never forwarded. The
 //! rule is a pure function of the call, so every rank routes it the same way.
 
 use crate::ffi::{call_real, guard, Fail};

@@ -7,7 +7,7 @@
 //! both: NCCL's bytes as NCCL made them, and in its tail, which NCCL leaves
 //! zero, a mark (a magic, a secret from the kernel's random source, the
 //! creator's host). Creation with a marked id meets the other ranks of this
-//! host through the standalone rendezvous of that secret (standalone.rs:
+//! host through the standalone rendezvous of that secret (standalone/mod.rs:
 //! a 0700 directory of this user, every record tagged with the secret):
 //!
 //! - every rank posts its GPU's identity (its census record);
@@ -124,7 +124,7 @@ pub enum Creator {
 /// does only after reading the decision, so no rank still needs them. NCCL
 /// has made it when a blocking creation returns success outside a group,
 /// when ncclGroupEnd succeeds for a creation inside one, and when a
-/// non-blocking creation is ready (intercepted.rs calls `done` then).
+/// non-blocking creation is ready (api/init.rs calls `done` then).
 #[derive(Debug)]
 pub struct Tidy {
     dir: PathBuf,

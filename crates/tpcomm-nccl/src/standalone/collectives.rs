@@ -2,7 +2,7 @@
 //! f32, f16 and bf16 (all-reduce, reduce-scatter) and all-gathers and
 //! broadcasts of bytes that may travel as floats, on tpcomm's collective
 //! kernels; a communicator of one rank copies. Every other type and op goes
-//! to exact.rs.
+//! to gathered.rs.
 
 use crate::settings;
 use crate::standalone;
@@ -257,7 +257,7 @@ pub fn reduce_scatter(
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
     // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
-    // and op gathers the blocks and reduces this rank's (exact.rs).
+    // and op gathers the blocks and reduces this rank's (gathered.rs).
     if gathered::takes(a, datatype, op) {
         return gathered::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
     }

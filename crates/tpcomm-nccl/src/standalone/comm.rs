@@ -1,5 +1,5 @@
-//! A standalone communicator's state (docs/standalone.md): what created.rs
-//! creates and every standalone path (direct.rs, exact.rs) runs on, and the
+//! A standalone communicator's state (docs/standalone.md): what create.rs
+//! creates and every standalone path (standalone/collectives.rs, gathered.rs) runs on, and the
 //! two helpers they share.
 
 use crate::standalone::{self, Secret};

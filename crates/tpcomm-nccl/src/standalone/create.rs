@@ -2,7 +2,7 @@
 //! with a standalone id (the ranks meet through the id, check they share a
 //! host and make the GPU side all or none) and `ncclCommSplit` of one (the
 //! parent's ranks meet again and each colour makes a new one). The handles
-//! go into served.rs's table.
+//! go into registry.rs's table.
 
 use crate::settings::{self, info, warn};
 use crate::standalone::comm::{StandaloneComm, StandaloneGpu};

@@ -290,7 +290,7 @@ fn untagged(dir: &Path, secret: &Secret, r: usize, v: Vec<u8>) -> Result<Vec<u8>
 
 /// Posts `mine` as rank `rank`'s record of step `key` in `dir` (from
 /// [`meeting_dir`]), tagged as [`exchange`] tags it, without waiting for
-/// anyone (auto.rs's census).
+/// anyone (auto_mode.rs's census).
 pub fn post(dir: &Path, secret: &Secret, key: &str, rank: usize, mine: &[u8]) -> Result<()> {
     tpcomm::cuda::post_record(dir, key, rank, &tagged(secret, mine))
 }

@@ -2,8 +2,8 @@
 //! from a standalone unique id and served by tpcomm alone, with no real NCCL
 //! under them (none need be loaded). This module keeps their handles and
 //! answers the exports that only read or end one (the queries, finalize,
-//! destroy, abort, the refusals); created.rs makes them (creation, split),
-//! direct.rs and exact.rs run their collectives.
+//! destroy, abort, the refusals); create.rs makes them (creation, split),
+//! standalone/collectives.rs and gathered.rs run their collectives.
 //!
 //! A handle is the address of this library's own state, and is only ever
 //! looked up in the table here, never dereferenced: a handle that is not in

@@ -1,4 +1,4 @@
-//! served.rs's tests (and created.rs's and direct.rs's): handles without a
+//! registry.rs's tests (and create.rs's and standalone/collectives.rs's): handles without a
 //! GPU side through the exports; gpu.rs holds the ignored GPU test of ranks
 //! sharing one GPU.
 

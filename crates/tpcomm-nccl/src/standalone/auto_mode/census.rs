@@ -1,4 +1,4 @@
-//! A census (auto.rs): rank 0 counts the ranks of this host and their
+//! A census (auto_mode.rs): rank 0 counts the ranks of this host and their
 //! GPUs and decides; the others wait for the decision; any rank may decide
 //! NCCL first when it cannot take part or waited too long. The decision is
 //! the one record of step DECISION that its first writer wrote.

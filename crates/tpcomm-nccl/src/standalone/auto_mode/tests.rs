@@ -1,4 +1,4 @@
-//! auto.rs's tests: ranks as threads meeting in a private directory of
+//! auto_mode.rs's tests: ranks as threads meeting in a private directory of
 //! their own, with fake GPU identities and a fake real NCCL that records
 //! the id each rank hands it.
 
@@ -376,7 +376,7 @@ fn one_thread_creating_several_ranks_in_a_group_waits_one_census_at_most() {
                 assert_eq!(got, nccls, "rank {r}");
                 // Every rank's records are there to remove once NCCL has
                 // made the communicator (inside the group: at its end,
-                // intercepted.rs), so each route carries them.
+                // api/init.rs), so each route carries them.
                 assert!(after.is_some(), "rank {r}");
             }
             other => panic!("rank {r}: {other:?}"),
