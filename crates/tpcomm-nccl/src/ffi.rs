@@ -71,7 +71,7 @@ pub fn cached(cache: &AtomicPtr<c_void>, name: &'static CStr) -> Result<*mut c_v
     if !p.is_null() {
         return Ok(p);
     }
-    let p = crate::real::symbol(name)?;
+    let p = crate::real_nccl::symbol(name)?;
     cache.store(p, Ordering::Release);
     Ok(p)
 }
@@ -112,7 +112,7 @@ macro_rules! forward {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 $crate::ffi::guard(stringify!($name), || {
                     // A standalone communicator has no real one under it.
-                    $(if let Some(r) = $crate::served::refused(stringify!($name), $comm) {
+                    $(if let Some(r) = $crate::standalone::registry::refused(stringify!($name), $comm) {
                         return r;
                     })?
                     match $crate::ffi::call_real!($name($($arg),*) as fn($($ty),*) -> $ret) {

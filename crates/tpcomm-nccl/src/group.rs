@@ -1,6 +1,6 @@
 //! The calling thread's ncclGroupStart nesting, kept as NCCL keeps its own:
-//! intercepted.rs counts the brackets; creation (auto.rs) and the
-//! collectives (allreduce.rs, collectives.rs) ask whether they run inside
+//! api/group.rs counts the brackets; creation (auto_mode.rs) and the
+//! collectives (api/all_reduce.rs, collectives.rs) ask whether they run inside
 //! one.
 
 use std::cell::Cell;

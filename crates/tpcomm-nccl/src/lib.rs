@@ -13,36 +13,23 @@
 // exported names are NCCL's
 // Unsafe only at the C boundary: the exports and the calls into the real
 // NCCL through its function pointers (ffi's `call_real!` and `forward!`
-// macros, used by exchange, forwarded, ready and state too). Every block
+// macros, used by forward/ too). Every block
 // says why it is sound; the modules marked forbid(unsafe_code) hold none.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod allreduce;
-mod alone;
-#[forbid(unsafe_code)]
-mod auto;
-mod collectives;
-mod created;
+mod api;
 #[forbid(unsafe_code)]
 mod cuda;
-mod direct;
-mod exact;
-mod exchange;
 mod ffi;
-mod forwarded;
+mod forward;
 mod group;
-mod intercepted;
-mod quant;
-mod ready;
-mod real;
+mod real_nccl;
 #[forbid(unsafe_code)]
 mod route;
-mod served;
 #[forbid(unsafe_code)]
 mod settings;
 mod standalone;
-mod state;
 #[forbid(unsafe_code)]
 mod types;
 
@@ -59,13 +46,13 @@ mod tests {
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect();
-        let defined: BTreeSet<&str> = forwarded::FORWARDED
+        let defined: BTreeSet<&str> = forward::passthrough::FORWARDED
             .iter()
-            .chain(intercepted::INTERCEPTED)
+            .chain(api::INTERCEPTED)
             .copied()
             .collect();
         assert_eq!(
-            forwarded::FORWARDED.len() + intercepted::INTERCEPTED.len(),
+            forward::passthrough::FORWARDED.len() + api::INTERCEPTED.len(),
             defined.len(),
             "a function is both forwarded and intercepted"
         );
@@ -76,9 +63,9 @@ mod tests {
     /// device_communicators/pynccl_wrapper.py) must all be there.
     #[test]
     fn every_function_pynccl_binds_is_exported() {
-        let defined: BTreeSet<&str> = forwarded::FORWARDED
+        let defined: BTreeSet<&str> = forward::passthrough::FORWARDED
             .iter()
-            .chain(intercepted::INTERCEPTED)
+            .chain(api::INTERCEPTED)
             .copied()
             .collect();
         for f in [

@@ -47,7 +47,7 @@ pub enum Standalone {
     /// `1`: unique ids are standalone ones, and their communicators are
     /// served with no real NCCL.
     Always,
-    /// Unset: unique ids are NCCL's, marked (auto.rs); a communicator made
+    /// Unset: unique ids are NCCL's, marked (auto_mode.rs); a communicator made
     /// with a marked id whose ranks are all on this host and share a GPU is
     /// served standalone, any other is NCCL's.
     Auto,

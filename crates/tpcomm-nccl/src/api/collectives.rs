@@ -3,15 +3,14 @@
 //! allows (set up beside this communicator, outside a group, f32/f16/bf16,
 //! sum for reduce-scatter, a non-empty block within TPCOMM_MAX_BYTES), by
 //! NCCL otherwise, with the caller's arguments unchanged. A standalone
-//! communicator is served by direct.rs and exact.rs and never forwarded. The
+//! communicator is served by standalone/collectives.rs and gathered.rs and never forwarded. The
 //! rule is a pure function of the call, so every rank routes it the same way.
 
-use crate::direct;
 use crate::ffi::{call_real, guard, Fail};
+use crate::forward::paired;
 use crate::route::{Call, Why};
-use crate::served;
 use crate::settings::{self, info, warn};
-use crate::state;
+use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
@@ -59,7 +58,7 @@ enum Route {
 #[allow(clippy::too_many_arguments)]
 fn route_of(
     disabled: bool,
-    beside: Option<&state::Beside>,
+    beside: Option<&paired::Paired>,
     what: Collective,
     send: *const c_void,
     recv: *mut c_void,
@@ -130,14 +129,16 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclAllGather", || {
-        if let Some(a) = served::lookup(comm) {
-            return direct::all_gather(&a, sendbuff, recvbuff, sendcount, datatype, stream);
+        if let Some(a) = registry::lookup(comm) {
+            return crate::standalone::collectives::all_gather(
+                &a, sendbuff, recvbuff, sendcount, datatype, stream,
+            );
         }
         let s = settings::get();
         let beside = if s.disabled {
             None
         } else {
-            state::lookup(comm)
+            paired::lookup(comm)
         };
         let r = route_of(
             s.disabled,
@@ -198,14 +199,16 @@ pub unsafe extern "C" fn ncclReduceScatter(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
-        if let Some(a) = served::lookup(comm) {
-            return direct::reduce_scatter(&a, sendbuff, recvbuff, recvcount, datatype, op, stream);
+        if let Some(a) = registry::lookup(comm) {
+            return crate::standalone::collectives::reduce_scatter(
+                &a, sendbuff, recvbuff, recvcount, datatype, op, stream,
+            );
         }
         let s = settings::get();
         let beside = if s.disabled {
             None
         } else {
-            state::lookup(comm)
+            paired::lookup(comm)
         };
         let r = route_of(
             s.disabled,
@@ -257,7 +260,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 /// (a bad root goes to NCCL, which reports it).
 fn broadcast_route(
     s: &settings::Settings,
-    beside: Option<&state::Beside>,
+    beside: Option<&paired::Paired>,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -290,8 +293,8 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBroadcast", || {
-        if let Some(a) = served::lookup(comm) {
-            return direct::broadcast(
+        if let Some(a) = registry::lookup(comm) {
+            return crate::standalone::collectives::broadcast(
                 "ncclBroadcast",
                 &a,
                 sendbuff,
@@ -306,7 +309,7 @@ pub unsafe extern "C" fn ncclBroadcast(
         let beside = if s.disabled {
             None
         } else {
-            state::lookup(comm)
+            paired::lookup(comm)
         };
         if let (Some(dt), Some(b)) = (
             broadcast_route(
@@ -362,14 +365,23 @@ pub unsafe extern "C" fn ncclBcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBcast", || {
-        if let Some(a) = served::lookup(comm) {
-            return direct::broadcast("ncclBcast", &a, buff, buff, count, datatype, root, stream);
+        if let Some(a) = registry::lookup(comm) {
+            return crate::standalone::collectives::broadcast(
+                "ncclBcast",
+                &a,
+                buff,
+                buff,
+                count,
+                datatype,
+                root,
+                stream,
+            );
         }
         let s = settings::get();
         let beside = if s.disabled {
             None
         } else {
-            state::lookup(comm)
+            paired::lookup(comm)
         };
         if let (Some(dt), Some(b)) = (
             broadcast_route(s, beside.as_deref(), buff, buff, count, datatype, root),
@@ -410,8 +422,11 @@ mod tests {
     #[test]
     fn every_collective_defined_here_is_listed_as_intercepted() {
         for name in COLLECTIVES {
-            assert!(crate::intercepted::INTERCEPTED.contains(name), "{name}");
-            assert!(!crate::forwarded::FORWARDED.contains(name), "{name}");
+            assert!(crate::api::INTERCEPTED.contains(name), "{name}");
+            assert!(
+                !crate::forward::passthrough::FORWARDED.contains(name),
+                "{name}"
+            );
         }
     }
 }

@@ -1,61 +1,29 @@
-//! The NCCL functions this library does more than forward: communicator
-//! creation and destruction (to keep a tpcomm communicator beside each real
-//! one, or to make and end a standalone one: created.rs and served.rs), group brackets (to
-//! know when NCCL's group semantics apply), and the queries a standalone
-//! communicator answers itself. All-reduce itself is in allreduce.rs.
+//! Communicator creation and management: creation and destruction (to pair
+//! a tpcomm communicator with each real one, forward/paired.rs, or to make
+//! and end a standalone one, standalone/create.rs and registry.rs), and the
+//! queries a standalone communicator answers itself.
 
-use crate::auto;
-use crate::created;
 use crate::ffi::{call_real, guard, Fail};
+use crate::forward::paired;
+use crate::forward::wait_ready::wait_ready;
 use crate::group;
-use crate::ready::wait_ready;
-use crate::served;
 use crate::settings::{self, info, warn, Standalone};
 use crate::standalone;
-use crate::state;
+use crate::standalone::auto_mode;
+use crate::standalone::create;
+use crate::standalone::registry;
 use crate::types::*;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int};
-
-/// Every function this library does more than forward (defined here, in
-/// allreduce.rs and in collectives.rs), by name.
-#[cfg_attr(not(test), allow(dead_code))]
-pub const INTERCEPTED: &[&str] = &[
-    "ncclGetErrorString",
-    "ncclGetVersion",
-    "ncclGetUniqueId",
-    "ncclGetLastError",
-    "ncclCommGetAsyncError",
-    "ncclCommCount",
-    "ncclCommUserRank",
-    "ncclCommCuDevice",
-    "ncclGroupStart",
-    "ncclGroupEnd",
-    "ncclCommInitRank",
-    "ncclCommInitRankConfig",
-    "ncclCommInitRankScalable",
-    "ncclCommInitAll",
-    "ncclCommSplit",
-    "ncclCommShrink",
-    "ncclCommFinalize",
-    "ncclCommDestroy",
-    "ncclCommAbort",
-    "ncclAllReduce",
-    // collectives.rs
-    "ncclAllGather",
-    "ncclReduceScatter",
-    "ncclBroadcast",
-    "ncclBcast",
-];
+use std::ffi::c_int;
 
 thread_local! {
     /// Communicators created inside a group (with the census records to
     /// remove once made): NCCL makes them at ncclGroupEnd.
-    static PENDING: RefCell<Vec<(usize, &'static str, Option<auto::Tidy>)>> =
+    pub(crate) static PENDING: RefCell<Vec<(usize, &'static str, Option<auto_mode::Tidy>)>> =
         const { RefCell::new(Vec::new()) };
 }
 
-fn ok(r: NcclResult) -> bool {
+pub(crate) fn ok(r: NcclResult) -> bool {
     r == SUCCESS || r == IN_PROGRESS
 }
 
@@ -63,7 +31,7 @@ fn ok(r: NcclResult) -> bool {
 /// (now, at the end of the enclosing group, or when a non-blocking creation
 /// is ready), remove the census records of `after` and set tpcomm up. A
 /// failed creation leaves the records (its peers may still read them).
-fn created(r: NcclResult, comm: NcclComm, origin: &'static str, after: Option<auto::Tidy>) {
+fn created(r: NcclResult, comm: NcclComm, origin: &'static str, after: Option<auto_mode::Tidy>) {
     if !ok(r) || comm.is_null() {
         return;
     }
@@ -80,70 +48,13 @@ fn created(r: NcclResult, comm: NcclComm, origin: &'static str, after: Option<au
 
 /// NCCL has made `comm`: its census records go, and tpcomm is set up beside
 /// it (unless tpcomm is disabled).
-fn made(comm: NcclComm, origin: &'static str, after: Option<auto::Tidy>) {
+pub(crate) fn made(comm: NcclComm, origin: &'static str, after: Option<auto_mode::Tidy>) {
     if let Some(t) = after {
         t.done(SUCCESS);
     }
     if !settings::get().disabled {
-        state::set_up(comm, origin);
+        paired::set_up(comm, origin);
     }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
-    guard("ncclGetErrorString", || {
-        call_real!(ncclGetErrorString(result) as fn(NcclResult) -> *const c_char)
-            .unwrap_or_else(|_| error_string(result).as_ptr())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
-    guard("ncclGroupStart", || {
-        // Standalone mode has no real NCCL to group with: calls on a
-        // standalone communicator run in order as they come. Auto mode
-        // groups with NCCL (its real communicators keep NCCL's group
-        // semantics); calls on a served communicator inside the group still
-        // run at once (served::lookup comes first) and never reach NCCL.
-        if settings::get().standalone == Standalone::Always {
-            group::enter();
-            return SUCCESS;
-        }
-        match call_real!(ncclGroupStart() as fn() -> NcclResult) {
-            Ok(r) => {
-                if r == SUCCESS {
-                    group::enter();
-                }
-                r
-            }
-            Err(_) => NcclResult::missing(),
-        }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
-    guard("ncclGroupEnd", || {
-        if settings::get().standalone == Standalone::Always {
-            group::leave();
-            return SUCCESS;
-        }
-        let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
-            Ok(r) => r,
-            Err(_) => return NcclResult::missing(),
-        };
-        // NCCL leaves the group whatever the result.
-        group::leave();
-        if group::depth() == 0 {
-            for (comm, origin, after) in PENDING.take() {
-                let comm = comm as NcclComm;
-                if ok(r) && (r == SUCCESS || wait_ready(comm)) {
-                    made(comm, origin, after);
-                }
-            }
-        }
-        r
-    })
 }
 
 /// What ncclCommInitRank and ncclCommInitRankConfig do before the real
@@ -158,7 +69,7 @@ fn nccl_id_or_served(
     nranks: c_int,
     id: &UniqueId,
     rank: c_int,
-) -> Result<(UniqueId, Option<auto::Tidy>), NcclResult> {
+) -> Result<(UniqueId, Option<auto_mode::Tidy>), NcclResult> {
     if let Some(secret) = standalone::parse(&id.internal) {
         if let Err(why) = standalone::check_host(&id.internal) {
             return Err(standalone::fail(
@@ -166,12 +77,14 @@ fn nccl_id_or_served(
                 format!("{call} rank {rank}: {why}"),
             ));
         }
-        return Err(created::create(call, comm, nranks, secret, rank));
+        return Err(create::create(call, comm, nranks, secret, rank));
     }
-    match auto::route(call, &id.internal, nranks, rank) {
-        auto::Route::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
-        auto::Route::Standalone(secret) => Err(created::create(call, comm, nranks, secret, rank)),
-        auto::Route::Failed(r) => Err(r),
+    match auto_mode::choose_creator(call, &id.internal, nranks, rank) {
+        auto_mode::Creator::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
+        auto_mode::Creator::Standalone(secret) => {
+            Err(create::create(call, comm, nranks, secret, rank))
+        }
+        auto_mode::Creator::Failed(r) => Err(r),
     }
 }
 
@@ -257,11 +170,14 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
                     "a standalone id is made for ncclCommInitRank and ncclCommInitRankConfig",
                 );
             }
-            if ids.iter().any(|i| auto::read_mark(&i.internal).is_some()) {
+            if ids
+                .iter()
+                .any(|i| auto_mode::read_mark(&i.internal).is_some())
+            {
                 unmarked = ids
                     .iter()
                     .map(|i| UniqueId {
-                        internal: auto::unmarked(&i.internal),
+                        internal: auto_mode::unmarked(&i.internal),
                     })
                     .collect();
             }
@@ -315,7 +231,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
                     .map(|&d| d.max(0) as usize)
                     .collect()
             };
-            state::set_up_all(&cs, &devs);
+            paired::set_up_all(&cs, &devs);
         }
         r
     })
@@ -330,8 +246,8 @@ pub unsafe extern "C" fn ncclCommSplit(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommSplit", || {
-        if let Some(a) = served::lookup(comm) {
-            return created::split(&a, color, key, newcomm);
+        if let Some(a) = registry::lookup(comm) {
+            return create::split(&a, color, key, newcomm);
         }
         let r = match call_real!(ncclCommSplit(comm, color, key, newcomm, config)
             as fn(NcclComm, c_int, c_int, *mut NcclComm, Opaque) -> NcclResult)
@@ -358,7 +274,7 @@ pub unsafe extern "C" fn ncclCommShrink(
     shrink_flags: c_int,
 ) -> NcclResult {
     guard("ncclCommShrink", || {
-        if let Some(r) = served::refused("ncclCommShrink", comm) {
+        if let Some(r) = registry::refused("ncclCommShrink", comm) {
             return r;
         }
         let r = match call_real!(ncclCommShrink(
@@ -385,11 +301,11 @@ pub unsafe extern "C" fn ncclCommShrink(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
     guard("ncclCommFinalize", || {
-        if let Some(a) = served::lookup(comm) {
-            return served::finalize(&a);
+        if let Some(a) = registry::lookup(comm) {
+            return registry::finalize(&a);
         }
         // No collective may follow a finalize: stop routing to tpcomm now.
-        if state::remove(comm, true) {
+        if paired::remove(comm, true) {
             info!("ncclCommFinalize: tpcomm communicator released");
         }
         call_real!(ncclCommFinalize(comm) as fn(NcclComm) -> NcclResult)
@@ -400,10 +316,10 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
     guard("ncclCommDestroy", || {
-        if served::lookup(comm).is_some() {
-            return served::release("ncclCommDestroy", comm, true);
+        if registry::lookup(comm).is_some() {
+            return registry::release("ncclCommDestroy", comm, true);
         }
-        if state::remove(comm, true) {
+        if paired::remove(comm, true) {
             info!("ncclCommDestroy: tpcomm communicator released");
         }
         call_real!(ncclCommDestroy(comm) as fn(NcclComm) -> NcclResult)
@@ -414,33 +330,14 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
     guard("ncclCommAbort", || {
-        if served::lookup(comm).is_some() {
-            return served::release("ncclCommAbort", comm, false);
+        if registry::lookup(comm).is_some() {
+            return registry::release("ncclCommAbort", comm, false);
         }
-        if state::remove(comm, false) {
+        if paired::remove(comm, false) {
             info!("ncclCommAbort: tpcomm communicator retired (its buffers stay allocated until the process exits, so that abort never waits for a tpcomm kernel)");
         }
         call_real!(ncclCommAbort(comm) as fn(NcclComm) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing())
-    })
-}
-
-/// The NCCL version this library's API is (nccl.h 2.28): what
-/// ncclGetVersion says in standalone mode when no real NCCL is there.
-const API_VERSION: c_int = 22800;
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
-    guard("ncclGetVersion", || {
-        match call_real!(ncclGetVersion(version) as fn(*mut c_int) -> NcclResult) {
-            Ok(r) => r,
-            Err(_) if settings::get().standalone == Standalone::Always && !version.is_null() => {
-                // SAFETY: non-null, the caller's int.
-                unsafe { *version = API_VERSION };
-                SUCCESS
-            }
-            Err(_) => NcclResult::missing(),
-        }
     })
 }
 
@@ -450,7 +347,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
         if settings::get().standalone == Standalone::Always {
             if unique_id.is_null() {
                 return standalone::fail(
-                    served::INVALID_ARGUMENT,
+                    registry::INVALID_ARGUMENT,
                     "ncclGetUniqueId: the id pointer is NULL".into(),
                 );
             }
@@ -475,53 +372,13 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
             // SAFETY: non-null, the caller's ncclUniqueId, which NCCL has
             // just written.
             let id = unsafe { &mut (*unique_id).internal };
-            match auto::mark(id) {
+            match auto_mode::mark(id) {
                 Ok(Some(_)) => info!("ncclGetUniqueId: NCCL's id, marked for auto standalone mode"),
                 Ok(None) => info!("ncclGetUniqueId: NCCL's id has data in its last 64 bytes; left unmarked (no auto standalone mode for it)"),
                 Err(e) => warn!("ncclGetUniqueId: NCCL's id left unmarked, so no auto standalone mode for it ({e})"),
             }
         }
         r
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
-    guard("ncclGetLastError", || {
-        // Standalone mode's own text for its communicators, and for the
-        // calls that take none (creation, ids) when it is on; in auto mode
-        // for those when tpcomm failed the last creation (a census, a
-        // standalone communicator: one handed to NCCL clears the text).
-        let mode = settings::get().standalone;
-        let ours = served::lookup(comm).is_some()
-            || (comm.is_null() && mode == Standalone::Always)
-            || (comm.is_null() && mode == Standalone::Auto && standalone::has_last_error());
-        if ours {
-            return standalone::last_error_ptr();
-        }
-        call_real!(ncclGetLastError(comm) as fn(NcclComm) -> *const c_char).unwrap_or_else(|_| {
-            if standalone::has_last_error() {
-                standalone::last_error_ptr()
-            } else {
-                <*const c_char>::missing()
-            }
-        })
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommGetAsyncError(
-    comm: NcclComm,
-    async_error: *mut NcclResult,
-) -> NcclResult {
-    guard("ncclCommGetAsyncError", || {
-        if let Some(a) = served::lookup(comm) {
-            return served::async_error(&a, async_error);
-        }
-        call_real!(
-            ncclCommGetAsyncError(comm, async_error) as fn(NcclComm, *mut NcclResult) -> NcclResult
-        )
-        .unwrap_or_else(|_| NcclResult::missing())
     })
 }
 
@@ -532,8 +389,8 @@ macro_rules! int_query {
         #[no_mangle]
         pub unsafe extern "C" fn $name(comm: NcclComm, out: *mut c_int) -> NcclResult {
             guard(stringify!($name), || {
-                if let Some($a) = served::lookup(comm) {
-                    return served::write_int(stringify!($name), $v, out);
+                if let Some($a) = registry::lookup(comm) {
+                    return registry::write_int(stringify!($name), $v, out);
                 }
                 call_real!($name(comm, out) as fn(NcclComm, *mut c_int) -> NcclResult)
                     .unwrap_or_else(|_| NcclResult::missing())

@@ -87,9 +87,10 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         // SAFETY: (test) every range is inside this rank's arenas, which
         // outlive the synchronisation in `fetch`.
         unsafe {
-            let r = crate::allreduce::ncclAllReduce(p(pa), p(pa), n, 7, OP_SUM, comm, st);
+            let r = crate::api::all_reduce::ncclAllReduce(p(pa), p(pa), n, 7, OP_SUM, comm, st);
             assert_eq!(r, SUCCESS, "{}", standalone::last_error());
-            let r = crate::allreduce::ncclAllReduce(p(pb + 4), p(pb + 4), n, 7, OP_SUM, comm, st);
+            let r =
+                crate::api::all_reduce::ncclAllReduce(p(pb + 4), p(pb + 4), n, 7, OP_SUM, comm, st);
             assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         }
         assert_eq!(
@@ -106,7 +107,7 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         let block: Vec<u8> = (0..6).map(|i| (rank * 16 + i) as u8).collect();
         upload(&mut a, 0, &block);
         // SAFETY: (test) as above.
-        let r = unsafe { crate::collectives::ncclAllGather(p(pa), p(pb), 6, 1, comm, st) };
+        let r = unsafe { crate::api::collectives::ncclAllGather(p(pa), p(pb), 6, 1, comm, st) };
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let want: Vec<u8> = (0..world)
             .flat_map(|r| (0..6).map(move |i| (r * 16 + i) as u8))
@@ -117,7 +118,8 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         let mine: Vec<u8> = (0..10).map(|i| (rank * 3 + i) as u8).collect();
         upload(&mut a, 0, &mine);
         // SAFETY: (test) as above.
-        let r = unsafe { crate::collectives::ncclBcast(p(pa), 10, 1, root as c_int, comm, st) };
+        let r =
+            unsafe { crate::api::collectives::ncclBcast(p(pa), 10, 1, root as c_int, comm, st) };
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let want: Vec<u8> = (0..10).map(|i| (root * 3 + i) as u8).collect();
         assert_eq!(fetch(&a, 10), want, "rank {rank}: broadcast");
@@ -129,7 +131,7 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         upload(&mut a, 0, &mine);
         // SAFETY: (test) as above.
         let r = unsafe {
-            crate::collectives::ncclReduceScatter(p(pa), p(pb), cnt, 7, OP_SUM, comm, st)
+            crate::api::collectives::ncclReduceScatter(p(pa), p(pb), cnt, 7, OP_SUM, comm, st)
         };
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let want: Vec<f32> = (0..cnt)
@@ -172,7 +174,7 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
             let t = Elem::ALL.iter().position(|&e| e == elem).unwrap() as c_int;
             // SAFETY: (test) as above.
             let r = unsafe {
-                crate::allreduce::ncclAllReduce(p(pa), p(pb), n, t, op as c_int, comm, st)
+                crate::api::all_reduce::ncclAllReduce(p(pa), p(pb), n, t, op as c_int, comm, st)
             };
             assert_eq!(r, SUCCESS, "{elem:?} {op:?}: {}", standalone::last_error());
             let blocks: Vec<Vec<u8>> = (0..world).map(|r| block_of(r, elem, n)).collect();
@@ -191,7 +193,15 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
             let t = Elem::ALL.iter().position(|&e| e == elem).unwrap() as c_int;
             // SAFETY: (test) as above.
             let r = unsafe {
-                crate::collectives::ncclReduceScatter(p(pa), p(pb), n, t, op as c_int, comm, st)
+                crate::api::collectives::ncclReduceScatter(
+                    p(pa),
+                    p(pb),
+                    n,
+                    t,
+                    op as c_int,
+                    comm,
+                    st,
+                )
             };
             assert_eq!(r, SUCCESS, "{elem:?} {op:?}: {}", standalone::last_error());
             let z = elem.size();
@@ -210,13 +220,13 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         let n = 300;
         put(&mut a, &block_of(rank, Elem::I32, n));
         // SAFETY: (test) as above.
-        let r = unsafe { crate::collectives::ncclAllGather(p(pa), p(pb), n, 2, comm, st) };
+        let r = unsafe { crate::api::collectives::ncclAllGather(p(pa), p(pb), n, 2, comm, st) };
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let want: Vec<u8> = (0..world).flat_map(|r| block_of(r, Elem::I32, n)).collect();
         assert_eq!(fetch(&b, want.len()), want, "rank {rank}: i32 all-gather");
         put(&mut a, &block_of(rank, Elem::I64, n));
         // SAFETY: (test) as above.
-        let r = unsafe { crate::collectives::ncclBroadcast(p(pa), p(pb), n, 4, 0, comm, st) };
+        let r = unsafe { crate::api::collectives::ncclBroadcast(p(pa), p(pb), n, 4, 0, comm, st) };
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         assert_eq!(
             fetch(&b, 8 * n),
@@ -227,11 +237,11 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         // SAFETY: (test) a live handle and out-pointer.
         unsafe {
             assert_eq!(
-                crate::intercepted::ncclCommGetAsyncError(comm, &mut e),
+                crate::api::errors::ncclCommGetAsyncError(comm, &mut e),
                 SUCCESS
             );
             assert_eq!(e, SUCCESS);
-            assert_eq!(crate::intercepted::ncclCommDestroy(comm), SUCCESS);
+            assert_eq!(crate::api::init::ncclCommDestroy(comm), SUCCESS);
         }
     }
 }

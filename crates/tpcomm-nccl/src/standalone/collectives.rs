@@ -2,13 +2,13 @@
 //! f32, f16 and bf16 (all-reduce, reduce-scatter) and all-gathers and
 //! broadcasts of bytes that may travel as floats, on tpcomm's collective
 //! kernels; a communicator of one rank copies. Every other type and op goes
-//! to exact.rs.
+//! to gathered.rs.
 
-use crate::alone::{live, run, Alone, Live};
-use crate::exact;
-use crate::served::INVALID_ARGUMENT;
 use crate::settings;
 use crate::standalone;
+use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
+use crate::standalone::gathered;
+use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Staging, StreamAllReduce};
@@ -20,7 +20,7 @@ use tpcomm::{Algo, DType, ReduceOp};
 #[allow(clippy::too_many_arguments)]
 fn solo_copy(
     call: &str,
-    a: &Alone,
+    a: &StandaloneComm,
     solo: &Staging,
     send: *const c_void,
     recv: *mut c_void,
@@ -93,14 +93,14 @@ fn piece(gpu: &GpuComm, what: Collective, dt: DType) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn summing<'a>(
     call: &str,
-    a: &'a Alone,
+    a: &'a StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
     datatype: NcclDataType,
     op: NcclRedOp,
     stream: CudaStream,
-) -> Result<(DType, &'a Live), NcclResult> {
+) -> Result<(DType, &'a StandaloneGpu), NcclResult> {
     if let Some(solo) = &a.solo {
         if !identity_alone(op) {
             return Err(standalone::unservable(
@@ -136,7 +136,7 @@ fn summing<'a>(
 /// staging buffer when a buffer is not 16-byte aligned.
 #[allow(clippy::too_many_arguments)]
 pub fn all_reduce(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -147,8 +147,8 @@ pub fn all_reduce(
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
     // type and op gathers the blocks and reduces them (all_reduce_gathered).
-    if exact::takes(a, datatype, op) {
-        return exact::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
+    if gathered::takes(a, datatype, op) {
+        return gathered::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
@@ -192,7 +192,7 @@ pub fn all_reduce(
 /// `ncclAllGather` on a standalone communicator: any type (the bytes are
 /// only copied), a block within the transport's buffers.
 pub fn all_gather(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -211,12 +211,12 @@ pub fn all_gather(
         return SUCCESS;
     }
     let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
     let Some((dt, n)) = direct else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(CALL, &format!("ncclDataType {datatype}"));
         };
-        return exact::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
+        return gathered::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
     };
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
         return standalone::unservable(
@@ -247,7 +247,7 @@ pub fn all_gather(
 /// bf16, a block within the transport's buffers.
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_scatter(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -257,9 +257,9 @@ pub fn reduce_scatter(
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
     // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
-    // and op gathers the blocks and reduces this rank's (exact.rs).
-    if exact::takes(a, datatype, op) {
-        return exact::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
+    // and op gathers the blocks and reduces this rank's (gathered.rs).
+    if gathered::takes(a, datatype, op) {
+        return gathered::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
     }
     let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
         Ok(run) => run,
@@ -293,7 +293,7 @@ pub fn reduce_scatter(
 #[allow(clippy::too_many_arguments)]
 pub fn broadcast(
     call: &'static str,
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -321,12 +321,12 @@ pub fn broadcast(
         return SUCCESS;
     }
     let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| exact::floats_travel_as(datatype, dt));
+        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
     let Some((dt, total)) = direct else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(call, &format!("ncclDataType {datatype}"));
         };
-        return exact::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
+        return gathered::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
     };
     let what = Collective::Broadcast {
         root: root as usize,

@@ -7,7 +7,7 @@
 //! both: NCCL's bytes as NCCL made them, and in its tail, which NCCL leaves
 //! zero, a mark (a magic, a secret from the kernel's random source, the
 //! creator's host). Creation with a marked id meets the other ranks of this
-//! host through the standalone rendezvous of that secret (standalone.rs:
+//! host through the standalone rendezvous of that secret (standalone/mod.rs:
 //! a 0700 directory of this user, every record tagged with the secret):
 //!
 //! - every rank posts its GPU's identity (its census record);
@@ -28,6 +28,7 @@
 //! of one rank or more than `MAX_WORLD`, goes to NCCL at once on every rank
 //! (the same bytes and sizes on every rank: no meeting needed). NCCL is
 //! always given the id with its tail zero again, as NCCL made it.
+#![forbid(unsafe_code)]
 
 use crate::settings::{self, info, Standalone};
 use crate::standalone::{self, Secret};
@@ -105,9 +106,10 @@ pub fn unmarked(id: &[u8; 128]) -> [u8; 128] {
     }
 }
 
-/// Where a creation goes.
+/// Who creates a communicator: the real NCCL or standalone mode (or
+/// neither, the creation having failed). Decided once, at creation.
 #[derive(Debug)]
-pub enum Route {
+pub enum Creator {
     /// To the real NCCL with `id` (a marked id stripped); `after`, once
     /// NCCL has made the communicator, removes this rank's census records.
     Nccl { id: [u8; 128], after: Option<Tidy> },
@@ -122,7 +124,7 @@ pub enum Route {
 /// does only after reading the decision, so no rank still needs them. NCCL
 /// has made it when a blocking creation returns success outside a group,
 /// when ncclGroupEnd succeeds for a creation inside one, and when a
-/// non-blocking creation is ready (intercepted.rs calls `done` then).
+/// non-blocking creation is ready (api/init.rs calls `done` then).
 #[derive(Debug)]
 pub struct Tidy {
     dir: PathBuf,
@@ -186,11 +188,11 @@ pub fn gpu_here() -> tpcomm::Result<DeviceIdentity> {
 
 /// Where `call` (ncclCommInitRank or ncclCommInitRankConfig) with `id` goes,
 /// in this process.
-pub fn route(call: &str, id: &[u8; 128], nranks: c_int, rank: c_int) -> Route {
+pub fn choose_creator(call: &str, id: &[u8; 128], nranks: c_int, rank: c_int) -> Creator {
     if read_mark(id).is_none() {
         // Every id that is not ours goes on untouched (the common path: one
         // comparison of 8 bytes).
-        return Route::Nccl {
+        return Creator::Nccl {
             id: *id,
             after: None,
         };
@@ -206,9 +208,9 @@ pub fn route_in(
     rank: c_int,
     place: &Place,
     gpu: impl FnOnce() -> tpcomm::Result<DeviceIdentity>,
-) -> Route {
+) -> Creator {
     let Some(m) = read_mark(id) else {
-        return Route::Nccl {
+        return Creator::Nccl {
             id: *id,
             after: None,
         };
@@ -218,7 +220,7 @@ pub fn route_in(
     let at_once = |why: String| {
         info!("{tag}: {why}; NCCL's communicator");
         standalone::clear_last_error();
-        Route::Nccl {
+        Creator::Nccl {
             id: real,
             after: None,
         }

@@ -2,11 +2,11 @@
 //! with a standalone id (the ranks meet through the id, check they share a
 //! host and make the GPU side all or none) and `ncclCommSplit` of one (the
 //! parent's ranks meet again and each colour makes a new one). The handles
-//! go into served.rs's table.
+//! go into registry.rs's table.
 
-use crate::alone::{Alone, Live};
-use crate::served::{insert, CUDA_ERROR, INVALID_ARGUMENT};
 use crate::settings::{self, info, warn};
+use crate::standalone::comm::{StandaloneComm, StandaloneGpu};
+use crate::standalone::registry::{insert, CUDA_ERROR, INVALID_ARGUMENT};
 use crate::standalone::{self, Secret, INVALID_USAGE};
 use crate::types::*;
 use std::ffi::c_int;
@@ -106,7 +106,7 @@ fn create_on(
         return match solo {
             Ok(st) => {
                 info!("{tag}: standalone communicator of one rank (every call is a copy)");
-                *out = insert(Alone {
+                *out = insert(StandaloneComm {
                     rank,
                     world,
                     device,
@@ -133,7 +133,7 @@ fn create_on(
                 live.staging.bytes(),
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
-            *out = insert(Alone {
+            *out = insert(StandaloneComm {
                 rank,
                 world,
                 device,
@@ -157,7 +157,7 @@ fn make(
     rank: usize,
     world: usize,
     device: usize,
-) -> tpcomm::Result<Live> {
+) -> tpcomm::Result<StandaloneGpu> {
     let s = settings::get();
     let dir = standalone::meeting_dir(&standalone::runtime_base(), secret)?;
     let meet = Meet {
@@ -197,7 +197,7 @@ fn make(
             "{tag}: gathered-block reduction kernels loaded ({} of kernel image)",
             tpcomm::ByteSize::from_usize(gathered.cubin_bytes)
         );
-        Ok(Live {
+        Ok(StandaloneGpu {
             gpu,
             staging,
             gathered,
@@ -241,7 +241,12 @@ pub(crate) fn split_place(all: &[(c_int, c_int)], me: usize) -> Option<(usize, u
 /// (colour, key) where the parent's ranks met, and the ranks of one colour
 /// make a new standalone communicator meeting under a secret derived from
 /// the parent's, the split's number and the colour.
-pub fn split(parent: &Alone, color: c_int, key: c_int, newcomm: *mut NcclComm) -> NcclResult {
+pub fn split(
+    parent: &StandaloneComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+) -> NcclResult {
     const CALL: &str = "ncclCommSplit";
     if newcomm.is_null() {
         return standalone::fail(

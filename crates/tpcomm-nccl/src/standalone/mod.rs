@@ -1,7 +1,14 @@
 //! Standalone mode's ground (docs/standalone.md): a unique id that real NCCL
 //! never sees, the rendezvous of a communicator's ranks through its bytes on
-//! this host, and the refusals' text. created.rs makes the communicators,
-//! served.rs keeps their handles, direct.rs and exact.rs serve their calls.
+//! this host, and the refusals' text. The rest of the folder:
+//!
+//! - comm.rs: a standalone communicator's state;
+//! - create.rs: creating one (ncclCommInitRank, ncclCommSplit);
+//! - registry.rs: the handles of the communicators this mode serves;
+//! - collectives.rs: the calls on tpcomm's collective kernels;
+//! - gathered.rs: the other types and ops, reduced from gathered blocks;
+//! - auto_mode.rs: TPCOMM_STANDALONE=auto, where a census at creation
+//!   decides between real NCCL and this mode.
 //!
 //! The id is NCCL's 128 opaque bytes: a magic, a 128-bit secret from the
 //! operating system's random source, and the creator's pid. The program
@@ -15,6 +22,13 @@
 //! directory's name, is refused by name. This is the shared-memory
 //! rendezvous's rule (a job key's hash in every header, files only this user
 //! can write), with the key carried in the id instead of TPCOMM_JOB_KEY.
+
+pub(crate) mod auto_mode;
+pub(crate) mod collectives;
+pub(crate) mod comm;
+pub(crate) mod create;
+pub(crate) mod gathered;
+pub(crate) mod registry;
 
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -276,7 +290,7 @@ fn untagged(dir: &Path, secret: &Secret, r: usize, v: Vec<u8>) -> Result<Vec<u8>
 
 /// Posts `mine` as rank `rank`'s record of step `key` in `dir` (from
 /// [`meeting_dir`]), tagged as [`exchange`] tags it, without waiting for
-/// anyone (auto.rs's census).
+/// anyone (auto_mode.rs's census).
 pub fn post(dir: &Path, secret: &Secret, key: &str, rank: usize, mine: &[u8]) -> Result<()> {
     tpcomm::cuda::post_record(dir, key, rank, &tagged(secret, mine))
 }

@@ -1,9 +1,9 @@
-//! A census (auto.rs): rank 0 counts the ranks of this host and their
+//! A census (auto_mode.rs): rank 0 counts the ranks of this host and their
 //! GPUs and decides; the others wait for the decision; any rank may decide
 //! NCCL first when it cannot take part or waited too long. The decision is
 //! the one record of step DECISION that its first writer wrote.
 
-use super::{Route, Tidy, CENSUS, DECISION};
+use super::{Creator, Tidy, CENSUS, DECISION};
 use crate::settings::{info, warn};
 use crate::standalone::{self, Secret};
 use crate::types::*;
@@ -31,7 +31,7 @@ pub(super) struct Census {
 impl Census {
     /// Rank 0: waits at most `wait` for every rank's record, decides, and
     /// publishes the decision (or follows one already there).
-    pub(super) fn count(self, me: DeviceIdentity, wait: Duration) -> Route {
+    pub(super) fn count(self, me: DeviceIdentity, wait: Duration) -> Creator {
         let t0 = Instant::now();
         let mut seen: Vec<Option<DeviceIdentity>> = vec![None; self.world];
         seen[0] = Some(me);
@@ -58,7 +58,7 @@ impl Census {
         match standalone::post_first(&self.dir, &self.secret, DECISION, 0, &decision(standalone, &why)) {
             Ok(true) => self.follow(standalone, &why),
             Ok(false) => self.read_decision(),
-            Err(e) => Route::Failed(standalone::fail(
+            Err(e) => Creator::Failed(standalone::fail(
                 SYSTEM_ERROR,
                 format!(
                     "{}: the census decision could not be published in {} ({e}); set TPCOMM_STANDALONE=0 to use NCCL without a census",
@@ -80,7 +80,7 @@ impl Census {
     /// Every other rank: waits at most `timeout` for the decision, then
     /// decides NCCL itself (which rank 0 will follow if it comes later).
     /// `in_group`: the wait is the census wait, inside ncclGroupStart/End.
-    pub(super) fn await_decision(self, timeout: Duration, in_group: bool) -> Route {
+    pub(super) fn await_decision(self, timeout: Duration, in_group: bool) -> Creator {
         let t0 = Instant::now();
         let mut poll = Poller::new();
         loop {
@@ -109,7 +109,7 @@ impl Census {
     /// Decides NCCL if no decision is there yet, else follows the one there.
     /// `posted`: this rank's census record is out, so NCCL is only sound
     /// once the decision says so.
-    pub(super) fn give_up(self, why: &str, posted: bool) -> Route {
+    pub(super) fn give_up(self, why: &str, posted: bool) -> Creator {
         let why = format!("rank {} decided for every rank: {why}", self.rank);
         match standalone::post_first(&self.dir, &self.secret, DECISION, 0, &decision(false, &why)) {
             Ok(true) => self.follow(false, &why),
@@ -121,7 +121,7 @@ impl Census {
     }
 
     /// Follows the decision record there.
-    fn read_decision(self) -> Route {
+    fn read_decision(self) -> Creator {
         match standalone::read(&self.dir, &self.secret, DECISION, 0) {
             Ok(Some(b)) if matches!(b.first(), Some(0 | 1)) => {
                 let why = String::from_utf8_lossy(&b[1..]).into_owned();
@@ -135,8 +135,8 @@ impl Census {
         }
     }
 
-    fn unreadable(&self, e: tpcomm::Error) -> Route {
-        Route::Failed(standalone::fail(
+    fn unreadable(&self, e: tpcomm::Error) -> Creator {
+        Creator::Failed(standalone::fail(
             SYSTEM_ERROR,
             format!(
                 "{}: the census decision in {} could not be read ({e}); the ranks cannot agree on NCCL or standalone: remove that directory, or set TPCOMM_STANDALONE=0 on every rank",
@@ -146,17 +146,17 @@ impl Census {
         ))
     }
 
-    fn follow(self, standalone: bool, why: &str) -> Route {
+    fn follow(self, standalone: bool, why: &str) -> Creator {
         if standalone {
             warn!(
                 "{}: {why}; NCCL refuses ranks that share a GPU, so tpcomm serves this communicator itself (standalone mode, no NCCL under it); TPCOMM_STANDALONE=0 stops it",
                 self.tag
             );
-            Route::Standalone(self.secret)
+            Creator::Standalone(self.secret)
         } else {
             info!("{}: census: {why}; NCCL's communicator", self.tag);
             standalone::clear_last_error();
-            Route::Nccl {
+            Creator::Nccl {
                 id: self.real,
                 after: Some(Tidy {
                     dir: self.dir,

@@ -1,5 +1,5 @@
-//! A standalone communicator's state (docs/standalone.md): what created.rs
-//! creates and every standalone path (direct.rs, exact.rs) runs on, and the
+//! A standalone communicator's state (docs/standalone.md): what create.rs
+//! creates and every standalone path (standalone/collectives.rs, gathered.rs) runs on, and the
 //! two helpers they share.
 
 use crate::standalone::{self, Secret};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tpcomm::cuda::{gathered, GpuComm, SavedContext, Staging};
 
 /// The GPU side of a standalone communicator.
-pub struct Live {
+pub struct StandaloneGpu {
     /// The kernels on the transport the ranks' P2P verdict gave.
     pub gpu: GpuComm,
     /// Where all-reduces of unaligned buffers are summed, and where the
@@ -20,7 +20,7 @@ pub struct Live {
 }
 
 /// One rank's standalone communicator.
-pub struct Alone {
+pub struct StandaloneComm {
     pub rank: usize,
     pub world: usize,
     pub device: usize,
@@ -31,7 +31,7 @@ pub struct Alone {
     pub splits: std::sync::atomic::AtomicU64,
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
-    pub live: Option<Live>,
+    pub live: Option<StandaloneGpu>,
     /// A communicator of one rank instead: every collective is a copy from
     /// the send to the receive buffer on the caller's stream (this 16-byte
     /// buffer only lends its context and copy).
@@ -39,7 +39,7 @@ pub struct Alone {
 }
 
 /// The live GPU side of `a`, or the refusal of `call`.
-pub(crate) fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult> {
+pub(crate) fn live<'a>(a: &'a StandaloneComm, call: &str) -> Result<&'a StandaloneGpu, NcclResult> {
     a.live
         .as_ref()
         .ok_or_else(|| standalone::unservable(call, "this communicator has no GPU side"))
@@ -47,7 +47,11 @@ pub(crate) fn live<'a>(a: &'a Alone, call: &str) -> Result<&'a Live, NcclResult>
 
 /// Runs `f` with the caller's CUDA context put back after; an error is
 /// ncclInternalError with the text for ncclGetLastError.
-pub(crate) fn run(call: &str, a: &Alone, f: impl FnOnce() -> tpcomm::Result<()>) -> NcclResult {
+pub(crate) fn run(
+    call: &str,
+    a: &StandaloneComm,
+    f: impl FnOnce() -> tpcomm::Result<()>,
+) -> NcclResult {
     let _restore = SavedContext::save();
     match f() {
         Ok(()) => SUCCESS,

@@ -1,11 +1,14 @@
-//! served.rs's tests (and created.rs's and direct.rs's): handles without a
+//! registry.rs's tests (and create.rs's and standalone/collectives.rs's): handles without a
 //! GPU side through the exports; gpu.rs holds the ignored GPU test of ranks
 //! sharing one GPU.
 
-use super::*;
-use crate::created::{create, split_place, NO_COLOR};
-use crate::direct::as_bytes;
+use crate::standalone;
+use crate::standalone::collectives::as_bytes;
+use crate::standalone::comm::StandaloneComm;
+use crate::standalone::create::{create, split_place, NO_COLOR};
+use crate::standalone::registry::*;
 use crate::standalone::{Secret, INVALID_USAGE};
+use crate::types::*;
 use std::ffi::{c_int, c_void};
 use tpcomm::DType;
 
@@ -19,7 +22,7 @@ pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
 }
 
 fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
-    insert(Alone {
+    insert(StandaloneComm {
         rank,
         world,
         device: 0,
@@ -49,7 +52,7 @@ fn a_split_meets_through_the_parent_and_places_every_rank() {
                         let mut c: NcclComm = std::ptr::null_mut();
                         // SAFETY: a handle of the table and a live out-pointer.
                         let r = unsafe {
-                            crate::intercepted::ncclCommSplit(
+                            crate::api::init::ncclCommSplit(
                                 h,
                                 colors[r],
                                 0,
@@ -136,22 +139,25 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
     let p = |x: usize| x as *mut c_void;
     let text = || {
         // SAFETY: ncclGetLastError returns a NUL-terminated string.
-        unsafe { CStr::from_ptr(crate::intercepted::ncclGetLastError(h)) }
+        unsafe { CStr::from_ptr(crate::api::errors::ncclGetLastError(h)) }
             .to_string_lossy()
             .into_owned()
     };
     // SAFETY: the handle is only looked up; no buffer is touched by a
     // refused call.
     unsafe {
-        assert_eq!(crate::forwarded::ncclSend(p(0x100), 4, 7, 0, h, p(0)), 5);
+        assert_eq!(
+            crate::forward::passthrough::ncclSend(p(0x100), 4, 7, 0, h, p(0)),
+            5
+        );
         assert!(text().contains("cannot serve ncclSend"), "{}", text());
         assert_eq!(
-            crate::forwarded::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
+            crate::forward::passthrough::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
             5
         );
         assert!(text().contains("ncclAlltoAll"), "{}", text());
         let mut c: NcclComm = std::ptr::null_mut();
-        let r = crate::intercepted::ncclCommShrink(
+        let r = crate::api::init::ncclCommShrink(
             h,
             std::ptr::null_mut(),
             0,
@@ -168,33 +174,33 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
         // int8 max is served by the gathered path, which this handle
         // (no GPU side) cannot run; fp8 (type 10) and a pre-multiplied
         // sum (op 5) are served by no path.
-        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
         assert_eq!(r, 5);
         assert!(
             text().contains("ncclAllReduce") && text().contains("no GPU side"),
             "{}",
             text()
         );
-        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 10, 0, h, p(0));
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 10, 0, h, p(0));
         assert_eq!(r, 5);
         assert!(
             text().contains("ncclAllReduce") && text().contains("ncclDataType 10"),
             "{}",
             text()
         );
-        let r = crate::allreduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
         assert_eq!(r, 5);
         assert!(text().contains("ncclRedOp 5"), "{}", text());
         // f32 prod goes to the gathered path (no GPU side here); a
         // pre-multiplied sum (op 5) to none.
-        let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
+        let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
         assert_eq!(r, 5);
         assert!(
             text().contains("ncclReduceScatter") && text().contains("no GPU side"),
             "{}",
             text()
         );
-        let r = crate::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
+        let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
         assert_eq!(r, 5);
         assert!(
             text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5"),
@@ -202,20 +208,20 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             text()
         );
         let mut v: c_int = -1;
-        assert_eq!(crate::intercepted::ncclCommCount(h, &mut v), SUCCESS);
+        assert_eq!(crate::api::init::ncclCommCount(h, &mut v), SUCCESS);
         assert_eq!(v, 3);
-        assert_eq!(crate::intercepted::ncclCommUserRank(h, &mut v), SUCCESS);
+        assert_eq!(crate::api::init::ncclCommUserRank(h, &mut v), SUCCESS);
         assert_eq!(v, 1);
-        assert_eq!(crate::intercepted::ncclCommCuDevice(h, &mut v), SUCCESS);
+        assert_eq!(crate::api::init::ncclCommCuDevice(h, &mut v), SUCCESS);
         assert_eq!(v, 0);
         let mut e: NcclResult = -1;
         assert_eq!(
-            crate::intercepted::ncclCommGetAsyncError(h, &mut e),
+            crate::api::errors::ncclCommGetAsyncError(h, &mut e),
             SUCCESS
         );
         assert_eq!(e, SUCCESS);
-        assert_eq!(crate::intercepted::ncclCommFinalize(h), SUCCESS);
-        assert_eq!(crate::intercepted::ncclCommDestroy(h), SUCCESS);
+        assert_eq!(crate::api::init::ncclCommFinalize(h), SUCCESS);
+        assert_eq!(crate::api::init::ncclCommDestroy(h), SUCCESS);
     }
     assert!(lookup(h).is_none());
 }

@@ -2,8 +2,8 @@
 //! from a standalone unique id and served by tpcomm alone, with no real NCCL
 //! under them (none need be loaded). This module keeps their handles and
 //! answers the exports that only read or end one (the queries, finalize,
-//! destroy, abort, the refusals); created.rs makes them (creation, split),
-//! direct.rs and exact.rs run their collectives.
+//! destroy, abort, the refusals); create.rs makes them (creation, split),
+//! standalone/collectives.rs and gathered.rs run their collectives.
 //!
 //! A handle is the address of this library's own state, and is only ever
 //! looked up in the table here, never dereferenced: a handle that is not in
@@ -11,9 +11,9 @@
 //! export that takes a communicator asks [`lookup`] first; with no
 //! standalone communicator alive that is one atomic load.
 
-use crate::alone::Alone;
 use crate::settings::info;
 use crate::standalone;
+use crate::standalone::comm::StandaloneComm;
 use crate::types::*;
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -28,7 +28,7 @@ pub const REMOTE_ERROR: NcclResult = 6;
 /// `ncclUnhandledCudaError`.
 pub const CUDA_ERROR: NcclResult = 1;
 
-type Table = RwLock<HashMap<usize, Arc<Alone>>>;
+type Table = RwLock<HashMap<usize, Arc<StandaloneComm>>>;
 
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
@@ -40,7 +40,7 @@ fn table() -> &'static Table {
 static ALIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// The standalone communicator `comm` is the handle of, if it is one.
-pub fn lookup(comm: NcclComm) -> Option<Arc<Alone>> {
+pub fn lookup(comm: NcclComm) -> Option<Arc<StandaloneComm>> {
     if ALIVE.load(Ordering::Acquire) == 0 || comm.is_null() {
         return None;
     }
@@ -52,7 +52,7 @@ pub fn lookup(comm: NcclComm) -> Option<Arc<Alone>> {
 }
 
 /// Keeps `a` and gives its handle.
-pub(crate) fn insert(a: Alone) -> NcclComm {
+pub(crate) fn insert(a: StandaloneComm) -> NcclComm {
     let a = Arc::new(a);
     let h = Arc::as_ptr(&a) as usize;
     let mut t = table().write().unwrap_or_else(|e| e.into_inner());
@@ -88,7 +88,7 @@ fn remove(comm: NcclComm, free: bool) -> bool {
 
 /// `ncclCommGetAsyncError`: the kernels' check (a lost peer is
 /// ncclRemoteError, with the text for ncclGetLastError).
-pub fn async_error(a: &Alone, out: *mut NcclResult) -> NcclResult {
+pub fn async_error(a: &StandaloneComm, out: *mut NcclResult) -> NcclResult {
     if out.is_null() {
         return standalone::fail(
             INVALID_ARGUMENT,
@@ -119,7 +119,7 @@ pub fn write_int(call: &str, v: usize, out: *mut c_int) -> NcclResult {
 
 /// `ncclCommFinalize`: nothing is queued outside the caller's streams, so
 /// there is nothing to flush; the communicator stays until destroyed.
-pub fn finalize(a: &Alone) -> NcclResult {
+pub fn finalize(a: &StandaloneComm) -> NcclResult {
     info!("ncclCommFinalize: standalone rank {}/{}", a.rank, a.world);
     SUCCESS
 }
@@ -138,6 +138,3 @@ pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
 pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
     lookup(comm).map(|_| standalone::unservable(call, "not served in standalone mode"))
 }
-
-#[cfg(test)]
-pub(crate) mod tests;

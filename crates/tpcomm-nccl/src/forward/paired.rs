@@ -2,8 +2,8 @@
 //! they are set up.
 
 use crate::cuda::{SavedContext, Staging};
-use crate::exchange::{AsRendezvous, NcclExchange};
 use crate::ffi::call_real;
+use crate::forward::setup_exchange::{AsRendezvous, NcclExchange};
 use crate::settings::{self, info, warn};
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ use tpcomm::select::{Group, RouteTable};
 use tpcomm::{Error, Result};
 
 /// tpcomm's side of one NCCL communicator.
-pub struct Beside {
+pub struct Paired {
     /// The kernels on the transport the group's P2P verdict gave: P2P, or
     /// pinned host memory on boxes without P2P.
     pub gpu: GpuComm,
@@ -24,10 +24,10 @@ pub struct Beside {
     /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
     pub staging: crate::cuda::Staging,
     /// The quantized wire (TPCOMM_WIRE), when enabled.
-    pub quant: Option<crate::quant::QuantBeside>,
+    pub quant: Option<crate::forward::quant_wire::QuantBeside>,
 }
 
-type Map = RwLock<HashMap<usize, Arc<Beside>>>;
+type Map = RwLock<HashMap<usize, Arc<Paired>>>;
 
 fn map() -> &'static Map {
     static M: OnceLock<Map> = OnceLock::new();
@@ -35,7 +35,7 @@ fn map() -> &'static Map {
 }
 
 /// The tpcomm communicator beside `comm`, if any.
-pub fn lookup(comm: NcclComm) -> Option<Arc<Beside>> {
+pub fn lookup(comm: NcclComm) -> Option<Arc<Paired>> {
     map().read().ok()?.get(&(comm as usize)).cloned()
 }
 
@@ -62,7 +62,7 @@ pub fn remove(comm: NcclComm, free: bool) -> bool {
     }
 }
 
-fn insert(comm: NcclComm, b: Beside) {
+fn insert(comm: NcclComm, b: Paired) {
     if let Ok(mut m) = map().write() {
         m.insert(comm as usize, Arc::new(b));
     }
@@ -159,7 +159,7 @@ pub fn set_up(comm: NcclComm, origin: &str) {
             info!("{tag}: {}", routes.summary());
             insert(
                 comm,
-                Beside {
+                Paired {
                     gpu,
                     routes,
                     staging,
@@ -220,7 +220,7 @@ struct Made {
     gpu: GpuComm,
     routes: RouteTable,
     staging: Staging,
-    quant: Option<crate::quant::QuantBeside>,
+    quant: Option<crate::forward::quant_wire::QuantBeside>,
 }
 
 /// Creates one rank's side (every rank calls it with the same world and
@@ -251,7 +251,7 @@ fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
         rv,
         cfg.timeout,
     )?;
-    let quant = crate::quant::set_up(cfg, &gpu, rv)?;
+    let quant = crate::forward::quant_wire::set_up(cfg, &gpu, rv)?;
     let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
     Ok(Made {
         gpu,
@@ -316,7 +316,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
         info!("ncclCommInitAll rank {}: {}", gpu.rank(), routes.summary());
         insert(
             *comm,
-            Beside {
+            Paired {
                 gpu,
                 routes,
                 staging,

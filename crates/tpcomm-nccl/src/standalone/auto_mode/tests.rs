@@ -1,4 +1,4 @@
-//! auto.rs's tests: ranks as threads meeting in a private directory of
+//! auto_mode.rs's tests: ranks as threads meeting in a private directory of
 //! their own, with fake GPU identities and a fake real NCCL that records
 //! the id each rank hands it.
 
@@ -115,15 +115,15 @@ fn run(id: &[u8; 128], ranks: Vec<Rank>) -> (Vec<(End, Duration)>, Vec<[u8; 128]
                     let route = route_in("test", id, world as c_int, r as c_int, &k.place, gpu);
                     let took = t0.elapsed();
                     let end = match route {
-                        Route::Nccl { id, after } => {
+                        Creator::Nccl { id, after } => {
                             let r = fake.init(id);
                             if let Some(t) = after {
                                 t.done(r);
                             }
                             End::Nccl(id)
                         }
-                        Route::Standalone(s) => End::Standalone(s),
-                        Route::Failed(r) => End::Failed(r),
+                        Creator::Standalone(s) => End::Standalone(s),
+                        Creator::Failed(r) => End::Failed(r),
                     };
                     (end, took)
                 })
@@ -183,7 +183,7 @@ fn a_mark_round_trips_and_an_id_whose_tail_is_not_zero_is_left_alone() {
         panic!("no census for an unmarked id")
     });
     assert!(
-        matches!(r, Route::Nccl { id: got, after: None } if got == id),
+        matches!(r, Creator::Nccl { id: got, after: None } if got == id),
         "{r:?}"
     );
     let _ = std::fs::remove_dir_all(&base);
@@ -265,7 +265,7 @@ fn an_id_from_another_host_goes_to_nccl_at_once_with_no_census() {
     });
     assert!(t0.elapsed() < Duration::from_millis(500));
     assert!(
-        matches!(r, Route::Nccl { id: got, after: None } if got == nccls),
+        matches!(r, Creator::Nccl { id: got, after: None } if got == nccls),
         "{r:?}"
     );
     let made: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
@@ -279,13 +279,13 @@ fn with_standalone_off_a_rank_takes_no_census_and_its_group_is_nccl() {
     let (nccls, id) = marked(5);
     let mut off = place(&base, 10_000, 20_000);
     off.mode = Standalone::Never;
-    // Alone first: no GPU asked for, no census record, NCCL at once.
+    // StandaloneComm first: no GPU asked for, no census record, NCCL at once.
     let t0 = Instant::now();
     let r = route_in("test", &id, 2, 1, &off, || {
         panic!("a census with TPCOMM_STANDALONE=0")
     });
     assert!(t0.elapsed() < Duration::from_millis(500));
-    let Route::Nccl { id: got, after } = r else {
+    let Creator::Nccl { id: got, after } = r else {
         panic!("{r:?}")
     };
     assert_eq!(got, nccls);
@@ -310,7 +310,7 @@ fn with_standalone_off_a_rank_takes_no_census_and_its_group_is_nccl() {
     });
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert!(
-        matches!(&r, Route::Nccl { id: got, .. } if *got == nccls),
+        matches!(&r, Creator::Nccl { id: got, .. } if *got == nccls),
         "{r:?}"
     );
     drop(after);
@@ -372,11 +372,11 @@ fn one_thread_creating_several_ranks_in_a_group_waits_one_census_at_most() {
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     for (r, route) in [(1, mine.0), (0, mine.1), (2, other)] {
         match route {
-            Route::Nccl { id: got, after } => {
+            Creator::Nccl { id: got, after } => {
                 assert_eq!(got, nccls, "rank {r}");
                 // Every rank's records are there to remove once NCCL has
                 // made the communicator (inside the group: at its end,
-                // intercepted.rs), so each route carries them.
+                // api/init.rs), so each route carries them.
                 assert!(after.is_some(), "rank {r}");
             }
             other => panic!("rank {r}: {other:?}"),

@@ -4,8 +4,8 @@
 //! f64, fp8), through the expanded form and the reduction of gathered blocks
 //! (`tpcomm::cuda::gathered`).
 
-use crate::alone::{live, run, Alone, Live};
 use crate::standalone;
+use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::types::*;
 use std::ffi::c_void;
 use tpcomm::cuda::gathered::Form;
@@ -21,7 +21,7 @@ use tpcomm::DType;
 /// same bits on every rank). The torch barrier's one-element all-reduce
 /// takes this path.
 pub(crate) fn all_reduce_gathered(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -84,7 +84,7 @@ pub(crate) fn all_reduce_gathered(
 /// block, the expanded pieces are all-gathered, and the reduction kernel
 /// reduces, in rank order, this rank's block of every sender into `recv`.
 pub(crate) fn reduce_scatter_gathered(
-    a: &Alone,
+    a: &StandaloneComm,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -165,7 +165,7 @@ pub(crate) fn reduce_scatter_gathered(
 struct Prepared<'a> {
     elem: gathered::Elem,
     gop: gathered::Op,
-    l: &'a Live,
+    l: &'a StandaloneGpu,
     /// Bytes of one rank's expanded block in the staging buffer.
     block: usize,
     /// Elements per piece (`per_block(block, element size)`), at least 1.
@@ -179,7 +179,7 @@ struct Prepared<'a> {
 #[allow(clippy::too_many_arguments)]
 fn prepare<'a>(
     call: &str,
-    a: &'a Alone,
+    a: &'a StandaloneComm,
     recv: *mut c_void,
     count: usize,
     datatype: NcclDataType,
@@ -230,14 +230,14 @@ fn prepare<'a>(
 /// Whether a standalone all-reduce or reduce-scatter of `datatype` and `op`
 /// goes to the gathered path: everything but the sums of f32, f16 and bf16
 /// the collective kernels take (and a one-rank communicator, which copies).
-pub(crate) fn takes(a: &Alone, datatype: NcclDataType, op: NcclRedOp) -> bool {
+pub(crate) fn takes(a: &StandaloneComm, datatype: NcclDataType, op: NcclRedOp) -> bool {
     a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM)
 }
 
 /// Bytes of one rank's expanded block in the staging buffer when it holds
 /// `world` gathered blocks and this rank's own: a multiple of 16 that the
 /// transport's all-gather takes; None when not even 16 bytes fit.
-pub(crate) fn expanded_block(l: &Live, world: usize) -> Option<usize> {
+pub(crate) fn expanded_block(l: &StandaloneGpu, world: usize) -> Option<usize> {
     let mut block = (l.staging.bytes() / (world + 1)) / 16 * 16;
     while block >= 16
         && !l
@@ -259,7 +259,7 @@ pub(crate) fn expanded_block(l: &Live, world: usize) -> Option<usize> {
 /// regions that `expanded_block` sized (world blocks, then one), and
 /// `2 * bytes <= block`.
 unsafe fn gather_expanded(
-    l: &Live,
+    l: &StandaloneGpu,
     piece: u64,
     bytes: usize,
     base: u64,
@@ -302,8 +302,8 @@ pub(crate) fn floats_travel_as(datatype: NcclDataType, dt: DType) -> bool {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn exact_bytes(
     call: &str,
-    a: &Alone,
-    l: &Live,
+    a: &StandaloneComm,
+    l: &StandaloneGpu,
     send: *const c_void,
     recv: *mut c_void,
     nbytes: usize,

@@ -173,7 +173,7 @@ impl NcclExchange {
             detail: e,
         })?;
         // A non-blocking communicator may still be enqueuing the call.
-        if r == IN_PROGRESS && !crate::ready::wait_ready(comm) {
+        if r == IN_PROGRESS && !crate::forward::wait_ready::wait_ready(comm) {
             return Err(Error::Library {
                 library: "NCCL".into(),
                 detail: format!(

@@ -1,9 +1,9 @@
 //! `ncclAllReduce`: run by tpcomm when the route allows, by NCCL otherwise.
 
 use crate::ffi::{call_real, guard, Fail};
+use crate::forward::paired;
 use crate::route::{aligned, route, size_class, Call, Route, Why};
 use crate::settings::{self, info, warn};
-use crate::state;
 use crate::types::*;
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -46,14 +46,16 @@ pub unsafe extern "C" fn ncclAllReduce(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclAllReduce", || {
-        if let Some(a) = crate::served::lookup(comm) {
-            return crate::direct::all_reduce(&a, sendbuff, recvbuff, count, datatype, op, stream);
+        if let Some(a) = crate::standalone::registry::lookup(comm) {
+            return crate::standalone::collectives::all_reduce(
+                &a, sendbuff, recvbuff, count, datatype, op, stream,
+            );
         }
         let s = settings::get();
         let beside = if s.disabled {
             None
         } else {
-            state::lookup(comm)
+            paired::lookup(comm)
         };
         let call = Call {
             send: sendbuff as usize,

@@ -1,5 +1,5 @@
 //! The NCCL functions this library only forwards (those taking a
-//! communicator refuse a standalone one: see served.rs): with them exported, a
+//! communicator refuse a standalone one: see registry.rs): with them exported, a
 //! program that opens the library by path (vLLM's and SGLang's pynccl) finds
 //! the whole API it calls. (ncclAllGather, ncclReduceScatter, ncclBroadcast
 //! and ncclBcast are in collectives.rs.) nccl.h (2.28) gives each prototype.
