@@ -13,6 +13,7 @@ use super::comm::P2pTransport;
 use super::communicator::Communicator;
 use super::compile;
 use super::host_path::GpuComm;
+use super::kernel_args::CollArgs;
 use super::kernels::KernelArgs;
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
@@ -29,15 +30,6 @@ use std::sync::Arc;
 
 /// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
 const BLOCK: u32 = 512;
-
-/// Mirrors `struct CollArgs` in collectives.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct CollArgs {
-    base: KernelArgs,
-    root: u32,
-    pad: u32,
-}
 
 /// Which collective (defined beside `Algo`, so that the quantized gathered
 /// form can name the all-gather without importing this module).

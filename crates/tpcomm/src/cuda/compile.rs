@@ -7,16 +7,20 @@ use crate::sys::cuda as raw;
 use std::path::PathBuf;
 
 /// One kernel family's source as NVRTC compiles it: the family's defines,
-/// then kernels/common.cuh (the helpers every family uses), then the
-/// family's own files, each file after a `#line` directive so that compiler
+/// then kernels/common.cuh (the helpers every family uses), then
+/// kernels/args.cuh (the layout checks of the kernel-argument structs,
+/// generated from kernel_args.rs), then the family's own files, each file after a `#line` directive so that compiler
 /// messages name the file and line they are about. The disk cache hashes
-/// this whole string, so an edit of common.cuh recompiles every family.
+/// this whole string, so an edit of common.cuh or args.cuh recompiles every
+/// family.
 macro_rules! family_source {
     ($defines:literal; $($file:literal),+) => {
         concat!(
             $defines,
             "#line 1 \"common.cuh\"\n",
             include_str!("kernels/common.cuh"),
+            "#line 1 \"args.cuh\"\n",
+            include_str!("kernels/args.cuh"),
             $("#line 1 \"", $file, "\"\n", include_str!(concat!("kernels/", $file)),)+
         )
     };

@@ -6,6 +6,7 @@
 use super::call_word;
 use super::comm::P2pTransport;
 use super::compile;
+use super::kernel_args::FusedArgs;
 use super::kernels::KernelArgs;
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
@@ -16,24 +17,6 @@ use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// Mirrors `struct FusedArgs` in fused.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct FusedArgs {
-    /// `struct Args` of allreduce.cu, which FusedArgs starts with.
-    base: KernelArgs,
-    residual: u64,
-    addend: u64,
-    weight: u64,
-    normed: u64,
-    rows: u32,
-    row_vecs: u32,
-    eps: f32,
-    inv_hidden: f32,
-    push_vecs: u32,
-    pad: u32,
-}
 
 /// Vectors per push piece of the fused kernel when its stores are spread
 /// over the grid.

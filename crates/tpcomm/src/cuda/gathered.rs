@@ -13,6 +13,7 @@
 //! rank, so every rank gets the same bits. None of these kernels waits.
 
 use super::compile;
+use super::kernel_args::{BytesArgs, GatheredArgs};
 use super::loader::{compile_and_load, per_device, PerDevice};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUstream, Function, Module};
@@ -107,31 +108,6 @@ impl Op {
             .ok()
             .and_then(|i| Op::ALL.get(i).copied())
     }
-}
-
-/// Kernel argument of expand and compact, mirrored by `struct BytesArgs`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct BytesArgs {
-    input: u64,
-    output: u64,
-    nbytes: u64,
-    in_stride: u64,
-    out_stride: u64,
-    blocks: u32,
-    pad: u32,
-}
-
-/// Kernel argument, mirrored by `struct GatheredArgs` in gathered.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct Args {
-    input: u64,
-    output: u64,
-    count: u64,
-    stride: u64,
-    world: u32,
-    op: u32,
 }
 
 const THREADS: u32 = 256;
@@ -243,7 +219,7 @@ impl Kernels {
                 .map_err(|_| Error::invalid("gathered blocks", format!("{blocks}")))?,
             pad: 0,
         };
-        // SAFETY: `BytesArgs` mirrors `struct BytesArgs`; the ranges are the
+        // SAFETY: `BytesArgs` is `struct BytesArgs`; the ranges are the
         // caller's; the kernel waits on nothing.
         unsafe { raw::launch(f, self.grid(nbytes as u64), THREADS, &args, stream) }
     }
@@ -285,7 +261,7 @@ impl Kernels {
             return Ok(());
         }
         let blocks = self.grid(count as u64);
-        let args = Args {
+        let args = GatheredArgs {
             input,
             output,
             count: count as u64,
@@ -294,7 +270,7 @@ impl Kernels {
             op: op as u32,
         };
         let f = self.fns[Elem::ALL.iter().position(|&e| e == elem).unwrap_or(0)];
-        // SAFETY: `Args` mirrors `struct GatheredArgs`; the ranges are the
+        // SAFETY: `GatheredArgs` is `struct GatheredArgs`; the ranges are the
         // caller's (see # Safety); the kernel waits on nothing.
         unsafe { raw::launch(f, blocks, THREADS, &args, stream) }
     }

@@ -1,10 +1,10 @@
 //! The compiled kernels of a device and their by-value argument.
 
 use super::compile;
+pub(super) use super::kernel_args::KernelArgs;
 use super::loader::{
     common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
 };
-use super::MAX_WORLD;
 use crate::error::Result;
 use crate::sys::cuda::{Function, Module};
 use cudarc::driver::CudaContext;
@@ -13,27 +13,6 @@ use std::sync::Arc;
 // Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
 // launch bounds fit the registers to it).
 const BLOCK: u32 = 512;
-
-/// The kernels' by-value argument: mirrors `struct Args` in allreduce.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct KernelArgs {
-    pub input: u64,
-    pub output: u64,
-    pub nbytes: u64,
-    pub bufs: [u64; MAX_WORLD],
-    pub epoch_stride: u64,
-    pub slot_stride: u64,
-    pub shard_stride: u64,
-    pub ag_offset: u64,
-    pub ctl: u64,
-    pub status: u64,
-    pub timeout_ns: u64,
-    /// What this call is (call.rs): peers compare it with theirs.
-    pub call: u64,
-    pub rank: u32,
-    pub world: u32,
-}
 
 /// The compiled kernels of one device, loaded once per process.
 pub(super) struct Kernels {

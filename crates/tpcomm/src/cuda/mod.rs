@@ -27,6 +27,7 @@ pub mod fused;
 pub mod gathered;
 pub mod host_path;
 #[forbid(unsafe_code)]
+mod kernel_args;
 mod kernels;
 #[forbid(unsafe_code)]
 pub(crate) mod layout;

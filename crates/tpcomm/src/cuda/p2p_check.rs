@@ -13,6 +13,7 @@
 //! A check that cannot run (NVRTC, memory, mapping) changes nothing: the
 //! group keeps what the driver said, and the log says the check did not run.
 
+use super::kernel_args::P2pCheckArgs;
 use super::loader::compile_and_load;
 use super::rendezvous::Rendezvous;
 use super::share::DeviceIdentity;
@@ -168,19 +169,6 @@ pub fn group_verdict(all: &[Vec<u8>]) -> Verdict {
         ran: true,
         why: "the P2P check moved the right bytes between every pair".into(),
     }
-}
-
-/// The check's by-value argument: mirrors `struct P2pCheckArgs`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct Args {
-    areas: [u64; MAX_WORLD],
-    status: u64,
-    timeout_ns: u64,
-    rank: u32,
-    world: u32,
-    seed: u32,
-    pad: u32,
 }
 
 /// This rank's check area and what it needs to store and verify.
@@ -342,7 +330,7 @@ fn map_and_store(
     let args = args(l, &m, rank, world);
     raw::set_current(l.ctx.cu_ctx())?;
     let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
-    // SAFETY: `Args` mirrors `struct P2pCheckArgs`; every area is this rank's
+    // SAFETY: `P2pCheckArgs` mirrors `struct P2pCheckArgs`; every area is this rank's
     // allocation or a live mapping of a peer's (kept in `m`, and the peers
     // keep theirs until the last exchange), each `world * SLOT_BYTES` long,
     // of which the kernel writes this rank's slot only; the status is ours.
@@ -354,8 +342,8 @@ fn map_and_store(
     Ok(m)
 }
 
-fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> Args {
-    Args {
+fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> P2pCheckArgs {
+    P2pCheckArgs {
         areas: m.areas,
         status: l.status.device_ptr(),
         timeout_ns: VERIFY_TIMEOUT.as_nanos() as u64,
@@ -399,7 +387,7 @@ mod tests {
         }
         assert!(src.contains(&format!("#define P2PC_WORDS {WORDS}u")));
         assert!(src.contains(&format!("#define P2PC_MAX_WORLD {MAX_WORLD}")));
-        assert_eq!(std::mem::size_of::<Args>(), 8 * MAX_WORLD + 32);
+        assert_eq!(std::mem::size_of::<P2pCheckArgs>(), 8 * MAX_WORLD + 32);
     }
 
     #[test]

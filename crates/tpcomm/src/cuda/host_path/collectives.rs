@@ -7,8 +7,8 @@
 //! all `world` blocks of the input (each rounded up to 16 bytes) and their
 //! chunks. [`fits`] says which; `Communicator` sends the rest to NCCL.
 
+use super::super::kernel_args::HostCollArgs;
 use super::comm::PinnedTransport;
-use super::kernels::HostKernelArgs;
 use super::layout::{HostChunkShape, HostLayout, MAX_CHUNK, MIN_CHUNK};
 use crate::cuda::call::{check_collective, Call};
 use crate::cuda::call_word;
@@ -29,15 +29,6 @@ use std::sync::Arc;
 
 /// HG_BLOCK in host_allreduce.cu.
 const BLOCK: u32 = 512;
-
-/// Mirrors `struct HCollArgs` in host_collectives.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct HostCollArgs {
-    base: HostKernelArgs,
-    root: u32,
-    pad: u32,
-}
 
 struct HostCollKernels {
     all_gather: [Function; 3],

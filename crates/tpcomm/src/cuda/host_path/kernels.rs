@@ -1,10 +1,10 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
 use super::super::compile::HOST_ALLREDUCE_SRC;
+pub(super) use super::super::kernel_args::HostKernelArgs;
 use super::super::loader::{
     common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
 };
-use super::super::MAX_WORLD;
 use crate::error::Result;
 use crate::sys::cuda::{Function, Module};
 use cudarc::driver::CudaContext;
@@ -12,32 +12,6 @@ use std::sync::Arc;
 
 // HG_BLOCK in host_allreduce.cu, whose launch bounds fit the registers to it.
 const BLOCK: u32 = 512;
-
-/// Mirrors `struct HArgs` in host_allreduce.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(super) struct HostKernelArgs {
-    pub input: u64,
-    pub output: u64,
-    pub nbytes: u64,
-    pub areas: [u64; MAX_WORLD],
-    pub half_stride: u64,
-    pub data_offset: u64,
-    pub flag_offset: u64,
-    pub chunk_bytes: u64,
-    pub ctl: u64,
-    pub status: u64,
-    pub timeout_ns: u64,
-    pub delta_offset: u64,
-    pub slot_bytes: u64,
-    pub shadow: u64,
-    pub call_offset: u64,
-    /// What this call is (cuda/call.rs): peers compare it with theirs.
-    pub call: u64,
-    pub rank: u32,
-    pub world: u32,
-    pub producers: u32,
-}
 
 pub(super) struct HostKernels {
     pub delta: [Function; 3],

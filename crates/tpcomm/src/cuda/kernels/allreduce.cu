@@ -57,8 +57,8 @@ struct Ctl {
     u64 calls[2][TPCOMM_MAX_WORLD];
 };
 
-// Kernel arguments, passed by value. Layout mirrored by `KernelArgs` in
-// src/cuda/comm.rs (repr(C)); keep both in the same order.
+// Kernel arguments, passed by value: `KernelArgs` in src/cuda/kernel_args.rs,
+// whose layout TPCOMM_ARGS_CHECK_Args (args.cuh) checks.
 struct Args {
     u64 in;                      // device pointer, 16-byte aligned
     u64 out;                     // device pointer, 16-byte aligned (may equal in)
@@ -75,6 +75,7 @@ struct Args {
     u32 rank;
     u32 world;
 };
+TPCOMM_ARGS_CHECK_Args
 
 // ---------------------------------------------------------------- memory ops
 

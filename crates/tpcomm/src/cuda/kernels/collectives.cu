@@ -23,13 +23,13 @@
 #define TPCOMM_WAIT_COLL_REDUCE_SCATTER 6u
 #define TPCOMM_WAIT_COLL_BROADCAST 7u
 
-// Kernel argument, passed by value; mirrored by `CollArgs` in
-// src/cuda/collectives.rs (repr(C)).
+// Kernel argument, passed by value: `CollArgs` in src/cuda/kernel_args.rs.
 struct CollArgs {
     Args base;
     u32 root;  // broadcast: the rank whose input every rank receives
     u32 pad;
 };
+TPCOMM_ARGS_CHECK_CollArgs
 
 // Waits for vector i of peer p's slot in this rank's buffer, resets it to the
 // sentinel and returns it; `ok` turns false when the peer did not arrive.

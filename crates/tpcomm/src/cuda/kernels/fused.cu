@@ -17,6 +17,7 @@
 
 #define TPCOMM_WAIT_FUSED 4u
 
+// Kernel argument, passed by value: `FusedArgs` in src/cuda/kernel_args.rs.
 struct FusedArgs {
     Args base;     // base.in: the partial sums; base.nbytes: rows * row bytes
     u64 residual;  // read, then overwritten with residual + all-reduced sum
@@ -30,6 +31,7 @@ struct FusedArgs {
     u32 push_vecs;     // fused: vectors per push piece, spread over the grid (0: by row owner)
     u32 pad;
 };
+TPCOMM_ARGS_CHECK_FusedArgs
 
 // Sum over the block; every thread gets the same value, summed in the same
 // order. blockDim.x is a multiple of 32. The first barrier keeps a fast warp

@@ -38,7 +38,7 @@ typedef unsigned char u8;
 typedef int i32;
 typedef long long i64;
 
-// Mirrored by `GatheredArgs` in src/cuda/gathered.rs (repr(C)).
+// `GatheredArgs` in src/cuda/kernel_args.rs.
 struct GatheredArgs {
     u64 in;      // world expanded blocks (2 bytes per byte), `stride` bytes apart
     u64 out;     // count elements (plain bytes)
@@ -47,8 +47,9 @@ struct GatheredArgs {
     u32 world;
     u32 op;
 };
+TPCOMM_ARGS_CHECK_GatheredArgs
 
-// Mirrored by `BytesArgs` in src/cuda/gathered.rs (repr(C)).
+// `BytesArgs` in src/cuda/kernel_args.rs.
 struct BytesArgs {
     u64 in;
     u64 out;
@@ -58,6 +59,7 @@ struct BytesArgs {
     u32 blocks;
     u32 pad;
 };
+TPCOMM_ARGS_CHECK_BytesArgs
 
 // out (expanded, u16 per byte) from in (plain bytes), block by block.
 extern "C" __global__ void tpcomm_expand_bytes(const BytesArgs a) {

@@ -43,7 +43,7 @@
 // Vectors per thread per step of the chunked kernel (loads in flight).
 #define HG_UNROLL 4
 
-// Mirrors HostKernelArgs in cuda/host_path/kernels.rs.
+// `HostKernelArgs` in src/cuda/kernel_args.rs.
 struct HArgs {
     u64 in;
     u64 out;
@@ -65,6 +65,7 @@ struct HArgs {
     u32 world;
     u32 producers;  // chunked: blocks [0, producers) produce, the rest consume
 };
+TPCOMM_ARGS_CHECK_HArgs
 
 struct HCtl {
     // Epoch in the bits above TPCOMM_EPOCH_SHIFT, arrivals of the current call below.

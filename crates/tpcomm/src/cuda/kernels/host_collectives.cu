@@ -33,12 +33,13 @@
 #define HC_REDUCE_SCATTER 1
 #define HC_BROADCAST 2
 
-// Mirrors HostCollArgs in src/cuda/host_path/collectives.rs.
+// `HostCollArgs` in src/cuda/kernel_args.rs.
 struct HCollArgs {
     HArgs base;
     u32 root;  // broadcast: the rank whose block every rank receives
     u32 pad;
 };
+TPCOMM_ARGS_CHECK_HCollArgs
 
 // Thread 0 waits for flag k of every rank; the block learns the outcome
 // through the barrier.

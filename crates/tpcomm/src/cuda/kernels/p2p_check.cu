@@ -17,6 +17,7 @@
 #define P2PC_NO_BYTES 2u
 #define P2PC_WRONG 3u
 
+// Kernel argument, passed by value: `P2pCheckArgs` in src/cuda/kernel_args.rs.
 struct P2pCheckArgs {
     u64 areas[P2PC_MAX_WORLD];  // every rank's check area, as this rank maps it
     u64 status;                 // host-mapped: per writer, u32 verdict and u32 first wrong word
@@ -26,6 +27,7 @@ struct P2pCheckArgs {
     u32 seed;                   // the same on every rank (agreed at creation)
     u32 pad;
 };
+TPCOMM_ARGS_CHECK_P2pCheckArgs
 
 // The pattern word `i` that `writer` stores into `reader`'s area: a hash, so
 // a slot holding another slot's or another check's bytes does not match.

@@ -44,8 +44,7 @@ struct QCtl {
     u32 abort;  // set once a wait timed out: every later wait gives up at once
 };
 
-// Kernel arguments, passed by value. Mirrored by `QuantArgs` in
-// src/cuda/quant/mod.rs (repr(C)); keep both in the same order.
+// Kernel arguments, passed by value: `QuantArgs` in src/cuda/kernel_args.rs.
 struct QArgs {
     u64 in;                  // device pointer, 16-byte aligned
     u64 out;                 // device pointer, 16-byte aligned (may equal in)
@@ -65,6 +64,7 @@ struct QArgs {
     u32 ndst;                // world (P2P) or 1 (host)
     u32 group;               // elements per scale: 32, 64 or 128
 };
+TPCOMM_ARGS_CHECK_QArgs
 
 // ---------------------------------------------------------------- bounded wait
 

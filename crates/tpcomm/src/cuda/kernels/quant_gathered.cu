@@ -24,7 +24,7 @@
 // no code to it.
 #define QG_INT8_XOR 0x7f7f7f7f7f7f7f7full
 
-// Mirrors `GatherArgs` in src/cuda/quant/gathered.rs (repr(C)).
+// `QuantGatherArgs` in src/cuda/kernel_args.rs.
 struct QGArgs {
     u64 in;            // pack: input elements; unpack_sum: block 0 of the gathered buffer
     u64 out;           // pack: this rank's block; unpack_sum: output elements
@@ -34,6 +34,7 @@ struct QGArgs {
     u32 world;
     u32 group;         // elements per scale: 32, 64 or 128
 };
+TPCOMM_ARGS_CHECK_QGArgs
 
 __device__ __forceinline__ u32 qg_shift(u32 group) {
     u32 s = 0u;

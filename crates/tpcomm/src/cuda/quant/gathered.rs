@@ -17,6 +17,7 @@ use super::{round_up, QuantAlgo, QuantComm};
 use crate::algo::Collective;
 use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::host_path::GpuComm;
+use crate::cuda::kernel_args::QuantGatherArgs;
 use crate::cuda::loader::dtype_index;
 use crate::cuda::pdl;
 use crate::dtype::DType;
@@ -57,19 +58,6 @@ impl GatherLayout {
     pub fn max_block(max_bytes: usize) -> usize {
         Self::of(max_bytes.div_ceil(2), MIN_GROUP).block_bytes
     }
-}
-
-/// The pack and unpack-sum kernels' argument: mirrors `struct QGArgs`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct GatherArgs {
-    input: u64,
-    output: u64,
-    count: u64,
-    block_stride: u64,
-    scales_off: u64,
-    world: u32,
-    group: u32,
 }
 
 /// One gathered call, as [`QuantComm::gathered_call`] planned it.
@@ -181,8 +169,8 @@ impl QuantComm {
         unsafe { self.launch_local(f, c, &args, 1, call) }
     }
 
-    fn gather_args(&self, c: &GatherCall, input: u64, output: u64) -> GatherArgs {
-        GatherArgs {
+    fn gather_args(&self, c: &GatherCall, input: u64, output: u64) -> QuantGatherArgs {
+        QuantGatherArgs {
             input,
             output,
             count: c.count as u64,
@@ -203,7 +191,7 @@ impl QuantComm {
         &self,
         f: raw::Function,
         c: &GatherCall,
-        args: &GatherArgs,
+        args: &QuantGatherArgs,
         octets: usize,
         call: &Call,
     ) -> Result<()> {
@@ -215,7 +203,7 @@ impl QuantComm {
             )
         })?;
         raw::set_current(self.ctx.cu_ctx())?;
-        // SAFETY: GatherArgs mirrors `struct QGArgs`; addresses per the
+        // SAFETY: QuantGatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
         unsafe {
             pdl::launch(
@@ -295,7 +283,7 @@ mod tests {
     #[test]
     fn gather_args_match_the_cuda_struct() {
         // Five u64 words and two u32: `struct QGArgs`.
-        assert_eq!(std::mem::size_of::<GatherArgs>(), 5 * 8 + 8);
+        assert_eq!(std::mem::size_of::<QuantGatherArgs>(), 5 * 8 + 8);
         let src = include_str!("../kernels/quant_gathered.cu");
         assert!(src.contains(&format!("#define QG_BLOCK {BLOCK}")));
         // Two octets a pack thread: one 16-byte store of codes, and the

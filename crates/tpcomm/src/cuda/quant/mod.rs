@@ -19,6 +19,7 @@ use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
+use super::kernel_args::QuantArgs;
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
@@ -148,29 +149,6 @@ pub fn quant_grid(
         None => units,
     };
     (blocks.clamp(1, units.min(cap)) as u32, block)
-}
-
-/// The by-value kernel argument: mirrors `struct QArgs` in quant.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct QuantArgs {
-    input: u64,
-    output: u64,
-    count: u64,
-    dst: [u64; MAX_WORLD],
-    src: [u64; MAX_WORLD],
-    parity_stride: u64,
-    scales_off: u64,
-    flags_off: u64,
-    ctl: u64,
-    status: u64,
-    timeout_ns: u64,
-    call_off: u64,
-    call: u64,
-    rank: u32,
-    world: u32,
-    ndst: u32,
-    group: u32,
 }
 
 /// Which quantized algorithm a call runs (defined in `crate::wire`, beside
