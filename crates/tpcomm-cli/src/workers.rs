@@ -199,11 +199,13 @@ where
         .mode(0o700)
         .create(&dir)
         .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    // Removed on every way out, a closed stdout's unwind included (pipe.rs).
+    let dir = crate::pipe::TempDir::adopt(dir);
     let key = JobKey::random();
     let mut children = Vec::new();
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(argv(r, &dir))
+        cmd.args(argv(r, dir.path()))
             .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
             .env(
                 tpcomm::cuda::share::QUEUES_ENV,
@@ -214,27 +216,24 @@ where
             Err(e) => {
                 // Dropping the supervisor ends the ranks already started.
                 drop(Supervisor::new(children, stopped_limit));
-                let _ = std::fs::remove_dir_all(&dir);
                 return Err(Error::io("start a worker process", e));
             }
         }
     }
     let waited = Supervisor::new(children, stopped_limit).wait();
     if let Err(why) = waited {
-        let _ = std::fs::remove_dir_all(&dir);
         return Err(Error::Aborted(format!(
             "worker processes failed: {why}; their messages are above"
         )));
     }
     let outs = (0..world)
         .map(|r| {
-            let p = dir.join(format!("result.rank{r}.json"));
+            let p = dir.path().join(format!("result.rank{r}.json"));
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
             serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
         })
         .collect::<Result<Vec<T>>>()?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(outs)
 }
 
