@@ -29,14 +29,7 @@ pub(crate) const MAX_CALLS: usize = 1_000_000;
 /// Most CPU ranks one bench runs (the host transport's own limit).
 const MAX_RANKS: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Launch {
-    /// One process per rank (the command re-runs itself).
-    #[value(alias = "procs")]
-    Processes,
-    /// One thread per rank inside this process.
-    Threads,
-}
+pub use crate::workers::Launch;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AlgoChoice {
@@ -318,10 +311,7 @@ fn meta(args: &BenchArgs) -> BenchMeta {
         versions: [("tpcomm".to_string(), env!("CARGO_PKG_VERSION").to_string())].into(),
         transport: "host".into(),
         world_size: args.ranks,
-        launch: match args.launch {
-            Launch::Processes => "processes".into(),
-            Launch::Threads => "threads".into(),
-        },
+        launch: args.launch.name().into(),
         device: Some("cpu".into()),
         gpus: None,
         arch: None,

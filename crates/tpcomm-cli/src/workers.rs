@@ -36,6 +36,29 @@ fn worker_queues(user: Option<&OsStr>) -> OsString {
     user.map_or_else(|| OsString::from("8"), OsStr::to_os_string)
 }
 
+/// How a command's ranks run: `--launch` of `tpcomm bench` (CPU ranks and
+/// GPUs), `tpcomm bench forward` and `tpcomm tune`, one spelling for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per rank (the command re-runs itself; GPUs share buffers
+    /// by CUDA IPC). `procs` is the same.
+    #[value(alias = "procs")]
+    Processes,
+    /// One thread per rank inside this process (GPUs share buffers by peer access).
+    Threads,
+}
+
+impl Launch {
+    /// As reports, JSON and messages name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Launch::Processes => "processes",
+            Launch::Threads => "threads",
+        }
+    }
+}
+
 /// How often the parent looks at its ranks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
 
