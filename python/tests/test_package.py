@@ -288,3 +288,28 @@ def test_torch_communicator_without_a_gpu_raises_the_typed_error_on_every_rank()
     for line in lines:
         assert line.startswith("LibraryError True "), line
         assert "CUDA driver" in line and "install the NVIDIA driver" in line, line
+
+
+def _close_after_one_line(args, tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert p.stdout.readline()
+    p.stdout.close()
+    try:
+        code = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    return code, err, sorted(os.listdir(tmp_path))
+
+
+def test_a_closed_stdout_ends_python_m_tpcomm_quietly(tmp_path):
+    # The bundled bench (a minute if it ran on) and the wrapper's own help.
+    for args in (["bench", "--device", "cpu"], ["--help"]):
+        code, err, left = _close_after_one_line([sys.executable, "-m", "tpcomm"] + args, tmp_path)
+        assert code == 0, (args, err)
+        for bad in ("Traceback", "panicked", "Broken pipe"):
+            assert bad not in err, (args, err)
+        assert left == [], (args, left)

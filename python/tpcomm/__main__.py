@@ -59,6 +59,21 @@ def _run(args):
 
 
 def main(argv=None):
+    """The command; a closed stdout (``python -m tpcomm --help | head -1``)
+    ends it quietly with status 0, as the bundled command does."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at nothing first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _main(argv=None):
     args = list(sys.argv[1:] if argv is None else argv)
     import tpcomm
 

@@ -29,14 +29,7 @@ pub(crate) const MAX_CALLS: usize = 1_000_000;
 /// Most CPU ranks one bench runs (the host transport's own limit).
 const MAX_RANKS: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Launch {
-    /// One process per rank (the command re-runs itself).
-    #[value(alias = "procs")]
-    Processes,
-    /// One thread per rank inside this process.
-    Threads,
-}
+pub use crate::workers::Launch;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AlgoChoice {
@@ -248,8 +241,12 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         return worker_process(&args, &spec);
     }
     args.check_memory(tpcomm::host::available_memory())?;
+    // Removed when this returns, and also when a closed stdout unwinds it (pipe.rs).
     let dir = tempdir()?;
-    let rendezvous = args.rendezvous.clone().unwrap_or_else(|| dir.clone());
+    let rendezvous = args
+        .rendezvous
+        .clone()
+        .unwrap_or_else(|| dir.path().to_path_buf());
     let nonce: u64 = rand::random();
     // One fresh key per run: its ranks find each other and no other run's.
     let key = JobKey::random();
@@ -257,7 +254,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         Launch::Processes => parent_processes(&args, &rendezvous, nonce, key),
         Launch::Threads => parent_threads(&args, &rendezvous, nonce, key),
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let rows = result?;
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     println!("{}", summary(&args, &rows, wrong));
@@ -314,10 +311,7 @@ fn meta(args: &BenchArgs) -> BenchMeta {
         versions: [("tpcomm".to_string(), env!("CARGO_PKG_VERSION").to_string())].into(),
         transport: "host".into(),
         world_size: args.ranks,
-        launch: match args.launch {
-            Launch::Processes => "processes".into(),
-            Launch::Threads => "threads".into(),
-        },
+        launch: args.launch.name().into(),
         device: Some("cpu".into()),
         gpus: None,
         arch: None,
@@ -329,14 +323,14 @@ fn meta(args: &BenchArgs) -> BenchMeta {
     }
 }
 
-fn tempdir() -> Result<PathBuf, String> {
+fn tempdir() -> Result<crate::pipe::TempDir, String> {
     let d = std::env::temp_dir().join(format!(
         "tpcomm-bench-{}-{:08x}",
         std::process::id(),
         rand::random::<u32>()
     ));
     std::fs::create_dir(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-    Ok(d)
+    Ok(crate::pipe::TempDir::adopt(d))
 }
 
 /// Prints the table as rows arrive, with a progress bar on stderr.
@@ -472,7 +466,7 @@ fn parent_threads(
                 let tx = tx.clone();
                 s.spawn(move || {
                     worker(args, rank, rendezvous, nonce, Some(key), &mut |row| {
-                        let _ = tx.send(row);
+                        tx.send(row).is_ok()
                     })
                 })
             })

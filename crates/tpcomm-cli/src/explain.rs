@@ -28,7 +28,7 @@ pub struct ExplainArgs {
     #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(2..=MAX_WORLD as u64))]
     world: Option<usize>,
     /// Use this machine class's defaults instead of probing this machine
-    /// (nvlink, pcie-p2p, pcie-nop2p, mixed); needs no GPU.
+    /// (nvlink, pcie-p2p, pcie-nop2p, mixed, single-gpu); needs no GPU.
     #[arg(long, conflicts_with = "table")]
     class: Option<String>,
     /// Use this tuning table (as written by `tpcomm tune`) instead of probing
@@ -36,8 +36,9 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     table: Option<PathBuf>,
     /// The kernels' transport: cuda (P2P) or host (pinned host memory); auto
-    /// (default) takes the one the communicator's P2P verdict gives: host
-    /// when a pair of this machine's GPUs (or of the class) lacks P2P.
+    /// (default; any is the same) takes the one the communicator's P2P
+    /// verdict gives: host when a pair of this machine's GPUs (or of the
+    /// class) lacks P2P.
     #[arg(long, default_value = "auto", value_parser = ["auto", "any", "cuda", "host"])]
     transport: String,
     /// The communicator has no NCCL beside it: every sum that fits the
@@ -53,8 +54,19 @@ pub struct ExplainArgs {
     op: ReduceOp,
 }
 
+/// Said when probing this machine fails (no driver, no GPU): the two
+/// options that answer without one.
+const NO_GPU_HINT: &str = "without a GPU here, name a machine class (--class nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu: its built-in defaults) or a tuning table (--table FILE, as `tpcomm tune` writes it); neither needs a GPU";
+
 pub fn run(args: ExplainArgs) -> i32 {
-    match run_inner(&args) {
+    let picked = selector_and_transport(&args).map_err(|e| {
+        if args.class.is_none() && args.table.is_none() {
+            format!("{e}\ntpcomm explain: {NO_GPU_HINT}")
+        } else {
+            e.to_string()
+        }
+    });
+    match picked.and_then(|picked| run_inner(&args, picked).map_err(|e| e.to_string())) {
         Ok(text) => {
             print!("{text}");
             0
@@ -101,8 +113,7 @@ fn selector_and_transport(args: &ExplainArgs) -> Result<(Selector, Transport)> {
     Ok((selector, transport))
 }
 
-fn run_inner(args: &ExplainArgs) -> Result<String> {
-    let (selector, transport) = selector_and_transport(args)?;
+fn run_inner(args: &ExplainArgs, (selector, transport): (Selector, Transport)) -> Result<String> {
     let world = args
         .world
         .or(selector.table().map(|t| t.world))

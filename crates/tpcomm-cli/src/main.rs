@@ -18,6 +18,7 @@ mod forward_bench;
 #[allow(unsafe_code)]
 mod gpu_bench;
 mod machine;
+mod pipe;
 mod plan;
 mod probe;
 mod tune;
@@ -61,17 +62,23 @@ fn main() {
     // own (docs/shared-gpu.md). A value the user gave is kept. Rank
     // processes get the user's value or CUDA's default (workers.rs).
     let _ = workers::USER_QUEUES.set(tpcomm::cuda::share::widen_queues_for_threads());
-    match cli.command {
+    std::process::exit(pipe::run(move || run(cli.command)));
+}
+
+/// Runs one command; returns its exit status.
+fn run(command: Command) -> i32 {
+    match command {
         Command::Plan(cmd) => {
             if let Err(e) = plan::run(cmd) {
                 eprintln!("error: {e}");
-                std::process::exit(2);
+                return 2;
             }
+            0
         }
-        Command::Probe(args) => std::process::exit(probe::run(args)),
-        Command::GpuBenchWorker(args) => std::process::exit(gpu_bench::run_worker(args)),
-        Command::Bench(cmd) => std::process::exit(bench::unified::run(*cmd)),
-        Command::Tune(args) => std::process::exit(tune::run(args)),
-        Command::Explain(args) => std::process::exit(explain::run(args)),
+        Command::Probe(args) => probe::run(args),
+        Command::GpuBenchWorker(args) => gpu_bench::run_worker(args),
+        Command::Bench(cmd) => bench::unified::run(*cmd),
+        Command::Tune(args) => tune::run(args),
+        Command::Explain(args) => explain::run(args),
     }
 }

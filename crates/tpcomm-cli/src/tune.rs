@@ -32,9 +32,9 @@ pub struct TuneArgs {
     /// With --from-bench: the fingerprint to key the table by (none: a class default).
     #[arg(long)]
     fingerprint: Option<String>,
-    /// How ranks run while measuring: procs (CUDA IPC) or threads (peer access).
-    #[arg(long, default_value = "threads")]
-    launch: String,
+    /// How ranks run while measuring: processes (CUDA IPC) or threads (peer access).
+    #[arg(long, value_enum, default_value_t = gpu_bench::Launch::Threads)]
+    launch: gpu_bench::Launch,
     /// GPU transport measured: auto (what the machine needs: cuda where every
     /// GPU reaches every other peer-to-peer, else host), cuda, or host. Rows
     /// are keyed by candidate (cuda:*, host:*, nccl); NCCL is measured in this
@@ -211,10 +211,8 @@ fn read_bench(
 /// tune's options; the rest the bench's defaults. Built directly (tests hold
 /// it equal to the bench's own parse of the command line it once built).
 fn bench_args(args: &TuneArgs) -> Result<GpuBenchArgs> {
-    let launch = <gpu_bench::Launch as clap::ValueEnum>::from_str(&args.launch, false)
-        .map_err(|_| Error::invalid("--launch", format!("{:?} (procs or threads)", args.launch)))?;
     let mut a = GpuBenchArgs::defaults();
-    a.launch = Some(launch);
+    a.launch = Some(args.launch);
     a.transport = args.transport;
     a.gpus = args.gpus;
     a.dtype = args.dtype;
@@ -254,7 +252,7 @@ fn run_inner(args: &TuneArgs) -> Result<()> {
         nccl: info.nccl.clone(),
         measured: format!(
             "tpcomm tune --launch {} --transport {transport} ({} reps x {} calls, median, CUDA events on rank 0), {:.0} s",
-            args.launch,
+            args.launch.name(),
             args.reps,
             args.iters,
             started.elapsed().as_secs_f64()
@@ -304,7 +302,7 @@ mod tests {
     fn round_trip(args: &TuneArgs) -> GpuBenchArgs {
         let mut argv: Vec<String> = vec![
             "--launch".into(),
-            args.launch.clone(),
+            args.launch.name().into(),
             "--dtype".into(),
             args.dtype.name().into(),
             "--min".into(),
@@ -384,9 +382,13 @@ mod tests {
 
     #[test]
     fn an_unknown_launch_is_an_error_naming_it() {
-        let e = bench_args(&parse(&["--launch", "fibers"]).unwrap()).unwrap_err();
+        // Refused while parsing, with the one spelling every command shows.
+        let Err(e) = parse(&["--launch", "fibers"]) else {
+            panic!("--launch fibers was accepted");
+        };
         let m = e.to_string();
-        assert!(m.contains("--launch") && m.contains("\"fibers\""), "{m}");
+        assert!(m.contains("--launch") && m.contains("fibers"), "{m}");
+        assert!(m.contains("processes") && m.contains("threads"), "{m}");
     }
 
     /// tune counts ranks with --gpus and has no --ranks: a count out of

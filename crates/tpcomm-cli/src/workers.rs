@@ -36,6 +36,29 @@ fn worker_queues(user: Option<&OsStr>) -> OsString {
     user.map_or_else(|| OsString::from("8"), OsStr::to_os_string)
 }
 
+/// How a command's ranks run: `--launch` of `tpcomm bench` (CPU ranks and
+/// GPUs), `tpcomm bench forward` and `tpcomm tune`, one spelling for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launch {
+    /// One process per rank (the command re-runs itself; GPUs share buffers
+    /// by CUDA IPC). `procs` is the same.
+    #[value(alias = "procs")]
+    Processes,
+    /// One thread per rank inside this process (GPUs share buffers by peer access).
+    Threads,
+}
+
+impl Launch {
+    /// As reports, JSON and messages name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Launch::Processes => "processes",
+            Launch::Threads => "threads",
+        }
+    }
+}
+
 /// How often the parent looks at its ranks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
 
@@ -199,11 +222,13 @@ where
         .mode(0o700)
         .create(&dir)
         .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    // Removed on every way out, a closed stdout's unwind included (pipe.rs).
+    let dir = crate::pipe::TempDir::adopt(dir);
     let key = JobKey::random();
     let mut children = Vec::new();
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(argv(r, &dir))
+        cmd.args(argv(r, dir.path()))
             .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
             .env(
                 tpcomm::cuda::share::QUEUES_ENV,
@@ -214,27 +239,24 @@ where
             Err(e) => {
                 // Dropping the supervisor ends the ranks already started.
                 drop(Supervisor::new(children, stopped_limit));
-                let _ = std::fs::remove_dir_all(&dir);
                 return Err(Error::io("start a worker process", e));
             }
         }
     }
     let waited = Supervisor::new(children, stopped_limit).wait();
     if let Err(why) = waited {
-        let _ = std::fs::remove_dir_all(&dir);
         return Err(Error::Aborted(format!(
             "worker processes failed: {why}; their messages are above"
         )));
     }
     let outs = (0..world)
         .map(|r| {
-            let p = dir.join(format!("result.rank{r}.json"));
+            let p = dir.path().join(format!("result.rank{r}.json"));
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| Error::io(format!("read {}", p.display()), e))?;
             serde_json::from_str(&text).map_err(|e| Error::invalid("worker result", e.to_string()))
         })
         .collect::<Result<Vec<T>>>()?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(outs)
 }
 

@@ -244,3 +244,28 @@ fn explain_on_the_host_transport_weighs_host_kernels_and_nccl_only() {
         "{out}"
     );
 }
+
+#[test]
+fn explain_that_cannot_probe_names_the_options_that_need_no_gpu() {
+    // A machine without a driver (or GPUs) cannot be probed; the message
+    // must say how to get an answer anyway. With GPUs the probe works and
+    // there is nothing to check.
+    let (ok, _, err) = run(&["explain", "--bytes", "224KiB", "--graph"]);
+    if ok {
+        return;
+    }
+    for word in [
+        "--class nvlink",
+        "single-gpu",
+        "--table FILE",
+        "needs a GPU",
+    ] {
+        assert!(err.contains(word), "no {word:?} in:\n{err}");
+    }
+    // The class it names answers.
+    let (ok, out, err) = run(&[
+        "explain", "--bytes", "224KiB", "--graph", "--class", "nvlink",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("machine class nvlink"), "{out}");
+}

@@ -115,11 +115,13 @@ pub(super) fn sweep<T: Element>(
     args: &BenchArgs,
     c: &mut HostCommunicator,
     nonce: u64,
-    emit: &mut dyn FnMut(BenchRow),
+    emit: &mut dyn FnMut(BenchRow) -> bool,
 ) -> tpcomm::Result<()> {
     let (rank, world) = (c.rank(), c.world());
     let coll = args.coll;
     let esize = T::DTYPE.size() as u64;
+    // Set once `emit` finds nobody reading (a closed stdout): every rank then stops.
+    let mut unread = false;
     for (si, &bytes) in args.sizes().iter().enumerate() {
         let n = coll.block_count(bytes, esize, world) as usize;
         let seed = |r: usize, k: u64| nonce ^ ((si as u64) << 40) ^ (k << 32) ^ r as u64;
@@ -190,16 +192,22 @@ pub(super) fn sweep<T: Element>(
         }
         times.sort_by(|a, b| a.total_cmp(b));
         let median = times[times.len() / 2];
+        // With the slowest median, rank 0 says whether anyone still reads
+        // the rows (max: any rank's 1 stops every rank at this same size).
         let mut stats = [
             median as f32,
+            f32::from(u8::from(unread)),
             (wrong >> 20) as f32,
             (wrong & 0xfffff) as f32,
         ];
-        c.all_reduce_in_place(&mut stats[..1], ReduceOp::Max, Algo::OneShot)?;
-        c.all_reduce_in_place(&mut stats[1..], ReduceOp::Sum, Algo::OneShot)?;
-        let wrong_all = ((stats[1] as u64) << 20) + stats[2] as u64;
+        c.all_reduce_in_place(&mut stats[..2], ReduceOp::Max, Algo::OneShot)?;
+        c.all_reduce_in_place(&mut stats[2..], ReduceOp::Sum, Algo::OneShot)?;
+        if stats[1] > 0.0 {
+            return Ok(());
+        }
+        let wrong_all = ((stats[2] as u64) << 20) + stats[3] as u64;
         if rank == 0 {
-            emit(row(
+            unread = !emit(row(
                 coll,
                 n as u64,
                 T::DTYPE,

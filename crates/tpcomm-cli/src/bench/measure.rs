@@ -31,8 +31,9 @@ pub(super) fn worker_process(args: &BenchArgs, spec: &str) -> Result<(), String>
         None,
         &mut |row| {
             let mut o = stdout.lock();
-            let _ = writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default());
-            let _ = o.flush();
+            writeln!(o, "{}", serde_json::to_string(&row).unwrap_or_default())
+                .and_then(|()| o.flush())
+                .is_ok()
         },
     );
     r.map_err(|e| format!("rank {rank}: {e}"))
@@ -45,7 +46,7 @@ pub(super) fn worker(
     rendezvous: &std::path::Path,
     nonce: u64,
     key: Option<JobKey>,
-    emit: &mut dyn FnMut(BenchRow),
+    emit: &mut dyn FnMut(BenchRow) -> bool,
 ) -> Result<(), String> {
     let mut cfg = HostConfig::new(rank, args.ranks, rendezvous);
     cfg.job_key = key;
@@ -73,10 +74,12 @@ fn sweep<T: Element>(
     args: &BenchArgs,
     c: &mut HostCommunicator,
     nonce: u64,
-    emit: &mut dyn FnMut(BenchRow),
+    emit: &mut dyn FnMut(BenchRow) -> bool,
 ) -> tpcomm::Result<()> {
     let (rank, world) = (c.rank(), c.world());
     let esize = T::DTYPE.size() as u64;
+    // Set once `emit` finds nobody reading (a closed stdout): every rank then stops.
+    let mut unread = false;
     for (si, &bytes) in args.sizes().iter().enumerate() {
         let count = (bytes / esize).max(1) as usize;
         for (ai, &algo) in args.algos().iter().enumerate() {
@@ -108,14 +111,20 @@ fn sweep<T: Element>(
             let median = times[times.len() / 2];
             // Slowest rank's median, and the wrong count summed over ranks
             // (split in two f32-exact halves).
+            // With the slowest median, rank 0 says whether anyone still reads
+            // the rows (max: any rank's 1 stops every rank at this same size).
             let mut stats = [
                 median as f32,
+                f32::from(u8::from(unread)),
                 (wrong >> 20) as f32,
                 (wrong & 0xfffff) as f32,
             ];
-            c.all_reduce_in_place(&mut stats[..1], ReduceOp::Max, Algo::OneShot)?;
-            c.all_reduce_in_place(&mut stats[1..], ReduceOp::Sum, Algo::OneShot)?;
-            let wrong_all = ((stats[1] as u64) << 20) + stats[2] as u64;
+            c.all_reduce_in_place(&mut stats[..2], ReduceOp::Max, Algo::OneShot)?;
+            c.all_reduce_in_place(&mut stats[2..], ReduceOp::Sum, Algo::OneShot)?;
+            if stats[1] > 0.0 {
+                return Ok(());
+            }
+            let wrong_all = ((stats[2] as u64) << 20) + stats[3] as u64;
             if rank == 0 {
                 let name = match algo {
                     Algo::Auto => format!(
@@ -124,7 +133,7 @@ fn sweep<T: Element>(
                     ),
                     a => a.name().to_string(),
                 };
-                emit(BenchRow::new(
+                unread = !emit(BenchRow::new(
                     count as u64 * esize,
                     count as u64,
                     T::DTYPE,

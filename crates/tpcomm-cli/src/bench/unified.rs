@@ -10,7 +10,7 @@
 
 use super::{parse_duration, AlgoChoice, BenchArgs, Launch};
 use crate::forward_bench::ForwardBenchArgs;
-use crate::gpu_bench::{GpuBenchArgs, Launch as GpuLaunch};
+use crate::gpu_bench::GpuBenchArgs;
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,15 +47,6 @@ pub enum Device {
     Gpu,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LaunchChoice {
-    /// One process per rank (the command re-runs itself).
-    #[value(alias = "procs")]
-    Processes,
-    /// One thread per rank inside this process.
-    Threads,
-}
-
 #[derive(Args, Clone, Debug)]
 struct BenchOpts {
     /// Collective: all-reduce (default), all-gather, reduce-scatter,
@@ -71,14 +62,14 @@ struct BenchOpts {
     /// Where ranks run.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
-    /// How ranks run: processes (or procs; GPUs share buffers by CUDA IPC) or
+    /// How ranks run: processes (GPUs share buffers by CUDA IPC) or
     /// threads (GPUs by peer access). Default on CPU ranks: processes. Default
     /// on GPUs: processes when every rank has a GPU of its own or an MPS
     /// server serves the GPUs ranks share, else threads (processes that share
     /// a GPU without MPS run in time slices, milliseconds per call); the run
     /// prints which it chose and why.
     #[arg(long, value_enum)]
-    launch: Option<LaunchChoice>,
+    launch: Option<Launch>,
     /// Smallest message; sizes double up to --max-bytes. Default 1KiB.
     #[arg(long, visible_alias = "min")]
     min_bytes: Option<ByteSize>,
@@ -302,10 +293,7 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
         a.ranks = n;
     }
     if let Some(l) = o.launch {
-        a.launch = match l {
-            LaunchChoice::Processes => Launch::Processes,
-            LaunchChoice::Threads => Launch::Threads,
-        };
+        a.launch = l;
     }
     if let Some(b) = o.min_bytes {
         a.min_bytes = b;
@@ -452,10 +440,7 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
         a.coll = c;
     }
     // Not given: the GPU bench decides from the machine (and says so).
-    a.launch = o.launch.map(|l| match l {
-        LaunchChoice::Processes => GpuLaunch::Procs,
-        LaunchChoice::Threads => GpuLaunch::Threads,
-    });
+    a.launch = o.launch;
     if let Some(t) = o.transport {
         a.transport = t;
     }

@@ -390,7 +390,7 @@ fn run_inner(mut args: ForwardBenchArgs, name: &str) -> Result<()> {
     args.launch = Some(launch);
     let outs = match launch {
         RankLaunch::Threads => run_threads(world, |r, rv| rank_main(r, world, &args, rv))?,
-        RankLaunch::Procs => run_workers(
+        RankLaunch::Processes => run_workers(
             world,
             args.gpus.is_none(),
             Duration::from_millis(args.timeout_ms),

@@ -6,7 +6,7 @@
 //! `--launch`, [`default_launch`] decides from the GPUs and MPS. The JSON is
 //! `tpcomm::report::BenchReport`, as the CPU bench writes.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
 use tpcomm::cuda::cudarc::driver::CudaContext;
@@ -34,15 +34,7 @@ pub(crate) use launch::run_threads;
 use rank::rank_main;
 use report::report;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Launch {
-    /// One process per GPU, buffers shared by CUDA IPC.
-    #[value(alias = "processes")]
-    Procs,
-    /// One thread per GPU in this process, buffers shared by peer access.
-    Threads,
-}
+pub use crate::workers::Launch;
 
 #[derive(Args, Clone, Debug)]
 pub struct GpuBenchArgs {
@@ -321,19 +313,9 @@ pub(crate) fn measure(
     args.launch = Some(launch);
     let outs: Vec<RankOut> = match launch {
         Launch::Threads => run_threads(world, |r, rv| rank_main(r, world, &args, rv))?,
-        Launch::Procs => run_procs(&args, world)?,
+        Launch::Processes => run_procs(&args, world)?,
     };
     Ok((args, world, outs))
-}
-
-impl Launch {
-    /// As the report and the JSON's `launch` name it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Launch::Procs => "processes",
-            Launch::Threads => "threads",
-        }
-    }
 }
 
 /// `--launch` as given, or else [`default_launch`]'s choice for `world`
@@ -380,7 +362,7 @@ pub(crate) fn default_launch(
 ) -> (Launch, String) {
     if world <= gpus {
         return (
-            Launch::Procs,
+            Launch::Processes,
             format!("every rank has a GPU of its own ({world} ranks, {gpus} GPUs)"),
         );
     }
@@ -406,7 +388,7 @@ pub(crate) fn default_launch(
         );
     }
     (
-        Launch::Procs,
+        Launch::Processes,
         format!("{share} and an MPS server serves them"),
     )
 }

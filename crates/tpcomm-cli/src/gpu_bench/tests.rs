@@ -383,13 +383,13 @@ fn the_default_launch_follows_the_gpus_and_mps() {
     let never = |_: usize| -> Result<bool> { panic!("MPS asked with a GPU per rank") };
     for (world, gpus) in [(2, 2), (2, 8), (8, 8)] {
         let (l, why) = default_launch(world, gpus, never);
-        assert_eq!(l, Launch::Procs, "{world} on {gpus}");
+        assert_eq!(l, Launch::Processes, "{world} on {gpus}");
         assert!(why.contains("GPU of its own"), "{why}");
     }
     let on = |_: usize| Ok(true);
     let off = |_: usize| Ok(false);
     let (l, why) = default_launch(4, 1, on);
-    assert_eq!(l, Launch::Procs);
+    assert_eq!(l, Launch::Processes);
     assert!(
         why.contains("4 ranks share 1 GPU and an MPS server"),
         "{why}"
@@ -404,7 +404,7 @@ fn the_default_launch_follows_the_gpus_and_mps() {
     );
     // 3 ranks on 2 GPUs: only GPU 0 is shared, so only its MPS matters.
     let (l, _) = default_launch(3, 2, |d| Ok(d != 1));
-    assert_eq!(l, Launch::Procs);
+    assert_eq!(l, Launch::Processes);
     let (l, why) = default_launch(3, 2, |d| Ok(d != 0));
     assert_eq!(l, Launch::Threads);
     assert!(
@@ -430,10 +430,13 @@ fn the_default_launch_follows_the_gpus_and_mps() {
 fn launch_is_open_unless_given() {
     assert_eq!(parse(&[]).launch, None);
     assert_eq!(GpuBenchArgs::defaults().launch, None);
-    assert_eq!(parse(&["--launch", "procs"]).launch, Some(Launch::Procs));
+    assert_eq!(
+        parse(&["--launch", "procs"]).launch,
+        Some(Launch::Processes)
+    );
     assert_eq!(
         parse(&["--launch", "processes"]).launch,
-        Some(Launch::Procs)
+        Some(Launch::Processes)
     );
     assert_eq!(
         parse(&["--launch", "threads"]).launch,

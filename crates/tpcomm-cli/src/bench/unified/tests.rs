@@ -179,7 +179,7 @@ fn both_spellings_of_sizes_launch_algos_and_timeout_work_on_both_devices() {
 #[test]
 fn the_gpu_launch_is_decided_later_unless_given() {
     assert!(gpu(&[]).contains("launch: None"), "{}", gpu(&[]));
-    assert!(gpu(&["--launch", "processes"]).contains("launch: Some(Procs)"));
+    assert!(gpu(&["--launch", "processes"]).contains("launch: Some(Processes)"));
     assert!(gpu(&["--launch", "threads"]).contains("launch: Some(Threads)"));
     assert!(cpu(&[]).contains("launch: Processes"));
 }

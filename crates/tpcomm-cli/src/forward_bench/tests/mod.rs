@@ -272,8 +272,8 @@ fn parse(own: &[&str]) -> ForwardBenchArgs {
 fn launch_is_open_unless_given() {
     assert_eq!(parse(&[]).launch, None);
     for (flag, want) in [
-        ("procs", RankLaunch::Procs),
-        ("processes", RankLaunch::Procs),
+        ("procs", RankLaunch::Processes),
+        ("processes", RankLaunch::Processes),
         ("threads", RankLaunch::Threads),
     ] {
         assert_eq!(parse(&["--launch", flag]).launch, Some(want), "{flag}");
@@ -292,7 +292,7 @@ fn launch_is_open_unless_given() {
     ];
     let a = parse_worker(own, dir);
     check_worker(&a, dir);
-    assert_eq!(a.launch, Some(RankLaunch::Procs));
+    assert_eq!(a.launch, Some(RankLaunch::Processes));
 }
 
 /// Without --launch the forward bench decides as `tpcomm bench --device gpu`
@@ -316,7 +316,7 @@ fn ranks_sharing_a_gpu_without_mps_run_as_threads_unless_launch_says() {
         "{line}"
     );
     let (l, line) = choose_launch(open, 4, 1, name, |_| Ok(true));
-    assert_eq!(l, RankLaunch::Procs);
+    assert_eq!(l, RankLaunch::Processes);
     assert!(
         line.unwrap()
             .starts_with("tpcomm bench forward: ranks run as processes: 4 ranks share 1 GPU and an MPS server serves them")
@@ -324,10 +324,10 @@ fn ranks_sharing_a_gpu_without_mps_run_as_threads_unless_launch_says() {
     let (l, line) = choose_launch(open, 2, 8, name, |_| {
         panic!("MPS asked with a GPU per rank")
     });
-    assert_eq!(l, RankLaunch::Procs);
+    assert_eq!(l, RankLaunch::Processes);
     assert!(line.unwrap().contains("every rank has a GPU of its own"));
     for (flag, want) in [
-        ("processes", RankLaunch::Procs),
+        ("processes", RankLaunch::Processes),
         ("threads", RankLaunch::Threads),
     ] {
         let given = parse(&["--launch", flag]).launch;
