@@ -643,3 +643,50 @@ fn every_documented_command_matches_the_binary() {
     );
     assert!(t.transcripts >= 4, "the plan transcripts were not found");
 }
+
+#[test]
+fn elisions_match_only_what_they_stand_for() {
+    let actual = ["a 1", "b 2", "c 3"];
+    assert!(matches(&["a 1", "...", "c 3"], &actual));
+    assert!(matches(&["...", "b 2", "..."], &actual));
+    assert!(matches(&["a [..]", "b 2", "[..] 3"], &actual));
+    // A changed number, a missing line, or an extra line is a difference.
+    assert!(!matches(&["a 1", "b 9", "c 3"], &actual));
+    assert!(!matches(&["a 1", "c 3"], &actual));
+    assert!(!matches(&["a 1", "b 2", "c 3", "d 4"], &actual));
+    // `[..]` stays within its line and keeps the text around it.
+    assert!(!matches(&["a [..]", "c 3"], &actual));
+    assert!(!line_matches("x [..] 3", "c 3"));
+}
+
+#[test]
+fn listings_read_wrappers_synopses_and_placeholders() {
+    let w = |s: &str| words(s);
+    assert_eq!(
+        command(&w(
+            "REPEAT=3 bash bench/device/run.sh x -- target/release/tpcomm tune --json @JSON"
+        )),
+        Some(Cmd::Tpcomm(w("tune --json @JSON")))
+    );
+    assert_eq!(
+        command(&w(
+            "cargo run --release -- bench --device cpu   # a comment"
+        )),
+        Some(Cmd::Tpcomm(w("bench --device cpu")))
+    );
+    assert_eq!(
+        command(&w("TPCOMM_GPU_TESTS=1 cargo test --release -p tpcomm")),
+        Some(Cmd::Other { gpu: true })
+    );
+    assert_eq!(command(&w("tpcomm-cli (the `tpcomm` command)")), None);
+    assert_eq!(
+        variants(&w("bench forward [--gpus N] [--transport auto|cuda]")),
+        vec![
+            w("bench forward --gpus 2 --transport auto"),
+            w("bench forward --gpus 2 --transport cuda")
+        ]
+    );
+    assert!(runnable(&w("explain --class nvlink --bytes 3MiB")));
+    assert!(!runnable(&w("explain --bytes 3MiB")));
+    assert!(!runnable(&w("probe --from FILE")));
+}
