@@ -357,14 +357,13 @@ fn create_split(r: &Rank) -> Verdict {
     let key = (r.world - r.rank) as i32;
     let (code, child) = r.nccl.split(parent, color, key).map_err(missing)?;
     ok(&r.nccl, Ok(code), "ncclCommSplit")?;
-    let detail;
-    if nocolor {
+    let detail = if nocolor {
         if child != 0 {
             return Err(
                 "ncclCommSplit with NCCL_SPLIT_NOCOLOR: expected a NULL communicator".into(),
             );
         }
-        detail = "NOCOLOR gave NULL".to_string();
+        "NOCOLOR gave NULL".to_string()
     } else {
         // Members of my colour, ordered by key (descending parent rank).
         let mut members: Vec<usize> = (0..r.world)
@@ -386,8 +385,8 @@ fn create_split(r: &Rank) -> Verdict {
             513,
         )?;
         destroy(r, child)?;
-        detail = format!("colour {color}: rank {me} of {}", members.len());
-    }
+        format!("colour {color}: rank {me} of {}", members.len())
+    };
     allreduce_check(&r.nccl, parent, r.rank, r.world, r.seed, r.limit, 255)?;
     destroy(r, parent)?;
     Ok(detail)

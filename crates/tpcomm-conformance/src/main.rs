@@ -216,7 +216,7 @@ fn run_case(a: &Args, p: &Pattern) -> (Status, String) {
         Some(Ok((c, _))) => return (Status::Fail, format!("ncclGetUniqueId returned {c}")),
     };
     if a.mode == "threads" {
-        let n = nccl.unwrap_or_else(|| unreachable_nccl());
+        let n = nccl.unwrap_or_else(unreachable_nccl);
         let results: Vec<Verdict> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..world)
                 .map(|r| s.spawn(move || rank_body(p, &n, r, world, seed, id, big)))

@@ -234,7 +234,7 @@ impl Op {
 }
 
 /// Checks `got` (count elements) against the reduction over `world` ranks of input elements
-/// `start..start+count`; returns (wrong elements, first wrong description).
+/// `start..start+count` (at most 64 ranks); returns (wrong elements, first wrong description).
 pub fn check_reduction(
     inp: &Inputs,
     op: &Op,
@@ -250,7 +250,11 @@ pub fn check_reduction(
     for i in 0..n {
         let g = &got[i * sz..(i + 1) * sz];
         let (ok, want) = if dt.is_float() {
-            let vals: Vec<f64> = (0..world).map(|r| inp.pick(r, start + i).1).collect();
+            let mut buf = [0f64; 64];
+            for (r, v) in buf.iter_mut().enumerate().take(world) {
+                *v = inp.pick(r, start + i).1;
+            }
+            let vals = &buf[..world];
             let (want, mag) = match op {
                 Op::Builtin(0) => (
                     vals.iter().sum::<f64>(),
@@ -278,7 +282,11 @@ pub fn check_reduction(
                 format!("{want} (tol {tol:e}) got {v}"),
             )
         } else {
-            let bits: Vec<u64> = (0..world).map(|r| inp.pick(r, start + i).0).collect();
+            let mut buf = [0u64; 64];
+            for (r, v) in buf.iter_mut().enumerate().take(world) {
+                *v = inp.pick(r, start + i).0;
+            }
+            let bits = &buf[..world];
             let m = dt.mask();
             let want: u64 = match op {
                 Op::Builtin(0) | Op::Builtin(4) => {
