@@ -32,6 +32,8 @@ pub struct Rank {
     pub world: usize,
     pub seed: u64,
     pub id: UniqueId,
+    /// A second id, for the cases that need a communicator besides the main one.
+    pub id2: UniqueId,
     pub gpu: Gpu,
     /// Bound on every wait of the rank (the drop-in's timeout plus a margin).
     pub limit: Duration,
@@ -204,9 +206,13 @@ fn progress(r: &Rank, what: &str) {
 }
 
 fn create(r: &Rank) -> Result<Comm, String> {
+    create_with(r, &r.id)
+}
+
+fn create_with(r: &Rank, id: &UniqueId) -> Result<Comm, String> {
     let (code, comm) = r
         .nccl
-        .init_rank(r.world as i32, &r.id, r.rank as i32, false)
+        .init_rank(r.world as i32, id, r.rank as i32, false)
         .map_err(missing)?;
     ok(&r.nccl, Ok(code), "ncclCommInitRank")?;
     Ok(comm)
@@ -249,11 +255,11 @@ fn allreduce_check(
     let recv = DevBuf::new(count * 4)?;
     let host = inp.bytes(rank, 0, count);
     s.upload(send.ptr, &host)?;
-    ok(
-        n,
-        n.all_reduce(send.ptr, recv.ptr, count, 7, 0, comm, s.0),
-        "ncclAllReduce",
-    )?;
+    match n.all_reduce(send.ptr, recv.ptr, count, 7, 0, comm, s.0) {
+        // A non-blocking communicator may answer ncclInProgress: wait for it to settle.
+        Ok(7) => wait_ready(n, comm, limit)?,
+        c => ok(n, c, "ncclAllReduce")?,
+    }
     let mut out = vec![0u8; count * 4];
     s.download(&mut out, recv.ptr)?;
     s.sync(limit)?;
@@ -1191,7 +1197,7 @@ fn bad_handle(r: &Rank, destroyed: bool) -> Verdict {
     let b = DevBuf::new(64)?;
     let bogus_store = vec![0xabu8; 4096];
     let handle = if destroyed {
-        let c = create(r)?;
+        let c = create_with(r, &r.id2)?;
         destroy(r, c)?;
         c
     } else {

@@ -155,7 +155,7 @@ fn rank_body(
     rank: usize,
     world: usize,
     seed: u64,
-    id: sys::UniqueId,
+    ids: [sys::UniqueId; 2],
     big: usize,
 ) -> Verdict {
     match p.body {
@@ -172,7 +172,8 @@ fn rank_body(
                 rank,
                 world,
                 seed,
-                id,
+                id: ids[0],
+                id2: ids[1],
                 gpu,
                 limit: limit(),
                 big_bytes: big,
@@ -209,17 +210,20 @@ fn run_case(a: &Args, p: &Pattern) -> (Status, String) {
         };
         return verdict(f(n, world, seed, ndev, limit()));
     }
-    let id = match nccl.as_ref().map(|n| n.unique_id()) {
-        None => [0u8; 128],
-        Some(Err(m)) => return (Status::Fail, format!("missing-symbol {m}")),
-        Some(Ok((0, id))) => id,
-        Some(Ok((c, _))) => return (Status::Fail, format!("ncclGetUniqueId returned {c}")),
-    };
+    let mut ids = [[0u8; 128]; 2];
+    for id in ids.iter_mut() {
+        *id = match nccl.as_ref().map(|n| n.unique_id()) {
+            None => [0u8; 128],
+            Some(Err(m)) => return (Status::Fail, format!("missing-symbol {m}")),
+            Some(Ok((0, id))) => id,
+            Some(Ok((c, _))) => return (Status::Fail, format!("ncclGetUniqueId returned {c}")),
+        };
+    }
     if a.mode == "threads" {
         let n = nccl.unwrap_or_else(unreachable_nccl);
         let results: Vec<Verdict> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..world)
-                .map(|r| s.spawn(move || rank_body(p, &n, r, world, seed, id, big)))
+                .map(|r| s.spawn(move || rank_body(p, &n, r, world, seed, ids, big)))
                 .collect();
             hs.into_iter()
                 .map(|h| {
@@ -254,7 +258,7 @@ fn run_case(a: &Args, p: &Pattern) -> (Status, String) {
             "--seed",
             &seed.to_string(),
             "--id",
-            &hex(&id),
+            &format!("{}{}", hex(&ids[0]), hex(&ids[1])),
         ])
         .stdout(std::process::Stdio::piped());
         match c.spawn() {
@@ -366,7 +370,11 @@ fn main() -> ExitCode {
         let Some(p) = find(name) else {
             return ExitCode::from(2);
         };
-        let id = a.id.as_deref().and_then(unhex).unwrap_or([0u8; 128]);
+        let id = a.id.as_deref().unwrap_or("");
+        let ids = [
+            id.get(..256).and_then(unhex).unwrap_or([0u8; 128]),
+            id.get(256..).and_then(unhex).unwrap_or([0u8; 128]),
+        ];
         let v = match p.body {
             Body::SelfTest(w) => selftest(w),
             _ => match open_for_case(&a) {
@@ -376,7 +384,7 @@ fn main() -> ExitCode {
                     a.rank,
                     a.world,
                     a.seed.unwrap_or(1),
-                    id,
+                    ids,
                     a.big_mib << 20,
                 ),
                 Err(e) => Err(e),
