@@ -328,9 +328,13 @@ pub(crate) const ALL: &[ArgsLayout] = &[
 ];
 
 /// The text of kernels/args.cuh: for every struct of [`ALL`], a macro of
-/// `static_assert`s of its size and of every field's offset, taken from the
-/// Rust struct. The kernels are compiled with no CUDA headers, so the
-/// offsets are taken with `__builtin_offsetof`.
+/// `static_assert`s, taken from the Rust struct: its size; every field's
+/// size and alignment; the fields' order; and every field's offset, as C's
+/// rules place it after the previous field. NVRTC has no `offsetof` (no
+/// `__builtin_offsetof` either, and no C headers), so the offsets are
+/// proven this way instead: a field's offset is the previous one's plus its
+/// size, rounded up to the field's alignment, once the fields are known to
+/// be in the Rust order.
 #[cfg(test)]
 pub(crate) fn check_header() -> String {
     let mut s = String::from(
@@ -340,35 +344,63 @@ pub(crate) fn check_header() -> String {
          // to write it again after changing a struct there.\n\
          //\n\
          // One macro per kernel-argument struct, invoked by its .cu file right\n\
-         // after the struct: compile-time checks that its size and every field's\n\
-         // offset are the Rust struct's.\n",
+         // after the struct: compile-time checks that its size, every field's\n\
+         // size and alignment, the order of its fields and so every field's\n\
+         // offset are the Rust struct's.\n\
+         \n\
+         // Where C places a field that follows one ending at `end`.\n\
+         __device__ constexpr unsigned long long tpcomm_args_at(unsigned long long end, unsigned long long align) {\n\
+         \x20   return (end + align - 1) / align * align;\n\
+         }\n",
     );
     for l in ALL {
+        let c = l.c;
         s.push_str(&format!(
-            "\n// struct {} ({}) is {} in src/cuda/kernel_args.rs.\n#define TPCOMM_ARGS_CHECK_{} \\\n",
-            l.c, l.file, l.rust, l.c
+            "\n// struct {c} ({}) is {} in src/cuda/kernel_args.rs.\n#define TPCOMM_ARGS_CHECK_{c} \\\n",
+            l.file, l.rust
         ));
         s.push_str(&format!(
             "    static_assert(sizeof(struct {c}) == {size}, \"struct {c}: size differs from {r} in src/cuda/kernel_args.rs\"); \\\n",
-            c = l.c,
             size = l.size,
             r = l.rust
         ));
-        for (i, f) in l.fields.iter().enumerate() {
-            let end = if i + 1 == l.fields.len() {
-                "\n"
-            } else {
-                " \\\n"
-            };
+        let mut prev: Option<&Field> = None;
+        for f in l.fields {
+            let (fc, fr) = (f.c, f.rust);
             s.push_str(&format!(
-                "    static_assert(__builtin_offsetof(struct {c}, {fc}) == {off}, \"{c}.{fc}: offset differs from {r}.{fr}\");{end}",
-                c = l.c,
-                fc = f.c,
-                off = f.offset,
+                "    static_assert(sizeof({c}::{fc}) == {sz} && alignof(decltype({c}::{fc})) == {al}, \"{c}.{fc}: size or alignment differs from {r}.{fr}\"); \\\n",
+                sz = (f.c_size)(),
+                al = (f.c_align)(),
                 r = l.rust,
-                fr = f.rust,
             ));
+            // The first field is at 0 in C (and the test below checks that
+            // it is in Rust); each later one is placed after the previous.
+            if let Some(p) = prev {
+                s.push_str(&format!(
+                    "    static_assert(tpcomm_args_at({} + sizeof({c}::{}), alignof(decltype({c}::{fc}))) == {off}, \"{c}.{fc}: offset differs from {r}.{fr}\"); \\\n",
+                    p.offset,
+                    p.c,
+                    off = f.offset,
+                    r = l.rust,
+                ));
+            }
+            prev = Some(f);
         }
+        let order: Vec<String> = l
+            .fields
+            .windows(2)
+            .map(|w| format!("(const void*)&a.{} < (const void*)&a.{}", w[0].c, w[1].c))
+            .collect();
+        let order = if order.is_empty() {
+            "true".to_string()
+        } else {
+            order.join(" && ")
+        };
+        s.push_str(&format!(
+            "    __device__ constexpr bool tpcomm_args_order_{c}() {{ struct {c} a{{}}; return {order}; }} \\\n\
+             \x20   static_assert(tpcomm_args_order_{c}(), \"struct {c}: fields in another order than in {r}\");\n",
+            r = l.rust,
+        ));
     }
     s
 }
@@ -416,10 +448,14 @@ mod tests {
             let body = &HEADER[start..];
             let body = &body[..body.find("\n\n").unwrap_or(body.len())];
             assert!(body.contains(&format!("sizeof(struct {}) == {}", l.c, l.size)));
-            for f in l.fields {
+            assert_eq!(l.fields[0].offset, 0, "{}: first field not at 0", l.rust);
+            for f in &l.fields[1..] {
                 let check = format!(
-                    "__builtin_offsetof(struct {}, {}) == {}",
-                    l.c, f.c, f.offset
+                    "\"{c}.{fc}: offset differs from {r}.{fr}\"",
+                    c = l.c,
+                    fc = f.c,
+                    r = l.rust,
+                    fr = f.rust
                 );
                 assert!(body.contains(&check), "{}: no {check}", l.rust);
             }
