@@ -38,6 +38,9 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     guard("ncclGroupEnd", || {
         if settings::get().standalone == Standalone::Always {
             group::leave();
+            if group::depth() == 0 {
+                return crate::standalone::create::finish_group();
+            }
             return SUCCESS;
         }
         let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
@@ -47,6 +50,11 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         // NCCL leaves the group whatever the result.
         group::leave();
         if group::depth() == 0 {
+            // Standalone ranks made inside the group (auto mode's marked ids).
+            let served = crate::standalone::create::finish_group();
+            if served != SUCCESS {
+                return served;
+            }
             for (comm, origin, after) in PENDING.take() {
                 let comm = comm as NcclComm;
                 if ok(r) && (r == SUCCESS || wait_ready(comm)) {

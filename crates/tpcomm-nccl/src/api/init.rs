@@ -210,6 +210,11 @@ pub unsafe extern "C" fn ncclCommInitAll(
     devlist: *const c_int,
 ) -> NcclResult {
     guard("ncclCommInitAll", || {
+        // Standalone mode: the ranks are made here, one thread each; NCCL
+        // would refuse ranks sharing a GPU.
+        if settings::get().standalone == Standalone::Always {
+            return create::create_all(comms, ndev, devlist);
+        }
         let r = match call_real!(ncclCommInitAll(comms, ndev, devlist)
             as fn(*mut NcclComm, c_int, *const c_int) -> NcclResult)
         {

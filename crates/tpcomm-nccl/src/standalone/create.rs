@@ -79,8 +79,162 @@ pub fn create(
             format!("{call} rank {rank}/{world}: no CUDA context is current on this thread; select the rank's GPU first (cudaSetDevice, torch.cuda.set_device)"),
         );
     };
+    if crate::group::depth() > 0 {
+        // NCCL makes a communicator created inside a group at ncclGroupEnd,
+        // and one thread may be creating every rank: each would wait for
+        // ranks not yet asked for. So the ranks are made together there
+        // (finish_group), each on a thread of its own.
+        info!("{call} rank {rank}/{world} GPU {device}: inside a group; made at ncclGroupEnd");
+        // SAFETY: `out` is non-null: the caller's ncclComm_t; it holds NULL
+        // until the group ends, as an unmade NCCL communicator would.
+        unsafe { *out = std::ptr::null_mut() };
+        DEFERRED.with_borrow_mut(|d| {
+            d.push(Deferred {
+                call,
+                out: out as usize,
+                rank,
+                world,
+                secret,
+                device,
+            })
+        });
+        return SUCCESS;
+    }
     // SAFETY: `out` is non-null: the caller's ncclComm_t.
     unsafe { create_on(call, &mut *out, rank, world, secret, device) }
+}
+
+/// A standalone creation asked for inside a group, made at its end.
+struct Deferred {
+    call: &'static str,
+    /// The caller's `ncclComm_t*`, written at the group's end.
+    out: usize,
+    rank: usize,
+    world: usize,
+    secret: Secret,
+    device: usize,
+}
+
+thread_local! {
+    static DEFERRED: std::cell::RefCell<Vec<Deferred>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// At the end of the outermost group: makes every standalone rank this
+/// thread asked for inside it, all at once (a thread each: their creations
+/// meet one another), and writes their handles. The result is the first
+/// failure's code, with its text for ncclGetLastError on this thread; the
+/// ranks that were made keep their handles (NCCL's group leaves them to the
+/// caller as well).
+pub fn finish_group() -> NcclResult {
+    let asked = DEFERRED.with_borrow_mut(std::mem::take);
+    make_together(asked)
+}
+
+/// `ncclCommInitAll` in standalone mode: `ndev` ranks of a fresh id, rank
+/// `i` on device `devlist[i]` (`0..ndev` when NULL), made together as a
+/// group's are; their handles go to `comms[0..ndev]`.
+pub fn create_all(comms: *mut NcclComm, ndev: c_int, devlist: *const c_int) -> NcclResult {
+    const CALL: &str = "ncclCommInitAll";
+    if comms.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{CALL}: the communicator array is NULL"),
+        );
+    }
+    if !(1..=MAX_WORLD as c_int).contains(&ndev) {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!(
+                "{CALL}: a standalone communicator has 1 to {MAX_WORLD} ranks, not ndev = {ndev}"
+            ),
+        );
+    }
+    let n = ndev as usize;
+    let devices: Vec<usize> = if devlist.is_null() {
+        (0..n).collect()
+    } else {
+        // SAFETY: non-null, and nccl.h's contract gives `ndev` ordinals.
+        let d = unsafe { std::slice::from_raw_parts(devlist, n) };
+        if let Some(bad) = d.iter().find(|&&x| x < 0) {
+            return standalone::fail(
+                INVALID_ARGUMENT,
+                format!("{CALL}: device {bad} in the device list is not a CUDA device ordinal"),
+            );
+        }
+        d.iter().map(|&x| x as usize).collect()
+    };
+    let secret = match standalone::new_id()
+        .ok()
+        .and_then(|id| standalone::parse(&id))
+    {
+        Some(s) => s,
+        None => {
+            return standalone::fail(
+                SYSTEM_ERROR,
+                format!("{CALL}: no random id could be drawn for the ranks to meet under"),
+            )
+        }
+    };
+    let asked = devices
+        .iter()
+        .enumerate()
+        .map(|(rank, &device)| Deferred {
+            call: CALL,
+            // SAFETY: `comms` holds `ndev` handles (nccl.h's contract).
+            out: unsafe { comms.add(rank) } as usize,
+            rank,
+            world: n,
+            secret,
+            device,
+        })
+        .collect();
+    make_together(asked)
+}
+
+/// Makes the ranks of `asked` at once, a thread each, and writes each
+/// handle (NULL for a rank that failed) to its `out`.
+fn make_together(asked: Vec<Deferred>) -> NcclResult {
+    if asked.is_empty() {
+        return SUCCESS;
+    }
+    let made: Vec<(NcclResult, NcclComm, String)> = std::thread::scope(|s| {
+        let threads: Vec<_> = asked
+            .iter()
+            .map(|d| {
+                s.spawn(move || {
+                    let mut h: NcclComm = std::ptr::null_mut();
+                    let r = create_on(d.call, &mut h, d.rank, d.world, d.secret, d.device);
+                    let text = if r == SUCCESS {
+                        String::new()
+                    } else {
+                        standalone::last_error()
+                    };
+                    (r, h as usize, text)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| match t.join() {
+                Ok((r, h, text)) => (r, h as NcclComm, text),
+                Err(_) => (
+                    INTERNAL_ERROR,
+                    std::ptr::null_mut(),
+                    "a rank's creation panicked".to_string(),
+                ),
+            })
+            .collect()
+    });
+    let mut first = SUCCESS;
+    for (d, (r, h, text)) in asked.iter().zip(made) {
+        // SAFETY: `out` was the caller's non-null ncclComm_t* at the call,
+        // which NCCL's contract keeps valid until the group ends.
+        unsafe { *(d.out as *mut NcclComm) = h };
+        if r != SUCCESS && first == SUCCESS {
+            first = standalone::fail(r, text);
+        }
+    }
+    first
 }
 
 /// Makes rank `rank` of `world` on `device`, meeting under `secret`, and

@@ -363,7 +363,6 @@ pub fn unservable(call: &str, why: &str) -> c_int {
 }
 
 /// The text of this thread's last refused or failed call (empty if none).
-#[cfg(test)]
 pub fn last_error() -> String {
     LAST_ERROR.with_borrow(|s| s.to_string_lossy().into_owned())
 }

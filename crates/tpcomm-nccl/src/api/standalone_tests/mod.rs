@@ -128,6 +128,33 @@ fn creation_refuses_bad_arguments_by_name_before_any_gpu_work() {
     assert!(c.is_null());
 }
 
+#[test]
+fn init_all_refuses_bad_arguments_by_name_before_any_gpu_work() {
+    use crate::standalone::create::create_all;
+    assert_eq!(
+        create_all(std::ptr::null_mut(), 2, std::ptr::null()),
+        INVALID_ARGUMENT
+    );
+    assert!(standalone::last_error().contains("communicator array is NULL"));
+    let mut cs: [NcclComm; 9] = [std::ptr::null_mut(); 9];
+    assert_eq!(
+        create_all(cs.as_mut_ptr(), 0, std::ptr::null()),
+        INVALID_ARGUMENT
+    );
+    assert!(standalone::last_error().contains("not ndev = 0"));
+    assert_eq!(
+        create_all(cs.as_mut_ptr(), 9, std::ptr::null()),
+        INVALID_ARGUMENT
+    );
+    let devs = [0, -1];
+    assert_eq!(
+        create_all(cs.as_mut_ptr(), 2, devs.as_ptr()),
+        INVALID_ARGUMENT
+    );
+    assert!(standalone::last_error().contains("device -1"));
+    assert!(cs.iter().all(|c| c.is_null()));
+}
+
 /// The exports on a standalone handle: the unserved ones refuse with
 /// ncclInvalidUsage and a last error naming the call (never reaching a
 /// real NCCL: none is loaded in unit tests, so forwarding would give
