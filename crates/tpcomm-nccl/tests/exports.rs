@@ -159,3 +159,35 @@ fn a_library_that_is_not_nccl_is_refused_by_name() {
     assert!(out.contains("ncclGetVersion=2 "), "{out}");
     assert!(err.contains("is not NCCL"), "{err}");
 }
+
+/// docs/drop-in.md's table of every exported function lists exactly the
+/// functions of symbols.txt, each once.
+#[test]
+fn the_docs_table_lists_every_export_once() {
+    let doc = include_str!("../../../docs/drop-in.md");
+    let start = doc
+        .find("## Every exported function")
+        .expect("docs/drop-in.md has its table of exports");
+    let section = &doc[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut rows: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(name, _)| name))
+        .collect();
+    let n = rows.len();
+    rows.sort_unstable();
+    rows.dedup();
+    assert_eq!(rows.len(), n, "a function has two rows in docs/drop-in.md");
+    let mut want = symbols();
+    want.sort_unstable();
+    assert_eq!(rows, want, "docs/drop-in.md's table and symbols.txt differ");
+    assert!(
+        section.contains(&format!(
+            "How each of the {} exported functions",
+            want.len()
+        )),
+        "the table's introduction gives another count than {}",
+        want.len()
+    );
+}
