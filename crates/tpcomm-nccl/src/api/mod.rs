@@ -9,6 +9,7 @@ pub(crate) mod collectives;
 pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
+pub(crate) mod memory;
 
 /// Standalone communicators driven through the exported functions.
 #[cfg(test)]
@@ -43,4 +44,11 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclReduceScatter",
     "ncclBroadcast",
     "ncclBcast",
+    // memory.rs
+    "ncclMemAlloc",
+    "ncclMemFree",
+    "ncclCommRegister",
+    "ncclCommDeregister",
+    "ncclCommWindowRegister",
+    "ncclCommWindowDeregister",
 ];

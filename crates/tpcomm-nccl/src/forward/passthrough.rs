@@ -2,19 +2,14 @@
 //! communicator refuse a standalone one: see registry.rs): with them exported, a
 //! program that opens the library by path (vLLM's and SGLang's pynccl) finds
 //! the whole API it calls. (ncclAllGather, ncclReduceScatter, ncclBroadcast
-//! and ncclBcast are in collectives.rs.) nccl.h (2.28) gives each prototype.
+//! and ncclBcast are in api/collectives.rs, the memory calls in
+//! api/memory.rs.) nccl.h (2.28) gives each prototype.
 
 use crate::ffi::forward;
 use crate::types::{CudaStream, NcclComm, NcclDataType, NcclRedOp, NcclResult, Opaque};
 use std::ffi::{c_int, c_void};
 
 forward! {
-    fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult;
-    fn ncclMemFree(ptr: *mut c_void) -> NcclResult;
-    fn ncclCommRegister(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> NcclResult, refused on comm;
-    fn ncclCommDeregister(comm: NcclComm, handle: *mut c_void) -> NcclResult, refused on comm;
-    fn ncclCommWindowRegister(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut Opaque, win_flags: c_int) -> NcclResult, refused on comm;
-    fn ncclCommWindowDeregister(comm: NcclComm, win: Opaque) -> NcclResult, refused on comm;
     fn ncclRedOpCreatePreMulSum(op: *mut NcclRedOp, scalar: *mut c_void, datatype: NcclDataType, residence: c_int, comm: NcclComm) -> NcclResult, refused on comm;
     fn ncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) -> NcclResult, refused on comm;
     fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, root: c_int, comm: NcclComm, stream: CudaStream) -> NcclResult, refused on comm;

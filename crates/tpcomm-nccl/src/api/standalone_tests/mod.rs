@@ -155,6 +155,35 @@ fn init_all_refuses_bad_arguments_by_name_before_any_gpu_work() {
     assert!(cs.iter().all(|c| c.is_null()));
 }
 
+/// Registration on a standalone handle succeeds with a non-NULL handle
+/// (vLLM's and SGLang's wrappers register buffers and windows), and so does
+/// undoing it; a NULL handle pointer is refused by name.
+#[test]
+fn buffers_and_windows_register_on_a_standalone_handle() {
+    use super::memory::*;
+    let c = hollow(0, 2);
+    let mut buf = [0u8; 64];
+    let b = buf.as_mut_ptr().cast::<std::ffi::c_void>();
+    let mut h: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: a standalone handle of this test; the buffer is never read.
+    unsafe {
+        assert_eq!(ncclCommRegister(c, b, 64, &mut h), SUCCESS);
+        assert!(!h.is_null());
+        assert_eq!(ncclCommDeregister(c, h), SUCCESS);
+        let mut w: Opaque = std::ptr::null_mut();
+        assert_eq!(ncclCommWindowRegister(c, b, 64, &mut w, 0), SUCCESS);
+        assert!(!w.is_null());
+        assert_eq!(ncclCommWindowDeregister(c, w), SUCCESS);
+        assert_eq!(
+            ncclCommRegister(c, b, 64, std::ptr::null_mut()),
+            INVALID_ARGUMENT
+        );
+    }
+    assert!(standalone::last_error().contains("ncclCommRegister: the handle pointer is NULL"));
+    // SAFETY: the handle of this test, released once.
+    unsafe { super::init::ncclCommDestroy(c) };
+}
+
 /// The exports on a standalone handle: the unserved ones refuse with
 /// ncclInvalidUsage and a last error naming the call (never reaching a
 /// real NCCL: none is loaded in unit tests, so forwarding would give
