@@ -225,7 +225,7 @@ pub fn size_class(bytes: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpcomm::select::{Group, Selector};
+    use tpcomm::select::{class_edge, Group, Selector};
     use tpcomm::topology::MachineClass;
     use tpcomm::ByteSize;
 
@@ -537,6 +537,70 @@ rows = [
             exact(false, cap, &call(1 << 20, 9)),
             Route::Nccl(Why::Faster)
         );
+    }
+
+    /// The drop-in's route as the library names it (`tpcomm explain`'s
+    /// `choice:` and `route:` lines); `None` for the reasons only the
+    /// drop-in has (TPCOMM_DISABLE, no paired communicator, a group, a type
+    /// or an empty call).
+    fn as_explained(r: Route) -> Option<(Candidate, select::Route)> {
+        Some(match r {
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Exact(transport, algo),
+                ..
+            }) => (
+                Candidate {
+                    transport,
+                    algo: Some(algo),
+                },
+                select::Route::Tpcomm,
+            ),
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Quantized(_),
+                ..
+            }) => return None,
+            Route::Nccl(Why::Faster) => (Candidate::NCCL, select::Route::NcclFaster),
+            Route::Nccl(Why::TooLarge) => (Candidate::NCCL, select::Route::NcclTooLarge),
+            Route::Nccl(Why::Op) => (Candidate::NCCL, select::Route::NcclOp),
+            Route::Nccl(_) => return None,
+        })
+    }
+
+    /// `tpcomm explain` answers the route the drop-in takes: for every size
+    /// class edge (and one byte past it), type and machine class, the
+    /// drop-in's decision is the one `RouteTable::explain` reports for the
+    /// drop-in's launch mode.
+    #[test]
+    fn the_drop_in_takes_the_route_explain_prints() {
+        let classes = [
+            (MachineClass::Nvlink, Transport::Cuda, 2),
+            (MachineClass::PcieP2p, Transport::Cuda, 8),
+            (MachineClass::PcieNop2p, Transport::Host, 4),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (class, transport, world) in classes {
+            let t = routes(class, transport, world);
+            let sel = Selector::for_class(class);
+            for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
+                for i in 1..110 {
+                    for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
+                        let count = (bytes as usize).div_ceil(dt.size());
+                        let mine = exact(false, Some(&t), &call(count, nccl_type));
+                        let b = (count * dt.size()) as u64;
+                        let (routed, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
+                        let theirs = (routed.candidate(t.group().transport), routed.route);
+                        assert_eq!(
+                            as_explained(mine),
+                            Some(theirs),
+                            "{class:?}, {b} bytes of {dt:?}"
+                        );
+                        seen.insert(routed.route);
+                    }
+                }
+            }
+        }
+        // Every route the exact wire can take was met.
+        assert_eq!(seen.len(), 3, "{seen:?}");
     }
 
     /// The decision a tpcomm call pays on the CPU: `decide` over the resolved
