@@ -1,22 +1,59 @@
-//! Which library runs an all-reduce: a pure function of the call and the
-//! communicator's `tpcomm::select::RouteTable` (the library's one decision,
-//! resolved at set-up and agreed by every rank), so every rank (same call,
-//! same communicator) decides the same way.
+//! Where an `ncclAllReduce` runs, decided once per call by [`decide`]: a pure
+//! function of the call, the communicator's `tpcomm::select::RouteTable`
+//! (the library's decision, resolved at set-up and agreed by every rank) and
+//! its wire (TPCOMM_WIRE, agreed by every rank at set-up), so every rank
+//! (same call, same communicator) decides the same way. The drop-in's
+//! first-call log prints the [`Route`] it returns.
 
 use crate::types::{dtype_of, NcclDataType, NcclRedOp, OP_SUM};
-use tpcomm::select::{self, Mode, RouteTable};
-use tpcomm::{Algo, DType, ReduceOp};
+use std::fmt;
+use tpcomm::cuda::quant::wire_for;
+use tpcomm::quant::Wire;
+use tpcomm::select::{self, Candidate, Mode, RouteTable, Transport};
+use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 /// The launch mode the drop-in routes for: it cannot tell an eager call from
 /// one being captured into a graph without a driver call per all-reduce, so
 /// it routes as the library's communicator does by default.
 pub const MODE: Mode = Mode::Graph;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where one all-reduce runs, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
-    /// tpcomm's kernels, with this algorithm (never `Auto`).
-    Tpcomm(DType, Algo),
+    Tpcomm(Kernels),
     Nccl(Why),
+}
+
+/// How tpcomm runs a call [`decide`] gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Kernels {
+    pub dtype: DType,
+    pub kernel: Kernel,
+    /// Unaligned buffers: the call is copied into the 16-byte-aligned
+    /// staging buffer, reduced there in place and copied out.
+    pub staged: bool,
+}
+
+/// Which of tpcomm's all-reduces runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// The exact kernels on the group's transport, with the route table's
+    /// algorithm (never `Auto`).
+    Exact(Transport, Algo),
+    /// The quantized wire (TPCOMM_WIRE, never `Wire::Exact`): the user's
+    /// request, which takes the sums it applies to whatever the route
+    /// table picked, NCCL included (`QuantComm::run` picks its algorithm).
+    Quantized(Wire),
+}
+
+impl Kernel {
+    /// What runs the call, for the warning when it fails.
+    pub fn runner(self) -> &'static str {
+        match self {
+            Kernel::Exact(..) => "tpcomm",
+            Kernel::Quantized(_) => "tpcomm's quantized wire",
+        }
+    }
 }
 
 /// Why an all-reduce goes to NCCL.
@@ -53,6 +90,41 @@ impl Why {
     }
 }
 
+/// What the drop-in's first-call log prints: `NCCL (why)`, `tpcomm
+/// cuda:one-shot` (the candidate as `tpcomm explain` names it) or `tpcomm on
+/// the quantized int8/g32 wire`, and whether the call goes through staging.
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Route::Nccl(why) => write!(f, "NCCL ({})", why.text()),
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Exact(transport, algo),
+                staged,
+                ..
+            }) => {
+                let c = Candidate {
+                    transport,
+                    algo: Some(algo),
+                };
+                write!(f, "tpcomm {c}")?;
+                if staged {
+                    f.write_str(" (unaligned buffer: through staging)")?;
+                }
+                Ok(())
+            }
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Quantized(wire),
+                staged,
+                ..
+            }) => write!(
+                f,
+                "tpcomm on the quantized {} wire (staged: {staged})",
+                wire.label()
+            ),
+        }
+    }
+}
+
 /// One `ncclAllReduce` call, as routing sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
@@ -64,17 +136,44 @@ pub struct Call {
     pub group_depth: u32,
 }
 
-pub fn route(disabled: bool, routes: Option<&RouteTable>, c: &Call) -> Route {
+impl Call {
+    /// The call's size in bytes for logs: `count` elements of its type
+    /// (one byte each for a type tpcomm does not know), saturating.
+    pub fn bytes(&self) -> usize {
+        let elem = dtype_of(self.dtype).map_or(1, |d| d.size());
+        self.count.saturating_mul(elem)
+    }
+}
+
+/// What [`decide`] reads of the tpcomm communicator paired with a real one.
+#[derive(Clone, Copy, Debug)]
+pub struct Paths<'a> {
+    /// Where each exact all-reduce goes, NCCL included.
+    pub routes: &'a RouteTable,
+    /// The wire every rank agreed on (TPCOMM_WIRE; `Wire::Exact` when unset)
+    /// and the size it applies from (TPCOMM_WIRE_MIN_BYTES).
+    pub wire: Wire,
+    pub wire_min: ByteSize,
+}
+
+/// The route of one call: TPCOMM_DISABLE (`disabled`), the paired
+/// communicator (`paths`, `None` when there is none), the group, the type,
+/// op and size rules, the route table, then the quantized wire, which takes
+/// the sums it applies to from the table's tpcomm and NCCL-is-faster picks
+/// (never from a call the kernels cannot take), and last the staging of
+/// unaligned buffers. Two comparisons, an array index and the wire's size
+/// test: no allocation, no lock, no system call.
+pub fn decide(disabled: bool, paths: Option<Paths>, c: &Call) -> Route {
     if disabled {
         return Route::Nccl(Why::Disabled);
     }
-    let Some(routes) = routes else {
+    let Some(p) = paths else {
         return Route::Nccl(Why::NotSetUp);
     };
     if c.group_depth > 0 {
         return Route::Nccl(Why::InGroup);
     }
-    let Some(dt) = dtype_of(c.dtype) else {
+    let Some(dtype) = dtype_of(c.dtype) else {
         return Route::Nccl(Why::DType);
     };
     if c.op != OP_SUM {
@@ -83,18 +182,33 @@ pub fn route(disabled: bool, routes: Option<&RouteTable>, c: &Call) -> Route {
     if c.count == 0 {
         return Route::Nccl(Why::Empty);
     }
-    let Some(bytes) = c.count.checked_mul(dt.size()) else {
+    let Some(bytes) = c.count.checked_mul(dtype.size()) else {
         return Route::Nccl(Why::TooLarge);
     };
-    // Alignment is not asked: it can differ between ranks (a tensor view on
-    // one, a whole tensor on another), and ranks that route one call apart
-    // never meet. Unaligned buffers go through the staging buffer instead.
-    let r = routes.lookup(bytes as u64, dt, ReduceOp::Sum, Algo::Auto, MODE);
-    match (r.route, r.algo) {
-        (select::Route::Tpcomm, Some(a)) => Route::Tpcomm(dt, a),
-        (select::Route::NcclFaster, _) => Route::Nccl(Why::Faster),
-        _ => Route::Nccl(Why::TooLarge),
-    }
+    let r = p
+        .routes
+        .lookup(bytes as u64, dtype, ReduceOp::Sum, Algo::Auto, MODE);
+    let wire = wire_for(p.wire, p.wire_min, bytes as u64);
+    let kernel = match (r.route, r.algo) {
+        (select::Route::Tpcomm, Some(_)) | (select::Route::NcclFaster, _)
+            if wire != Wire::Exact =>
+        {
+            Kernel::Quantized(wire)
+        }
+        (select::Route::Tpcomm, Some(a)) => Kernel::Exact(p.routes.group().transport, a),
+        (select::Route::NcclFaster, _) => return Route::Nccl(Why::Faster),
+        _ => return Route::Nccl(Why::TooLarge),
+    };
+    // Alignment is asked last and never changes where the call goes: it can
+    // differ between ranks (a tensor view on one, a whole tensor on
+    // another), and ranks that route one call apart never meet. Unaligned
+    // buffers go through the staging buffer instead (it holds
+    // TPCOMM_MAX_BYTES, and the table sends nothing larger to tpcomm).
+    Route::Tpcomm(Kernels {
+        dtype,
+        kernel,
+        staged: !aligned(c),
+    })
 }
 
 /// Whether the kernels can read and write the call's buffers in place (16-byte
@@ -111,7 +225,7 @@ pub fn size_class(bytes: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpcomm::select::{Group, Selector, Transport};
+    use tpcomm::select::{class_edge, Group, Selector};
     use tpcomm::topology::MachineClass;
     use tpcomm::ByteSize;
 
@@ -133,6 +247,29 @@ mod tests {
         routes(MachineClass::Nvlink, Transport::Cuda, 2)
     }
 
+    /// The route with the exact wire (TPCOMM_WIRE unset).
+    fn exact(disabled: bool, routes: Option<&RouteTable>, c: &Call) -> Route {
+        let paths = routes.map(|routes| Paths {
+            routes,
+            wire: Wire::Exact,
+            wire_min: ByteSize::b(0),
+        });
+        decide(disabled, paths, c)
+    }
+
+    /// tpcomm's exact kernels on `transport`, buffers in place.
+    fn tp_on(transport: Transport, dtype: DType, algo: Algo) -> Route {
+        Route::Tpcomm(Kernels {
+            dtype,
+            kernel: Kernel::Exact(transport, algo),
+            staged: false,
+        })
+    }
+
+    fn tp(dtype: DType, algo: Algo) -> Route {
+        tp_on(Transport::Cuda, dtype, algo)
+    }
+
     fn call(count: usize, dtype: i32) -> Call {
         Call {
             send: 0x1000,
@@ -149,16 +286,16 @@ mod tests {
         let t = nvlink();
         let cap = Some(&t);
         assert_eq!(
-            route(false, cap, &call(4096, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(4096, 9)),
+            tp(DType::Bf16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call(1, 6)),
-            Route::Tpcomm(DType::F16, Algo::OneShot)
+            exact(false, cap, &call(1, 6)),
+            tp(DType::F16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call(1 << 22, 7)),
-            Route::Tpcomm(DType::F32, Algo::TwoShot)
+            exact(false, cap, &call(1 << 22, 7)),
+            tp(DType::F32, Algo::TwoShot)
         );
     }
 
@@ -166,7 +303,7 @@ mod tests {
     fn disabled_forwards_everything_even_when_set_up() {
         let t = nvlink();
         assert_eq!(
-            route(true, Some(&t), &call(4096, 9)),
+            exact(true, Some(&t), &call(4096, 9)),
             Route::Nccl(Why::Disabled)
         );
     }
@@ -176,22 +313,22 @@ mod tests {
         let t = nvlink();
         let mut c = call(4096, 9);
         c.group_depth = 1;
-        assert_eq!(route(false, Some(&t), &c), Route::Nccl(Why::InGroup));
+        assert_eq!(exact(false, Some(&t), &c), Route::Nccl(Why::InGroup));
     }
 
     #[test]
     fn what_the_kernels_cannot_do_goes_to_nccl() {
         let t = nvlink();
         let cap = Some(&t);
-        assert_eq!(route(false, None, &call(8, 9)), Route::Nccl(Why::NotSetUp));
-        assert_eq!(route(false, cap, &call(8, 2)), Route::Nccl(Why::DType)); // int32
-        assert_eq!(route(false, cap, &call(8, 8)), Route::Nccl(Why::DType)); // f64
+        assert_eq!(exact(false, None, &call(8, 9)), Route::Nccl(Why::NotSetUp));
+        assert_eq!(exact(false, cap, &call(8, 2)), Route::Nccl(Why::DType)); // int32
+        assert_eq!(exact(false, cap, &call(8, 8)), Route::Nccl(Why::DType)); // f64
         let mut c = call(8, 9);
         c.op = 2; // max
-        assert_eq!(route(false, cap, &c), Route::Nccl(Why::Op));
+        assert_eq!(exact(false, cap, &c), Route::Nccl(Why::Op));
         c.op = 4; // avg
-        assert_eq!(route(false, cap, &c), Route::Nccl(Why::Op));
-        assert_eq!(route(false, cap, &call(0, 9)), Route::Nccl(Why::Empty));
+        assert_eq!(exact(false, cap, &c), Route::Nccl(Why::Op));
+        assert_eq!(exact(false, cap, &call(0, 9)), Route::Nccl(Why::Empty));
     }
 
     /// Unaligned buffers stay with tpcomm (through staging): routing must not
@@ -201,13 +338,96 @@ mod tests {
         let t = nvlink();
         let c = call(8, 9);
         assert!(aligned(&c));
+        let Route::Tpcomm(k) = exact(false, Some(&t), &c) else {
+            panic!("8 bf16 on NVLink should go to tpcomm");
+        };
+        assert!(!k.staged);
         for (ds, dr) in [(2usize, 0usize), (0, 2), (8, 8), (14, 6)] {
             let mut u = c;
             u.send += ds;
             u.recv += dr;
-            assert_eq!(route(false, Some(&t), &u), route(false, Some(&t), &c));
+            assert_eq!(
+                exact(false, Some(&t), &u),
+                Route::Tpcomm(Kernels { staged: true, ..k })
+            );
             assert!(!aligned(&u));
         }
+    }
+
+    /// The one decision, step by step, on a PCIe box with P2P (tpcomm up to
+    /// 128 KiB of bf16, NCCL faster above, buffers of 16 MiB), with and
+    /// without the quantized wire (int8 from 64 KiB up), and the line the
+    /// first-call log prints for each.
+    #[test]
+    fn decide_covers_every_step_once() {
+        let t = routes(MachineClass::PcieP2p, Transport::Cuda, 8);
+        let q = tpcomm::quant::wire_from_vars(Some("int8/32"), Some("64KiB")).unwrap();
+        let int8 = Some(Paths {
+            routes: &t,
+            wire: q.wire,
+            wire_min: q.min_bytes,
+        });
+        let small = call(16 << 10, 9); // 32 KiB of bf16
+        let mid = call(1 << 19, 9); // 1 MiB of bf16
+        let big = call((8 << 20) + 1, 9); // above 16 MiB
+
+        // TPCOMM_DISABLE wins over everything, even a set-up communicator.
+        assert_eq!(decide(true, int8, &mid), Route::Nccl(Why::Disabled));
+        // No paired communicator.
+        assert_eq!(decide(false, None, &small), Route::Nccl(Why::NotSetUp));
+        // Above the buffers: NCCL, quantized wire or not.
+        assert_eq!(exact(false, Some(&t), &big), Route::Nccl(Why::TooLarge));
+        assert_eq!(decide(false, int8, &big), Route::Nccl(Why::TooLarge));
+        // NCCL faster by the table, with the exact wire.
+        let faster = exact(false, Some(&t), &mid);
+        assert_eq!(faster, Route::Nccl(Why::Faster));
+        // The quantized wire takes that same call.
+        let on_wire = Kernels {
+            dtype: DType::Bf16,
+            kernel: Kernel::Quantized(q.wire),
+            staged: false,
+        };
+        let quant = Route::Tpcomm(on_wire);
+        assert_eq!(decide(false, int8, &mid), quant);
+        // Below TPCOMM_WIRE_MIN_BYTES the exact kernels the table picked run.
+        let in_place = tp(DType::Bf16, Algo::OneShot);
+        assert_eq!(decide(false, int8, &small), in_place);
+        assert_eq!(exact(false, Some(&t), &small), in_place);
+        // Unaligned buffers: the same route, through staging, on either wire.
+        let mut odd = small;
+        odd.recv += 2;
+        let staged_exact = Route::Tpcomm(Kernels {
+            dtype: DType::Bf16,
+            kernel: Kernel::Exact(Transport::Cuda, Algo::OneShot),
+            staged: true,
+        });
+        assert_eq!(decide(false, int8, &odd), staged_exact);
+        let mut odd_mid = mid;
+        odd_mid.send += 4;
+        let staged_quant = Route::Tpcomm(Kernels {
+            staged: true,
+            ..on_wire
+        });
+        assert_eq!(decide(false, int8, &odd_mid), staged_quant);
+        // An unaligned call the kernels do not take stays with NCCL.
+        let mut odd_big = big;
+        odd_big.send += 2;
+        assert_eq!(decide(false, int8, &odd_big), Route::Nccl(Why::TooLarge));
+
+        // The log prints the decision.
+        assert_eq!(faster.to_string(), format!("NCCL ({})", Why::Faster.text()));
+        assert_eq!(in_place.to_string(), "tpcomm cuda:one-shot");
+        assert_eq!(
+            staged_exact.to_string(),
+            "tpcomm cuda:one-shot (unaligned buffer: through staging)"
+        );
+        assert_eq!(
+            staged_quant.to_string(),
+            format!(
+                "tpcomm on the quantized {} wire (staged: true)",
+                q.wire.label()
+            )
+        );
     }
 
     #[test]
@@ -215,15 +435,18 @@ mod tests {
         let t = nvlink();
         let cap = Some(&t);
         assert!(matches!(
-            route(false, cap, &call(4 << 20, 7)),
-            Route::Tpcomm(DType::F32, _)
+            exact(false, cap, &call(4 << 20, 7)),
+            Route::Tpcomm(Kernels {
+                dtype: DType::F32,
+                ..
+            })
         ));
         assert_eq!(
-            route(false, cap, &call((4 << 20) + 1, 7)),
+            exact(false, cap, &call((4 << 20) + 1, 7)),
             Route::Nccl(Why::TooLarge)
         );
         assert_eq!(
-            route(false, cap, &call(usize::MAX, 7)),
+            exact(false, cap, &call(usize::MAX, 7)),
             Route::Nccl(Why::TooLarge)
         );
     }
@@ -238,15 +461,15 @@ mod tests {
         let cap = Some(&t);
         // 16 KiB of bf16: one decode token of a 8192-wide model.
         assert_eq!(
-            route(false, cap, &call(8192, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(8192, 9)),
+            tp_on(Transport::Host, DType::Bf16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call(1 << 20, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(1 << 20, 9)),
+            tp_on(Transport::Host, DType::Bf16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call(4 << 20, 9)),
+            exact(false, cap, &call(4 << 20, 9)),
             Route::Nccl(Why::Faster)
         );
         assert_eq!(t.group().transport, Transport::Host);
@@ -259,15 +482,15 @@ mod tests {
         let t = routes(MachineClass::PcieP2p, Transport::Cuda, 8);
         let cap = Some(&t);
         assert_eq!(
-            route(false, cap, &call(128 << 10, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(128 << 10, 9)),
+            tp(DType::Bf16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call((128 << 10) + 8, 9)),
+            exact(false, cap, &call((128 << 10) + 8, 9)),
             Route::Nccl(Why::Faster)
         );
         assert_eq!(
-            route(false, cap, &call(1 << 20, 7)),
+            exact(false, cap, &call(1 << 20, 7)),
             Route::Nccl(Why::Faster)
         );
     }
@@ -302,21 +525,85 @@ rows = [
         .unwrap();
         let cap = Some(&t);
         assert_eq!(
-            route(false, cap, &call(512, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(512, 9)),
+            tp(DType::Bf16, Algo::OneShot)
         );
         assert_eq!(
-            route(false, cap, &call(2048, 9)),
-            Route::Tpcomm(DType::Bf16, Algo::TwoShot)
+            exact(false, cap, &call(2048, 9)),
+            tp(DType::Bf16, Algo::TwoShot)
         );
-        assert_eq!(route(false, cap, &call(4096, 9)), Route::Nccl(Why::Faster));
+        assert_eq!(exact(false, cap, &call(4096, 9)), Route::Nccl(Why::Faster));
         assert_eq!(
-            route(false, cap, &call(1 << 20, 9)),
+            exact(false, cap, &call(1 << 20, 9)),
             Route::Nccl(Why::Faster)
         );
     }
 
-    /// The decision a tpcomm call pays on the CPU: `route` over the resolved
+    /// The drop-in's route as the library names it (`tpcomm explain`'s
+    /// `choice:` and `route:` lines); `None` for the reasons only the
+    /// drop-in has (TPCOMM_DISABLE, no paired communicator, a group, a type
+    /// or an empty call).
+    fn as_explained(r: Route) -> Option<(Candidate, select::Route)> {
+        Some(match r {
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Exact(transport, algo),
+                ..
+            }) => (
+                Candidate {
+                    transport,
+                    algo: Some(algo),
+                },
+                select::Route::Tpcomm,
+            ),
+            Route::Tpcomm(Kernels {
+                kernel: Kernel::Quantized(_),
+                ..
+            }) => return None,
+            Route::Nccl(Why::Faster) => (Candidate::NCCL, select::Route::NcclFaster),
+            Route::Nccl(Why::TooLarge) => (Candidate::NCCL, select::Route::NcclTooLarge),
+            Route::Nccl(Why::Op) => (Candidate::NCCL, select::Route::NcclOp),
+            Route::Nccl(_) => return None,
+        })
+    }
+
+    /// `tpcomm explain` answers the route the drop-in takes: for every size
+    /// class edge (and one byte past it), type and machine class, the
+    /// drop-in's decision is the one `RouteTable::explain` reports for the
+    /// drop-in's launch mode.
+    #[test]
+    fn the_drop_in_takes_the_route_explain_prints() {
+        let classes = [
+            (MachineClass::Nvlink, Transport::Cuda, 2),
+            (MachineClass::PcieP2p, Transport::Cuda, 8),
+            (MachineClass::PcieNop2p, Transport::Host, 4),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (class, transport, world) in classes {
+            let t = routes(class, transport, world);
+            let sel = Selector::for_class(class);
+            for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
+                for i in 1..110 {
+                    for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
+                        let count = (bytes as usize).div_ceil(dt.size());
+                        let mine = exact(false, Some(&t), &call(count, nccl_type));
+                        let b = (count * dt.size()) as u64;
+                        let (routed, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
+                        let theirs = (routed.candidate(t.group().transport), routed.route);
+                        assert_eq!(
+                            as_explained(mine),
+                            Some(theirs),
+                            "{class:?}, {b} bytes of {dt:?}"
+                        );
+                        seen.insert(routed.route);
+                    }
+                }
+            }
+        }
+        // Every route the exact wire can take was met.
+        assert_eq!(seen.len(), 3, "{seen:?}");
+    }
+
+    /// The decision a tpcomm call pays on the CPU: `decide` over the resolved
     /// table. Printed; bounded loosely (a shared CI core), so only a lock,
     /// an allocation storm or a system call per call would fail it.
     #[test]
@@ -328,12 +615,12 @@ rows = [
         let mut tpcomm = 0usize;
         for i in 0..n {
             let c = std::hint::black_box(&calls[i % calls.len()]);
-            if matches!(route(false, Some(&t), c), Route::Tpcomm(..)) {
+            if matches!(exact(false, Some(&t), c), Route::Tpcomm(..)) {
                 tpcomm += 1;
             }
         }
         let ns = start.elapsed().as_nanos() as f64 / n as f64;
-        eprintln!("route(): {ns:.1} ns per call ({tpcomm} of {n} to tpcomm)");
+        eprintln!("decide(): {ns:.1} ns per call ({tpcomm} of {n} to tpcomm)");
         assert!(tpcomm > 0 && tpcomm < n);
         assert!(ns < 2_000.0, "{ns} ns per call");
     }

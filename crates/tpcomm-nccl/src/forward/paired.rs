@@ -1,17 +1,21 @@
-//! The tpcomm communicators kept beside real NCCL communicators, and how
-//! they are set up.
+//! The tpcomm communicators kept beside real NCCL communicators, how they
+//! are set up, and how one of them runs an `ncclAllReduce` ([`all_reduce`]).
 
 use crate::cuda::{SavedContext, Staging};
 use crate::ffi::call_real;
 use crate::forward::setup_exchange::{AsRendezvous, NcclExchange};
+use crate::route::{decide, Call, Kernel, Kernels, Paths, Route, Why};
 use crate::settings::{self, info, warn};
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock, RwLock};
-use tpcomm::cuda::{CudaConfig, GpuComm, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::cuda::{
+    CUstream, CudaConfig, GpuComm, Rendezvous, StreamAllReduce, ThreadGroup, MAX_WORLD,
+};
+use tpcomm::quant::Wire;
 use tpcomm::select::{Group, RouteTable};
-use tpcomm::{Error, Result};
+use tpcomm::{ByteSize, Error, ReduceOp, Result};
 
 /// tpcomm's side of one NCCL communicator.
 pub struct Paired {
@@ -25,6 +29,107 @@ pub struct Paired {
     pub staging: crate::cuda::Staging,
     /// The quantized wire (TPCOMM_WIRE), when enabled.
     pub quant: Option<crate::forward::quant_wire::QuantBeside>,
+}
+
+/// What became of an all-reduce offered to [`all_reduce`].
+#[derive(Debug)]
+pub enum Outcome {
+    /// tpcomm's kernels took it, enqueued on the caller's stream.
+    Served(Kernels),
+    /// The real NCCL is to run it (the caller forwards it).
+    Forward(Why),
+    /// tpcomm's launch failed. Not forwarded: the peers have launched
+    /// tpcomm kernels, and an NCCL call here would never pair up.
+    Failed(Kernels, Error),
+}
+
+/// One `ncclAllReduce` on the real communicator `comm`: the paired tpcomm
+/// communicator (one map lookup, none under TPCOMM_DISABLE), the one
+/// decision ([`decide`]), and tpcomm's run when it takes the call.
+///
+/// # Safety
+/// NCCL's contract for ncclAllReduce: `call.send` and `call.recv` are
+/// device buffers of the communicator's GPU holding `call.count` elements,
+/// valid until `stream` (a stream of that GPU) runs the call.
+pub unsafe fn all_reduce(comm: NcclComm, call: &Call, stream: CUstream) -> Outcome {
+    let disabled = settings::get().disabled;
+    let paired = if disabled { None } else { lookup(comm) };
+    match (
+        decide(disabled, paired.as_deref().map(Paired::paths), call),
+        paired,
+    ) {
+        (Route::Tpcomm(k), Some(p)) => {
+            let _restore = SavedContext::save();
+            // SAFETY: the caller's contract, passed on.
+            match unsafe { p.run(k, call, stream) } {
+                Ok(()) => Outcome::Served(k),
+                Err(e) => Outcome::Failed(k, e),
+            }
+        }
+        (Route::Nccl(why), _) => Outcome::Forward(why),
+        // `decide` gives tpcomm only a call with a paired communicator.
+        (Route::Tpcomm(_), None) => Outcome::Forward(Why::NotSetUp),
+    }
+}
+
+impl Paired {
+    /// What the decision reads of this communicator.
+    fn paths(&self) -> Paths<'_> {
+        Paths {
+            routes: &self.routes,
+            wire: self.quant.as_ref().map_or(Wire::Exact, |q| q.wire),
+            wire_min: self.quant.as_ref().map_or(ByteSize::b(0), |q| q.min_bytes),
+        }
+    }
+
+    /// Runs a call [`decide`] gave to tpcomm as `k` says: in place, or
+    /// through the staging buffer; on the exact kernels or the quantized wire.
+    ///
+    /// # Safety
+    /// As [`all_reduce`]. Aligned buffers are used in place; unaligned ones
+    /// are copied into the 16-byte-aligned staging buffer (it holds
+    /// TPCOMM_MAX_BYTES, and `decide` kept the call within that), reduced
+    /// there in place and copied out, all ordered on `stream`. The quantized
+    /// wire takes sums from TPCOMM_WIRE_MIN_BYTES up, aligned or staged
+    /// (ranks' buffers may differ in alignment, never in size); every rank
+    /// agreed on the wire at set-up, so all take it together.
+    unsafe fn run(&self, k: Kernels, c: &Call, stream: CUstream) -> Result<()> {
+        let (send, recv) = (c.send as u64, c.recv as u64);
+        // `decide` checked that this does not overflow.
+        let bytes = c.count * k.dtype.size();
+        // SAFETY: the caller's contract; the staging buffer holds the call.
+        unsafe {
+            let (input, output) = if k.staged {
+                let p = self.staging.ptr();
+                self.staging.copy(p, send, bytes, stream)?;
+                (p, p)
+            } else {
+                (send, recv)
+            };
+            match (k.kernel, &self.quant) {
+                (Kernel::Quantized(wire), Some(q)) => {
+                    let call = tpcomm::cuda::Call::new(input, output, c.count, k.dtype, stream);
+                    q.run(&self.gpu, &call, wire)?
+                }
+                // Without the quantized communicator `decide` never picks
+                // its wire (`paths` reads `Wire::Exact`).
+                (Kernel::Quantized(_), None) => {
+                    return Err(Error::Unsupported(
+                        "the quantized wire on a communicator set up without it".into(),
+                    ))
+                }
+                (Kernel::Exact(_, algo), _) => {
+                    let sum = ReduceOp::Sum;
+                    self.gpu
+                        .all_reduce(input, output, c.count, k.dtype, sum, algo, stream)?
+                }
+            }
+            if k.staged {
+                self.staging.copy(recv, input, bytes, stream)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 type Map = RwLock<HashMap<usize, Arc<Paired>>>;

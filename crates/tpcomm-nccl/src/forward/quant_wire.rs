@@ -3,10 +3,10 @@
 //! through the library's environment registry (crates/tpcomm/src/env.rs).
 //! Opt-in: unset, nothing is allocated and every call runs as before.
 
-use tpcomm::cuda::quant::{agree_wire, wire_for, QuantAlgo, QuantComm};
-use tpcomm::cuda::{CUstream, Call, CudaConfig, GpuComm, Rendezvous};
+use tpcomm::cuda::quant::{agree_wire, QuantAlgo, QuantComm};
+use tpcomm::cuda::{Call, CudaConfig, GpuComm, Rendezvous};
 use tpcomm::quant::Wire;
-use tpcomm::{ByteSize, DType, Result};
+use tpcomm::{ByteSize, Result};
 
 /// A communicator's quantized wire, beside its exact one.
 pub struct QuantBeside {
@@ -35,36 +35,13 @@ pub fn set_up(cfg: &CudaConfig, exact: &GpuComm, rv: &Rendezvous) -> Result<Opti
 }
 
 impl QuantBeside {
-    /// The wire a sum of `bytes` takes.
-    pub fn wire_for(&self, bytes: usize) -> Wire {
-        wire_for(self.wire, self.min_bytes, bytes as u64)
-    }
-
-    /// Runs the sum on the quantized wire when it applies to `bytes`
-    /// (`QuantComm::run`'s choice of algorithm; the gathered form's
-    /// all-gather runs on `exact`); `None` when the call stays exact.
+    /// Runs `call` (a sum) on the quantized `wire` (`QuantComm::run`'s
+    /// choice of algorithm; the gathered form's all-gather runs on `exact`).
     ///
     /// # Safety
     /// As `QuantComm::run`; `exact` is the communicator this one was set up beside.
-    pub unsafe fn try_all_reduce(
-        &self,
-        exact: &GpuComm,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: DType,
-        stream: CUstream,
-    ) -> Option<Result<Wire>> {
-        let wire = self.wire_for(count.saturating_mul(dtype.size()));
-        if wire == Wire::Exact {
-            return None;
-        }
+    pub unsafe fn run(&self, exact: &GpuComm, call: &Call, wire: Wire) -> Result<()> {
         // SAFETY: passed on from the caller.
-        Some(unsafe {
-            let call = Call::new(send, recv, count, dtype, stream);
-            self.comm
-                .run(exact, &call, wire, QuantAlgo::Auto)
-                .map(|_| wire)
-        })
+        unsafe { self.comm.run(exact, call, wire, QuantAlgo::Auto) }.map(|_| ())
     }
 }
