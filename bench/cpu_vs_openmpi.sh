@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # tpcomm's host all-reduce against OpenMPI's MPI_Allreduce, 2 ranks, same
 # sizes, same machine, in one go. Installs OpenMPI (Debian's openmpi-bin) if
-# it is missing, runs both ROUNDS times alternately (the best median of each
-# counts, so a burst of load from elsewhere hurts neither side alone), and
+# it is missing, runs both ROUNDS times alternately (per size, the median of
+# the rounds' medians counts, with the rounds' spread beside it), and
 # writes bench/results/<date>-<machine>-cpu-vs-openmpi/cpu-vs-openmpi.{json,md}.
 #
-# Environment: MIN_BYTES (1024), MAX_BYTES (67108864), ROUNDS (3), DTYPE f32 only.
+# Environment: MIN_BYTES (1024), MAX_BYTES (67108864), ROUNDS (5), DTYPE f32 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIN_BYTES=${MIN_BYTES:-1024}
 MAX_BYTES=${MAX_BYTES:-67108864}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     echo "== installing OpenMPI (openmpi-bin, libopenmpi-dev)"

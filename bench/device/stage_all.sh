@@ -4,6 +4,7 @@
 #   tpcomm                 the command (bench --device gpu, bench forward, tune)
 #   tp_allreduce           the library example (crates/tpcomm/examples)
 #   libtpcomm_nccl.so      the drop-in NCCL (crates/tpcomm-nccl)
+#   tpcomm-conformance     the drop-in's conformance suite (crates/tpcomm-conformance)
 #   quant_bench            the quantized wire's bench (crates/tpcomm/examples)
 #   gpu_* nccl_gpu         the GPU test executables of crates/tpcomm: one per
 #                          crates/tpcomm/tests/gpu_*.rs and nccl_gpu.rs
@@ -49,7 +50,7 @@ done
 [ -n "$anchor" ] || { echo "stage_all: torch_allreduce.py not found (ANCHOR, shared/anchors/, ../shared/anchors/)" >&2; exit 1; }
 
 echo "== build (release): tpcomm, libtpcomm_nccl.so"
-cargo build --release -p tpcomm-cli -p tpcomm-nccl
+cargo build --release -p tpcomm-cli -p tpcomm-nccl -p tpcomm-conformance
 cargo build --release -p tpcomm --example tp_allreduce --example quant_bench
 
 # Prints "name<TAB>path" for each test executable cargo reports.
@@ -83,6 +84,7 @@ cp target/release/tpcomm "$DEST/tpcomm"
 cp target/release/examples/tp_allreduce "$DEST/tp_allreduce"
 cp target/release/examples/quant_bench "$DEST/quant_bench"
 cp target/release/libtpcomm_nccl.so "$DEST/libtpcomm_nccl.so"
+cp target/release/tpcomm-conformance "$DEST/tpcomm-conformance"
 missing=()
 for t in "${TESTS_TPCOMM[@]}" "${TESTS_CLI[@]}" nccl_lib; do
   exe=$(awk -F'\t' -v n="$t" '$1 == n { print $2; exit }' "$list")
@@ -92,7 +94,7 @@ done
 [ "${#missing[@]}" -eq 0 ] || { echo "stage_all: FAILED: no test executable for: ${missing[*]}" >&2; exit 1; }
 # gpu_forward and gpu_supervision run the `tpcomm` staged beside them (DEST/tpcomm).
 
-strip "$DEST/tpcomm" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}" "$DEST/nccl_lib"
+strip "$DEST/tpcomm" "$DEST/tpcomm-conformance" "$DEST/tp_allreduce" "$DEST/quant_bench" "${TESTS_TPCOMM[@]/#/$DEST/}" "${TESTS_CLI[@]/#/$DEST/}" "$DEST/nccl_lib"
 # Keep the dynamic symbol table: it is the NCCL API the drop-in exports.
 strip --strip-unneeded "$DEST/libtpcomm_nccl.so"
 nm -D --defined-only "$DEST/libtpcomm_nccl.so" | grep -q ' ncclAllReduce$' ||

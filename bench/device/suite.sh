@@ -33,6 +33,9 @@ Parts, in the order they run (--only takes a comma list of them):
            MPS) at every world, transformers tensor parallelism, the drop-in choosing
            standalone by itself. Several: pynccl and torch clients, collectives one rank
            per GPU with the drop-in and with plain NCCL
+  conformance  the drop-in driven by its C API as an NCCL program would (tpcomm-conformance,
+           docs/conformance.md): every pattern at every world of --worlds, ranks as threads
+           (standalone), then as processes under MPS; every output element checked
   quant    the quantized wire, 2 ranks on GPU 0: quant_bench speed against the exact
            bf16 call over the host path (one-shot/two-shot, then the gathered form with
            its kernels' rates against the copy bandwidth) and over P2P; errors at 2, 4,
@@ -78,7 +81,7 @@ EOF
 }
 set -u -o pipefail
 
-PARTS_ALL=tests,stress,shared,bench,dropin,quant,forward,plan,wheel
+PARTS_ALL=tests,stress,shared,bench,dropin,conformance,quant,forward,plan,wheel
 PARTS=$PARTS_ALL
 PARTS_GIVEN=0
 STEPS=
@@ -345,6 +348,18 @@ part_dropin() {
   mps_off
 }
 
+part_conformance() {
+  local X=$W/conformance w1
+  # Worlds of --worlds plus 1; each mode's step stops starting cases at its share of
+  # what is left (--budget), so a run short of time still reports every case it began.
+  w1=1,$WORLDS
+  step threads 120 590 env TPCOMM_STANDALONE=1 "$D/tpcomm-conformance" --lib "$LIB" --modes threads \
+    --worlds "$w1" --case-timeout 30 --budget "${CONF_BUDGET_THREADS:-300}" --json "$X/threads.json"
+  mps_on
+  step procs 120 590 env TPCOMM_STANDALONE=1 "$D/tpcomm-conformance" --lib "$LIB" --modes procs \
+    --worlds "$w1" --case-timeout 30 --budget "${CONF_BUDGET_PROCS:-200}" --json "$X/procs.json"
+  mps_off
+}
 part_quant() {
   local w Q=(env CUDA_DEVICE_MAX_CONNECTIONS=32 "$D/quant_bench" --gpus 1)
   step speed-host 50 150 "${Q[@]}" --ranks 2 --transport host --min 4MiB --max 64MiB --iters 10 --reps 15

@@ -3,6 +3,7 @@
 Usage: compare.py WORKDIR ROUNDS OPENMPI_VERSION OUT_PREFIX
 """
 import json
+import statistics
 import sys
 
 work, rounds, mpi_version, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -27,8 +28,11 @@ world = 2
 factor = 2 * (world - 1) / world
 rows = []
 for b in sorted(set(mpi) & set(tp)):
-    m = min(mpi[b])
-    t, algo = min(tp[b])
+    # The median over rounds of each round's median; the spread is the
+    # rounds' lowest and highest median (never the best run alone).
+    m = statistics.median(mpi[b])
+    t = statistics.median(x for x, _ in tp[b])
+    algo = sorted(tp[b])[len(tp[b]) // 2][1]
     rows.append({
         "bytes": b,
         "openmpi_time_us": m,
@@ -37,6 +41,8 @@ for b in sorted(set(mpi) & set(tp)):
         "time_ratio": t / m,
         "openmpi_busbw_gbps": b / (m * 1e3) * factor,
         "tpcomm_busbw_gbps": b / (t * 1e3) * factor,
+        "openmpi_spread_us": [min(mpi[b]), max(mpi[b])],
+        "tpcomm_spread_us": [min(x for x, _ in tp[b]), max(x for x, _ in tp[b])],
         "openmpi_rounds_us": mpi[b],
         "tpcomm_rounds_us": [x for x, _ in tp[b]],
     })
@@ -59,7 +65,7 @@ targets = {
 }
 doc = {
     "meta": {**meta, "openmpi": mpi_version, "rounds": rounds, "dtype": "f32", "op": "sum",
-             "method": "each side run ROUNDS times alternately; per size the best of the per-round medians; "
+             "method": "each side run ROUNDS times alternately; per size the median of the per-round medians, spread = lowest..highest round; "
                        "median of individually timed calls, slowest rank; inputs rotated; every result checked",
              "wrong_elements_total": wrong,
              "load_average_1_5_15min": load},
@@ -81,16 +87,19 @@ lines = [
     f"Machine: {m['cpu_model']}, {meta['cores']} cores (host {m['hostname']}); {meta['date']}.",
     f"tpcomm {meta['versions'].get('tpcomm')} (ranks as {meta['launch']}, algorithm auto); {mpi_version} "
     f"(mpirun -np 2, default binding). f32 sum. Command: `bash bench/cpu_vs_openmpi.sh`.",
-    f"Each side ran {rounds} times alternately; a time is the best of the per-round medians "
-    f"(median of individually timed calls, slowest rank). Wrong elements over all runs: {wrong}.",
+    f"Each side ran {rounds} times alternately; a time is the median of the {rounds} per-round medians "
+    f"(each the median of individually timed calls, slowest rank), with the lowest..highest round beside it. "
+    f"Wrong elements over all runs: {wrong}.",
     f"Load average (1, 5, 15 min) before: {load['before']}, after: {load['after']} "
     f"(on {meta['cores']} cores; other work on the machine slows both sides).",
     "",
-    "| size | OpenMPI us | tpcomm us | tpcomm algo | tpcomm / OpenMPI time | OpenMPI busbw GB/s | tpcomm busbw GB/s |",
+    "| size | OpenMPI us (rounds) | tpcomm us (rounds) | tpcomm algo | tpcomm / OpenMPI time | OpenMPI busbw GB/s | tpcomm busbw GB/s |",
     "| ---: | ---: | ---: | --- | ---: | ---: | ---: |",
 ]
 for r in rows:
-    lines.append(f"| {size(r['bytes'])} | {r['openmpi_time_us']:.2f} | {r['tpcomm_time_us']:.2f} | {r['tpcomm_algo']} | "
+    (mlo, mhi), (tlo, thi) = r["openmpi_spread_us"], r["tpcomm_spread_us"]
+    lines.append(f"| {size(r['bytes'])} | {r['openmpi_time_us']:.2f} ({mlo:.2f}..{mhi:.2f}) | "
+                 f"{r['tpcomm_time_us']:.2f} ({tlo:.2f}..{thi:.2f}) | {r['tpcomm_algo']} | "
                  f"{r['time_ratio']:.2f}x | {r['openmpi_busbw_gbps']:.2f} | {r['tpcomm_busbw_gbps']:.2f} |")
 lines.append("")
 lines.append("Targets:")

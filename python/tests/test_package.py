@@ -77,10 +77,19 @@ def test_python_m_tpcomm_help_lists_run_and_the_bundled_commands():
 
 
 def test_env_prints_the_exports_run_sets():
-    r = run([sys.executable, "-m", "tpcomm", "env"])
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = run([sys.executable, "-m", "tpcomm", "env"], env=env)
     assert r.returncode == 0, r.stderr
     assert f"export LD_PRELOAD={tpcomm.dropin_path()}" in r.stdout.splitlines()
     assert f"export {tpcomm.NVRTC_LIBRARY_ENV}=" in r.stdout
+
+
+def test_env_keeps_a_preload_already_set_after_the_dropin():
+    env = dict(os.environ, LD_PRELOAD="/some/other/libpreload.so")
+    r = run([sys.executable, "-m", "tpcomm", "env"], env=env)
+    assert r.returncode == 0, r.stderr
+    want = f"export LD_PRELOAD='{tpcomm.dropin_path()} /some/other/libpreload.so'"
+    assert want in r.stdout.splitlines(), r.stdout
 
 
 def test_dropin_path_command_prints_the_path():

@@ -155,7 +155,9 @@ fn words(line: &str) -> Vec<String> {
 const KNOWN: &[&str] = &[
     "tpcomm",
     "target/release/tpcomm",
+    "target/release/tpcomm-conformance",
     "cargo",
+    "mkdir",
     "bash",
     "python",
     "python3",
@@ -375,10 +377,25 @@ fn repo_paths(line: &str) -> Vec<String> {
             .iter()
             .any(|p| w.starts_with(p));
         if ours && !w.contains(['<', '*', '@']) && !placeholder(w) {
-            out.push(w.to_string());
+            out.extend(brace_expand(w));
         }
     }
     out
+}
+
+/// The shell's brace expansion of one word (`a/{b,c}/d` is `a/b/d` and
+/// `a/c/d`), so that each path a command names is checked.
+fn brace_expand(w: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (w.find('{'), w.find('}')) else {
+        return vec![w.to_string()];
+    };
+    if close < open {
+        return vec![w.to_string()];
+    }
+    let (head, alts, tail) = (&w[..open], &w[open + 1..close], &w[close + 1..]);
+    alts.split(',')
+        .flat_map(|a| brace_expand(&format!("{head}{a}{tail}")))
+        .collect()
 }
 
 /// What the checks of one block found: problems, and how many commands it
@@ -689,4 +706,17 @@ fn listings_read_wrappers_synopses_and_placeholders() {
     assert!(runnable(&w("explain --class nvlink --bytes 3MiB")));
     assert!(!runnable(&w("explain --bytes 3MiB")));
     assert!(!runnable(&w("probe --from FILE")));
+}
+
+#[test]
+fn brace_expansion_gives_every_path() {
+    assert_eq!(
+        brace_expand("bench/r/{a/x.json,b.json}"),
+        ["bench/r/a/x.json", "bench/r/b.json"]
+    );
+    assert_eq!(brace_expand("bench/r/plain.json"), ["bench/r/plain.json"]);
+    assert_eq!(
+        brace_expand("a/{b,c}/{d,e}"),
+        ["a/b/d", "a/b/e", "a/c/d", "a/c/e"]
+    );
 }

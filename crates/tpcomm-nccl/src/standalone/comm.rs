@@ -2,7 +2,7 @@
 //! creates and every standalone path (standalone/collectives.rs, gathered.rs) runs on, and the
 //! two helpers they share.
 
-use crate::standalone::{self, Secret};
+use crate::standalone::{self, launch_gate, Secret};
 use crate::types::*;
 use std::sync::Arc;
 use tpcomm::cuda::{gathered, GpuComm, SavedContext, Staging};
@@ -17,6 +17,9 @@ pub struct StandaloneGpu {
     /// The reduction of gathered blocks: all-reduces of the types and ops
     /// the collective kernels do not sum (loaded at creation).
     pub gathered: Arc<gathered::Kernels>,
+    /// Orders this rank's launches with the other ranks of this process on
+    /// its GPU (launch_gate.rs); `None` when it has the GPU to itself here.
+    pub gate: Option<launch_gate::Gate>,
 }
 
 /// One rank's standalone communicator.
@@ -45,15 +48,33 @@ pub(crate) fn live<'a>(a: &'a StandaloneComm, call: &str) -> Result<&'a Standalo
         .ok_or_else(|| standalone::unservable(call, "this communicator has no GPU side"))
 }
 
-/// Runs `f` with the caller's CUDA context put back after; an error is
-/// ncclInternalError with the text for ncclGetLastError.
+/// Runs `f` (which queues the call's kernels) with the caller's CUDA context
+/// put back after, and, where other ranks of this process share the GPU,
+/// through the rank's launch gate; an error of `f` is ncclInternalError, a
+/// rank the gate waited for in vain ncclSystemError, each with the text for
+/// ncclGetLastError.
 pub(crate) fn run(
     call: &str,
     a: &StandaloneComm,
     f: impl FnOnce() -> tpcomm::Result<()>,
 ) -> NcclResult {
     let _restore = SavedContext::save();
-    match f() {
+    let gate = a.live.as_ref().and_then(|l| l.gate.as_ref());
+    // Inside a group one thread may be issuing every rank's call: it would
+    // wait for itself (launch_gate.rs).
+    let done = match gate {
+        Some(g) if crate::group::depth() == 0 => match g.around(f) {
+            Ok(r) => r,
+            Err(e) => {
+                return standalone::fail(
+                    SYSTEM_ERROR,
+                    format!("{call} rank {}/{}: {e}", a.rank, a.world),
+                )
+            }
+        },
+        _ => f(),
+    };
+    match done {
         Ok(()) => SUCCESS,
         Err(e) => standalone::fail(
             INTERNAL_ERROR,

@@ -7,7 +7,7 @@
 use crate::settings::{self, info, warn};
 use crate::standalone::comm::{StandaloneComm, StandaloneGpu};
 use crate::standalone::registry::{insert, CUDA_ERROR, INVALID_ARGUMENT};
-use crate::standalone::{self, Secret, INVALID_USAGE};
+use crate::standalone::{self, launch_gate, Secret, INVALID_USAGE};
 use crate::types::*;
 use std::ffi::c_int;
 use std::path::PathBuf;
@@ -159,6 +159,9 @@ fn make(
     device: usize,
 ) -> tpcomm::Result<StandaloneGpu> {
     let s = settings::get();
+    // Joined before the first exchange: once any rank is made, every rank
+    // of this process on this GPU has joined (launch_gate.rs).
+    let joined = launch_gate::join(secret.0, device, rank);
     let dir = standalone::meeting_dir(&standalone::runtime_base(), secret)?;
     let meet = Meet {
         dir: dir.clone(),
@@ -185,7 +188,7 @@ fn make(
     cfg.timeout = s.timeout;
     cfg.nccl_fallback = false;
     let rv = Rendezvous::Custom(Arc::new(meet));
-    let made = (|| {
+    let made = (|| -> tpcomm::Result<_> {
         let gpu = GpuComm::new(&cfg, &rv)?;
         // The collective kernels are loaded now: no call (inside a CUDA
         // graph capture, say) ever compiles or loads a module.
@@ -197,11 +200,7 @@ fn make(
             "{tag}: gathered-block reduction kernels loaded ({} of kernel image)",
             tpcomm::ByteSize::from_usize(gathered.cubin_bytes)
         );
-        Ok(StandaloneGpu {
-            gpu,
-            staging,
-            gathered,
-        })
+        Ok((gpu, staging, gathered))
     })();
     // Either every rank has the communicator or none does.
     let ok = [made.is_ok() as u8];
@@ -214,7 +213,20 @@ fn make(
             )));
         }
     }
-    made
+    let (gpu, staging, gathered) = made?;
+    let gate = launch_gate::Gate::new(joined, rank, cfg.timeout);
+    if let Some(g) = &gate {
+        info!(
+            "{tag}: ranks {:?} are threads of this process on this GPU too; their launches are ordered with this rank's",
+            g.peers()
+        );
+    }
+    Ok(StandaloneGpu {
+        gpu,
+        staging,
+        gathered,
+        gate,
+    })
 }
 
 /// `NCCL_SPLIT_NOCOLOR`: the ranks that get no communicator from a split.

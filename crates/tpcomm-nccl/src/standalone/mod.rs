@@ -28,6 +28,7 @@ pub(crate) mod collectives;
 pub(crate) mod comm;
 pub(crate) mod create;
 pub(crate) mod gathered;
+pub(crate) mod launch_gate;
 pub(crate) mod registry;
 
 use std::ffi::c_int;
