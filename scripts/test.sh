@@ -15,16 +15,17 @@ rm -rf "$logs"
 mkdir -p "$logs"
 : >"$logs/steps"
 
-# step NAME KIND CMD...: runs CMD with its output in $logs/NAME.log and its
-# exit status in $logs/NAME.log.rc; KIND tells verdict.py how to read the log
-# (cargo, pytest, or check: the exit status alone).
+# step NAME KIND CMD...: runs CMD with its output in $logs/NAME.log, its exit
+# status in $logs/NAME.log.rc and its time in $logs/seconds; KIND tells
+# verdict.py how to read the log (cargo, pytest, or check: the exit status).
 step() {
-    local name="$1" kind="$2" log="$logs/$1.log" rc
+    local name="$1" kind="$2" log="$logs/$1.log" rc t0=$SECONDS
     shift 2
     echo "$name $kind $log" >>"$logs/steps"
     "$@" >"$log" 2>&1
     rc=$?
     echo "$rc" >"$log.rc"
+    echo "$name $((SECONDS - t0))" >>"$logs/seconds"
     return "$rc"
 }
 
