@@ -41,16 +41,15 @@ finish() {
     exit $?
 }
 
-# tpcomm-* entries of the temp directory (and of $XDG_RUNTIME_DIR, where the
-# drop-in's standalone mode meets when it is set), to find what the run leaves.
-tmp="${TMPDIR:-/tmp}"
-tmp_entries() {
-    local d
-    for d in "$tmp" ${XDG_RUNTIME_DIR:+"$XDG_RUNTIME_DIR"}; do
-        [ -d "$d" ] && find "$d" -maxdepth 1 -name 'tpcomm-*' 2>/dev/null
-    done | sort
-}
-tmp_entries >"$logs/tmp-before"
+# The run's temporary files go to a directory of its own, removed at the end,
+# so what the code under test leaves there is this run's and no other's:
+# the temp-dir check below fails on any tpcomm-* entry left in it.
+# XDG_RUNTIME_DIR is unset so the drop-in's standalone mode meets there too.
+outer_tmp="${TMPDIR:-/tmp}"
+run_tmp="$(mktemp -d "$outer_tmp/tpcomm-test-run.XXXXXX")" || exit 1
+trap 'rm -rf "$run_tmp"' EXIT
+export TMPDIR="$run_tmp"
+unset XDG_RUNTIME_DIR
 
 echo "== checks (logs in $logs/)"
 step verdict-self-test check python3 -m unittest discover -s scripts -p 'test_verdict.py' ||
@@ -90,19 +89,18 @@ else
 fi
 
 # Nothing the tests made may stay in the temp directory.
-tmp_entries >"$logs/tmp-after"
 left_behind() {
-    local new
-    new="$(comm -13 "$logs/tmp-before" "$logs/tmp-after")"
-    if [ -n "$new" ]; then
-        echo "left by this run (or by another tpcomm run at the same time):"
-        echo "$new"
+    local left
+    left="$(cd "$run_tmp" && find . -maxdepth 1 -name 'tpcomm-*' | sed 's#^\./##' | sort)"
+    if [ -n "$left" ]; then
+        echo "left in the run's temp dir by the tests:"
+        echo "$left"
         return 1
     fi
-    echo "nothing new named tpcomm-* in $tmp${XDG_RUNTIME_DIR:+ or $XDG_RUNTIME_DIR}"
+    echo "nothing named tpcomm-* left in the run's temp dir"
 }
 step temp-dir check left_behind || {
-    echo "-- temp-dir failed: the run left these behind:"
+    echo "-- temp-dir failed: the tests left these behind:"
     sed -n '2,$s/^/   /p' "$logs/temp-dir.log"
 }
 finish
