@@ -204,7 +204,7 @@ fn euid() -> u32 {
 /// Refused unless it is a real directory (not a link) owned by this user
 /// with no access for anyone else.
 pub fn meeting_dir(base: &Path, secret: &Secret) -> Result<PathBuf> {
-    let dir = base.join(format!("tpcomm-standalone-{:016x}", secret.tag(0)));
+    let dir = meeting_path(base, secret);
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -234,6 +234,12 @@ pub fn meeting_dir(base: &Path, secret: &Secret) -> Result<PathBuf> {
         ));
     }
     Ok(dir)
+}
+
+/// The name of the directory ranks of `secret` meet in under `base` (what
+/// [`meeting_dir`] creates).
+pub fn meeting_path(base: &Path, secret: &Secret) -> PathBuf {
+    base.join(format!("tpcomm-standalone-{:016x}", secret.tag(0)))
 }
 
 /// This user's runtime directory ($XDG_RUNTIME_DIR), else the temporary
@@ -386,14 +392,42 @@ pub fn clear_last_error() {
 }
 
 /// A fresh private directory for tests (no tempfile crate in this crate's
-/// deps).
+/// deps), removed with all it holds when the guard is dropped: when the test
+/// ends, also by a failed assertion.
 #[cfg(test)]
-pub(crate) fn test_dir() -> PathBuf {
+pub(crate) fn test_dir() -> TestDir {
     let mut r = [0u8; 8];
     random_bytes(&mut r).unwrap();
     let d = std::env::temp_dir().join(format!("tpcomm-sa-test-{:016x}", u64::from_le_bytes(r)));
     std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
-    d
+    TestDir(d)
+}
+
+/// A directory a test made, removed on drop (see [`test_dir`]); also what a
+/// test holds to remove a directory that the code under test makes.
+#[cfg(test)]
+pub(crate) struct TestDir(pub(crate) PathBuf);
+
+#[cfg(test)]
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[cfg(test)]
@@ -459,7 +493,6 @@ mod tests {
         let dir = meeting_dir(&base, &parse(&id).unwrap()).unwrap();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -495,7 +528,6 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("rank 1"), "{e}");
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -521,7 +553,6 @@ mod tests {
         assert!(e.contains("rank 2's record"), "{e}");
         assert_eq!(Secret::from_bytes([0u8; 16]), None);
         assert_eq!(Secret::from_bytes(secret.to_bytes()), Some(secret));
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -538,7 +569,6 @@ mod tests {
         std::os::unix::fs::symlink(&target, &dir).unwrap();
         let e = meeting_dir(&base, &secret).unwrap_err().to_string();
         assert!(e.contains("not a plain directory"), "{e}");
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -568,7 +598,6 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["a.rank0", "b.rank11", "c.rank1", "x.rank21"]);
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -42,6 +42,11 @@ fn a_split_meets_through_the_parent_and_places_every_rank() {
     // Each run is a parent communicator of its own (its own id).
     let run = |colors: [c_int; 3]| -> Vec<(NcclResult, bool, String)> {
         let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        // The split meets in the parent's directory; gone when the run ends.
+        let _meeting = standalone::TestDir(standalone::meeting_path(
+            &standalone::runtime_base(),
+            &secret,
+        ));
         let hs: Vec<usize> = (0..3).map(|r| hollow_with(r, 3, secret) as usize).collect();
         let out = std::thread::scope(|s| {
             let ts: Vec<_> = (0..3)

@@ -32,7 +32,7 @@ fn secret_of(id: &[u8; 128]) -> Secret {
 
 /// Where the ranks of `id` meet under `base` (not created here).
 fn dir_of(base: &Path, id: &[u8; 128]) -> PathBuf {
-    base.join(format!("tpcomm-standalone-{:016x}", secret_of(id).tag(0)))
+    standalone::meeting_path(base, &secret_of(id))
 }
 
 fn place(base: &Path, wait_ms: u64, timeout_ms: u64) -> Place {
@@ -186,7 +186,6 @@ fn a_mark_round_trips_and_an_id_whose_tail_is_not_zero_is_left_alone() {
         matches!(r, Creator::Nccl { id: got, after: None } if got == id),
         "{r:?}"
     );
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -199,7 +198,6 @@ fn ranks_sharing_a_gpu_are_all_served_standalone() {
         assert_eq!(*end, End::Standalone(secret_of(&id)), "rank {r}");
     }
     assert!(ids.is_empty(), "NCCL was called: {ids:?}");
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -219,7 +217,6 @@ fn ranks_on_gpus_of_their_own_all_go_to_nccl_with_the_tail_zero_again() {
     }
     // Once NCCL made the communicator, the census left nothing behind.
     assert!(!dir_of(&base, &id).exists(), "the meeting directory stayed");
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -234,7 +231,6 @@ fn the_others_wait_past_the_census_wait_for_a_late_rank_0() {
     }
     assert!(ends[1].1 >= Duration::from_millis(550), "{:?}", ends[1].1);
     assert!(ids.is_empty());
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -250,7 +246,6 @@ fn a_rank_later_than_rank_0_s_census_makes_every_rank_nccl() {
     }
     assert!(ends[0].1 < Duration::from_millis(1700), "{:?}", ends[0].1);
     assert_eq!(ids.len(), 3);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -270,7 +265,6 @@ fn an_id_from_another_host_goes_to_nccl_at_once_with_no_census() {
     );
     let made: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
     assert!(made.is_empty(), "a meeting directory was made: {made:?}");
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -314,7 +308,6 @@ fn with_standalone_off_a_rank_takes_no_census_and_its_group_is_nccl() {
         "{r:?}"
     );
     drop(after);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -330,7 +323,6 @@ fn a_rank_without_a_gpu_makes_every_rank_nccl_at_once() {
         assert!(*took < Duration::from_secs(5), "rank {r} {took:?}");
     }
     assert_eq!(ids.len(), 3);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -348,7 +340,6 @@ fn ranks_each_creating_inside_a_group_still_share_a_gpu_standalone() {
         assert_eq!(*end, End::Standalone(secret_of(&id)), "rank {r}");
     }
     assert!(ids.is_empty());
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -382,7 +373,6 @@ fn one_thread_creating_several_ranks_in_a_group_waits_one_census_at_most() {
             other => panic!("rank {r}: {other:?}"),
         }
     }
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -399,7 +389,6 @@ fn a_rank_that_waits_out_the_timeout_decides_nccl_and_rank_0_follows_it() {
     assert_eq!(ends[0].0, End::Nccl(nccls), "rank 0 did not follow");
     assert!(ends[0].1 < Duration::from_secs(2), "{:?}", ends[0].1);
     assert_eq!(ids.len(), 2);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -415,7 +404,6 @@ fn a_decision_not_made_with_the_id_is_refused_by_every_rank() {
         assert_eq!(*end, End::Failed(SYSTEM_ERROR), "rank {r}");
     }
     assert!(ids.is_empty());
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
