@@ -357,6 +357,23 @@ fn child_standalone() {
             "send={}",
             send(0x1000 as *const c_void, 4, 7, 0, foreign, 0x30 as Ptr)
         );
+        // A handle no creation gave, and one destroyed: refused, not
+        // handed to NCCL (which would read through them).
+        println!(
+            "bogus_send={}",
+            send(0x1000 as *const c_void, 4, 7, 0, 0x5150 as Ptr, 0x30 as Ptr)
+        );
+        println!(
+            "bogus_last={}",
+            CStr::from_ptr(last(0x5150 as Ptr)).to_string_lossy()
+        );
+        let destroy: libloading::Symbol<unsafe extern "C" fn(Ptr) -> c_int> =
+            lib.get(b"ncclCommDestroy").unwrap();
+        println!("destroy={}", destroy(foreign));
+        println!(
+            "destroyed_send={}",
+            send(0x1000 as *const c_void, 4, 7, 0, foreign, 0x30 as Ptr)
+        );
         if let Ok(p) = std::env::var("FAKE_PATH") {
             let fake = libloading::Library::new(p).unwrap();
             let journal: libloading::Symbol<unsafe extern "C" fn() -> *const c_char> =
@@ -388,6 +405,10 @@ fn standalone_ids_and_creation_never_reach_nccl_and_fail_cleanly_without_a_gpu()
         // The fake's id is not standalone: its communicator is NCCL's.
         "init_real=0",
         "send=0",
+        "bogus_send=4",
+        "bogus_last=ncclSend: 0x5150 is not a communicator of this process",
+        "destroy=0",
+        "destroyed_send=4",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}\n{err}");
     }
@@ -405,6 +426,7 @@ fn standalone_ids_and_creation_never_reach_nccl_and_fail_cleanly_without_a_gpu()
     }
     assert!(
         journal.contains("init n=2 rank=1 id0=11")
+            && journal.matches("send 0x1000 4 7 0").count() == 1
             && journal.contains("send 0x1000 4 7 0 0x1234 0x30"),
         "{journal}"
     );

@@ -7,6 +7,7 @@ use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired::{self, Outcome};
 use crate::route::{size_class, Call, Route};
 use crate::settings::{self, info, warn};
+use crate::standalone::args::{self, Args};
 use crate::types::*;
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -41,9 +42,19 @@ pub unsafe extern "C" fn ncclAllReduce(
 ) -> NcclResult {
     guard("ncclAllReduce", || {
         if let Some(a) = crate::standalone::registry::lookup(comm) {
+            let args = Args {
+                op: Some(op),
+                ..Args::plain(sendbuff, recvbuff, count, datatype)
+            };
+            if let Err(r) = args::check("ncclAllReduce", &a, &args) {
+                return r;
+            }
             return crate::standalone::collectives::all_reduce(
                 &a, sendbuff, recvbuff, count, datatype, op, stream,
             );
+        }
+        if let Some(r) = crate::standalone::registry::unknown("ncclAllReduce", comm) {
+            return r;
         }
         let call = Call {
             send: sendbuff as usize,

@@ -10,6 +10,7 @@ use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired;
 use crate::route::{Call, Why};
 use crate::settings::{self, info, warn};
+use crate::standalone::args::{self, Args};
 use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
@@ -130,9 +131,19 @@ pub unsafe extern "C" fn ncclAllGather(
 ) -> NcclResult {
     guard("ncclAllGather", || {
         if let Some(a) = registry::lookup(comm) {
+            let args = Args {
+                span: a.world,
+                ..Args::plain(sendbuff, recvbuff, sendcount, datatype)
+            };
+            if let Err(r) = args::check("ncclAllGather", &a, &args) {
+                return r;
+            }
             return crate::standalone::collectives::all_gather(
                 &a, sendbuff, recvbuff, sendcount, datatype, stream,
             );
+        }
+        if let Some(r) = registry::unknown("ncclAllGather", comm) {
+            return r;
         }
         let s = settings::get();
         let beside = if s.disabled {
@@ -200,9 +211,20 @@ pub unsafe extern "C" fn ncclReduceScatter(
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
         if let Some(a) = registry::lookup(comm) {
+            let args = Args {
+                op: Some(op),
+                span: a.world,
+                ..Args::plain(sendbuff, recvbuff, recvcount, datatype)
+            };
+            if let Err(r) = args::check("ncclReduceScatter", &a, &args) {
+                return r;
+            }
             return crate::standalone::collectives::reduce_scatter(
                 &a, sendbuff, recvbuff, recvcount, datatype, op, stream,
             );
+        }
+        if let Some(r) = registry::unknown("ncclReduceScatter", comm) {
+            return r;
         }
         let s = settings::get();
         let beside = if s.disabled {
@@ -294,6 +316,14 @@ pub unsafe extern "C" fn ncclBroadcast(
 ) -> NcclResult {
     guard("ncclBroadcast", || {
         if let Some(a) = registry::lookup(comm) {
+            let args = Args {
+                root: Some(root),
+                send_used: a.rank as c_int == root,
+                ..Args::plain(sendbuff, recvbuff, count, datatype)
+            };
+            if let Err(r) = args::check("ncclBroadcast", &a, &args) {
+                return r;
+            }
             return crate::standalone::collectives::broadcast(
                 "ncclBroadcast",
                 &a,
@@ -304,6 +334,9 @@ pub unsafe extern "C" fn ncclBroadcast(
                 root,
                 stream,
             );
+        }
+        if let Some(r) = registry::unknown("ncclBroadcast", comm) {
+            return r;
         }
         let s = settings::get();
         let beside = if s.disabled {
@@ -366,6 +399,14 @@ pub unsafe extern "C" fn ncclBcast(
 ) -> NcclResult {
     guard("ncclBcast", || {
         if let Some(a) = registry::lookup(comm) {
+            let args = Args {
+                root: Some(root),
+                send_used: a.rank as c_int == root,
+                ..Args::plain(buff, buff, count, datatype)
+            };
+            if let Err(r) = args::check("ncclBcast", &a, &args) {
+                return r;
+            }
             return crate::standalone::collectives::broadcast(
                 "ncclBcast",
                 &a,
@@ -376,6 +417,9 @@ pub unsafe extern "C" fn ncclBcast(
                 root,
                 stream,
             );
+        }
+        if let Some(r) = registry::unknown("ncclBcast", comm) {
+            return r;
         }
         let s = settings::get();
         let beside = if s.disabled {

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
         // standalone communicator: one handed to NCCL clears the text).
         let mode = settings::get().standalone;
         let ours = registry::lookup(comm).is_some()
-            || (comm.is_null() && mode == Standalone::Always)
+            || (mode == Standalone::Always && registry::is_unknown(comm))
             || (comm.is_null() && mode == Standalone::Auto && standalone::has_last_error());
         if ours {
             return standalone::last_error_ptr();
@@ -68,6 +68,9 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
     guard("ncclCommGetAsyncError", || {
         if let Some(a) = registry::lookup(comm) {
             return registry::async_error(&a, async_error);
+        }
+        if let Some(r) = registry::unknown("ncclCommGetAsyncError", comm) {
+            return r;
         }
         call_real!(
             ncclCommGetAsyncError(comm, async_error) as fn(NcclComm, *mut NcclResult) -> NcclResult

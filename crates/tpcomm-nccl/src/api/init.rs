@@ -35,6 +35,7 @@ fn created(r: NcclResult, comm: NcclComm, origin: &'static str, after: Option<au
     if !ok(r) || comm.is_null() {
         return;
     }
+    registry::note_foreign(comm);
     if group::depth() > 0 {
         info!("{origin}: inside a group; tpcomm set-up waits for ncclGroupEnd");
         PENDING.with_borrow_mut(|p| p.push((comm as usize, origin, after)));
@@ -164,11 +165,17 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         if !comm_ids.is_null() && n_id > 0 {
             // SAFETY: non-null, and nccl.h's contract gives `n_id` ids there.
             let ids = unsafe { std::slice::from_raw_parts(comm_ids, n_id as usize) };
-            if standalone::parse(&ids[0].internal).is_some() {
-                return standalone::unservable(
-                    "ncclCommInitRankScalable",
-                    "a standalone id is made for ncclCommInitRank and ncclCommInitRankConfig",
-                );
+            // Every rank is given the same ids; standalone ranks meet
+            // under the first, as ncclCommInitRank's do under theirs.
+            if let Some(secret) = standalone::parse(&ids[0].internal) {
+                const CALL: &str = "ncclCommInitRankScalable";
+                if let Err(why) = standalone::check_host(&ids[0].internal) {
+                    return standalone::fail(
+                        standalone::INVALID_USAGE,
+                        format!("{CALL} rank {myrank}: {why}"),
+                    );
+                }
+                return create::create(CALL, comm, nranks, secret, myrank);
             }
             if ids
                 .iter()
@@ -254,6 +261,9 @@ pub unsafe extern "C" fn ncclCommSplit(
         if let Some(a) = registry::lookup(comm) {
             return create::split(&a, color, key, newcomm);
         }
+        if let Some(r) = registry::unknown("ncclCommSplit", comm) {
+            return r;
+        }
         let r = match call_real!(ncclCommSplit(comm, color, key, newcomm, config)
             as fn(NcclComm, c_int, c_int, *mut NcclComm, Opaque) -> NcclResult)
         {
@@ -309,6 +319,9 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
         if let Some(a) = registry::lookup(comm) {
             return registry::finalize(&a);
         }
+        if let Some(r) = registry::unknown("ncclCommFinalize", comm) {
+            return r;
+        }
         // No collective may follow a finalize: stop routing to tpcomm now.
         if paired::remove(comm, true) {
             info!("ncclCommFinalize: tpcomm communicator released");
@@ -324,6 +337,10 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
         if registry::lookup(comm).is_some() {
             return registry::release("ncclCommDestroy", comm, true);
         }
+        if let Some(r) = registry::unknown("ncclCommDestroy", comm) {
+            return r;
+        }
+        registry::forget_foreign(comm);
         if paired::remove(comm, true) {
             info!("ncclCommDestroy: tpcomm communicator released");
         }
@@ -338,6 +355,10 @@ pub unsafe extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
         if registry::lookup(comm).is_some() {
             return registry::release("ncclCommAbort", comm, false);
         }
+        if let Some(r) = registry::unknown("ncclCommAbort", comm) {
+            return r;
+        }
+        registry::forget_foreign(comm);
         if paired::remove(comm, false) {
             info!("ncclCommAbort: tpcomm communicator retired (its buffers stay allocated until the process exits, so that abort never waits for a tpcomm kernel)");
         }
@@ -396,6 +417,9 @@ macro_rules! int_query {
             guard(stringify!($name), || {
                 if let Some($a) = registry::lookup(comm) {
                     return registry::write_int(stringify!($name), $v, out);
+                }
+                if let Some(r) = registry::unknown(stringify!($name), comm) {
+                    return r;
                 }
                 call_real!($name(comm, out) as fn(NcclComm, *mut c_int) -> NcclResult)
                     .unwrap_or_else(|_| NcclResult::missing())

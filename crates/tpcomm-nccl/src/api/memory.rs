@@ -156,6 +156,9 @@ pub unsafe extern "C" fn ncclCommRegister(
         if registry::lookup(comm).is_some() {
             return registered("ncclCommRegister", handle, token(buff));
         }
+        if let Some(r) = registry::unknown("ncclCommRegister", comm) {
+            return r;
+        }
         call_real!(ncclCommRegister(comm, buff, size, handle)
             as fn(NcclComm, *mut c_void, usize, *mut *mut c_void) -> NcclResult)
         .unwrap_or_else(|_| NcclResult::missing())
@@ -167,6 +170,9 @@ pub unsafe extern "C" fn ncclCommDeregister(comm: NcclComm, handle: *mut c_void)
     guard("ncclCommDeregister", || {
         if registry::lookup(comm).is_some() {
             return SUCCESS;
+        }
+        if let Some(r) = registry::unknown("ncclCommDeregister", comm) {
+            return r;
         }
         call_real!(ncclCommDeregister(comm, handle) as fn(NcclComm, *mut c_void) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing())
@@ -185,6 +191,9 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
         if registry::lookup(comm).is_some() {
             return registered("ncclCommWindowRegister", win.cast(), token(buff));
         }
+        if let Some(r) = registry::unknown("ncclCommWindowRegister", comm) {
+            return r;
+        }
         call_real!(ncclCommWindowRegister(comm, buff, size, win, win_flags)
             as fn(
                 NcclComm,
@@ -202,6 +211,9 @@ pub unsafe extern "C" fn ncclCommWindowDeregister(comm: NcclComm, win: Opaque) -
     guard("ncclCommWindowDeregister", || {
         if registry::lookup(comm).is_some() {
             return SUCCESS;
+        }
+        if let Some(r) = registry::unknown("ncclCommWindowDeregister", comm) {
+            return r;
         }
         call_real!(ncclCommWindowDeregister(comm, win) as fn(NcclComm, Opaque) -> NcclResult)
             .unwrap_or_else(|_| NcclResult::missing())

@@ -13,7 +13,7 @@ pub(crate) mod memory;
 
 /// Standalone communicators driven through the exported functions.
 #[cfg(test)]
-mod standalone_tests;
+pub(crate) mod standalone_tests;
 
 /// Every function this library does more than forward (defined in this
 /// folder), by name.

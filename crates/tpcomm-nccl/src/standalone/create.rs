@@ -6,7 +6,7 @@
 
 use crate::settings::{self, info, warn};
 use crate::standalone::comm::{StandaloneComm, StandaloneGpu};
-use crate::standalone::registry::{insert, CUDA_ERROR, INVALID_ARGUMENT};
+use crate::standalone::registry::{self, insert, CUDA_ERROR, INVALID_ARGUMENT};
 use crate::standalone::{self, launch_gate, Secret, INVALID_USAGE};
 use crate::types::*;
 use std::ffi::c_int;
@@ -85,13 +85,25 @@ pub fn create(
         // ranks not yet asked for. So the ranks are made together there
         // (finish_group), each on a thread of its own.
         info!("{call} rank {rank}/{world} GPU {device}: inside a group; made at ncclGroupEnd");
-        // SAFETY: `out` is non-null: the caller's ncclComm_t; it holds NULL
-        // until the group ends, as an unmade NCCL communicator would.
-        unsafe { *out = std::ptr::null_mut() };
+        // NCCL writes the handle now and completes it at ncclGroupEnd;
+        // programs keep the value they read here, so the handle is reserved
+        // now and the made communicator put under it then.
+        let pending = registry::reserve(StandaloneComm {
+            rank,
+            world,
+            device,
+            secret,
+            splits: Default::default(),
+            live: None,
+            solo: None,
+        });
+        // SAFETY: `out` is non-null: the caller's ncclComm_t.
+        unsafe { *out = pending };
         DEFERRED.with_borrow_mut(|d| {
             d.push(Deferred {
                 call,
                 out: out as usize,
+                pending: pending as usize,
                 rank,
                 world,
                 secret,
@@ -109,6 +121,9 @@ struct Deferred {
     call: &'static str,
     /// The caller's `ncclComm_t*`, written at the group's end.
     out: usize,
+    /// The handle reserved at the call (0 for ncclCommInitAll, which
+    /// writes the handles only once they are made).
+    pending: usize,
     rank: usize,
     world: usize,
     secret: Secret,
@@ -182,6 +197,7 @@ pub fn create_all(comms: *mut NcclComm, ndev: c_int, devlist: *const c_int) -> N
             call: CALL,
             // SAFETY: `comms` holds `ndev` handles (nccl.h's contract).
             out: unsafe { comms.add(rank) } as usize,
+            pending: 0,
             rank,
             world: n,
             secret,
@@ -227,6 +243,20 @@ fn make_together(asked: Vec<Deferred>) -> NcclResult {
     });
     let mut first = SUCCESS;
     for (d, (r, h, text)) in asked.iter().zip(made) {
+        let pending = d.pending as NcclComm;
+        let h = match (d.pending, r == SUCCESS) {
+            (0, _) => h,
+            (_, true) if registry::settle(pending, h) => pending,
+            (_, true) => {
+                // The reserved handle was destroyed inside the group.
+                registry::release("ncclGroupEnd", h, true);
+                std::ptr::null_mut()
+            }
+            (_, false) => {
+                registry::unreserve(pending);
+                std::ptr::null_mut()
+            }
+        };
         // SAFETY: `out` was the caller's non-null ncclComm_t* at the call,
         // which NCCL's contract keeps valid until the group ends.
         unsafe { *(d.out as *mut NcclComm) = h };

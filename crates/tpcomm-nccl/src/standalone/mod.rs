@@ -23,6 +23,7 @@
 //! rendezvous's rule (a job key's hash in every header, files only this user
 //! can write), with the key carried in the id instead of TPCOMM_JOB_KEY.
 
+pub(crate) mod args;
 pub(crate) mod auto_mode;
 pub(crate) mod collectives;
 pub(crate) mod comm;

@@ -61,6 +61,39 @@ pub(crate) fn insert(a: StandaloneComm) -> NcclComm {
     h as NcclComm
 }
 
+/// Gives the handle of a communicator made inside a group before it is
+/// made: NCCL writes `*comm` at the creation call, and programs read it
+/// there. Until [`settle`] puts the made communicator under it, the handle
+/// answers the queries (rank, size, device) and refuses collectives (no
+/// GPU side yet).
+pub(crate) fn reserve(placeholder: StandaloneComm) -> NcclComm {
+    insert(placeholder)
+}
+
+/// Puts the communicator of handle `made` under the reserved handle
+/// `pending` (which the caller already holds) and forgets the placeholder.
+/// False when either is unknown.
+pub(crate) fn settle(pending: NcclComm, made: NcclComm) -> bool {
+    let mut t = table().write().unwrap_or_else(|e| e.into_inner());
+    if !t.contains_key(&(pending as usize)) {
+        return false;
+    }
+    let Some(a) = t.remove(&(made as usize)) else {
+        return false;
+    };
+    // Two entries become one.
+    let placeholder = t.insert(pending as usize, a);
+    ALIVE.fetch_sub(1, Ordering::AcqRel);
+    drop(t);
+    drop(placeholder);
+    true
+}
+
+/// Forgets a reserved handle whose creation failed (it holds no GPU memory).
+pub(crate) fn unreserve(pending: NcclComm) {
+    remove(pending, true);
+}
+
 /// Forgets `comm`; with `free`, its GPU memory is freed (once no call is
 /// using it), without, kept until the process exits (after an abort a
 /// kernel may still wait for a peer that is gone).
@@ -134,7 +167,71 @@ pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
 }
 
 /// The refusal of `call` when `comm` is a standalone communicator (every
-/// export standalone mode does not serve asks this before forwarding).
+/// export standalone mode does not serve asks this before forwarding), or
+/// is no communicator at all ([`unknown`]).
 pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
-    lookup(comm).map(|_| standalone::unservable(call, "not served in standalone mode"))
+    match lookup(comm) {
+        Some(_) => Some(standalone::unservable(
+            call,
+            "not served in standalone mode",
+        )),
+        None => unknown(call, comm),
+    }
+}
+
+/// Handles real NCCL made through this library while `TPCOMM_STANDALONE=1`
+/// (a program may still create from an NCCL id it got elsewhere).
+fn foreign() -> &'static RwLock<std::collections::HashSet<usize>> {
+    static F: OnceLock<RwLock<std::collections::HashSet<usize>>> = OnceLock::new();
+    F.get_or_init(Default::default)
+}
+
+/// Notes a communicator real NCCL made (api/init.rs), so that under
+/// `TPCOMM_STANDALONE=1` it is still forwarded.
+pub(crate) fn note_foreign(comm: NcclComm) {
+    if crate::settings::get().standalone == crate::settings::Standalone::Always {
+        foreign()
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(comm as usize);
+    }
+}
+
+/// Forgets a communicator real NCCL made (destroyed or aborted).
+pub(crate) fn forget_foreign(comm: NcclComm) {
+    foreign()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(comm as usize));
+}
+
+/// For a handle that is not a standalone communicator: under
+/// `TPCOMM_STANDALONE=1` every communicator is made by this library, so a
+/// handle that is neither a standalone one nor one real NCCL made through
+/// it (NULL, destroyed, or never a communicator) is refused with
+/// ncclInvalidArgument, naming `call`, instead of being handed to NCCL,
+/// which would read through it. `None`: forward it. In the other modes
+/// NCCL's own communicators are not all known here, so nothing is refused.
+pub fn unknown(call: &str, comm: NcclComm) -> Option<NcclResult> {
+    if !is_unknown(comm) {
+        return None;
+    }
+    let what = if comm.is_null() {
+        format!("{call}: the communicator is NULL")
+    } else {
+        format!("{call}: {comm:p} is not a communicator of this process (never made, or already destroyed or aborted)")
+    };
+    Some(standalone::fail(INVALID_ARGUMENT, what))
+}
+
+/// Whether [`unknown`] refuses `comm` (without recording any text).
+pub fn is_unknown(comm: NcclComm) -> bool {
+    if crate::settings::get().standalone != crate::settings::Standalone::Always {
+        return false;
+    }
+    comm.is_null()
+        || !foreign()
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(comm as usize))
 }

@@ -104,6 +104,52 @@ fn handles_are_found_only_while_alive_and_foreign_ones_never() {
     assert!(lookup(h).is_none());
 }
 
+/// A creation inside a group hands out its handle at the call (programs
+/// read `*comm` there, as NCCL writes it); the queries answer on it at
+/// once, and at the group's end the made communicator is found under that
+/// same handle, its own handle forgotten.
+#[test]
+fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
+    let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+    let pending = reserve(StandaloneComm {
+        rank: 2,
+        world: 3,
+        device: 0,
+        secret,
+        splits: Default::default(),
+        live: None,
+        solo: None,
+    });
+    let mut n: c_int = -1;
+    // SAFETY: a handle of the table and a live out-pointer.
+    let r = unsafe { crate::api::init::ncclCommCount(pending, &mut n) };
+    assert_eq!(r, SUCCESS);
+    assert_eq!(n, 3);
+    // The made communicator (here without a GPU side, told apart by device).
+    let made = insert(StandaloneComm {
+        rank: 2,
+        world: 3,
+        device: 7,
+        secret,
+        splits: Default::default(),
+        live: None,
+        solo: None,
+    });
+    assert!(settle(pending, made));
+    assert_eq!(lookup(pending).map(|a| a.device), Some(7));
+    assert!(
+        lookup(made).is_none(),
+        "the made handle itself is forgotten"
+    );
+    assert!(!settle(pending, made), "settled once");
+    release("ncclCommDestroy", pending, true);
+    assert!(lookup(pending).is_none());
+    // A failed creation forgets its reserved handle.
+    let p2 = hollow(0, 2);
+    unreserve(p2);
+    assert!(lookup(p2).is_none());
+}
+
 #[test]
 fn byte_moving_calls_take_any_type_at_the_widest_word_that_fits() {
     assert_eq!(as_bytes(1, 8, &[0x100, 0x200]), Some((DType::F32, 2)));
@@ -233,8 +279,7 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             text()
         );
         // int8 max is served by the gathered path, which this handle
-        // (no GPU side) cannot run; fp8 (type 10) and a pre-multiplied
-        // sum (op 5) are served by no path.
+        // (no GPU side) cannot run; fp8 (type 10) by no path.
         let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
         assert_eq!(r, 5);
         assert!(
@@ -249,11 +294,12 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             "{}",
             text()
         );
+        // Op 5 was never made by ncclRedOpCreatePreMulSum: a bad argument.
         let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
-        assert_eq!(r, 5);
+        assert_eq!(r, INVALID_ARGUMENT);
         assert!(text().contains("ncclRedOp 5"), "{}", text());
-        // f32 prod goes to the gathered path (no GPU side here); a
-        // pre-multiplied sum (op 5) to none.
+        // f32 prod goes to the gathered path (no GPU side here); op 5
+        // (none made) is refused as a bad argument.
         let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
         assert_eq!(r, 5);
         assert!(
@@ -262,7 +308,7 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             text()
         );
         let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
-        assert_eq!(r, 5);
+        assert_eq!(r, INVALID_ARGUMENT);
         assert!(
             text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5"),
             "{}",
@@ -299,3 +345,41 @@ fn a_split_orders_each_colour_by_key_then_parent_rank() {
 }
 
 mod gpu;
+
+/// ncclCommInitRankScalable given standalone ids makes a standalone
+/// communicator under the first (here, without a GPU, it fails at the
+/// driver as ncclCommInitRank does, naming the call), and never reaches
+/// NCCL.
+#[test]
+fn scalable_creation_takes_standalone_ids() {
+    if tpcomm::cuda::ensure_driver().is_ok() {
+        return;
+    }
+    let mut ids = [
+        UniqueId {
+            internal: standalone::new_id().unwrap(),
+        },
+        UniqueId {
+            internal: standalone::new_id().unwrap(),
+        },
+    ];
+    let mut c: NcclComm = std::ptr::null_mut();
+    // SAFETY: live out-pointer and two ids.
+    let r = unsafe {
+        crate::api::init::ncclCommInitRankScalable(
+            &mut c,
+            2,
+            0,
+            2,
+            ids.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(r, CUDA_ERROR);
+    assert!(c.is_null());
+    let text = standalone::last_error();
+    assert!(
+        text.contains("ncclCommInitRankScalable rank 0/2") && text.contains("needs a GPU"),
+        "{text}"
+    );
+}
