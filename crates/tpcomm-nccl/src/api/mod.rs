@@ -10,6 +10,7 @@ pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod rooted;
 
 /// Standalone communicators driven through the exported functions.
 #[cfg(test)]
@@ -44,6 +45,11 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclReduceScatter",
     "ncclBroadcast",
     "ncclBcast",
+    // rooted.rs
+    "ncclReduce",
+    "ncclGather",
+    "ncclScatter",
+    "ncclAlltoAll",
     // memory.rs
     "ncclMemAlloc",
     "ncclMemFree",

@@ -7,6 +7,8 @@
 //! - registry.rs: the handles of the communicators this mode serves;
 //! - collectives.rs: the calls on tpcomm's collective kernels;
 //! - gathered.rs: the other types and ops, reduced from gathered blocks;
+//! - rooted.rs, rooted_plan.rs: ncclReduce, ncclGather, ncclScatter and
+//!   ncclAlltoAll, planned as steps of those byte-exact paths;
 //! - auto_mode.rs: TPCOMM_STANDALONE=auto, where a census at creation
 //!   decides between real NCCL and this mode.
 //!
@@ -30,6 +32,8 @@ pub(crate) mod create;
 pub(crate) mod gathered;
 pub(crate) mod launch_gate;
 pub(crate) mod registry;
+pub(crate) mod rooted;
+pub(crate) mod rooted_plan;
 
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};

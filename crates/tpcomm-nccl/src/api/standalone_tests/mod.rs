@@ -213,7 +213,7 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
         );
         assert!(text().contains("cannot serve ncclSend"), "{}", text());
         assert_eq!(
-            crate::forward::passthrough::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
+            crate::api::rooted::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
             5
         );
         assert!(text().contains("ncclAlltoAll"), "{}", text());
@@ -299,3 +299,5 @@ fn a_split_orders_each_colour_by_key_then_parent_rank() {
 }
 
 mod gpu;
+mod rooted;
+mod rooted_gpu;
