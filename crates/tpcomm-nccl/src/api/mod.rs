@@ -10,6 +10,7 @@ pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod p2p;
 pub(crate) mod rooted;
 
 /// Standalone communicators driven through the exported functions.
@@ -50,6 +51,9 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclGather",
     "ncclScatter",
     "ncclAlltoAll",
+    // p2p.rs
+    "ncclSend",
+    "ncclRecv",
     // memory.rs
     "ncclMemAlloc",
     "ncclMemFree",

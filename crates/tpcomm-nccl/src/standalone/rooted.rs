@@ -178,38 +178,38 @@ fn serve(
             ),
         );
     };
-    let (s, r) = (send as u64, recv as u64);
+    let (s, r, stage) = (send as u64, recv as u64, l.staging.ptr());
+    let at = move |x: Loc| match x {
+        Loc::Send(o) => s + o as u64,
+        Loc::Recv(o) => r + o as u64,
+        Loc::Stage(o) => stage + o as u64,
+        // Not in these plans.
+        Loc::Op(..) => 0,
+    };
     run(call, a, || {
         // SAFETY: the call's contract (nccl.h): device buffers of this GPU,
         // as large as the call says (rooted_plan.rs's steps stay inside
         // them, and touch a non-root's unused buffer nowhere), valid until
         // the stream has run the call, on a stream of this GPU; the staging
         // offsets stay inside the staging buffer (block_for sized it).
-        unsafe { launch(l, a.world, s, r, &steps, red, stream as CUstream) }
+        unsafe { launch(l, a.world, &at, &steps, red, stream as CUstream) }
     })
 }
 
-/// Launches `steps` on `st`, in order.
+/// Launches `steps` on `st`, in order, each place at the address `at` gives.
 ///
 /// # Safety
-/// Every step's range lies inside the buffer it names (`send`, `recv`, or
-/// the staging buffer of `l`), device memory of `l`'s GPU valid until `st`
-/// has run them.
-unsafe fn launch(
+/// Every step's range lies inside the buffer it names (at `at`'s address:
+/// the caller's buffers or the staging buffer of `l`), device memory of
+/// `l`'s GPU valid until `st` has run them.
+pub(crate) unsafe fn launch(
     l: &StandaloneGpu,
     world: usize,
-    send: u64,
-    recv: u64,
+    at: &dyn Fn(Loc) -> u64,
     steps: &[Step],
     red: Option<(Elem, Op)>,
     st: CUstream,
 ) -> tpcomm::Result<()> {
-    let stage = l.staging.ptr();
-    let at = |x: Loc| match x {
-        Loc::Send(o) => send + o as u64,
-        Loc::Recv(o) => recv + o as u64,
-        Loc::Stage(o) => stage + o as u64,
-    };
     let coll = |what, from, to, words| {
         // SAFETY: the caller's contract; the gathered area and this rank's
         // own area of the staging buffer are disjoint.

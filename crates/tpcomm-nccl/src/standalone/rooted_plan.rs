@@ -23,6 +23,8 @@ pub enum Loc {
     Send(usize),
     Recv(usize),
     Stage(usize),
+    /// The buffer of a group's `i`-th send or receive (p2p.rs's plans).
+    Op(usize, usize),
 }
 
 /// One launch on the caller's stream.
@@ -98,7 +100,7 @@ pub struct Shape {
 
 impl Shape {
     /// Where this rank's own expanded area starts in the staging buffer.
-    fn mine(&self) -> Loc {
+    pub(crate) fn mine(&self) -> Loc {
         Loc::Stage(self.world * self.block)
     }
 
@@ -250,4 +252,4 @@ fn expand(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

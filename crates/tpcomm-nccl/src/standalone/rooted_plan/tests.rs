@@ -8,11 +8,13 @@ use tpcomm::cuda::gathered::{reference, Elem, Op};
 
 /// One rank's memory: the caller's buffers (send and receive as ranges of
 /// one area, so in-place calls alias as on the GPU) and the staging buffer.
-struct Mem {
-    user: Vec<u8>,
-    send: (usize, usize),
-    recv: (usize, usize),
-    stage: Vec<u8>,
+pub(crate) struct Mem {
+    pub(crate) user: Vec<u8>,
+    pub(crate) send: (usize, usize),
+    pub(crate) recv: (usize, usize),
+    /// The buffers of a group's sends and receives (p2p.rs), as `send`.
+    pub(crate) ops: Vec<(usize, usize)>,
+    pub(crate) stage: Vec<u8>,
 }
 
 impl Mem {
@@ -24,6 +26,7 @@ impl Mem {
         match l {
             Loc::Send(o) => (true, inside(self.send, o)),
             Loc::Recv(o) => (true, inside(self.recv, o)),
+            Loc::Op(i, o) => (true, inside(self.ops[i], o)),
             Loc::Stage(o) => {
                 assert!(o + len <= self.stage.len(), "{l:?} + {len} outside staging");
                 (false, o)
@@ -49,6 +52,7 @@ fn off(l: Loc, o: usize) -> Loc {
         Loc::Send(x) => Loc::Send(x + o),
         Loc::Recv(x) => Loc::Recv(x + o),
         Loc::Stage(x) => Loc::Stage(x + o),
+        Loc::Op(i, x) => Loc::Op(i, x + o),
     }
 }
 
@@ -62,7 +66,7 @@ fn compact(v: &[u8]) -> Vec<u8> {
 }
 
 /// Runs every rank's plan; a collective step must be the same on every rank.
-fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>) {
+pub(crate) fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>) {
     let w = plans.len();
     let mut at = vec![0usize; w];
     loop {
@@ -185,7 +189,7 @@ fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>) {
 }
 
 /// Bytes that differ from rank to rank and call to call (an LCG).
-fn noise(seed: u64, n: usize) -> Vec<u8> {
+pub(crate) fn noise(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
@@ -206,6 +210,7 @@ fn mem_of(s: Shape, send: Vec<u8>, recv: usize, recv_at: Option<usize>) -> Mem {
             send: (0, send.len()),
             recv: (at, recv),
             user: send,
+            ops: vec![],
             stage,
         },
         None => {
@@ -216,6 +221,7 @@ fn mem_of(s: Shape, send: Vec<u8>, recv: usize, recv_at: Option<usize>) -> Mem {
                 user,
                 send: (0, n),
                 recv: (n, recv),
+                ops: vec![],
                 stage,
             }
         }
