@@ -304,5 +304,6 @@ fn a_split_orders_each_colour_by_key_then_parent_rank() {
 
 mod gpu;
 mod p2p;
+mod p2p_gpu;
 mod rooted;
 mod rooted_gpu;
