@@ -252,4 +252,6 @@ fn expand(
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+pub(crate) mod model;
+#[cfg(test)]
+mod tests;

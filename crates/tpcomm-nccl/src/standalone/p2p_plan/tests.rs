@@ -3,7 +3,7 @@
 //! sender's calls held.
 
 use super::*;
-use crate::standalone::rooted_plan::tests::{noise, run, Mem};
+use crate::standalone::rooted_plan::model::{noise, run, Mem};
 
 /// One call of a group: `(send?, peer, bytes)`.
 type Call = (bool, usize, usize);
