@@ -1,8 +1,9 @@
 //! The ignored GPU test of ncclReduce, ncclGather, ncclScatter and
 //! ncclAlltoAll on standalone communicators: ranks as threads sharing GPU 0,
 //! made and served through the exports, every output element compared with
-//! the host's answer (the bytes for the calls that only move them, the host
-//! model of the rank-order reduction, bit for bit, for the reduce).
+//! the host's answer (the bytes for the calls that only move them; for the
+//! reduce, integers bit for bit against the host model of the rank-order
+//! reduction, floats against the float64 reduction within its roundings).
 
 use super::*;
 use crate::api::rooted::{ncclAlltoAll, ncclGather, ncclReduce, ncclScatter};
@@ -22,10 +23,76 @@ fn noise(rank: usize, salt: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Element `b` of float type `t` (6, 7, 8, 9) as f64.
+fn decode(t: c_int, b: &[u8]) -> f64 {
+    let h = || u16::from_le_bytes([b[0], b[1]]);
+    match t {
+        6 => {
+            let (e, m) = (((h() >> 10) & 31) as i32, (h() & 1023) as f64);
+            let v = match e {
+                0 => m * 2f64.powi(-24),
+                31 if m == 0.0 => f64::INFINITY,
+                31 => f64::NAN,
+                _ => (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+            };
+            if h() >> 15 == 1 {
+                -v
+            } else {
+                v
+            }
+        }
+        9 => f32::from_bits((h() as u32) << 16) as f64,
+        7 => f32::from_le_bytes(b[..4].try_into().unwrap()) as f64,
+        _ => f64::from_le_bytes(b[..8].try_into().unwrap()),
+    }
+}
+
+/// How many elements of float type `t` in `got` are off the float64
+/// reduction of `inputs` by more than the roundings allow ((world + 2)
+/// units in the last place of the type over the magnitudes; max and min
+/// exactly), and the first one.
+fn float_wrong(t: c_int, op: c_int, inputs: &[Vec<u8>], got: &[u8]) -> (usize, String) {
+    let z = crate::standalone::collectives::type_size(t).unwrap();
+    let w = inputs.len();
+    let eps = match t {
+        6 => 2f64.powi(-11),
+        9 => 2f64.powi(-8),
+        7 => 2f64.powi(-24),
+        _ => 2f64.powi(-53),
+    };
+    let mut bad = (0, String::new());
+    for i in 0..got.len() / z {
+        let v: Vec<f64> = inputs
+            .iter()
+            .map(|x| decode(t, &x[i * z..(i + 1) * z]))
+            .collect();
+        let (want, mag) = match op {
+            0 => (
+                v.iter().sum::<f64>(),
+                v.iter().map(|x| x.abs()).sum::<f64>(),
+            ),
+            1 => (v.iter().product::<f64>(), v.iter().product::<f64>().abs()),
+            2 => (v.iter().cloned().fold(f64::MIN, f64::max), 0.0),
+            3 => (v.iter().cloned().fold(f64::MAX, f64::min), 0.0),
+            _ => (
+                v.iter().sum::<f64>() / w as f64,
+                v.iter().map(|x| x.abs()).sum::<f64>() / w as f64,
+            ),
+        };
+        let g = decode(t, &got[i * z..(i + 1) * z]);
+        if (g - want).abs() > (w as f64 + 2.0) * eps * mag {
+            if bad.0 == 0 {
+                bad.1 = format!("first {i}: got {g} want {want}");
+            }
+            bad.0 += 1;
+        }
+    }
+    bad
+}
+
 /// `count` random values of NCCL type `t` for a reduction: any bits for the
-/// integers, finite floats between 2^-3 and 2^4 in magnitude (no NaN, so
-/// the bits compare; a product may still round to infinity, the same on
-/// both sides).
+/// integers, floats between 2^-3 and 2^2 in magnitude (a product of 4 ranks'
+/// stays far from overflow and from subnormals).
 fn values(t: c_int, rank: usize, salt: u64, count: usize) -> Vec<u8> {
     let z = Elem::from_nccl(t).map_or(1, Elem::size);
     let raw = noise(rank, salt, count * 8);
@@ -45,7 +112,7 @@ fn values(t: c_int, rank: usize, salt: u64, count: usize) -> Vec<u8> {
                 Some((at, e0)) => {
                     let sign = (r >> 63) << (8 * z - 1);
                     let mant = r & ((1u64 << at) - 1);
-                    sign | ((e0 + (r >> 40) % 7) << at) | mant
+                    sign | ((e0 + (r >> 40) % 5) << at) | mant
                 }
             };
             bits.to_le_bytes()[..z].to_vec()
@@ -154,6 +221,13 @@ fn one_rank(rank: usize, world: usize, secret: Secret) {
                 let all: Vec<Vec<u8>> = (0..world).map(|q| values(t, q, salt, count)).collect();
                 let refs: Vec<&[u8]> = all.iter().map(|v| &v[..]).collect();
                 let (elem, gop) = (Elem::from_nccl(t).unwrap(), Op::from_nccl(op).unwrap());
+                if matches!(t, 6..=9) {
+                    // Floats against the float64 reduction.
+                    let (wrong, first) = float_wrong(t, op, &all, &got);
+                    assert_eq!(wrong, 0, "{what}: {wrong} of {count} wrong, {first}");
+                    continue;
+                }
+                // Integers bit for bit, wrapping (the rank-order model).
                 let want: Vec<u8> = (0..count)
                     .flat_map(|i| reference(elem, gop, &refs, i))
                     .collect();
@@ -256,4 +330,33 @@ fn one_rank(rank: usize, world: usize, secret: Secret) {
 
 fn type_size(t: c_int) -> usize {
     crate::standalone::collectives::type_size(t).unwrap()
+}
+
+/// The GPU test's own host side: decoding, the float64 check, the values.
+#[test]
+fn the_rooted_gpu_test_s_host_reference_decodes_and_judges_floats_as_meant() {
+    assert_eq!(decode(6, &0x3c00u16.to_le_bytes()), 1.0);
+    assert_eq!(decode(6, &0xc000u16.to_le_bytes()), -2.0);
+    assert_eq!(decode(6, &0x0001u16.to_le_bytes()), 2f64.powi(-24));
+    assert_eq!(decode(9, &0x3f80u16.to_le_bytes()), 1.0);
+    assert_eq!(decode(8, &(-0.375f64).to_le_bytes()), -0.375);
+    let ins = vec![
+        1.5f32.to_le_bytes().to_vec(),
+        2.25f32.to_le_bytes().to_vec(),
+    ];
+    assert_eq!(float_wrong(7, 0, &ins, &3.75f32.to_le_bytes()).0, 0);
+    assert_eq!(float_wrong(7, 0, &ins, &3.7501f32.to_le_bytes()).0, 1);
+    assert_eq!(float_wrong(7, 1, &ins, &3.375f32.to_le_bytes()).0, 0);
+    assert_eq!(float_wrong(7, 2, &ins, &2.25f32.to_le_bytes()).0, 0);
+    assert_eq!(float_wrong(7, 3, &ins, &2.25f32.to_le_bytes()).0, 1);
+    assert_eq!(float_wrong(7, 4, &ins, &1.875f32.to_le_bytes()).0, 0);
+    for t in 6..=9 {
+        let z = crate::standalone::collectives::type_size(t).unwrap();
+        let v = values(t, 3, 9, 500);
+        assert_eq!(v.len(), 500 * z);
+        for x in v.chunks(z) {
+            let m = decode(t, x).abs();
+            assert!((0.125..4.0).contains(&m), "type {t}: {m}");
+        }
+    }
 }
