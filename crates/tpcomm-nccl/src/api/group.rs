@@ -39,7 +39,10 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         if settings::get().standalone == Standalone::Always {
             group::leave();
             if group::depth() == 0 {
-                return crate::standalone::create::finish_group();
+                let made = crate::standalone::create::finish_group();
+                // Sends and receives on standalone communicators.
+                let moved = crate::standalone::p2p::finish();
+                return if made != SUCCESS { made } else { moved };
             }
             return SUCCESS;
         }
@@ -52,8 +55,13 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         if group::depth() == 0 {
             // Standalone ranks made inside the group (auto mode's marked ids).
             let served = crate::standalone::create::finish_group();
+            // Sends and receives on standalone communicators of the group.
+            let moved = crate::standalone::p2p::finish();
             if served != SUCCESS {
                 return served;
+            }
+            if moved != SUCCESS {
+                return moved;
             }
             for (comm, origin, after) in PENDING.take() {
                 let comm = comm as NcclComm;

@@ -10,6 +10,8 @@ pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod p2p;
+pub(crate) mod rooted;
 
 /// Standalone communicators driven through the exported functions.
 #[cfg(test)]
@@ -44,6 +46,14 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclReduceScatter",
     "ncclBroadcast",
     "ncclBcast",
+    // rooted.rs
+    "ncclReduce",
+    "ncclGather",
+    "ncclScatter",
+    "ncclAlltoAll",
+    // p2p.rs
+    "ncclSend",
+    "ncclRecv",
     // memory.rs
     "ncclMemAlloc",
     "ncclMemFree",

@@ -18,7 +18,7 @@ use tpcomm::{Algo, DType, ReduceOp};
 /// copied from `send` to `recv` on the stream (nothing when they are the
 /// same buffer), which is every collective's result with one rank.
 #[allow(clippy::too_many_arguments)]
-fn solo_copy(
+pub(crate) fn solo_copy(
     call: &str,
     a: &StandaloneComm,
     solo: &Staging,
@@ -44,7 +44,7 @@ fn solo_copy(
 
 /// The ops that leave one rank's values as they are (sum, prod, max, min,
 /// avg); pre-multiplied sums scale them.
-fn identity_alone(op: NcclRedOp) -> bool {
+pub(crate) fn identity_alone(op: NcclRedOp) -> bool {
     (0..=4).contains(&op)
 }
 

@@ -32,6 +32,10 @@ pub struct StandaloneComm {
     /// How many ncclCommSplit calls this communicator has had (every rank
     /// makes them in the same order, so the count names each one).
     pub splits: std::sync::atomic::AtomicU64,
+    /// How many groups of sends and receives this communicator has ended
+    /// (each rank ends them in the same order: the count names the
+    /// exchange of their sizes, p2p.rs).
+    pub p2p_groups: std::sync::atomic::AtomicU64,
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
     pub live: Option<StandaloneGpu>,

@@ -94,6 +94,7 @@ pub fn create(
             device,
             secret,
             splits: Default::default(),
+            p2p_groups: Default::default(),
             live: None,
             solo: None,
         });
@@ -296,6 +297,7 @@ fn create_on(
                     device,
                     secret,
                     splits: Default::default(),
+                    p2p_groups: Default::default(),
                     live: None,
                     solo: Some(st),
                 });
@@ -323,6 +325,7 @@ fn create_on(
                 device,
                 secret,
                 splits: Default::default(),
+                p2p_groups: Default::default(),
                 live: Some(live),
                 solo: None,
             });

@@ -7,6 +7,10 @@
 //! - registry.rs: the handles of the communicators this mode serves;
 //! - collectives.rs: the calls on tpcomm's collective kernels;
 //! - gathered.rs: the other types and ops, reduced from gathered blocks;
+//! - rooted.rs, rooted_plan.rs: ncclReduce, ncclGather, ncclScatter and
+//!   ncclAlltoAll, planned as steps of those byte-exact paths;
+//! - p2p.rs, p2p_plan.rs: ncclSend and ncclRecv, a group's calls run at
+//!   its end as an all-to-all-v of the same steps;
 //! - auto_mode.rs: TPCOMM_STANDALONE=auto, where a census at creation
 //!   decides between real NCCL and this mode.
 //!
@@ -30,7 +34,11 @@ pub(crate) mod comm;
 pub(crate) mod create;
 pub(crate) mod gathered;
 pub(crate) mod launch_gate;
+pub(crate) mod p2p;
+pub(crate) mod p2p_plan;
 pub(crate) mod registry;
+pub(crate) mod rooted;
+pub(crate) mod rooted_plan;
 
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};

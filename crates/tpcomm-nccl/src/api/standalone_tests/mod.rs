@@ -21,13 +21,14 @@ pub(crate) fn hollow(rank: usize, world: usize) -> NcclComm {
     )
 }
 
-fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
+pub(crate) fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm {
     insert(StandaloneComm {
         rank,
         world,
         device: 0,
         secret,
         splits: Default::default(),
+        p2p_groups: Default::default(),
         live: None,
         solo: None,
     })
@@ -117,6 +118,7 @@ fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
         device: 0,
         secret,
         splits: Default::default(),
+        p2p_groups: Default::default(),
         live: None,
         solo: None,
     });
@@ -132,6 +134,7 @@ fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
         device: 7,
         secret,
         splits: Default::default(),
+        p2p_groups: Default::default(),
         live: None,
         solo: None,
     });
@@ -253,13 +256,16 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
     // SAFETY: the handle is only looked up; no buffer is touched by a
     // refused call.
     unsafe {
-        assert_eq!(
-            crate::forward::passthrough::ncclSend(p(0x100), 4, 7, 0, h, p(0)),
-            5
+        // A send is served (at its group's end); a peer out of range is
+        // refused at the call.
+        assert_eq!(crate::api::p2p::ncclSend(p(0x100), 4, 7, 3, h, p(0)), 4);
+        assert!(
+            text().contains("ncclSend rank 1/3: peer 3 is not a rank"),
+            "{}",
+            text()
         );
-        assert!(text().contains("cannot serve ncclSend"), "{}", text());
         assert_eq!(
-            crate::forward::passthrough::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
+            crate::api::rooted::ncclAlltoAll(p(0x100), p(0x200), 4, 7, h, p(0)),
             5
         );
         assert!(text().contains("ncclAlltoAll"), "{}", text());
@@ -345,6 +351,10 @@ fn a_split_orders_each_colour_by_key_then_parent_rank() {
 }
 
 mod gpu;
+mod p2p;
+mod p2p_gpu;
+mod rooted;
+mod rooted_gpu;
 
 /// ncclCommInitRankScalable given standalone ids makes a standalone
 /// communicator under the first (here, without a GPU, it fails at the

@@ -1,0 +1,341 @@
+//! ncclReduce, ncclGather, ncclScatter and ncclAlltoAll on a standalone
+//! communicator (docs/standalone.md): the arguments checked, then the plan
+//! of rooted_plan.rs launched on the caller's stream (the byte-exact
+//! all-gather or broadcast of expanded words through the staging buffer,
+//! compacted or reduced in rank order), in pieces that fit the staging
+//! buffer, so any count is served. Nothing here synchronises the host or
+//! reads device memory, so every call can be captured in a CUDA graph; a
+//! communicator of one rank copies.
+
+use crate::standalone::collectives::{solo_copy, type_size};
+use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
+use crate::standalone::gathered::expanded_block;
+use crate::standalone::registry::INVALID_ARGUMENT;
+use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
+use crate::standalone::{self};
+use crate::types::*;
+use std::ffi::{c_int, c_void};
+use tpcomm::cuda::gathered::{Elem, Form, Op};
+use tpcomm::cuda::{CUstream, Collective, Launch};
+use tpcomm::DType;
+
+/// Which call, as the exports name it (with the reduce's op).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum What {
+    Reduce(NcclRedOp),
+    Gather,
+    Scatter,
+    AllToAll,
+}
+
+impl What {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            What::Reduce(_) => "ncclReduce",
+            What::Gather => "ncclGather",
+            What::Scatter => "ncclScatter",
+            What::AllToAll => "ncclAlltoAll",
+        }
+    }
+}
+
+/// Which buffers `rank` uses in `kind`: `(send, recv)`.
+fn used(kind: Kind, rank: usize) -> (bool, bool) {
+    match kind {
+        Kind::Reduce { root, .. } | Kind::Gather { root } => (true, rank == root),
+        Kind::Scatter { root } => (rank == root, true),
+        Kind::AllToAll => (true, true),
+    }
+}
+
+/// The checks every one of these calls makes first, in NCCL's codes
+/// (ncclInvalidArgument for a root out of range, an unknown type or op, a
+/// count whose buffers overflow, a NULL buffer this rank uses; `root` is
+/// not read for an all-to-all); fp8 reductions are refused
+/// (ncclInvalidUsage) as the all-reduce refuses them. `Ok` is the plan's
+/// kind; every failure has its text for ncclGetLastError.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check(
+    what: What,
+    rank: usize,
+    world: usize,
+    root: c_int,
+    count: usize,
+    datatype: NcclDataType,
+    send: *const c_void,
+    recv: *mut c_void,
+) -> Result<Kind, NcclResult> {
+    let call = what.name();
+    let bad = |why: String| Err(standalone::fail(INVALID_ARGUMENT, format!("{call}: {why}")));
+    if what != What::AllToAll && (root < 0 || root as usize >= world) {
+        return bad(format!(
+            "root {root} is not a rank of this {world}-rank communicator"
+        ));
+    }
+    let r = root.max(0) as usize;
+    let Some(z) = type_size(datatype) else {
+        return bad(format!(
+            "ncclDataType {datatype} is not an NCCL data type (0 to 11)"
+        ));
+    };
+    if let What::Reduce(op) = what {
+        if Op::from_nccl(op).is_none() {
+            return bad(format!("ncclRedOp {op} is not sum, prod, max, min or avg (standalone mode makes no pre-multiplied sums)"));
+        }
+        if Elem::from_nccl(datatype).is_none() {
+            return Err(standalone::unservable(
+                call,
+                &format!("ncclDataType {datatype} (fp8 reductions are not in tpcomm)"),
+            ));
+        }
+    }
+    let fits = count
+        .checked_mul(z)
+        .and_then(|b| b.checked_mul(world))
+        .is_some_and(|b| b <= isize::MAX as usize);
+    if !fits {
+        return bad(format!(
+            "count {count} of ncclDataType {datatype} overflows the buffers"
+        ));
+    }
+    let kind = match what {
+        What::Reduce(_) => Kind::Reduce {
+            root: r,
+            elem: z,
+            recv_aligned: (recv as usize).is_multiple_of(z),
+        },
+        What::Gather => Kind::Gather { root: r },
+        What::Scatter => Kind::Scatter { root: r },
+        What::AllToAll => Kind::AllToAll,
+    };
+    let (s, rv) = used(kind, rank);
+    if count > 0 && s && send.is_null() {
+        return bad("sendbuff is NULL".into());
+    }
+    if count > 0 && rv && recv.is_null() {
+        return bad("recvbuff is NULL".into());
+    }
+    Ok(kind)
+}
+
+/// The bytes of one gathered area of the staging buffer for `kind`: the
+/// expanded all-gather's, shrunk further until a broadcast of a whole area
+/// fits the transport too (scatter).
+fn block_for(l: &StandaloneGpu, world: usize, kind: Kind) -> Option<usize> {
+    let mut block = expanded_block(l, world)?;
+    if let Kind::Scatter { root } = kind {
+        let what = Collective::Broadcast { root };
+        while block >= 16 && !l.gpu.collective_fits(what, block / 2, DType::F16) {
+            block = (block / 2) / 16 * 16;
+        }
+    }
+    (block >= 16).then_some(block)
+}
+
+/// Runs `kind` for `count` elements of `z` bytes: one rank copies; otherwise
+/// the plan's steps are launched (through the launch gate) on the stream.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    call: &str,
+    a: &StandaloneComm,
+    kind: Kind,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    red: Option<(Elem, Op)>,
+    stream: CudaStream,
+) -> NcclResult {
+    if let Some(solo) = &a.solo {
+        return solo_copy(call, a, solo, send, recv, count, datatype, stream);
+    }
+    let l = match live(a, call) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    if count == 0 {
+        return SUCCESS;
+    }
+    let z = type_size(datatype).unwrap_or(1);
+    let steps = block_for(l, a.world, kind).and_then(|block| {
+        let shape = Shape {
+            rank: a.rank,
+            world: a.world,
+            block,
+        };
+        // The steps' staging offsets stay below this (rooted_plan.rs).
+        (shape.staging_bytes() <= l.staging.bytes())
+            .then(|| plan(kind, shape, count, z))
+            .flatten()
+    });
+    let Some(steps) = steps else {
+        return standalone::unservable(
+            call,
+            &format!(
+                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
+                l.staging.bytes(),
+                a.world
+            ),
+        );
+    };
+    let (s, r, stage) = (send as u64, recv as u64, l.staging.ptr());
+    let at = move |x: Loc| match x {
+        Loc::Send(o) => s + o as u64,
+        Loc::Recv(o) => r + o as u64,
+        Loc::Stage(o) => stage + o as u64,
+        // Not in these plans.
+        Loc::Op(..) => 0,
+    };
+    run(call, a, || {
+        // SAFETY: the call's contract (nccl.h): device buffers of this GPU,
+        // as large as the call says (rooted_plan.rs's steps stay inside
+        // them, and touch a non-root's unused buffer nowhere), valid until
+        // the stream has run the call, on a stream of this GPU; the staging
+        // offsets stay inside the staging buffer (block_for sized it).
+        unsafe { launch(l, a.world, &at, &steps, red, stream as CUstream) }
+    })
+}
+
+/// Launches `steps` on `st`, in order, each place at the address `at` gives.
+///
+/// # Safety
+/// Every step's range lies inside the buffer it names (at `at`'s address:
+/// the caller's buffers or the staging buffer of `l`), device memory of
+/// `l`'s GPU valid until `st` has run them.
+pub(crate) unsafe fn launch(
+    l: &StandaloneGpu,
+    world: usize,
+    at: &dyn Fn(Loc) -> u64,
+    steps: &[Step],
+    red: Option<(Elem, Op)>,
+    st: CUstream,
+) -> tpcomm::Result<()> {
+    let coll = |what, from, to, words| {
+        // SAFETY: the caller's contract; the gathered area and this rank's
+        // own area of the staging buffer are disjoint.
+        unsafe {
+            l.gpu.collective(
+                what,
+                at(from),
+                at(to),
+                words,
+                DType::F16,
+                st,
+                Launch::Ordinary,
+            )
+        }
+    };
+    for step in steps {
+        // SAFETY: the caller's contract covers every range named here.
+        unsafe {
+            match *step {
+                Step::Expand {
+                    from,
+                    from_stride,
+                    to,
+                    to_stride,
+                    nbytes,
+                    blocks,
+                }
+                | Step::Compact {
+                    from,
+                    from_stride,
+                    to,
+                    to_stride,
+                    nbytes,
+                    blocks,
+                } => {
+                    let form = match step {
+                        Step::Expand { .. } => Form::Expand,
+                        _ => Form::Compact,
+                    };
+                    l.gathered.convert(
+                        form,
+                        at(from),
+                        from_stride as u64,
+                        at(to),
+                        to_stride as u64,
+                        nbytes,
+                        blocks,
+                        st,
+                    )?
+                }
+                Step::AllGather { from, to, words } => {
+                    coll(Collective::AllGather, from, to, words)?
+                }
+                Step::Broadcast {
+                    root,
+                    from,
+                    to,
+                    words,
+                } => coll(Collective::Broadcast { root }, from, to, words)?,
+                Step::Reduce {
+                    from,
+                    stride,
+                    to,
+                    count,
+                } => {
+                    let (elem, op) = red.ok_or_else(|| {
+                        tpcomm::Error::invalid("standalone reduce", "a reduction without an op")
+                    })?;
+                    l.gathered.reduce(
+                        at(from),
+                        stride as u64,
+                        world,
+                        at(to),
+                        count,
+                        elem,
+                        op,
+                        st,
+                    )?
+                }
+                Step::Copy { from, to, bytes } => l.staging.copy(at(to), at(from), bytes, st)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ncclReduce`, `ncclGather`, `ncclScatter` or `ncclAlltoAll` on a
+/// standalone communicator (`root` is not read for an all-to-all):
+///
+/// - reduce: every type 0 to 9 with sum, prod, max, min or avg, reduced in
+///   rank order (the gathered all-reduce's arithmetic: integers wrapping,
+///   f16/bf16 in f32 rounded once) into the root's receive buffer only;
+/// - gather: rank `r`'s block to block `r` of the root's receive buffer;
+/// - scatter: block `r` of the root's send buffer to rank `r`;
+/// - all-to-all: block `j` of rank `i`'s send buffer to block `i` of rank
+///   `j`'s receive buffer;
+///
+/// any type (the bytes only move, exactly), `count` elements a block.
+#[allow(clippy::too_many_arguments)]
+pub fn rooted(
+    what: What,
+    a: &StandaloneComm,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+    stream: CudaStream,
+) -> NcclResult {
+    let kind = match check(what, a.rank, a.world, root, count, datatype, send, recv) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let red = match what {
+        What::Reduce(op) => Elem::from_nccl(datatype).zip(Op::from_nccl(op)),
+        _ => None,
+    };
+    serve(
+        what.name(),
+        a,
+        kind,
+        send,
+        recv,
+        count,
+        datatype,
+        red,
+        stream,
+    )
+}

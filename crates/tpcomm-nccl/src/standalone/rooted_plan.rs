@@ -1,0 +1,257 @@
+//! The plans of the rooted and all-to-all calls on a standalone
+//! communicator (ncclReduce, ncclGather, ncclScatter, ncclAlltoAll): each
+//! call becomes, on each rank, a list of steps over the caller's buffers
+//! and the staging buffer, built only from what the drop-in already serves
+//! byte-exactly (gathered.rs): bytes expanded to 16-bit words, an
+//! all-gather or broadcast of those words, compacted back, or reduced in
+//! rank order. rooted.rs launches the steps on the caller's stream; this
+//! file is pure, so that the layouts and the piece planning are checked on
+//! the host (rooted_plan/tests.rs runs every rank's plan in a host model).
+//!
+//! The staging buffer holds `world` gathered areas of `block` bytes from
+//! offset 0 and this rank's own expanded area at `world * block`. A call
+//! larger than one piece runs in pieces, each of them every step once; all
+//! ranks make the same collective steps with the same sizes (they depend
+//! only on the call, never on the rank), so the kernels pair up. A
+//! non-root's receive buffer (reduce, gather) and send buffer (scatter)
+//! appear in no step.
+
+/// Where a step reads or writes: a byte offset into the caller's send or
+/// receive buffer, or into the staging buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loc {
+    Send(usize),
+    Recv(usize),
+    Stage(usize),
+    /// The buffer of a group's `i`-th send or receive (p2p.rs's plans).
+    Op(usize, usize),
+}
+
+/// One launch on the caller's stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `blocks` blocks of `nbytes` plain bytes (`from_stride` apart) written
+    /// as 16-bit words 0x00bb (`to_stride` apart).
+    Expand {
+        from: Loc,
+        from_stride: usize,
+        to: Loc,
+        to_stride: usize,
+        nbytes: usize,
+        blocks: usize,
+    },
+    /// The reverse of `Expand`: strides and `nbytes` count the same way.
+    Compact {
+        from: Loc,
+        from_stride: usize,
+        to: Loc,
+        to_stride: usize,
+        nbytes: usize,
+        blocks: usize,
+    },
+    /// Every rank's `words` 16-bit words at `from` to `to + rank * 2 * words`.
+    AllGather { from: Loc, to: Loc, words: usize },
+    /// The root's `words` 16-bit words at `from` to every rank's `to`.
+    Broadcast {
+        root: usize,
+        from: Loc,
+        to: Loc,
+        words: usize,
+    },
+    /// Element-wise reduction in rank order of `world` expanded blocks of
+    /// `count` elements (`stride` bytes apart) into plain elements at `to`.
+    Reduce {
+        from: Loc,
+        stride: usize,
+        to: Loc,
+        count: usize,
+    },
+    /// A plain device-to-device copy.
+    Copy { from: Loc, to: Loc, bytes: usize },
+}
+
+/// Which call, with what only it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `elem` bytes per element; `recv_aligned`: the root's receive buffer is
+    /// aligned to the element (the reduction kernel writes whole elements).
+    Reduce {
+        root: usize,
+        elem: usize,
+        recv_aligned: bool,
+    },
+    Gather {
+        root: usize,
+    },
+    Scatter {
+        root: usize,
+    },
+    AllToAll,
+}
+
+/// The communicator's side of a plan: this rank, the ranks, and the bytes
+/// of one gathered area of the staging buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub rank: usize,
+    pub world: usize,
+    pub block: usize,
+}
+
+impl Shape {
+    /// Where this rank's own expanded area starts in the staging buffer.
+    pub(crate) fn mine(&self) -> Loc {
+        Loc::Stage(self.world * self.block)
+    }
+
+    /// The staging bytes a plan of this shape may touch.
+    pub fn staging_bytes(&self) -> usize {
+        (self.world + 1) * self.block
+    }
+}
+
+/// What one piece moves: elements for a reduce, bytes per rank (gather) or
+/// per pair of ranks (scatter, all-to-all) otherwise; 0 when the staging
+/// buffer holds no piece.
+pub fn per_piece(kind: Kind, s: Shape) -> usize {
+    match kind {
+        Kind::Reduce { elem, .. } => (s.block / 2) / elem.max(1),
+        Kind::Gather { .. } => s.block / 2,
+        Kind::Scatter { .. } | Kind::AllToAll => s.block / (2 * s.world.max(1)),
+    }
+}
+
+/// `(offset, length)` of the pieces of `total` units, `per` at most each
+/// (`per` at least 1); none for a total of 0.
+pub fn pieces(total: usize, per: usize) -> impl Iterator<Item = (usize, usize)> {
+    let per = per.max(1);
+    (0..total.div_ceil(per)).map(move |i| (i * per, per.min(total - i * per)))
+}
+
+/// Every step of `kind` on this rank for `count` elements of `z` bytes (a
+/// rank's block: the reduce's and gather's input, the scatter's output, one
+/// all-to-all block); empty for `count` 0. `None` when the staging buffer
+/// holds no piece.
+pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
+    let per = per_piece(kind, s);
+    if per == 0 {
+        return None;
+    }
+    let (me, w, mine) = (s.rank, s.world, s.mine());
+    let nbytes = count * z;
+    let mut v = Vec::new();
+    match kind {
+        Kind::Reduce {
+            root, recv_aligned, ..
+        } => {
+            for (off, n) in pieces(count, per) {
+                let (o, b) = (off * z, n * z);
+                v.push(expand(Loc::Send(o), 0, mine, 0, b, 1));
+                v.push(Step::AllGather {
+                    from: mine,
+                    to: Loc::Stage(0),
+                    words: b,
+                });
+                if me == root {
+                    let to = if recv_aligned { Loc::Recv(o) } else { mine };
+                    v.push(Step::Reduce {
+                        from: Loc::Stage(0),
+                        stride: 2 * b,
+                        to,
+                        count: n,
+                    });
+                    if !recv_aligned {
+                        v.push(Step::Copy {
+                            from: mine,
+                            to: Loc::Recv(o),
+                            bytes: b,
+                        });
+                    }
+                }
+            }
+        }
+        Kind::Gather { root } => {
+            for (o, m) in pieces(nbytes, per) {
+                v.push(expand(Loc::Send(o), 0, mine, 0, m, 1));
+                v.push(Step::AllGather {
+                    from: mine,
+                    to: Loc::Stage(0),
+                    words: m,
+                });
+                if me == root {
+                    v.push(Step::Compact {
+                        from: Loc::Stage(0),
+                        from_stride: 2 * m,
+                        to: Loc::Recv(o),
+                        to_stride: nbytes,
+                        nbytes: m,
+                        blocks: w,
+                    });
+                }
+            }
+        }
+        Kind::Scatter { root } => {
+            for (o, m) in pieces(nbytes, per) {
+                if me == root {
+                    v.push(expand(Loc::Send(o), nbytes, mine, 2 * m, m, w));
+                }
+                v.push(Step::Broadcast {
+                    root,
+                    from: mine,
+                    to: Loc::Stage(0),
+                    words: w * m,
+                });
+                v.push(Step::Compact {
+                    from: Loc::Stage(me * 2 * m),
+                    from_stride: 0,
+                    to: Loc::Recv(o),
+                    to_stride: 0,
+                    nbytes: m,
+                    blocks: 1,
+                });
+            }
+        }
+        Kind::AllToAll => {
+            for (o, m) in pieces(nbytes, per) {
+                v.push(expand(Loc::Send(o), nbytes, mine, 2 * m, m, w));
+                v.push(Step::AllGather {
+                    from: mine,
+                    to: Loc::Stage(0),
+                    words: w * m,
+                });
+                v.push(Step::Compact {
+                    from: Loc::Stage(me * 2 * m),
+                    from_stride: 2 * w * m,
+                    to: Loc::Recv(o),
+                    to_stride: nbytes,
+                    nbytes: m,
+                    blocks: w,
+                });
+            }
+        }
+    }
+    Some(v)
+}
+
+fn expand(
+    from: Loc,
+    from_stride: usize,
+    to: Loc,
+    to_stride: usize,
+    nbytes: usize,
+    blocks: usize,
+) -> Step {
+    Step::Expand {
+        from,
+        from_stride,
+        to,
+        to_stride,
+        nbytes,
+        blocks,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod model;
+#[cfg(test)]
+mod tests;
