@@ -11,6 +11,7 @@ pub(crate) mod columns;
 mod measure;
 pub(crate) mod unified;
 
+use crate::checks;
 use crate::workers::{Supervisor, POLL};
 use clap::{Args, ValueEnum};
 use measure::{worker, worker_process};
@@ -139,12 +140,12 @@ impl BenchArgs {
                 self.ranks
             ));
         }
-        if self.min_bytes.bytes() == 0 || self.min_bytes > self.max_bytes {
-            return Err(format!(
-                "--min-bytes {} must be above zero and at most --max-bytes {}",
-                self.min_bytes, self.max_bytes
-            ));
-        }
+        checks::size_range(
+            ("--min-bytes", self.min_bytes),
+            ("--max-bytes", self.max_bytes),
+            self.dtype,
+        )
+        .map_err(|e| e.to_string())?;
         if self.max_bytes > ByteSize::gib(4) {
             return Err(format!(
                 "--max-bytes {} is above the 4 GiB this benchmark allows",
@@ -164,6 +165,11 @@ impl BenchArgs {
                 "--warmup {} is above the {MAX_CALLS} untimed calls per size this benchmark allows",
                 self.warmup
             ));
+        }
+        // What each rank's communicator would refuse, refused once here.
+        checks::host_sizes(self.ranks, self.max_message, self.piece).map_err(|e| e.to_string())?;
+        if let Some(p) = &self.json {
+            checks::output_file("--json", p).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -241,6 +247,9 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         return worker_process(&args, &spec);
     }
     args.check_memory(tpcomm::host::available_memory())?;
+    if let Some(w) = checks::cores_warning(args.ranks, checks::cores()) {
+        eprintln!("tpcomm bench: {w}");
+    }
     // Removed when this returns, and also when a closed stdout unwinds it (pipe.rs).
     let dir = tempdir()?;
     let rendezvous = args

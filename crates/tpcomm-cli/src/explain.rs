@@ -15,7 +15,7 @@ use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// Message size ("64KiB", "1048576").
+    /// Message size ("64KiB", "1048576"): a whole number of --dtype elements.
     #[arg(long)]
     bytes: ByteSize,
     /// Element type: bf16, f16 or f32.
@@ -59,6 +59,11 @@ pub struct ExplainArgs {
 const NO_GPU_HINT: &str = "without a GPU here, name a machine class (--class nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu: its built-in defaults) or a tuning table (--table FILE, as `tpcomm tune` writes it); neither needs a GPU";
 
 pub fn run(args: ExplainArgs) -> i32 {
+    // Refused before this machine is probed, with the usage status.
+    if let Err(e) = crate::checks::message_size("--bytes", args.bytes, args.dtype) {
+        eprintln!("tpcomm explain: {e}");
+        return crate::checks::USAGE;
+    }
     let picked = selector_and_transport(&args).map_err(|e| {
         if args.class.is_none() && args.table.is_none() {
             format!("{e}\ntpcomm explain: {NO_GPU_HINT}")

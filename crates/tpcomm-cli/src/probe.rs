@@ -7,7 +7,7 @@ use tpcomm::topology::{self, format, ProbeOptions, Topology};
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
     /// Print the topology as JSON on stdout, or, with FILE, write it there
-    /// (and print the table on stdout).
+    /// (and print the table on stdout; its directory must exist).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
 
@@ -25,6 +25,13 @@ pub struct ProbeArgs {
 
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: ProbeArgs) -> i32 {
+    // Where the JSON goes, checked before the GPUs are probed.
+    if let Some(p) = args.json.as_deref().filter(|p| p.as_os_str() != "-") {
+        if let Err(e) = crate::checks::output_file("--json", p) {
+            eprintln!("tpcomm probe: {e}");
+            return crate::checks::USAGE;
+        }
+    }
     match run_inner(&args) {
         Ok(()) => 0,
         Err(e) => {

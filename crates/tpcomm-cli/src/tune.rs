@@ -18,7 +18,7 @@ pub struct TuneArgs {
     /// Where to write the table; "-" for stdout. Default: the location the
     /// library looks in ($XDG_CONFIG_HOME or
     /// ~/.config)/tpcomm/tuning/FINGERPRINT.toml (FINGERPRINT as `tpcomm probe`
-    /// prints it).
+    /// prints it). Missing folders are made.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Make the table from GPU bench JSON files (`tpcomm bench --json` run on
@@ -47,10 +47,11 @@ pub struct TuneArgs {
     /// Element type measured.
     #[arg(long, default_value = "bf16")]
     dtype: DType,
-    /// Smallest message.
+    /// Smallest message (a whole number of --dtype elements).
     #[arg(long, default_value = "1KiB")]
     min: ByteSize,
-    /// Largest message: the communicator's buffer size.
+    /// Largest message (a whole number of --dtype elements): the communicator's
+    /// buffer size.
     #[arg(long, default_value = "64MiB")]
     max: ByteSize,
     /// Calls per timed repetition (bounds the time per point).
@@ -59,12 +60,18 @@ pub struct TuneArgs {
     /// Timed repetitions per point; the median is kept.
     #[arg(long, default_value_t = 7)]
     reps: usize,
-    /// Also write the raw measurement (`tpcomm bench` JSON) here.
+    /// Also write the raw measurement (`tpcomm bench` JSON) here (its directory
+    /// must exist).
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
 pub fn run(args: TuneArgs) -> i32 {
+    // Refused before anything is measured, and with the usage status.
+    if let Err(e) = check(&args) {
+        eprintln!("tpcomm tune: {e}");
+        return crate::checks::USAGE;
+    }
     match run_inner(&args) {
         Ok(()) => 0,
         Err(e) => {
@@ -72,6 +79,19 @@ pub fn run(args: TuneArgs) -> i32 {
             1
         }
     }
+}
+
+/// The options, before any work: where the table goes (its missing folders
+/// are made, so the nearest one that exists must be writable) and, when
+/// measuring, the GPU bench's checks in tune's words (sizes, `--json`).
+fn check(args: &TuneArgs) -> Result<()> {
+    if let Some(out) = args.out.as_deref().filter(|p| p.as_os_str() != "-") {
+        crate::checks::output_tree("--out", out, false)?;
+    }
+    if args.from_bench.is_empty() {
+        gpu_bench::validate_as(&bench_args(args)?, &gpu_bench::TUNE)?;
+    }
+    Ok(())
 }
 
 /// Rows of a measurement as table entries; rows with wrong elements are not

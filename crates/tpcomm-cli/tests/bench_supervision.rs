@@ -286,18 +286,27 @@ fn two_runs_on_one_rendezvous_path_never_mix_ranks() {
 fn huge_iters_warmup_or_max_bytes_are_errors_naming_the_flag() {
     // 64 ranks of 4 GiB messages need terabytes: more than any CI machine.
     // Out-of-range options are usage errors (exit 2); a run too large for
-    // this machine is found once the run is sized (exit 1).
+    // this machine is found once the run is sized (exit 1). The segment's
+    // size is checked as each rank's communicator would, but once, before
+    // any rank starts (src/checks.rs).
     for (flag, value, more, code) in [
         ("--iters", "18446744073709551615", &[][..], 2),
         ("--iters", "1000001", &[], 2),
         ("--warmup", "99999999999", &[], 2),
         ("--max-bytes", "4GiB", &["--ranks", "64"][..], 1),
         // The segment's size comes from --max-message: named when it is
-        // what does not fit (it was blamed on --max-bytes).
+        // out of range (it was blamed on --max-bytes).
         (
             "--max-message",
             "18446744073709551615",
             &["--max-bytes", "1KiB"][..],
+            2,
+        ),
+        // In range, but more than this machine has: found once sized.
+        (
+            "--max-message",
+            "16GiB",
+            &["--max-bytes", "1KiB", "--ranks", "64"][..],
             1,
         ),
     ] {

@@ -137,7 +137,7 @@ fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
         out.contains("choice: host:one-shot") && out.contains("communicator: host transport"),
         "{out}"
     );
-    let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "1"]);
+    let (ok, _, err) = run(&["explain", "--class", "infiniband", "--bytes", "2"]);
     assert!(
         !ok && err.contains("\"infiniband\"") && !err.contains("panicked"),
         "{err}"
@@ -149,7 +149,7 @@ fn explain_with_a_malformed_table_names_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, FIXTURE.replace("bytes = 4096", "bytes = -4096")).unwrap();
-    let (ok, out, err) = run(&["explain", "--table", p.to_str().unwrap(), "--bytes", "1"]);
+    let (ok, out, err) = run(&["explain", "--table", p.to_str().unwrap(), "--bytes", "2"]);
     assert!(!ok && out.is_empty(), "{out}");
     assert!(
         err.starts_with("tpcomm explain: invalid tuning table"),

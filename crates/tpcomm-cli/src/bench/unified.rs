@@ -70,10 +70,12 @@ struct BenchOpts {
     /// prints which it chose and why.
     #[arg(long, value_enum)]
     launch: Option<Launch>,
-    /// Smallest message; sizes double up to --max-bytes. Default 1KiB.
+    /// Smallest message, a whole number of --dtype elements; sizes double up
+    /// to --max-bytes. Default 1KiB.
     #[arg(long, visible_alias = "min")]
     min_bytes: Option<ByteSize>,
-    /// Largest message (on GPUs also the communicator's buffer). Default 64MiB.
+    /// Largest message, a whole number of --dtype elements (on GPUs also the
+    /// communicator's buffer). Default 64MiB.
     #[arg(long, visible_alias = "max")]
     max_bytes: Option<ByteSize>,
     /// Element type: f32, f16, bf16. Default: f32 on CPU, bf16 on GPUs.
@@ -91,7 +93,8 @@ struct BenchOpts {
     /// and per captured graph (default 20).
     #[arg(long)]
     iters: Option<usize>,
-    /// Also write the results as JSON here (tpcomm::report::BenchReport).
+    /// Also write the results as JSON here (tpcomm::report::BenchReport); its
+    /// directory must exist and be writable (checked before the run).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Bound on every wait, e.g. "5s", "500ms". Default 10s on CPU, 20s on GPUs.
@@ -103,7 +106,9 @@ struct BenchOpts {
 
     /// Number of ranks. CPU: 2 to 64, default 2. GPUs: 2 to 8, default every GPU;
     /// ranks go round-robin over the GPUs, so more ranks than GPUs share
-    /// them (rows then say "shared GPU": never an N-GPU result).
+    /// them (rows then say "shared GPU": never an N-GPU result). CPU ranks
+    /// beyond the cores this process may use get a warning: their timings are
+    /// unrepresentative.
     #[arg(long)]
     ranks: Option<usize>,
     /// CPU: reduce op: sum, max, min (GPUs: sum only). Default sum.
@@ -112,10 +117,12 @@ struct BenchOpts {
     /// CPU: untimed calls before timing (default 5).
     #[arg(long, help_heading = "CPU ranks")]
     warmup: Option<usize>,
-    /// CPU: largest message reduced in one piece (fixes the segment size; default 8MiB).
+    /// CPU: largest message reduced in one piece (fixes the segment size; 4KiB
+    /// to 16GiB, default 8MiB).
     #[arg(long, help_heading = "CPU ranks")]
     max_message: Option<ByteSize>,
-    /// CPU: most bytes one epoch carries; larger messages are pipelined (default 8MiB).
+    /// CPU: most bytes one epoch carries; larger messages are pipelined (at
+    /// least 4KiB and --max-message / 2048; default 8MiB).
     #[arg(long, help_heading = "CPU ranks")]
     piece: Option<ByteSize>,
     /// CPU: where ranks meet (default: a fresh temporary directory).

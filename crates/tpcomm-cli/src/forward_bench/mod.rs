@@ -99,7 +99,7 @@ pub struct ForwardBenchArgs {
     /// Bound on every wait, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     timeout_ms: u64,
-    /// Write the results as JSON here.
+    /// Write the results as JSON here (its directory must exist).
     #[arg(long)]
     json: Option<PathBuf>,
     #[arg(long, hide = true)]
@@ -305,6 +305,18 @@ struct RankOut {
 
 /// Runs the bench; errors are printed after `name` (the spelling the user typed).
 pub fn run(args: ForwardBenchArgs, name: &str) -> i32 {
+    // Refused before any worker starts or GPU is looked for, with the usage
+    // status; the workers decide the modes again once `auto` is resolved.
+    let checked = modes_for(args.modes.as_deref(), args.transport)
+        .and_then(|_| check_counts(&args))
+        .and_then(|()| match &args.json {
+            Some(p) => Ok(crate::checks::output_file("--json", p)?),
+            None => Ok(()),
+        });
+    if let Err(e) = checked {
+        eprintln!("{name}: {e}");
+        return crate::checks::USAGE;
+    }
     match run_inner(args, name) {
         Ok(()) => 0,
         Err(e) => {

@@ -66,10 +66,11 @@ pub struct GpuBenchArgs {
     /// Element type: bf16, f16 or f32.
     #[arg(long, default_value = "bf16")]
     pub(crate) dtype: DType,
-    /// Smallest message.
+    /// Smallest message (a whole number of --dtype elements).
     #[arg(long, default_value = "1KiB")]
     pub(crate) min: ByteSize,
-    /// Largest message (also the communicator's buffer size).
+    /// Largest message (a whole number of --dtype elements; also the
+    /// communicator's buffer size).
     #[arg(long, default_value = "64MiB")]
     pub(crate) max: ByteSize,
     /// Algorithms, comma separated: one-shot, two-shot, auto, nccl. `auto` runs what
@@ -98,7 +99,7 @@ pub struct GpuBenchArgs {
     /// Bound on every wait, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub(crate) timeout_ms: u64,
-    /// Write the results as JSON here.
+    /// Write the results as JSON here (its directory must exist).
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
     /// Also measure the midpoints between powers of two (1.5 x each), as `tpcomm tune` does.
@@ -187,6 +188,11 @@ pub(crate) struct RankOut {
 
 /// Runs the bench; errors are printed after `name` (the spelling the user typed).
 pub fn run(args: GpuBenchArgs, name: &str) -> i32 {
+    // Refused before any GPU is looked for, and with the usage status.
+    if let Err(e) = validate_as(&args, &BENCH) {
+        eprintln!("{name}: {e}");
+        return crate::checks::USAGE;
+    }
     match run_inner(args) {
         Ok(()) => 0,
         Err(e) => {
@@ -222,6 +228,9 @@ pub(crate) struct Spelling {
     pub(crate) command: &'static str,
     /// The flag that sets the number of ranks.
     pub(crate) ranks: &'static str,
+    /// The flags of the smallest and the largest message.
+    pub(crate) min: &'static str,
+    pub(crate) max: &'static str,
     /// What to do instead on a machine without a CUDA GPU.
     pub(crate) without_gpu: &'static str,
 }
@@ -231,6 +240,8 @@ pub(crate) struct Spelling {
 pub(crate) const BENCH: Spelling = Spelling {
     command: "tpcomm bench",
     ranks: "--ranks",
+    min: "--min-bytes",
+    max: "--max-bytes",
     without_gpu: "`tpcomm bench --device cpu` measures CPU ranks",
 };
 
@@ -238,6 +249,8 @@ pub(crate) const BENCH: Spelling = Spelling {
 pub(crate) const TUNE: Spelling = Spelling {
     command: "tpcomm tune",
     ranks: "--gpus",
+    min: "--min",
+    max: "--max",
     without_gpu: "`tpcomm tune --from-bench FILE` makes a table from GPU bench JSON measured on a machine with GPUs",
 };
 
@@ -427,12 +440,14 @@ fn validate(args: &GpuBenchArgs) -> Result<()> {
 
 /// Every option in its range before any GPU work, each error naming the
 /// flag as `spelling`'s command takes it.
-fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
-    if args.min.bytes() == 0 || args.min > args.max {
-        return Err(Error::invalid(
-            "--min/--max",
-            format!("need 0 < min <= max, got {} and {}", args.min, args.max),
-        ));
+pub(crate) fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()> {
+    crate::checks::size_range(
+        (spelling.min, args.min),
+        (spelling.max, args.max),
+        args.dtype,
+    )?;
+    if let Some(p) = &args.json {
+        crate::checks::output_file("--json", p)?;
     }
     // Each count bounded on both sides, named by its own flag, before any
     // GPU work: a huge one would overflow a buffer's capacity or run for

@@ -75,8 +75,8 @@ fn workers_parse_back_the_parents_arguments() {
     ]);
     let dir = std::path::Path::new("/tmp/rv dir");
     let argv = worker_argv(&parent, 2, 1, dir);
-    let cli = crate::Cli::try_parse_from(std::iter::once("tpcomm".into()).chain(argv)).unwrap();
-    let crate::Command::GpuBenchWorker(w) = cli.command else {
+    let job = crate::parse(std::iter::once("tpcomm".into()).chain(argv).collect()).unwrap();
+    let crate::Job::GpuBenchWorker(w) = job else {
         panic!("workers must run the GPU bench")
     };
     assert_eq!(w.worker_rank, Some(1));

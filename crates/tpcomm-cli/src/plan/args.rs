@@ -207,7 +207,7 @@ pub struct SpecArgs {
     /// cycle it reports, bonus token included). Repeatable.
     #[arg(long, value_name = "S,K,N,TAU", value_parser = parse_tree)]
     pub(super) tree: Vec<Tree>,
-    /// Write latency.png and cycle.png here.
+    /// Write latency.png and cycle.png here (the folder is made if missing).
     #[arg(long, value_name = "DIR")]
     pub(super) plot: Option<PathBuf>,
 }

@@ -380,6 +380,11 @@ fn plain_latency(a: &SpecArgs, cat: &Catalog, interp: Interp) -> Result<Option<L
 }
 
 fn spec(a: SpecArgs) -> Result<()> {
+    // Where the plots go (made if missing), checked before any planning.
+    if let Some(dir) = &a.plot {
+        crate::checks::output_tree("--plot", dir, true)
+            .map_err(|e| PlanError::invalid(e.flag(), e.detail()))?;
+    }
     let cat = load_catalog(&a.common.catalog)?;
     let r = resolve(&a.common, Some(&a.draft), &cat)?;
     let draft = r

@@ -94,6 +94,16 @@ impl HostConfig {
         }
     }
 
+    /// Checks this configuration as [`HostCommunicator::new`] does before
+    /// it meets the other ranks (ranges of the sizes, the piece count the
+    /// segment can hold), without creating or opening anything: a command can
+    /// refuse a bad `max_message` or `piece` once, before it starts ranks that
+    /// would each refuse it.
+    pub fn check(&self) -> Result<()> {
+        self.validate()?;
+        Layout::new(self.world, self.max_message, self.piece).map(|_| ())
+    }
+
     fn validate(&self) -> Result<()> {
         if self.world == 0 || self.world > MAX_WORLD {
             return Err(Error::invalid(
@@ -289,5 +299,33 @@ impl HostCommunicator {
                 "algorithm {other} on the host transport; use auto, one-shot or two-shot"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn check_refuses_what_new_refuses_and_creates_nothing() {
+        let dir = std::env::temp_dir().join("tpcomm-check-never-created");
+        let cfg = |max: ByteSize, piece: ByteSize| {
+            let mut c = HostConfig::new(0, 2, &dir);
+            c.max_message = max;
+            c.piece = piece;
+            c
+        };
+        assert!(cfg(DEFAULT_MAX_MESSAGE, DEFAULT_PIECE).check().is_ok());
+        for (max, piece) in [
+            (ByteSize::kib(1), DEFAULT_PIECE),
+            (ByteSize::gib(17), DEFAULT_PIECE),
+            (DEFAULT_MAX_MESSAGE, ByteSize::kib(1)),
+            // 16 GiB in 4 KiB pieces is more pieces than the segment holds.
+            (ByteSize::gib(16), ByteSize::kib(4)),
+        ] {
+            let e = cfg(max, piece).check().unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        }
+        assert!(!dir.exists());
     }
 }
