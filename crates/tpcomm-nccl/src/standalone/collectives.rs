@@ -11,7 +11,7 @@ use crate::standalone::gathered;
 use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Staging, StreamAllReduce};
+use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Rows, Staging, StreamAllReduce};
 use tpcomm::{Algo, DType, ReduceOp};
 
 /// A call on a communicator of one rank: `count` elements of `datatype`
@@ -59,19 +59,29 @@ pub(crate) fn type_size(t: NcclDataType) -> Option<usize> {
     }
 }
 
-/// A kernel type and count that move the same bytes as `count` elements of
-/// the NCCL type `t` (all-gather and broadcast only copy, so any type of the
-/// same width will do), given the buffers' addresses.
-pub(crate) fn as_bytes(t: NcclDataType, count: usize, ptrs: &[usize]) -> Option<(DType, usize)> {
-    let bytes = count.checked_mul(type_size(t)?)?;
-    let fits = |w: usize| bytes.is_multiple_of(w) && ptrs.iter().all(|p| p.is_multiple_of(w));
-    if fits(4) {
-        Some((DType::F32, bytes / 4))
-    } else if fits(2) {
-        Some((DType::F16, bytes / 2))
-    } else {
-        None
+/// The kernel type the NCCL type `t` travels as through the collective
+/// kernels of an all-gather or broadcast (which only copy): f32 as f32, f16
+/// and bf16 as f16 (an all-ones word arrives as a NaN with its sign bit
+/// cleared there, still a NaN of these types, but it would change an
+/// integer, f64 or fp8 value); every other type goes byte-exact. It depends on the
+/// type alone, never on an address, so every rank picks the same kernels.
+pub(crate) fn travels_as(t: NcclDataType) -> Option<DType> {
+    match t {
+        7 => Some(DType::F32),
+        6 | 9 => Some(DType::F16),
+        _ => None,
     }
+}
+
+/// Elements of `dt` per piece when a call goes through the staging buffer
+/// `world + 1` pieces at a time (a block's piece and the world's): a
+/// multiple of 16 bytes the transport takes for `what`; 0 when none fits.
+fn staged_piece(gpu: &GpuComm, staging: usize, world: usize, what: Collective, dt: DType) -> usize {
+    let mut n = (staging / (world + 1)) / 16 * 16 / dt.size();
+    while n > 0 && !gpu.collective_fits(what, n, dt) {
+        n = ((n / 2) * dt.size()) / 16 * 16 / dt.size();
+    }
+    n
 }
 
 /// Elements of `dt` in the largest piece of a contiguous call: within
@@ -210,19 +220,15 @@ pub fn all_gather(
     if count == 0 {
         return SUCCESS;
     }
-    let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
-    let Some((dt, n)) = direct else {
+    let Some(dt) = travels_as(datatype) else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(CALL, &format!("ncclDataType {datatype}"));
         };
         return gathered::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
     };
+    let n = count;
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
-        return standalone::unservable(
-            CALL,
-            &format!("a block of {} bytes is larger than this communicator's buffers; raise TPCOMM_MAX_BYTES", n * dt.size()),
-        );
+        return staged_all_gather(a, l, send, recv, n, dt, stream);
     }
     run(CALL, a, || {
         // SAFETY: ncclAllGather's contract is the kernels': device buffers
@@ -266,10 +272,7 @@ pub fn reduce_scatter(
         Err(done) => return done,
     };
     if !l.gpu.collective_fits(Collective::ReduceScatter, count, dt) {
-        return standalone::unservable(
-            CALL,
-            &format!("a block of {} bytes is larger than this communicator's buffers; raise TPCOMM_MAX_BYTES", count * dt.size()),
-        );
+        return staged_reduce_scatter(a, l, send, recv, count, dt, stream);
     }
     run(CALL, a, || {
         // SAFETY: as in all_gather, with sendbuff of world blocks and
@@ -320,8 +323,7 @@ pub fn broadcast(
     if count == 0 {
         return SUCCESS;
     }
-    let direct = as_bytes(datatype, count, &[send as usize, recv as usize])
-        .filter(|&(dt, _)| gathered::floats_travel_as(datatype, dt));
+    let direct = travels_as(datatype).map(|dt| (dt, count));
     let Some((dt, total)) = direct else {
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(call, &format!("ncclDataType {datatype}"));
@@ -350,6 +352,135 @@ pub fn broadcast(
                     stream as CUstream,
                     Launch::Ordinary,
                 )?;
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// An all-gather whose block is larger than the transport's buffers, in
+/// pieces through the staging buffer: this rank's piece is copied in, the
+/// pieces are all-gathered into the staging buffer, and one strided copy puts
+/// each rank's piece at its place in `recv` (in place, this rank's row is
+/// the bytes it came from).
+fn staged_all_gather(
+    a: &StandaloneComm,
+    l: &StandaloneGpu,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dt: DType,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclAllGather";
+    let (z, w) = (dt.size(), a.world);
+    let per = staged_piece(&l.gpu, l.staging.bytes(), w, Collective::AllGather, dt);
+    if per == 0 {
+        return standalone::unservable(
+            CALL,
+            "the staging buffer holds no piece; raise TPCOMM_MAX_BYTES",
+        );
+    }
+    let st = stream as CUstream;
+    run(CALL, a, || {
+        let (gathered_at, mine) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
+        let mut done = 0;
+        while done < count {
+            let n = per.min(count - done);
+            let off = (done * z) as u64;
+            // SAFETY: ncclAllGather's contract: sendbuff of `count` elements
+            // and recvbuff of `world` blocks of them, device memory of this
+            // GPU valid until the stream runs the call; the piece and every
+            // row lie inside them. The staging regions (world pieces, then
+            // this rank's) are disjoint and inside the staging buffer
+            // (staged_piece sized them); all on the stream, in order.
+            unsafe {
+                l.staging.copy(mine, send as u64 + off, n * z, st)?;
+                l.gpu.collective(
+                    Collective::AllGather,
+                    mine,
+                    gathered_at,
+                    n,
+                    dt,
+                    st,
+                    Launch::Ordinary,
+                )?;
+                l.staging.copy_rows(
+                    Rows {
+                        dst: recv as u64 + off,
+                        dst_pitch: count * z,
+                        src: gathered_at,
+                        src_pitch: n * z,
+                        width: n * z,
+                        rows: w,
+                    },
+                    st,
+                )?;
+            }
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// A reduce-scatter whose blocks are larger than the transport's buffers,
+/// in pieces through the staging buffer: one strided copy brings the piece
+/// of each of this rank's `world` input blocks side by side, the kernels
+/// reduce-scatter them, and this rank's summed piece is copied to `recv`.
+fn staged_reduce_scatter(
+    a: &StandaloneComm,
+    l: &StandaloneGpu,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dt: DType,
+    stream: CudaStream,
+) -> NcclResult {
+    const CALL: &str = "ncclReduceScatter";
+    let (z, w) = (dt.size(), a.world);
+    let per = staged_piece(&l.gpu, l.staging.bytes(), w, Collective::ReduceScatter, dt);
+    if per == 0 {
+        return standalone::unservable(
+            CALL,
+            "the staging buffer holds no piece; raise TPCOMM_MAX_BYTES",
+        );
+    }
+    let st = stream as CUstream;
+    run(CALL, a, || {
+        let (blocks_at, out) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
+        let mut done = 0;
+        while done < count {
+            let n = per.min(count - done);
+            let off = (done * z) as u64;
+            // SAFETY: ncclReduceScatter's contract: sendbuff of `world`
+            // blocks of `count` elements and recvbuff of one, device memory
+            // of this GPU valid until the stream runs the call; every row and
+            // the piece lie inside them. The staging regions (world pieces,
+            // then the result's) are disjoint and inside the staging buffer
+            // (staged_piece sized them); all on the stream, in order.
+            unsafe {
+                l.staging.copy_rows(
+                    Rows {
+                        dst: blocks_at,
+                        dst_pitch: n * z,
+                        src: send as u64 + off,
+                        src_pitch: count * z,
+                        width: n * z,
+                        rows: w,
+                    },
+                    st,
+                )?;
+                l.gpu.collective(
+                    Collective::ReduceScatter,
+                    blocks_at,
+                    out,
+                    n,
+                    dt,
+                    st,
+                    Launch::Ordinary,
+                )?;
+                l.staging.copy(recv as u64 + off, out, n * z, st)?;
             }
             done += n;
         }

@@ -283,18 +283,6 @@ unsafe fn gather_expanded(
     }
 }
 
-/// Whether `datatype`'s values may travel through the collective kernels as
-/// `dt` words unchanged: an all-ones word becomes a NaN with its sign bit
-/// cleared there, which leaves f32, f16 and bf16 values NaN (and every other
-/// value as it is) but would change integers, f64 and fp8 bytes.
-pub(crate) fn floats_travel_as(datatype: NcclDataType, dt: DType) -> bool {
-    match datatype {
-        7 => dt == DType::F32,
-        6 | 9 => true,
-        _ => false,
-    }
-}
-
 /// All-gather (`root` None) or broadcast of bytes that must arrive exactly
 /// (integers, f64, fp8, unaligned blocks): in pieces, each rank's (or the
 /// root's) piece expanded into the staging buffer, moved as 16-bit words,

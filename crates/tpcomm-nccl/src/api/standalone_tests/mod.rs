@@ -3,7 +3,7 @@
 //! sharing one GPU.
 
 use crate::standalone;
-use crate::standalone::collectives::as_bytes;
+use crate::standalone::collectives::travels_as;
 use crate::standalone::comm::StandaloneComm;
 use crate::standalone::create::{create, split_place, NO_COLOR};
 use crate::standalone::registry::*;
@@ -154,13 +154,15 @@ fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
 }
 
 #[test]
-fn byte_moving_calls_take_any_type_at_the_widest_word_that_fits() {
-    assert_eq!(as_bytes(1, 8, &[0x100, 0x200]), Some((DType::F32, 2)));
-    assert_eq!(as_bytes(1, 6, &[0x100, 0x200]), Some((DType::F16, 3)));
-    assert_eq!(as_bytes(4, 3, &[0x100, 0x202]), Some((DType::F16, 12)));
-    assert_eq!(as_bytes(0, 3, &[0x100, 0x200]), None);
-    assert_eq!(as_bytes(99, 4, &[0x100, 0x200]), None);
-    assert_eq!(as_bytes(7, usize::MAX, &[0, 0]), None);
+fn copying_calls_pick_their_kernel_type_from_the_type_alone() {
+    // f32 as f32, f16 and bf16 as f16: no address can make two ranks differ.
+    assert_eq!(travels_as(7), Some(DType::F32));
+    assert_eq!(travels_as(6), Some(DType::F16));
+    assert_eq!(travels_as(9), Some(DType::F16));
+    // Integers, f64 and fp8 go byte-exact; unknown types nowhere.
+    for t in [0, 1, 2, 3, 4, 5, 8, 10, 11, 99] {
+        assert_eq!(travels_as(t), None, "type {t}");
+    }
 }
 
 #[test]

@@ -222,6 +222,68 @@ impl Staging {
     }
 }
 
+/// `rows` rows of `width` bytes: row `i` from `src + i * src_pitch` to
+/// `dst + i * dst_pitch` ([`Staging::copy_rows`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    pub dst: CUdeviceptr,
+    pub dst_pitch: usize,
+    pub src: CUdeviceptr,
+    pub src_pitch: usize,
+    pub width: usize,
+    pub rows: usize,
+}
+
+impl Staging {
+    /// Copies the rows `r` names on `stream` (capturable into a graph).
+    /// The drop-in's pieces of all-gathers and reduce-scatters use it to move
+    /// one piece of every rank's block between the caller's buffer and the
+    /// staging buffer in one call.
+    ///
+    /// # Safety
+    /// Every row of both sides is device memory valid until the stream has
+    /// run the copy, and `stream` belongs to the staging buffer's context.
+    pub unsafe fn copy_rows(&self, r: Rows, stream: CUstream) -> Result<()> {
+        let Rows {
+            dst,
+            dst_pitch,
+            src,
+            src_pitch,
+            width,
+            rows,
+        } = r;
+        if width == 0 || rows == 0 {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
+            call: "cuCtxSetCurrent".into(),
+            detail: e.to_string(),
+        })?;
+        let copy = cu::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width,
+            Height: rows,
+        };
+        // SAFETY: the caller's contract; `copy` lives across the call.
+        check("cuMemcpy2DAsync (drop-in staging)", unsafe {
+            cu::cuMemcpy2DAsync_v2(&copy, stream)
+        })
+    }
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
