@@ -41,7 +41,7 @@ fn fused_spread(rows: usize) -> bool {
 
 /// Grid of the fused kernel: a block per row (at most one per SM) and, when
 /// spreading, as many more as there are push pieces (up to one per SM).
-fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
+pub(crate) fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
     let sms = sms.max(1);
     let pieces = if spread {
         (rows * row_vecs).div_ceil(FUSED_PUSH_VECS)
@@ -106,7 +106,7 @@ impl FusedKernels {
 /// Threads per block of both norm kernels: one per 16-byte vector of a row
 /// (rounded to whole warps), at most 1024. Both kernels must use the same
 /// value so they sum each row's squares in the same order.
-fn norm_block(row_vecs: usize) -> u32 {
+pub(crate) fn norm_block(row_vecs: usize) -> u32 {
     (row_vecs.div_ceil(32) * 32).clamp(32, NORM_BLOCK_MAX as usize) as u32
 }
 

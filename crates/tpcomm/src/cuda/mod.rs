@@ -30,6 +30,8 @@ pub mod host_path;
 mod kernel_args;
 mod kernels;
 #[forbid(unsafe_code)]
+pub mod launch_shape;
+#[forbid(unsafe_code)]
 pub(crate) mod layout;
 #[forbid(unsafe_code)]
 pub mod loader;
