@@ -15,12 +15,12 @@ use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::kernels::KernelArgs;
+use super::launch_shape::{self, grid_cap};
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
     PerDevice,
 };
 use super::pdl::{self, Launch};
-use super::share::grid_cap;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
@@ -116,11 +116,7 @@ impl P2pTransport {
         let p = self.protocol_parts();
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
-        let nvec = bytes.div_ceil(16);
-        // At least one warp: a broadcast's token threads are the grid's
-        // first `world` threads.
-        let block = (nvec.div_ceil(32) * 32).clamp(32, k.block as usize) as u32;
-        let blocks = nvec.div_ceil(block as usize).clamp(1, grid) as u32;
+        let shape = launch_shape::p2p_collective(bytes, grid, k.block);
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
             Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::AllGather),
@@ -154,17 +150,7 @@ impl P2pTransport {
         // keep alive until their streams finish; the pointers are the
         // caller's contract; every kernel of collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                blocks,
-                block,
-                &args,
-                call.stream,
-                call.launch,
-                k.arch_major,
-            )
-        }
+        unsafe { pdl::launch(f, shape, &args, call.stream, call.launch, k.arch_major) }
     }
 }
 

@@ -8,19 +8,15 @@ use super::comm::P2pTransport;
 use super::compile;
 use super::kernel_args::FusedArgs;
 use super::kernels::KernelArgs;
+use super::launch_shape::{self, grid_cap, Shape, FUSED_PUSH_VECS, NORM_BLOCK_MAX};
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
-use super::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// Vectors per push piece of the fused kernel when its stores are spread
-/// over the grid.
-const FUSED_PUSH_VECS: usize = 128;
 
 /// Calls of at most this many rows spread their stores by default. In the
 /// forward benchmark on 2 x H200 (bench/results/2026-11-30-h200x2-host-delta/spread/)
@@ -37,18 +33,6 @@ fn fused_spread(rows: usize) -> bool {
     static SPREAD: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *SPREAD.get_or_init(|| crate::env::FUSED_SPREAD.checked_value());
     forced.unwrap_or(rows <= FUSED_SPREAD_MAX_ROWS)
-}
-
-/// Grid of the fused kernel: a block per row (at most one per SM) and, when
-/// spreading, as many more as there are push pieces (up to one per SM).
-pub(crate) fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
-    let sms = sms.max(1);
-    let pieces = if spread {
-        (rows * row_vecs).div_ceil(FUSED_PUSH_VECS)
-    } else {
-        0
-    };
-    rows.max(pieces).clamp(1, sms) as u32
 }
 
 /// The functions of the module on one device, loaded once per process.
@@ -91,26 +75,16 @@ impl FusedKernels {
     unsafe fn launch<A>(
         &self,
         f: Function,
-        grid: u32,
-        block: u32,
+        shape: Shape,
         args: &A,
         stream: CUstream,
         how: Launch,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller; every kernel of fused.cu starts
         // with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, grid, block, args, stream, how, self.arch_major) }
+        unsafe { pdl::launch(f, shape, args, stream, how, self.arch_major) }
     }
 }
-
-/// Threads per block of both norm kernels: one per 16-byte vector of a row
-/// (rounded to whole warps), at most 1024. Both kernels must use the same
-/// value so they sum each row's squares in the same order.
-pub(crate) fn norm_block(row_vecs: usize) -> u32 {
-    (row_vecs.div_ceil(32) * 32).clamp(32, NORM_BLOCK_MAX as usize) as u32
-}
-
-const NORM_BLOCK_MAX: u32 = 1024;
 
 /// The shape checks both norm kernels share; returns (row bytes, vectors per row).
 fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) -> Result<usize> {
@@ -186,8 +160,7 @@ pub unsafe fn add_rmsnorm(
     unsafe {
         k.launch(
             k.add_rmsnorm[dtype_index(dtype)],
-            rows.min(sms) as u32,
-            norm_block(row_vecs),
+            launch_shape::add_rmsnorm(rows, row_vecs, sms),
             &args,
             stream,
             how,
@@ -303,8 +276,7 @@ impl P2pTransport {
         unsafe {
             k.launch(
                 k.fused[dtype_index(dtype)],
-                fused_grid(rows, row_vecs, grid, spread),
-                norm_block(row_vecs),
+                launch_shape::fused_rmsnorm(rows, row_vecs, grid, spread),
                 &args,
                 stream,
                 how,
@@ -322,26 +294,6 @@ mod tests {
         // struct Args (160 bytes), four pointers, two u32, two floats, two u32.
         assert_eq!(std::mem::size_of::<KernelArgs>(), 19 * 8 + 8);
         assert_eq!(std::mem::size_of::<FusedArgs>(), 160 + 4 * 8 + 24);
-    }
-
-    #[test]
-    fn fused_grid_spreads_the_pushes_over_the_sms() {
-        // 7168 bf16 per row: 896 vectors, 7 pieces of 128.
-        assert_eq!(fused_grid(1, 896, 132, true), 7);
-        assert_eq!(fused_grid(16, 896, 132, true), 112);
-        assert_eq!(fused_grid(64, 896, 132, true), 132);
-        // Never fewer blocks than rows (up to the SMs), never more than SMs.
-        assert_eq!(fused_grid(16, 896, 132, false), 16);
-        assert_eq!(fused_grid(200, 896, 132, false), 132);
-        assert_eq!(fused_grid(3, 1, 132, true), 3);
-    }
-
-    #[test]
-    fn norm_block_is_whole_warps_and_at_most_1024() {
-        assert_eq!(norm_block(1), 32);
-        assert_eq!(norm_block(896), 896);
-        assert_eq!(norm_block(897), 928);
-        assert_eq!(norm_block(5000), 1024);
     }
 
     #[test]

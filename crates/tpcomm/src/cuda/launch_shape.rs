@@ -351,7 +351,32 @@ pub fn p2p_check(world: usize) -> Shape {
     Shape::new(world.max(1) as u32, P2P_CHECK_BLOCK)
 }
 
-#[cfg(test)]
-mod equivalence;
+/// Threads per block for the P2P all-reduce kernels: `max` (what every
+/// kernel can launch), or TPCOMM_P2P_BLOCK when set (a multiple of 32 from
+/// 32 to `max`), for measuring other shapes: fewer threads per block spread
+/// a message over more SMs.
+pub(crate) fn p2p_block_from_env(max: u32) -> Result<u32> {
+    Ok(block_var(&crate::env::P2P_BLOCK, max)?.unwrap_or(max))
+}
+
+/// The block size the variable `var` asks for (a multiple of 32 from 32 to
+/// `max`), `None` when unset or empty.
+pub(crate) fn block_var(var: &crate::env::Var<crate::env::Count>, max: u32) -> Result<Option<u32>> {
+    match var.get()? {
+        Some(n) => parse_block(var.name, &n.to_string(), max).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn parse_block(name: &'static str, v: &str, max: u32) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (32..=max).contains(&n) && n.is_multiple_of(32) => Ok(n),
+        _ => Err(Error::invalid(
+            name,
+            format!("{v:?} (expected a multiple of 32 from 32 to {max}, or unset it)"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -391,3 +391,15 @@ fn grid_caps_fit_every_rank_on_the_device_at_once() {
     let e = grid_cap(4, 1, sharing(8)).unwrap_err().to_string();
     assert!(e.contains("at most 4 ranks"), "{e}");
 }
+
+#[test]
+fn block_override_takes_whole_warps_within_the_kernels_limit() {
+    for name in ["TPCOMM_P2P_BLOCK", "TPCOMM_HOST_BLOCK"] {
+        assert_eq!(parse_block(name, "128", 512).unwrap(), 128);
+        assert_eq!(parse_block(name, " 512 ", 512).unwrap(), 512);
+        for bad in ["0", "16", "100", "1024", "many", "-32"] {
+            let e = parse_block(name, bad, 512).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains("512"), "{bad}: {e}");
+        }
+    }
+}
