@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tpcomm::cuda::fused::add_rmsnorm;
 use tpcomm::cuda::{
-    Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
+    Call, Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
     StreamAllReduce, Transport,
 };
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
@@ -280,15 +280,10 @@ impl Communicator {
         // handle of a stream of that device, and keeps the tensors alive for
         // the stream (torch's caching allocator and graph pools do).
         let route = unsafe {
-            self.comm()?.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                ReduceOp::Sum,
-                algo,
-                stream as _,
-                launch(overlapped),
+            self.comm()?.all_reduce_call(
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_algo(algo)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -316,8 +311,10 @@ impl Communicator {
         // `count` elements) and a stream of that device, and keeps them
         // alive for the stream.
         let route = unsafe {
-            self.comm()?
-                .all_gather(input, output, count, dtype, stream as _, launch(overlapped))
+            self.comm()?.all_gather(
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_launch(launch(overlapped)),
+            )
         }
         .map_err(to_py)?;
         Ok(route.name())
@@ -345,13 +342,9 @@ impl Communicator {
         // `output` of `count` elements.
         let route = unsafe {
             self.comm()?.reduce_scatter(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                stream as _,
-                launch(overlapped),
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_op(op)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -376,13 +369,9 @@ impl Communicator {
         // SAFETY: as in all_gather, with both buffers of `count` elements.
         let route = unsafe {
             self.comm()?.broadcast(
-                input,
-                output,
-                count,
-                dtype,
-                root,
-                stream as _,
-                launch(overlapped),
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_root(root)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -444,15 +433,9 @@ impl Communicator {
                 })?;
                 // SAFETY: as above; `scratch` holds `count` elements.
                 unsafe {
-                    c.all_reduce_launched(
-                        partial,
-                        scratch,
-                        count,
-                        dtype,
-                        ReduceOp::Sum,
-                        Algo::Auto,
-                        stream as _,
-                        launch(overlapped),
+                    c.all_reduce_call(
+                        &Call::new(partial, scratch, count, dtype, stream as _)
+                            .with_launch(launch(overlapped)),
                     )
                     .map_err(to_py)?;
                     add_rmsnorm(

@@ -15,11 +15,11 @@ use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{
-    open_context, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
+    open_context, Call, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
 };
 use tpcomm::quant::model::{self, inputs, reference_f64};
 use tpcomm::quant::{Format, Wire};
-use tpcomm::{ByteSize, DType, Error, Place, ReduceOp};
+use tpcomm::{ByteSize, DType, Error, Place};
 
 mod gpu_common;
 use gpu_common::{describe, device_of, gpu_worlds};
@@ -149,41 +149,34 @@ fn run(
                         rank.out.device_ptr(&rank.stream).0
                     };
                     let cs = rank.stream.cu_stream();
+                    let call_of = |how| Call::new(pi, po, count, dtype, cs).with_launch(how);
                     let call = |how| -> Result<Route, Error> {
                         // SAFETY: both buffers hold MAX bytes and outlive the
                         // synchronisation below.
                         unsafe {
                             match algo {
-                                Some(a) => rank
-                                    .comm
-                                    .all_reduce_quant(pi, po, count, dtype, wire, a, cs, how)
-                                    .map(|ran| {
-                                        // Two-shot runs where every rank owns a chunk.
-                                        let world = inputs.len();
-                                        let want = match a {
-                                            QuantAlgo::TwoShot | QuantAlgo::Auto
-                                                if a.runs_twoshot(count, world) =>
-                                            {
-                                                QuantAlgo::TwoShot
-                                            }
-                                            QuantAlgo::TwoShot | QuantAlgo::Auto => {
-                                                QuantAlgo::OneShot
-                                            }
-                                            _ => a,
-                                        };
-                                        assert_eq!(ran, want, "asked for {a:?}, count {count}");
-                                        Route::TpcommQuantized
-                                    }),
-                                None => rank.comm.all_reduce_wire(
-                                    pi,
-                                    po,
-                                    count,
-                                    dtype,
-                                    ReduceOp::Sum,
-                                    wire,
-                                    cs,
-                                    how,
-                                ),
+                                Some(a) => {
+                                    rank.comm
+                                        .all_reduce_quant(&call_of(how), wire, a)
+                                        .map(|ran| {
+                                            // Two-shot runs where every rank owns a chunk.
+                                            let world = inputs.len();
+                                            let want = match a {
+                                                QuantAlgo::TwoShot | QuantAlgo::Auto
+                                                    if a.runs_twoshot(count, world) =>
+                                                {
+                                                    QuantAlgo::TwoShot
+                                                }
+                                                QuantAlgo::TwoShot | QuantAlgo::Auto => {
+                                                    QuantAlgo::OneShot
+                                                }
+                                                _ => a,
+                                            };
+                                            assert_eq!(ran, want, "asked for {a:?}, count {count}");
+                                            Route::TpcommQuantized
+                                        })
+                                }
+                                None => rank.comm.all_reduce_wire(&call_of(how), wire),
                             }
                         }
                     };
@@ -500,18 +493,8 @@ fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
         let p = r0.inp.device_ptr(&r0.stream).0;
         // SAFETY: the buffer holds MAX bytes and outlives the sync below.
         unsafe {
-            r0.comm
-                .all_reduce_quant(
-                    p,
-                    p,
-                    1 << 20,
-                    DType::Bf16,
-                    Wire::int8(),
-                    algo,
-                    r0.stream.cu_stream(),
-                    Launch::Ordinary,
-                )
-                .unwrap()
+            let call = Call::new(p, p, 1 << 20, DType::Bf16, r0.stream.cu_stream());
+            r0.comm.all_reduce_quant(&call, Wire::int8(), algo).unwrap()
         };
         r0.stream.synchronize().unwrap();
         match r0.comm.check() {

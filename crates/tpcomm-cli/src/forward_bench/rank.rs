@@ -260,16 +260,11 @@ impl Forward<'_> {
                     model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                 }
                 Mode::Tp(algo, how) => {
-                    self.s.comm.all_reduce_launched(
-                        s.partial,
-                        s.reduced,
-                        count,
-                        DType::Bf16,
-                        ReduceOp::Sum,
-                        algo,
-                        cs,
-                        how,
-                    )?;
+                    let call =
+                        tpcomm::cuda::Call::new(s.partial, s.reduced, count, DType::Bf16, cs)
+                            .with_algo(algo)
+                            .with_launch(how);
+                    self.s.comm.all_reduce_call(&call)?;
                     model.add_norm(s, s.reduced, cs, how)
                 }
                 Mode::Fused(how) => self

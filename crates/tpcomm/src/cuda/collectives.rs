@@ -298,69 +298,38 @@ impl Communicator {
         Ok(route)
     }
 
-    /// All-gather (see [`P2pTransport::collective`]) on tpcomm's kernels
-    /// where they take it, else on NCCL (`ncclAllGather`, same arguments).
+    /// All-gather of `call` (see [`P2pTransport::collective`]) on tpcomm's
+    /// kernels where they take it, else on NCCL (`ncclAllGather`, same
+    /// arguments).
     ///
     /// # Safety
     /// As [`GpuTransport::all_gather`].
-    pub unsafe fn all_gather(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream).with_launch(how);
+    pub unsafe fn all_gather(&self, call: &Call) -> Result<CollectiveRoute> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::AllGather, &call) }
+        unsafe { self.run_collective(Collective::AllGather, call) }
     }
 
-    /// Reduce-scatter (see [`P2pTransport::collective`]); max and min, and
-    /// what the kernels cannot take, on NCCL (`ncclReduceScatter`).
+    /// Reduce-scatter of `call` by `call.op` (see
+    /// [`P2pTransport::collective`]); max and min, and what the kernels
+    /// cannot take, on NCCL (`ncclReduceScatter`).
     ///
     /// # Safety
     /// As [`GpuTransport::reduce_scatter`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce_scatter(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream)
-            .with_op(op)
-            .with_launch(how);
+    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<CollectiveRoute> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::ReduceScatter, &call) }
+        unsafe { self.run_collective(Collective::ReduceScatter, call) }
     }
 
-    /// Broadcast (see [`P2pTransport::collective`]); on NCCL
-    /// (`ncclBroadcast`) where the kernels cannot take it.
+    /// Broadcast of `call` from `call.root` (see
+    /// [`P2pTransport::collective`]); on NCCL (`ncclBroadcast`) where the
+    /// kernels cannot take it.
     ///
     /// # Safety
     /// As [`GpuTransport::broadcast`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn broadcast(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream)
-            .with_root(root)
-            .with_launch(how);
+    pub unsafe fn broadcast(&self, call: &Call) -> Result<CollectiveRoute> {
+        let what = Collective::Broadcast { root: call.root };
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::Broadcast { root }, &call) }
+        unsafe { self.run_collective(what, call) }
     }
 }
 
