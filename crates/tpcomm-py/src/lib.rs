@@ -24,7 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::{
     Call, Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
     StreamAllReduce, Transport,
@@ -406,24 +406,23 @@ impl Communicator {
                 format!("{rows} x {hidden} overflows"),
             ))
         })?;
+        let norm = NormCall {
+            residual,
+            weight,
+            normed,
+            rows,
+            hidden,
+            dtype,
+            eps,
+            stream: stream as _,
+            launch: launch(overlapped),
+        };
         match self.comm()?.gpu() {
-            // SAFETY: as in all_reduce: live tensors of this device, of the
-            // sizes tpcomm/torch.py checked, on a stream of this device.
-            GpuComm::P2p(c) => unsafe {
-                c.all_reduce_residual_rmsnorm(
-                    partial,
-                    residual,
-                    weight,
-                    normed,
-                    rows,
-                    hidden,
-                    dtype,
-                    eps,
-                    stream as _,
-                    launch(overlapped),
-                )
+            GpuComm::P2p(c) => {
+                // SAFETY: as in all_reduce: live tensors of this device, of the
+                // sizes tpcomm/torch.py checked, on a stream of this device.
+                unsafe { c.all_reduce_residual_rmsnorm(partial, &norm) }.map_err(to_py)
             }
-            .map_err(to_py),
             GpuComm::Pinned(c) => {
                 let scratch = scratch.ok_or_else(|| {
                     to_py(Error::invalid(
@@ -438,20 +437,11 @@ impl Communicator {
                             .with_launch(launch(overlapped)),
                     )
                     .map_err(to_py)?;
-                    add_rmsnorm(
-                        c.context(),
-                        residual,
-                        Some(scratch),
-                        weight,
-                        normed,
-                        rows,
-                        hidden,
-                        dtype,
-                        eps,
-                        stream as _,
-                        Launch::Ordinary,
-                    )
-                    .map_err(to_py)
+                    let norm = NormCall {
+                        launch: Launch::Ordinary,
+                        ..norm
+                    };
+                    add_rmsnorm(c.context(), Some(scratch), &norm).map_err(to_py)
                 }
             }
         }
@@ -482,19 +472,18 @@ impl Communicator {
         };
         // SAFETY: as in all_reduce.
         unsafe {
-            add_rmsnorm(
-                ctx,
+            let norm = NormCall {
                 residual,
-                addend,
                 weight,
                 normed,
                 rows,
                 hidden,
                 dtype,
                 eps,
-                stream as _,
-                Launch::Ordinary,
-            )
+                stream: stream as _,
+                launch: Launch::Ordinary,
+            };
+            add_rmsnorm(ctx, addend, &norm)
         }
         .map_err(to_py)
     }

@@ -274,18 +274,7 @@ impl Forward<'_> {
                             "a fused mode on the host transport (modes_for refuses it)".into(),
                         )
                     })?
-                    .all_reduce_residual_rmsnorm(
-                        s.partial,
-                        s.residual,
-                        s.weight,
-                        s.normed,
-                        s.rows,
-                        s.hidden,
-                        DType::Bf16,
-                        s.eps,
-                        cs,
-                        how,
-                    ),
+                    .all_reduce_residual_rmsnorm(s.partial, &s.norm(cs, how)),
                 Mode::Quant(wire) => {
                     let q = self.s.quant.as_ref().ok_or_else(|| {
                         Error::Aborted("a quantized mode without its communicator".into())

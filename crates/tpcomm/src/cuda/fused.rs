@@ -86,6 +86,29 @@ impl FusedKernels {
     }
 }
 
+/// One call of the norm kernels: `rows` rows of `hidden` elements of
+/// `dtype`, whose residual stream is updated in place and normalised into
+/// `normed`, on `stream`, launched as `launch` says (an ordinary or an
+/// overlapped, programmatic dependent, launch; the results are the same).
+/// Every pointer is device memory of the call's device, 16-byte aligned:
+/// `residual` and `normed` of `rows * hidden` elements, `weight` of `hidden`.
+#[derive(Clone, Copy, Debug)]
+pub struct NormCall {
+    /// The residual stream, `residual += addend` in place.
+    pub residual: CUdeviceptr,
+    /// The norm's weight.
+    pub weight: CUdeviceptr,
+    /// Where `rmsnorm(residual) * weight` goes.
+    pub normed: CUdeviceptr,
+    pub rows: usize,
+    pub hidden: usize,
+    pub dtype: DType,
+    pub eps: f32,
+    /// The caller's CUDA stream (null: the legacy default stream).
+    pub stream: CUstream,
+    pub launch: Launch,
+}
+
 /// The shape checks both norm kernels share; returns (row bytes, vectors per row).
 fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) -> Result<usize> {
     let row_bytes = hidden
@@ -113,28 +136,29 @@ fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) ->
 }
 
 /// `residual += addend` (when given), then `normed = rmsnorm(residual) * weight`,
-/// on `rows` rows of `hidden` elements: the unfused sequence that follows an
-/// all-reduce, bit-identical to what the fused kernel computes. `how` as in
-/// [`P2pTransport::all_reduce_residual_rmsnorm`].
+/// on the rows of `norm`: the unfused sequence that follows an all-reduce,
+/// bit-identical to what the fused kernel computes.
 ///
 /// # Safety
-/// Every pointer must be device memory of `ctx`'s device, 16-byte aligned:
-/// `residual`, `normed` (and `addend`) of `rows * hidden` elements, `weight` of
-/// `hidden`; all must stay valid until `stream` (of `ctx`) has run the kernel.
-#[allow(clippy::too_many_arguments)]
+/// Every pointer must be device memory of `ctx`'s device, 16-byte aligned,
+/// as [`NormCall`] says (`addend` of `rows * hidden` elements); all must stay
+/// valid until `norm.stream` (of `ctx`) has run the kernel.
 pub unsafe fn add_rmsnorm(
     ctx: &Arc<CudaContext>,
-    residual: CUdeviceptr,
     addend: Option<CUdeviceptr>,
-    weight: CUdeviceptr,
-    normed: CUdeviceptr,
-    rows: usize,
-    hidden: usize,
-    dtype: DType,
-    eps: f32,
-    stream: CUstream,
-    how: Launch,
+    norm: &NormCall,
 ) -> Result<()> {
+    let NormCall {
+        residual,
+        weight,
+        normed,
+        rows,
+        hidden,
+        dtype,
+        eps,
+        stream,
+        launch: how,
+    } = *norm;
     let row_vecs = check_rows(
         rows,
         hidden,
@@ -187,15 +211,15 @@ impl P2pTransport {
         Ok(ByteSize::from_usize(k.cubin_bytes))
     }
 
-    /// All-reduces `partial` (the row-parallel GEMM's output, `rows` rows of
-    /// `hidden` elements; left unchanged) over the ranks, adds it to
-    /// `residual` in place, and writes `rmsnorm(residual) * weight` to
-    /// `normed`, in one kernel on `stream`. It runs the one-shot protocol on
+    /// All-reduces `partial` (the row-parallel GEMM's output, `norm.rows`
+    /// rows of `norm.hidden` elements; left unchanged) over the ranks, adds it
+    /// to `norm.residual` in place, and writes `rmsnorm(residual) * weight` to
+    /// `norm.normed`, in one kernel on `norm.stream`. It runs the one-shot protocol on
     /// this communicator's buffers and epoch, so it mixes freely with
     /// [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) calls and works inside CUDA graphs.
     /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
-    /// `how` picks an ordinary or an overlapped (programmatic dependent)
-    /// launch; the results are the same.
+    /// `norm.launch` picks an ordinary or an overlapped (programmatic
+    /// dependent) launch; the results are the same.
     /// Call [`check`](Self::check) after synchronizing to learn whether a
     /// peer failed to arrive.
     ///
@@ -204,20 +228,22 @@ impl P2pTransport {
     /// 16-byte aligned: `partial`, `residual`, `normed` of `rows * hidden`
     /// elements, `weight` of `hidden`, valid until `stream` has run the call;
     /// `stream` must belong to this device's primary context (or be null).
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce_residual_rmsnorm(
         &self,
         partial: CUdeviceptr,
-        residual: CUdeviceptr,
-        weight: CUdeviceptr,
-        normed: CUdeviceptr,
-        rows: usize,
-        hidden: usize,
-        dtype: DType,
-        eps: f32,
-        stream: CUstream,
-        how: Launch,
+        norm: &NormCall,
     ) -> Result<()> {
+        let NormCall {
+            residual,
+            weight,
+            normed,
+            rows,
+            hidden,
+            dtype,
+            eps,
+            stream,
+            launch: how,
+        } = *norm;
         self.check()?;
         let row_vecs = check_rows(rows, hidden, dtype, &[partial, residual, weight, normed])?;
         let bytes = rows * row_vecs * 16;
