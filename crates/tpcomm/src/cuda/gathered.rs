@@ -181,26 +181,6 @@ impl Kernels {
             Form::Expand => self.expand,
             Form::Compact => self.compact,
         };
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.bytes(
-                f, input, in_stride, output, out_stride, nbytes, blocks, stream,
-            )
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn bytes(
-        &self,
-        f: Function,
-        input: u64,
-        in_stride: u64,
-        output: u64,
-        out_stride: u64,
-        nbytes: usize,
-        blocks: usize,
-        stream: CUstream,
-    ) -> Result<()> {
         if nbytes == 0 || blocks == 0 {
             return Ok(());
         }
@@ -216,7 +196,7 @@ impl Kernels {
         };
         let s = launch_shape::gathered(nbytes as u64, self.sms);
         // SAFETY: `BytesArgs` is `struct BytesArgs`; the ranges are the
-        // caller's; the kernel waits on nothing.
+        // caller's (see # Safety); the kernel waits on nothing.
         unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, &args, stream) }
     }
 
