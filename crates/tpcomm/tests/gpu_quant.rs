@@ -352,22 +352,6 @@ fn check_on(
     );
 }
 
-/// One case on fresh inputs (the graph test's calls).
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    ranks: &mut [Rank],
-    dtype: DType,
-    wire: Wire,
-    algo: Option<QuantAlgo>,
-    count: usize,
-    in_place: bool,
-    replays: usize,
-    rng: &mut inputs::Rng,
-) {
-    let mut inp = Inputs::new(ranks.len(), dtype, count, rng);
-    check_on(ranks, &mut inp, wire, algo, in_place, replays);
-}
-
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
@@ -430,26 +414,12 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
             let mut ranks = make_ranks(world, t, Duration::from_secs(20));
             for replays in [1, 2, 5, 100] {
                 for algo in algos().into_iter().skip(1) {
-                    check_case(
-                        &mut ranks,
-                        DType::Bf16,
-                        Wire::int8(),
-                        algo,
-                        300_001,
-                        false,
-                        replays,
-                        &mut rng,
-                    );
-                    check_case(
-                        &mut ranks,
-                        DType::F16,
-                        Wire::fp8(),
-                        algo,
-                        70_000,
-                        false,
-                        replays,
-                        &mut rng,
-                    );
+                    // A case on fresh inputs.
+                    let mut inp = Inputs::new(ranks.len(), DType::Bf16, 300_001, &mut rng);
+                    check_on(&mut ranks, &mut inp, Wire::int8(), algo, false, replays);
+                    // A case on fresh inputs.
+                    let mut inp = Inputs::new(ranks.len(), DType::F16, 70_000, &mut rng);
+                    check_on(&mut ranks, &mut inp, Wire::fp8(), algo, false, replays);
                 }
                 // An exact call in between: separate buffers and epochs.
                 let xs: Vec<Vec<u8>> = (0..world)
