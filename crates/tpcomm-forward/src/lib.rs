@@ -23,7 +23,7 @@ pub mod kernels;
 
 pub use blas::ensure_cublas;
 
-use blas::Blas;
+use blas::{Blas, Dims};
 use kernels::{forward_kernels, ForwardKernels};
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::CudaContext;
@@ -356,14 +356,25 @@ impl Model {
                     h,
                     self.wqkv.ptr(),
                     self.qkv.ptr(),
-                    tokens,
-                    h,
-                    3 * hs,
+                    Dims {
+                        rows: tokens,
+                        k: h,
+                        n: 3 * hs,
+                    },
                 )?;
                 // The V third of each QKV row stands in for the attention output.
                 let v = self.qkv.ptr() + (2 * hs * 2) as u64;
-                self.blas
-                    .gemm_bf16(v, 3 * hs, self.wo.ptr(), self.part.ptr(), tokens, hs, h)?;
+                self.blas.gemm_bf16(
+                    v,
+                    3 * hs,
+                    self.wo.ptr(),
+                    self.part.ptr(),
+                    Dims {
+                        rows: tokens,
+                        k: hs,
+                        n: h,
+                    },
+                )?;
             }
             site(&s)?;
             unsafe {
@@ -372,9 +383,11 @@ impl Model {
                     h,
                     self.wup.ptr(),
                     self.up.ptr(),
-                    tokens,
-                    h,
-                    2 * ms,
+                    Dims {
+                        rows: tokens,
+                        k: h,
+                        n: 2 * ms,
+                    },
                 )?;
             }
             self.silu_mul(tokens, stream)?;
@@ -384,9 +397,11 @@ impl Model {
                     ms,
                     self.wdown.ptr(),
                     self.part.ptr(),
-                    tokens,
-                    ms,
-                    h,
+                    Dims {
+                        rows: tokens,
+                        k: ms,
+                        n: h,
+                    },
                 )?;
             }
             site(&s)?;
