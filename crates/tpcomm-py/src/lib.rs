@@ -188,7 +188,12 @@ impl Communicator {
     }
 }
 
+// The methods' arguments are the Python signatures (`#[pyo3(signature)]`,
+// keyword arguments with defaults) that python/tpcomm/torch.py calls: one
+// allow for the block instead of one per method. Inside, each call is one
+// `tpcomm::cuda::Call` or `fused::NormCall`.
 #[pymethods]
+#[allow(clippy::too_many_arguments)]
 impl Communicator {
     /// Creates this rank's communicator; every rank of the group calls it
     /// with the same world size, maximum message size and transport. The
@@ -196,7 +201,6 @@ impl Communicator {
     /// later (inside a CUDA graph capture, for one).
     #[new]
     #[pyo3(signature = (rank, world, device, exchange, max_bytes = 16 << 20, timeout_s = 600.0, transport = "auto", nccl_fallback = false))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         rank: usize,
         world: usize,
@@ -262,7 +266,6 @@ impl Communicator {
     /// `output` (the same address: in place) on `stream`, asynchronously.
     /// Returns where it ran ("tpcomm" or an NCCL route with its reason).
     #[pyo3(signature = (input, output, count, dtype, stream, algo = "auto", overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn all_reduce(
         &self,
         input: u64,
@@ -295,7 +298,6 @@ impl Communicator {
     /// this rank's block of `output`) on `stream`, asynchronously. Returns
     /// where it ran ("tpcomm" or an NCCL route with its reason).
     #[pyo3(signature = (input, output, count, dtype, stream, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn all_gather(
         &self,
         input: u64,
@@ -325,7 +327,6 @@ impl Communicator {
     /// `output`, on `stream`. `op`: "sum" on the kernels; "max"/"min" need
     /// `nccl_fallback`.
     #[pyo3(signature = (input, output, count, dtype, stream, op = "sum", overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
         input: u64,
@@ -354,7 +355,6 @@ impl Communicator {
     /// Copies `root`'s `count` elements at `input` to `output` on every rank
     /// (only the root's `input` is read), on `stream`.
     #[pyo3(signature = (input, output, count, dtype, root, stream, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn broadcast(
         &self,
         input: u64,
@@ -384,7 +384,6 @@ impl Communicator {
     /// transport (no fused kernel there) it runs the all-reduce into
     /// `scratch` then the add + RMSNorm kernel.
     #[pyo3(signature = (partial, residual, weight, normed, rows, hidden, dtype, eps, stream, scratch = None, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn fused_add_rmsnorm_all_reduce(
         &self,
         partial: u64,
@@ -451,7 +450,6 @@ impl Communicator {
     /// `normed = rmsnorm(residual) * weight`, with the kernel the fused op is
     /// checked against (bit for bit, after a one-shot all-reduce).
     #[pyo3(signature = (residual, addend, weight, normed, rows, hidden, dtype, eps, stream))]
-    #[allow(clippy::too_many_arguments)]
     fn add_rmsnorm(
         &self,
         residual: u64,
