@@ -2,7 +2,7 @@
 //!
 //! No unsafe code, except in the GPU benchmarks' rank loops, which hand the
 //! library raw device pointers of the buffers they allocated
-//! (`StreamAllReduce::all_reduce_launched`, the forward model) and switch off
+//! (`StreamAllReduce::all_reduce_call`, the forward model) and switch off
 //! cudarc's per-buffer events; each block there says why it is sound.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -1,7 +1,7 @@
 //! The patterns: what each rank (or the one thread driving every rank) does, and the checks.
 
 use crate::reference::{check_exact, check_reduction, Dt, Inputs, Op};
-use crate::sys::{self, Comm, Config, DevBuf, Gpu, Nccl, Stream, UniqueId};
+use crate::sys::{self, Bufs, Comm, Config, DevBuf, Gpu, Nccl, Stream, UniqueId};
 use std::time::{Duration, Instant};
 
 /// What a case came to on one rank (or for the whole case): Ok(detail) passes, `Err` fails;
@@ -255,7 +255,7 @@ fn allreduce_check(
     let recv = DevBuf::new(count * 4)?;
     let host = inp.bytes(rank, 0, count);
     s.upload(send.ptr, &host)?;
-    match n.all_reduce(send.ptr, recv.ptr, count, 7, 0, comm, s.0) {
+    match n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.0) {
         // A non-blocking communicator may answer ncclInProgress: wait for it to settle.
         Ok(7) => wait_ready(n, comm, limit)?,
         c => ok(n, c, "ncclAllReduce")?,
@@ -520,7 +520,7 @@ fn one_thread(
         ok(n, n.group_start(), "ncclGroupStart")?;
         for (rk, (s, send, recv)) in bufs.iter().enumerate() {
             gpus[rk].make_current()?;
-            let c = n.all_reduce(send.ptr, recv.ptr, count, 7, 0, comms[rk], s.0);
+            let c = n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comms[rk], s.0);
             if c != Ok(0) {
                 let _ = n.group_end();
                 return Err(format!(
@@ -639,9 +639,13 @@ fn reductions(r: &Rank, red: Red, dt: Dt) -> Verdict {
                 );
                 progress(r, &what);
                 let call = |st: usize| match red {
-                    Red::AllReduce => n.all_reduce(sp, rp, count, dt.0, opv, comm, st),
-                    Red::Reduce => n.reduce(sp, rp, count, dt.0, opv, root as i32, comm, st),
-                    Red::ReduceScatter => n.reduce_scatter(sp, rp, count, dt.0, opv, comm, st),
+                    Red::AllReduce => n.all_reduce(Bufs::new(sp, rp, count, dt.0), opv, comm, st),
+                    Red::Reduce => {
+                        n.reduce(Bufs::new(sp, rp, count, dt.0), opv, root as i32, comm, st)
+                    }
+                    Red::ReduceScatter => {
+                        n.reduce_scatter(Bufs::new(sp, rp, count, dt.0), opv, comm, st)
+                    }
                 };
                 for graph in [false, true] {
                     s.upload(sendb.ptr, &host)?;
@@ -814,7 +818,7 @@ fn broadcast(r: &Rank) -> Verdict {
                         if mode == 2 {
                             n.bcast(sendb.ptr, count, t, root as i32, comm, s.0)
                         } else {
-                            n.broadcast(sendb.ptr, rp, count, t, root as i32, comm, s.0)
+                            n.broadcast(Bufs::new(sendb.ptr, rp, count, t), root as i32, comm, s.0)
                         }
                     };
                     prep()?;
@@ -1040,9 +1044,19 @@ fn rooted(r: &Rank, gather: bool) -> Verdict {
         s.memset(recvb.ptr, 0xff, recv_n * 2)?;
         let name = if gather { "ncclGather" } else { "ncclScatter" };
         let call = if gather {
-            n.gather(sendb.ptr, recvb.ptr, c, dt.0, root as i32, comm, s.0)
+            n.gather(
+                Bufs::new(sendb.ptr, recvb.ptr, c, dt.0),
+                root as i32,
+                comm,
+                s.0,
+            )
         } else {
-            n.scatter(sendb.ptr, recvb.ptr, c, dt.0, root as i32, comm, s.0)
+            n.scatter(
+                Bufs::new(sendb.ptr, recvb.ptr, c, dt.0),
+                root as i32,
+                comm,
+                s.0,
+            )
         };
         ok(n, call, &format!("{name} root {root}"))?;
         let mut out = vec![0u8; recv_n * 2];
@@ -1091,7 +1105,7 @@ fn memory(r: &Rank) -> Verdict {
     s.upload(buf, &inp.bytes(r.rank, 0, count))?;
     ok(
         n,
-        n.all_reduce(buf, buf, count, 7, 0, comm, s.0),
+        n.all_reduce(Bufs::new(buf, buf, count, 7), 0, comm, s.0),
         "ncclAllReduce on ncclMemAlloc memory",
     )?;
     let mut out = vec![0u8; count * 4];
@@ -1169,19 +1183,19 @@ fn bad_null(r: &Rank) -> Verdict {
     let b = DevBuf::new(64)?;
     lines.push(expect(
         n,
-        n.all_reduce(b.ptr, b.ptr, 4, 7, 0, 0, s.0),
+        n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, 0, s.0),
         4,
         "ncclAllReduce(comm NULL)",
     )?);
     lines.push(expect(
         n,
-        n.all_reduce(0, b.ptr, 4, 7, 0, comm, s.0),
+        n.all_reduce(Bufs::new(0, b.ptr, 4, 7), 0, comm, s.0),
         4,
         "ncclAllReduce(sendbuff NULL)",
     )?);
     lines.push(expect(
         n,
-        n.all_reduce(b.ptr, 0, 4, 7, 0, comm, s.0),
+        n.all_reduce(Bufs::new(b.ptr, 0, 4, 7), 0, comm, s.0),
         4,
         "ncclAllReduce(recvbuff NULL)",
     )?);
@@ -1207,7 +1221,7 @@ fn bad_handle(r: &Rank, destroyed: bool) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 4, 7, 0, handle, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, handle, s.0),
             4,
             &format!("ncclAllReduce({label} comm)"),
         )?,
@@ -1231,13 +1245,13 @@ fn bad_count(r: &Rank) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, usize::MAX, 7, 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, usize::MAX, 7), 0, comm, s.0),
             4,
             "ncclAllReduce(count -1 as size_t)",
         )?,
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 1 << 60, 7, 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 1 << 60, 7), 0, comm, s.0),
             4,
             "ncclAllReduce(count 2^60)",
         )?,
@@ -1254,25 +1268,25 @@ fn bad_type_op(r: &Rank) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 4, 12, 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 12), 0, comm, s.0),
             4,
             "ncclAllReduce(type 12)",
         )?,
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 4, -1, 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, -1), 0, comm, s.0),
             4,
             "ncclAllReduce(type -1)",
         )?,
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 4, 7, 5, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 5, comm, s.0),
             4,
             "ncclAllReduce(op 5, none created)",
         )?,
         expect(
             n,
-            n.all_reduce(b.ptr, b.ptr, 4, 7, 99, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 99, comm, s.0),
             4,
             "ncclAllReduce(op 99)",
         )?,
@@ -1296,19 +1310,19 @@ fn bad_root_peer(r: &Rank) -> Verdict {
     let mut lines = vec![
         expect(
             n,
-            n.broadcast(b.ptr, b.ptr, 4, 7, w, comm, s.0),
+            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), w, comm, s.0),
             4,
             "ncclBroadcast(root = world)",
         )?,
         expect(
             n,
-            n.broadcast(b.ptr, b.ptr, 4, 7, -1, comm, s.0),
+            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), -1, comm, s.0),
             4,
             "ncclBroadcast(root -1)",
         )?,
         expect(
             n,
-            n.reduce(b.ptr, b.ptr, 4, 7, 0, w, comm, s.0),
+            n.reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, w, comm, s.0),
             4,
             "ncclReduce(root = world)",
         )?,
@@ -1347,14 +1361,29 @@ fn mismatch(r: &Rank, how: Mismatch) -> Verdict {
     let odd = r.rank == 0;
     let c = 1024usize;
     let call = match how {
-        Mismatch::Count => n.all_reduce(b.ptr, b.ptr, if odd { c + 1 } else { c }, 7, 0, comm, s.0),
-        Mismatch::Type => n.all_reduce(b.ptr, b.ptr, c, if odd { 6 } else { 7 }, 0, comm, s.0),
-        Mismatch::Op => n.all_reduce(b.ptr, b.ptr, c, 7, if odd { 2 } else { 0 }, comm, s.0),
+        Mismatch::Count => n.all_reduce(
+            Bufs::new(b.ptr, b.ptr, if odd { c + 1 } else { c }, 7),
+            0,
+            comm,
+            s.0,
+        ),
+        Mismatch::Type => n.all_reduce(
+            Bufs::new(b.ptr, b.ptr, c, if odd { 6 } else { 7 }),
+            0,
+            comm,
+            s.0,
+        ),
+        Mismatch::Op => n.all_reduce(
+            Bufs::new(b.ptr, b.ptr, c, 7),
+            if odd { 2 } else { 0 },
+            comm,
+            s.0,
+        ),
         Mismatch::Collective => {
             if odd {
                 n.all_gather(b.ptr, b.ptr + 4096, c / r.world, 7, comm, s.0)
             } else {
-                n.all_reduce(b.ptr, b.ptr, c, 7, 0, comm, s.0)
+                n.all_reduce(Bufs::new(b.ptr, b.ptr, c, 7), 0, comm, s.0)
             }
         }
     };
@@ -1392,7 +1421,7 @@ fn syncwork(r: &Rank) -> Verdict {
         progress(r, &format!("sync-work all-reduce {bytes} B"));
         ok(
             n,
-            n.all_reduce(send.ptr, recv.ptr, count, 7, 0, comm, s.0),
+            n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.0),
             &format!("ncclAllReduce {bytes} B"),
         )?;
         let mut out = vec![0u8; bytes];

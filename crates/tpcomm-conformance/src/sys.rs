@@ -394,6 +394,27 @@ pub struct Nccl {
 /// A call outcome: the result code, or the missing function's name.
 pub type Call = Result<i32, &'static str>;
 
+/// The buffers of one NCCL collective as the suite passes them: send and
+/// receive buffer (device addresses), element count and `ncclDataType_t`.
+#[derive(Clone, Copy, Debug)]
+pub struct Bufs {
+    pub send: u64,
+    pub recv: u64,
+    pub count: usize,
+    pub dt: i32,
+}
+
+impl Bufs {
+    pub fn new(send: u64, recv: u64, count: usize, dt: i32) -> Self {
+        Bufs {
+            send,
+            recv,
+            count,
+            dt,
+        }
+    }
+}
+
 macro_rules! need {
     ($s:ident . $f:ident, $name:literal) => {
         match $s.api.$f {
@@ -608,51 +629,31 @@ impl Nccl {
         // SAFETY: no arguments.
         Ok(unsafe { f() })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn all_reduce(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        op: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn all_reduce(&self, b: Bufs, op: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.all_reduce, "ncclAllReduce");
         // SAFETY: buffers and handles are passed through; the suite's own are valid for the call.
-        Ok(unsafe { f(p(send), p(recv), count, dt, op, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, op, c(comm), s(st)) })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn reduce(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        op: i32,
-        root: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn reduce(&self, b: Bufs, op: i32, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.reduce, "ncclReduce");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, op, root, c(comm), s(st)) })
+        Ok(unsafe {
+            f(
+                p(b.send),
+                p(b.recv),
+                b.count,
+                b.dt,
+                op,
+                root,
+                c(comm),
+                s(st),
+            )
+        })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn reduce_scatter(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        op: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn reduce_scatter(&self, b: Bufs, op: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.reduce_scatter, "ncclReduceScatter");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, op, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, op, c(comm), s(st)) })
     }
     pub fn all_gather(
         &self,
@@ -667,20 +668,10 @@ impl Nccl {
         // SAFETY: as all_reduce.
         Ok(unsafe { f(p(send), p(recv), count, dt, c(comm), s(st)) })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn broadcast(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        root: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn broadcast(&self, b: Bufs, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.broadcast, "ncclBroadcast");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, root, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, root, c(comm), s(st)) })
     }
     pub fn bcast(&self, buf: u64, count: usize, dt: i32, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.bcast, "ncclBcast");
@@ -710,35 +701,15 @@ impl Nccl {
         // SAFETY: as all_reduce.
         Ok(unsafe { f(p(send), p(recv), count, dt, c(comm), s(st)) })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn gather(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        root: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn gather(&self, b: Bufs, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.gather, "ncclGather");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, root, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, root, c(comm), s(st)) })
     }
-    #[allow(clippy::too_many_arguments)]
-    pub fn scatter(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        root: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn scatter(&self, b: Bufs, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.scatter, "ncclScatter");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, root, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, root, c(comm), s(st)) })
     }
     /// ncclRedOpCreatePreMulSum with a host-immediate scalar (its bytes in the element type).
     pub fn premulsum(

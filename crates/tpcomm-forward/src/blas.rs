@@ -28,6 +28,14 @@ pub fn ensure_cublas() -> Result<()> {
     }
 }
 
+/// The dimensions of one GEMM: `rows` rows of `k` inputs to `n` outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub rows: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
 /// A cuBLAS handle bound to one stream, with a fixed workspace so that
 /// nothing is allocated while a CUDA graph is being captured.
 pub struct Blas {
@@ -59,24 +67,23 @@ impl Blas {
         Ok(b)
     }
 
-    /// Row-major bf16 `y[t][n] = sum_k x[t][k] * w[k][n]` for `t < rows`;
-    /// `x` has leading dimension `ldx` elements, `w` and `y` are dense.
+    /// Row-major bf16 `y[t][n] = sum_k x[t][k] * w[k][n]` for `t < rows`
+    /// (the dimensions `d`); `x` has leading dimension `ldx` elements, `w`
+    /// and `y` are dense.
     ///
     /// # Safety
     /// `x` holds `rows` rows of `ldx >= k` elements, `w` `k * n` elements and
     /// `y` `rows * n` elements, all device memory of this handle's device,
     /// valid until the stream has run the GEMM.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn gemm_bf16(
         &self,
         x: CUdeviceptr,
         ldx: usize,
         w: CUdeviceptr,
         y: CUdeviceptr,
-        rows: usize,
-        k: usize,
-        n: usize,
+        d: Dims,
     ) -> Result<()> {
+        let Dims { rows, k, n } = d;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let dim = |v: usize| {
             i32::try_from(v).map_err(|_| Error::invalid("GEMM dimension", format!("{v}")))

@@ -23,11 +23,11 @@ pub mod kernels;
 
 pub use blas::ensure_cublas;
 
-use blas::Blas;
+use blas::{Blas, Dims};
 use kernels::{forward_kernels, ForwardKernels};
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::CudaContext;
-use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::{launch, CUdeviceptr, CUstream, DeviceAlloc, Launch};
 use tpcomm::{ByteSize, DType, Error, Result};
 
@@ -113,6 +113,23 @@ pub struct Site {
     pub rows: usize,
     pub hidden: usize,
     pub eps: f32,
+}
+
+impl Site {
+    /// The site's add + RMSNorm (bf16) on `stream`, launched as `how` says.
+    pub fn norm(&self, stream: CUstream, how: Launch) -> NormCall {
+        NormCall {
+            residual: self.residual,
+            weight: self.weight,
+            normed: self.normed,
+            rows: self.rows,
+            hidden: self.hidden,
+            dtype: DType::Bf16,
+            eps: self.eps,
+            stream,
+            launch: how,
+        }
+    }
 }
 
 /// The error of making the model's context current on this thread.
@@ -330,19 +347,7 @@ impl Model {
         // as `self`, which the caller keeps until the stream has finished.
         unsafe {
             self.x.copy_from_async(&self.x0, tokens * h * 2, stream)?;
-            add_rmsnorm(
-                &self.ctx,
-                s.residual,
-                None,
-                s.weight,
-                s.normed,
-                tokens,
-                h,
-                DType::Bf16,
-                EPS,
-                stream,
-                Launch::Ordinary,
-            )?;
+            add_rmsnorm(&self.ctx, None, &s.norm(stream, Launch::Ordinary))?;
         }
         for _ in 0..sh.layers {
             unsafe {
@@ -351,14 +356,25 @@ impl Model {
                     h,
                     self.wqkv.ptr(),
                     self.qkv.ptr(),
-                    tokens,
-                    h,
-                    3 * hs,
+                    Dims {
+                        rows: tokens,
+                        k: h,
+                        n: 3 * hs,
+                    },
                 )?;
                 // The V third of each QKV row stands in for the attention output.
                 let v = self.qkv.ptr() + (2 * hs * 2) as u64;
-                self.blas
-                    .gemm_bf16(v, 3 * hs, self.wo.ptr(), self.part.ptr(), tokens, hs, h)?;
+                self.blas.gemm_bf16(
+                    v,
+                    3 * hs,
+                    self.wo.ptr(),
+                    self.part.ptr(),
+                    Dims {
+                        rows: tokens,
+                        k: hs,
+                        n: h,
+                    },
+                )?;
             }
             site(&s)?;
             unsafe {
@@ -367,9 +383,11 @@ impl Model {
                     h,
                     self.wup.ptr(),
                     self.up.ptr(),
-                    tokens,
-                    h,
-                    2 * ms,
+                    Dims {
+                        rows: tokens,
+                        k: h,
+                        n: 2 * ms,
+                    },
                 )?;
             }
             self.silu_mul(tokens, stream)?;
@@ -379,9 +397,11 @@ impl Model {
                     ms,
                     self.wdown.ptr(),
                     self.part.ptr(),
-                    tokens,
-                    ms,
-                    h,
+                    Dims {
+                        rows: tokens,
+                        k: ms,
+                        n: h,
+                    },
                 )?;
             }
             site(&s)?;
@@ -405,21 +425,7 @@ impl Model {
     ) -> Result<()> {
         // SAFETY: the site's buffers are this model's; `addend` is the
         // caller's contract.
-        unsafe {
-            add_rmsnorm(
-                &self.ctx,
-                site.residual,
-                Some(addend),
-                site.weight,
-                site.normed,
-                site.rows,
-                site.hidden,
-                DType::Bf16,
-                site.eps,
-                stream,
-                how,
-            )
-        }
+        unsafe { add_rmsnorm(&self.ctx, Some(addend), &site.norm(stream, how)) }
     }
 
     /// The residual stream and the normalised hidden state of the first

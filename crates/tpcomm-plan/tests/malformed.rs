@@ -14,7 +14,7 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tpcomm::report::{latency_rows, parse_rows, BenchRow, RowFilter};
+use tpcomm::report::{latency_rows, parse_rows, BenchRow, RowFilter, RowLabels};
 use tpcomm::select::{Table, BUILTIN_NVLINK_TOML};
 use tpcomm::topology::Topology;
 use tpcomm::{ByteSize, DType};
@@ -375,9 +375,11 @@ fn row(bytes: u64, algo: &str, time_us: f64, wrong: u64) -> BenchRow {
         bytes,
         bytes / 2,
         DType::Bf16,
-        "sum",
-        algo,
-        "graph",
+        RowLabels {
+            op: "sum",
+            algo,
+            mode: "graph",
+        },
         time_us,
         2,
         wrong,

@@ -24,9 +24,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::{
-    Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
+    Call, Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
     StreamAllReduce, Transport,
 };
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
@@ -188,7 +188,12 @@ impl Communicator {
     }
 }
 
+// The methods' arguments are the Python signatures (`#[pyo3(signature)]`,
+// keyword arguments with defaults) that python/tpcomm/torch.py calls: one
+// allow for the block instead of one per method. Inside, each call is one
+// `tpcomm::cuda::Call` or `fused::NormCall`.
 #[pymethods]
+#[allow(clippy::too_many_arguments)]
 impl Communicator {
     /// Creates this rank's communicator; every rank of the group calls it
     /// with the same world size, maximum message size and transport. The
@@ -196,7 +201,6 @@ impl Communicator {
     /// later (inside a CUDA graph capture, for one).
     #[new]
     #[pyo3(signature = (rank, world, device, exchange, max_bytes = 16 << 20, timeout_s = 600.0, transport = "auto", nccl_fallback = false))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         rank: usize,
         world: usize,
@@ -262,7 +266,6 @@ impl Communicator {
     /// `output` (the same address: in place) on `stream`, asynchronously.
     /// Returns where it ran ("tpcomm" or an NCCL route with its reason).
     #[pyo3(signature = (input, output, count, dtype, stream, algo = "auto", overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn all_reduce(
         &self,
         input: u64,
@@ -280,15 +283,10 @@ impl Communicator {
         // handle of a stream of that device, and keeps the tensors alive for
         // the stream (torch's caching allocator and graph pools do).
         let route = unsafe {
-            self.comm()?.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                ReduceOp::Sum,
-                algo,
-                stream as _,
-                launch(overlapped),
+            self.comm()?.all_reduce_call(
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_algo(algo)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -300,7 +298,6 @@ impl Communicator {
     /// this rank's block of `output`) on `stream`, asynchronously. Returns
     /// where it ran ("tpcomm" or an NCCL route with its reason).
     #[pyo3(signature = (input, output, count, dtype, stream, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn all_gather(
         &self,
         input: u64,
@@ -316,8 +313,10 @@ impl Communicator {
         // `count` elements) and a stream of that device, and keeps them
         // alive for the stream.
         let route = unsafe {
-            self.comm()?
-                .all_gather(input, output, count, dtype, stream as _, launch(overlapped))
+            self.comm()?.all_gather(
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_launch(launch(overlapped)),
+            )
         }
         .map_err(to_py)?;
         Ok(route.name())
@@ -328,7 +327,6 @@ impl Communicator {
     /// `output`, on `stream`. `op`: "sum" on the kernels; "max"/"min" need
     /// `nccl_fallback`.
     #[pyo3(signature = (input, output, count, dtype, stream, op = "sum", overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
         input: u64,
@@ -345,13 +343,9 @@ impl Communicator {
         // `output` of `count` elements.
         let route = unsafe {
             self.comm()?.reduce_scatter(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                stream as _,
-                launch(overlapped),
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_op(op)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -361,7 +355,6 @@ impl Communicator {
     /// Copies `root`'s `count` elements at `input` to `output` on every rank
     /// (only the root's `input` is read), on `stream`.
     #[pyo3(signature = (input, output, count, dtype, root, stream, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn broadcast(
         &self,
         input: u64,
@@ -376,13 +369,9 @@ impl Communicator {
         // SAFETY: as in all_gather, with both buffers of `count` elements.
         let route = unsafe {
             self.comm()?.broadcast(
-                input,
-                output,
-                count,
-                dtype,
-                root,
-                stream as _,
-                launch(overlapped),
+                &Call::new(input, output, count, dtype, stream as _)
+                    .with_root(root)
+                    .with_launch(launch(overlapped)),
             )
         }
         .map_err(to_py)?;
@@ -395,7 +384,6 @@ impl Communicator {
     /// transport (no fused kernel there) it runs the all-reduce into
     /// `scratch` then the add + RMSNorm kernel.
     #[pyo3(signature = (partial, residual, weight, normed, rows, hidden, dtype, eps, stream, scratch = None, overlapped = false))]
-    #[allow(clippy::too_many_arguments)]
     fn fused_add_rmsnorm_all_reduce(
         &self,
         partial: u64,
@@ -417,24 +405,23 @@ impl Communicator {
                 format!("{rows} x {hidden} overflows"),
             ))
         })?;
+        let norm = NormCall {
+            residual,
+            weight,
+            normed,
+            rows,
+            hidden,
+            dtype,
+            eps,
+            stream: stream as _,
+            launch: launch(overlapped),
+        };
         match self.comm()?.gpu() {
-            // SAFETY: as in all_reduce: live tensors of this device, of the
-            // sizes tpcomm/torch.py checked, on a stream of this device.
-            GpuComm::P2p(c) => unsafe {
-                c.all_reduce_residual_rmsnorm(
-                    partial,
-                    residual,
-                    weight,
-                    normed,
-                    rows,
-                    hidden,
-                    dtype,
-                    eps,
-                    stream as _,
-                    launch(overlapped),
-                )
+            GpuComm::P2p(c) => {
+                // SAFETY: as in all_reduce: live tensors of this device, of the
+                // sizes tpcomm/torch.py checked, on a stream of this device.
+                unsafe { c.all_reduce_residual_rmsnorm(partial, &norm) }.map_err(to_py)
             }
-            .map_err(to_py),
             GpuComm::Pinned(c) => {
                 let scratch = scratch.ok_or_else(|| {
                     to_py(Error::invalid(
@@ -444,31 +431,16 @@ impl Communicator {
                 })?;
                 // SAFETY: as above; `scratch` holds `count` elements.
                 unsafe {
-                    c.all_reduce_launched(
-                        partial,
-                        scratch,
-                        count,
-                        dtype,
-                        ReduceOp::Sum,
-                        Algo::Auto,
-                        stream as _,
-                        launch(overlapped),
+                    c.all_reduce_call(
+                        &Call::new(partial, scratch, count, dtype, stream as _)
+                            .with_launch(launch(overlapped)),
                     )
                     .map_err(to_py)?;
-                    add_rmsnorm(
-                        c.context(),
-                        residual,
-                        Some(scratch),
-                        weight,
-                        normed,
-                        rows,
-                        hidden,
-                        dtype,
-                        eps,
-                        stream as _,
-                        Launch::Ordinary,
-                    )
-                    .map_err(to_py)
+                    let norm = NormCall {
+                        launch: Launch::Ordinary,
+                        ..norm
+                    };
+                    add_rmsnorm(c.context(), Some(scratch), &norm).map_err(to_py)
                 }
             }
         }
@@ -478,7 +450,6 @@ impl Communicator {
     /// `normed = rmsnorm(residual) * weight`, with the kernel the fused op is
     /// checked against (bit for bit, after a one-shot all-reduce).
     #[pyo3(signature = (residual, addend, weight, normed, rows, hidden, dtype, eps, stream))]
-    #[allow(clippy::too_many_arguments)]
     fn add_rmsnorm(
         &self,
         residual: u64,
@@ -499,19 +470,18 @@ impl Communicator {
         };
         // SAFETY: as in all_reduce.
         unsafe {
-            add_rmsnorm(
-                ctx,
+            let norm = NormCall {
                 residual,
-                addend,
                 weight,
                 normed,
                 rows,
                 hidden,
                 dtype,
                 eps,
-                stream as _,
-                Launch::Ordinary,
-            )
+                stream: stream as _,
+                launch: Launch::Ordinary,
+            };
+            add_rmsnorm(ctx, addend, &norm)
         }
         .map_err(to_py)
     }

@@ -25,11 +25,11 @@ use tpcomm::cuda::cudarc::driver::{sys, CudaContext, DevicePtr};
 
 use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{
-    open_context, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup, Transport,
+    open_context, Call, Communicator, CudaConfig, Rendezvous, ThreadGroup, Transport,
 };
 use tpcomm::quant::model::{self, inputs, reference_f64};
 use tpcomm::quant::Wire;
-use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
+use tpcomm::{ByteSize, DType, Error, Result};
 
 struct Args {
     ranks: usize,
@@ -165,46 +165,23 @@ type RankRows = Vec<Row>;
 /// stage, median us, median us of a device copy moving the same bytes).
 type StageRows = Vec<(usize, Wire, &'static str, f64, f64)>;
 
-/// One quantized or exact call; the quantized algorithm that ran.
+/// One quantized or exact call (a bf16 sum); the quantized algorithm that ran.
 ///
 /// # Safety
-/// `pi` and `po` hold `count` bf16 elements until the stream has run it.
-#[allow(clippy::too_many_arguments)]
+/// `call`'s buffers hold its elements until the stream has run it.
 unsafe fn one_call(
     comm: &Communicator,
-    pi: u64,
-    po: u64,
-    count: usize,
+    call: &Call,
     wire: Wire,
     algo: QuantAlgo,
-    stream: tpcomm::cuda::CUstream,
 ) -> Result<Option<QuantAlgo>> {
     // SAFETY: the caller's contract.
     unsafe {
         if wire == Wire::Exact {
-            comm.all_reduce_wire(
-                pi,
-                po,
-                count,
-                DType::Bf16,
-                ReduceOp::Sum,
-                wire,
-                stream,
-                Launch::Ordinary,
-            )?;
+            comm.all_reduce_wire(call, wire)?;
             return Ok(None);
         }
-        comm.all_reduce_quant(
-            pi,
-            po,
-            count,
-            DType::Bf16,
-            wire,
-            algo,
-            stream,
-            Launch::Ordinary,
-        )
-        .map(Some)
+        comm.all_reduce_quant(call, wire, algo).map(Some)
     }
 }
 
@@ -283,7 +260,14 @@ fn rank_main(
             let call = || -> Result<()> {
                 // SAFETY: both buffers hold `max` bytes and outlive every
                 // launch (the stream is synchronized before they drop).
-                unsafe { one_call(&comm, pi, po, count, wire, a.algo, stream.cu_stream())? };
+                unsafe {
+                    one_call(
+                        &comm,
+                        &Call::new(pi, po, count, DType::Bf16, stream.cu_stream()),
+                        wire,
+                        a.algo,
+                    )?
+                };
                 Ok(())
             };
             for _ in 0..3 {
@@ -323,7 +307,14 @@ fn rank_main(
             t.sort_by(f64::total_cmp);
             // One more call, read back for the error and the model check.
             // SAFETY: as above.
-            let ran = unsafe { one_call(&comm, pi, po, count, wire, a.algo, stream.cu_stream())? };
+            let ran = unsafe {
+                one_call(
+                    &comm,
+                    &Call::new(pi, po, count, DType::Bf16, stream.cu_stream()),
+                    wire,
+                    a.algo,
+                )?
+            };
             stream
                 .memcpy_dtoh(&out.slice(..bytes), &mut *back)
                 .map_err(cuda("cuMemcpyDtoH"))?;

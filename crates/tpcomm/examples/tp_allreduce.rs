@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{CudaContext, DevicePtr};
 use tpcomm::cuda::{
-    open_context, Communicator, CudaConfig, Launch, Rendezvous, StreamAllReduce, ThreadGroup,
+    open_context, Call, Communicator, CudaConfig, Launch, Rendezvous, StreamAllReduce, ThreadGroup,
 };
 use tpcomm::{Algo, ByteSize, DType, ReduceOp, Result};
 
@@ -60,15 +60,9 @@ fn rank_main(rank: usize, world: usize, group: Arc<ThreadGroup>) -> Result<Strin
     // launch elsewhere). Here it sums the already-summed buffer again.
     // SAFETY: as above.
     unsafe {
-        comm.all_reduce_launched(
-            ptr,
-            ptr,
-            COUNT,
-            DType::F32,
-            ReduceOp::Sum,
-            Algo::Auto,
-            stream.cu_stream(),
-            Launch::Overlapped,
+        comm.all_reduce_call(
+            &Call::new(ptr, ptr, COUNT, DType::F32, stream.cu_stream())
+                .with_launch(Launch::Overlapped),
         )?
     };
     stream.synchronize().map_err(|e| tpcomm::Error::Cuda {

@@ -29,19 +29,29 @@ pub struct BenchRow {
     pub wrong: u64,
 }
 
+/// What a row names besides its size and type: the `op`, `algo` and `mode`
+/// columns.
+#[derive(Clone, Copy, Debug)]
+pub struct RowLabels<'a> {
+    pub op: &'a str,
+    pub algo: &'a str,
+    pub mode: &'a str,
+}
+
 impl BenchRow {
-    #[allow(clippy::too_many_arguments)]
+    /// A row of `bytes` (`count` elements of `dtype`) measured at `time_us`
+    /// a call at `world` ranks, with its bandwidths by nccl-tests' rules for
+    /// an all-reduce.
     pub fn new(
         bytes: u64,
         count: u64,
         dtype: DType,
-        op: &str,
-        algo: &str,
-        mode: &str,
+        labels: RowLabels<'_>,
         time_us: f64,
         world: usize,
         wrong: u64,
     ) -> Self {
+        let RowLabels { op, algo, mode } = labels;
         let algbw = if time_us > 0.0 {
             bytes as f64 / (time_us * 1e3)
         } else {
@@ -287,9 +297,11 @@ mod tests {
             1_000_000,
             250_000,
             DType::F32,
-            "sum",
-            "one-shot",
-            "eager",
+            RowLabels {
+                op: "sum",
+                algo: "one-shot",
+                mode: "eager",
+            },
             10.0,
             4,
             0,
@@ -338,9 +350,11 @@ mod tests {
             bytes,
             bytes / 2,
             DType::Bf16,
-            "sum",
-            algo,
-            "graph",
+            RowLabels {
+                op: "sum",
+                algo,
+                mode: "graph",
+            },
             time_us,
             2,
             wrong,
@@ -439,7 +453,19 @@ mod tests {
             0u64..3,
         )
             .prop_map(|(bytes, dtype, algo, mode, t, wrong)| {
-                BenchRow::new(bytes, bytes / 2, dtype, "sum", algo, mode, t, 2, wrong)
+                BenchRow::new(
+                    bytes,
+                    bytes / 2,
+                    dtype,
+                    RowLabels {
+                        op: "sum",
+                        algo,
+                        mode,
+                    },
+                    t,
+                    2,
+                    wrong,
+                )
             })
     }
 

@@ -7,7 +7,7 @@
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
 use tpcomm::cuda::{
-    open_context, CollectiveRoute, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup,
+    open_context, Call, CollectiveRoute, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup,
 };
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{ByteSize, DType, ReduceOp};
@@ -105,19 +105,15 @@ fn run(world: usize) {
                             .unwrap();
                         let (pi, _gi) = inp.device_ptr(&stream);
                         let (po, _go) = out.device_ptr(&stream);
-                        let o = Launch::Ordinary;
+                        let call = Call::new(pi, po, n, dtype, cs).with_launch(Launch::Ordinary);
                         // SAFETY: the buffers hold what each collective reads
                         // and writes on this rank's GPU and live past the
                         // synchronize below.
                         let route = unsafe {
                             match c {
-                                Coll::AllGather => comm.all_gather(pi, po, n, dtype, cs, o),
-                                Coll::ReduceScatter(op) => {
-                                    comm.reduce_scatter(pi, po, n, dtype, op, cs, o)
-                                }
-                                Coll::Broadcast(root) => {
-                                    comm.broadcast(pi, po, n, dtype, root, cs, o)
-                                }
+                                Coll::AllGather => comm.all_gather(&call),
+                                Coll::ReduceScatter(op) => comm.reduce_scatter(&call.with_op(op)),
+                                Coll::Broadcast(root) => comm.broadcast(&call.with_root(root)),
                             }
                         }
                         .expect("collective");
@@ -192,15 +188,7 @@ fn without_the_fallback_a_block_above_the_buffers_is_a_clear_error() {
                     let (p, _g) = buf.device_ptr(&stream);
                     // SAFETY: the call is refused before anything is launched.
                     let err = unsafe {
-                        comm.broadcast(
-                            p,
-                            p,
-                            64 * 1024,
-                            DType::Bf16,
-                            0,
-                            stream.cu_stream(),
-                            Launch::Ordinary,
-                        )
+                        comm.broadcast(&Call::new(p, p, 64 * 1024, DType::Bf16, stream.cu_stream()))
                     }
                     .unwrap_err();
                     assert!(err.to_string().contains("nccl_fallback"), "{err}");

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use tpcomm::cuda::fused::add_rmsnorm;
+use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
@@ -129,6 +129,17 @@ fn run_rank(
     };
     let p = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
     let cs = stream.cu_stream();
+    let norm = |residual, normed, launch| NormCall {
+        residual,
+        weight: p(&b.weight),
+        normed,
+        rows: c.rows,
+        hidden: c.hidden,
+        dtype: c.dtype,
+        eps: EPS,
+        stream: cs,
+        launch,
+    };
     // SAFETY (test): every pointer is a live allocation of this rank's device
     // of the size the call reads or writes; the stream is synchronized below,
     // before the slices drop.
@@ -143,48 +154,16 @@ fn run_rank(
             cs,
         )
         .unwrap();
-        add_rmsnorm(
-            comm.context(),
-            p(&b.res_u),
-            Some(p(&b.reduced)),
-            p(&b.weight),
-            p(&b.norm_u),
-            c.rows,
-            c.hidden,
-            c.dtype,
-            EPS,
-            cs,
-            Launch::Ordinary,
-        )
-        .unwrap();
-        comm.all_reduce_residual_rmsnorm(
-            p(&b.partial),
-            p(&b.res_f),
-            p(&b.weight),
-            p(&b.norm_f),
-            c.rows,
-            c.hidden,
-            c.dtype,
-            EPS,
-            cs,
-            Launch::Ordinary,
-        )
-        .unwrap();
+        let unfused = norm(p(&b.res_u), p(&b.norm_u), Launch::Ordinary);
+        add_rmsnorm(comm.context(), Some(p(&b.reduced)), &unfused).unwrap();
+        let fused = norm(p(&b.res_f), p(&b.norm_f), Launch::Ordinary);
+        comm.all_reduce_residual_rmsnorm(p(&b.partial), &fused)
+            .unwrap();
         // The same call launched to overlap the previous kernel must give the
         // same result (on sm_90+; an ordinary launch elsewhere).
-        comm.all_reduce_residual_rmsnorm(
-            p(&b.partial),
-            p(&b.res_o),
-            p(&b.weight),
-            p(&b.norm_o),
-            c.rows,
-            c.hidden,
-            c.dtype,
-            EPS,
-            cs,
-            Launch::Overlapped,
-        )
-        .unwrap();
+        let overlapped = norm(p(&b.res_o), p(&b.norm_o), Launch::Overlapped);
+        comm.all_reduce_residual_rmsnorm(p(&b.partial), &overlapped)
+            .unwrap();
     }
     stream.synchronize().unwrap();
     comm.check().unwrap();
@@ -336,18 +315,18 @@ fn fused_call_whose_peer_never_arrives_times_out_naming_it() {
         // SAFETY (test): live allocations of rank 0's device of the sizes the
         // call uses; the stream is synchronized before they drop.
         unsafe {
-            comm.all_reduce_residual_rmsnorm(
-                p(&partial),
-                p(&residual),
-                p(&weight),
-                p(&normed),
+            let norm = NormCall {
+                residual: p(&residual),
+                weight: p(&weight),
+                normed: p(&normed),
                 rows,
                 hidden,
-                DType::Bf16,
-                EPS,
-                stream.cu_stream(),
-                Launch::Ordinary,
-            )
+                dtype: DType::Bf16,
+                eps: EPS,
+                stream: stream.cu_stream(),
+                launch: Launch::Ordinary,
+            };
+            comm.all_reduce_residual_rmsnorm(p(&partial), &norm)
         }
     };
     // Rank 1 never calls: rank 0's kernel must give up on its own.

@@ -15,11 +15,11 @@ use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{
-    open_context, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
+    open_context, Call, Communicator, CudaConfig, Launch, Rendezvous, Route, ThreadGroup, Transport,
 };
 use tpcomm::quant::model::{self, inputs, reference_f64};
 use tpcomm::quant::{Format, Wire};
-use tpcomm::{ByteSize, DType, Error, Place, ReduceOp};
+use tpcomm::{ByteSize, DType, Error, Place};
 
 mod gpu_common;
 use gpu_common::{describe, device_of, gpu_worlds};
@@ -149,41 +149,34 @@ fn run(
                         rank.out.device_ptr(&rank.stream).0
                     };
                     let cs = rank.stream.cu_stream();
+                    let call_of = |how| Call::new(pi, po, count, dtype, cs).with_launch(how);
                     let call = |how| -> Result<Route, Error> {
                         // SAFETY: both buffers hold MAX bytes and outlive the
                         // synchronisation below.
                         unsafe {
                             match algo {
-                                Some(a) => rank
-                                    .comm
-                                    .all_reduce_quant(pi, po, count, dtype, wire, a, cs, how)
-                                    .map(|ran| {
-                                        // Two-shot runs where every rank owns a chunk.
-                                        let world = inputs.len();
-                                        let want = match a {
-                                            QuantAlgo::TwoShot | QuantAlgo::Auto
-                                                if a.runs_twoshot(count, world) =>
-                                            {
-                                                QuantAlgo::TwoShot
-                                            }
-                                            QuantAlgo::TwoShot | QuantAlgo::Auto => {
-                                                QuantAlgo::OneShot
-                                            }
-                                            _ => a,
-                                        };
-                                        assert_eq!(ran, want, "asked for {a:?}, count {count}");
-                                        Route::TpcommQuantized
-                                    }),
-                                None => rank.comm.all_reduce_wire(
-                                    pi,
-                                    po,
-                                    count,
-                                    dtype,
-                                    ReduceOp::Sum,
-                                    wire,
-                                    cs,
-                                    how,
-                                ),
+                                Some(a) => {
+                                    rank.comm
+                                        .all_reduce_quant(&call_of(how), wire, a)
+                                        .map(|ran| {
+                                            // Two-shot runs where every rank owns a chunk.
+                                            let world = inputs.len();
+                                            let want = match a {
+                                                QuantAlgo::TwoShot | QuantAlgo::Auto
+                                                    if a.runs_twoshot(count, world) =>
+                                                {
+                                                    QuantAlgo::TwoShot
+                                                }
+                                                QuantAlgo::TwoShot | QuantAlgo::Auto => {
+                                                    QuantAlgo::OneShot
+                                                }
+                                                _ => a,
+                                            };
+                                            assert_eq!(ran, want, "asked for {a:?}, count {count}");
+                                            Route::TpcommQuantized
+                                        })
+                                }
+                                None => rank.comm.all_reduce_wire(&call_of(how), wire),
                             }
                         }
                     };
@@ -359,22 +352,6 @@ fn check_on(
     );
 }
 
-/// One case on fresh inputs (the graph test's calls).
-#[allow(clippy::too_many_arguments)]
-fn check_case(
-    ranks: &mut [Rank],
-    dtype: DType,
-    wire: Wire,
-    algo: Option<QuantAlgo>,
-    count: usize,
-    in_place: bool,
-    replays: usize,
-    rng: &mut inputs::Rng,
-) {
-    let mut inp = Inputs::new(ranks.len(), dtype, count, rng);
-    check_on(ranks, &mut inp, wire, algo, in_place, replays);
-}
-
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test --test gpu_quant -- --ignored --test-threads=1"]
 fn gpu_quant_matches_the_cpu_model_bit_for_bit_on_every_rank() {
@@ -437,26 +414,12 @@ fn gpu_quant_graph_replays_advance_the_epoch_and_mix_with_exact_calls() {
             let mut ranks = make_ranks(world, t, Duration::from_secs(20));
             for replays in [1, 2, 5, 100] {
                 for algo in algos().into_iter().skip(1) {
-                    check_case(
-                        &mut ranks,
-                        DType::Bf16,
-                        Wire::int8(),
-                        algo,
-                        300_001,
-                        false,
-                        replays,
-                        &mut rng,
-                    );
-                    check_case(
-                        &mut ranks,
-                        DType::F16,
-                        Wire::fp8(),
-                        algo,
-                        70_000,
-                        false,
-                        replays,
-                        &mut rng,
-                    );
+                    // A case on fresh inputs.
+                    let mut inp = Inputs::new(ranks.len(), DType::Bf16, 300_001, &mut rng);
+                    check_on(&mut ranks, &mut inp, Wire::int8(), algo, false, replays);
+                    // A case on fresh inputs.
+                    let mut inp = Inputs::new(ranks.len(), DType::F16, 70_000, &mut rng);
+                    check_on(&mut ranks, &mut inp, Wire::fp8(), algo, false, replays);
                 }
                 // An exact call in between: separate buffers and epochs.
                 let xs: Vec<Vec<u8>> = (0..world)
@@ -500,18 +463,8 @@ fn gpu_quant_a_missing_peer_is_named_after_the_timeout() {
         let p = r0.inp.device_ptr(&r0.stream).0;
         // SAFETY: the buffer holds MAX bytes and outlives the sync below.
         unsafe {
-            r0.comm
-                .all_reduce_quant(
-                    p,
-                    p,
-                    1 << 20,
-                    DType::Bf16,
-                    Wire::int8(),
-                    algo,
-                    r0.stream.cu_stream(),
-                    Launch::Ordinary,
-                )
-                .unwrap()
+            let call = Call::new(p, p, 1 << 20, DType::Bf16, r0.stream.cu_stream());
+            r0.comm.all_reduce_quant(&call, Wire::int8(), algo).unwrap()
         };
         r0.stream.synchronize().unwrap();
         match r0.comm.check() {

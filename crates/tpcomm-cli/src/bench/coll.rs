@@ -12,7 +12,7 @@
 use super::BenchArgs;
 use clap::ValueEnum;
 use std::time::Instant;
-use tpcomm::report::BenchRow;
+use tpcomm::report::{BenchRow, RowLabels};
 use tpcomm::verify::{random_input, Reference};
 use tpcomm::{Algo, Element, HostCommunicator, ReduceOp};
 
@@ -76,32 +76,25 @@ impl Coll {
     }
 }
 
-/// A row of `coll`: the size, count and bandwidths by nccl-tests' rules.
-#[allow(clippy::too_many_arguments)]
+/// A row of `coll` (algo: its name; mode: eager): the size, count and
+/// bandwidths by nccl-tests' rules.
 pub(crate) fn row(
     coll: Coll,
     block: u64,
     dtype: tpcomm::DType,
     op: ReduceOp,
-    algo: &str,
-    mode: &str,
     time_us: f64,
     world: usize,
     wrong: u64,
 ) -> BenchRow {
     let count = coll.total_count(block, world);
     let bytes = count * dtype.size() as u64;
-    let mut r = BenchRow::new(
-        bytes,
-        count,
-        dtype,
-        coll.op_label(op),
-        algo,
-        mode,
-        time_us,
-        world,
-        wrong,
-    );
+    let labels = RowLabels {
+        op: coll.op_label(op),
+        algo: coll.name(),
+        mode: "eager",
+    };
+    let mut r = BenchRow::new(bytes, count, dtype, labels, time_us, world, wrong);
     r.busbw_gbps = r.algbw_gbps * coll.busbw_factor(world);
     r
 }
@@ -212,8 +205,6 @@ pub(super) fn sweep<T: Element>(
                 n as u64,
                 T::DTYPE,
                 args.op,
-                coll.name(),
-                "eager",
                 stats[0] as f64,
                 world,
                 wrong_all,
@@ -240,8 +231,6 @@ mod tests {
             65_536,
             DType::F32,
             ReduceOp::Sum,
-            "all-gather",
-            "eager",
             100.0,
             4,
             0,

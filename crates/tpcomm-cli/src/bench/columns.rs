@@ -31,6 +31,7 @@ pub(crate) fn line(r: &BenchRow) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tpcomm::report::RowLabels;
     use tpcomm::DType;
 
     #[test]
@@ -38,7 +39,19 @@ mod tests {
         // The longest labels the benches print (a collective's name, a
         // quantized wire with its algorithm) line up as the short ones do.
         for algo in ["nccl", "reduce-scatter", "host-delta", "int8-two-shot"] {
-            let r = BenchRow::new(1024, 256, DType::Bf16, "sum", algo, "graph", 7.5, 2, 0);
+            let r = BenchRow::new(
+                1024,
+                256,
+                DType::Bf16,
+                RowLabels {
+                    op: "sum",
+                    algo,
+                    mode: "graph",
+                },
+                7.5,
+                2,
+                0,
+            );
             let l = line(&r);
             let h = header();
             let first = h.lines().next().unwrap();

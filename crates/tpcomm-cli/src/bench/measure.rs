@@ -6,7 +6,7 @@ use super::{BenchArgs, WORKER_ENV};
 use half::{bf16, f16};
 use std::io::Write;
 use std::time::Instant;
-use tpcomm::report::BenchRow;
+use tpcomm::report::{BenchRow, RowLabels};
 use tpcomm::verify::{random_input, Reference};
 use tpcomm::{Algo, ByteSize, DType, Element, HostCommunicator, HostConfig, JobKey, ReduceOp};
 
@@ -137,9 +137,11 @@ fn sweep<T: Element>(
                     count as u64 * esize,
                     count as u64,
                     T::DTYPE,
-                    args.op.name(),
-                    &name,
-                    "eager",
+                    RowLabels {
+                        op: args.op.name(),
+                        algo: &name,
+                        mode: "eager",
+                    },
                     stats[0] as f64,
                     world,
                     wrong_all,

@@ -260,16 +260,11 @@ impl Forward<'_> {
                     model.add_norm(s, s.reduced, cs, Launch::Ordinary)
                 }
                 Mode::Tp(algo, how) => {
-                    self.s.comm.all_reduce_launched(
-                        s.partial,
-                        s.reduced,
-                        count,
-                        DType::Bf16,
-                        ReduceOp::Sum,
-                        algo,
-                        cs,
-                        how,
-                    )?;
+                    let call =
+                        tpcomm::cuda::Call::new(s.partial, s.reduced, count, DType::Bf16, cs)
+                            .with_algo(algo)
+                            .with_launch(how);
+                    self.s.comm.all_reduce_call(&call)?;
                     model.add_norm(s, s.reduced, cs, how)
                 }
                 Mode::Fused(how) => self
@@ -279,18 +274,7 @@ impl Forward<'_> {
                             "a fused mode on the host transport (modes_for refuses it)".into(),
                         )
                     })?
-                    .all_reduce_residual_rmsnorm(
-                        s.partial,
-                        s.residual,
-                        s.weight,
-                        s.normed,
-                        s.rows,
-                        s.hidden,
-                        DType::Bf16,
-                        s.eps,
-                        cs,
-                        how,
-                    ),
+                    .all_reduce_residual_rmsnorm(s.partial, &s.norm(cs, how)),
                 Mode::Quant(wire) => {
                     let q = self.s.quant.as_ref().ok_or_else(|| {
                         Error::Aborted("a quantized mode without its communicator".into())

@@ -233,15 +233,10 @@ impl Rank<'_> {
         // fit in them.
         unsafe {
             match imp {
-                Impl::Tp(a, how) => self.c.comm.all_reduce_launched(
-                    i,
-                    o,
-                    count,
-                    dtype,
-                    ReduceOp::Sum,
-                    *a,
-                    stream,
-                    *how,
+                Impl::Tp(a, how) => self.c.comm.all_reduce_call(
+                    &Call::new(i, o, count, dtype, stream)
+                        .with_algo(*a)
+                        .with_launch(*how),
                 ),
                 Impl::Nccl => self.c.nccl.as_ref().map_or(Ok(()), |n| {
                     n.all_reduce(i, o, count, dtype, ReduceOp::Sum, stream)

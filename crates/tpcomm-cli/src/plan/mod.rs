@@ -459,7 +459,7 @@ fn spec(a: SpecArgs) -> Result<()> {
 #[cfg(test)]
 mod bench_check_tests {
     use super::check_bench_rows;
-    use tpcomm::report::BenchRow;
+    use tpcomm::report::{BenchRow, RowLabels};
     use tpcomm::DType;
 
     /// Issue 17 item 7: `plan --bench` took rows with wrong results as latencies.
@@ -468,7 +468,19 @@ mod bench_check_tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("b.json");
         let row = |algo, wrong| {
-            BenchRow::new(4096, 2048, DType::Bf16, "sum", algo, "graph", 5.0, 2, wrong)
+            BenchRow::new(
+                4096,
+                2048,
+                DType::Bf16,
+                RowLabels {
+                    op: "sum",
+                    algo,
+                    mode: "graph",
+                },
+                5.0,
+                2,
+                wrong,
+            )
         };
         let rows = [row("one-shot", 0), row("two-shot", 3)];
         std::fs::write(&p, serde_json::json!({ "rows": rows }).to_string()).unwrap();

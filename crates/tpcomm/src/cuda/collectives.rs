@@ -15,12 +15,12 @@ use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::kernels::KernelArgs;
+use super::launch_shape::{self, grid_cap};
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
     PerDevice,
 };
 use super::pdl::{self, Launch};
-use super::share::grid_cap;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
@@ -116,11 +116,7 @@ impl P2pTransport {
         let p = self.protocol_parts();
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
-        let nvec = bytes.div_ceil(16);
-        // At least one warp: a broadcast's token threads are the grid's
-        // first `world` threads.
-        let block = (nvec.div_ceil(32) * 32).clamp(32, k.block as usize) as u32;
-        let blocks = nvec.div_ceil(block as usize).clamp(1, grid) as u32;
+        let shape = launch_shape::p2p_collective(bytes, grid, k.block);
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
             Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::AllGather),
@@ -154,17 +150,7 @@ impl P2pTransport {
         // keep alive until their streams finish; the pointers are the
         // caller's contract; every kernel of collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                blocks,
-                block,
-                &args,
-                call.stream,
-                call.launch,
-                k.arch_major,
-            )
-        }
+        unsafe { pdl::launch(f, shape, &args, call.stream, call.launch, k.arch_major) }
     }
 }
 
@@ -312,69 +298,38 @@ impl Communicator {
         Ok(route)
     }
 
-    /// All-gather (see [`P2pTransport::collective`]) on tpcomm's kernels
-    /// where they take it, else on NCCL (`ncclAllGather`, same arguments).
+    /// All-gather of `call` (see [`P2pTransport::collective`]) on tpcomm's
+    /// kernels where they take it, else on NCCL (`ncclAllGather`, same
+    /// arguments).
     ///
     /// # Safety
     /// As [`GpuTransport::all_gather`].
-    pub unsafe fn all_gather(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream).with_launch(how);
+    pub unsafe fn all_gather(&self, call: &Call) -> Result<CollectiveRoute> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::AllGather, &call) }
+        unsafe { self.run_collective(Collective::AllGather, call) }
     }
 
-    /// Reduce-scatter (see [`P2pTransport::collective`]); max and min, and
-    /// what the kernels cannot take, on NCCL (`ncclReduceScatter`).
+    /// Reduce-scatter of `call` by `call.op` (see
+    /// [`P2pTransport::collective`]); max and min, and what the kernels
+    /// cannot take, on NCCL (`ncclReduceScatter`).
     ///
     /// # Safety
     /// As [`GpuTransport::reduce_scatter`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce_scatter(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream)
-            .with_op(op)
-            .with_launch(how);
+    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<CollectiveRoute> {
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::ReduceScatter, &call) }
+        unsafe { self.run_collective(Collective::ReduceScatter, call) }
     }
 
-    /// Broadcast (see [`P2pTransport::collective`]); on NCCL
-    /// (`ncclBroadcast`) where the kernels cannot take it.
+    /// Broadcast of `call` from `call.root` (see
+    /// [`P2pTransport::collective`]); on NCCL (`ncclBroadcast`) where the
+    /// kernels cannot take it.
     ///
     /// # Safety
     /// As [`GpuTransport::broadcast`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn broadcast(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<CollectiveRoute> {
-        let call = Call::new(input, output, count, dtype, stream)
-            .with_root(root)
-            .with_launch(how);
+    pub unsafe fn broadcast(&self, call: &Call) -> Result<CollectiveRoute> {
+        let what = Collective::Broadcast { root: call.root };
         // SAFETY: the caller's contract.
-        unsafe { self.run_collective(Collective::Broadcast { root }, &call) }
+        unsafe { self.run_collective(what, call) }
     }
 }
 

@@ -6,12 +6,13 @@ use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
 use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
-use super::layout::{block_from_env, oneshot_block, round_up, Layout};
+use super::launch_shape::{self, grid_cap};
+use super::layout::{round_up, Layout};
 use super::pdl;
 use super::rendezvous::Rendezvous;
 use super::share::{
-    grid_cap, mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity,
-    Sharing, QUEUES_ENV,
+    mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
+    QUEUES_ENV,
 };
 use super::MAX_WORLD;
 use crate::algo::{Algo, Collective};
@@ -139,7 +140,7 @@ impl P2pTransport {
         let max_bytes = cfg.checked("the CUDA transport")?;
         let ctx = open_context(cfg.device)?;
         let kernels = kernels_for(&ctx)?;
-        let block = block_from_env(kernels.block)?;
+        let block = launch_shape::p2p_block_from_env(kernels.block)?;
         let dev = cfg.device as i32;
         let sms = raw::sm_count(dev)? as u32;
         let layout = Layout::new(max_bytes, cfg.world);
@@ -375,20 +376,10 @@ impl GpuTransport for P2pTransport {
         if call.count == 0 {
             return Ok(algo);
         }
-        let nvec = bytes.div_ceil(16);
-        // At most one block per SM, so every block is resident (the kernels
-        // wait on peers, never on blocks of their own grid), and no idle
-        // warps. One-shot spreads a message over the SMs in blocks of
-        // ONESHOT_MIN_BLOCK threads or the fewest more that still give one
-        // vector per thread; two-shot takes the full block.
-        let block = match algo {
-            Algo::TwoShot => self.block as usize,
-            _ => oneshot_block(nvec, self.grid as usize, self.block as usize),
-        }
-        .min(nvec.div_ceil(32) * 32) as u32;
-        let blocks = nvec.div_ceil(block as usize).clamp(1, self.grid as usize) as u32;
+        let shape =
+            launch_shape::p2p_all_reduce(bytes, algo == Algo::TwoShot, self.grid, self.block);
         let d = dtype_index(dtype);
-        let one_vector_per_thread = nvec <= block as usize * blocks as usize;
+        let one_vector_per_thread = bytes.div_ceil(16) as u64 <= shape.threads();
         let f = match algo {
             Algo::TwoShot => self.kernels.twoshot[d],
             _ if one_vector_per_thread => self.kernels.oneshot_small[d],
@@ -423,8 +414,7 @@ impl GpuTransport for P2pTransport {
         unsafe {
             pdl::launch(
                 f,
-                blocks,
-                block,
+                shape,
                 &args,
                 call.stream,
                 call.launch,

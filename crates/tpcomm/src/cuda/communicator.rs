@@ -13,14 +13,13 @@
 
 use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
-use super::{CudaConfig, Launch, Rendezvous, StreamAllReduce};
+use super::{Call, CudaConfig, GpuTransport, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
 use crate::select::{agree, Group, Mode, RouteTable};
-use crate::sys::cuda::{CUdeviceptr, CUstream};
 use crate::units::ByteSize;
 use std::time::Duration;
 
@@ -117,80 +116,51 @@ impl Communicator {
         wire_for(self.wire, self.wire_min_bytes, bytes)
     }
 
-    /// An all-reduce on the given wire, whatever the communicator's default
-    /// (`Wire::Exact` runs the ordinary route). A quantized wire needs the
+    /// An all-reduce of `call` on the given wire, whatever the
+    /// communicator's default (`Wire::Exact` runs the ordinary route with
+    /// `Algo::Auto`; `call.algo` is not read). A quantized wire needs the
     /// buffers a quantized communicator allocated at creation, and only sums.
     ///
     /// # Safety
-    /// As [`StreamAllReduce::all_reduce_launched`].
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce_wire(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        wire: Wire,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Route> {
+    /// As [`StreamAllReduce::all_reduce_call`].
+    pub unsafe fn all_reduce_wire(&self, call: &Call, wire: Wire) -> Result<Route> {
         if wire == Wire::Exact {
             // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe {
-                self.route_exact(input, output, count, dtype, op, Algo::Auto, stream, how)
-            };
-        }
-        if op != ReduceOp::Sum {
-            return Err(Error::Unsupported(format!(
-                "reduce op {op} on the {} wire (only sum)",
-                wire.label()
-            )));
+            return unsafe { self.route_exact(&call.with_algo(Algo::Auto)) };
         }
         // SAFETY: as above.
-        unsafe {
-            self.all_reduce_quant(
-                input,
-                output,
-                count,
-                dtype,
-                wire,
-                self.wire_algo,
-                stream,
-                how,
-            )?
-        };
+        unsafe { self.all_reduce_quant(call, wire, self.wire_algo)? };
         Ok(Route::TpcommQuantized)
     }
 
-    /// A quantized all-reduce (sum) on `wire` with the algorithm `algo`
-    /// asks for; returns the one that ran (`QuantComm::run`).
+    /// A quantized all-reduce (sum) of `call` on `wire` with the algorithm
+    /// `algo` asks for; returns the one that ran (`QuantComm::run`).
+    /// `call.algo` is not read; `call.op` must be a sum.
     ///
     /// # Safety
-    /// As [`StreamAllReduce::all_reduce_launched`].
-    #[allow(clippy::too_many_arguments)]
+    /// As [`StreamAllReduce::all_reduce_call`].
     pub unsafe fn all_reduce_quant(
         &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
+        call: &Call,
         wire: Wire,
         algo: QuantAlgo,
-        stream: CUstream,
-        how: Launch,
     ) -> Result<QuantAlgo> {
+        if call.op != ReduceOp::Sum {
+            return Err(Error::Unsupported(format!(
+                "reduce op {} on the {} wire (only sum)",
+                call.op,
+                wire.label()
+            )));
+        }
         let Some(q) = &self.quant else {
             return Err(Error::Unsupported(format!(
                 "the {} wire on a communicator created without one; create it with CudaConfig::wire (or TPCOMM_WIRE) set so its buffers are allocated",
                 wire.label()
             )));
         };
+        let call = call.with_algo(Algo::Auto);
         // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            let call = super::Call::new(input, output, count, dtype, stream).with_launch(how);
-            q.run(&self.gpu, &call, wire, algo)
-        }
+        unsafe { q.run(&self.gpu, &call, wire, algo) }
     }
 
     /// Reports a peer that did not arrive, in the exact or the quantized
@@ -218,65 +188,39 @@ impl Communicator {
 impl StreamAllReduce for Communicator {
     type Ran = Route;
 
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Route> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    unsafe fn all_reduce_call(&self, call: &Call) -> Result<Route> {
+        let bytes = call.bytes()?;
         let wire = self.wire_for(bytes);
         // A quantized wire is the caller's request: it takes every sum the
         // kernels can, before the decision (which never weighed it).
         if wire != Wire::Exact
-            && Route::of(bytes, self.routes.group().max_bytes, op) == Route::Tpcomm
+            && Route::of(bytes, self.routes.group().max_bytes, call.op) == Route::Tpcomm
         {
             // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe {
-                self.all_reduce_wire(input, output, count, dtype, op, wire, stream, how)
-            };
+            return unsafe { self.all_reduce_wire(call, wire) };
         }
         // SAFETY: as above.
-        unsafe { self.route_exact(input, output, count, dtype, op, algo, stream, how) }
+        unsafe { self.route_exact(call) }
     }
 }
 
 impl Communicator {
-    /// The exact route: tpcomm's kernels or NCCL.
+    /// The exact route of `call`: tpcomm's kernels or NCCL.
     ///
     /// # Safety
-    /// As [`StreamAllReduce::all_reduce_launched`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn route_exact(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Route> {
-        let call = ExactCall {
-            comm: self,
-            input,
-            output,
-            count,
-            dtype,
-            op,
-            stream,
-            how,
-        };
-        dispatch(&self.routes, &call, count, dtype, op, algo, self.mode)
+    /// As [`StreamAllReduce::all_reduce_call`].
+    unsafe fn route_exact(&self, call: &Call) -> Result<Route> {
+        let exact = ExactCall { comm: self, call };
+        let c = call;
+        dispatch(
+            &self.routes,
+            &exact,
+            c.count,
+            c.dtype,
+            c.op,
+            c.algo,
+            self.mode,
+        )
     }
 }
 
@@ -319,33 +263,21 @@ pub fn dispatch(
 /// `route_exact`, whose caller vouched for the pointers and stream.
 struct ExactCall<'a> {
     comm: &'a Communicator,
-    input: CUdeviceptr,
-    output: CUdeviceptr,
-    count: usize,
-    dtype: DType,
-    op: ReduceOp,
-    stream: CUstream,
-    how: Launch,
+    call: &'a Call,
 }
 
 impl Lanes for ExactCall<'_> {
     fn kernels(&self, algo: Algo) -> Result<()> {
-        let c = self;
         // SAFETY: built only in `route_exact`, whose caller's contract
-        // (StreamAllReduce::all_reduce_launched) covers these arguments.
-        unsafe {
-            c.comm.gpu.all_reduce_launched(
-                c.input, c.output, c.count, c.dtype, c.op, algo, c.stream, c.how,
-            )
-        }
+        // (StreamAllReduce::all_reduce_call) covers the call.
+        unsafe { GpuTransport::all_reduce(&self.comm.gpu, &self.call.with_algo(algo)) }
     }
 
     fn nccl(&self) -> Option<Result<()>> {
-        let c = self;
-        let nccl = c.comm.nccl.as_ref()?;
+        let nccl = self.comm.nccl.as_ref()?;
         // SAFETY: as above; NCCL reads and writes the same ranges on the
         // same stream.
-        Some(unsafe { nccl.all_reduce(c.input, c.output, c.count, c.dtype, c.op, c.stream) })
+        Some(unsafe { GpuTransport::all_reduce(nccl, self.call) })
     }
 }
 

@@ -8,19 +8,15 @@ use super::comm::P2pTransport;
 use super::compile;
 use super::kernel_args::FusedArgs;
 use super::kernels::KernelArgs;
+use super::launch_shape::{self, grid_cap, Shape, FUSED_PUSH_VECS, NORM_BLOCK_MAX};
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
-use super::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
-
-/// Vectors per push piece of the fused kernel when its stores are spread
-/// over the grid.
-const FUSED_PUSH_VECS: usize = 128;
 
 /// Calls of at most this many rows spread their stores by default. In the
 /// forward benchmark on 2 x H200 (bench/results/2026-11-30-h200x2-host-delta/spread/)
@@ -37,18 +33,6 @@ fn fused_spread(rows: usize) -> bool {
     static SPREAD: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *SPREAD.get_or_init(|| crate::env::FUSED_SPREAD.checked_value());
     forced.unwrap_or(rows <= FUSED_SPREAD_MAX_ROWS)
-}
-
-/// Grid of the fused kernel: a block per row (at most one per SM) and, when
-/// spreading, as many more as there are push pieces (up to one per SM).
-fn fused_grid(rows: usize, row_vecs: usize, sms: usize, spread: bool) -> u32 {
-    let sms = sms.max(1);
-    let pieces = if spread {
-        (rows * row_vecs).div_ceil(FUSED_PUSH_VECS)
-    } else {
-        0
-    };
-    rows.max(pieces).clamp(1, sms) as u32
 }
 
 /// The functions of the module on one device, loaded once per process.
@@ -91,26 +75,39 @@ impl FusedKernels {
     unsafe fn launch<A>(
         &self,
         f: Function,
-        grid: u32,
-        block: u32,
+        shape: Shape,
         args: &A,
         stream: CUstream,
         how: Launch,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller; every kernel of fused.cu starts
         // with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, grid, block, args, stream, how, self.arch_major) }
+        unsafe { pdl::launch(f, shape, args, stream, how, self.arch_major) }
     }
 }
 
-/// Threads per block of both norm kernels: one per 16-byte vector of a row
-/// (rounded to whole warps), at most 1024. Both kernels must use the same
-/// value so they sum each row's squares in the same order.
-fn norm_block(row_vecs: usize) -> u32 {
-    (row_vecs.div_ceil(32) * 32).clamp(32, NORM_BLOCK_MAX as usize) as u32
+/// One call of the norm kernels: `rows` rows of `hidden` elements of
+/// `dtype`, whose residual stream is updated in place and normalised into
+/// `normed`, on `stream`, launched as `launch` says (an ordinary or an
+/// overlapped, programmatic dependent, launch; the results are the same).
+/// Every pointer is device memory of the call's device, 16-byte aligned:
+/// `residual` and `normed` of `rows * hidden` elements, `weight` of `hidden`.
+#[derive(Clone, Copy, Debug)]
+pub struct NormCall {
+    /// The residual stream, `residual += addend` in place.
+    pub residual: CUdeviceptr,
+    /// The norm's weight.
+    pub weight: CUdeviceptr,
+    /// Where `rmsnorm(residual) * weight` goes.
+    pub normed: CUdeviceptr,
+    pub rows: usize,
+    pub hidden: usize,
+    pub dtype: DType,
+    pub eps: f32,
+    /// The caller's CUDA stream (null: the legacy default stream).
+    pub stream: CUstream,
+    pub launch: Launch,
 }
-
-const NORM_BLOCK_MAX: u32 = 1024;
 
 /// The shape checks both norm kernels share; returns (row bytes, vectors per row).
 fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) -> Result<usize> {
@@ -139,28 +136,29 @@ fn check_rows(rows: usize, hidden: usize, dtype: DType, ptrs: &[CUdeviceptr]) ->
 }
 
 /// `residual += addend` (when given), then `normed = rmsnorm(residual) * weight`,
-/// on `rows` rows of `hidden` elements: the unfused sequence that follows an
-/// all-reduce, bit-identical to what the fused kernel computes. `how` as in
-/// [`P2pTransport::all_reduce_residual_rmsnorm`].
+/// on the rows of `norm`: the unfused sequence that follows an all-reduce,
+/// bit-identical to what the fused kernel computes.
 ///
 /// # Safety
-/// Every pointer must be device memory of `ctx`'s device, 16-byte aligned:
-/// `residual`, `normed` (and `addend`) of `rows * hidden` elements, `weight` of
-/// `hidden`; all must stay valid until `stream` (of `ctx`) has run the kernel.
-#[allow(clippy::too_many_arguments)]
+/// Every pointer must be device memory of `ctx`'s device, 16-byte aligned,
+/// as [`NormCall`] says (`addend` of `rows * hidden` elements); all must stay
+/// valid until `norm.stream` (of `ctx`) has run the kernel.
 pub unsafe fn add_rmsnorm(
     ctx: &Arc<CudaContext>,
-    residual: CUdeviceptr,
     addend: Option<CUdeviceptr>,
-    weight: CUdeviceptr,
-    normed: CUdeviceptr,
-    rows: usize,
-    hidden: usize,
-    dtype: DType,
-    eps: f32,
-    stream: CUstream,
-    how: Launch,
+    norm: &NormCall,
 ) -> Result<()> {
+    let NormCall {
+        residual,
+        weight,
+        normed,
+        rows,
+        hidden,
+        dtype,
+        eps,
+        stream,
+        launch: how,
+    } = *norm;
     let row_vecs = check_rows(
         rows,
         hidden,
@@ -186,8 +184,7 @@ pub unsafe fn add_rmsnorm(
     unsafe {
         k.launch(
             k.add_rmsnorm[dtype_index(dtype)],
-            rows.min(sms) as u32,
-            norm_block(row_vecs),
+            launch_shape::add_rmsnorm(rows, row_vecs, sms),
             &args,
             stream,
             how,
@@ -214,15 +211,15 @@ impl P2pTransport {
         Ok(ByteSize::from_usize(k.cubin_bytes))
     }
 
-    /// All-reduces `partial` (the row-parallel GEMM's output, `rows` rows of
-    /// `hidden` elements; left unchanged) over the ranks, adds it to
-    /// `residual` in place, and writes `rmsnorm(residual) * weight` to
-    /// `normed`, in one kernel on `stream`. It runs the one-shot protocol on
+    /// All-reduces `partial` (the row-parallel GEMM's output, `norm.rows`
+    /// rows of `norm.hidden` elements; left unchanged) over the ranks, adds it
+    /// to `norm.residual` in place, and writes `rmsnorm(residual) * weight` to
+    /// `norm.normed`, in one kernel on `norm.stream`. It runs the one-shot protocol on
     /// this communicator's buffers and epoch, so it mixes freely with
     /// [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) calls and works inside CUDA graphs.
     /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
-    /// `how` picks an ordinary or an overlapped (programmatic dependent)
-    /// launch; the results are the same.
+    /// `norm.launch` picks an ordinary or an overlapped (programmatic
+    /// dependent) launch; the results are the same.
     /// Call [`check`](Self::check) after synchronizing to learn whether a
     /// peer failed to arrive.
     ///
@@ -231,20 +228,22 @@ impl P2pTransport {
     /// 16-byte aligned: `partial`, `residual`, `normed` of `rows * hidden`
     /// elements, `weight` of `hidden`, valid until `stream` has run the call;
     /// `stream` must belong to this device's primary context (or be null).
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce_residual_rmsnorm(
         &self,
         partial: CUdeviceptr,
-        residual: CUdeviceptr,
-        weight: CUdeviceptr,
-        normed: CUdeviceptr,
-        rows: usize,
-        hidden: usize,
-        dtype: DType,
-        eps: f32,
-        stream: CUstream,
-        how: Launch,
+        norm: &NormCall,
     ) -> Result<()> {
+        let NormCall {
+            residual,
+            weight,
+            normed,
+            rows,
+            hidden,
+            dtype,
+            eps,
+            stream,
+            launch: how,
+        } = *norm;
         self.check()?;
         let row_vecs = check_rows(rows, hidden, dtype, &[partial, residual, weight, normed])?;
         let bytes = rows * row_vecs * 16;
@@ -303,8 +302,7 @@ impl P2pTransport {
         unsafe {
             k.launch(
                 k.fused[dtype_index(dtype)],
-                fused_grid(rows, row_vecs, grid, spread),
-                norm_block(row_vecs),
+                launch_shape::fused_rmsnorm(rows, row_vecs, grid, spread),
                 &args,
                 stream,
                 how,
@@ -322,26 +320,6 @@ mod tests {
         // struct Args (160 bytes), four pointers, two u32, two floats, two u32.
         assert_eq!(std::mem::size_of::<KernelArgs>(), 19 * 8 + 8);
         assert_eq!(std::mem::size_of::<FusedArgs>(), 160 + 4 * 8 + 24);
-    }
-
-    #[test]
-    fn fused_grid_spreads_the_pushes_over_the_sms() {
-        // 7168 bf16 per row: 896 vectors, 7 pieces of 128.
-        assert_eq!(fused_grid(1, 896, 132, true), 7);
-        assert_eq!(fused_grid(16, 896, 132, true), 112);
-        assert_eq!(fused_grid(64, 896, 132, true), 132);
-        // Never fewer blocks than rows (up to the SMs), never more than SMs.
-        assert_eq!(fused_grid(16, 896, 132, false), 16);
-        assert_eq!(fused_grid(200, 896, 132, false), 132);
-        assert_eq!(fused_grid(3, 1, 132, true), 3);
-    }
-
-    #[test]
-    fn norm_block_is_whole_warps_and_at_most_1024() {
-        assert_eq!(norm_block(1), 32);
-        assert_eq!(norm_block(896), 896);
-        assert_eq!(norm_block(897), 928);
-        assert_eq!(norm_block(5000), 1024);
     }
 
     #[test]

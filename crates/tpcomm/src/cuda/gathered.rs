@@ -14,6 +14,7 @@
 
 use super::compile;
 use super::kernel_args::{BytesArgs, GatheredArgs};
+use super::launch_shape;
 use super::loader::{compile_and_load, per_device, PerDevice};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUstream, Function, Module};
@@ -110,8 +111,6 @@ impl Op {
     }
 }
 
-const THREADS: u32 = 256;
-
 /// The family loaded on one device.
 pub struct Kernels {
     fns: [Function; 10],
@@ -157,10 +156,6 @@ pub fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
 }
 
 impl Kernels {
-    fn grid(&self, items: u64) -> u32 {
-        items.div_ceil(THREADS as u64).clamp(1, 4 * self.sms as u64) as u32
-    }
-
     /// Launches `form` over `blocks` blocks of `nbytes` plain bytes:
     /// [`Form::Expand`] writes each byte of a block (`in_stride` apart) as a
     /// 16-bit word of an expanded block (`out_stride` apart);
@@ -186,26 +181,6 @@ impl Kernels {
             Form::Expand => self.expand,
             Form::Compact => self.compact,
         };
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.bytes(
-                f, input, in_stride, output, out_stride, nbytes, blocks, stream,
-            )
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn bytes(
-        &self,
-        f: Function,
-        input: u64,
-        in_stride: u64,
-        output: u64,
-        out_stride: u64,
-        nbytes: usize,
-        blocks: usize,
-        stream: CUstream,
-    ) -> Result<()> {
         if nbytes == 0 || blocks == 0 {
             return Ok(());
         }
@@ -219,9 +194,10 @@ impl Kernels {
                 .map_err(|_| Error::invalid("gathered blocks", format!("{blocks}")))?,
             pad: 0,
         };
+        let s = launch_shape::gathered(nbytes as u64, self.sms);
         // SAFETY: `BytesArgs` is `struct BytesArgs`; the ranges are the
-        // caller's; the kernel waits on nothing.
-        unsafe { raw::launch(f, self.grid(nbytes as u64), THREADS, &args, stream) }
+        // caller's (see # Safety); the kernel waits on nothing.
+        unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, &args, stream) }
     }
 
     /// Launches `output[i] = op over r of block r's element i`, `i < count`,
@@ -260,7 +236,7 @@ impl Kernels {
         if count == 0 {
             return Ok(());
         }
-        let blocks = self.grid(count as u64);
+        let s = launch_shape::gathered(count as u64, self.sms);
         let args = GatheredArgs {
             input,
             output,
@@ -272,7 +248,7 @@ impl Kernels {
         let f = self.fns[Elem::ALL.iter().position(|&e| e == elem).unwrap_or(0)];
         // SAFETY: `GatheredArgs` is `struct GatheredArgs`; the ranges are the
         // caller's (see # Safety); the kernel waits on nothing.
-        unsafe { raw::launch(f, blocks, THREADS, &args, stream) }
+        unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, &args, stream) }
     }
 }
 

@@ -5,7 +5,7 @@
 //! call (the only `cudarc` `sys` calls of the library), behind safe functions and owning types. Above it,
 //! `unsafe` remains only where the API itself takes raw device pointers and
 //! streams from the caller (`GpuTransport`'s methods on a `Call`,
-//! `StreamAllReduce::all_reduce_launched`, and the kernel launches behind them, the fused, quantized, collective and P2P-check
+//! `StreamAllReduce::all_reduce_call`, and the kernel launches behind them, the fused, quantized, collective and P2P-check
 //! entry points): each block there says which caller contract makes it
 //! sound. Modules marked `forbid(unsafe_code)` hold none. `loader`,
 //! `compile` and the launch, module and allocation types of `sys::cuda`,
@@ -29,6 +29,8 @@ pub mod host_path;
 #[forbid(unsafe_code)]
 mod kernel_args;
 mod kernels;
+#[forbid(unsafe_code)]
+pub mod launch_shape;
 #[forbid(unsafe_code)]
 pub(crate) mod layout;
 #[forbid(unsafe_code)]

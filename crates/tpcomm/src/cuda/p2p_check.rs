@@ -14,6 +14,7 @@
 //! group keeps what the driver said, and the log says the check did not run.
 
 use super::kernel_args::P2pCheckArgs;
+use super::launch_shape;
 use super::loader::compile_and_load;
 use super::rendezvous::Rendezvous;
 use super::share::DeviceIdentity;
@@ -29,7 +30,6 @@ pub const WORDS: usize = 1024;
 const SLOT_BYTES: usize = WORDS * 4;
 /// How long a reader waits for a slot to hold the whole pattern.
 pub const VERIFY_TIMEOUT: Duration = Duration::from_millis(20);
-const THREADS: u32 = 256;
 
 // Verdicts the verify kernel writes (P2PC_* in p2p_check.cu); 0: not checked.
 const CODE_OK: u32 = 1;
@@ -330,11 +330,21 @@ fn map_and_store(
     let args = args(l, &m, rank, world);
     raw::set_current(l.ctx.cu_ctx())?;
     let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+    let s = launch_shape::p2p_check(world);
     // SAFETY: `P2pCheckArgs` mirrors `struct P2pCheckArgs`; every area is this rank's
     // allocation or a live mapping of a peer's (kept in `m`, and the peers
     // keep theirs until the last exchange), each `world * SLOT_BYTES` long,
     // of which the kernel writes this rank's slot only; the status is ours.
-    unsafe { raw::launch(l.store, world as u32, THREADS, &args, stream.cu_stream())? };
+    unsafe {
+        raw::launch_shared(
+            l.store,
+            s.grid,
+            s.block,
+            s.shared_bytes,
+            &args,
+            stream.cu_stream(),
+        )?
+    };
     // Bounded: the store kernel waits on nothing.
     stream
         .synchronize()
@@ -360,9 +370,19 @@ fn verify(l: &Local, m: &Mapped, rank: usize, world: usize) -> Result<Vec<(usize
     let args = args(l, m, rank, world);
     raw::set_current(l.ctx.cu_ctx())?;
     let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
+    let s = launch_shape::p2p_check(world);
     // SAFETY: as for the store kernel; the verify kernel reads this rank's
     // own area and writes the status, both owned by `l`.
-    unsafe { raw::launch(l.verify, world as u32, THREADS, &args, stream.cu_stream())? };
+    unsafe {
+        raw::launch_shared(
+            l.verify,
+            s.grid,
+            s.block,
+            s.shared_bytes,
+            &args,
+            stream.cu_stream(),
+        )?
+    };
     // Bounded by the kernel's own timeout (VERIFY_TIMEOUT per writer).
     stream
         .synchronize()

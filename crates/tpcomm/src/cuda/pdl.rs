@@ -6,6 +6,7 @@
 //! (`sys::cuda::launch_overlapped`). Where ranks share the GPU an overlapped
 //! launch is an ordinary one ([`super::share::device_shared`] says why).
 
+use super::launch_shape::Shape;
 use super::share::device_shared;
 use crate::error::Result;
 use crate::sys::cuda::{self as raw, CUstream, Function};
@@ -36,15 +37,14 @@ pub(crate) fn effective(how: Launch, arch_major: i32, shared: bool) -> Launch {
     }
 }
 
-/// Launches `f` as `how` asks on the current context's device, of compute
-/// capability major `arch_major` ([`effective`]).
+/// Launches `f` in `shape` (`launch_shape`'s) as `how` asks on the current
+/// context's device, of compute capability major `arch_major` ([`effective`]).
 ///
 /// # Safety
 /// As `sys::cuda::launch`; `f` must start with `wait_for_previous_kernel`.
 pub(crate) unsafe fn launch<A>(
     f: Function,
-    grid: u32,
-    block: u32,
+    shape: Shape,
     args: &A,
     stream: CUstream,
     how: Launch,
@@ -55,11 +55,18 @@ pub(crate) unsafe fn launch<A>(
         Launch::Overlapped => effective(how, arch_major, device_shared(raw::current_device()?)),
         Launch::Ordinary => Launch::Ordinary,
     };
+    let Shape {
+        grid,
+        block,
+        shared_bytes,
+    } = shape;
     // SAFETY: forwarded from the caller.
     unsafe {
         match how {
-            Launch::Overlapped => raw::launch_overlapped(f, grid, block, args, stream),
-            Launch::Ordinary => raw::launch(f, grid, block, args, stream),
+            Launch::Overlapped => {
+                raw::launch_overlapped(f, grid, block, shared_bytes, args, stream)
+            }
+            Launch::Ordinary => raw::launch_shared(f, grid, block, shared_bytes, args, stream),
         }
     }
 }

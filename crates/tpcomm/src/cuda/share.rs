@@ -110,22 +110,9 @@ impl Sharing {
     }
 }
 
-/// The most blocks one rank's grid may have: one per SM when the device is
-/// its own (as before), else its share of what the device holds at once.
-/// `blocks_per_sm` is the occupancy of the kernels at their largest block
-/// (a smaller block never fits fewer blocks per SM).
-pub fn grid_cap(sms: usize, blocks_per_sm: usize, sharing: Sharing) -> Result<usize> {
-    let k = sharing.ranks_on_device.max(1);
-    let capacity = sms * blocks_per_sm;
-    let cap = sms.min(capacity / k);
-    if cap == 0 {
-        return Err(Error::Unsupported(format!(
-            "{k} ranks share one GPU, but it holds only {capacity} blocks of tpcomm's kernels at once \
-             ({sms} SMs x {blocks_per_sm}); put at most {capacity} ranks on this GPU"
-        )));
-    }
-    Ok(cap)
-}
+/// The most blocks one rank's grid may have (`launch_shape`'s, where every
+/// launch shape is planned).
+pub use super::launch_shape::grid_cap;
 
 /// What a rank whose GPU is shared with ranks of other processes does when
 /// no MPS server serves it: the calls stay correct but each costs a time

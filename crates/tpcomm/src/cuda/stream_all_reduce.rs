@@ -1,9 +1,8 @@
-//! The all-reduce with its arguments one by one, as callers of the
-//! communicator write it: implemented by [`Communicator`](super::Communicator),
-//! and by every [`GpuTransport`] through the [`Call`] it builds.
+//! The all-reduce of a [`Call`] on a stream, as callers of the communicator
+//! write it (also with its arguments one by one): implemented by
+//! [`Communicator`](super::Communicator), and by every [`GpuTransport`].
 
 use super::call::{Call, GpuTransport};
-use super::pdl::Launch;
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
@@ -15,11 +14,12 @@ pub trait StreamAllReduce {
     /// the kernel (pinned host memory), or nothing said (`GpuComm`).
     type Ran;
 
-    /// Sums `count` elements of `dtype` from `input` over all ranks into
-    /// `output` (in place when they are equal), on `stream`, asynchronously,
-    /// launched as `how` says. Works inside stream capture. Call the
-    /// communicator's `check` after synchronizing to learn whether a peer
-    /// failed to arrive.
+    /// Reduces (`call.op`, where the communicator has it) `call.count`
+    /// elements of `call.dtype` from `call.input` over all ranks into
+    /// `call.output` (in place when they are equal), on `call.stream`,
+    /// asynchronously, with `call.algo`, launched as `call.launch` says.
+    /// Works inside stream capture. Call the communicator's `check` after
+    /// synchronizing to learn whether a peer failed to arrive.
     ///
     /// `Launch::Overlapped` (programmatic dependent launch, sm_90+) lets the
     /// kernel start while the previous kernel on the stream (typically the
@@ -28,27 +28,18 @@ pub trait StreamAllReduce {
     /// latency is hidden. Older GPUs get an ordinary launch.
     ///
     /// # Safety
-    /// `input` and `output` must be device memory of the communicator's
-    /// device (or mapped into it), 16-byte aligned, holding at least `count`
-    /// elements, and stay valid until the stream has run the call; `stream`
-    /// must belong to that device's primary context (or be null).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<Self::Ran>;
+    /// `call.input` and `call.output` must be device memory of the
+    /// communicator's device (or mapped into it), 16-byte aligned, holding at
+    /// least `call.count` elements, and stay valid until the stream has run
+    /// the call; `call.stream` must belong to that device's primary context
+    /// (or be null).
+    unsafe fn all_reduce_call(&self, call: &Call) -> Result<Self::Ran>;
 
-    /// [`all_reduce_launched`](Self::all_reduce_launched) with an ordinary launch.
+    /// [`all_reduce_call`](Self::all_reduce_call) with the call's fields as
+    /// arguments and an ordinary launch: the drop-in's form.
     ///
     /// # Safety
-    /// As [`all_reduce_launched`](Self::all_reduce_launched).
+    /// As [`all_reduce_call`](Self::all_reduce_call).
     #[allow(clippy::too_many_arguments)]
     unsafe fn all_reduce(
         &self,
@@ -60,50 +51,20 @@ pub trait StreamAllReduce {
         algo: Algo,
         stream: CUstream,
     ) -> Result<Self::Ran> {
+        let call = Call::new(input, output, count, dtype, stream)
+            .with_op(op)
+            .with_algo(algo);
         // SAFETY: the caller's contract is passed on unchanged.
-        unsafe {
-            self.all_reduce_launched(
-                input,
-                output,
-                count,
-                dtype,
-                op,
-                algo,
-                stream,
-                Launch::Ordinary,
-            )
-        }
+        unsafe { self.all_reduce_call(&call) }
     }
 }
 
-/// A transport's all-reduce with the arguments one by one: the [`Call`]
-/// they make, run by [`GpuTransport::all_reduce`].
+/// A transport's all-reduce: [`GpuTransport::all_reduce`].
 impl<T: GpuTransport> StreamAllReduce for T {
     type Ran = T::Ran;
 
-    unsafe fn all_reduce_launched(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<T::Ran> {
-        let call = Call {
-            input,
-            output,
-            count,
-            dtype,
-            op,
-            algo,
-            root: 0,
-            stream,
-            launch: how,
-        };
+    unsafe fn all_reduce_call(&self, call: &Call) -> Result<T::Ran> {
         // SAFETY: the caller's contract is the trait's.
-        unsafe { GpuTransport::all_reduce(self, &call) }
+        unsafe { GpuTransport::all_reduce(self, call) }
     }
 }

@@ -74,6 +74,17 @@ pub const MIN_VERSION: NcclVersion = NcclVersion {
     patch: 0,
 };
 
+/// The buffers of one NCCL call as `sys::nccl` takes them.
+fn buffers(send: u64, recv: u64, count: usize, dtype: DType, stream: CuStream) -> ffi::Buffers {
+    ffi::Buffers {
+        send,
+        recv,
+        count,
+        dtype: nccl_dtype(dtype),
+        stream: stream.cast(),
+    }
+}
+
 /// `ncclDataType_t` for a tpcomm element type (values from nccl.h).
 pub const fn nccl_dtype(dtype: DType) -> i32 {
     match dtype {
@@ -342,19 +353,10 @@ impl NcclComm {
         op: ReduceOp,
         stream: CuStream,
     ) -> Result<()> {
+        let b = buffers(send, recv, count, dtype, stream);
         // SAFETY: this communicator is live and its own; the buffers and
         // the stream are the caller's contract, which is ncclAllReduce's.
-        let status = unsafe {
-            self.nccl.api.all_reduce(
-                send,
-                recv,
-                count,
-                nccl_dtype(dtype),
-                nccl_op(op),
-                self.raw(),
-                stream.cast(),
-            )
-        };
+        let status = unsafe { self.nccl.api.all_reduce(&b, nccl_op(op), self.raw()) };
         self.nccl.check(status, self.raw(), "ncclAllReduce")
     }
 
@@ -372,18 +374,10 @@ impl NcclComm {
         dtype: DType,
         stream: CuStream,
     ) -> Result<()> {
+        let b = buffers(send, recv, count, dtype, stream);
         // SAFETY: this communicator is live and its own; the buffers and
         // the stream are the caller's contract, which is NCCL's.
-        let status = unsafe {
-            self.nccl.api.all_gather(
-                send,
-                recv,
-                count,
-                nccl_dtype(dtype),
-                self.raw(),
-                stream.cast(),
-            )
-        };
+        let status = unsafe { self.nccl.api.all_gather(&b, self.raw()) };
         self.collective_status(status, "ncclAllGather")
     }
 
@@ -402,19 +396,10 @@ impl NcclComm {
         op: ReduceOp,
         stream: CuStream,
     ) -> Result<()> {
+        let b = buffers(send, recv, count, dtype, stream);
         // SAFETY: this communicator is live and its own; the buffers and
         // the stream are the caller's contract, which is NCCL's.
-        let status = unsafe {
-            self.nccl.api.reduce_scatter(
-                send,
-                recv,
-                count,
-                nccl_dtype(dtype),
-                nccl_op(op),
-                self.raw(),
-                stream.cast(),
-            )
-        };
+        let status = unsafe { self.nccl.api.reduce_scatter(&b, nccl_op(op), self.raw()) };
         self.collective_status(status, "ncclReduceScatter")
     }
 
@@ -433,19 +418,10 @@ impl NcclComm {
     ) -> Result<()> {
         let root = std::ffi::c_int::try_from(root)
             .map_err(|_| Error::invalid("broadcast root", format!("{root} is too large")))?;
+        let b = buffers(send, recv, count, dtype, stream);
         // SAFETY: this communicator is live and its own; the buffers and
         // the stream are the caller's contract, which is NCCL's.
-        let status = unsafe {
-            self.nccl.api.broadcast(
-                send,
-                recv,
-                count,
-                nccl_dtype(dtype),
-                root,
-                self.raw(),
-                stream.cast(),
-            )
-        };
+        let status = unsafe { self.nccl.api.broadcast(&b, root, self.raw()) };
         self.collective_status(status, "ncclBroadcast")
     }
 

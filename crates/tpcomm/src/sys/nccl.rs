@@ -88,6 +88,27 @@ pub(crate) struct Api {
     get_last_error: Option<GetLastErrorFn>,
 }
 
+/// The data of one NCCL collective: send and receive buffers (device
+/// addresses), element count and `ncclDataType_t`, and the stream it is
+/// enqueued on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Buffers {
+    pub send: u64,
+    pub recv: u64,
+    pub count: usize,
+    pub dtype: c_int,
+    pub stream: *mut c_void,
+}
+
+impl Buffers {
+    fn send_ptr(&self) -> *const c_void {
+        self.send as usize as *const c_void
+    }
+    fn recv_ptr(&self) -> *mut c_void {
+        self.recv as usize as *mut c_void
+    }
+}
+
 impl Api {
     /// Opens `name` (a path, or a bare soname for the dynamic loader's search)
     /// and resolves every function. Errors are plain text for the caller to
@@ -169,124 +190,88 @@ impl Api {
         (status, owned)
     }
 
-    /// `ncclAllReduce`, enqueued on `stream`.
+    /// `ncclAllReduce` of `b` by `op`, enqueued on `b.stream`.
     ///
     /// # Safety
     /// `comm` must be a live communicator from [`Api::comm_init_rank`] of this
-    /// `Api`, not used by another thread meanwhile; `send` and `recv` must be
-    /// device pointers (or the same pointer, for in place) to at least `count`
-    /// elements of `dtype` on the communicator's device, valid until the
-    /// operation completes on `stream`; `stream` must be a live stream of the
-    /// context current on this thread (or null for the legacy stream).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn all_reduce(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        comm: RawComm,
-        stream: *mut c_void,
-    ) -> c_int {
+    /// `Api`, not used by another thread meanwhile; `b.send` and `b.recv` must
+    /// be device pointers (or the same pointer, for in place) to at least
+    /// `b.count` elements of `b.dtype` on the communicator's device, valid
+    /// until the operation completes on `b.stream`; `b.stream` must be a live
+    /// stream of the context current on this thread (or null for the legacy
+    /// stream).
+    pub(crate) unsafe fn all_reduce(&self, b: &Buffers, op: c_int, comm: RawComm) -> c_int {
         // SAFETY: the caller's contract above is ncclAllReduce's.
         unsafe {
             (self.all_reduce)(
-                send as usize as *const c_void,
-                recv as usize as *mut c_void,
-                count,
-                dtype,
+                b.send_ptr(),
+                b.recv_ptr(),
+                b.count,
+                b.dtype,
                 op,
                 comm,
-                stream,
+                b.stream,
             )
         }
     }
 
-    /// `ncclAllGather` (`count`: one rank's block), enqueued on `stream`;
-    /// `None` when the library has no such function.
+    /// `ncclAllGather` of `b` (`b.count`: one rank's block), enqueued on
+    /// `b.stream`; `None` when the library has no such function.
     ///
     /// # Safety
-    /// As [`Api::all_reduce`], with `recv` of `world * count` elements.
-    pub(crate) unsafe fn all_gather(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: c_int,
-        comm: RawComm,
-        stream: *mut c_void,
-    ) -> Option<c_int> {
+    /// As [`Api::all_reduce`], with `b.recv` of `world * count` elements.
+    pub(crate) unsafe fn all_gather(&self, b: &Buffers, comm: RawComm) -> Option<c_int> {
         let f = self.all_gather?;
         // SAFETY: the caller's contract above is the NCCL function's.
-        Some(unsafe {
-            f(
-                send as usize as *const c_void,
-                recv as usize as *mut c_void,
-                count,
-                dtype,
-                comm,
-                stream,
-            )
-        })
+        Some(unsafe { f(b.send_ptr(), b.recv_ptr(), b.count, b.dtype, comm, b.stream) })
     }
 
-    /// `ncclReduceScatter` (`count`: one rank's output block).
+    /// `ncclReduceScatter` of `b` by `op` (`b.count`: one rank's output block).
     ///
     /// # Safety
-    /// As [`Api::all_reduce`], with `send` of `world * count` elements.
-    #[allow(clippy::too_many_arguments)]
+    /// As [`Api::all_reduce`], with `b.send` of `world * count` elements.
     pub(crate) unsafe fn reduce_scatter(
         &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: c_int,
+        b: &Buffers,
         op: c_int,
         comm: RawComm,
-        stream: *mut c_void,
     ) -> Option<c_int> {
         let f = self.reduce_scatter?;
         // SAFETY: the caller's contract above is the NCCL function's.
         Some(unsafe {
             f(
-                send as usize as *const c_void,
-                recv as usize as *mut c_void,
-                count,
-                dtype,
+                b.send_ptr(),
+                b.recv_ptr(),
+                b.count,
+                b.dtype,
                 op,
                 comm,
-                stream,
+                b.stream,
             )
         })
     }
 
-    /// `ncclBroadcast` from `root`.
+    /// `ncclBroadcast` of `b` from `root`.
     ///
     /// # Safety
     /// As [`Api::all_reduce`].
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn broadcast(
         &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: c_int,
+        b: &Buffers,
         root: c_int,
         comm: RawComm,
-        stream: *mut c_void,
     ) -> Option<c_int> {
         let f = self.broadcast?;
         // SAFETY: the caller's contract above is the NCCL function's.
         Some(unsafe {
             f(
-                send as usize as *const c_void,
-                recv as usize as *mut c_void,
-                count,
-                dtype,
+                b.send_ptr(),
+                b.recv_ptr(),
+                b.count,
+                b.dtype,
                 root,
                 comm,
-                stream,
+                b.stream,
             )
         })
     }

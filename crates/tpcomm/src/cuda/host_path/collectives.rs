@@ -9,17 +9,17 @@
 
 use super::super::kernel_args::HostCollArgs;
 use super::comm::PinnedTransport;
-use super::layout::{HostChunkShape, HostLayout, MAX_CHUNK, MIN_CHUNK};
+use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
 use crate::cuda::call::{check_collective, Call};
 use crate::cuda::call_word;
 use crate::cuda::collectives::Collective;
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
+use crate::cuda::launch_shape::{self, grid_cap};
 use crate::cuda::loader::{
     common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
     PerDevice,
 };
 use crate::cuda::pdl;
-use crate::cuda::share::grid_cap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, Function, Module};
@@ -122,40 +122,8 @@ pub fn fits(
     })
 }
 
-/// Reading blocks of the all-gather per GPU (split among the ranks sharing
-/// it): every one of them streams peers' chunks from pinned host memory
-/// across the GPU's one link. With one reading block per chunk (up to 66
-/// per rank), the host-path all-gather slowed about fivefold per byte past
-/// 20-24 MiB of output per rank; 4 or 8 per rank kept 20-22 GB/s from 8 to
-/// 64 MiB (one H100, 2 ranks sharing it, session 13 call 3:
-/// bench/results/2026-12-02-h100-h200-plan-quant/). Why many readers hurt was not found.
-pub const ALL_GATHER_LINK_READERS: usize = 16;
-
-/// Producer and consumer blocks of a call within `grid`: producers one per
-/// chunk up to half the grid, consumers one per chunk of a block (for the
-/// all-gather at most its share of [`ALL_GATHER_LINK_READERS`] among the
-/// `ranks_on_device`); TPCOMM_HOST_PRODUCERS / _CONSUMERS (for measuring)
-/// replace the rule, within the grid. `grid` is at least 2.
-pub fn blocks(
-    what: Collective,
-    plan: &CollPlan,
-    grid: usize,
-    ranks_on_device: usize,
-    shape: &HostChunkShape,
-) -> (usize, usize) {
-    let producers = match shape.producers {
-        Some(n) => n.clamp(1, grid - 1).min(plan.chunks.max(1)),
-        None => plan.chunks.clamp(1, grid / 2),
-    };
-    let rule = match what {
-        Collective::AllGather => plan
-            .per_block
-            .min((ALL_GATHER_LINK_READERS / ranks_on_device.max(1)).max(1)),
-        _ => plan.per_block,
-    };
-    let consumers = shape.consumers.unwrap_or(rule).clamp(1, grid - producers);
-    (producers, consumers)
-}
+/// The all-gather's reading blocks per GPU (`launch_shape::host_collective`).
+pub use crate::cuda::launch_shape::ALL_GATHER_LINK_READERS;
 
 impl PinnedTransport {
     /// Loads the collective kernels now (see
@@ -230,7 +198,14 @@ impl PinnedTransport {
                 what.name()
             )));
         }
-        let (producers, consumers) = blocks(what, &plan, grid, p.sharing.ranks_on_device, &p.shape);
+        let split = launch_shape::host_collective(
+            what,
+            plan.chunks,
+            plan.per_block,
+            grid,
+            p.sharing.ranks_on_device,
+            p.shape.asked(),
+        );
         let d = dtype_index(dtype);
         let (f, root, kind) = match what {
             Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::HostAllGather),
@@ -247,7 +222,7 @@ impl PinnedTransport {
         base.output = call.output;
         base.nbytes = bytes as u64;
         base.chunk_bytes = plan.chunk_bytes as u64;
-        base.producers = producers as u32;
+        base.producers = split.producers;
         let args = HostCollArgs { base, root, pad: 0 };
         raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: HostCollArgs mirrors the kernel's parameter; the areas,
@@ -258,8 +233,7 @@ impl PinnedTransport {
         unsafe {
             pdl::launch(
                 f,
-                (producers + consumers) as u32,
-                k.block,
+                split.shape(k.block),
                 &args,
                 call.stream,
                 call.launch,
@@ -295,41 +269,6 @@ mod tests {
                 "{code} is taken"
             );
         }
-    }
-
-    #[test]
-    fn all_gather_readers_share_the_link_and_the_rest_read_one_block_per_chunk() {
-        let l = HostLayout::new(64 << 20);
-        let none = HostChunkShape::default();
-        let plan = |what, bytes| fits(what, bytes, 2, 132, &l, None).unwrap();
-        // 16 MiB per rank: 66 chunks of a block.
-        let big = plan(Collective::AllGather, 16 << 20);
-        assert_eq!(big.per_block, 66);
-        assert_eq!(blocks(Collective::AllGather, &big, 132, 1, &none), (66, 16));
-        assert_eq!(blocks(Collective::AllGather, &big, 132, 2, &none), (66, 8));
-        assert_eq!(blocks(Collective::AllGather, &big, 33, 4, &none), (16, 4));
-        assert_eq!(blocks(Collective::AllGather, &big, 16, 32, &none), (8, 1));
-        let bc = plan(Collective::Broadcast { root: 0 }, 16 << 20);
-        assert_eq!(
-            blocks(Collective::Broadcast { root: 0 }, &bc, 132, 2, &none),
-            (66, 66)
-        );
-        // Fewer chunks than readers: one reader per chunk.
-        let small = plan(Collective::AllGather, 48 << 10);
-        assert_eq!(small.per_block, 3);
-        assert_eq!(blocks(Collective::AllGather, &small, 132, 1, &none), (3, 3));
-        // The overrides win, within the grid.
-        let set = HostChunkShape {
-            producers: Some(200),
-            consumers: Some(40),
-            ..HostChunkShape::default()
-        };
-        assert_eq!(blocks(Collective::AllGather, &big, 64, 2, &set), (63, 1));
-        let set = HostChunkShape {
-            consumers: Some(40),
-            ..HostChunkShape::default()
-        };
-        assert_eq!(blocks(Collective::AllGather, &big, 132, 2, &set), (66, 40));
     }
 
     #[test]

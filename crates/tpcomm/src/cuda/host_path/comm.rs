@@ -3,11 +3,11 @@
 use super::algo::{delta_shadow_bytes, resolve, HostAlgo};
 use super::group::{agree, GroupRecord};
 use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
-use super::layout::{chunk_plan_with, one_pass_blocks, HostChunkShape, HostLayout};
+use super::layout::{chunk_plan_with, HostChunkShape, HostLayout};
 use crate::algo::{Algo, Collective};
 use crate::cuda::call::{check_all_reduce, Call, GpuTransport};
 use crate::cuda::call_word;
-use crate::cuda::layout::{block_var, oneshot_block};
+use crate::cuda::launch_shape::{self, block_var};
 use crate::cuda::pdl;
 use crate::cuda::share::{
     note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
@@ -89,7 +89,7 @@ pub struct PinnedTransport {
     /// Overrides of the chunked kernel's plan (environment, read at creation).
     shape: HostChunkShape,
     /// Threads per block of the one-pass kernels when TPCOMM_HOST_BLOCK sets
-    /// it (read at creation); `None`: the one-shot rule (`oneshot_block`).
+    /// it (read at creation); `None`: the one-shot rule (`launch_shape::host_delta`).
     one_pass_block: Option<u32>,
     ctl: DeviceAlloc,
     /// The delta kernel's memory of the previous content of every rank's two
@@ -468,7 +468,6 @@ impl GpuTransport for PinnedTransport {
         if call.count == 0 {
             return Ok(which);
         }
-        let mut block = self.kernels.block;
         let d = dtype_index(dtype);
         let mut args = HostKernelArgs {
             input: call.input,
@@ -486,22 +485,11 @@ impl GpuTransport for PinnedTransport {
             )?,
             ..self.kernel_args()
         };
-        let (f, grid) = match which {
-            HostAlgo::Delta => {
-                // Blocks of at least 128 threads spread over the SMs with one
-                // vector per thread (as the P2P one-shot), or
-                // TPCOMM_HOST_BLOCK; never more threads than the message has
-                // vectors (whole warps).
-                let nvec = bytes.div_ceil(16);
-                block = self
-                    .one_pass_block
-                    .unwrap_or_else(|| oneshot_block(nvec, self.grid, block as usize) as u32)
-                    .min(nvec.div_ceil(32) as u32 * 32);
-                (
-                    self.kernels.delta[d],
-                    one_pass_blocks(bytes, block as usize, self.grid),
-                )
-            }
+        let (f, shape) = match which {
+            HostAlgo::Delta => (
+                self.kernels.delta[d],
+                launch_shape::host_delta(bytes, self.grid, self.kernels.block, self.one_pass_block),
+            ),
             HostAlgo::Chunked => {
                 let plan =
                     chunk_plan_with(bytes, self.world, self.grid, self.group_grid, &self.shape);
@@ -516,7 +504,10 @@ impl GpuTransport for PinnedTransport {
                 }
                 args.chunk_bytes = plan.chunk_bytes as u64;
                 args.producers = plan.producers;
-                (self.kernels.chunked[d], plan.producers + plan.consumers)
+                (
+                    self.kernels.chunked[d],
+                    plan.split().shape(self.kernels.block),
+                )
             }
         };
         raw::set_current(self.ctx.cu_ctx())?;
@@ -528,8 +519,7 @@ impl GpuTransport for PinnedTransport {
         unsafe {
             pdl::launch(
                 f,
-                grid,
-                block,
+                shape,
                 &args,
                 call.stream,
                 call.launch,

@@ -3,7 +3,8 @@
 //! flags their peers never write, or read a chunk's bytes before they land. Each rank posts a record; all
 //! ranks see the same records, so all accept or all refuse.
 
-use crate::cuda::share::{grid_cap, DeviceIdentity, Sharing};
+use crate::cuda::launch_shape::grid_cap;
+use crate::cuda::share::{DeviceIdentity, Sharing};
 use crate::error::{Error, Result};
 
 /// One rank's record: its GPU's SM count, how many

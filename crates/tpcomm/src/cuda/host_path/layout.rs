@@ -1,5 +1,10 @@
 //! Where everything lives inside one rank's pinned host area, and how a
-//! message is cut into chunks and blocks. Pure arithmetic, unit-tested.
+//! message is cut into chunks (the blocks that carry them are
+//! `launch_shape`'s). Pure arithmetic, unit-tested.
+
+use crate::cuda::launch_shape::{self, Asked, Split};
+/// The block rules of the chunked kernel, `launch_shape`'s.
+pub use crate::cuda::launch_shape::{MID_CONSUMERS, MID_MAX, MID_PRODUCERS};
 
 /// Largest message the one-pass (delta) kernel carries; bigger ones go
 /// chunked. Its traffic is the message's bytes once each way, so it stays
@@ -87,6 +92,16 @@ pub struct ChunkPlan {
     pub consumers: u32,
 }
 
+impl ChunkPlan {
+    /// The plan's blocks, as `launch_shape` splits them.
+    pub fn split(&self) -> Split {
+        Split {
+            producers: self.producers,
+            consumers: self.consumers,
+        }
+    }
+}
+
 /// Overrides of the chunked kernel's plan, for measuring other shapes on a
 /// machine (`HostChunkShape::from_env`); `None` keeps the rule of
 /// [`chunk_plan`].
@@ -116,21 +131,21 @@ impl HostChunkShape {
             consumers: count(&crate::env::HOST_CONSUMERS)?,
         })
     }
+
+    /// The block counts it asks for, as `launch_shape` takes them.
+    pub fn asked(&self) -> Asked {
+        Asked {
+            producers: self.producers,
+            consumers: self.consumers,
+        }
+    }
 }
 
-/// Messages up to this size go in MID_CHUNK chunks with at most MID_PRODUCERS
-/// producer and MID_CONSUMERS consumer blocks.
-pub const MID_MAX: usize = 4 << 20;
+/// Messages up to MID_MAX go in chunks of this size.
 pub const MID_CHUNK: usize = 128 << 10;
-pub const MID_PRODUCERS: usize = 16;
-/// With a consumer per chunk (32 at 4 MiB) the 4 MiB call of 2 ranks
-/// sharing one H200 took 411-419 us, with 16 or 8 a rank 357-364 us; at 8
-/// MiB 16 were equal to the rule's 66 and at 16 MiB 3% slower
-/// (bench/results/host-consumers.md, session 15; shared-GPU runs only).
-pub const MID_CONSUMERS: usize = 16;
 
 /// Up to MID_MAX: chunks of MID_CHUNK, at most MID_PRODUCERS producers and
-/// MID_CONSUMERS consumers. A
+/// MID_CONSUMERS consumers (`launch_shape::host_chunked`). A
 /// sweep of chunk sizes (16-128 KiB) and producer blocks (4-32) on 2 x H200
 /// with the host path forced (bench/results/2026-11-30-h200x2-tune-forward/hx/) found
 /// the per-chunk cost (fence, flag, the consumer's poll across PCIe)
@@ -156,38 +171,25 @@ pub fn chunk_plan_with(
     group_sms: usize,
     shape: &HostChunkShape,
 ) -> ChunkPlan {
-    let sms = sms.max(2);
     let group_sms = group_sms.max(2);
-    let world = world.max(2);
-    let split = (sms / world).max(1);
-    let (chunk_rule, producers_rule, consumers_cap) = if bytes <= MID_MAX {
-        (MID_CHUNK, split.min(MID_PRODUCERS), MID_CONSUMERS)
+    let chunk_rule = if bytes <= MID_MAX {
+        MID_CHUNK
     } else {
-        (bytes.div_ceil(2 * group_sms), split, usize::MAX)
+        bytes.div_ceil(2 * group_sms)
     };
     let chunk_bytes =
         round_up(shape.chunk_bytes.unwrap_or(chunk_rule), MIN_CHUNK).clamp(MIN_CHUNK, MAX_CHUNK);
     let chunks = bytes.div_ceil(chunk_bytes).max(1);
-    let producers = shape.producers.unwrap_or(producers_rule).clamp(1, sms - 1);
-    let consumers = shape
-        .consumers
-        .unwrap_or((sms - producers).min(consumers_cap))
-        .clamp(1, sms - producers);
-    let (producers, consumers) = (producers.min(chunks), consumers.min(chunks));
+    let Split {
+        producers,
+        consumers,
+    } = launch_shape::host_chunked(bytes, world, sms, chunks, shape.asked());
     ChunkPlan {
         chunk_bytes,
         chunks,
-        producers: producers as u32,
-        consumers: consumers as u32,
+        producers,
+        consumers,
     }
-}
-
-/// Blocks of the delta kernel: one 16-byte vector per thread where the SMs
-/// allow, at most one block per SM (blocks wait on peers, so all must be
-/// resident).
-pub fn one_pass_blocks(bytes: usize, block: usize, sms: usize) -> u32 {
-    let nvec = bytes.div_ceil(16);
-    nvec.div_ceil(block.max(1)).clamp(1, sms.max(1)) as u32
 }
 
 #[cfg(test)]
@@ -334,13 +336,5 @@ mod tests {
             chunk_plan(16 << 20, 2, 82).chunk_bytes,
             chunk_plan(16 << 20, 2, 128).chunk_bytes
         );
-    }
-
-    #[test]
-    fn one_pass_blocks_give_one_vector_per_thread_up_to_one_block_per_sm() {
-        assert_eq!(one_pass_blocks(16, 512, 132), 1);
-        assert_eq!(one_pass_blocks(64 << 10, 512, 132), 8);
-        assert_eq!(one_pass_blocks(1 << 20, 512, 132), 128);
-        assert_eq!(one_pass_blocks(4 << 20, 512, 132), 132);
     }
 }

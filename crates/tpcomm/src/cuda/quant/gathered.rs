@@ -195,21 +195,14 @@ impl QuantComm {
         octets: usize,
         call: &Call,
     ) -> Result<()> {
-        let threads = c.count.div_ceil(8 * octets);
-        let grid = u32::try_from(threads.div_ceil(BLOCK as usize)).map_err(|_| {
-            Error::invalid(
-                "count",
-                format!("{} elements need too many blocks", c.count),
-            )
-        })?;
+        let shape = crate::cuda::launch_shape::quant_local(c.count, octets, BLOCK)?;
         raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: QuantGatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
         unsafe {
             pdl::launch(
                 f,
-                grid,
-                BLOCK,
+                shape,
                 args,
                 call.stream,
                 call.launch,

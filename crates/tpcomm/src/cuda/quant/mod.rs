@@ -20,12 +20,13 @@ use super::config::CudaConfig;
 use super::cuda_err;
 use super::host_path::Transport;
 use super::kernel_args::QuantArgs;
+use super::launch_shape::{self, grid_cap, quant_block, QUANT_MAX_BLOCK};
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
 use super::pdl;
 use super::rendezvous::Rendezvous;
-use super::share::{grid_cap, DeviceIdentity, Sharing};
+use super::share::{DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
@@ -51,8 +52,6 @@ pub use wire::{agree_wire, resolve_wire, wire_for};
 const WAIT_QUANT: u32 = 8;
 const CTL_BYTES: usize = 256;
 const STATUS_BYTES: usize = 64;
-/// Q_BLOCK in kernels/quant.cu (the launch bound).
-const MAX_BLOCK: u32 = 512;
 
 /// Where a slot's parts sit, identical on every rank. Sized for the most
 /// elements a message of `max_bytes` can hold (2-byte elements) and the
@@ -109,48 +108,6 @@ impl QuantLayout {
 /// take a step at a time, two-shot blocks a chunk.
 pub(crate) const STEP_CHUNKS: usize = 4;
 
-/// (blocks, threads per block) of a quantized call of `count` elements whose
-/// blocks take `unit` chunks at a time (STEP_CHUNKS for one-shot, 1 for
-/// two-shot): a power-of-two block (the kernel's chunk loop needs it) of at
-/// most `max_block`, and at most one block per unit and at most `cap`
-/// blocks: `share::grid_cap` of the quantized kernels' occupancy and the
-/// ranks on this GPU, so every block of every rank on the GPU is resident
-/// at once (blocks wait on peers' flags). Blocks taking steps (one-shot)
-/// are fewer while that keeps half the cap: each gets at least 4 steps, so
-/// its sends and sums overlap (8 MiB of bf16 at 2 ranks on an H100: 0.59-0.61x
-/// the exact host path against 0.62-0.63x with one block per step,
-/// bench/results/quantized.md, session 13). Then as few blocks as give the
-/// same most steps a block: a call lasts as long as its busiest block, and
-/// a block more only adds to the link's traffic (8 MiB: 64 blocks of 4
-/// steps, not 66 of which 8 have 3).
-/// `asked` (TPCOMM_QUANT_BLOCKS) replaces that rule, still at most one block
-/// per unit and at most `cap`.
-pub fn quant_grid(
-    count: usize,
-    unit: usize,
-    cap: u32,
-    max_block: u32,
-    asked: Option<u32>,
-) -> (u32, u32) {
-    let mut block = 32u32;
-    while block * 2 <= max_block.min(MAX_BLOCK) {
-        block *= 2;
-    }
-    let units = count.div_ceil(CHUNK_ELEMS * unit.max(1)).max(1);
-    let cap = cap.max(1) as usize;
-    let blocks = match asked {
-        Some(n) => n as usize,
-        None if unit > 1 => {
-            // As few blocks as take the same most steps each: no block
-            // idles through the last round while the others finish it.
-            let first = units.div_ceil(4).max(cap / 2).clamp(1, units.min(cap));
-            units.div_ceil(units.div_ceil(first))
-        }
-        None => units,
-    };
-    (blocks.clamp(1, units.min(cap)) as u32, block)
-}
-
 /// Which quantized algorithm a call runs (defined in `crate::wire`, beside
 /// `Wire`, so that `CudaConfig` can hold it without importing this module).
 pub use crate::wire::QuantAlgo;
@@ -185,11 +142,6 @@ struct QuantKernels {
     _ctx: Arc<CudaContext>,
 }
 
-/// The power-of-two block the kernels launch with (at most `max`).
-fn pow2_block(max: u32) -> u32 {
-    quant_grid(1, 1, 1, max, None).1
-}
-
 fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
     static CACHE: PerDevice<QuantKernels> = PerDevice::new();
     per_device(&CACHE, ctx, || {
@@ -221,13 +173,13 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
         }
         let block = common_block(
             int8.iter().chain(&fp8).chain(&int8_2).chain(&fp8_2),
-            MAX_BLOCK,
+            QUANT_MAX_BLOCK,
             "the quantized kernels",
             l.arch,
         )?;
         let blocks_per_sm = resident_blocks_per_sm(
             int8.iter().chain(&fp8).chain(&int8_2).chain(&fp8_2),
-            pow2_block(block),
+            quant_block(block),
         )?;
         Ok(QuantKernels {
             blocks_per_sm,
@@ -256,7 +208,7 @@ pub struct QuantComm {
     transport: Transport,
     layout: QuantLayout,
     kernels: Arc<QuantKernels>,
-    /// The most blocks a call launches (share::grid_cap).
+    /// The most blocks a call launches (launch_shape::grid_cap).
     grid_cap: u32,
     /// TPCOMM_QUANT_BLOCKS at creation: blocks per call instead of the rule.
     blocks_asked: Option<u32>,
@@ -334,7 +286,7 @@ impl QuantComm {
         let bytes = count * dtype.size();
         let twoshot = algo.runs_twoshot(count, self.world);
         let unit = if twoshot { 1 } else { STEP_CHUNKS };
-        let (grid, block) = quant_grid(
+        let shape = launch_shape::quant(
             count,
             unit,
             self.grid_cap,
@@ -389,8 +341,7 @@ impl QuantComm {
         unsafe {
             pdl::launch(
                 f,
-                grid,
-                block,
+                shape,
                 &args,
                 call.stream,
                 call.launch,

@@ -1,4 +1,5 @@
-//! Unit tests of the quantized all-reduce's layout, launch shape and wire agreement.
+//! Unit tests of the quantized all-reduce's layout and wire agreement (its
+//! launch shape is `launch_shape`'s, tested there).
 
 use super::*;
 
@@ -13,7 +14,7 @@ fn the_wait_code_is_the_kernels() {
     let src = include_str!("../kernels/quant.cu");
     assert!(src.contains(&format!("#define Q_WAIT_QUANT {WAIT_QUANT}u")));
     assert!(src.contains(&format!("#define Q_CHUNK {CHUNK_ELEMS}u")));
-    assert!(src.contains(&format!("#define Q_BLOCK {MAX_BLOCK}")));
+    assert!(src.contains(&format!("#define Q_BLOCK {QUANT_MAX_BLOCK}")));
 }
 
 #[test]
@@ -110,61 +111,6 @@ fn two_shot_runs_only_when_every_rank_owns_a_chunk() {
     assert!(!QuantAlgo::TwoShot.runs_twoshot(2 * c, 3));
     assert!(QuantAlgo::TwoShot.runs_twoshot(2 * c + 1, 3));
     assert!(!QuantAlgo::OneShot.runs_twoshot(100 * c, 8));
-}
-
-#[test]
-fn grids_stay_within_the_cap_and_the_units() {
-    assert_eq!(quant_grid(1, 1, 132, 512, None), (1, 512));
-    assert_eq!(quant_grid(32 << 20, 1, 132, 512, None), (132, 512));
-    assert_eq!(quant_grid(32 << 20, 1, 66, 512, None), (66, 512));
-    // Two-shot: a block per chunk; one-shot: a block per step of chunks.
-    assert_eq!(quant_grid(5 * CHUNK_ELEMS, 1, 66, 512, None), (5, 512));
-    assert_eq!(
-        quant_grid(5 * CHUNK_ELEMS, STEP_CHUNKS, 66, 512, None),
-        (2, 512)
-    );
-    assert_eq!(quant_grid(1 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
-    // One-shot keeps half the cap until blocks have 4 steps each, then
-    // takes as few blocks as have the same most steps each: 2M and 4M
-    // elements (4 and 8 MiB of bf16; 128 and 256 steps) 64 blocks of 2 and
-    // 4 steps (66 would leave 4 and 8 blocks a step short), 8M 128 of 4,
-    // 16M 128 of 8 (the cap of 132 would give 8 to most and 7 to some).
-    assert_eq!(quant_grid(2 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
-    assert_eq!(quant_grid(4 << 20, STEP_CHUNKS, 132, 512, None), (64, 512));
-    assert_eq!(quant_grid(8 << 20, STEP_CHUNKS, 132, 512, None), (128, 512));
-    assert_eq!(
-        quant_grid(16 << 20, STEP_CHUNKS, 132, 512, None),
-        (128, 512)
-    );
-    // 9 steps at a cap of 14: half the cap (7 blocks) has at most 2 steps
-    // a block, and 5 blocks have that too.
-    assert_eq!(
-        quant_grid(9 * 4 * CHUNK_ELEMS, STEP_CHUNKS, 14, 512, None),
-        (5, 512)
-    );
-    // 9 steps at a cap of 4: 3 steps each takes 3 blocks, not 4.
-    assert_eq!(
-        quant_grid(9 * 4 * CHUNK_ELEMS, STEP_CHUNKS, 4, 512, None),
-        (3, 512)
-    );
-    // Blocks are powers of two (the kernel's chunk loop needs it).
-    assert_eq!(quant_grid(1 << 20, 1, 132, 384, None), (132, 256));
-    assert_eq!(quant_grid(1 << 20, 1, 0, 512, None), (1, 512));
-}
-
-#[test]
-fn asked_blocks_replace_the_rule_within_the_units_and_the_cap() {
-    // 4M elements: 256 one-shot steps, 1024 chunks.
-    assert_eq!(
-        quant_grid(4 << 20, STEP_CHUNKS, 132, 512, Some(16)),
-        (16, 512)
-    );
-    assert_eq!(quant_grid(4 << 20, 1, 132, 512, Some(100)), (100, 512));
-    assert_eq!(
-        quant_grid(4 << 20, STEP_CHUNKS, 132, 512, Some(4000)),
-        (132, 512)
-    );
-    assert_eq!(quant_grid(3 * CHUNK_ELEMS, 1, 132, 512, Some(16)), (3, 512));
 }
 
 #[test]

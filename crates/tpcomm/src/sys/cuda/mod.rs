@@ -471,6 +471,22 @@ pub unsafe fn launch<A>(
     args: &A,
     stream: CUstream,
 ) -> Result<()> {
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe { launch_shared(f, grid, block, 0, args, stream) }
+}
+
+/// [`launch`] with `shared_bytes` of dynamic shared memory per block.
+///
+/// # Safety
+/// As [`launch`].
+pub unsafe fn launch_shared<A>(
+    f: Function,
+    grid: u32,
+    block: u32,
+    shared_bytes: u32,
+    args: &A,
+    stream: CUstream,
+) -> Result<()> {
     let mut params = [args as *const A as *mut c_void];
     // SAFETY: the caller upholds the layout and lifetime contract above; the
     // driver copies the argument bytes before returning.
@@ -483,7 +499,7 @@ pub unsafe fn launch<A>(
             block,
             1,
             1,
-            0,
+            shared_bytes,
             stream,
             params.as_mut_ptr(),
             std::ptr::null_mut(),
@@ -491,7 +507,8 @@ pub unsafe fn launch<A>(
     })
 }
 
-/// Launches `f` with one by-value argument, allowing it to overlap the
+/// Launches `f` with one by-value argument and `shared_bytes` of dynamic
+/// shared memory per block, allowing it to overlap the
 /// previous kernel on `stream` (the launch attribute
 /// PROGRAMMATIC_STREAM_SERIALIZATION). Only for kernels that call
 /// `wait_for_previous_kernel` before reading anything, on sm_90 or newer.
@@ -503,6 +520,7 @@ pub unsafe fn launch_overlapped<A>(
     f: Function,
     grid: u32,
     block: u32,
+    shared_bytes: u32,
     args: &A,
     stream: CUstream,
 ) -> Result<()> {
@@ -518,7 +536,7 @@ pub unsafe fn launch_overlapped<A>(
         blockDimX: block,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: shared_bytes,
         hStream: stream,
         attrs: &mut attr,
         numAttrs: 1,
