@@ -10,6 +10,7 @@ pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod redop;
 
 /// Standalone communicators driven through the exported functions.
 #[cfg(test)]
@@ -51,4 +52,7 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclCommDeregister",
     "ncclCommWindowRegister",
     "ncclCommWindowDeregister",
+    // redop.rs
+    "ncclRedOpCreatePreMulSum",
+    "ncclRedOpDestroy",
 ];

@@ -32,6 +32,8 @@ pub struct StandaloneComm {
     /// How many ncclCommSplit calls this communicator has had (every rank
     /// makes them in the same order, so the count names each one).
     pub splits: std::sync::atomic::AtomicU64,
+    /// The pre-multiplied sums ncclRedOpCreatePreMulSum made on it (premul.rs).
+    pub premul: standalone::premul::PreMulOps,
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
     pub live: Option<StandaloneGpu>,

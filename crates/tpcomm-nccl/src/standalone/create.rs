@@ -266,6 +266,7 @@ fn create_on(
                     device,
                     secret,
                     splits: Default::default(),
+                    premul: Default::default(),
                     live: None,
                     solo: Some(st),
                 });
@@ -293,6 +294,7 @@ fn create_on(
                 device,
                 secret,
                 splits: Default::default(),
+                premul: Default::default(),
                 live: Some(live),
                 solo: None,
             });

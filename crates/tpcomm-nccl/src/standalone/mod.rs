@@ -7,6 +7,7 @@
 //! - registry.rs: the handles of the communicators this mode serves;
 //! - collectives.rs: the calls on tpcomm's collective kernels;
 //! - gathered.rs: the other types and ops, reduced from gathered blocks;
+//! - premul.rs: the pre-multiplied sums (ncclRedOpCreatePreMulSum) made on one;
 //! - auto_mode.rs: TPCOMM_STANDALONE=auto, where a census at creation
 //!   decides between real NCCL and this mode.
 //!
@@ -29,6 +30,7 @@ pub(crate) mod comm;
 pub(crate) mod create;
 pub(crate) mod gathered;
 pub(crate) mod launch_gate;
+pub(crate) mod premul;
 pub(crate) mod registry;
 
 use std::ffi::c_int;
