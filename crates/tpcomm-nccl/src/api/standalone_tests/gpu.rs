@@ -546,6 +546,81 @@ fn standalone_fp8_and_premul_serve_every_element() {
             }
             assert_eq!(wrong, 0, "{what}: {wrong} of {n} wrong; first {first:?}");
         }
+        // Captured in a CUDA graph: an f32 pre-multiplied sum with a device
+        // scalar reads the scalar's value at each replay; one with a host
+        // scalar keeps the value it was made with, also after its op is
+        // destroyed.
+        use tpcomm::cuda::cudarc::driver::sys;
+        let n = 257;
+        let e = Elem::F32;
+        let inputs: Vec<Vec<u8>> = (0..world).map(|r| input(seed, 999, r, e, n)).collect();
+        let blocks: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+        for dev in [true, false] {
+            let mut v: NcclRedOp = -1;
+            let mut first = 0.25f32 * (rank + 1) as f32;
+            upload(&mut sc, &first.to_le_bytes());
+            // SAFETY: (test) a live handle; the host scalar is read now.
+            let r = unsafe {
+                if dev {
+                    crate::api::redop::ncclRedOpCreatePreMulSum(&mut v, p(ps), 7, 0, comm)
+                } else {
+                    crate::api::redop::ncclRedOpCreatePreMulSum(
+                        &mut v,
+                        &mut first as *mut f32 as *mut c_void,
+                        7,
+                        1,
+                        comm,
+                    )
+                }
+            };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            upload(&mut a, &inputs[rank]);
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+            // SAFETY: (test) as above; captured, not run.
+            let r =
+                unsafe { crate::api::all_reduce::ncclAllReduce(p(pa), p(pb), n, 7, v, comm, st) };
+            let graph = stream
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .unwrap()
+                .expect("a graph");
+            assert_eq!(r, SUCCESS, "captured: {}", standalone::last_error());
+            if !dev {
+                // SAFETY: (test) a live handle.
+                let r = unsafe { crate::api::redop::ncclRedOpDestroy(v, comm) };
+                assert_eq!(r, SUCCESS);
+            }
+            for round in 0..2usize {
+                // Every rank's scalar this round (a device scalar changes).
+                let mine_of = |r: usize| -> f32 {
+                    let base = 0.25f32 * (r + 1) as f32;
+                    if dev {
+                        base * (round + 1) as f32
+                    } else {
+                        base
+                    }
+                };
+                upload(&mut sc, &mine_of(rank).to_le_bytes());
+                graph.launch().unwrap();
+                let got = fetch(&b, 4 * n);
+                let scalars: Vec<[u8; 4]> = (0..world).map(|r| mine_of(r).to_le_bytes()).collect();
+                let srefs: Vec<&[u8]> = scalars.iter().map(|v| &v[..]).collect();
+                let want: Vec<u8> = (0..n)
+                    .flat_map(|i| reference_premul(e, &srefs, &blocks, i))
+                    .collect();
+                assert_eq!(
+                    got, want,
+                    "rank {rank}: graph replay {round} (device scalar {dev})"
+                );
+            }
+            drop(graph);
+            if dev {
+                // SAFETY: (test) a live handle.
+                let r = unsafe { crate::api::redop::ncclRedOpDestroy(v, comm) };
+                assert_eq!(r, SUCCESS);
+            }
+        }
         // SAFETY: (test) a live handle.
         unsafe { assert_eq!(crate::api::init::ncclCommDestroy(comm), SUCCESS) };
     }
