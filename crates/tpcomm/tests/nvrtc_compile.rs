@@ -55,6 +55,14 @@ const KERNELS: &[(&str, &[&str], &[&str])] = &[
         &["f32", "f16", "bf16"],
     ),
     ("p2p_check.cu", &["tpcomm_p2p_check"], &["store", "verify"]),
+    (
+        "gathered.cu",
+        &["tpcomm_reduce_gathered"],
+        &[
+            "i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "f8e4m3", "f8e5m2",
+        ],
+    ),
+    ("gathered.cu", &["tpcomm_expand"], &["bytes", "immediate"]),
 ];
 
 /// FNV-1a of the cubin.

@@ -11,6 +11,7 @@ pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
 pub(crate) mod p2p;
+pub(crate) mod redop;
 pub(crate) mod rooted;
 
 /// Standalone communicators driven through the exported functions.
@@ -61,4 +62,7 @@ pub const INTERCEPTED: &[&str] = &[
     "ncclCommDeregister",
     "ncclCommWindowRegister",
     "ncclCommWindowDeregister",
+    // redop.rs
+    "ncclRedOpCreatePreMulSum",
+    "ncclRedOpDestroy",
 ];

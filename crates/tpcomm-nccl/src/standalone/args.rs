@@ -75,7 +75,7 @@ pub fn check(call: &str, a: &StandaloneComm, x: &Args) -> Result<(), NcclResult>
         ));
     };
     if let Some(op) = x.op {
-        if !BUILTIN_OPS.contains(&op) {
+        if !BUILTIN_OPS.contains(&op) && a.premul.get(op).is_none() {
             return bad(format!(
                 "ncclRedOp {op} is not a built-in op (0 to 4: sum, prod, max, min, avg) nor one ncclRedOpCreatePreMulSum made on this communicator"
             ));

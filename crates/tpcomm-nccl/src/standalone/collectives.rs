@@ -113,9 +113,12 @@ fn summing<'a>(
 ) -> Result<(DType, &'a StandaloneGpu), NcclResult> {
     if let Some(solo) = &a.solo {
         if !identity_alone(op) {
+            // An op this communicator does not have is an invalid argument;
+            // a pre-multiplied sum it made is not served on one rank.
+            gathered::resolve(call, a, datatype, op)?;
             return Err(standalone::unservable(
                 call,
-                &format!("ncclRedOp {op} on one rank"),
+                &format!("ncclRedOp {op} (a pre-multiplied sum) on one rank"),
             ));
         }
         return Err(solo_copy(

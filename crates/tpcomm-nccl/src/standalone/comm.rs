@@ -36,6 +36,8 @@ pub struct StandaloneComm {
     /// (each rank ends them in the same order: the count names the
     /// exchange of their sizes, p2p.rs).
     pub p2p_groups: std::sync::atomic::AtomicU64,
+    /// The pre-multiplied sums ncclRedOpCreatePreMulSum made on it (premul.rs).
+    pub premul: standalone::premul::PreMulOps,
     /// Always there for a communicator ncclCommInitRank made; `None` only
     /// in this crate's unit tests, which need a handle without a GPU.
     pub live: Option<StandaloneGpu>,

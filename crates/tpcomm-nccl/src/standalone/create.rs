@@ -95,6 +95,7 @@ pub fn create(
             secret,
             splits: Default::default(),
             p2p_groups: Default::default(),
+            premul: Default::default(),
             live: None,
             solo: None,
         });
@@ -298,6 +299,7 @@ fn create_on(
                     secret,
                     splits: Default::default(),
                     p2p_groups: Default::default(),
+                    premul: Default::default(),
                     live: None,
                     solo: Some(st),
                 });
@@ -326,6 +328,7 @@ fn create_on(
                 secret,
                 splits: Default::default(),
                 p2p_groups: Default::default(),
+                premul: Default::default(),
                 live: Some(live),
                 solo: None,
             });

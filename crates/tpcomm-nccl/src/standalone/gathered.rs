@@ -6,9 +6,11 @@
 
 use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
+use crate::standalone::premul::Scalar;
+use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::c_void;
-use tpcomm::cuda::gathered::Form;
+use tpcomm::cuda::gathered::{Form, SCALAR_BYTES};
 use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
 use tpcomm::DType;
 
@@ -30,7 +32,8 @@ pub(crate) fn all_reduce_gathered(
     stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
-    // Elements per piece: their expanded bytes fill at most one block.
+    // Elements per piece: their expanded bytes fill at most one block (less
+    // the scalar's place at its end, for a pre-multiplied sum).
     let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
         (block / 2) / z
     }) {
@@ -49,6 +52,10 @@ pub(crate) fn all_reduce_gathered(
     let st = stream as CUstream;
     run(CALL, a, || {
         let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
+        let scalar_at = (block - SCALAR_BYTES) as u64;
+        // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
+        // no piece reaches (prepare sized `per` without them); in order.
+        unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);
@@ -61,14 +68,16 @@ pub(crate) fn all_reduce_gathered(
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
                 gather_expanded(l, send as u64 + off, n * z, base, mine, block, st)?;
-                l.gathered.reduce(
+                reduce(
+                    l,
+                    gop,
                     base,
                     block as u64,
+                    scalar_at,
                     a.world,
                     recv as u64 + off,
                     n,
                     elem,
-                    gop,
                     st,
                 )?;
             }
@@ -112,6 +121,9 @@ pub(crate) fn reduce_scatter_gathered(
     let st = stream as CUstream;
     run(CALL, a, || {
         let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (world * block) as u64);
+        let scalar_at = (block - SCALAR_BYTES) as u64;
+        // SAFETY: as in all_reduce_gathered: no piece reaches it.
+        unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);
@@ -144,14 +156,18 @@ pub(crate) fn reduce_scatter_gathered(
                     st,
                     Launch::Ordinary,
                 )?;
-                l.gathered.reduce(
+                // This rank's piece of every block, and each block's
+                // scalar at its end (scalar_at from the block's start).
+                reduce(
+                    l,
+                    gop,
                     base + a.rank as u64 * piece,
                     block as u64,
+                    scalar_at - a.rank as u64 * piece,
                     world,
                     recv as u64 + off,
                     n,
                     elem,
-                    gop,
                     st,
                 )?;
             }
@@ -161,10 +177,121 @@ pub(crate) fn reduce_scatter_gathered(
     })
 }
 
+/// The reduction a gathered call runs: a built-in op, or a pre-multiplied
+/// sum with where this rank's scalar is (premul.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reduction {
+    Builtin(gathered::Op),
+    PreMul(Scalar),
+}
+
+/// The element type and reduction of `datatype` and `op` on `a`, or the
+/// call's answer: a type the kernels lack is refused (ncclInvalidUsage); an
+/// op that is neither built in (0-4) nor a live pre-multiplied sum of this
+/// communicator, or one made for another type, is ncclInvalidArgument;
+/// each with the text for ncclGetLastError. A rooted call (ncclReduce) may
+/// run the same reduction: resolve, then [`put_scalar`] and [`reduce`].
+pub(crate) fn resolve(
+    call: &str,
+    a: &StandaloneComm,
+    datatype: NcclDataType,
+    op: NcclRedOp,
+) -> Result<(gathered::Elem, Reduction), NcclResult> {
+    let r = match gathered::Op::from_nccl(op) {
+        Some(g) => Reduction::Builtin(g),
+        None => match a.premul.get(op) {
+            Some(p) if p.datatype == datatype => Reduction::PreMul(p.scalar),
+            Some(p) => {
+                return Err(standalone::fail(
+                    INVALID_ARGUMENT,
+                    format!(
+                        "{call}: ncclRedOp {op} was made by ncclRedOpCreatePreMulSum for ncclDataType {}, not {datatype}",
+                        p.datatype
+                    ),
+                ))
+            }
+            None => {
+                return Err(standalone::fail(
+                    INVALID_ARGUMENT,
+                    format!(
+                        "{call}: ncclRedOp {op} is not an op of this communicator (neither built in, 0 to 4, nor made by ncclRedOpCreatePreMulSum on it and not destroyed)"
+                    ),
+                ))
+            }
+        },
+    };
+    let Some(elem) = gathered::Elem::from_nccl(datatype) else {
+        return Err(standalone::unservable(
+            call,
+            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 11 with sum, prod, max, min, avg and pre-multiplied sums)"),
+        ));
+    };
+    Ok((elem, r))
+}
+
+/// Puts this rank's scalar of a pre-multiplied sum, expanded, at `at` in
+/// stream order (a host scalar as the value, a device one copied from its
+/// pointer when the stream gets there); nothing for a built-in op.
+///
+/// # Safety
+/// `at` is `SCALAR_BYTES` of this GPU's memory (the staging buffer), valid
+/// until the stream runs the call; a device scalar points to one element of
+/// `z` bytes of this GPU's memory, valid then.
+pub(crate) unsafe fn put_scalar(
+    l: &StandaloneGpu,
+    r: Reduction,
+    z: usize,
+    at: u64,
+    st: CUstream,
+) -> tpcomm::Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match r {
+            Reduction::Builtin(_) => Ok(()),
+            Reduction::PreMul(Scalar::Host(v)) => l.gathered.put_immediate(v, z, at, st),
+            Reduction::PreMul(Scalar::Device(p)) => {
+                l.gathered.convert(Form::Expand, p, 0, at, 0, z, 1, st)
+            }
+        }
+    }
+}
+
+/// The reduction kernel of `r` over `world` gathered blocks (`stride`
+/// apart, each with its scalar `scalar` bytes from its start for a
+/// pre-multiplied sum) into `count` elements at `out`.
+///
+/// # Safety
+/// As `gathered::Kernels::reduce` (and `reduce_premul`) ask.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn reduce(
+    l: &StandaloneGpu,
+    r: Reduction,
+    input: u64,
+    stride: u64,
+    scalar: u64,
+    world: usize,
+    out: u64,
+    count: usize,
+    elem: gathered::Elem,
+    st: CUstream,
+) -> tpcomm::Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match r {
+            Reduction::Builtin(op) => l
+                .gathered
+                .reduce(input, stride, world, out, count, elem, op, st),
+            Reduction::PreMul(_) => l
+                .gathered
+                .reduce_premul(input, stride, scalar, world, out, count, elem, st),
+        }
+    }
+}
+
 /// What a gathered all-reduce or reduce-scatter runs with.
 struct Prepared<'a> {
     elem: gathered::Elem,
-    gop: gathered::Op,
+    gop: Reduction,
     l: &'a StandaloneGpu,
     /// Bytes of one rank's expanded block in the staging buffer.
     block: usize,
@@ -173,9 +300,11 @@ struct Prepared<'a> {
 }
 
 /// The checks both gathered reductions make first: a type and op the
-/// reduction kernel has, a GPU side, a receive buffer aligned to the type,
-/// and a staging buffer that holds a piece. `Ok(None)`: nothing to do (no
-/// elements); `Err`: the call's refusal.
+/// reduction kernel has ([`resolve`]), a GPU side, a receive buffer aligned
+/// to the type, and a staging buffer that holds a piece; `per_block` is
+/// given the bytes of a block the pieces may fill (a block less the
+/// scalar's place at its end). `Ok(None)`: nothing to do (no elements);
+/// `Err`: the call's refusal.
 #[allow(clippy::too_many_arguments)]
 fn prepare<'a>(
     call: &str,
@@ -186,15 +315,7 @@ fn prepare<'a>(
     op: NcclRedOp,
     per_block: impl Fn(usize, usize) -> usize,
 ) -> Result<Option<Prepared<'a>>, NcclResult> {
-    let (Some(elem), Some(gop)) = (
-        gathered::Elem::from_nccl(datatype),
-        gathered::Op::from_nccl(op),
-    ) else {
-        return Err(standalone::unservable(
-            call,
-            &format!("ncclDataType {datatype} with ncclRedOp {op} (tpcomm serves types 0 to 9 with sum, prod, max, min and avg)"),
-        ));
-    };
+    let (elem, gop) = resolve(call, a, datatype, op)?;
     let l = live(a, call)?;
     if count == 0 {
         return Ok(None);
@@ -207,7 +328,11 @@ fn prepare<'a>(
         ));
     }
     let block = expanded_block(l, a.world).unwrap_or(0);
-    let per = if block == 0 { 0 } else { per_block(block, z) };
+    let per = if block < 2 * SCALAR_BYTES {
+        0
+    } else {
+        per_block(block - SCALAR_BYTES, z)
+    };
     if per == 0 {
         return Err(standalone::unservable(
             call,

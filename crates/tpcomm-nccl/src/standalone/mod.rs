@@ -11,6 +11,7 @@
 //!   ncclAlltoAll, planned as steps of those byte-exact paths;
 //! - p2p.rs, p2p_plan.rs: ncclSend and ncclRecv, a group's calls run at
 //!   its end as an all-to-all-v of the same steps;
+//! - premul.rs: the pre-multiplied sums (ncclRedOpCreatePreMulSum) made on one;
 //! - auto_mode.rs: TPCOMM_STANDALONE=auto, where a census at creation
 //!   decides between real NCCL and this mode.
 //!
@@ -36,6 +37,7 @@ pub(crate) mod gathered;
 pub(crate) mod launch_gate;
 pub(crate) mod p2p;
 pub(crate) mod p2p_plan;
+pub(crate) mod premul;
 pub(crate) mod registry;
 pub(crate) mod rooted;
 pub(crate) mod rooted_plan;

@@ -51,7 +51,7 @@ fn used(kind: Kind, rank: usize) -> (bool, bool) {
 /// The checks every one of these calls makes first, in NCCL's codes
 /// (ncclInvalidArgument for a root out of range, an unknown type or op, a
 /// count whose buffers overflow, a NULL buffer this rank uses; `root` is
-/// not read for an all-to-all); fp8 reductions are refused
+/// not read for an all-to-all); pre-multiplied sums are refused
 /// (ncclInvalidUsage) as the all-reduce refuses them. `Ok` is the plan's
 /// kind; every failure has its text for ncclGetLastError.
 #[allow(clippy::too_many_arguments)]
@@ -80,12 +80,12 @@ pub(crate) fn check(
     };
     if let What::Reduce(op) = what {
         if Op::from_nccl(op).is_none() {
-            return bad(format!("ncclRedOp {op} is not sum, prod, max, min or avg (standalone mode makes no pre-multiplied sums)"));
+            return bad(format!("ncclRedOp {op} is not an op of this communicator (neither built in, 0 to 4, nor made by ncclRedOpCreatePreMulSum on it)"));
         }
         if Elem::from_nccl(datatype).is_none() {
             return Err(standalone::unservable(
                 call,
-                &format!("ncclDataType {datatype} (fp8 reductions are not in tpcomm)"),
+                &format!("ncclDataType {datatype} (tpcomm reduces types 0 to 11)"),
             ));
         }
     }
@@ -319,6 +319,14 @@ pub fn rooted(
     root: c_int,
     stream: CudaStream,
 ) -> NcclResult {
+    if let What::Reduce(op) = what {
+        if Op::from_nccl(op).is_none() && a.premul.get(op).is_some() {
+            return standalone::unservable(
+                what.name(),
+                &format!("ncclRedOp {op} is a pre-multiplied sum, served in ncclAllReduce and ncclReduceScatter but not yet in ncclReduce"),
+            );
+        }
+    }
     let kind = match check(what, a.rank, a.world, root, count, datatype, send, recv) {
         Ok(k) => k,
         Err(r) => return r,

@@ -7,12 +7,16 @@
 //! *expanded*, every byte b as the 16-bit word 0x00bb ([`Kernels::convert`]
 //! there and back, the collective kernels moving f16 words between).
 //! An all-reduce of a type or op the collective kernels do not sum
-//! (integers, f64; prod, max, min, avg) gathers every rank's expanded block
-//! and reduces the `world` blocks element by element in rank order
+//! (integers, f64, fp8; prod, max, min, avg) gathers every rank's expanded
+//! block and reduces the `world` blocks element by element in rank order
 //! ([`Kernels::reduce`]), over the same bytes in the same order on every
-//! rank, so every rank gets the same bits. None of these kernels waits.
+//! rank, so every rank gets the same bits. A pre-multiplied sum
+//! ([`Kernels::reduce_premul`]) is the same with each block multiplied by
+//! the scalar its rank put beside it ([`Kernels::put_immediate`], or
+//! [`Kernels::convert`] from device memory). None of these kernels waits.
 
 use super::compile;
+use super::fp8::Fp8;
 use super::kernel_args::{BytesArgs, GatheredArgs};
 use super::launch_shape;
 use super::loader::{compile_and_load, per_device, PerDevice};
@@ -34,10 +38,14 @@ pub enum Elem {
     F32,
     F64,
     Bf16,
+    /// `ncclFloat8e4m3` (10): see fp8.rs.
+    F8E4M3,
+    /// `ncclFloat8e5m2` (11).
+    F8E5M2,
 }
 
 impl Elem {
-    pub const ALL: [Elem; 10] = [
+    pub const ALL: [Elem; 12] = [
         Elem::I8,
         Elem::U8,
         Elem::I32,
@@ -48,9 +56,11 @@ impl Elem {
         Elem::F32,
         Elem::F64,
         Elem::Bf16,
+        Elem::F8E4M3,
+        Elem::F8E5M2,
     ];
 
-    /// The type of `ncclDataType_t` value `t` (0 to 9), if it is one of these.
+    /// The type of `ncclDataType_t` value `t` (0 to 11), if it is one of these.
     pub fn from_nccl(t: i32) -> Option<Elem> {
         usize::try_from(t)
             .ok()
@@ -59,7 +69,7 @@ impl Elem {
 
     pub fn size(self) -> usize {
         match self {
-            Elem::I8 | Elem::U8 => 1,
+            Elem::I8 | Elem::U8 | Elem::F8E4M3 | Elem::F8E5M2 => 1,
             Elem::F16 | Elem::Bf16 => 2,
             Elem::I32 | Elem::U32 | Elem::F32 => 4,
             Elem::I64 | Elem::U64 | Elem::F64 => 8,
@@ -78,6 +88,8 @@ impl Elem {
             Elem::F32 => "tpcomm_reduce_gathered_f32",
             Elem::F64 => "tpcomm_reduce_gathered_f64",
             Elem::Bf16 => "tpcomm_reduce_gathered_bf16",
+            Elem::F8E4M3 => "tpcomm_reduce_gathered_f8e4m3",
+            Elem::F8E5M2 => "tpcomm_reduce_gathered_f8e5m2",
         }
     }
 }
@@ -91,6 +103,8 @@ pub enum Form {
 }
 
 /// Ops, numbered as NCCL numbers `ncclRedOp_t` (TPCOMM_GOP_* in the kernel).
+/// The pre-multiplied sum is not one of these: NCCL numbers those ops per
+/// communicator, and [`Kernels::reduce_premul`] runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Sum = 0,
@@ -111,10 +125,17 @@ impl Op {
     }
 }
 
+/// The kernel's number for the pre-multiplied sum (TPCOMM_GOP_PREMUL).
+const OP_PREMUL: u32 = 5;
+
+/// Bytes an expanded scalar takes (the widest element, 8 bytes, expanded).
+pub const SCALAR_BYTES: usize = 16;
+
 /// The family loaded on one device.
 pub struct Kernels {
-    fns: [Function; 10],
+    fns: [Function; 12],
     expand: Function,
+    immediate: Function,
     compact: Function,
     /// Bytes of the loaded image (for memory reports).
     pub cubin_bytes: usize,
@@ -139,13 +160,14 @@ pub fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
         for e in Elem::ALL {
             fns.push(l.module.function(e.kernel())?);
         }
-        let fns: [Function; 10] = fns
+        let fns: [Function; 12] = fns
             .try_into()
-            .map_err(|_| Error::invalid("gathered kernels", "not 10 functions"))?;
+            .map_err(|_| Error::invalid("gathered kernels", "not 12 functions"))?;
         let sms = raw::sm_count(ctx.ordinal() as i32)? as u32;
         Ok(Kernels {
             fns,
             expand: l.module.function("tpcomm_expand_bytes")?,
+            immediate: l.module.function("tpcomm_expand_immediate")?,
             compact: l.module.function("tpcomm_compact_bytes")?,
             cubin_bytes: l.cubin_bytes,
             sms,
@@ -223,6 +245,112 @@ impl Kernels {
         op: Op,
         stream: CUstream,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.launch_reduce(
+                input, stride, 0, world, output, count, elem, op as u32, stream,
+            )
+        }
+    }
+
+    /// Launches the pre-multiplied sum `output[i] = sum over r of s_r *
+    /// (block r's element i)`, `i < count`, in rank order, on `stream`;
+    /// blocks as [`Kernels::reduce`] has them, and block `r`'s scalar `s_r`
+    /// (one element of `elem`, expanded) at `input + r * stride + scalar`.
+    /// Floats: f32 and f64 in their own type, the others in f32, each
+    /// product and sum rounded on its own and the result once; integers
+    /// wrap ([`reference_premul`] is the CPU model).
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce`], and every block's scalar (`2 * size` bytes at
+    /// `scalar`, 2-byte aligned) inside the same memory.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_premul(
+        &self,
+        input: u64,
+        stride: u64,
+        scalar: u64,
+        world: usize,
+        output: u64,
+        count: usize,
+        elem: Elem,
+        stream: CUstream,
+    ) -> Result<()> {
+        if !scalar.is_multiple_of(2) {
+            return Err(Error::invalid(
+                "gathered reduction",
+                "the expanded scalar must be 2-byte aligned",
+            ));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.launch_reduce(
+                input, stride, scalar, world, output, count, elem, OP_PREMUL, stream,
+            )
+        }
+    }
+
+    /// Writes the low `nbytes` bytes (at most 8) of `value` (little-endian:
+    /// a scalar's bytes) expanded at `output`, on `stream`: a value the
+    /// host holds, put in stream order (a CUDA graph keeps it as captured).
+    ///
+    /// # Safety
+    /// `output` holds `2 * nbytes` bytes of device memory of this family's
+    /// device, 2-byte aligned, valid until `stream` has run the kernel.
+    pub unsafe fn put_immediate(
+        &self,
+        value: u64,
+        nbytes: usize,
+        output: u64,
+        stream: CUstream,
+    ) -> Result<()> {
+        if nbytes > 8 || !output.is_multiple_of(2) {
+            return Err(Error::invalid(
+                "immediate scalar",
+                format!("{nbytes} bytes at {output:#x}"),
+            ));
+        }
+        if nbytes == 0 {
+            return Ok(());
+        }
+        let args = BytesArgs {
+            input: value,
+            output,
+            nbytes: nbytes as u64,
+            in_stride: 0,
+            out_stride: 0,
+            blocks: 1,
+            pad: 0,
+        };
+        let s = launch_shape::gathered(nbytes as u64, self.sms);
+        // SAFETY: `BytesArgs` is `struct BytesArgs` (the value travels in
+        // `input`); the output range is the caller's (see # Safety); the
+        // kernel reads no memory and waits on nothing.
+        unsafe {
+            raw::launch_shared(
+                self.immediate,
+                s.grid,
+                s.block,
+                s.shared_bytes,
+                &args,
+                stream,
+            )
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_reduce(
+        &self,
+        input: u64,
+        stride: u64,
+        scalar: u64,
+        world: usize,
+        output: u64,
+        count: usize,
+        elem: Elem,
+        op: u32,
+        stream: CUstream,
+    ) -> Result<()> {
         if !(1..=super::MAX_WORLD).contains(&world) {
             return Err(Error::invalid("world size", format!("{world}")));
         }
@@ -242,8 +370,9 @@ impl Kernels {
             output,
             count: count as u64,
             stride,
+            scalar,
             world: world as u32,
-            op: op as u32,
+            op,
         };
         let f = self.fns[Elem::ALL.iter().position(|&e| e == elem).unwrap_or(0)];
         // SAFETY: `GatheredArgs` is `struct GatheredArgs`; the ranges are the
@@ -349,6 +478,68 @@ pub fn reference(elem: Elem, op: Op, blocks: &[&[u8]], i: usize) -> Vec<u8> {
             |b: &[u8]| bf16::from_bits(u16of(b)).to_f32(),
             |a: f32| bf16::from_f32(a).to_bits().to_le_bytes().to_vec()
         ),
+        Elem::F8E4M3 => float!(f32, |b: &[u8]| Fp8::E4M3.decode(b[0]), |a: f32| vec![
+            Fp8::E4M3.encode(a)
+        ]),
+        Elem::F8E5M2 => float!(f32, |b: &[u8]| Fp8::E5M2.decode(b[0]), |a: f32| vec![
+            Fp8::E5M2.encode(a)
+        ]),
+    }
+}
+
+/// What the pre-multiplied sum over `world` plain blocks gives for element
+/// `i`, block `r` scaled by `scalars[r]` (one element's bytes), on the
+/// host, in the kernel's order and arithmetic ([`Kernels::reduce_premul`]).
+pub fn reference_premul(elem: Elem, scalars: &[&[u8]], blocks: &[&[u8]], i: usize) -> Vec<u8> {
+    use half::{bf16, f16};
+    let z = elem.size();
+    let at = |r: usize| &blocks[r][i * z..(i + 1) * z];
+    let sc = |r: usize| &scalars[r][..z];
+    let world = blocks.len();
+    macro_rules! int {
+        ($u:ty) => {{
+            let v = |b: &[u8]| <$u>::from_le_bytes(b.try_into().unwrap_or_default());
+            let mut acc = v(sc(0)).wrapping_mul(v(at(0)));
+            for r in 1..world {
+                acc = acc.wrapping_add(v(sc(r)).wrapping_mul(v(at(r))));
+            }
+            acc.to_le_bytes().to_vec()
+        }};
+    }
+    macro_rules! float {
+        ($load:expr, $store:expr) => {{
+            let mut acc = $load(sc(0)) * $load(at(0));
+            for r in 1..world {
+                acc += $load(sc(r)) * $load(at(r));
+            }
+            $store(acc)
+        }};
+    }
+    let u16of = |b: &[u8]| u16::from_le_bytes(b.try_into().unwrap_or_default());
+    match elem {
+        Elem::I8 | Elem::U8 => int!(u8),
+        Elem::I32 | Elem::U32 => int!(u32),
+        Elem::I64 | Elem::U64 => int!(u64),
+        Elem::F32 => float!(
+            |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap_or_default()),
+            |a: f32| a.to_le_bytes().to_vec()
+        ),
+        Elem::F64 => float!(
+            |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap_or_default()),
+            |a: f64| a.to_le_bytes().to_vec()
+        ),
+        Elem::F16 => float!(|b: &[u8]| f16::from_bits(u16of(b)).to_f32(), |a: f32| {
+            f16::from_f32(a).to_bits().to_le_bytes().to_vec()
+        }),
+        Elem::Bf16 => float!(|b: &[u8]| bf16::from_bits(u16of(b)).to_f32(), |a: f32| {
+            bf16::from_f32(a).to_bits().to_le_bytes().to_vec()
+        }),
+        Elem::F8E4M3 => float!(|b: &[u8]| Fp8::E4M3.decode(b[0]), |a: f32| vec![
+            Fp8::E4M3.encode(a)
+        ]),
+        Elem::F8E5M2 => float!(|b: &[u8]| Fp8::E5M2.decode(b[0]), |a: f32| vec![
+            Fp8::E5M2.encode(a)
+        ]),
     }
 }
 
@@ -362,12 +553,17 @@ mod tests {
         assert_eq!(Elem::from_nccl(4), Some(Elem::I64));
         assert_eq!(Elem::from_nccl(7), Some(Elem::F32));
         assert_eq!(Elem::from_nccl(9), Some(Elem::Bf16));
-        assert_eq!(Elem::from_nccl(10), None);
+        assert_eq!(Elem::from_nccl(10), Some(Elem::F8E4M3));
+        assert_eq!(Elem::from_nccl(11), Some(Elem::F8E5M2));
+        assert_eq!(Elem::from_nccl(12), None);
         assert_eq!(Elem::from_nccl(-1), None);
         assert_eq!(Op::from_nccl(0), Some(Op::Sum));
         assert_eq!(Op::from_nccl(4), Some(Op::Avg));
         assert_eq!(Op::from_nccl(5), None);
-        assert_eq!(Elem::ALL.map(Elem::size), [1, 1, 4, 4, 8, 8, 2, 4, 8, 2]);
+        assert_eq!(
+            Elem::ALL.map(Elem::size),
+            [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1]
+        );
     }
 
     #[test]
@@ -392,6 +588,78 @@ mod tests {
         assert_eq!(
             reference(Elem::I64, Op::Avg, &blocks, 0),
             (-2i64).to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn fp8_reductions_decode_reduce_in_f32_and_round_once() {
+        // e4m3: 1.0 (0x38), 1.125 (0x39), 0.0625 (0x18).
+        let (a, b, c) = ([0x38u8], [0x39u8], [0x18u8]);
+        let blocks: Vec<&[u8]> = vec![&a, &b, &c];
+        // 2.1875 lies between 2.0 (0x40) and 2.25 (0x41), nearer 2.25.
+        assert_eq!(reference(Elem::F8E4M3, Op::Sum, &blocks, 0), vec![0x41]);
+        assert_eq!(reference(Elem::F8E4M3, Op::Max, &blocks, 0), vec![0x39]);
+        assert_eq!(reference(Elem::F8E4M3, Op::Min, &blocks, 0), vec![0x18]);
+        // 2.1875 / 3 = 0.729..: between 0.6875 (0x33) and 0.75 (0x34).
+        assert_eq!(reference(Elem::F8E4M3, Op::Avg, &blocks, 0), vec![0x34]);
+        // A sum past 448 saturates; e5m2 past 57344 too.
+        let big = [0x7eu8];
+        let blocks: Vec<&[u8]> = vec![&big, &big];
+        assert_eq!(reference(Elem::F8E4M3, Op::Sum, &blocks, 0), vec![0x7e]);
+        let big = [0xfbu8];
+        let blocks: Vec<&[u8]> = vec![&big, &big];
+        assert_eq!(reference(Elem::F8E5M2, Op::Sum, &blocks, 0), vec![0xfb]);
+        assert_eq!(reference(Elem::F8E5M2, Op::Prod, &blocks, 0), vec![0x7b]);
+    }
+
+    #[test]
+    fn the_premul_reference_scales_each_block_by_its_own_scalar() {
+        // f32: 0.5 * 3 + 2 * 5 + 1.5 * -1 = 10.
+        let f = |v: f32| v.to_le_bytes();
+        let (x0, x1, x2) = (f(3.0), f(5.0), f(-1.0));
+        let (s0, s1, s2) = (f(0.5), f(2.0), f(1.5));
+        let blocks: Vec<&[u8]> = vec![&x0, &x1, &x2];
+        let scalars: Vec<&[u8]> = vec![&s0, &s1, &s2];
+        assert_eq!(
+            reference_premul(Elem::F32, &scalars, &blocks, 0),
+            f(10.0).to_vec()
+        );
+        // i8 wraps: 3 * 100 + 2 * -7 = 286 = 30 (mod 256).
+        let (x0, x1) = ([100u8], [(-7i8) as u8]);
+        let (s0, s1) = ([3u8], [2u8]);
+        let blocks: Vec<&[u8]> = vec![&x0, &x1];
+        let scalars: Vec<&[u8]> = vec![&s0, &s1];
+        assert_eq!(reference_premul(Elem::I8, &scalars, &blocks, 0), vec![30]);
+        // u64 wraps in 64 bits.
+        let (x0, x1) = (u64::MAX.to_le_bytes(), 7u64.to_le_bytes());
+        let (s0, s1) = (2u64.to_le_bytes(), 3u64.to_le_bytes());
+        let blocks: Vec<&[u8]> = vec![&x0, &x1];
+        let scalars: Vec<&[u8]> = vec![&s0, &s1];
+        assert_eq!(
+            reference_premul(Elem::U64, &scalars, &blocks, 0),
+            19u64.to_le_bytes().to_vec()
+        );
+        // bf16 in f32, rounded once: 1.5 * 1.0078125 + 0.5 * 1.0078125
+        // = 2.015625, which bf16 (8 bits) rounds to 2.015625 exactly.
+        let b = |v: f32| half::bf16::from_f32(v).to_bits().to_le_bytes();
+        let (x0, x1) = (b(1.0078125), b(1.0078125));
+        let (s0, s1) = (b(1.5), b(0.5));
+        let blocks: Vec<&[u8]> = vec![&x0, &x1];
+        let scalars: Vec<&[u8]> = vec![&s0, &s1];
+        assert_eq!(
+            reference_premul(Elem::Bf16, &scalars, &blocks, 0),
+            b(2.015625).to_vec()
+        );
+        // e5m2: 2 * 1.5 + 0.5 * 3 = 4.5, between 4 (0x44) and 5 (0x45):
+        // a tie, to the even code 4.
+        let e = |v: f32| [Fp8::E5M2.encode(v)];
+        let (x0, x1) = (e(1.5), e(3.0));
+        let (s0, s1) = (e(2.0), e(0.5));
+        let blocks: Vec<&[u8]> = vec![&x0, &x1];
+        let scalars: Vec<&[u8]> = vec![&s0, &s1];
+        assert_eq!(
+            reference_premul(Elem::F8E5M2, &scalars, &blocks, 0),
+            vec![0x44]
         );
     }
 }

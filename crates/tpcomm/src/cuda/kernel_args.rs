@@ -295,6 +295,9 @@ kernel_args! {
         pub output: u64 = "out",
         pub count: u64 = "count",
         pub stride: u64 = "stride",
+        /// The pre-multiplied sum: bytes from a block's start to its
+        /// expanded scalar (read only for that op).
+        pub scalar: u64 = "scalar",
         pub world: u32 = "world",
         pub op: u32 = "op",
     }

@@ -23,6 +23,8 @@ pub mod communicator;
 pub mod compile;
 #[forbid(unsafe_code)]
 mod config;
+#[forbid(unsafe_code)]
+pub mod fp8;
 pub mod fused;
 pub mod gathered;
 pub mod host_path;

@@ -245,3 +245,383 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         }
     }
 }
+
+/// On a GPU: 2 and 3 ranks as threads on GPU 0, fresh random inputs each
+/// run (the seed is printed): all-reduces and reduce-scatters of both fp8
+/// types with every built-in op, and pre-multiplied sums (host and device
+/// scalars, each rank its own) of f32, f16, bf16, f64, i32 and fp8. Every
+/// element is checked against a float64 reference (within (world + 2) unit
+/// roundoffs of the sum of magnitudes; integers exactly) and against the
+/// host model of the kernel (gathered::reference, reference_premul), bit
+/// for bit.
+#[test]
+#[ignore = "needs a GPU: cargo test --release -p tpcomm-nccl --lib standalone_fp8_and_premul -- --ignored"]
+fn standalone_fp8_and_premul_serve_every_element() {
+    use tpcomm::cuda::cudarc::driver::DevicePtr;
+    use tpcomm::cuda::fp8::Fp8;
+    use tpcomm::cuda::gathered::{reference, reference_premul, Elem, Op};
+    tpcomm::cuda::share::widen_queues_for_threads();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("fp8/premul GPU test: seed {seed:#x}");
+
+    /// The value of one element, in f64 (exact for every type here).
+    fn value(e: Elem, b: &[u8]) -> f64 {
+        match e {
+            Elem::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+            Elem::F64 => f64::from_le_bytes(b.try_into().unwrap()),
+            Elem::F16 => half::f16::from_bits(u16::from_le_bytes(b.try_into().unwrap())).to_f64(),
+            Elem::Bf16 => half::bf16::from_bits(u16::from_le_bytes(b.try_into().unwrap())).to_f64(),
+            Elem::F8E4M3 => Fp8::E4M3.decode(b[0]) as f64,
+            Elem::F8E5M2 => Fp8::E5M2.decode(b[0]) as f64,
+            Elem::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+            _ => unreachable!(),
+        }
+    }
+    /// The element of `v` (rounded to the type).
+    fn encode(e: Elem, v: f64) -> Vec<u8> {
+        match e {
+            Elem::F32 => (v as f32).to_le_bytes().to_vec(),
+            Elem::F64 => v.to_le_bytes().to_vec(),
+            Elem::F16 => half::f16::from_f64(v).to_bits().to_le_bytes().to_vec(),
+            Elem::Bf16 => half::bf16::from_f64(v).to_bits().to_le_bytes().to_vec(),
+            Elem::F8E4M3 => vec![Fp8::E4M3.encode(v as f32)],
+            Elem::F8E5M2 => vec![Fp8::E5M2.encode(v as f32)],
+            Elem::I32 => (v as i32).to_le_bytes().to_vec(),
+            _ => unreachable!(),
+        }
+    }
+    fn roundoff(e: Elem) -> f64 {
+        match e {
+            Elem::F32 => 2f64.powi(-24),
+            Elem::F64 => 2f64.powi(-53),
+            Elem::F16 => 2f64.powi(-11),
+            Elem::Bf16 => 2f64.powi(-8),
+            Elem::F8E4M3 => 2f64.powi(-4),
+            Elem::F8E5M2 => 2f64.powi(-3),
+            _ => 0.0,
+        }
+    }
+    /// Rank r's input of case `k`: n elements in [-4, 4) (integers in
+    /// [-1000, 1000)), from the seed.
+    fn input(seed: u64, k: u64, r: usize, e: Elem, n: usize) -> Vec<u8> {
+        let mut z = seed ^ (k << 40) ^ ((r as u64) << 32);
+        (0..n)
+            .flat_map(|_| {
+                z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut x = z;
+                x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                let u = (x ^ (x >> 31)) as f64 / 2f64.powi(64);
+                match e {
+                    Elem::I32 => encode(e, (u * 2000.0 - 1000.0).floor()),
+                    _ => encode(e, u * 8.0 - 4.0),
+                }
+            })
+            .collect()
+    }
+    fn scalar(e: Elem, r: usize) -> Vec<u8> {
+        encode(
+            e,
+            match e {
+                Elem::I32 => [2.0, -3.0, 5.0][r % 3],
+                _ => [0.5, 1.5, -2.0][r % 3],
+            },
+        )
+    }
+    /// The f64 reference of one element and its tolerance.
+    fn want(e: Elem, op: Option<Op>, vals: &[f64], scal: &[f64]) -> (f64, f64) {
+        let w = vals.len() as f64;
+        let (v, mag) = match op {
+            Some(Op::Sum) => (vals.iter().sum(), vals.iter().map(|v| v.abs()).sum()),
+            Some(Op::Avg) => (
+                vals.iter().sum::<f64>() / w,
+                vals.iter().map(|v| v.abs()).sum::<f64>() / w,
+            ),
+            Some(Op::Prod) => {
+                let p: f64 = vals.iter().product();
+                (p, p.abs())
+            }
+            Some(Op::Max) => (vals.iter().cloned().fold(f64::MIN, f64::max), 0.0),
+            Some(Op::Min) => (vals.iter().cloned().fold(f64::MAX, f64::min), 0.0),
+            None => (
+                vals.iter().zip(scal).map(|(v, s)| v * s).sum(),
+                vals.iter().zip(scal).map(|(v, s)| (v * s).abs()).sum(),
+            ),
+        };
+        (v, (w + 2.0) * roundoff(e) * mag)
+    }
+
+    for world in [2usize, 3] {
+        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        std::thread::scope(|s| {
+            for rank in 0..world {
+                s.spawn(move || one_rank(rank, world, secret, seed));
+            }
+        });
+        eprintln!("fp8/premul GPU test: {world} ranks on GPU 0 passed");
+    }
+
+    fn one_rank(rank: usize, world: usize, secret: Secret, seed: u64) {
+        let ctx = tpcomm::cuda::open_context(0).unwrap();
+        ctx.bind_to_thread().unwrap();
+        // SAFETY: (test) no buffer is shared between streams.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().unwrap();
+        let st = stream.cu_stream() as CudaStream;
+        let mut comm: NcclComm = std::ptr::null_mut();
+        let r = create("test", &mut comm, world as c_int, secret, rank as c_int);
+        assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+        let arena = 1 << 20;
+        let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
+        let b = stream.alloc_zeros::<u8>(arena).unwrap();
+        let mut sc = stream.alloc_zeros::<u8>(64).unwrap();
+        let (pa, pb, ps) = (
+            a.device_ptr(&stream).0,
+            b.device_ptr(&stream).0,
+            sc.device_ptr(&stream).0,
+        );
+        // SAFETY: (test) every read of it follows the copy that fills it.
+        let host = std::cell::RefCell::new(
+            unsafe { ctx.alloc_pinned_with_flags::<u8>(arena, 0) }.unwrap(),
+        );
+        let fetch = |buf: &tpcomm::cuda::cudarc::driver::CudaSlice<u8>, len: usize| {
+            let mut h = host.borrow_mut();
+            let h = &mut h.as_mut_slice().unwrap()[..len];
+            stream.memcpy_dtoh(&buf.slice(..len), h).unwrap();
+            stream.synchronize().unwrap();
+            h.to_vec()
+        };
+        let upload = |buf: &mut tpcomm::cuda::cudarc::driver::CudaSlice<u8>, v: &[u8]| {
+            let mut h = host.borrow_mut();
+            let h = &mut h.as_mut_slice().unwrap()[..v.len()];
+            h.copy_from_slice(v);
+            stream
+                .memcpy_htod(&*h, &mut buf.slice_mut(..v.len()))
+                .unwrap();
+            stream.synchronize().unwrap();
+        };
+        let p = |x: u64| x as *mut c_void;
+        let nccl = |e: Elem| Elem::ALL.iter().position(|&x| x == e).unwrap() as c_int;
+        // (element, op (None: pre-multiplied sum), device scalar, reduce-scatter, count)
+        let mut cases: Vec<(Elem, Option<Op>, bool, bool, usize)> = Vec::new();
+        for e in [Elem::F8E4M3, Elem::F8E5M2] {
+            for op in Op::ALL {
+                cases.push((e, Some(op), false, false, 1001));
+            }
+            cases.push((e, Some(Op::Sum), false, true, 77));
+            cases.push((e, None, false, false, 513));
+            cases.push((e, None, true, true, 65));
+        }
+        for (e, dev) in [
+            (Elem::F32, false),
+            (Elem::F16, true),
+            (Elem::Bf16, false),
+            (Elem::F64, true),
+            (Elem::I32, false),
+        ] {
+            cases.push((e, None, dev, false, 1001));
+            cases.push((e, None, !dev, true, 99));
+        }
+        for (k, &(e, op, dev, rs, n)) in cases.iter().enumerate() {
+            let what = format!(
+                "rank {rank}/{world}: {e:?} {} {}{} count {n}",
+                op.map_or("premul".to_string(), |o| format!("{o:?}")),
+                if rs { "reduce-scatter" } else { "all-reduce" },
+                if op.is_none() {
+                    if dev {
+                        " (device scalar)"
+                    } else {
+                        " (host scalar)"
+                    }
+                } else {
+                    ""
+                }
+            );
+            let z = e.size();
+            let send_n = if rs { n * world } else { n };
+            let inputs: Vec<Vec<u8>> = (0..world)
+                .map(|r| input(seed, k as u64, r, e, send_n))
+                .collect();
+            upload(&mut a, &inputs[rank]);
+            let opv = match op {
+                Some(o) => o as c_int,
+                None => {
+                    let mut v: NcclRedOp = -1;
+                    let mut mine = scalar(e, rank);
+                    let r = if dev {
+                        upload(&mut sc, &mine);
+                        // SAFETY: (test) a live handle and out-pointer.
+                        unsafe {
+                            crate::api::redop::ncclRedOpCreatePreMulSum(
+                                &mut v,
+                                p(ps),
+                                nccl(e),
+                                0,
+                                comm,
+                            )
+                        }
+                    } else {
+                        // SAFETY: (test) the scalar is read during the call.
+                        unsafe {
+                            crate::api::redop::ncclRedOpCreatePreMulSum(
+                                &mut v,
+                                mine.as_mut_ptr() as *mut c_void,
+                                nccl(e),
+                                1,
+                                comm,
+                            )
+                        }
+                    };
+                    assert_eq!(r, SUCCESS, "{what}: {}", standalone::last_error());
+                    v
+                }
+            };
+            // SAFETY: (test) every range is inside this rank's arenas.
+            let r = unsafe {
+                if rs {
+                    crate::api::collectives::ncclReduceScatter(
+                        p(pa),
+                        p(pb),
+                        n,
+                        nccl(e),
+                        opv,
+                        comm,
+                        st,
+                    )
+                } else {
+                    crate::api::all_reduce::ncclAllReduce(p(pa), p(pb), n, nccl(e), opv, comm, st)
+                }
+            };
+            assert_eq!(r, SUCCESS, "{what}: {}", standalone::last_error());
+            let got = fetch(&b, n * z);
+            if op.is_none() {
+                // SAFETY: (test) a live handle.
+                let r = unsafe { crate::api::redop::ncclRedOpDestroy(opv, comm) };
+                assert_eq!(r, SUCCESS, "{what}: {}", standalone::last_error());
+            }
+            let start = if rs { rank * n } else { 0 };
+            let scalars: Vec<Vec<u8>> = (0..world).map(|r| scalar(e, r)).collect();
+            let srefs: Vec<&[u8]> = scalars.iter().map(|v| &v[..]).collect();
+            let blocks: Vec<&[u8]> = inputs
+                .iter()
+                .map(|v| &v[start * z..(start + n) * z])
+                .collect();
+            let svals: Vec<f64> = scalars.iter().map(|s| value(e, s)).collect();
+            let mut wrong = 0;
+            let mut first = None;
+            for i in 0..n {
+                let g = &got[i * z..(i + 1) * z];
+                let model = match op {
+                    Some(o) => reference(e, o, &blocks, i),
+                    None => reference_premul(e, &srefs, &blocks, i),
+                };
+                let vals: Vec<f64> = blocks
+                    .iter()
+                    .map(|b| value(e, &b[i * z..(i + 1) * z]))
+                    .collect();
+                let ok64 = if e == Elem::I32 {
+                    // Integers: exactly, wrapping in 32 bits.
+                    let s: i64 = vals
+                        .iter()
+                        .zip(&svals)
+                        .map(|(v, s)| (*v as i64) * (*s as i64))
+                        .sum();
+                    value(e, g) == (s as i32) as f64
+                } else {
+                    let (w, tol) = want(e, op, &vals, &svals);
+                    (value(e, g) - w).abs() <= tol
+                };
+                if g != &model[..] || !ok64 {
+                    wrong += 1;
+                    if first.is_none() {
+                        first = Some(format!(
+                            "element {i}: got {g:02x?} ({}), model {model:02x?}, inputs {vals:?}",
+                            value(e, g)
+                        ));
+                    }
+                }
+            }
+            assert_eq!(wrong, 0, "{what}: {wrong} of {n} wrong; first {first:?}");
+        }
+        // Captured in a CUDA graph: an f32 pre-multiplied sum with a device
+        // scalar reads the scalar's value at each replay; one with a host
+        // scalar keeps the value it was made with, also after its op is
+        // destroyed.
+        use tpcomm::cuda::cudarc::driver::sys;
+        let n = 257;
+        let e = Elem::F32;
+        let inputs: Vec<Vec<u8>> = (0..world).map(|r| input(seed, 999, r, e, n)).collect();
+        let blocks: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+        for dev in [true, false] {
+            let mut v: NcclRedOp = -1;
+            let mut first = 0.25f32 * (rank + 1) as f32;
+            upload(&mut sc, &first.to_le_bytes());
+            // SAFETY: (test) a live handle; the host scalar is read now.
+            let r = unsafe {
+                if dev {
+                    crate::api::redop::ncclRedOpCreatePreMulSum(&mut v, p(ps), 7, 0, comm)
+                } else {
+                    crate::api::redop::ncclRedOpCreatePreMulSum(
+                        &mut v,
+                        &mut first as *mut f32 as *mut c_void,
+                        7,
+                        1,
+                        comm,
+                    )
+                }
+            };
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+            upload(&mut a, &inputs[rank]);
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+            // SAFETY: (test) as above; captured, not run.
+            let r =
+                unsafe { crate::api::all_reduce::ncclAllReduce(p(pa), p(pb), n, 7, v, comm, st) };
+            let graph = stream
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .unwrap()
+                .expect("a graph");
+            assert_eq!(r, SUCCESS, "captured: {}", standalone::last_error());
+            if !dev {
+                // SAFETY: (test) a live handle.
+                let r = unsafe { crate::api::redop::ncclRedOpDestroy(v, comm) };
+                assert_eq!(r, SUCCESS);
+            }
+            for round in 0..2usize {
+                // Every rank's scalar this round (a device scalar changes).
+                let mine_of = |r: usize| -> f32 {
+                    let base = 0.25f32 * (r + 1) as f32;
+                    if dev {
+                        base * (round + 1) as f32
+                    } else {
+                        base
+                    }
+                };
+                upload(&mut sc, &mine_of(rank).to_le_bytes());
+                graph.launch().unwrap();
+                let got = fetch(&b, 4 * n);
+                let scalars: Vec<[u8; 4]> = (0..world).map(|r| mine_of(r).to_le_bytes()).collect();
+                let srefs: Vec<&[u8]> = scalars.iter().map(|v| &v[..]).collect();
+                let want: Vec<u8> = (0..n)
+                    .flat_map(|i| reference_premul(e, &srefs, &blocks, i))
+                    .collect();
+                assert_eq!(
+                    got, want,
+                    "rank {rank}: graph replay {round} (device scalar {dev})"
+                );
+            }
+            drop(graph);
+            if dev {
+                // SAFETY: (test) a live handle.
+                let r = unsafe { crate::api::redop::ncclRedOpDestroy(v, comm) };
+                assert_eq!(r, SUCCESS);
+            }
+        }
+        // SAFETY: (test) a live handle.
+        unsafe { assert_eq!(crate::api::init::ncclCommDestroy(comm), SUCCESS) };
+    }
+}

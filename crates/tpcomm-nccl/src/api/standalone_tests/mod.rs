@@ -29,6 +29,7 @@ pub(crate) fn hollow_with(rank: usize, world: usize, secret: Secret) -> NcclComm
         secret,
         splits: Default::default(),
         p2p_groups: Default::default(),
+        premul: Default::default(),
         live: None,
         solo: None,
     })
@@ -119,6 +120,7 @@ fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
         secret,
         splits: Default::default(),
         p2p_groups: Default::default(),
+        premul: Default::default(),
         live: None,
         solo: None,
     });
@@ -135,6 +137,7 @@ fn a_reserved_handle_answers_at_once_and_is_the_made_communicator_after() {
         secret,
         splits: Default::default(),
         p2p_groups: Default::default(),
+        premul: Default::default(),
         live: None,
         solo: None,
     });
@@ -286,8 +289,10 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             "{}",
             text()
         );
-        // int8 max is served by the gathered path, which this handle
-        // (no GPU side) cannot run; fp8 (type 10) by no path.
+        // int8 max and fp8 (types 10, 11) are served by the gathered
+        // path, which this handle (no GPU side) cannot run; type 12 by
+        // none; an op this communicator did not make is an invalid
+        // argument (4).
         let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 0, 2, h, p(0));
         assert_eq!(r, 5);
         assert!(
@@ -295,19 +300,25 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             "{}",
             text()
         );
-        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 10, 0, h, p(0));
-        assert_eq!(r, 5);
-        assert!(
-            text().contains("ncclAllReduce") && text().contains("ncclDataType 10"),
-            "{}",
-            text()
-        );
-        // Op 5 was never made by ncclRedOpCreatePreMulSum: a bad argument.
-        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, 5, h, p(0));
+        for t in [10, 11] {
+            let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, t, 4, h, p(0));
+            assert_eq!(r, 5);
+            assert!(text().contains("no GPU side"), "{}", text());
+        }
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 12, 0, h, p(0));
         assert_eq!(r, INVALID_ARGUMENT);
-        assert!(text().contains("ncclRedOp 5"), "{}", text());
-        // f32 prod goes to the gathered path (no GPU side here); op 5
-        // (none made) is refused as a bad argument.
+        assert!(text().contains("ncclDataType 12"), "{}", text());
+        for op in [5, 6, -1, 1000] {
+            let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, op, h, p(0));
+            assert_eq!(r, INVALID_ARGUMENT, "op {op}");
+            assert!(
+                text().contains("ncclAllReduce") && text().contains(&format!("ncclRedOp {op} ")),
+                "{}",
+                text()
+            );
+        }
+        // f32 prod goes to the gathered path (no GPU side here); an
+        // unknown op is an invalid argument.
         let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 1, h, p(0));
         assert_eq!(r, 5);
         assert!(
@@ -318,10 +329,44 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
         let r = crate::api::collectives::ncclReduceScatter(p(0x100), p(0x200), 4, 7, 5, h, p(0));
         assert_eq!(r, INVALID_ARGUMENT);
         assert!(
-            text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5"),
+            text().contains("ncclReduceScatter") && text().contains("ncclRedOp 5 "),
             "{}",
             text()
         );
+        // A pre-multiplied sum made here: known to the calls (which then
+        // need the GPU side), for its own type only; destroyed, unknown.
+        let mut op: NcclRedOp = -1;
+        let mut two = 2.0f32;
+        let s = &mut two as *mut f32 as *mut c_void;
+        let r = crate::api::redop::ncclRedOpCreatePreMulSum(&mut op, s, 7, 1, h);
+        assert_eq!(r, SUCCESS, "{}", text());
+        assert!(op >= 5, "{op}");
+        let mut op2: NcclRedOp = -1;
+        let r = crate::api::redop::ncclRedOpCreatePreMulSum(&mut op2, p(0x1000), 10, 0, h);
+        assert_eq!(r, SUCCESS, "{}", text());
+        assert_ne!(op, op2);
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, op, h, p(0));
+        assert_eq!(r, 5);
+        assert!(text().contains("no GPU side"), "{}", text());
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 8, op, h, p(0));
+        assert_eq!(r, INVALID_ARGUMENT);
+        assert!(text().contains("for ncclDataType 7, not 8"), "{}", text());
+        let r = crate::api::redop::ncclRedOpCreatePreMulSum(std::ptr::null_mut(), s, 7, 1, h);
+        assert_eq!(r, INVALID_ARGUMENT);
+        let r = crate::api::redop::ncclRedOpCreatePreMulSum(&mut op2, s, 7, 5, h);
+        assert_eq!(r, INVALID_ARGUMENT);
+        assert!(text().contains("ncclScalarResidence 5"), "{}", text());
+        assert_eq!(crate::api::redop::ncclRedOpDestroy(op, h), SUCCESS);
+        assert_eq!(crate::api::redop::ncclRedOpDestroy(op, h), INVALID_ARGUMENT);
+        assert!(
+            text().contains("ncclRedOpDestroy") && text().contains(&format!("ncclRedOp {op} ")),
+            "{}",
+            text()
+        );
+        assert_eq!(crate::api::redop::ncclRedOpDestroy(0, h), INVALID_ARGUMENT);
+        let r = crate::api::all_reduce::ncclAllReduce(p(0x100), p(0x200), 1, 7, op, h, p(0));
+        assert_eq!(r, INVALID_ARGUMENT);
+        assert!(text().contains(&format!("ncclRedOp {op} ")), "{}", text());
         let mut v: c_int = -1;
         assert_eq!(crate::api::init::ncclCommCount(h, &mut v), SUCCESS);
         assert_eq!(v, 3);

@@ -217,7 +217,7 @@ __device__ constexpr unsigned long long tpcomm_args_at(unsigned long long end, u
 
 // struct GatheredArgs (gathered.cu) is GatheredArgs in src/cuda/kernel_args.rs.
 #define TPCOMM_ARGS_CHECK_GatheredArgs \
-    static_assert(sizeof(struct GatheredArgs) == 40, "struct GatheredArgs: size differs from GatheredArgs in src/cuda/kernel_args.rs"); \
+    static_assert(sizeof(struct GatheredArgs) == 48, "struct GatheredArgs: size differs from GatheredArgs in src/cuda/kernel_args.rs"); \
     static_assert(sizeof(GatheredArgs::in) == 8 && alignof(decltype(GatheredArgs::in)) == 8, "GatheredArgs.in: size or alignment differs from GatheredArgs.input"); \
     static_assert(sizeof(GatheredArgs::out) == 8 && alignof(decltype(GatheredArgs::out)) == 8, "GatheredArgs.out: size or alignment differs from GatheredArgs.output"); \
     static_assert(tpcomm_args_at(0 + sizeof(GatheredArgs::in), alignof(decltype(GatheredArgs::out))) == 8, "GatheredArgs.out: offset differs from GatheredArgs.output"); \
@@ -225,11 +225,13 @@ __device__ constexpr unsigned long long tpcomm_args_at(unsigned long long end, u
     static_assert(tpcomm_args_at(8 + sizeof(GatheredArgs::out), alignof(decltype(GatheredArgs::count))) == 16, "GatheredArgs.count: offset differs from GatheredArgs.count"); \
     static_assert(sizeof(GatheredArgs::stride) == 8 && alignof(decltype(GatheredArgs::stride)) == 8, "GatheredArgs.stride: size or alignment differs from GatheredArgs.stride"); \
     static_assert(tpcomm_args_at(16 + sizeof(GatheredArgs::count), alignof(decltype(GatheredArgs::stride))) == 24, "GatheredArgs.stride: offset differs from GatheredArgs.stride"); \
+    static_assert(sizeof(GatheredArgs::scalar) == 8 && alignof(decltype(GatheredArgs::scalar)) == 8, "GatheredArgs.scalar: size or alignment differs from GatheredArgs.scalar"); \
+    static_assert(tpcomm_args_at(24 + sizeof(GatheredArgs::stride), alignof(decltype(GatheredArgs::scalar))) == 32, "GatheredArgs.scalar: offset differs from GatheredArgs.scalar"); \
     static_assert(sizeof(GatheredArgs::world) == 4 && alignof(decltype(GatheredArgs::world)) == 4, "GatheredArgs.world: size or alignment differs from GatheredArgs.world"); \
-    static_assert(tpcomm_args_at(24 + sizeof(GatheredArgs::stride), alignof(decltype(GatheredArgs::world))) == 32, "GatheredArgs.world: offset differs from GatheredArgs.world"); \
+    static_assert(tpcomm_args_at(32 + sizeof(GatheredArgs::scalar), alignof(decltype(GatheredArgs::world))) == 40, "GatheredArgs.world: offset differs from GatheredArgs.world"); \
     static_assert(sizeof(GatheredArgs::op) == 4 && alignof(decltype(GatheredArgs::op)) == 4, "GatheredArgs.op: size or alignment differs from GatheredArgs.op"); \
-    static_assert(tpcomm_args_at(32 + sizeof(GatheredArgs::world), alignof(decltype(GatheredArgs::op))) == 36, "GatheredArgs.op: offset differs from GatheredArgs.op"); \
-    __device__ constexpr bool tpcomm_args_order_GatheredArgs() { struct GatheredArgs a{}; return (const void*)&a.in < (const void*)&a.out && (const void*)&a.out < (const void*)&a.count && (const void*)&a.count < (const void*)&a.stride && (const void*)&a.stride < (const void*)&a.world && (const void*)&a.world < (const void*)&a.op; } \
+    static_assert(tpcomm_args_at(40 + sizeof(GatheredArgs::world), alignof(decltype(GatheredArgs::op))) == 44, "GatheredArgs.op: offset differs from GatheredArgs.op"); \
+    __device__ constexpr bool tpcomm_args_order_GatheredArgs() { struct GatheredArgs a{}; return (const void*)&a.in < (const void*)&a.out && (const void*)&a.out < (const void*)&a.count && (const void*)&a.count < (const void*)&a.stride && (const void*)&a.stride < (const void*)&a.scalar && (const void*)&a.scalar < (const void*)&a.world && (const void*)&a.world < (const void*)&a.op; } \
     static_assert(tpcomm_args_order_GatheredArgs(), "struct GatheredArgs: fields in another order than in GatheredArgs");
 
 // struct P2pCheckArgs (p2p_check.cu) is P2pCheckArgs in src/cuda/kernel_args.rs.
