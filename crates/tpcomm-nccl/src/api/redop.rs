@@ -18,6 +18,9 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
     const CALL: &str = "ncclRedOpCreatePreMulSum";
     guard(CALL, || {
         let Some(a) = registry::lookup(comm) else {
+            if let Some(r) = registry::unknown(CALL, comm) {
+                return r;
+            }
             return call_real!(
                 ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm)
                     as fn(*mut NcclRedOp, *mut c_void, NcclDataType, c_int, NcclComm) -> NcclResult
@@ -49,6 +52,9 @@ pub unsafe extern "C" fn ncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) -> Nccl
     const CALL: &str = "ncclRedOpDestroy";
     guard(CALL, || {
         let Some(a) = registry::lookup(comm) else {
+            if let Some(r) = registry::unknown(CALL, comm) {
+                return r;
+            }
             return call_real!(ncclRedOpDestroy(op, comm) as fn(NcclRedOp, NcclComm) -> NcclResult)
                 .unwrap_or_else(|_| NcclResult::missing());
         };
