@@ -102,19 +102,14 @@ macro_rules! call_real {
 }
 pub(crate) use call_real;
 
-/// Defines exported functions that only forward to the real NCCL, and lists
-/// them; those marked `refused on comm` refuse a standalone communicator
-/// (`served::refused`) instead of forwarding it.
+/// Defines exported functions that only forward to the real NCCL (none of
+/// them takes a communicator), and lists them.
 macro_rules! forward {
-    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty $(, refused on $comm:ident)? ; )*) => {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty ; )*) => {
         $(
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 $crate::ffi::guard(stringify!($name), || {
-                    // A standalone communicator has no real one under it.
-                    $(if let Some(r) = $crate::standalone::registry::refused(stringify!($name), $comm) {
-                        return r;
-                    })?
                     match $crate::ffi::call_real!($name($($arg),*) as fn($($ty),*) -> $ret) {
                         Ok(r) => r,
                         Err(_) => <$ret as $crate::ffi::Fail>::missing(),

@@ -289,7 +289,10 @@ pub unsafe extern "C" fn ncclCommShrink(
     shrink_flags: c_int,
 ) -> NcclResult {
     guard("ncclCommShrink", || {
-        if let Some(r) = registry::refused("ncclCommShrink", comm) {
+        if let Some(a) = registry::lookup(comm) {
+            return create::shrink(&a, exclude_ranks, exclude_count, newcomm);
+        }
+        if let Some(r) = registry::unknown("ncclCommShrink", comm) {
             return r;
         }
         let r = match call_real!(ncclCommShrink(

@@ -508,3 +508,80 @@ pub fn split(
     let secret = parent.secret.derive((n << 32) | color as u32 as u64);
     create_on(CALL, out, rank, world, secret, parent.device)
 }
+
+/// Where rank `rank` of `world` lands when `exclude` leaves: its new rank
+/// and the new size, or why the list is bad (a rank out of range or named
+/// twice, this rank itself, or no rank left).
+pub(crate) fn shrink_place(
+    world: usize,
+    rank: usize,
+    exclude: &[c_int],
+) -> Result<(usize, usize), String> {
+    let mut gone = vec![false; world];
+    for &e in exclude {
+        let Some(slot) = usize::try_from(e).ok().and_then(|i| gone.get_mut(i)) else {
+            return Err(format!(
+                "excluded rank {e} is not a rank of this {world}-rank communicator"
+            ));
+        };
+        if *slot {
+            return Err(format!("rank {e} is excluded twice"));
+        }
+        *slot = true;
+    }
+    if gone[rank] {
+        return Err(format!(
+            "rank {rank} is in its own exclude list (excluded ranks do not call ncclCommShrink)"
+        ));
+    }
+    let new_rank = gone[..rank].iter().filter(|g| !**g).count();
+    let new_world = gone.iter().filter(|g| !**g).count();
+    Ok((new_rank, new_world))
+}
+
+/// `ncclCommShrink` on a standalone communicator: the ranks that stay (every
+/// one of them calls it with the same list; the excluded ranks do not) keep
+/// their order and make a new standalone communicator on the parent's GPU,
+/// meeting under a secret derived from the parent's and the count of the
+/// parent's splits and shrinks. No exchange on the parent is needed, so an
+/// excluded rank that is gone cannot hold it up. The config and flags are
+/// not read (nothing of the parent is aborted: its calls have all returned).
+pub fn shrink(
+    parent: &StandaloneComm,
+    exclude: *const c_int,
+    exclude_count: c_int,
+    newcomm: *mut NcclComm,
+) -> NcclResult {
+    const CALL: &str = "ncclCommShrink";
+    if newcomm.is_null() {
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{CALL}: the new communicator pointer is NULL"),
+        );
+    }
+    let list: &[c_int] = match (exclude_count, exclude.is_null()) {
+        (0, _) => &[],
+        (n, false) if n > 0 => {
+            // SAFETY: non-null, and nccl.h's contract gives `exclude_count`
+            // ranks there.
+            unsafe { std::slice::from_raw_parts(exclude, n as usize) }
+        }
+        (n, _) => {
+            return standalone::fail(
+                INVALID_ARGUMENT,
+                format!("{CALL}: {n} excluded ranks with the list at {exclude:p}"),
+            )
+        }
+    };
+    let (rank, world) = match shrink_place(parent.world, parent.rank, list) {
+        Ok(p) => p,
+        Err(why) => return standalone::fail(INVALID_ARGUMENT, format!("{CALL}: {why}")),
+    };
+    let n = parent.splits.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: non-null, the caller's ncclComm_t.
+    let out = unsafe { &mut *newcomm };
+    *out = std::ptr::null_mut();
+    // A colour no split can have (splits take 0 and up, or none).
+    let secret = parent.secret.derive((n << 32) | 0xffff_fffe);
+    create_on(CALL, out, rank, world, secret, parent.device)
+}

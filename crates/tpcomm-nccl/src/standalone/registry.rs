@@ -166,19 +166,6 @@ pub fn release(call: &str, comm: NcclComm, free: bool) -> NcclResult {
     SUCCESS
 }
 
-/// The refusal of `call` when `comm` is a standalone communicator (every
-/// export standalone mode does not serve asks this before forwarding), or
-/// is no communicator at all ([`unknown`]).
-pub fn refused(call: &str, comm: NcclComm) -> Option<NcclResult> {
-    match lookup(comm) {
-        Some(_) => Some(standalone::unservable(
-            call,
-            "not served in standalone mode",
-        )),
-        None => unknown(call, comm),
-    }
-}
-
 /// Handles real NCCL made through this library while `TPCOMM_STANDALONE=1`
 /// (a program may still create from an NCCL id it got elsewhere).
 fn foreign() -> &'static RwLock<std::collections::HashSet<usize>> {

@@ -283,12 +283,28 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
             std::ptr::null_mut(),
             0,
         );
-        assert_eq!(r, 5);
-        assert!(
-            text().contains("ncclCommShrink") && c.is_null(),
-            "{}",
-            text()
+        // Served: with no GPU here the new communicator's creation fails
+        // at the driver, naming the call and the new rank and size.
+        if tpcomm::cuda::ensure_driver().is_err() {
+            assert_eq!(r, CUDA_ERROR);
+            assert!(
+                text().contains("ncclCommShrink rank 1/3") && c.is_null(),
+                "{}",
+                text()
+            );
+        }
+        // Its own rank excluded: a bad argument.
+        let mut me: [c_int; 1] = [1];
+        let r = crate::api::init::ncclCommShrink(
+            h,
+            me.as_mut_ptr(),
+            1,
+            &mut c,
+            std::ptr::null_mut(),
+            0,
         );
+        assert_eq!(r, INVALID_ARGUMENT);
+        assert!(text().contains("own exclude list"), "{}", text());
         // int8 max and fp8 (types 10, 11) are served by the gathered
         // path, which this handle (no GPU side) cannot run; type 12 by
         // none; an op this communicator did not make is an invalid
@@ -439,4 +455,23 @@ fn scalable_creation_takes_standalone_ids() {
         text.contains("ncclCommInitRankScalable rank 0/2") && text.contains("needs a GPU"),
         "{text}"
     );
+}
+
+/// ncclCommShrink's placement: the ranks that stay keep their order.
+#[test]
+fn a_shrink_renumbers_the_ranks_that_stay_in_order() {
+    use crate::standalone::create::shrink_place;
+    assert_eq!(shrink_place(4, 0, &[]), Ok((0, 4)));
+    assert_eq!(shrink_place(4, 3, &[1]), Ok((2, 3)));
+    assert_eq!(shrink_place(4, 2, &[0, 3]), Ok((1, 2)));
+    assert_eq!(shrink_place(8, 7, &[6, 0, 2]), Ok((4, 5)));
+    for (exclude, why) in [
+        (&[4][..], "excluded rank 4"),
+        (&[-1][..], "excluded rank -1"),
+        (&[2, 2][..], "excluded twice"),
+        (&[1][..], "own exclude list"),
+    ] {
+        let e = shrink_place(4, 1, exclude).unwrap_err();
+        assert!(e.contains(why), "{exclude:?}: {e}");
+    }
 }
