@@ -15,6 +15,23 @@ pub const SUCCESS: NcclResult = 0;
 pub const SYSTEM_ERROR: NcclResult = 2;
 pub const INTERNAL_ERROR: NcclResult = 3;
 pub const IN_PROGRESS: NcclResult = 7;
+/// `ncclInvalidArgument`.
+pub const INVALID_ARGUMENT: NcclResult = 4;
+/// `ncclRemoteError`: what the async error query reports for a lost peer.
+pub const REMOTE_ERROR: NcclResult = 6;
+/// `ncclUnhandledCudaError`.
+pub const CUDA_ERROR: NcclResult = 1;
+
+/// The size of an NCCL data type (0 to 11), for the calls that move bytes.
+pub(crate) fn type_size(t: NcclDataType) -> Option<usize> {
+    match t {
+        0 | 1 | 10 | 11 => Some(1),
+        6 | 9 => Some(2),
+        2 | 3 | 7 => Some(4),
+        4 | 5 | 8 => Some(8),
+        _ => None,
+    }
+}
 
 /// `ncclSum`: the only op the tpcomm kernels reduce with.
 pub const OP_SUM: NcclRedOp = 0;

@@ -376,7 +376,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> NcclResult
         if settings::get().standalone == Standalone::Always {
             if unique_id.is_null() {
                 return standalone::fail(
-                    registry::INVALID_ARGUMENT,
+                    INVALID_ARGUMENT,
                     "ncclGetUniqueId: the id pointer is NULL".into(),
                 );
             }

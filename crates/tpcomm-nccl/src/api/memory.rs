@@ -35,16 +35,16 @@ fn alloc_ours(ptr: *mut *mut c_void, size: usize) -> NcclResult {
     const CALL: &str = "ncclMemAlloc";
     if ptr.is_null() {
         return standalone::fail(
-            registry::INVALID_ARGUMENT,
+            INVALID_ARGUMENT,
             format!("{CALL}: the pointer to write is NULL"),
         );
     }
     if size == 0 {
-        return standalone::fail(registry::INVALID_ARGUMENT, format!("{CALL}: size 0"));
+        return standalone::fail(INVALID_ARGUMENT, format!("{CALL}: size 0"));
     }
     let Some(device) = tpcomm::cuda::current_device() else {
         return standalone::fail(
-            registry::CUDA_ERROR,
+            CUDA_ERROR,
             format!("{CALL}: no CUDA context is current on this thread; select the GPU first (cudaSetDevice)"),
         );
     };
@@ -64,7 +64,7 @@ fn alloc_ours(ptr: *mut *mut c_void, size: usize) -> NcclResult {
             SUCCESS
         }
         Err(e) => standalone::fail(
-            registry::CUDA_ERROR,
+            CUDA_ERROR,
             format!("{CALL}: {size} bytes on GPU {device} could not be allocated ({e})"),
         ),
     }
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
         }
         if ours() {
             return standalone::fail(
-                registry::INVALID_ARGUMENT,
+                INVALID_ARGUMENT,
                 format!("ncclMemFree: {ptr:p} was not given by ncclMemAlloc"),
             );
         }
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
 fn registered(call: &str, out: *mut *mut c_void, value: *mut c_void) -> NcclResult {
     if out.is_null() {
         return standalone::fail(
-            registry::INVALID_ARGUMENT,
+            INVALID_ARGUMENT,
             format!("{call}: the handle pointer is NULL"),
         );
     }

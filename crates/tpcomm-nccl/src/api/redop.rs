@@ -28,10 +28,7 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
             .unwrap_or_else(|_| NcclResult::missing());
         };
         if op.is_null() {
-            return standalone::fail(
-                registry::INVALID_ARGUMENT,
-                format!("{CALL}: the op pointer is NULL"),
-            );
+            return standalone::fail(INVALID_ARGUMENT, format!("{CALL}: the op pointer is NULL"));
         }
         // SAFETY: NCCL's contract: a host scalar points to one element of
         // `datatype`, read during the call; a device one is only kept.
@@ -42,7 +39,7 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
                 unsafe { *op = v };
                 SUCCESS
             }
-            Err(text) => standalone::fail(registry::INVALID_ARGUMENT, text),
+            Err(text) => standalone::fail(INVALID_ARGUMENT, text),
         }
     })
 }
@@ -62,7 +59,7 @@ pub unsafe extern "C" fn ncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) -> Nccl
             SUCCESS
         } else {
             standalone::fail(
-                registry::INVALID_ARGUMENT,
+                INVALID_ARGUMENT,
                 format!("{CALL}: ncclRedOp {op} is not an op ncclRedOpCreatePreMulSum made on this communicator (a built-in op, one destroyed, or another communicator's)"),
             )
         }

@@ -4,9 +4,7 @@
 //! input"). NCCL checks the same on its own communicators.
 
 use crate::standalone;
-use crate::standalone::collectives::type_size;
 use crate::standalone::comm::StandaloneComm;
-use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::c_int;
 

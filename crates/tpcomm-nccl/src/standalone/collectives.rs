@@ -8,7 +8,6 @@ use crate::settings;
 use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::gathered;
-use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Rows, Staging, StreamAllReduce};
@@ -46,17 +45,6 @@ pub(crate) fn solo_copy(
 /// avg); pre-multiplied sums scale them.
 pub(crate) fn identity_alone(op: NcclRedOp) -> bool {
     (0..=4).contains(&op)
-}
-
-/// The size of an NCCL data type, for the calls that only move bytes.
-pub(crate) fn type_size(t: NcclDataType) -> Option<usize> {
-    match t {
-        0 | 1 | 10 | 11 => Some(1),
-        6 | 9 => Some(2),
-        2 | 3 | 7 => Some(4),
-        4 | 5 | 8 => Some(8),
-        _ => None,
-    }
 }
 
 /// The kernel type the NCCL type `t` travels as through the collective

@@ -6,7 +6,7 @@
 
 use crate::settings::{self, info, warn};
 use crate::standalone::comm::{StandaloneComm, StandaloneGpu};
-use crate::standalone::registry::{self, insert, CUDA_ERROR, INVALID_ARGUMENT};
+use crate::standalone::registry::{self, insert};
 use crate::standalone::{self, launch_gate, Secret, INVALID_USAGE};
 use crate::types::*;
 use std::ffi::c_int;

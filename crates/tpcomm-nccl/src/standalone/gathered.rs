@@ -7,7 +7,6 @@
 use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
-use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::types::*;
 use std::ffi::c_void;
 use tpcomm::cuda::gathered::{Form, SCALAR_BYTES};

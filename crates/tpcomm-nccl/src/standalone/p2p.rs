@@ -17,11 +17,9 @@
 //! waits for a rank its thread has not reached yet.
 
 use crate::settings;
-use crate::standalone::collectives::type_size;
 use crate::standalone::comm::{live, run, StandaloneComm};
 use crate::standalone::gathered::expanded_block;
 use crate::standalone::p2p_plan::{plan, sizes, Calls};
-use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::standalone::rooted::launch;
 use crate::standalone::rooted_plan::{Loc, Shape, Step};
 use crate::standalone::{self, INVALID_USAGE};

@@ -9,7 +9,6 @@
 //! before the all-gather, and the reduction kernel scales block r by rank
 //! r's.
 
-use crate::standalone::collectives::type_size;
 use crate::types::*;
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -21,13 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use tpcomm::cuda::SavedContext;
 
-/// `ncclInvalidArgument`.
-pub const INVALID_ARGUMENT: NcclResult = 4;
-/// `ncclRemoteError`: what the async error query reports for a lost peer.
-pub const REMOTE_ERROR: NcclResult = 6;
-/// `ncclUnhandledCudaError`.
-pub const CUDA_ERROR: NcclResult = 1;
-
 type Table = RwLock<HashMap<usize, Arc<StandaloneComm>>>;
 
 fn table() -> &'static Table {

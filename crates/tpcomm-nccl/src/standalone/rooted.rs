@@ -7,10 +7,9 @@
 //! reads device memory, so every call can be captured in a CUDA graph; a
 //! communicator of one rank copies.
 
-use crate::standalone::collectives::{solo_copy, type_size};
+use crate::standalone::collectives::solo_copy;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::gathered::expanded_block;
-use crate::standalone::registry::INVALID_ARGUMENT;
 use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;

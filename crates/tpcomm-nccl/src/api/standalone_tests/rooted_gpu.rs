@@ -52,7 +52,7 @@ fn decode(t: c_int, b: &[u8]) -> f64 {
 /// units in the last place of the type over the magnitudes; max and min
 /// exactly), and the first one.
 fn float_wrong(t: c_int, op: c_int, inputs: &[Vec<u8>], got: &[u8]) -> (usize, String) {
-    let z = crate::standalone::collectives::type_size(t).unwrap();
+    let z = crate::types::type_size(t).unwrap();
     let w = inputs.len();
     let eps = match t {
         6 => 2f64.powi(-11),
@@ -329,7 +329,7 @@ fn one_rank(rank: usize, world: usize, secret: Secret) {
 }
 
 fn type_size(t: c_int) -> usize {
-    crate::standalone::collectives::type_size(t).unwrap()
+    crate::types::type_size(t).unwrap()
 }
 
 /// The GPU test's own host side: decoding, the float64 check, the values.
@@ -351,7 +351,7 @@ fn the_rooted_gpu_test_s_host_reference_decodes_and_judges_floats_as_meant() {
     assert_eq!(float_wrong(7, 3, &ins, &2.25f32.to_le_bytes()).0, 1);
     assert_eq!(float_wrong(7, 4, &ins, &1.875f32.to_le_bytes()).0, 0);
     for t in 6..=9 {
-        let z = crate::standalone::collectives::type_size(t).unwrap();
+        let z = crate::types::type_size(t).unwrap();
         let v = values(t, 3, 9, 500);
         assert_eq!(v.len(), 500 * z);
         for x in v.chunks(z) {
