@@ -219,7 +219,7 @@ pub fn all_gather(
     };
     let n = count;
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
-        return staged_all_gather(a, l, send, recv, n, dt, stream);
+        return staged(Collective::AllGather, a, l, (send, recv), n, dt, stream);
     }
     run(CALL, a, || {
         // SAFETY: ncclAllGather's contract is the kernels': device buffers
@@ -263,7 +263,15 @@ pub fn reduce_scatter(
         Err(done) => return done,
     };
     if !l.gpu.collective_fits(Collective::ReduceScatter, count, dt) {
-        return staged_reduce_scatter(a, l, send, recv, count, dt, stream);
+        return staged(
+            Collective::ReduceScatter,
+            a,
+            l,
+            (send, recv),
+            count,
+            dt,
+            stream,
+        );
     }
     run(CALL, a, || {
         // SAFETY: as in all_gather, with sendbuff of world blocks and
@@ -350,128 +358,77 @@ pub fn broadcast(
     })
 }
 
-/// An all-gather whose block is larger than the transport's buffers, in
-/// pieces through the staging buffer: this rank's piece is copied in, the
-/// pieces are all-gathered into the staging buffer, and one strided copy puts
-/// each rank's piece at its place in `recv` (in place, this rank's row is
-/// the bytes it came from).
-fn staged_all_gather(
+/// An all-gather or reduce-scatter whose blocks are larger than the
+/// transport's buffers, in pieces of `count` (elements of one block) through
+/// the staging buffer, which holds `world` pieces and then one:
+///
+/// - all-gather: this rank's piece is copied in, the pieces all-gathered
+///   into the staging buffer, and one strided copy puts each rank's piece at
+///   its place in `recv` (in place, this rank's row is the bytes it came
+///   from);
+/// - reduce-scatter: one strided copy brings the piece of each of this
+///   rank's `world` input blocks side by side, the kernels reduce-scatter
+///   them, and this rank's summed piece is copied to `recv` (in place, it
+///   lands on bytes this piece has already read).
+fn staged(
+    what: Collective,
     a: &StandaloneComm,
     l: &StandaloneGpu,
-    send: *const c_void,
-    recv: *mut c_void,
+    (send, recv): (*const c_void, *mut c_void),
     count: usize,
     dt: DType,
     stream: CudaStream,
 ) -> NcclResult {
-    const CALL: &str = "ncclAllGather";
+    let call = match what {
+        Collective::AllGather => "ncclAllGather",
+        _ => "ncclReduceScatter",
+    };
     let (z, w) = (dt.size(), a.world);
-    let per = staged_piece(&l.gpu, l.staging.bytes(), w, Collective::AllGather, dt);
+    let per = staged_piece(&l.gpu, l.staging.bytes(), w, what, dt);
     if per == 0 {
         return standalone::unservable(
-            CALL,
+            call,
             "the staging buffer holds no piece; raise TPCOMM_MAX_BYTES",
         );
     }
     let st = stream as CUstream;
-    run(CALL, a, || {
-        let (gathered_at, mine) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
+    let (many, one) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
+    run(call, a, || {
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);
             let off = (done * z) as u64;
-            // SAFETY: ncclAllGather's contract: sendbuff of `count` elements
-            // and recvbuff of `world` blocks of them, device memory of this
-            // GPU valid until the stream runs the call; the piece and every
-            // row lie inside them. The staging regions (world pieces, then
-            // this rank's) are disjoint and inside the staging buffer
+            // The piece of every rank's block of the caller's strided buffer
+            // (recv of an all-gather, send of a reduce-scatter) beside the
+            // `world` pieces side by side in the staging buffer.
+            let rows = |dst: u64, dst_pitch: usize, src: u64, src_pitch: usize| Rows {
+                dst,
+                dst_pitch,
+                src,
+                src_pitch,
+                width: n * z,
+                rows: w,
+            };
+            // SAFETY: the call's contract: device buffers of this GPU, one
+            // block on one side and `world` blocks of `count` elements on
+            // the other, valid until the stream runs the call; the piece and
+            // every row lie inside them. The staging regions (`world`
+            // pieces, then one) are disjoint and inside the staging buffer
             // (staged_piece sized them); all on the stream, in order.
             unsafe {
-                l.staging.copy(mine, send as u64 + off, n * z, st)?;
-                l.gpu.collective(
-                    Collective::AllGather,
-                    mine,
-                    gathered_at,
-                    n,
-                    dt,
-                    st,
-                    Launch::Ordinary,
-                )?;
-                l.staging.copy_rows(
-                    Rows {
-                        dst: recv as u64 + off,
-                        dst_pitch: count * z,
-                        src: gathered_at,
-                        src_pitch: n * z,
-                        width: n * z,
-                        rows: w,
-                    },
-                    st,
-                )?;
-            }
-            done += n;
-        }
-        Ok(())
-    })
-}
-
-/// A reduce-scatter whose blocks are larger than the transport's buffers,
-/// in pieces through the staging buffer: one strided copy brings the piece
-/// of each of this rank's `world` input blocks side by side, the kernels
-/// reduce-scatter them, and this rank's summed piece is copied to `recv`.
-fn staged_reduce_scatter(
-    a: &StandaloneComm,
-    l: &StandaloneGpu,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    dt: DType,
-    stream: CudaStream,
-) -> NcclResult {
-    const CALL: &str = "ncclReduceScatter";
-    let (z, w) = (dt.size(), a.world);
-    let per = staged_piece(&l.gpu, l.staging.bytes(), w, Collective::ReduceScatter, dt);
-    if per == 0 {
-        return standalone::unservable(
-            CALL,
-            "the staging buffer holds no piece; raise TPCOMM_MAX_BYTES",
-        );
-    }
-    let st = stream as CUstream;
-    run(CALL, a, || {
-        let (blocks_at, out) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
-        let mut done = 0;
-        while done < count {
-            let n = per.min(count - done);
-            let off = (done * z) as u64;
-            // SAFETY: ncclReduceScatter's contract: sendbuff of `world`
-            // blocks of `count` elements and recvbuff of one, device memory
-            // of this GPU valid until the stream runs the call; every row and
-            // the piece lie inside them. The staging regions (world pieces,
-            // then the result's) are disjoint and inside the staging buffer
-            // (staged_piece sized them); all on the stream, in order.
-            unsafe {
-                l.staging.copy_rows(
-                    Rows {
-                        dst: blocks_at,
-                        dst_pitch: n * z,
-                        src: send as u64 + off,
-                        src_pitch: count * z,
-                        width: n * z,
-                        rows: w,
-                    },
-                    st,
-                )?;
-                l.gpu.collective(
-                    Collective::ReduceScatter,
-                    blocks_at,
-                    out,
-                    n,
-                    dt,
-                    st,
-                    Launch::Ordinary,
-                )?;
-                l.staging.copy(recv as u64 + off, out, n * z, st)?;
+                if what == Collective::AllGather {
+                    l.staging.copy(one, send as u64 + off, n * z, st)?;
+                    l.gpu
+                        .collective(what, one, many, n, dt, st, Launch::Ordinary)?;
+                    let r = rows(recv as u64 + off, count * z, many, n * z);
+                    l.staging.copy_rows(r, st)?;
+                } else {
+                    let r = rows(many, n * z, send as u64 + off, count * z);
+                    l.staging.copy_rows(r, st)?;
+                    l.gpu
+                        .collective(what, many, one, n, dt, st, Launch::Ordinary)?;
+                    l.staging.copy(recv as u64 + off, one, n * z, st)?;
+                }
             }
             done += n;
         }
