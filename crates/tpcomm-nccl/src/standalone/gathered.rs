@@ -9,7 +9,7 @@ use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
 use crate::types::*;
 use std::ffi::c_void;
-use tpcomm::cuda::gathered::{Form, SCALAR_BYTES};
+use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
 use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
 use tpcomm::DType;
 
@@ -67,18 +67,15 @@ pub(crate) fn all_reduce_gathered(
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
                 gather_expanded(l, send as u64 + off, n * z, base, mine, block, st)?;
-                reduce(
-                    l,
-                    gop,
-                    base,
-                    block as u64,
-                    scalar_at,
-                    a.world,
-                    recv as u64 + off,
-                    n,
+                let blocks = ReduceBlocks {
+                    input: base,
+                    stride: block as u64,
+                    world: a.world,
+                    output: recv as u64 + off,
+                    count: n,
                     elem,
-                    st,
-                )?;
+                };
+                reduce(l, gop, &blocks, scalar_at, st)?;
             }
             done += n;
         }
@@ -136,16 +133,15 @@ pub(crate) fn reduce_scatter_gathered(
             // written). The expanded pieces (world x `piece` bytes) fit
             // this rank's staging block (per was sized from it); in order.
             unsafe {
-                l.gathered.convert(
-                    Form::Expand,
-                    send as u64 + off,
-                    (count * z) as u64,
-                    mine,
-                    piece,
-                    n * z,
-                    world,
-                    st,
-                )?;
+                let side_by_side = ByteBlocks {
+                    input: send as u64 + off,
+                    in_stride: (count * z) as u64,
+                    output: mine,
+                    out_stride: piece,
+                    nbytes: n * z,
+                    blocks: world,
+                };
+                l.gathered.convert(Form::Expand, &side_by_side, st)?;
                 l.gpu.collective(
                     Collective::AllGather,
                     mine,
@@ -157,18 +153,15 @@ pub(crate) fn reduce_scatter_gathered(
                 )?;
                 // This rank's piece of every block, and each block's
                 // scalar at its end (scalar_at from the block's start).
-                reduce(
-                    l,
-                    gop,
-                    base + a.rank as u64 * piece,
-                    block as u64,
-                    scalar_at - a.rank as u64 * piece,
+                let blocks = ReduceBlocks {
+                    input: base + a.rank as u64 * piece,
+                    stride: block as u64,
                     world,
-                    recv as u64 + off,
-                    n,
+                    output: recv as u64 + off,
+                    count: n,
                     elem,
-                    st,
-                )?;
+                };
+                reduce(l, gop, &blocks, scalar_at - a.rank as u64 * piece, st)?;
             }
             done += n;
         }
@@ -249,40 +242,30 @@ pub(crate) unsafe fn put_scalar(
             Reduction::Builtin(_) => Ok(()),
             Reduction::PreMul(Scalar::Host(v)) => l.gathered.put_immediate(v, z, at, st),
             Reduction::PreMul(Scalar::Device(p)) => {
-                l.gathered.convert(Form::Expand, p, 0, at, 0, z, 1, st)
+                l.gathered
+                    .convert(Form::Expand, &ByteBlocks::one(p, at, z), st)
             }
         }
     }
 }
 
-/// The reduction kernel of `r` over `world` gathered blocks (`stride`
-/// apart, each with its scalar `scalar` bytes from its start for a
-/// pre-multiplied sum) into `count` elements at `out`.
+/// The reduction kernel of `r` over `blocks` (for a pre-multiplied sum,
+/// each gathered block with its scalar `scalar` bytes from its start).
 ///
 /// # Safety
 /// As `gathered::Kernels::reduce` (and `reduce_premul`) ask.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn reduce(
     l: &StandaloneGpu,
     r: Reduction,
-    input: u64,
-    stride: u64,
+    blocks: &ReduceBlocks,
     scalar: u64,
-    world: usize,
-    out: u64,
-    count: usize,
-    elem: gathered::Elem,
     st: CUstream,
 ) -> tpcomm::Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
         match r {
-            Reduction::Builtin(op) => l
-                .gathered
-                .reduce(input, stride, world, out, count, elem, op, st),
-            Reduction::PreMul(_) => l
-                .gathered
-                .reduce_premul(input, stride, scalar, world, out, count, elem, st),
+            Reduction::Builtin(op) => l.gathered.reduce(blocks, op, st),
+            Reduction::PreMul(_) => l.gathered.reduce_premul(blocks, scalar, st),
         }
     }
 }
@@ -394,7 +377,7 @@ unsafe fn gather_expanded(
     // SAFETY: forwarded from the caller; all on `st`, in order.
     unsafe {
         l.gathered
-            .convert(Form::Expand, piece, 0, mine, 0, bytes, 1, st)?;
+            .convert(Form::Expand, &ByteBlocks::one(piece, mine, bytes), st)?;
         l.gpu.collective(
             Collective::AllGather,
             mine,
@@ -450,29 +433,20 @@ pub(crate) fn exact_bytes(
                 match root {
                     None => {
                         gather_expanded(l, send as u64 + off, m, base, mine, block, st)?;
-                        l.gathered.convert(
-                            Form::Compact,
-                            base,
-                            block as u64,
-                            recv as u64 + off,
-                            nbytes as u64,
-                            m,
-                            a.world,
-                            st,
-                        )?;
+                        let every_rank = ByteBlocks {
+                            input: base,
+                            in_stride: block as u64,
+                            output: recv as u64 + off,
+                            out_stride: nbytes as u64,
+                            nbytes: m,
+                            blocks: a.world,
+                        };
+                        l.gathered.convert(Form::Compact, &every_rank, st)?;
                     }
                     Some(r) => {
                         if r == a.rank {
-                            l.gathered.convert(
-                                Form::Expand,
-                                send as u64 + off,
-                                0,
-                                mine,
-                                0,
-                                m,
-                                1,
-                                st,
-                            )?;
+                            let piece = ByteBlocks::one(send as u64 + off, mine, m);
+                            l.gathered.convert(Form::Expand, &piece, st)?;
                         }
                         l.gpu.collective(
                             Collective::Broadcast { root: r },
@@ -483,16 +457,8 @@ pub(crate) fn exact_bytes(
                             st,
                             Launch::Ordinary,
                         )?;
-                        l.gathered.convert(
-                            Form::Compact,
-                            base,
-                            0,
-                            recv as u64 + off,
-                            0,
-                            m,
-                            1,
-                            st,
-                        )?;
+                        let piece = ByteBlocks::one(base, recv as u64 + off, m);
+                        l.gathered.convert(Form::Compact, &piece, st)?;
                     }
                 }
             }

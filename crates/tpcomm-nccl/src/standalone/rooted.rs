@@ -14,7 +14,7 @@ use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::gathered::{Elem, Form, Op};
+use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
 use tpcomm::cuda::{CUstream, Collective, Launch};
 use tpcomm::DType;
 
@@ -248,16 +248,15 @@ pub(crate) unsafe fn launch(
                         Step::Expand { .. } => Form::Expand,
                         _ => Form::Compact,
                     };
-                    l.gathered.convert(
-                        form,
-                        at(from),
-                        from_stride as u64,
-                        at(to),
-                        to_stride as u64,
+                    let b = ByteBlocks {
+                        input: at(from),
+                        in_stride: from_stride as u64,
+                        output: at(to),
+                        out_stride: to_stride as u64,
                         nbytes,
                         blocks,
-                        st,
-                    )?
+                    };
+                    l.gathered.convert(form, &b, st)?
                 }
                 Step::AllGather { from, to, words } => {
                     coll(Collective::AllGather, from, to, words)?
@@ -277,16 +276,15 @@ pub(crate) unsafe fn launch(
                     let (elem, op) = red.ok_or_else(|| {
                         tpcomm::Error::invalid("standalone reduce", "a reduction without an op")
                     })?;
-                    l.gathered.reduce(
-                        at(from),
-                        stride as u64,
+                    let b = ReduceBlocks {
+                        input: at(from),
+                        stride: stride as u64,
                         world,
-                        at(to),
+                        output: at(to),
                         count,
                         elem,
-                        op,
-                        st,
-                    )?
+                    };
+                    l.gathered.reduce(&b, op, st)?
                 }
                 Step::Copy { from, to, bytes } => l.staging.copy(at(to), at(from), bytes, st)?,
             }
