@@ -15,7 +15,7 @@ use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, Launch};
+use tpcomm::cuda::{CUstream, Collective, GpuTransport};
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -168,14 +168,15 @@ pub unsafe extern "C" fn ncclAllGather(
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
             return on_tpcomm("ncclAllGather", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::AllGather,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    sendcount,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &tpcomm::cuda::Call::new(
+                        sendbuff as u64,
+                        recvbuff as u64,
+                        sendcount,
+                        dt,
+                        stream as CUstream,
+                    ),
                 )
             });
         }
@@ -246,14 +247,15 @@ pub unsafe extern "C" fn ncclReduceScatter(
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
             return on_tpcomm("ncclReduceScatter", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::ReduceScatter,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    recvcount,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &tpcomm::cuda::Call::new(
+                        sendbuff as u64,
+                        recvbuff as u64,
+                        recvcount,
+                        dt,
+                        stream as CUstream,
+                    ),
                 )
             });
         }
@@ -359,16 +361,17 @@ pub unsafe extern "C" fn ncclBroadcast(
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
             return on_tpcomm("ncclBroadcast", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    count,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &tpcomm::cuda::Call::new(
+                        sendbuff as u64,
+                        recvbuff as u64,
+                        count,
+                        dt,
+                        stream as CUstream,
+                    ),
                 )
             });
         }
@@ -433,16 +436,17 @@ pub unsafe extern "C" fn ncclBcast(
         ) {
             // SAFETY: as in ncclBroadcast, in place.
             return on_tpcomm("ncclBcast", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    buff as u64,
-                    buff as u64,
-                    count,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &tpcomm::cuda::Call::new(
+                        buff as u64,
+                        buff as u64,
+                        count,
+                        dt,
+                        stream as CUstream,
+                    ),
                 )
             });
         }

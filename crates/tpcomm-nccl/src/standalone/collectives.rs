@@ -10,8 +10,8 @@ use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::gathered;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Rows, Staging, StreamAllReduce};
-use tpcomm::{Algo, DType, ReduceOp};
+use tpcomm::cuda::{CUstream, Call, Collective, GpuComm, GpuTransport, Rows, Staging};
+use tpcomm::DType;
 
 /// A call on a communicator of one rank: `count` elements of `datatype`
 /// copied from `send` to `recv` on the stream (nothing when they are the
@@ -174,13 +174,11 @@ pub fn all_reduce(
             // holds a piece (`per` was sized from it); all on the stream.
             unsafe {
                 if s.is_multiple_of(16) && r.is_multiple_of(16) {
-                    l.gpu
-                        .all_reduce(s, r, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                    l.gpu.all_reduce(&Call::new(s, r, n, dt, st))?;
                 } else {
                     let p = l.staging.ptr();
                     l.staging.copy(p, s, bytes, st)?;
-                    l.gpu
-                        .all_reduce(p, p, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                    l.gpu.all_reduce(&Call::new(p, p, n, dt, st))?;
                     l.staging.copy(r, p, bytes, st)?;
                 }
             }
@@ -227,14 +225,9 @@ pub fn all_gather(
         // (or sendbuff at this rank's block of it), valid until the stream
         // runs the call; the block is the same bytes counted as `dt`.
         unsafe {
-            l.gpu.collective(
+            l.gpu.run_collective(
                 Collective::AllGather,
-                send as u64,
-                recv as u64,
-                n,
-                dt,
-                stream as CUstream,
-                Launch::Ordinary,
+                &Call::new(send as u64, recv as u64, n, dt, stream as CUstream),
             )
         }
     })
@@ -277,14 +270,9 @@ pub fn reduce_scatter(
         // SAFETY: as in all_gather, with sendbuff of world blocks and
         // recvbuff of one (or at this rank's block of sendbuff).
         unsafe {
-            l.gpu.collective(
+            l.gpu.run_collective(
                 Collective::ReduceScatter,
-                send as u64,
-                recv as u64,
-                count,
-                dt,
-                stream as CUstream,
-                Launch::Ordinary,
+                &Call::new(send as u64, recv as u64, count, dt, stream as CUstream),
             )
         }
     })
@@ -342,14 +330,15 @@ pub fn broadcast(
             // `count` elements (the same or disjoint), valid until the stream
             // runs the call; this piece is inside them, counted as `dt`.
             unsafe {
-                l.gpu.collective(
+                l.gpu.run_collective(
                     what,
-                    send as u64 + off,
-                    recv as u64 + off,
-                    n,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &Call::new(
+                        send as u64 + off,
+                        recv as u64 + off,
+                        n,
+                        dt,
+                        stream as CUstream,
+                    ),
                 )?;
             }
             done += n;
@@ -419,14 +408,14 @@ fn staged(
                 if what == Collective::AllGather {
                     l.staging.copy(one, send as u64 + off, n * z, st)?;
                     l.gpu
-                        .collective(what, one, many, n, dt, st, Launch::Ordinary)?;
+                        .run_collective(what, &Call::new(one, many, n, dt, st))?;
                     let r = rows(recv as u64 + off, count * z, many, n * z);
                     l.staging.copy_rows(r, st)?;
                 } else {
                     let r = rows(many, n * z, send as u64 + off, count * z);
                     l.staging.copy_rows(r, st)?;
                     l.gpu
-                        .collective(what, many, one, n, dt, st, Launch::Ordinary)?;
+                        .run_collective(what, &Call::new(many, one, n, dt, st))?;
                     l.staging.copy(recv as u64 + off, one, n * z, st)?;
                 }
             }

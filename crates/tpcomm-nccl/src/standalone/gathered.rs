@@ -10,7 +10,7 @@ use crate::standalone::premul::Scalar;
 use crate::types::*;
 use std::ffi::c_void;
 use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
-use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
+use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
 
 /// `ncclAllReduce` of a type or op the collective kernels do not sum
@@ -142,14 +142,9 @@ pub(crate) fn reduce_scatter_gathered(
                     blocks: world,
                 };
                 l.gathered.convert(Form::Expand, &side_by_side, st)?;
-                l.gpu.collective(
+                l.gpu.run_collective(
                     Collective::AllGather,
-                    mine,
-                    base,
-                    block / 2,
-                    DType::F16,
-                    st,
-                    Launch::Ordinary,
+                    &Call::new(mine, base, block / 2, DType::F16, st),
                 )?;
                 // This rank's piece of every block, and each block's
                 // scalar at its end (scalar_at from the block's start).
@@ -378,14 +373,9 @@ unsafe fn gather_expanded(
     unsafe {
         l.gathered
             .convert(Form::Expand, &ByteBlocks::one(piece, mine, bytes), st)?;
-        l.gpu.collective(
+        l.gpu.run_collective(
             Collective::AllGather,
-            mine,
-            base,
-            block / 2,
-            DType::F16,
-            st,
-            Launch::Ordinary,
+            &Call::new(mine, base, block / 2, DType::F16, st),
         )
     }
 }
@@ -448,14 +438,9 @@ pub(crate) fn exact_bytes(
                             let piece = ByteBlocks::one(send as u64 + off, mine, m);
                             l.gathered.convert(Form::Expand, &piece, st)?;
                         }
-                        l.gpu.collective(
+                        l.gpu.run_collective(
                             Collective::Broadcast { root: r },
-                            mine,
-                            base,
-                            block / 2,
-                            DType::F16,
-                            st,
-                            Launch::Ordinary,
+                            &Call::new(mine, base, block / 2, DType::F16, st),
                         )?;
                         let piece = ByteBlocks::one(base, recv as u64 + off, m);
                         l.gathered.convert(Form::Compact, &piece, st)?;

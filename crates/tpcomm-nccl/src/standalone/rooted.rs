@@ -15,7 +15,7 @@ use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
-use tpcomm::cuda::{CUstream, Collective, Launch};
+use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
 
 /// Which call, as the exports name it (with the reduce's op).
@@ -213,15 +213,8 @@ pub(crate) unsafe fn launch(
         // SAFETY: the caller's contract; the gathered area and this rank's
         // own area of the staging buffer are disjoint.
         unsafe {
-            l.gpu.collective(
-                what,
-                at(from),
-                at(to),
-                words,
-                DType::F16,
-                st,
-                Launch::Ordinary,
-            )
+            l.gpu
+                .run_collective(what, &Call::new(at(from), at(to), words, DType::F16, st))
         }
     };
     for step in steps {
