@@ -51,27 +51,23 @@ enum Route {
     Nccl(Why),
 }
 
-/// The route of a collective whose block is `count` elements: the
+/// The route of a collective whose block is `b.count` elements: the
 /// all-reduce's rules for what tpcomm can take (set up, outside a group, a
 /// kernel type, sum, not empty), then the block must fit the transport's
 /// buffers. A pure function of the call and the set-up, so every rank routes
 /// it the same way.
-#[allow(clippy::too_many_arguments)]
 fn route_of(
     disabled: bool,
     beside: Option<&paired::Paired>,
     what: Collective,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
 ) -> Route {
     let call = Call {
-        send: send as usize,
-        recv: recv as usize,
-        count,
-        dtype: datatype,
+        send: b.send as usize,
+        recv: b.recv as usize,
+        count: b.count,
+        dtype: b.dtype,
         op,
         group_depth: crate::group::depth(),
     };
@@ -130,6 +126,7 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclAllGather", || {
+        let bufs = buffers(sendbuff, recvbuff, sendcount, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 span: a.world,
@@ -138,9 +135,7 @@ pub unsafe extern "C" fn ncclAllGather(
             if let Err(r) = args::check("ncclAllGather", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::all_gather(
-                &a, sendbuff, recvbuff, sendcount, datatype, stream,
-            );
+            return crate::standalone::collectives::all_gather(&a, &bufs);
         }
         if let Some(r) = registry::unknown("ncclAllGather", comm) {
             return r;
@@ -155,10 +150,7 @@ pub unsafe extern "C" fn ncclAllGather(
             s.disabled,
             beside.as_deref(),
             Collective::AllGather,
-            sendbuff,
-            recvbuff,
-            sendcount,
-            datatype,
+            &bufs,
             OP_SUM,
         );
         if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
@@ -171,11 +163,11 @@ pub unsafe extern "C" fn ncclAllGather(
                 b.gpu.run_collective(
                     Collective::AllGather,
                     &tpcomm::cuda::Call::new(
-                        sendbuff as u64,
-                        recvbuff as u64,
-                        sendcount,
+                        bufs.send,
+                        bufs.recv,
+                        bufs.count,
                         dt,
-                        stream as CUstream,
+                        bufs.stream as CUstream,
                     ),
                 )
             });
@@ -211,6 +203,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
+        let bufs = buffers(sendbuff, recvbuff, recvcount, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 op: Some(op),
@@ -220,9 +213,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
             if let Err(r) = args::check("ncclReduceScatter", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::reduce_scatter(
-                &a, sendbuff, recvbuff, recvcount, datatype, op, stream,
-            );
+            return crate::standalone::collectives::reduce_scatter(&a, &bufs, op);
         }
         if let Some(r) = registry::unknown("ncclReduceScatter", comm) {
             return r;
@@ -237,10 +228,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
             s.disabled,
             beside.as_deref(),
             Collective::ReduceScatter,
-            sendbuff,
-            recvbuff,
-            recvcount,
-            datatype,
+            &bufs,
             op,
         );
         if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
@@ -250,11 +238,11 @@ pub unsafe extern "C" fn ncclReduceScatter(
                 b.gpu.run_collective(
                     Collective::ReduceScatter,
                     &tpcomm::cuda::Call::new(
-                        sendbuff as u64,
-                        recvbuff as u64,
-                        recvcount,
+                        bufs.send,
+                        bufs.recv,
+                        bufs.count,
                         dt,
-                        stream as CUstream,
+                        bufs.stream as CUstream,
                     ),
                 )
             });
@@ -285,10 +273,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 fn broadcast_route(
     s: &settings::Settings,
     beside: Option<&paired::Paired>,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     root: c_int,
 ) -> Option<tpcomm::DType> {
     let world = beside.map_or(0, |b| b.gpu.world());
@@ -298,9 +283,7 @@ fn broadcast_route(
     let what = Collective::Broadcast {
         root: root as usize,
     };
-    match route_of(
-        s.disabled, beside, what, send, recv, count, datatype, OP_SUM,
-    ) {
+    match route_of(s.disabled, beside, what, b, OP_SUM) {
         Route::Tpcomm(dt) => Some(dt),
         _ => None,
     }
@@ -317,6 +300,7 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBroadcast", || {
+        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 root: Some(root),
@@ -326,16 +310,7 @@ pub unsafe extern "C" fn ncclBroadcast(
             if let Err(r) = args::check("ncclBroadcast", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::broadcast(
-                "ncclBroadcast",
-                &a,
-                sendbuff,
-                recvbuff,
-                count,
-                datatype,
-                root,
-                stream,
-            );
+            return crate::standalone::collectives::broadcast("ncclBroadcast", &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclBroadcast", comm) {
             return r;
@@ -346,18 +321,7 @@ pub unsafe extern "C" fn ncclBroadcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (
-            broadcast_route(
-                s,
-                beside.as_deref(),
-                sendbuff,
-                recvbuff,
-                count,
-                datatype,
-                root,
-            ),
-            &beside,
-        ) {
+        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
             return on_tpcomm("ncclBroadcast", comm, || unsafe {
@@ -366,11 +330,11 @@ pub unsafe extern "C" fn ncclBroadcast(
                         root: root as usize,
                     },
                     &tpcomm::cuda::Call::new(
-                        sendbuff as u64,
-                        recvbuff as u64,
-                        count,
+                        bufs.send,
+                        bufs.recv,
+                        bufs.count,
                         dt,
-                        stream as CUstream,
+                        bufs.stream as CUstream,
                     ),
                 )
             });
@@ -401,6 +365,7 @@ pub unsafe extern "C" fn ncclBcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBcast", || {
+        let bufs = buffers(buff, buff, count, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 root: Some(root),
@@ -410,16 +375,7 @@ pub unsafe extern "C" fn ncclBcast(
             if let Err(r) = args::check("ncclBcast", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::broadcast(
-                "ncclBcast",
-                &a,
-                buff,
-                buff,
-                count,
-                datatype,
-                root,
-                stream,
-            );
+            return crate::standalone::collectives::broadcast("ncclBcast", &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclBcast", comm) {
             return r;
@@ -430,10 +386,7 @@ pub unsafe extern "C" fn ncclBcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (
-            broadcast_route(s, beside.as_deref(), buff, buff, count, datatype, root),
-            &beside,
-        ) {
+        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
             // SAFETY: as in ncclBroadcast, in place.
             return on_tpcomm("ncclBcast", comm, || unsafe {
                 b.gpu.run_collective(
@@ -441,11 +394,11 @@ pub unsafe extern "C" fn ncclBcast(
                         root: root as usize,
                     },
                     &tpcomm::cuda::Call::new(
-                        buff as u64,
-                        buff as u64,
-                        count,
+                        bufs.send,
+                        bufs.recv,
+                        bufs.count,
                         dt,
-                        stream as CUstream,
+                        bufs.stream as CUstream,
                     ),
                 )
             });

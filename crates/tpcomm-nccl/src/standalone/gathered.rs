@@ -8,7 +8,6 @@ use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
 use crate::types::*;
-use std::ffi::c_void;
 use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
 use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
@@ -21,21 +20,18 @@ use tpcomm::DType;
 /// and reduced in rank order by the gathered-block kernel into `recv` (the
 /// same bits on every rank). The torch barrier's one-element all-reduce
 /// takes this path.
-pub(crate) fn all_reduce_gathered(
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    stream: CudaStream,
-) -> NcclResult {
+pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
+    let Buffers {
+        send,
+        recv,
+        count,
+        stream,
+        ..
+    } = *b;
     // Elements per piece: their expanded bytes fill at most one block (less
     // the scalar's place at its end, for a pre-multiplied sum).
-    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
-        (block / 2) / z
-    }) {
+    let p = match prepare(CALL, a, b, op, |block, z| (block / 2) / z) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -66,12 +62,12 @@ pub(crate) fn all_reduce_gathered(
             // piece) are disjoint and inside the staging buffer
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
-                gather_expanded(l, send as u64 + off, n * z, base, mine, block, st)?;
+                gather_expanded(l, send + off, n * z, base, mine, block, st)?;
                 let blocks = ReduceBlocks {
                     input: base,
                     stride: block as u64,
                     world: a.world,
-                    output: recv as u64 + off,
+                    output: recv + off,
                     count: n,
                     elem,
                 };
@@ -90,18 +86,19 @@ pub(crate) fn all_reduce_gathered(
 /// reduces, in rank order, this rank's block of every sender into `recv`.
 pub(crate) fn reduce_scatter_gathered(
     a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
-    stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
+    let Buffers {
+        send,
+        recv,
+        count,
+        stream,
+        ..
+    } = *b;
     let world = a.world;
-    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
-        block / (2 * z * world)
-    }) {
+    let p = match prepare(CALL, a, b, op, |block, z| block / (2 * z * world)) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -134,7 +131,7 @@ pub(crate) fn reduce_scatter_gathered(
             // this rank's staging block (per was sized from it); in order.
             unsafe {
                 let side_by_side = ByteBlocks {
-                    input: send as u64 + off,
+                    input: send + off,
                     in_stride: (count * z) as u64,
                     output: mine,
                     out_stride: piece,
@@ -152,7 +149,7 @@ pub(crate) fn reduce_scatter_gathered(
                     input: base + a.rank as u64 * piece,
                     stride: block as u64,
                     world,
-                    output: recv as u64 + off,
+                    output: recv + off,
                     count: n,
                     elem,
                 };
@@ -282,23 +279,20 @@ struct Prepared<'a> {
 /// given the bytes of a block the pieces may fill (a block less the
 /// scalar's place at its end). `Ok(None)`: nothing to do (no elements);
 /// `Err`: the call's refusal.
-#[allow(clippy::too_many_arguments)]
 fn prepare<'a>(
     call: &str,
     a: &'a StandaloneComm,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
     per_block: impl Fn(usize, usize) -> usize,
 ) -> Result<Option<Prepared<'a>>, NcclResult> {
-    let (elem, gop) = resolve(call, a, datatype, op)?;
+    let (elem, gop) = resolve(call, a, b.dtype, op)?;
     let l = live(a, call)?;
-    if count == 0 {
+    if b.count == 0 {
         return Ok(None);
     }
     let z = elem.size();
-    if !(recv as usize).is_multiple_of(z) {
+    if !(b.recv as usize).is_multiple_of(z) {
         return Err(standalone::unservable(
             call,
             "the receive buffer is not aligned to its element type",
@@ -383,18 +377,16 @@ unsafe fn gather_expanded(
 /// All-gather (`root` None) or broadcast of bytes that must arrive exactly
 /// (integers, f64, fp8, unaligned blocks): in pieces, each rank's (or the
 /// root's) piece expanded into the staging buffer, moved as 16-bit words,
-/// and compacted into `recv`.
-#[allow(clippy::too_many_arguments)]
+/// and compacted into `b.recv`; `nbytes` is the bytes of `b.count` elements.
 pub(crate) fn exact_bytes(
     call: &str,
     a: &StandaloneComm,
     l: &StandaloneGpu,
-    send: *const c_void,
-    recv: *mut c_void,
+    b: &Buffers,
     nbytes: usize,
     root: Option<usize>,
-    stream: CudaStream,
 ) -> NcclResult {
+    let (send, recv, stream) = (b.send, b.recv, b.stream);
     let Some(block) = expanded_block(l, a.world) else {
         return standalone::unservable(
             call,
@@ -422,11 +414,11 @@ pub(crate) fn exact_bytes(
             unsafe {
                 match root {
                     None => {
-                        gather_expanded(l, send as u64 + off, m, base, mine, block, st)?;
+                        gather_expanded(l, send + off, m, base, mine, block, st)?;
                         let every_rank = ByteBlocks {
                             input: base,
                             in_stride: block as u64,
-                            output: recv as u64 + off,
+                            output: recv + off,
                             out_stride: nbytes as u64,
                             nbytes: m,
                             blocks: a.world,
@@ -435,14 +427,14 @@ pub(crate) fn exact_bytes(
                     }
                     Some(r) => {
                         if r == a.rank {
-                            let piece = ByteBlocks::one(send as u64 + off, mine, m);
+                            let piece = ByteBlocks::one(send + off, mine, m);
                             l.gathered.convert(Form::Expand, &piece, st)?;
                         }
                         l.gpu.run_collective(
                             Collective::Broadcast { root: r },
                             &Call::new(mine, base, block / 2, DType::F16, st),
                         )?;
-                        let piece = ByteBlocks::one(base, recv as u64 + off, m);
+                        let piece = ByteBlocks::one(base, recv + off, m);
                         l.gathered.convert(Form::Compact, &piece, st)?;
                     }
                 }

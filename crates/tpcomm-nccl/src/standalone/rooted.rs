@@ -13,7 +13,7 @@ use crate::standalone::gathered::expanded_block;
 use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
 use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
@@ -52,18 +52,16 @@ fn used(kind: Kind, rank: usize) -> (bool, bool) {
 /// count whose buffers overflow, a NULL buffer this rank uses; `root` is
 /// not read for an all-to-all); pre-multiplied sums are refused
 /// (ncclInvalidUsage) as the all-reduce refuses them. `Ok` is the plan's
-/// kind; every failure has its text for ncclGetLastError.
-#[allow(clippy::too_many_arguments)]
+/// kind; every failure has its text for ncclGetLastError. `b.stream` is
+/// not read.
 pub(crate) fn check(
     what: What,
     rank: usize,
     world: usize,
     root: c_int,
-    count: usize,
-    datatype: NcclDataType,
-    send: *const c_void,
-    recv: *mut c_void,
+    b: &Buffers,
 ) -> Result<Kind, NcclResult> {
+    let (count, datatype, send, recv) = (b.count, b.dtype, b.send, b.recv);
     let call = what.name();
     let bad = |why: String| Err(standalone::fail(INVALID_ARGUMENT, format!("{call}: {why}")));
     if what != What::AllToAll && (root < 0 || root as usize >= world) {
@@ -108,10 +106,10 @@ pub(crate) fn check(
         What::AllToAll => Kind::AllToAll,
     };
     let (s, rv) = used(kind, rank);
-    if count > 0 && s && send.is_null() {
+    if count > 0 && s && send == 0 {
         return bad("sendbuff is NULL".into());
     }
-    if count > 0 && rv && recv.is_null() {
+    if count > 0 && rv && recv == 0 {
         return bad("recvbuff is NULL".into());
     }
     Ok(kind)
@@ -131,23 +129,20 @@ fn block_for(l: &StandaloneGpu, world: usize, kind: Kind) -> Option<usize> {
     (block >= 16).then_some(block)
 }
 
-/// Runs `kind` for `count` elements of `z` bytes: one rank copies; otherwise
-/// the plan's steps are launched (through the launch gate) on the stream.
-#[allow(clippy::too_many_arguments)]
+/// Runs `kind` for `b.count` elements of `b.dtype`: one rank copies;
+/// otherwise the plan's steps are launched (through the launch gate) on the
+/// stream.
 fn serve(
     call: &str,
     a: &StandaloneComm,
     kind: Kind,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     red: Option<(Elem, Op)>,
-    stream: CudaStream,
 ) -> NcclResult {
     if let Some(solo) = &a.solo {
-        return solo_copy(call, a, solo, send, recv, count, datatype, stream);
+        return solo_copy(call, a, solo, b);
     }
+    let (count, datatype, stream) = (b.count, b.dtype, b.stream);
     let l = match live(a, call) {
         Ok(l) => l,
         Err(r) => return r,
@@ -177,7 +172,7 @@ fn serve(
             ),
         );
     };
-    let (s, r, stage) = (send as u64, recv as u64, l.staging.ptr());
+    let (s, r, stage) = (b.send, b.recv, l.staging.ptr());
     let at = move |x: Loc| match x {
         Loc::Send(o) => s + o as u64,
         Loc::Recv(o) => r + o as u64,
@@ -297,18 +292,8 @@ pub(crate) unsafe fn launch(
 /// - all-to-all: block `j` of rank `i`'s send buffer to block `i` of rank
 ///   `j`'s receive buffer;
 ///
-/// any type (the bytes only move, exactly), `count` elements a block.
-#[allow(clippy::too_many_arguments)]
-pub fn rooted(
-    what: What,
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    stream: CudaStream,
-) -> NcclResult {
+/// any type (the bytes only move, exactly), `b.count` elements a block.
+pub fn rooted(what: What, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclResult {
     if let What::Reduce(op) = what {
         if Op::from_nccl(op).is_none() && a.premul.get(op).is_some() {
             return standalone::unservable(
@@ -317,23 +302,13 @@ pub fn rooted(
             );
         }
     }
-    let kind = match check(what, a.rank, a.world, root, count, datatype, send, recv) {
+    let kind = match check(what, a.rank, a.world, root, b) {
         Ok(k) => k,
         Err(r) => return r,
     };
     let red = match what {
-        What::Reduce(op) => Elem::from_nccl(datatype).zip(Op::from_nccl(op)),
+        What::Reduce(op) => Elem::from_nccl(b.dtype).zip(Op::from_nccl(op)),
         _ => None,
     };
-    serve(
-        what.name(),
-        a,
-        kind,
-        send,
-        recv,
-        count,
-        datatype,
-        red,
-        stream,
-    )
+    serve(what.name(), a, kind, b, red)
 }
