@@ -124,6 +124,36 @@ macro_rules! forward {
 }
 pub(crate) use forward;
 
+/// `NCCL_CONFIG_UNDEF_INT`: a config field the caller left at its default.
+const CONFIG_UNDEF_INT: c_int = c_int::MIN;
+/// `ncclConfig_t.magic` as `NCCL_CONFIG_INITIALIZER` writes it.
+const CONFIG_MAGIC: u32 = 0xcafe_beef;
+
+/// Whether an `ncclConfig_t*` asks for a non-blocking communicator
+/// (`blocking = 0`). The config's head is the same in every NCCL 2.x:
+/// `size_t size; unsigned magic; unsigned version; int blocking; ...`. A NULL
+/// config, one without NCCL's magic (not made by `NCCL_CONFIG_INITIALIZER`)
+/// or a field left undefined is blocking, NCCL's default.
+pub(crate) fn config_nonblocking(config: Opaque) -> bool {
+    #[repr(C)]
+    struct Head {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: c_int,
+    }
+    if config.is_null() {
+        return false;
+    }
+    // SAFETY: non-null, and nccl.h's contract makes it an ncclConfig_t,
+    // whose head is `Head`; only the head is read.
+    let head = unsafe { std::ptr::read_unaligned(config as *const Head) };
+    head.magic == CONFIG_MAGIC
+        && head.size >= std::mem::size_of::<Head>()
+        && head.blocking != CONFIG_UNDEF_INT
+        && head.blocking == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,34 +215,4 @@ mod tests {
         assert!(!config_nonblocking(&mut c as *mut Config as Opaque));
         assert!(!config_nonblocking(std::ptr::null_mut()));
     }
-}
-
-/// `NCCL_CONFIG_UNDEF_INT`: a config field the caller left at its default.
-const CONFIG_UNDEF_INT: c_int = c_int::MIN;
-/// `ncclConfig_t.magic` as `NCCL_CONFIG_INITIALIZER` writes it.
-const CONFIG_MAGIC: u32 = 0xcafe_beef;
-
-/// Whether an `ncclConfig_t*` asks for a non-blocking communicator
-/// (`blocking = 0`). The config's head is the same in every NCCL 2.x:
-/// `size_t size; unsigned magic; unsigned version; int blocking; ...`. A NULL
-/// config, one without NCCL's magic (not made by `NCCL_CONFIG_INITIALIZER`)
-/// or a field left undefined is blocking, NCCL's default.
-pub(crate) fn config_nonblocking(config: Opaque) -> bool {
-    #[repr(C)]
-    struct Head {
-        size: usize,
-        magic: u32,
-        version: u32,
-        blocking: c_int,
-    }
-    if config.is_null() {
-        return false;
-    }
-    // SAFETY: non-null, and nccl.h's contract makes it an ncclConfig_t,
-    // whose head is `Head`; only the head is read.
-    let head = unsafe { std::ptr::read_unaligned(config as *const Head) };
-    head.magic == CONFIG_MAGIC
-        && head.size >= std::mem::size_of::<Head>()
-        && head.blocking != CONFIG_UNDEF_INT
-        && head.blocking == 0
 }
