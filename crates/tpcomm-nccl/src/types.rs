@@ -55,6 +55,13 @@ pub(crate) fn buffers(
     }
 }
 
+/// tpcomm's kernel call of all of `b`, its elements counted as `dt`: a sum,
+/// `Algo::Auto`, an ordinary launch (`tpcomm::cuda::Call::new`).
+pub(crate) fn kernel_call(b: &Buffers, dt: DType) -> tpcomm::cuda::Call {
+    let stream = b.stream as tpcomm::cuda::CUstream;
+    tpcomm::cuda::Call::new(b.send, b.recv, b.count, dt, stream)
+}
+
 /// `ncclSum`: the only op the tpcomm kernels reduce with.
 pub const OP_SUM: NcclRedOp = 0;
 

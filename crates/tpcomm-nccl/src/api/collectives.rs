@@ -15,7 +15,7 @@ use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, GpuTransport};
+use tpcomm::cuda::{Collective, GpuTransport};
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -51,7 +51,7 @@ enum Route {
     Nccl(Why),
 }
 
-/// The route of a collective whose block is `b.count` elements: the
+/// The route of a collective whose block is `bufs.count` elements: the
 /// all-reduce's rules for what tpcomm can take (set up, outside a group, a
 /// kernel type, sum, not empty), then the block must fit the transport's
 /// buffers. A pure function of the call and the set-up, so every rank routes
@@ -60,14 +60,14 @@ fn route_of(
     disabled: bool,
     beside: Option<&paired::Paired>,
     what: Collective,
-    b: &Buffers,
+    bufs: &Buffers,
     op: NcclRedOp,
 ) -> Route {
     let call = Call {
-        send: b.send as usize,
-        recv: b.recv as usize,
-        count: b.count,
-        dtype: b.dtype,
+        send: bufs.send as usize,
+        recv: bufs.recv as usize,
+        count: bufs.count,
+        dtype: bufs.dtype,
         op,
         group_depth: crate::group::depth(),
     };
@@ -160,16 +160,8 @@ pub unsafe extern "C" fn ncclAllGather(
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
             return on_tpcomm("ncclAllGather", comm, || unsafe {
-                b.gpu.run_collective(
-                    Collective::AllGather,
-                    &tpcomm::cuda::Call::new(
-                        bufs.send,
-                        bufs.recv,
-                        bufs.count,
-                        dt,
-                        bufs.stream as CUstream,
-                    ),
-                )
+                b.gpu
+                    .run_collective(Collective::AllGather, &kernel_call(&bufs, dt))
             });
         }
         if let Route::Nccl(why) = r {
@@ -235,16 +227,8 @@ pub unsafe extern "C" fn ncclReduceScatter(
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
             return on_tpcomm("ncclReduceScatter", comm, || unsafe {
-                b.gpu.run_collective(
-                    Collective::ReduceScatter,
-                    &tpcomm::cuda::Call::new(
-                        bufs.send,
-                        bufs.recv,
-                        bufs.count,
-                        dt,
-                        bufs.stream as CUstream,
-                    ),
-                )
+                b.gpu
+                    .run_collective(Collective::ReduceScatter, &kernel_call(&bufs, dt))
             });
         }
         if let Route::Nccl(why) = r {
@@ -273,7 +257,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 fn broadcast_route(
     s: &settings::Settings,
     beside: Option<&paired::Paired>,
-    b: &Buffers,
+    bufs: &Buffers,
     root: c_int,
 ) -> Option<tpcomm::DType> {
     let world = beside.map_or(0, |b| b.gpu.world());
@@ -283,7 +267,7 @@ fn broadcast_route(
     let what = Collective::Broadcast {
         root: root as usize,
     };
-    match route_of(s.disabled, beside, what, b, OP_SUM) {
+    match route_of(s.disabled, beside, what, bufs, OP_SUM) {
         Route::Tpcomm(dt) => Some(dt),
         _ => None,
     }
@@ -329,13 +313,7 @@ pub unsafe extern "C" fn ncclBroadcast(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    &tpcomm::cuda::Call::new(
-                        bufs.send,
-                        bufs.recv,
-                        bufs.count,
-                        dt,
-                        bufs.stream as CUstream,
-                    ),
+                    &kernel_call(&bufs, dt),
                 )
             });
         }
@@ -393,13 +371,7 @@ pub unsafe extern "C" fn ncclBcast(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    &tpcomm::cuda::Call::new(
-                        bufs.send,
-                        bufs.recv,
-                        bufs.count,
-                        dt,
-                        bufs.stream as CUstream,
-                    ),
+                    &kernel_call(&bufs, dt),
                 )
             });
         }

@@ -201,10 +201,8 @@ pub fn all_gather(a: &StandaloneComm, b: &Buffers) -> NcclResult {
         // (or sendbuff at this rank's block of it), valid until the stream
         // runs the call; the block is the same bytes counted as `dt`.
         unsafe {
-            l.gpu.run_collective(
-                Collective::AllGather,
-                &Call::new(b.send, b.recv, n, dt, b.stream as CUstream),
-            )
+            l.gpu
+                .run_collective(Collective::AllGather, &kernel_call(b, dt))
         }
     })
 }
@@ -232,10 +230,8 @@ pub fn reduce_scatter(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclRes
         // SAFETY: as in all_gather, with sendbuff of world blocks and
         // recvbuff of one (or at this rank's block of sendbuff).
         unsafe {
-            l.gpu.run_collective(
-                Collective::ReduceScatter,
-                &Call::new(b.send, b.recv, b.count, dt, b.stream as CUstream),
-            )
+            l.gpu
+                .run_collective(Collective::ReduceScatter, &kernel_call(b, dt))
         }
     })
 }
