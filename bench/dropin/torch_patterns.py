@@ -429,8 +429,88 @@ def self_test():
     ok(merge_rank_rows(2, {0: {"status": "ERROR", "detail": "x"}, 1: F})[0] == "ERROR", "merge error wins")
     c = summary_counts([{"status": s} for s in ("PASS", "PASS", "FAIL", "SKIP", "HANG", "ERROR")])
     ok(summary_line(c) == "summary: 2 passed, 1 failed, 1 errors, 1 skipped, 1 hung", "summary line")
+    for res in _self_test_parent():
+        ok(res[0], res[1])
     print(f"self-test: {n_ok} checks passed", flush=True)
     return 0
+
+
+def _fake_worker(rank, world, cfg):
+    """Stands in for worker() in the self-test: PASS rows, except where cfg['fake'] says
+    'hang' (rank 1 stops), 'crash' (rank 0 dies before its row), 'error' (rank 1 ERROR,
+    every rank then leaves as after the gloo agreement), 'init' (rank 0 fails to start)."""
+    rows = open(cfg["rowfile"].format(rank=rank), "a", buffering=1)
+    fake = {int(k): v for k, v in cfg["fake"].items()}
+    if fake.get(-1) == "init" and cfg["attempt"] < 2 and rank == 0:
+        rows.write(json.dumps({"init_error": "Traceback\nRuntimeError: fake init failure\n"}) + "\n")
+        rows.flush()
+        sys.exit(2)
+    rows.write(json.dumps({"init_s": 0.0}) + "\n")
+    for idx in range(cfg["start"], len(build_patterns(world))):
+        what = fake.get(idx)
+        rows.write(json.dumps({"begin": idx}) + "\n")
+        if what == "hang" and rank == 1:
+            time.sleep(3600)
+        if what == "crash" and rank == 0:
+            os._exit(9)
+        st = "ERROR" if what == "error" and rank == 1 else ("SKIP" if what == "skip" else "PASS")
+        rows.write(json.dumps({"index": idx, "rank": rank, "status": st, "detail": f"fake {st}"}) + "\n")
+        rows.flush()
+        if what in ("hang", "crash"):
+            time.sleep(3600)  # the peers wait in the next collective
+        if what == "error":
+            time.sleep(0.2)
+            rows.write(json.dumps({"restart_after": idx}) + "\n")
+            rows.flush()
+            os._exit(4)
+    rows.write(json.dumps({"done": True}) + "\n")
+    rows.flush()
+
+
+def _self_test_parent():
+    """run_label with fake workers: a hang, a crash and an ERROR each cost one pattern,
+    every other pattern still reports; an overall timeout leaves HANG rows."""
+    out = []
+    world = 2
+    n = len(build_patterns(world))
+    args = argparse.Namespace(world=world, large=LARGE, collective_timeout=60, pattern_timeout=2.0, init_timeout=0.0)
+    tmp = tempfile.mkdtemp(prefix="tpcomm-patterns-selftest-")
+    emitted = []
+
+    def emit(label, idx, name, status, detail, by_rank):
+        emitted.append((idx, status))
+        return {"index": idx, "name": name, "status": status, "detail": detail}
+
+    fake = {"3": "hang", "5": "crash", "8": "error", "9": "skip"}
+    rows, attempts = run_label("t", {}, True, args, time.time() + 120, tmp, tmp, emit,
+                               target=_fake_worker, extra={"fake": fake})
+    st = {r["index"]: r["status"] for r in rows}
+    out.append((len(rows) == n and [r["index"] for r in rows] == list(range(n)), "a row per pattern, in order"))
+    out.append((st[3] == "HANG" and "no progress" in rows[3]["detail"], f"hang is HANG ({rows[3]})"))
+    out.append((st[5] == "ERROR" and "exit codes" in rows[5]["detail"], f"crash is ERROR ({rows[5]})"))
+    out.append((st[8] == "ERROR" and st[9] == "SKIP", f"error then skip ({st[8]}, {st[9]})"))
+    out.append((all(st[i] == "PASS" for i in range(n) if i not in (3, 5, 8, 9)), "the rest PASS"))
+    out.append((len(attempts) == 4 and [a["start"] for a in attempts] == [0, 4, 6, 9],
+                f"restarts after each ({[a['start'] for a in attempts]})"))
+    out.append((sorted(i for i, _ in emitted) == list(range(n)), "each pattern emitted once"))
+    # Overall timeout in the middle of a hang: that pattern and the rest are HANG.
+    emitted.clear()
+    rows, attempts = run_label("u", {}, True, argparse.Namespace(**dict(vars(args), pattern_timeout=30.0)),
+                               time.time() + 3, tmp, tmp, emit, target=_fake_worker, extra={"fake": {"2": "hang"}})
+    st = [r["status"] for r in rows]
+    out.append((st[:2] == ["PASS", "PASS"] and all(s == "HANG" for s in st[2:]) and len(st) == n,
+                f"overall timeout leaves HANG ({st[:4]})"))
+    out.append(("overall timeout" in rows[2]["detail"] and "not reached" in rows[3]["detail"], "timeout details"))
+    # Workers that cannot start twice in a row: two patterns charged, the rest 'not run'.
+    emitted.clear()
+    rows, attempts = run_label("v", {}, True, args, time.time() + 60, tmp, tmp, emit,
+                               target=_fake_worker, extra={"fake": {"-1": "init"}})
+    st = [r["status"] for r in rows]
+    out.append((len(attempts) == 2 and st[0] == "ERROR" and "init failed" in rows[0]["detail"]
+                and all(s == "HANG" for s in st[2:]) and "initialise" in rows[2]["detail"],
+                f"init failures ({st[:3]}, {rows[0]['detail'][:80]})"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -1019,10 +1099,14 @@ def read_rows(path):
     return out
 
 
-def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit):
+def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, target=None, extra=None):
     """All patterns of one run ("nccl" or "dropin"), restarting workers after a pattern
-    that hung, crashed or errored. Returns (rows, attempts)."""
-    import torch.multiprocessing as mp
+    that hung, crashed or errored. Returns (rows, attempts). `target` and `extra` (put in
+    each worker's cfg) let the self-test drive this with fake workers."""
+    try:
+        import torch.multiprocessing as mp
+    except ImportError:  # the self-test, without torch
+        import multiprocessing as mp
 
     world = args.world
     patterns = build_patterns(world)
@@ -1041,8 +1125,8 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit):
             rowfile = os.path.join(tmp, f"{label}.attempt{a}.rank{{rank}}.jsonl")
             cfg = {"label": label, "attempt": a, "start": start, "shared": shared, "initfile": initfile,
                    "rowfile": rowfile, "logdir": logdir, "large": args.large,
-                   "coll_timeout": args.collective_timeout}
-            procs = [ctx.Process(target=worker, args=(r, world, cfg), daemon=False) for r in range(world)]
+                   "coll_timeout": args.collective_timeout, **(extra or {})}
+            procs = [ctx.Process(target=target or worker, args=(r, world, cfg), daemon=False) for r in range(world)]
             for p in procs:
                 p.start()
             att = {"attempt": a, "start": start, "start_name": patterns[start][0]}
