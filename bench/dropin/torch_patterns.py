@@ -76,6 +76,7 @@ TOL = {"bf16": 2 ** -8, "fp16": 2 ** -11, "fp32": 2 ** -23}
 GRAPH_DTYPES = ["bf16", "fp16", "fp32", "int32"]
 GRAPH_REPLAYS = 3
 LARGE = 1 << 23  # 8 Mi elements
+MID = 262147  # the largest count of types that --large-dtypes leaves out
 STATUSES = ("PASS", "FAIL", "SKIP", "ERROR", "HANG")
 
 
@@ -520,14 +521,18 @@ def _self_test_parent():
 class Ctx:
     """What a pattern needs: torch, the rank, the device, the large size, the failures."""
 
-    def __init__(self, torch, dist, rank, world, dev, large, gloo):
+    def __init__(self, torch, dist, rank, world, dev, large, gloo, large_dtypes=None):
         self.torch, self.dist, self.rank, self.world, self.dev = torch, dist, rank, world, dev
-        self.large, self.gloo = large, gloo
+        self.large, self.gloo, self.large_dtypes = large, gloo, large_dtypes
         self.tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                        "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8}
         self.rop = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
                     "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}
         self.bitview = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+    def big(self, dtype):
+        """The large count for this type: --large, or MID where --large-dtypes leaves it out."""
+        return self.large if not self.large_dtypes or dtype in self.large_dtypes else min(self.large, MID)
 
     def gen(self, name, dtype, n, op, *parts):
         """Random CPU values for a pattern, the same in every process; never zero."""
@@ -557,35 +562,46 @@ class Ctx:
 
     def reference(self, xs, op, dtype):
         """(ref, mag) of the reduction of the CPU tensors xs (rank order): float64 and the
-        magnitude bound() needs for floats; int64 wrapped to the type for integers."""
+        magnitude bound() needs for floats; int64 wrapped to the type for integers (the
+        same arithmetic as ref_scalar and magnitude_scalar, which the self-test checks).
+        Accumulated one rank at a time, so a large case never holds world float64 copies."""
         torch = self.torch
         w = len(xs)
         if dtype in FLOATS:
-            st = torch.stack([x.double() for x in xs])
-            if op == "sum":
-                return st.sum(0), st.abs().sum(0)
+            ref = xs[0].double()
+            mag = ref.abs() if op in ("sum", "avg", "product") else None
+            for x in xs[1:]:
+                x = x.double()
+                if op in ("sum", "avg"):
+                    ref = ref + x
+                    mag = mag + x.abs()
+                elif op == "max":
+                    ref = torch.maximum(ref, x)
+                elif op == "min":
+                    ref = torch.minimum(ref, x)
+                else:
+                    ref = ref * x
             if op == "avg":
-                return st.sum(0) / w, st.abs().sum(0) / w
-            if op == "max":
-                return st.max(0).values, None
-            if op == "min":
-                return st.min(0).values, None
-            p = st.prod(0)
-            return p, p.abs()
-        st = torch.stack([x.to(torch.int64) for x in xs])
+                ref, mag = ref / w, mag / w
+            if op == "product":
+                mag = ref.abs()
+            return ref, mag
+        ref = xs[0].to(torch.int64)
+        for x in xs[1:]:
+            x = x.to(torch.int64)
+            if op in ("sum", "avg"):
+                ref = ref + x
+            elif op == "max":
+                ref = torch.maximum(ref, x)
+            elif op == "min":
+                ref = torch.minimum(ref, x)
+            else:
+                ref = self.wrap(ref * x, dtype)
         if op in ("sum", "avg"):
-            r = self.wrap(st.sum(0), dtype)
+            ref = self.wrap(ref, dtype)
             if op == "avg":
-                r = self.wrap(torch.div(r, w, rounding_mode="trunc"), dtype)
-            return r, None
-        if op == "max":
-            return st.max(0).values, None
-        if op == "min":
-            return st.min(0).values, None
-        r = torch.ones_like(st[0])
-        for x in st:
-            r = self.wrap(r * x, dtype)
-        return r, None
+                ref = self.wrap(torch.div(ref, w, rounding_mode="trunc"), dtype)
+        return ref, None
 
     def wrap(self, v, dtype):
         bits, signed = INT_BITS[dtype]
@@ -640,14 +656,14 @@ def _sync(c):
 def p_all_reduce(c, name, prm):
     dt, op = prm["dtype"], prm["op"]
     cs = Cases()
-    for ci, n in enumerate(sizes(c.large)):
+    for ci, n in enumerate(sizes(c.big(dt))):
         t = c.gen(name, dt, n, op, ci, 0, c.rank).to(c.dev)
         c.dist.all_reduce(t, op=c.rop[op])
         out = t.cpu()
         xs = [c.gen(name, dt, n, op, ci, 0, r) for r in range(c.world)]
         bad, err = c.wrong_reduce(out, xs, op, dt)
         cs.check(bad, f"n={n}", err)
-    return cs.result(f"(n 1..{c.large})")
+    return cs.result(f"(n 1..{c.big(dt)})")
 
 
 def _capture(c, fn):
@@ -675,7 +691,7 @@ def p_graph(c, name, prm, kind):
     w, r = c.world, c.rank
     # All-gather's output and reduce-scatter's input hold world blocks: the large case is
     # their total.
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=(kind != "all_reduce"))):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=(kind != "all_reduce"))):
         tdt = c.tdtype[dt]
         nin = n * w if kind == "reduce_scatter" else n
         nout = n * w if kind == "all_gather" else n
@@ -726,7 +742,7 @@ def _roots(c, ci):
 def p_reduce(c, name, prm):
     dt, op = prm["dtype"], prm["op"]
     cs = Cases()
-    for ci, n in enumerate(sizes(c.large)):
+    for ci, n in enumerate(sizes(c.big(dt))):
         for root in _roots(c, ci):
             t = c.gen(name, dt, n, op, ci, root, c.rank).to(c.dev)
             c.dist.reduce(t, dst=root, op=c.rop[op])
@@ -745,7 +761,7 @@ def p_reduce_scatter(c, name, prm):
     dt, op = prm["dtype"], prm["op"]
     cs = Cases()
     w, r = c.world, c.rank
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
         inp = torch.cat([c.gen(name, dt, n, op, ci, r, d) for d in range(w)]).to(c.dev)
         out = torch.full((n,), 7, dtype=c.tdtype[dt], device=c.dev)
         c.dist.reduce_scatter_tensor(out, inp, op=c.rop[op])
@@ -753,7 +769,7 @@ def p_reduce_scatter(c, name, prm):
         xs = [c.gen(name, dt, n, op, ci, q, r) for q in range(w)]
         bad, err = c.wrong_reduce(got, xs, op, dt)
         cs.check(bad, f"n={n} per rank", err)
-    return cs.result("(large: total 8 Mi over the ranks)" if c.large == LARGE else "")
+    return cs.result(f"(largest: {c.big(dt)} elements in all over the ranks)")
 
 
 def p_all_gather(c, name, prm):
@@ -761,7 +777,7 @@ def p_all_gather(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w = c.world
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
         inp = c.gen(name, dt, n, None, ci, c.rank).to(c.dev)
         out = torch.empty(n * w, dtype=c.tdtype[dt], device=c.dev)
         c.dist.all_gather_into_tensor(out, inp)
@@ -773,7 +789,7 @@ def p_all_gather(c, name, prm):
 def p_broadcast(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
-    for ci, n in enumerate(sizes(c.large)):
+    for ci, n in enumerate(sizes(c.big(dt))):
         for root in _roots(c, ci):
             src = c.gen(name, dt, n, None, ci, root)
             t = (src if c.rank == root else c.gen(name, dt, n, None, ci, root, "other", c.rank)).to(c.dev)
@@ -787,7 +803,7 @@ def p_gather(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w = c.world
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
         for root in _roots(c, ci):
             x = c.gen(name, dt, n, None, ci, root, c.rank).to(c.dev)
             lst = [torch.full((n,), 7, dtype=c.tdtype[dt], device=c.dev) for _ in range(w)] if c.rank == root else None
@@ -807,7 +823,7 @@ def p_scatter(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w = c.world
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
         for root in _roots(c, ci):
             lst = [c.gen(name, dt, n, None, ci, root, d).to(c.dev) for d in range(w)] if c.rank == root else None
             out = torch.full((n,), 7, dtype=c.tdtype[dt], device=c.dev)
@@ -821,7 +837,7 @@ def p_all_to_all(c, name, prm):
     dt, variant = prm["dtype"], prm["variant"]
     cs = Cases()
     w, r = c.world, c.rank
-    for ci, n in enumerate(sizes(c.large, w * w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w * w, per_rank_total=True)):
         S = a2a_splits(w, n, variant)
         ins, outs = a2a_layout(S, r)
         inp = torch.cat([c.gen(name, dt, ins[d], None, ci, r, d) for d in range(w)]).to(c.dev)
@@ -842,7 +858,7 @@ def p_send_recv(c, name, prm):
     dt, api = prm["dtype"], prm["api"]
     cs = Cases()
     r = c.rank
-    for ci, n in enumerate(sizes(c.large)):
+    for ci, n in enumerate(sizes(c.big(dt))):
         for (i, j) in pairs(c.world):
             if r not in (i, j):
                 continue
@@ -872,7 +888,7 @@ def p_batch_ring(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w, r = c.world, c.rank
-    for ci, n in enumerate(sizes(c.large)):
+    for ci, n in enumerate(sizes(c.big(dt))):
         for s in prm["shifts"]:
             dst, src = (r + s) % w, (r - s) % w
             x = c.gen(name, dt, n, None, ci, s, r).to(c.dev)
@@ -891,7 +907,7 @@ def p_batch_uneven(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w, r = c.world, c.rank
-    for ci, n in enumerate(sizes(c.large, w, per_rank_total=True)):
+    for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
         ps = p2p_sizes(w, n)
         ops, recvs = [], []
         for d in range(w):
@@ -918,7 +934,7 @@ def p_batch_self(c, name, prm):
     dt = prm["dtype"]
     cs = Cases()
     w, r = c.world, c.rank
-    for ci, n in enumerate(sizes(c.large)[:4]):
+    for ci, n in enumerate(sizes(c.big(dt))[:4]):
         xs = c.gen(name, dt, n, None, ci, r, "self").to(c.dev)
         ys = torch.full((n,), 7, dtype=c.tdtype[dt], device=c.dev)
         ops = [dist.P2POp(dist.isend, xs, r), dist.P2POp(dist.irecv, ys, r)]
@@ -1048,7 +1064,7 @@ def worker(rank, world, cfg):
     put({"init_s": round(time.time() - t0, 2), "torch": torch.__version__,
          "nccl": ".".join(map(str, torch.cuda.nccl.version())), "device": str(dev),
          "ld_preload": os.environ.get("LD_PRELOAD", ""), "standalone": os.environ.get("TPCOMM_STANDALONE")})
-    c = Ctx(torch, dist, rank, world, dev, cfg["large"], gloo)
+    c = Ctx(torch, dist, rank, world, dev, cfg["large"], gloo, cfg.get("large_dtypes"))
     patterns = build_patterns(world)
     for idx in range(cfg["start"], len(patterns)):
         name, kind, prm = patterns[idx]
@@ -1125,6 +1141,7 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
             rowfile = os.path.join(tmp, f"{label}.attempt{a}.rank{{rank}}.jsonl")
             cfg = {"label": label, "attempt": a, "start": start, "shared": shared, "initfile": initfile,
                    "rowfile": rowfile, "logdir": logdir, "large": args.large,
+                   "large_dtypes": getattr(args, "large_dtypes", None),
                    "coll_timeout": args.collective_timeout, **(extra or {})}
             procs = [ctx.Process(target=target or worker, args=(r, world, cfg), daemon=False) for r in range(world)]
             for p in procs:
@@ -1238,6 +1255,8 @@ def main():
     ap.add_argument("--init-timeout", type=float, default=60.0, help="extra seconds for start-up")
     ap.add_argument("--collective-timeout", type=float, default=60.0, help="init_process_group timeout")
     ap.add_argument("--large", type=int, default=LARGE, help="the large element count")
+    ap.add_argument("--large-dtypes", type=lambda v: [x for x in v.split(",") if x], default=None,
+                    help=f"comma list: only these types get --large, the others stop at {MID} (default: all)")
     ap.add_argument("--self-test", action="store_true", help="test the pure helpers (no torch) and exit")
     args = ap.parse_args()
     if args.self_test:
@@ -1304,6 +1323,7 @@ def main():
            "script": "bench/dropin/torch_patterns.py", "argv": sys.argv, "world": args.world, "lib": lib,
            "standalone": args.standalone, "torch": torch.__version__, "gpus": ngpu,
            "gpu": torch.cuda.get_device_name(0) if ngpu else None, "large": args.large,
+           "large_dtypes": args.large_dtypes,
            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                                                   "NVSHMEM_DISABLE_NVLS", "CUDA_MPS_PIPE_DIRECTORY",
                                                   "TPCOMM_MAX_BYTES", "TPCOMM_TIMEOUT_S")},
