@@ -650,11 +650,21 @@ class Cases:
 
 
 def _sync(c):
-    c.torch.cuda.synchronize()
+    if c.dev.type == "cuda":
+        c.torch.cuda.synchronize()
+
+
+def _gloo_refuses(c, dt, op):
+    """What gloo (the --cpu-gloo test of this script) cannot do, which NCCL does."""
+    if c.dev.type == "cpu" and op == "avg" and dt not in FLOATS:
+        return "SKIP", "gloo's AVG divides in float and cannot store integers (--cpu-gloo)"
+    return None
 
 
 def p_all_reduce(c, name, prm):
     dt, op = prm["dtype"], prm["op"]
+    if _gloo_refuses(c, dt, op):
+        return _gloo_refuses(c, dt, op)
     cs = Cases()
     for ci, n in enumerate(sizes(c.big(dt))):
         t = c.gen(name, dt, n, op, ci, 0, c.rank).to(c.dev)
@@ -687,6 +697,8 @@ def p_graph(c, name, prm, kind):
     GRAPH_REPLAYS times with fresh inputs copied into the captured input buffer."""
     torch, dist = c.torch, c.dist
     dt, op = prm["dtype"], prm.get("op", "sum")
+    if c.dev.type != "cuda":
+        return "SKIP", "CUDA graphs need a GPU (--cpu-gloo)"
     cs = Cases()
     w, r = c.world, c.rank
     # All-gather's output and reduce-scatter's input hold world blocks: the large case is
@@ -741,6 +753,8 @@ def _roots(c, ci):
 
 def p_reduce(c, name, prm):
     dt, op = prm["dtype"], prm["op"]
+    if _gloo_refuses(c, dt, op):
+        return _gloo_refuses(c, dt, op)
     cs = Cases()
     for ci, n in enumerate(sizes(c.big(dt))):
         for root in _roots(c, ci):
@@ -759,6 +773,8 @@ def p_reduce(c, name, prm):
 def p_reduce_scatter(c, name, prm):
     torch = c.torch
     dt, op = prm["dtype"], prm["op"]
+    if _gloo_refuses(c, dt, op):
+        return _gloo_refuses(c, dt, op)
     cs = Cases()
     w, r = c.world, c.rank
     for ci, n in enumerate(sizes(c.big(dt), w, per_rank_total=True)):
@@ -929,9 +945,12 @@ def p_batch_uneven(c, name, prm):
 
 
 def p_batch_self(c, name, prm):
-    """Each rank sends to and receives from itself in one batch, beside a ring shift."""
+    """Each rank sends to and receives from itself in one batch, beside a ring shift
+    (torch 2.11's isend allows dst == rank; its blocking send does not)."""
     torch, dist = c.torch, c.dist
     dt = prm["dtype"]
+    if c.dev.type == "cpu":
+        return "SKIP", "gloo has no pair to itself (--cpu-gloo)"
     cs = Cases()
     w, r = c.world, c.rank
     for ci, n in enumerate(sizes(c.big(dt))[:4]):
@@ -995,6 +1014,8 @@ def p_split_group(c, name, prm):
     dist = c.dist
     if not hasattr(dist, "split_group"):
         return "SKIP", "torch.distributed has no split_group in this torch"
+    if c.dev.type != "cuda":
+        return "SKIP", "split_group needs the NCCL backend (--cpu-gloo)"
     cs = Cases()
     sets = split_sets(c.world)
     g = dist.split_group(split_ranks=sets)
@@ -1048,13 +1069,22 @@ def worker(rank, world, cfg):
     import torch.distributed as dist
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
-    dev = torch.device("cuda", 0 if cfg["shared"] else rank % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
-    os.environ["LOCAL_RANK"] = str(dev.index)
+    cpu = cfg.get("cpu_gloo", False)
+    if cpu:  # the script's own test without a GPU: gloo, tensors on the CPU
+        dev = torch.device("cpu")
+    else:
+        dev = torch.device("cuda", 0 if cfg["shared"] else rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        os.environ["LOCAL_RANK"] = str(dev.index)
     t0 = time.time()
     try:
-        dist.init_process_group("nccl", init_method="file://" + cfg["initfile"], rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=cfg["coll_timeout"]), device_id=dev)
+        timeout = datetime.timedelta(seconds=cfg["coll_timeout"])
+        if cpu:
+            dist.init_process_group("gloo", init_method="file://" + cfg["initfile"], rank=rank,
+                                    world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group("nccl", init_method="file://" + cfg["initfile"], rank=rank,
+                                    world_size=world, timeout=timeout, device_id=dev)
         # The script's own agreement after each pattern goes over gloo (CPU), never through
         # the library under test.
         gloo = dist.new_group(backend="gloo")
@@ -1062,8 +1092,10 @@ def worker(rank, world, cfg):
         put({"init_error": traceback.format_exc()[-2000:]})
         sys.exit(2)
     put({"init_s": round(time.time() - t0, 2), "torch": torch.__version__,
-         "nccl": ".".join(map(str, torch.cuda.nccl.version())), "device": str(dev),
+         "nccl": None if cpu else ".".join(map(str, torch.cuda.nccl.version())), "device": str(dev),
          "ld_preload": os.environ.get("LD_PRELOAD", ""), "standalone": os.environ.get("TPCOMM_STANDALONE")})
+    if cfg.get("inject_fault"):
+        _inject_fault(dist, rank, world)
     c = Ctx(torch, dist, rank, world, dev, cfg["large"], gloo, cfg.get("large_dtypes"))
     patterns = build_patterns(world)
     for idx in range(cfg["start"], len(patterns)):
@@ -1072,7 +1104,7 @@ def worker(rank, world, cfg):
         t1 = time.time()
         try:
             status, detail = KINDS[kind](c, name, prm)
-            torch.cuda.synchronize()
+            _sync(c)
         except Exception as e:  # one pattern's failure must not hide the rest
             text = f"{type(e).__name__}: {e}"
             status = classify_exception(text)
@@ -1091,13 +1123,44 @@ def worker(rank, world, cfg):
         if "ERROR" in everyone:
             put({"restart_after": idx})
             os._exit(4)
-        torch.cuda.empty_cache()
+        if not cpu:
+            torch.cuda.empty_cache()
     put({"done": True, "seconds": round(time.time() - t0, 1)})
     try:
         dist.destroy_process_group()
     except Exception:
         pass
     os._exit(0)
+
+
+def _inject_fault(dist, rank, world):
+    """--inject-fault (a test of the checks, with --cpu-gloo): the last rank's output of each
+    of these calls gets its last element changed, so every pattern using them must FAIL."""
+    if rank != world - 1:
+        return
+
+    def bump(t):
+        if t is not None and t.numel():
+            t.view(-1)[-1] += 1
+
+    def wrap(fn, out_of):
+        def f(*a, **k):
+            res = fn(*a, **k)
+            for t in out_of(a, k):
+                bump(t)
+            return res
+        return f
+
+    first = lambda a, k: [a[0]]  # noqa: E731
+    dist.all_reduce = wrap(dist.all_reduce, first)
+    dist.broadcast = wrap(dist.broadcast, first)
+    dist.reduce = wrap(dist.reduce, first)
+    dist.scatter = wrap(dist.scatter, first)
+    dist.recv = wrap(dist.recv, first)
+    dist.all_gather_into_tensor = wrap(dist.all_gather_into_tensor, first)
+    dist.reduce_scatter_tensor = wrap(dist.reduce_scatter_tensor, first)
+    dist.all_to_all_single = wrap(dist.all_to_all_single, first)
+    dist.gather = wrap(dist.gather, lambda a, k: k.get("gather_list") or [])
 
 
 def read_rows(path):
@@ -1130,9 +1193,11 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
     attempts = []
     start, init_failures, stopped = 0, 0, None
     saved = dict(os.environ)
-    os.environ.update(env_extra)
-    for k in [k for k, v in env_extra.items() if v is None]:
-        os.environ.pop(k, None)
+    for k, v in env_extra.items():  # None: unset
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     ctx = mp.get_context("spawn")
     try:
         while start < len(patterns) and time.time() < deadline:
@@ -1142,6 +1207,8 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
             cfg = {"label": label, "attempt": a, "start": start, "shared": shared, "initfile": initfile,
                    "rowfile": rowfile, "logdir": logdir, "large": args.large,
                    "large_dtypes": getattr(args, "large_dtypes", None),
+                   "cpu_gloo": getattr(args, "cpu_gloo", False),
+                   "inject_fault": getattr(args, "inject_fault", False),
                    "coll_timeout": args.collective_timeout, **(extra or {})}
             procs = [ctx.Process(target=target or worker, args=(r, world, cfg), daemon=False) for r in range(world)]
             for p in procs:
@@ -1258,13 +1325,18 @@ def main():
     ap.add_argument("--large-dtypes", type=lambda v: [x for x in v.split(",") if x], default=None,
                     help=f"comma list: only these types get --large, the others stop at {MID} (default: all)")
     ap.add_argument("--self-test", action="store_true", help="test the pure helpers (no torch) and exit")
+    ap.add_argument("--cpu-gloo", action="store_true",
+                    help="test this script itself without a GPU: backend gloo, tensors on the CPU, no drop-in "
+                         "(graph and split_group patterns SKIP; gloo refuses some ops)")
+    ap.add_argument("--inject-fault", action="store_true",
+                    help="with --cpu-gloo: corrupt one element of the last rank's outputs (the checks must FAIL)")
     args = ap.parse_args()
     if args.self_test:
         sys.exit(self_test())
-    if not args.lib or not args.out:
+    if not args.out or not (args.lib or args.cpu_gloo):
         ap.error("--lib and --out are required")
-    lib = os.path.abspath(args.lib)
-    if not os.path.exists(lib):
+    lib = os.path.abspath(args.lib) if args.lib else None
+    if lib and not os.path.exists(lib):
         ap.error(f"no such library: {lib}")
     import torch
 
@@ -1289,6 +1361,8 @@ def main():
         return row
 
     plan = []
+    if args.cpu_gloo:
+        args.no_baseline = True
     if args.no_baseline:
         runs["nccl"] = {"skipped": "--no-baseline"}
     elif args.world > ngpu:
@@ -1297,17 +1371,18 @@ def main():
         plan.append(("nccl", {"LD_PRELOAD": None, "TPCOMM_STANDALONE": None}, False))
     if "skipped" in runs.get("nccl", {}):
         print(f"baseline (plain NCCL) skipped: {runs['nccl']['skipped']}", flush=True)
-    env = {"LD_PRELOAD": lib}
+    env = {"LD_PRELOAD": lib} if not args.cpu_gloo else {"LD_PRELOAD": None}
     if args.standalone:
         env["TPCOMM_STANDALONE"] = "1"
     if not os.environ.get("TPCOMM_TIMEOUT_S"):
         env["TPCOMM_TIMEOUT_S"] = str(int(args.collective_timeout))
-    plan.append(("dropin", env, True))
+    plan.append(("cpu-gloo" if args.cpu_gloo else "dropin", env, True))
     for i, (label, env_extra, shared) in enumerate(plan):
         t0 = time.time()
         # The baseline gets at most half of what is left, so the drop-in always runs.
-        dl = deadline if label == "dropin" else t0 + (deadline - t0) / 2
-        print(f"== run {label}: {'every rank on cuda:0' if shared else 'rank r on cuda:r'}, "
+        dl = deadline if label != "nccl" else t0 + (deadline - t0) / 2
+        where = "every rank on the CPU" if args.cpu_gloo else ("every rank on cuda:0" if shared else "rank r on cuda:r")
+        print(f"== run {label}: {where}, "
               f"env {json.dumps({k: v for k, v in env_extra.items()})}", flush=True)
         rows, attempts = run_label(label, env_extra, shared, args, dl, tmp, logdir, emit)
         runs[label] = {"seconds": round(time.time() - t0, 1), "attempts": attempts, "env": env_extra,
