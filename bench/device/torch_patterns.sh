@@ -33,7 +33,8 @@ for W in $WORLDS; do
     # The script's own --timeout ends its runs and still writes the JSON; `timeout` is the
     # backstop 10 s later.
     timeout -k 5 $((T + 10)) stdbuf -oL -eL python3 -u bench/dropin/torch_patterns.py --lib "$LIB" \
-        --world "$W" --standalone --timeout "$T" --large "$LARGE" ${LARGE_DTYPES:+--large-dtypes "$LARGE_DTYPES"} \
+        --world "$W" --standalone --timeout "$T" --pattern-timeout 40 --collective-timeout 30 \
+        --init-timeout 45 --large "$LARGE" ${LARGE_DTYPES:+--large-dtypes "$LARGE_DTYPES"} \
         --out "$OUT/patterns-$W.json" > "$OUT/patterns-$W.txt" 2>&1
     rc=$?
     echo "world $W rc=$rc" >> "$OUT/patterns-$W.txt"

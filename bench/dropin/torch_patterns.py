@@ -333,6 +333,16 @@ def merge_rank_rows(world, by_rank):
     return status, "; ".join(details)[:600]
 
 
+def must_restart(everyone):
+    """After a pattern, from every rank's (status, exception text or None): whether the
+    workers must start afresh. Yes after any ERROR, and after any exception unless every
+    rank raised the same text (then all stopped at the same call and are still in step)."""
+    if any(st == "ERROR" for st, _ in everyone):
+        return True
+    texts = {t for _, t in everyone}
+    return any(t is not None for t in texts) and len(texts) != 1
+
+
 def summary_counts(rows):
     c = {s: 0 for s in STATUSES}
     for r in rows:
@@ -428,6 +438,11 @@ def self_test():
     ok(merge_rank_rows(3, {0: P, 1: F})[0] == "HANG", "merge missing rank")
     ok(merge_rank_rows(2, {0: S, 1: S})[0] == "SKIP" and merge_rank_rows(2, {0: P, 1: S})[0] == "PASS", "merge skip")
     ok(merge_rank_rows(2, {0: {"status": "ERROR", "detail": "x"}, 1: F})[0] == "ERROR", "merge error wins")
+    ok(not must_restart([("PASS", None), ("SKIP", None)]), "no restart without exceptions")
+    ok(must_restart([("PASS", None), ("ERROR", "x")]) and must_restart([("SKIP", "a"), ("PASS", None)]),
+       "restart after an ERROR or an exception on some ranks only")
+    ok(not must_restart([("SKIP", "a"), ("SKIP", "a")]) and must_restart([("SKIP", "a"), ("SKIP", "b")]),
+       "same refusal everywhere keeps the workers")
     c = summary_counts([{"status": s} for s in ("PASS", "PASS", "FAIL", "SKIP", "HANG", "ERROR")])
     ok(summary_line(c) == "summary: 2 passed, 1 failed, 1 errors, 1 skipped, 1 hung", "summary line")
     for res in _self_test_parent():
@@ -1102,25 +1117,28 @@ def worker(rank, world, cfg):
         name, kind, prm = patterns[idx]
         put({"begin": idx, "name": name})
         t1 = time.time()
+        raised = None
         try:
             status, detail = KINDS[kind](c, name, prm)
             _sync(c)
         except Exception as e:  # one pattern's failure must not hide the rest
             text = f"{type(e).__name__}: {e}"
+            raised = text
             status = classify_exception(text)
             tb = traceback.format_exc()
             print(f"pattern {name}:\n{tb}", flush=True)
             detail = text.strip().replace("\n", " ")[:400]
         put({"index": idx, "name": name, "rank": rank, "status": status, "detail": detail,
              "seconds": round(time.time() - t1, 3)})
-        # Agree over gloo: an ERROR anywhere may leave NCCL streams out of step, so every
-        # rank leaves and the parent starts fresh workers from the next pattern.
+        # Agree over gloo: an exception anywhere may leave NCCL streams out of step, so every
+        # rank leaves and the parent starts fresh workers from the next pattern; unless every
+        # rank was refused the same way (a SKIP raised by torch at the same point).
         try:
             everyone = [None] * world
-            dist.all_gather_object(everyone, status, group=gloo)
+            dist.all_gather_object(everyone, (status, raised), group=gloo)
         except Exception:
             os._exit(5)
-        if "ERROR" in everyone:
+        if must_restart(everyone):
             put({"restart_after": idx})
             os._exit(4)
         if not cpu:
@@ -1247,7 +1265,11 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
                     if any(alive) and time.time() - last_progress < 10:
                         continue
                     codes = [p.exitcode for p in procs]
+                    stalled = time.time() - last_progress
                     why = f"worker exit codes {codes}"
+                    if stalled >= args.collective_timeout - 1:
+                        # No row for as long as the watchdog waits: it ended a hung call.
+                        why += f" after {stalled:.0f} s without progress (watchdog)"
                     break
                 limit = args.pattern_timeout + (args.init_timeout if first else 0)
                 if time.time() - last_progress > limit:
@@ -1257,7 +1279,7 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
                     why = "overall timeout"
                     break
             for p in procs:
-                p.join(timeout=0 if why else 20)
+                p.join(timeout=0 if why else 8)
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=5)
@@ -1284,6 +1306,8 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
                 if why == "overall timeout":
                     st = "HANG"
                 elif "no progress" in why:
+                    st = "HANG"
+                elif "(watchdog)" in why:
                     st = "HANG"
                 else:
                     st = "ERROR" if any(cd not in (0, None) for cd in att["exit_codes"]) else "HANG"
