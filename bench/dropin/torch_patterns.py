@@ -1118,6 +1118,7 @@ def worker(rank, world, cfg):
         sys.exit(2)
     put({"init_s": round(time.time() - t0, 2), "torch": torch.__version__,
          "nccl": None if cpu else ".".join(map(str, torch.cuda.nccl.version())), "device": str(dev),
+         "gpu": None if cpu else torch.cuda.get_device_name(dev),
          "ld_preload": os.environ.get("LD_PRELOAD", ""), "standalone": os.environ.get("TPCOMM_STANDALONE")})
     if cfg.get("inject_fault"):
         _inject_fault(dist, rank, world)
@@ -1380,7 +1381,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tpcomm-patterns-")
     logdir = args.out + ".logs"
     os.makedirs(logdir, exist_ok=True)
-    print(f"torch {torch.__version__}, {ngpu} GPU(s) ({torch.cuda.get_device_name(0) if ngpu else 'none'}), "
+    # No CUDA context here (under MPS it would take a client): the ranks name the GPU.
+    print(f"torch {torch.__version__}, {ngpu} GPU(s), "
           f"world {args.world}, {len(build_patterns(args.world))} patterns per run, logs in {logdir}", flush=True)
     for v in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         if not os.environ.get(v):
@@ -1430,7 +1432,9 @@ def main():
     out = {"what": "torch.distributed patterns through libtpcomm_nccl.so, every element against a CPU reference",
            "script": "bench/dropin/torch_patterns.py", "argv": sys.argv, "world": args.world, "lib": lib,
            "standalone": args.standalone, "torch": torch.__version__, "gpus": ngpu,
-           "gpu": torch.cuda.get_device_name(0) if ngpu else None, "large": args.large,
+           "gpu": sorted({i.get("gpu") for rn in runs.values() for a in rn.get("attempts", [])
+                          for i in a.get("init", {}).values() if i.get("gpu")}),
+           "large": args.large,
            "large_dtypes": args.large_dtypes,
            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                                                   "NVSHMEM_DISABLE_NVLS", "CUDA_MPS_PIPE_DIRECTORY",
