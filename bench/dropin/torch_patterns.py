@@ -1392,7 +1392,10 @@ def main():
     def emit(label, idx, name, status, detail, by_rank):
         row = {"run": label, "index": idx, "name": name, "world": args.world, "status": status,
                "detail": detail, "per_rank": {str(r): v for r, v in sorted(by_rank.items()) if v}}
-        print(f"{status} {name} {args.world} [{label}] {detail}", flush=True)
+        secs = [float(v.get("seconds", 0)) for v in by_rank.values() if v]
+        took = f" ({max(secs):.1f} s)" if secs else ""
+        row["seconds"] = max(secs) if secs else None
+        print(f"{status} {name} {args.world} [{label}]{took} {detail}", flush=True)
         all_rows.append(row)
         return row
 
