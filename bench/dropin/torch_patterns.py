@@ -1196,6 +1196,28 @@ def _inject_fault(dist, rank, world):
     dist.gather = wrap(dist.gather, lambda a, k: k.get("gather_list") or [])
 
 
+LIVE = []  # the workers of the current attempt, for the SIGTERM handler
+ON_TERM = []  # then called: main's writer of the rows so far
+
+
+def _on_term(signum, frame):
+    """`timeout` (or anyone) ending the parent ends its workers too, so no rank is left
+    holding the GPU for the next run."""
+    for p in LIVE:
+        try:
+            if p.is_alive():
+                p.kill()
+        except Exception:
+            pass
+    print(f"terminated by signal {signum}: workers killed", flush=True)
+    for f in ON_TERM:
+        try:
+            f(signum)
+        except Exception:
+            pass
+    os._exit(128 + signum)
+
+
 def read_rows(path):
     out = []
     try:
@@ -1244,6 +1266,7 @@ def run_label(label, env_extra, shared, args, deadline, tmp, logdir, emit, targe
                    "inject_fault": getattr(args, "inject_fault", False),
                    "coll_timeout": args.collective_timeout, **(extra or {})}
             procs = [ctx.Process(target=target or worker, args=(r, world, cfg), daemon=False) for r in range(world)]
+            LIVE[:] = procs
             for p in procs:
                 p.start()
             att = {"attempt": a, "start": start, "start_name": patterns[start][0]}
@@ -1377,8 +1400,11 @@ def main():
     lib = os.path.abspath(args.lib) if args.lib else None
     if lib and not os.path.exists(lib):
         ap.error(f"no such library: {lib}")
+    import signal
     import torch
 
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
     t_start = time.time()
     deadline = t_start + args.timeout
     ngpu = torch.cuda.device_count()
@@ -1403,6 +1429,14 @@ def main():
         all_rows.append(row)
         return row
 
+    def partial(signum):
+        counts = summary_counts(all_rows)
+        with open(args.out, "w") as f:
+            json.dump({"what": "partial: the parent was ended by signal %d" % signum, "world": args.world,
+                       "summary": dict(counts, line=summary_line(counts), ok=False), "rows": all_rows}, f, indent=1)
+        print(summary_line(counts) + " (terminated: rows so far)", flush=True)
+
+    ON_TERM.append(partial)
     plan = []
     if args.cpu_gloo:
         args.no_baseline = True
