@@ -58,7 +58,7 @@ summary line, and --out (JSON: every row, per-rank details, runs, attempts). Eac
 stdout/stderr go to <out>.logs/. Exit 0 only if nothing FAILed, ERRORed or HANGed.
 
 What has run (2026-12-07, no GPU): --self-test; --cpu-gloo at worlds 2, 3 and 4 with
-torch 2.11 (CPU wheel of PyPI): 112 PASS, 19 SKIP (graphs, split_group, integer AVG and
+torch 2.11.0+cu130 from PyPI on a machine without a GPU: 112 PASS, 19 SKIP (graphs, split_group, integer AVG and
 self-pairs, which gloo cannot do), and with --inject-fault every corrupted pattern FAILs.
 The NCCL path, the drop-in, CUDA graphs and split_group have not run.
 """
