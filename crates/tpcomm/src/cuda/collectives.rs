@@ -136,7 +136,13 @@ impl P2pTransport {
                 ctl: p.ctl,
                 status: p.status,
                 timeout_ns: p.timeout_ns,
-                call: call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?,
+                call: call_word::word_if(
+                    p.check_calls,
+                    kind,
+                    call.signature(),
+                    bytes as u64,
+                    root as u64,
+                )?,
                 rank: self.rank() as u32,
                 world: self.world() as u32,
                 ..Default::default()

@@ -217,7 +217,13 @@ impl PinnedTransport {
             }
         };
         let mut base = p.args;
-        base.call = call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
+        base.call = call_word::word_if(
+            p.check_calls,
+            kind,
+            call.signature(),
+            bytes as u64,
+            root as u64,
+        )?;
         base.input = call.input;
         base.output = call.output;
         base.nbytes = bytes as u64;

@@ -479,7 +479,7 @@ impl GpuTransport for PinnedTransport {
                     HostAlgo::Delta => call_word::Kind::HostDelta,
                     HostAlgo::Chunked => call_word::Kind::HostChunked,
                 },
-                dtype,
+                call.signature(),
                 bytes as u64,
                 0,
             )?,
