@@ -9,7 +9,7 @@ use crate::types::{dtype_of, NcclDataType, NcclRedOp, OP_SUM};
 use std::fmt;
 use tpcomm::cuda::quant::wire_for;
 use tpcomm::quant::Wire;
-use tpcomm::select::{self, Candidate, Mode, RouteTable, Transport};
+use tpcomm::select::{self, Candidate, Mode, NcclReason, RouteTable, Transport};
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
 
 /// The launch mode the drop-in routes for: it cannot tell an eager call from
@@ -185,19 +185,19 @@ pub fn decide(disabled: bool, paths: Option<Paths>, c: &Call) -> Route {
     let Some(bytes) = c.count.checked_mul(dtype.size()) else {
         return Route::Nccl(Why::TooLarge);
     };
+    let wire = wire_for(p.wire, p.wire_min, bytes as u64);
     let r = p
         .routes
-        .lookup(bytes as u64, dtype, ReduceOp::Sum, Algo::Auto, MODE);
-    let wire = wire_for(p.wire, p.wire_min, bytes as u64);
-    let kernel = match (r.route, r.algo) {
-        (select::Route::Tpcomm, Some(_)) | (select::Route::NcclFaster, _)
-            if wire != Wire::Exact =>
-        {
-            Kernel::Quantized(wire)
-        }
-        (select::Route::Tpcomm, Some(a)) => Kernel::Exact(p.routes.group().transport, a),
-        (select::Route::NcclFaster, _) => return Route::Nccl(Why::Faster),
-        _ => return Route::Nccl(Why::TooLarge),
+        .lookup(bytes as u64, dtype, ReduceOp::Sum, Algo::Auto, MODE, wire);
+    let kernel = match r {
+        select::Route::Tpcomm {
+            transport,
+            algo,
+            wire: Wire::Exact,
+        } => Kernel::Exact(transport, algo.unwrap_or(Algo::OneShot)),
+        select::Route::Tpcomm { wire, .. } => Kernel::Quantized(wire),
+        select::Route::Nccl(NcclReason::Faster) => return Route::Nccl(Why::Faster),
+        select::Route::Nccl(_) => return Route::Nccl(Why::TooLarge),
     };
     // Alignment is asked last and never changes where the call goes: it can
     // differ between ranks (a tensor view on one, a whole tensor on
@@ -543,25 +543,19 @@ rows = [
     /// `choice:` and `route:` lines); `None` for the reasons only the
     /// drop-in has (TPCOMM_DISABLE, no paired communicator, a group, a type
     /// or an empty call).
-    fn as_explained(r: Route) -> Option<(Candidate, select::Route)> {
+    fn as_explained(r: Route) -> Option<select::Route> {
         Some(match r {
             Route::Tpcomm(Kernels {
                 kernel: Kernel::Exact(transport, algo),
                 ..
-            }) => (
-                Candidate {
-                    transport,
-                    algo: Some(algo),
-                },
-                select::Route::Tpcomm,
-            ),
+            }) => select::Route::exact(transport, algo),
             Route::Tpcomm(Kernels {
                 kernel: Kernel::Quantized(_),
                 ..
             }) => return None,
-            Route::Nccl(Why::Faster) => (Candidate::NCCL, select::Route::NcclFaster),
-            Route::Nccl(Why::TooLarge) => (Candidate::NCCL, select::Route::NcclTooLarge),
-            Route::Nccl(Why::Op) => (Candidate::NCCL, select::Route::NcclOp),
+            Route::Nccl(Why::Faster) => select::Route::Nccl(NcclReason::Faster),
+            Route::Nccl(Why::TooLarge) => select::Route::Nccl(NcclReason::TooLarge),
+            Route::Nccl(Why::Op) => select::Route::Nccl(NcclReason::Op),
             Route::Nccl(_) => return None,
         })
     }
@@ -587,14 +581,13 @@ rows = [
                         let count = (bytes as usize).div_ceil(dt.size());
                         let mine = exact(false, Some(&t), &call(count, nccl_type));
                         let b = (count * dt.size()) as u64;
-                        let (routed, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
-                        let theirs = (routed.candidate(t.group().transport), routed.route);
+                        let (theirs, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
                         assert_eq!(
                             as_explained(mine),
                             Some(theirs),
                             "{class:?}, {b} bytes of {dt:?}"
                         );
-                        seen.insert(routed.route);
+                        seen.insert(theirs.nccl_reason());
                     }
                 }
             }
