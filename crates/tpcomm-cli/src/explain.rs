@@ -7,7 +7,9 @@ use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use tpcomm::cuda::quant::wire_for;
 use tpcomm::cuda::MAX_WORLD;
+use tpcomm::quant::Wire;
 use tpcomm::select::{
     self, Decision, Group, NcclReason, Query, Route, RouteTable, Selector, Table, Transport,
 };
@@ -134,6 +136,10 @@ fn run_inner(args: &ExplainArgs, (selector, transport): (Selector, Transport)) -
     } else {
         select::Mode::Eager
     };
+    // The wire the sum travels on: TPCOMM_WIRE from TPCOMM_WIRE_MIN_BYTES
+    // up, as the communicator and the drop-in read it.
+    let env = tpcomm::quant::wire_from_env()?;
+    let wire = wire_for(env.wire, env.min_bytes, args.bytes.bytes());
     let mut text = answer(
         &selector,
         group,
@@ -141,11 +147,10 @@ fn run_inner(args: &ExplainArgs, (selector, transport): (Selector, Transport)) -
         args.dtype,
         args.op,
         mode,
+        wire,
     )?
     .1;
-    if let Some(line) =
-        tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, args.bytes.bytes())
-    {
+    if let Some(line) = tpcomm::quant::explain_line(&env, args.bytes.bytes()) {
         text.push_str(&line);
         text.push('\n');
     }
@@ -162,9 +167,10 @@ pub(crate) fn answer(
     dtype: DType,
     op: ReduceOp,
     mode: select::Mode,
+    wire: Wire,
 ) -> Result<(Route, String)> {
     let routes = RouteTable::resolve(sel, group)?;
-    Ok(answer_with(sel, &routes, bytes, dtype, op, mode))
+    Ok(answer_with(sel, &routes, bytes, dtype, op, mode, wire))
 }
 
 /// [`answer`] with the routes already resolved.
@@ -175,9 +181,10 @@ fn answer_with(
     dtype: DType,
     op: ReduceOp,
     mode: select::Mode,
+    wire: Wire,
 ) -> (Route, String) {
     let group = *routes.group();
-    let (route, decision) = routes.explain(sel, bytes, dtype, op, mode);
+    let (route, decision) = routes.explain(sel, bytes, dtype, op, mode, wire);
     let q = Query {
         world: group.world,
         dtype,
@@ -231,7 +238,10 @@ fn render(
         // Communicator::all_reduce returns an error here (RouteTable::route).
         let _ = writeln!(out, "choice: error (no NCCL beside the kernels)");
     } else {
-        let _ = writeln!(out, "choice: {}", route.candidate());
+        // The decision's choice (which a quantized wire overrides), else
+        // the route's.
+        let choice = d.map_or(route.candidate(), |d| d.choice);
+        let _ = writeln!(out, "choice: {choice}");
     }
     // The text the drop-in's first-call log prints for the same route.
     let _ = writeln!(out, "route: {route}");
@@ -281,7 +291,6 @@ mod tests {
     use std::cell::RefCell;
     use tpcomm::cuda::communicator::{dispatch, Lanes};
     use tpcomm::cuda::Call;
-    use tpcomm::quant::Wire;
     use tpcomm::topology::MachineClass;
     use tpcomm::Algo;
 
@@ -355,9 +364,20 @@ mod tests {
                                     for &bytes in &sizes {
                                         let text = if bytes == 4100 {
                                             // As the command runs it: resolving its own table.
-                                            answer(&sel, group, bytes, dtype, op, mode).unwrap().1
+                                            answer(&sel, group, bytes, dtype, op, mode, Wire::Exact)
+                                                .unwrap()
+                                                .1
                                         } else {
-                                            answer_with(&sel, &routes, bytes, dtype, op, mode).1
+                                            answer_with(
+                                                &sel,
+                                                &routes,
+                                                bytes,
+                                                dtype,
+                                                op,
+                                                mode,
+                                                Wire::Exact,
+                                            )
+                                            .1
                                         };
                                         let line = |name: &str| {
                                             text.lines()

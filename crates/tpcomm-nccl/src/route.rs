@@ -418,10 +418,11 @@ rows = [
         );
     }
 
-    /// `tpcomm explain` answers the route the drop-in takes: for every size
-    /// class edge (and one byte past it), type and machine class, the
-    /// drop-in's decision is the one `RouteTable::explain` reports for the
-    /// drop-in's launch mode.
+    /// `tpcomm explain` answers the route the drop-in takes, and prints it
+    /// with the same text: for every size class edge (and one byte past
+    /// it), type and machine class, on the exact wire and on int8 from
+    /// 64 KiB up, the drop-in's decision is the one `RouteTable::explain`
+    /// reports for the drop-in's launch mode and the wire of that size.
     #[test]
     fn the_drop_in_takes_the_route_explain_prints() {
         let classes = [
@@ -429,25 +430,44 @@ rows = [
             (MachineClass::PcieP2p, Transport::Cuda, 8),
             (MachineClass::PcieNop2p, Transport::Host, 4),
         ];
+        let int8 = tpcomm::quant::wire_from_vars(Some("int8"), Some("64KiB")).unwrap();
         let mut seen = std::collections::HashSet::new();
         for (class, transport, world) in classes {
             let t = routes(class, transport, world);
             let sel = Selector::for_class(class);
-            for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
-                for i in 1..110 {
-                    for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
-                        let count = (bytes as usize).div_ceil(dt.size());
-                        let mine = exact(false, Some(&t), &call(count, nccl_type));
-                        let b = (count * dt.size()) as u64;
-                        let (theirs, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
-                        assert_eq!(mine, theirs, "{class:?}, {b} bytes of {dt:?}");
-                        seen.insert(theirs.nccl_reason());
+            for (wire, wire_min) in [(Wire::Exact, ByteSize::b(0)), (int8.wire, int8.min_bytes)] {
+                let paths = Paths {
+                    routes: &t,
+                    wire,
+                    wire_min,
+                };
+                for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
+                    for i in 1..110 {
+                        for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
+                            let count = (bytes as usize).div_ceil(dt.size());
+                            let c = call(count, nccl_type);
+                            let mine = decide(false, Some(paths), &c);
+                            let b = (count * dt.size()) as u64;
+                            let on = wire_for(wire, wire_min, b);
+                            let (theirs, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE, on);
+                            assert_eq!(mine, theirs, "{class:?}, {b} bytes of {dt:?}, {on:?}");
+                            assert_eq!(log_text(mine, &c), theirs.to_string());
+                            seen.insert(theirs);
+                        }
                     }
                 }
             }
         }
-        // Every route the exact wire can take was met.
-        assert_eq!(seen.len(), 3, "{seen:?}");
+        // Every kind of route was met: the exact kernels, the quantized
+        // wire, NCCL faster and above the buffers.
+        assert!(seen.contains(&Route::Nccl(NcclReason::Faster)), "{seen:?}");
+        assert!(
+            seen.contains(&Route::Nccl(NcclReason::TooLarge)),
+            "{seen:?}"
+        );
+        assert!(seen.iter().any(|r| r.algo().is_some()), "{seen:?}");
+        let quantized = |r: &Route| matches!(r, Route::Tpcomm { wire, .. } if *wire != Wire::Exact);
+        assert!(seen.iter().any(quantized), "{seen:?}");
     }
 
     /// The decision a tpcomm call pays on the CPU: `decide` over the resolved

@@ -460,10 +460,11 @@ impl RouteTable {
         }
     }
 
-    /// What `explain` prints for an exact all-reduce of `bytes`: the route
-    /// the communicator takes and, when the decision chose, the decision at
-    /// the size its class was decided at (with the reason and the
-    /// estimates).
+    /// What `explain` prints for an all-reduce of `bytes` on `wire` (as
+    /// [`lookup`](Self::lookup) takes it): the route the communicator takes
+    /// (the same lookup) and, when the kernels can take the call, the
+    /// decision at the size its class was decided at (with the reason and
+    /// the estimates; a quantized wire overrides its choice).
     pub fn explain(
         &self,
         sel: &Selector,
@@ -471,8 +472,9 @@ impl RouteTable {
         dtype: DType,
         op: ReduceOp,
         mode: Mode,
+        wire: Wire,
     ) -> (Route, Option<Decision>) {
-        let r = self.lookup(bytes, dtype, op, Algo::Auto, mode, Wire::Exact);
+        let r = self.lookup(bytes, dtype, op, Algo::Auto, mode, wire);
         let decided =
             matches!(r, Route::Tpcomm { .. } | Route::Nccl(NcclReason::Faster)).then(|| {
                 decide(

@@ -101,7 +101,8 @@ fn a_route_table_answers_what_the_decision_answers_for_every_fixture() {
                                 if !nccl {
                                     assert!(!r.is_nccl(), "{ctx}");
                                 }
-                                let (e, why) = t.explain(&sel, bytes, dtype, ReduceOp::Sum, mode);
+                                let (e, why) =
+                                    t.explain(&sel, bytes, dtype, ReduceOp::Sum, mode, Wire::Exact);
                                 assert_eq!(e, r, "{ctx}");
                                 assert_eq!(why.map(|w| w.choice), Some(d.choice), "{ctx}");
                             }
