@@ -8,7 +8,9 @@
 //! it once per size class at creation ([`RouteTable::resolve`]); a call is
 //! then [`RouteTable::route`]: two comparisons and an array index, no
 //! allocation, no system call. `tpcomm explain`, `tpcomm bench --algos auto`,
-//! `cuda::Communicator` and the drop-in all hold a `RouteTable` built here.
+//! `cuda::Communicator` and the drop-in all hold a `RouteTable` built here,
+//! and all answer with the one [`Route`] its [`RouteTable::lookup`] gives
+//! (tpcomm with transport, algorithm and wire, or NCCL with the reason).
 //!
 //! Size classes: the message sizes are cut into classes of four steps per
 //! octave, (lo, hi] with hi in 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, ...
