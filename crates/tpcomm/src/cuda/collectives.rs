@@ -23,8 +23,10 @@ use super::loader::{
 use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::select::{NcclReason, Route, Transport};
 use crate::sys::cuda::{self as raw, Function, Module};
 use crate::units::ByteSize;
+use crate::wire::Wire;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 
@@ -160,47 +162,25 @@ impl P2pTransport {
     }
 }
 
-/// Where one collective of [`Communicator`] runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollectiveRoute {
-    /// tpcomm's kernels on the P2P buffers.
-    Tpcomm,
-    /// NCCL: the block is larger than the buffers (or, through pinned host
-    /// memory, its blocks do not fit the areas).
-    NcclTooLarge,
-    /// NCCL: the kernels only sum.
-    NcclOp,
-}
-
-impl CollectiveRoute {
-    /// Decides from what the kernels can do; pure, tested without a GPU.
-    /// `fits`: the transport's buffers hold the call's blocks (always on
-    /// P2P below `max_bytes`; see `host_path::collectives::fits`).
-    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp, fits: bool) -> CollectiveRoute {
-        if op != ReduceOp::Sum {
-            CollectiveRoute::NcclOp
-        } else if bytes > max_bytes.bytes() || !fits {
-            CollectiveRoute::NcclTooLarge
-        } else {
-            CollectiveRoute::Tpcomm
-        }
-    }
-
-    /// Why it is not on tpcomm's kernels (empty for `Tpcomm`).
-    pub fn reason(self) -> &'static str {
-        match self {
-            CollectiveRoute::Tpcomm => "",
-            CollectiveRoute::NcclTooLarge => "the block is above the buffers",
-            CollectiveRoute::NcclOp => "the kernels only sum",
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CollectiveRoute::Tpcomm => "tpcomm",
-            CollectiveRoute::NcclTooLarge => "nccl (block above the buffers)",
-            CollectiveRoute::NcclOp => "nccl (op not in the kernels)",
-        }
+/// Where a collective of a block of `bytes` runs: tpcomm's kernels on
+/// `transport` when they can take it, else NCCL and why. Pure, tested
+/// without a GPU. `fits`: the transport's buffers hold the call's blocks
+/// (always on P2P below `max_bytes`; see `host_path::collectives::fits`).
+pub fn collective_route(
+    transport: Transport,
+    bytes: u64,
+    max_bytes: ByteSize,
+    op: ReduceOp,
+    fits: bool,
+) -> Route {
+    match NcclReason::of(bytes, max_bytes, op) {
+        Some(why) => Route::Nccl(why),
+        None if !fits => Route::Nccl(NcclReason::TooLarge),
+        None => Route::Tpcomm {
+            transport,
+            algo: None,
+            wire: Wire::Exact,
+        },
     }
 }
 
@@ -240,18 +220,19 @@ impl Communicator {
         count: usize,
         dtype: DType,
         op: ReduceOp,
-    ) -> Result<CollectiveRoute> {
+    ) -> Result<Route> {
         let bytes = (count as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
         let fits = self.gpu().collective_fits(what, count, dtype);
-        let route = CollectiveRoute::of(bytes, self.gpu().max_bytes(), op, fits);
-        if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {
+        let transport = self.gpu().transport().for_routes();
+        let route = collective_route(transport, bytes, self.gpu().max_bytes(), op, fits);
+        if let (Route::Nccl(why), None) = (route, self.nccl()) {
             return Err(Error::Unsupported(format!(
                 "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
                 what.name(),
                 count,
-                route.reason(),
+                why.text(),
             )));
         }
         Ok(route)
@@ -264,7 +245,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport`]'s methods, for `what`.
-    pub unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<Route> {
         let op = match what {
             // Only sums reach the kernels: any other op routes to NCCL.
             Collective::ReduceScatter => call.op,
@@ -275,7 +256,7 @@ impl Communicator {
         // writes the same ranges on the same stream.
         unsafe {
             match (route, self.nccl()) {
-                (CollectiveRoute::Tpcomm, _) => self.gpu().run_collective(what, call)?,
+                (Route::Tpcomm { .. }, _) => self.gpu().run_collective(what, call)?,
                 (_, Some(n)) => GpuTransport::run_collective(n, what, call)?,
                 _ => return Err(no_route()),
             }
@@ -289,7 +270,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::all_gather`].
-    pub unsafe fn all_gather(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn all_gather(&self, call: &Call) -> Result<Route> {
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(Collective::AllGather, call) }
     }
@@ -300,7 +281,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::reduce_scatter`].
-    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<Route> {
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(Collective::ReduceScatter, call) }
     }
@@ -311,7 +292,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::broadcast`].
-    pub unsafe fn broadcast(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn broadcast(&self, call: &Call) -> Result<Route> {
         let what = Collective::Broadcast { root: call.root };
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(what, call) }
@@ -353,19 +334,22 @@ mod tests {
     #[test]
     fn routes_send_what_the_kernels_cannot_take_to_nccl() {
         let max = ByteSize::mib(8);
-        let of = CollectiveRoute::of;
+        let of = |bytes, op, fits| collective_route(Transport::Host, bytes, max, op, fits);
+        let tpcomm = Route::Tpcomm {
+            transport: Transport::Host,
+            algo: None,
+            wire: Wire::Exact,
+        };
+        assert_eq!(of(max.bytes(), ReduceOp::Sum, true), tpcomm);
+        assert_eq!(tpcomm.to_string(), "tpcomm host");
         assert_eq!(
-            of(max.bytes(), max, ReduceOp::Sum, true),
-            CollectiveRoute::Tpcomm
+            of(max.bytes() + 1, ReduceOp::Sum, true),
+            Route::Nccl(NcclReason::TooLarge)
         );
+        assert_eq!(of(16, ReduceOp::Max, true), Route::Nccl(NcclReason::Op));
         assert_eq!(
-            of(max.bytes() + 1, max, ReduceOp::Sum, true),
-            CollectiveRoute::NcclTooLarge
-        );
-        assert_eq!(of(16, max, ReduceOp::Max, true), CollectiveRoute::NcclOp);
-        assert_eq!(
-            of(16, max, ReduceOp::Sum, false),
-            CollectiveRoute::NcclTooLarge
+            of(16, ReduceOp::Sum, false),
+            Route::Nccl(NcclReason::TooLarge)
         );
     }
 }

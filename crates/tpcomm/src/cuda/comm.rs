@@ -370,8 +370,15 @@ impl GpuTransport for P2pTransport {
         let dtype = call.dtype;
         let algo = self
             .routes
-            .lookup(bytes as u64, dtype, ReduceOp::Sum, call.algo, self.mode)
-            .algo
+            .lookup(
+                bytes as u64,
+                dtype,
+                ReduceOp::Sum,
+                call.algo,
+                self.mode,
+                crate::wire::Wire::Exact,
+            )
+            .algo()
             .unwrap_or(Algo::OneShot);
         if call.count == 0 {
             return Ok(algo);

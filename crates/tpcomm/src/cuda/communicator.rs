@@ -15,7 +15,7 @@ use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
 use super::{Call, CudaConfig, GpuTransport, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
-use crate::dtype::{DType, ReduceOp};
+use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
@@ -23,9 +23,9 @@ use crate::select::{agree, Group, Mode, RouteTable};
 use crate::units::ByteSize;
 use std::time::Duration;
 
-/// Where one all-reduce runs, and why: the one decision's vocabulary
-/// (`select::route`), named here as before.
-pub use crate::select::Route;
+/// Where one call runs, and why: the one route type (`select::route`),
+/// which every method here returns.
+pub use crate::select::{NcclReason, Route};
 
 /// A GPU communicator with NCCL behind it (see the module docs).
 pub struct Communicator {
@@ -126,11 +126,15 @@ impl Communicator {
     pub unsafe fn all_reduce_wire(&self, call: &Call, wire: Wire) -> Result<Route> {
         if wire == Wire::Exact {
             // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe { self.route_exact(&call.with_algo(Algo::Auto)) };
+            return unsafe { self.route(&call.with_algo(Algo::Auto), Wire::Exact) };
         }
         // SAFETY: as above.
         unsafe { self.all_reduce_quant(call, wire, self.wire_algo)? };
-        Ok(Route::TpcommQuantized)
+        Ok(Route::Tpcomm {
+            transport: self.routes.group().transport,
+            algo: None,
+            wire,
+        })
     }
 
     /// A quantized all-reduce (sum) of `call` on `wire` with the algorithm
@@ -189,88 +193,86 @@ impl StreamAllReduce for Communicator {
     type Ran = Route;
 
     unsafe fn all_reduce_call(&self, call: &Call) -> Result<Route> {
-        let bytes = call.bytes()?;
-        let wire = self.wire_for(bytes);
-        // A quantized wire is the caller's request: it takes every sum the
-        // kernels can, before the decision (which never weighed it).
-        if wire != Wire::Exact
-            && Route::of(bytes, self.routes.group().max_bytes, call.op) == Route::Tpcomm
-        {
-            // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe { self.all_reduce_wire(call, wire) };
-        }
-        // SAFETY: as above.
-        unsafe { self.route_exact(call) }
+        let wire = self.wire_for(call.bytes()?);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.route(call, wire) }
     }
 }
 
 impl Communicator {
-    /// The exact route of `call`: tpcomm's kernels or NCCL.
+    /// Routes `call` ([`dispatch`]: the route table's one lookup, with the
+    /// quantized `wire` when the sum travels on one) and runs it there.
     ///
     /// # Safety
     /// As [`StreamAllReduce::all_reduce_call`].
-    unsafe fn route_exact(&self, call: &Call) -> Result<Route> {
-        let exact = ExactCall { comm: self, call };
-        let c = call;
-        dispatch(
-            &self.routes,
-            &exact,
-            c.count,
-            c.dtype,
-            c.op,
-            c.algo,
-            self.mode,
-        )
+    unsafe fn route(&self, call: &Call, wire: Wire) -> Result<Route> {
+        let lanes = CallLanes { comm: self, call };
+        dispatch(&self.routes, &lanes, call, self.mode, wire)
     }
 }
 
-/// The two lanes a call can run on, as routing sees them: what [`dispatch`]
+/// The lanes a call can run on, as routing sees them: what [`dispatch`]
 /// drives, so that the communicator's routing runs in tests with fakes.
 pub trait Lanes {
-    /// Runs the call on tpcomm's kernels with `algo` (never `Auto`).
+    /// Runs the call on tpcomm's exact kernels with `algo` (never `Auto`).
     fn kernels(&self, algo: Algo) -> Result<()>;
+    /// Runs the call (a sum) on tpcomm's quantized `wire`.
+    fn quantized(&self, wire: Wire) -> Result<()>;
     /// Runs the call on NCCL; `None` when no NCCL is loaded.
     fn nccl(&self) -> Option<Result<()>>;
 }
 
 /// The whole per-call decision of [`Communicator`]: the call's route from
-/// `routes` (`select::RouteTable::route`: op and size rules, then the
-/// resolved decision), run on the lane it names.
+/// `routes` (`select::RouteTable::route`: op and size rules, the quantized
+/// `wire` the sum travels on, `Wire::Exact` when none, then the resolved
+/// decision), run on the lane it names. Reads `call`'s count, type, op and
+/// algorithm only.
 pub fn dispatch(
     routes: &RouteTable,
     lanes: &impl Lanes,
-    count: usize,
-    dtype: DType,
-    op: ReduceOp,
-    algo: Algo,
+    call: &Call,
     mode: Mode,
+    wire: Wire,
 ) -> Result<Route> {
-    let routed = routes.route(count, dtype, op, algo, mode)?;
-    match routed.route {
-        Route::Tpcomm => lanes.kernels(routed.algo.unwrap_or(Algo::OneShot))?,
-        r => lanes.nccl().unwrap_or_else(|| {
+    let route = routes.route(call.count, call.dtype, call.op, call.algo, mode, wire)?;
+    match route {
+        Route::Tpcomm {
+            wire: Wire::Exact,
+            algo,
+            ..
+        } => lanes.kernels(algo.unwrap_or(Algo::OneShot))?,
+        Route::Tpcomm { wire, .. } => lanes.quantized(wire)?,
+        Route::Nccl(_) => lanes.nccl().unwrap_or_else(|| {
             // `RouteTable::route` answers NCCL only when NCCL is loaded.
             Err(Error::Unsupported(format!(
-                "route {} on a communicator without NCCL",
-                r.name()
+                "route {route} on a communicator without NCCL"
             )))
         })?,
     }
-    Ok(routed.route)
+    Ok(route)
 }
 
-/// One exact all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
-/// `route_exact`, whose caller vouched for the pointers and stream.
-struct ExactCall<'a> {
+/// One all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
+/// `Communicator::route`, whose caller vouched for the pointers and stream.
+struct CallLanes<'a> {
     comm: &'a Communicator,
     call: &'a Call,
 }
 
-impl Lanes for ExactCall<'_> {
+impl Lanes for CallLanes<'_> {
     fn kernels(&self, algo: Algo) -> Result<()> {
-        // SAFETY: built only in `route_exact`, whose caller's contract
-        // (StreamAllReduce::all_reduce_call) covers the call.
+        // SAFETY: built only in `Communicator::route`, whose caller's
+        // contract (StreamAllReduce::all_reduce_call) covers the call.
         unsafe { GpuTransport::all_reduce(&self.comm.gpu, &self.call.with_algo(algo)) }
+    }
+
+    fn quantized(&self, wire: Wire) -> Result<()> {
+        // SAFETY: as above.
+        unsafe {
+            self.comm
+                .all_reduce_quant(self.call, wire, self.comm.wire_algo)
+                .map(|_| ())
+        }
     }
 
     fn nccl(&self) -> Option<Result<()>> {
@@ -330,6 +332,7 @@ fn say_once(note: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::select::{Selector, Transport};
     use crate::topology::MachineClass;
     use std::cell::RefCell;
@@ -345,6 +348,12 @@ mod tests {
             self.ran
                 .borrow_mut()
                 .push(format!("kernels {}", algo.name()));
+            Ok(())
+        }
+        fn quantized(&self, wire: Wire) -> Result<()> {
+            self.ran
+                .borrow_mut()
+                .push(format!("quantized {}", wire.label()));
             Ok(())
         }
         fn nccl(&self) -> Option<Result<()>> {
@@ -368,6 +377,18 @@ mod tests {
         .unwrap()
     }
 
+    /// A call of `count` elements of `dtype` reduced by `op`, as routing
+    /// reads it (no buffers, no stream: the lanes are fakes).
+    fn call(count: usize, dtype: DType, op: ReduceOp) -> Call {
+        Call::new(0, 0, count, dtype, std::ptr::null_mut()).with_op(op)
+    }
+
+    const ONE_SHOT: Route = Route::Tpcomm {
+        transport: Transport::Cuda,
+        algo: Some(Algo::OneShot),
+        wire: Wire::Exact,
+    };
+
     #[test]
     fn a_pcie_p2p_group_with_nccl_runs_large_sums_on_nccl_and_small_on_the_kernels() {
         let t = routes(MachineClass::PcieP2p, true);
@@ -375,16 +396,26 @@ mod tests {
             has_nccl: true,
             ran: RefCell::new(Vec::new()),
         };
-        let call =
-            |count: usize, op| dispatch(&t, &f, count, DType::Bf16, op, Algo::Auto, Mode::Graph);
-        assert_eq!(call(1024, ReduceOp::Sum).unwrap(), Route::Tpcomm);
-        assert_eq!(call(256 << 9, ReduceOp::Sum).unwrap(), Route::Tpcomm);
+        let run = |count: usize, op| {
+            dispatch(
+                &t,
+                &f,
+                &call(count, DType::Bf16, op),
+                Mode::Graph,
+                Wire::Exact,
+            )
+        };
+        assert_eq!(run(1024, ReduceOp::Sum).unwrap(), ONE_SHOT);
+        assert_eq!(run(256 << 9, ReduceOp::Sum).unwrap(), ONE_SHOT);
         assert_eq!(
-            call((256 << 9) + 8, ReduceOp::Sum).unwrap(),
-            Route::NcclFaster
+            run((256 << 9) + 8, ReduceOp::Sum).unwrap(),
+            Route::Nccl(NcclReason::Faster)
         );
-        assert_eq!(call(16, ReduceOp::Max).unwrap(), Route::NcclOp);
-        assert_eq!(call(8 << 20, ReduceOp::Sum).unwrap(), Route::NcclTooLarge);
+        assert_eq!(run(16, ReduceOp::Max).unwrap(), Route::Nccl(NcclReason::Op));
+        assert_eq!(
+            run(8 << 20, ReduceOp::Sum).unwrap(),
+            Route::Nccl(NcclReason::TooLarge)
+        );
         assert_eq!(
             *f.ran.borrow(),
             [
@@ -397,6 +428,50 @@ mod tests {
         );
     }
 
+    /// A quantized wire takes every sum the kernels can take (NCCL-faster
+    /// sizes and an explicit algorithm included), and nothing else.
+    #[test]
+    fn a_quantized_wire_takes_the_sums_the_kernels_can_take() {
+        let t = routes(MachineClass::PcieP2p, true);
+        let f = Fake {
+            has_nccl: true,
+            ran: RefCell::new(Vec::new()),
+        };
+        let int8 = Wire::int8();
+        let on_int8 = Route::Tpcomm {
+            transport: Transport::Cuda,
+            algo: None,
+            wire: int8,
+        };
+        let run = |c: Call| dispatch(&t, &f, &c, Mode::Graph, int8).unwrap();
+        assert_eq!(run(call(1024, DType::Bf16, ReduceOp::Sum)), on_int8);
+        assert_eq!(run(call(1 << 20, DType::Bf16, ReduceOp::Sum)), on_int8);
+        let two_shot = call(1024, DType::Bf16, ReduceOp::Sum).with_algo(Algo::TwoShot);
+        assert_eq!(run(two_shot), on_int8);
+        assert_eq!(
+            run(call(16, DType::Bf16, ReduceOp::Max)),
+            Route::Nccl(NcclReason::Op)
+        );
+        assert_eq!(
+            run(call(8 << 20, DType::Bf16, ReduceOp::Sum)),
+            Route::Nccl(NcclReason::TooLarge)
+        );
+        assert_eq!(
+            *f.ran.borrow(),
+            [
+                "quantized int8/g64",
+                "quantized int8/g64",
+                "quantized int8/g64",
+                "nccl",
+                "nccl"
+            ]
+        );
+        assert_eq!(
+            on_int8.to_string(),
+            "tpcomm cuda on the quantized int8/g64 wire"
+        );
+    }
+
     #[test]
     fn without_nccl_calls_the_kernels_cannot_take_are_errors_that_say_what_to_do() {
         let t = routes(MachineClass::PcieP2p, false);
@@ -404,40 +479,20 @@ mod tests {
             has_nccl: false,
             ran: RefCell::new(Vec::new()),
         };
+        let run = |count: usize, op| {
+            dispatch(
+                &t,
+                &f,
+                &call(count, DType::Bf16, op),
+                Mode::Graph,
+                Wire::Exact,
+            )
+        };
         // NCCL would be faster at 1 MiB, but none is loaded: the kernels run it.
-        let r = dispatch(
-            &t,
-            &f,
-            1 << 19,
-            DType::Bf16,
-            ReduceOp::Sum,
-            Algo::Auto,
-            Mode::Graph,
-        );
-        assert_eq!(r.unwrap(), Route::Tpcomm);
-        let e = dispatch(
-            &t,
-            &f,
-            16,
-            DType::Bf16,
-            ReduceOp::Min,
-            Algo::Auto,
-            Mode::Graph,
-        )
-        .unwrap_err()
-        .to_string();
+        assert!(!run(1 << 19, ReduceOp::Sum).unwrap().is_nccl());
+        let e = run(16, ReduceOp::Min).unwrap_err().to_string();
         assert!(e.contains("nccl_fallback"), "{e}");
-        let e = dispatch(
-            &t,
-            &f,
-            8 << 20,
-            DType::Bf16,
-            ReduceOp::Sum,
-            Algo::Auto,
-            Mode::Graph,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = run(8 << 20, ReduceOp::Sum).unwrap_err().to_string();
         assert!(
             e.contains("max_bytes") && e.contains("nccl_fallback"),
             "{e}"
@@ -453,16 +508,9 @@ mod tests {
             has_nccl: true,
             ran: RefCell::new(Vec::new()),
         };
-        let r = dispatch(
-            &t,
-            &f,
-            1 << 20,
-            DType::F32,
-            ReduceOp::Sum,
-            Algo::TwoShot,
-            Mode::Eager,
-        );
-        assert_eq!(r.unwrap(), Route::Tpcomm);
+        let c = call(1 << 20, DType::F32, ReduceOp::Sum).with_algo(Algo::TwoShot);
+        let r = dispatch(&t, &f, &c, Mode::Eager, Wire::Exact);
+        assert_eq!(r.unwrap(), Route::exact(Transport::Cuda, Algo::TwoShot));
         assert_eq!(*f.ran.borrow(), ["kernels two-shot"]);
     }
 }

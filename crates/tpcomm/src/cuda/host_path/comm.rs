@@ -603,8 +603,15 @@ impl PinnedTransport {
     /// unchanged. Every rank answers alike, as all hold the same selector.
     pub fn auto_algo(&self, algo: Algo, dtype: DType, bytes: usize) -> Algo {
         self.routes
-            .lookup(bytes as u64, dtype, ReduceOp::Sum, algo, self.mode)
-            .algo
+            .lookup(
+                bytes as u64,
+                dtype,
+                ReduceOp::Sum,
+                algo,
+                self.mode,
+                crate::wire::Wire::Exact,
+            )
+            .algo()
             .unwrap_or(Algo::OneShot)
     }
 
