@@ -129,9 +129,9 @@ fn summing<'a>(
 pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
-    // type and op gathers the blocks and reduces them (all_reduce_gathered).
+    // type and op gathers the blocks and reduces them (reduce_gathered).
     if gathered::takes(a, b.dtype, op) {
-        return gathered::all_reduce_gathered(a, b, op);
+        return gathered::reduce_gathered(a, b, op, None);
     }
     let (dt, l) = match summing(CALL, a, b, op) {
         Ok(run) => run,

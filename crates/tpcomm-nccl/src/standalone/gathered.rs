@@ -19,9 +19,21 @@ use tpcomm::DType;
 /// sentinel: gathered.rs), all-gathered into the staging buffer ahead of it,
 /// and reduced in rank order by the gathered-block kernel into `recv` (the
 /// same bits on every rank). The torch barrier's one-element all-reduce
-/// takes this path.
-pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
-    const CALL: &str = "ncclAllReduce";
+/// takes this path. With a `root` it is `ncclReduce`: every rank gathers,
+/// only the root reduces into its `recv` (the others' is not touched), and
+/// the call words carry the root.
+pub(crate) fn reduce_gathered(
+    a: &StandaloneComm,
+    b: &Buffers,
+    op: NcclRedOp,
+    root: Option<usize>,
+) -> NcclResult {
+    let call = if root.is_some() {
+        "ncclReduce"
+    } else {
+        "ncclAllReduce"
+    };
+    let reduces = root.is_none_or(|r| r == a.rank);
     let Buffers {
         send,
         recv,
@@ -31,7 +43,7 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
     } = *b;
     // Elements per piece: their expanded bytes fill at most one block (less
     // the scalar's place at its end, for a pre-multiplied sum).
-    let p = match prepare(CALL, a, b, op, |block, z| (block / 2) / z) {
+    let p = match prepare(call, a, b, op, reduces, |block, z| (block / 2) / z) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -45,9 +57,9 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
     } = p;
     let z = elem.size();
     let st = stream as CUstream;
-    let area = Area::of(l, a.world, block, signature(b.dtype, op, None));
+    let area = Area::of(l, a.world, block, signature(b.dtype, op, root));
     let (base, mine) = (area.base, area.mine);
-    run(CALL, a, || {
+    run(call, a, || {
         let scalar_at = (block - SCALAR_BYTES) as u64;
         // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
         // no piece reaches (prepare sized `per` without them); in order.
@@ -64,15 +76,17 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
                 gather_expanded(l, send + off, n * z, &area, st)?;
-                let blocks = ReduceBlocks {
-                    input: base,
-                    stride: block as u64,
-                    world: a.world,
-                    output: recv + off,
-                    count: n,
-                    elem,
-                };
-                reduce(l, gop, &blocks, scalar_at, st)?;
+                if reduces {
+                    let blocks = ReduceBlocks {
+                        input: base,
+                        stride: block as u64,
+                        world: a.world,
+                        output: recv + off,
+                        count: n,
+                        elem,
+                    };
+                    reduce(l, gop, &blocks, scalar_at, st)?;
+                }
             }
             done += n;
         }
@@ -99,7 +113,7 @@ pub(crate) fn reduce_scatter_gathered(
         ..
     } = *b;
     let world = a.world;
-    let p = match prepare(CALL, a, b, op, |block, z| block / (2 * z * world)) {
+    let p = match prepare(CALL, a, b, op, true, |block, z| block / (2 * z * world)) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -117,7 +131,7 @@ pub(crate) fn reduce_scatter_gathered(
     let (base, mine) = (area.base, area.mine);
     run(CALL, a, || {
         let scalar_at = (block - SCALAR_BYTES) as u64;
-        // SAFETY: as in all_reduce_gathered: no piece reaches it.
+        // SAFETY: as in reduce_gathered: no piece reaches it.
         unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
         let mut done = 0;
         while done < count {
@@ -284,6 +298,7 @@ fn prepare<'a>(
     a: &'a StandaloneComm,
     b: &Buffers,
     op: NcclRedOp,
+    writes_recv: bool,
     per_block: impl Fn(usize, usize) -> usize,
 ) -> Result<Option<Prepared<'a>>, NcclResult> {
     let (elem, gop) = resolve(call, a, b.dtype, op)?;
@@ -292,7 +307,7 @@ fn prepare<'a>(
         return Ok(None);
     }
     let z = elem.size();
-    if !(b.recv as usize).is_multiple_of(z) {
+    if writes_recv && !(b.recv as usize).is_multiple_of(z) {
         return Err(standalone::unservable(
             call,
             "the receive buffer is not aligned to its element type",

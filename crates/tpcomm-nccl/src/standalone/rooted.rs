@@ -9,7 +9,7 @@
 
 use crate::standalone::collectives::solo_copy;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
-use crate::standalone::gathered::expanded_block;
+use crate::standalone::gathered::{self, expanded_block};
 use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
@@ -297,10 +297,18 @@ pub(crate) unsafe fn launch(
 pub fn rooted(what: What, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclResult {
     if let What::Reduce(op) = what {
         if Op::from_nccl(op).is_none() && a.premul.get(op).is_some() {
-            return standalone::unservable(
-                what.name(),
-                &format!("ncclRedOp {op} is a pre-multiplied sum, served in ncclAllReduce and ncclReduceScatter but not yet in ncclReduce"),
-            );
+            // A pre-multiplied sum: the buffers and root checked as a sum's,
+            // then the all-reduce's gathered path, reduced on the root only.
+            if let Err(r) = check(What::Reduce(OP_SUM), a.rank, a.world, root, b) {
+                return r;
+            }
+            if a.solo.is_some() {
+                return standalone::unservable(
+                    what.name(),
+                    &format!("ncclRedOp {op} (a pre-multiplied sum) on one rank"),
+                );
+            }
+            return gathered::reduce_gathered(a, b, op, Some(root as usize));
         }
     }
     let kind = match check(what, a.rank, a.world, root, b) {
