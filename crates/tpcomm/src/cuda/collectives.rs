@@ -16,14 +16,11 @@ use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::kernels::KernelArgs;
 use super::launch_shape::{self, grid_cap};
-use super::loader::{
-    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
-    PerDevice,
-};
+use super::loader::{dtype_index, per_device, Family, PerDevice};
 use super::pdl::{self, Launch};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};
+use crate::sys::cuda::{CUdeviceptr, CUstream, Function};
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -35,45 +32,44 @@ const BLOCK: u32 = 512;
 /// form can name the all-gather without importing this module).
 pub use crate::algo::Collective;
 
-struct CollKernels {
-    all_gather: [Function; 3],
-    reduce_scatter: [Function; 3],
-    broadcast: [Function; 3],
-    block: u32,
-    blocks_per_sm: u32,
-    arch_major: i32,
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process.
-    _ctx: Arc<CudaContext>,
-}
+/// The collective kernels of one device: `fns` is [all-gather,
+/// reduce-scatter, broadcast] (see [`pick`]).
+type CollKernels = Family<3>;
 
 fn coll_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<CollKernels>> {
     static CACHE: PerDevice<CollKernels> = PerDevice::new();
     per_device(&CACHE, ctx, || {
-        let l = compile_and_load(
+        Family::load(
             ctx,
             compile::COLLECTIVES_SRC,
             "collectives.cu",
             "the collective kernels",
-        )?;
-        let all_gather = per_type(&l.module, "tpcomm_all_gather")?;
-        let reduce_scatter = per_type(&l.module, "tpcomm_reduce_scatter")?;
-        let broadcast = per_type(&l.module, "tpcomm_broadcast")?;
-        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
-        let block = common_block(all(), BLOCK, "the collective kernels", l.arch)?;
-        Ok(CollKernels {
-            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
-            block,
-            all_gather,
-            reduce_scatter,
-            broadcast,
-            arch_major: l.arch.0,
-            cubin_bytes: l.cubin_bytes,
-            _module: l.module,
-            _ctx: ctx.clone(),
-        })
+            [
+                "tpcomm_all_gather",
+                "tpcomm_reduce_scatter",
+                "tpcomm_broadcast",
+            ],
+            BLOCK,
+        )
     })
+}
+
+/// The kernel of `what` for `dtype` in a family of collective kernels
+/// ([all-gather, reduce-scatter, broadcast], on either transport), the root
+/// it takes (0 but for the broadcast) and, of `kinds` (in the same order),
+/// what its call word says.
+pub(crate) fn pick(
+    k: &Family<3>,
+    what: Collective,
+    dtype: DType,
+    kinds: [call_word::Kind; 3],
+) -> (Function, u32, call_word::Kind) {
+    let (i, root) = match what {
+        Collective::AllGather => (0, 0),
+        Collective::ReduceScatter => (1, 0),
+        Collective::Broadcast { root } => (2, root as u32),
+    };
+    (k.fns[i][dtype_index(dtype)], root, kinds[i])
 }
 
 impl P2pTransport {
@@ -117,14 +113,7 @@ impl P2pTransport {
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
         let shape = launch_shape::p2p_collective(bytes, grid, k.block);
-        let d = dtype_index(dtype);
-        let (f, root, kind) = match what {
-            Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::AllGather),
-            Collective::ReduceScatter => (k.reduce_scatter[d], 0, call_word::Kind::ReduceScatter),
-            Collective::Broadcast { root } => {
-                (k.broadcast[d], root as u32, call_word::Kind::Broadcast)
-            }
-        };
+        let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
         let args = CollArgs {
             base: KernelArgs {
                 input: call.input,
@@ -144,13 +133,12 @@ impl P2pTransport {
             root,
             pad: 0,
         };
-        raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: CollArgs mirrors the kernel's parameter; the receive
         // buffers, control words and status belong to `self`, which callers
         // keep alive until their streams finish; the pointers are the
         // caller's contract; every kernel of collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, shape, &args, call.stream, call.launch, k.arch_major) }
+        unsafe { pdl::launch_call(p.ctx, f, shape, &args, call, k.arch.0) }
     }
 }
 

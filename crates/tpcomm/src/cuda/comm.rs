@@ -5,7 +5,7 @@ use super::call::{check_all_reduce, Call, GpuTransport};
 use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
-use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
+use super::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
 use super::launch_shape::{self, grid_cap};
 use super::layout::{round_up, Layout};
 use super::pdl;
@@ -309,11 +309,6 @@ impl P2pTransport {
         Ok(comm)
     }
 
-    /// How the group's ranks share this rank's GPU.
-    pub fn sharing(&self) -> Sharing {
-        self.sharing
-    }
-
     /// What the routes were decided with (always `Some`: the given, the
     /// self-tuned or this machine's selector).
     pub fn selector(&self) -> Option<&crate::select::Selector> {
@@ -335,30 +330,7 @@ impl P2pTransport {
         self.mode
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    pub fn world(&self) -> usize {
-        self.world
-    }
-    pub fn max_bytes(&self) -> ByteSize {
-        self.max_bytes
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-    /// Every byte this communicator took, per buffer.
-    pub fn memory_report(&self) -> &MemoryReport {
-        &self.report
-    }
-    /// For `GpuComm::new` to say in the heading why this transport was taken.
-    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
-        &mut self.report
-    }
-    /// NVRTC version and architecture the kernels were compiled with.
-    pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
-        (self.kernels.nvrtc, self.kernels.arch)
-    }
+    transport_accessors!();
 }
 
 impl GpuTransport for P2pTransport {
@@ -381,9 +353,9 @@ impl GpuTransport for P2pTransport {
         let d = dtype_index(dtype);
         let one_vector_per_thread = bytes.div_ceil(16) as u64 <= shape.threads();
         let f = match algo {
-            Algo::TwoShot => self.kernels.twoshot[d],
-            _ if one_vector_per_thread => self.kernels.oneshot_small[d],
-            _ => self.kernels.oneshot[d],
+            Algo::TwoShot => self.kernels.fns[kernels::TWOSHOT][d],
+            _ if one_vector_per_thread => self.kernels.fns[kernels::ONESHOT_SMALL][d],
+            _ => self.kernels.fns[kernels::ONESHOT][d],
         };
         let kind = match algo {
             Algo::TwoShot => call_word::Kind::TwoShot,
@@ -405,22 +377,12 @@ impl GpuTransport for P2pTransport {
             rank: self.rank as u32,
             world: self.world as u32,
         };
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: KernelArgs mirrors `struct Args`; the receive buffers and
         // status live as long as `self` (callers keep the communicator until
         // their streams finish); input/output validity is the caller's
         // contract above; every kernel of allreduce.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                &args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )?
-        };
+        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
         Ok(algo)
     }
 

@@ -12,6 +12,42 @@
 //! re-exported here, are public for kernel families outside the library (the benchmark
 //! forward's, in crates/tpcomm-forward).
 
+/// The accessors both GPU transports (`P2pTransport`, `PinnedTransport`)
+/// give over their fields of the same names; invoked inside each one's
+/// `impl`.
+macro_rules! transport_accessors {
+    () => {
+        pub fn rank(&self) -> usize {
+            self.rank
+        }
+        /// How the group's ranks share this rank's GPU.
+        pub fn sharing(&self) -> Sharing {
+            self.sharing
+        }
+        pub fn world(&self) -> usize {
+            self.world
+        }
+        pub fn max_bytes(&self) -> ByteSize {
+            self.max_bytes
+        }
+        pub fn context(&self) -> &Arc<CudaContext> {
+            &self.ctx
+        }
+        /// Every byte this communicator took, per buffer.
+        pub fn memory_report(&self) -> &MemoryReport {
+            &self.report
+        }
+        /// For `GpuComm::new` to say in the heading why this transport was taken.
+        pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
+            &mut self.report
+        }
+        /// NVRTC version and architecture the kernels were compiled with.
+        pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
+            (self.kernels.nvrtc, self.kernels.arch)
+        }
+    };
+}
+
 #[forbid(unsafe_code)]
 mod algo;
 mod call;

@@ -12,17 +12,14 @@ use super::comm::PinnedTransport;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
 use crate::cuda::call::{check_collective, Call};
 use crate::cuda::call_word;
-use crate::cuda::collectives::Collective;
+use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::launch_shape::{self, grid_cap};
-use crate::cuda::loader::{
-    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
-    PerDevice,
-};
+use crate::cuda::loader::{per_device, Family, PerDevice};
 use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sys::cuda::{self as raw, Function, Module};
+use crate::sys::cuda as raw;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -30,42 +27,23 @@ use std::sync::Arc;
 /// HG_BLOCK in host_allreduce.cu.
 const BLOCK: u32 = 512;
 
-struct HostCollKernels {
-    all_gather: [Function; 3],
-    reduce_scatter: [Function; 3],
-    broadcast: [Function; 3],
-    block: u32,
-    blocks_per_sm: u32,
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process.
-    _ctx: Arc<CudaContext>,
-}
-
-fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<HostCollKernels>> {
-    static CACHE: PerDevice<HostCollKernels> = PerDevice::new();
+/// The host-path collective kernels of one device: `fns` is [all-gather,
+/// reduce-scatter, broadcast] (see `collectives::pick`).
+fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<Family<3>>> {
+    static CACHE: PerDevice<Family<3>> = PerDevice::new();
     per_device(&CACHE, ctx, || {
-        let l = compile_and_load(
+        Family::load(
             ctx,
             HOST_COLLECTIVES_SRC,
             "host_collectives.cu",
             "the host-path collective kernels",
-        )?;
-        let all_gather = per_type(&l.module, "tpcomm_host_all_gather")?;
-        let reduce_scatter = per_type(&l.module, "tpcomm_host_reduce_scatter")?;
-        let broadcast = per_type(&l.module, "tpcomm_host_broadcast")?;
-        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
-        let block = common_block(all(), BLOCK, "the host-path collective kernels", l.arch)?;
-        Ok(HostCollKernels {
-            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
-            block,
-            all_gather,
-            reduce_scatter,
-            broadcast,
-            cubin_bytes: l.cubin_bytes,
-            _module: l.module,
-            _ctx: ctx.clone(),
-        })
+            [
+                "tpcomm_host_all_gather",
+                "tpcomm_host_reduce_scatter",
+                "tpcomm_host_broadcast",
+            ],
+            BLOCK,
+        )
     })
 }
 
@@ -206,16 +184,7 @@ impl PinnedTransport {
             p.sharing.ranks_on_device,
             p.shape.asked(),
         );
-        let d = dtype_index(dtype);
-        let (f, root, kind) = match what {
-            Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::HostAllGather),
-            Collective::ReduceScatter => {
-                (k.reduce_scatter[d], 0, call_word::Kind::HostReduceScatter)
-            }
-            Collective::Broadcast { root } => {
-                (k.broadcast[d], root as u32, call_word::Kind::HostBroadcast)
-            }
-        };
+        let (f, root, kind) = pick(&k, what, dtype, call_word::HOST_COLLECTIVES);
         let mut base = p.args;
         base.call = call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
         base.input = call.input;
@@ -224,22 +193,12 @@ impl PinnedTransport {
         base.chunk_bytes = plan.chunk_bytes as u64;
         base.producers = split.producers;
         let args = HostCollArgs { base, root, pad: 0 };
-        raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: HostCollArgs mirrors the kernel's parameter; the areas,
         // control words and status belong to `self`, which callers keep
         // alive until their streams finish; the pointers are the caller's
         // contract; every kernel of host_collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                split.shape(k.block),
-                &args,
-                call.stream,
-                call.launch,
-                p.arch_major,
-            )
-        }
+        unsafe { pdl::launch_call(p.ctx, f, split.shape(k.block), &args, call, p.arch_major) }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::algo::{delta_shadow_bytes, resolve, HostAlgo};
 use super::group::{agree, GroupRecord};
-use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
+use super::kernels::{self, dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, HostChunkShape, HostLayout};
 use crate::algo::{Algo, Collective};
 use crate::cuda::call::{check_all_reduce, Call, GpuTransport};
@@ -421,34 +421,8 @@ impl PinnedTransport {
         Ok((registered, segments))
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    /// How the group's ranks share this rank's GPU.
-    pub fn sharing(&self) -> Sharing {
-        self.sharing
-    }
-    pub fn world(&self) -> usize {
-        self.world
-    }
-    pub fn max_bytes(&self) -> ByteSize {
-        self.max_bytes
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-    /// Every byte this communicator took, per buffer.
-    pub fn memory_report(&self) -> &MemoryReport {
-        &self.report
-    }
-    /// For `GpuComm::new` to say in the heading why this transport was taken.
-    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
-        &mut self.report
-    }
-    /// NVRTC version and architecture the kernels were compiled with.
-    pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
-        (self.kernels.nvrtc, self.kernels.arch)
-    }
+    transport_accessors!();
+
     /// The kernel a message of `bytes` runs with under `algo` (`Auto` by the
     /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
@@ -487,7 +461,7 @@ impl GpuTransport for PinnedTransport {
         };
         let (f, shape) = match which {
             HostAlgo::Delta => (
-                self.kernels.delta[d],
+                self.kernels.fns[kernels::DELTA][d],
                 launch_shape::host_delta(bytes, self.grid, self.kernels.block, self.one_pass_block),
             ),
             HostAlgo::Chunked => {
@@ -505,27 +479,17 @@ impl GpuTransport for PinnedTransport {
                 args.chunk_bytes = plan.chunk_bytes as u64;
                 args.producers = plan.producers;
                 (
-                    self.kernels.chunked[d],
+                    self.kernels.fns[kernels::CHUNKED][d],
                     plan.split().shape(self.kernels.block),
                 )
             }
         };
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: HostKernelArgs mirrors `struct HArgs`; the areas, control
         // words and status live as long as `self` (callers keep the
         // communicator until their streams finish); input/output validity is
         // the caller's contract above; both kernels of host_allreduce.cu
         // start with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                &args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )?
-        };
+        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
         Ok(which)
     }
 
