@@ -14,7 +14,6 @@ use super::communicator::Communicator;
 use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
-use super::kernels::KernelArgs;
 use super::launch_shape::{self, grid_cap};
 use super::loader::{dtype_index, per_device, Family, PerDevice};
 use super::pdl::{self, Launch};
@@ -114,22 +113,9 @@ impl P2pTransport {
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
         let shape = launch_shape::p2p_collective(bytes, grid, k.block);
         let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
+        let word = call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
         let args = CollArgs {
-            base: KernelArgs {
-                input: call.input,
-                output: call.output,
-                nbytes: bytes as u64,
-                bufs: p.bufs,
-                epoch_stride: p.epoch_stride,
-                slot_stride: p.slot_stride,
-                ctl: p.ctl,
-                status: p.status,
-                timeout_ns: p.timeout_ns,
-                call: call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?,
-                rank: self.rank() as u32,
-                world: self.world() as u32,
-                ..Default::default()
-            },
+            base: p.kernel_args(call.input, call.output, bytes as u64, word),
             root,
             pad: 0,
         };

@@ -81,6 +81,37 @@ pub(crate) struct ProtocolParts<'a> {
     pub sharing: Sharing,
     /// Whether calls carry call words (`CudaConfig::check_calls`).
     pub check_calls: bool,
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl ProtocolParts<'_> {
+    /// The argument the one-shot protocol's kernels start with for a call
+    /// of `nbytes` from `input` to `output` whose call word is `call` (the
+    /// two-shot fields zero).
+    pub(crate) fn kernel_args(
+        &self,
+        input: u64,
+        output: u64,
+        nbytes: u64,
+        call: u64,
+    ) -> KernelArgs {
+        KernelArgs {
+            input,
+            output,
+            nbytes,
+            bufs: self.bufs,
+            epoch_stride: self.epoch_stride,
+            slot_stride: self.slot_stride,
+            ctl: self.ctl,
+            status: self.status,
+            timeout_ns: self.timeout_ns,
+            call,
+            rank: self.rank as u32,
+            world: self.world as u32,
+            ..Default::default()
+        }
+    }
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
@@ -408,6 +439,8 @@ impl P2pTransport {
             sms: self.sms,
             sharing: self.sharing,
             check_calls: self.check_calls,
+            rank: self.rank,
+            world: self.world,
         }
     }
 

@@ -328,28 +328,30 @@ fn map_and_store(
         }
     }
     let args = args(l, &m, rank, world);
+    // SAFETY: every area is this rank's allocation or a live mapping of a
+    // peer's (kept in `m`, and the peers keep theirs until the last
+    // exchange), each `world * SLOT_BYTES` long, of which the kernel writes
+    // this rank's slot only; the status is ours. Bounded: the store kernel
+    // waits on nothing.
+    unsafe { run_kernel(l, l.store, &args, world) }?;
+    Ok(m)
+}
+
+/// Runs `f` (the store or the verify kernel) on a stream of its own of `l`'s
+/// context and waits for it.
+///
+/// # Safety
+/// `args` (`P2pCheckArgs` mirrors `struct P2pCheckArgs`) names memory the
+/// kernel may touch until it ends, and the kernel ends.
+unsafe fn run_kernel(l: &Local, f: raw::Function, args: &P2pCheckArgs, world: usize) -> Result<()> {
     raw::set_current(l.ctx.cu_ctx())?;
     let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
     let s = launch_shape::p2p_check(world);
-    // SAFETY: `P2pCheckArgs` mirrors `struct P2pCheckArgs`; every area is this rank's
-    // allocation or a live mapping of a peer's (kept in `m`, and the peers
-    // keep theirs until the last exchange), each `world * SLOT_BYTES` long,
-    // of which the kernel writes this rank's slot only; the status is ours.
-    unsafe {
-        raw::launch_shared(
-            l.store,
-            s.grid,
-            s.block,
-            s.shared_bytes,
-            &args,
-            stream.cu_stream(),
-        )?
-    };
-    // Bounded: the store kernel waits on nothing.
+    // SAFETY: the caller's contract.
+    unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, args, stream.cu_stream())? };
     stream
         .synchronize()
-        .map_err(cuda_err("cuStreamSynchronize"))?;
-    Ok(m)
+        .map_err(cuda_err("cuStreamSynchronize"))
 }
 
 fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> P2pCheckArgs {
@@ -368,25 +370,10 @@ fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> P2pCheckArgs {
 
 fn verify(l: &Local, m: &Mapped, rank: usize, world: usize) -> Result<Vec<(usize, PairCheck)>> {
     let args = args(l, m, rank, world);
-    raw::set_current(l.ctx.cu_ctx())?;
-    let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
-    let s = launch_shape::p2p_check(world);
     // SAFETY: as for the store kernel; the verify kernel reads this rank's
-    // own area and writes the status, both owned by `l`.
-    unsafe {
-        raw::launch_shared(
-            l.verify,
-            s.grid,
-            s.block,
-            s.shared_bytes,
-            &args,
-            stream.cu_stream(),
-        )?
-    };
-    // Bounded by the kernel's own timeout (VERIFY_TIMEOUT per writer).
-    stream
-        .synchronize()
-        .map_err(cuda_err("cuStreamSynchronize"))?;
+    // own area and writes the status, both owned by `l`. Bounded by the
+    // kernel's own timeout (VERIFY_TIMEOUT per writer).
+    unsafe { run_kernel(l, l.verify, &args, world) }?;
     let status: Vec<u32> = (0..2 * world).map(|i| l.status.read_u32(4 * i)).collect();
     Ok(decode(&status, rank, world))
 }

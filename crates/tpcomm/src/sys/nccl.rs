@@ -6,8 +6,9 @@
 //! signatures below are those of `nccl.h` for NCCL 2.x, whose C ABI has been
 //! stable across the 2.x series; `Api::open` refuses any other major version.
 
+use super::cstr_to_string;
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::ffi::{c_char, c_int, c_void, OsStr};
 
 /// `ncclComm_t`: an opaque pointer owned by NCCL.
 pub(crate) type RawComm = *mut c_void;
@@ -339,19 +340,5 @@ pub(crate) fn file_of_address(addr: *const c_void) -> Option<String> {
         }
         let name = cstr_to_string(info.dli_fname);
         (!name.is_empty()).then_some(name)
-    }
-}
-
-/// # Safety
-/// `p` is null or points to a NUL-terminated string alive for the call.
-unsafe fn cstr_to_string(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
-        unsafe { CStr::from_ptr(p) }
-            .to_string_lossy()
-            .trim()
-            .to_owned()
     }
 }
