@@ -291,9 +291,10 @@ __device__ void delta(const HArgs& a) {
 
 // ---------------------------------------------------------------- chunked
 
-// Thread 0 waits for chunk `c`'s flag of every peer; the block learns the
-// outcome through the barrier.
-__device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
+// Thread 0 waits for flag `c` of every rank (a chunk's, here and in the
+// host-path collectives), naming the wait `what` on timeout; the block
+// learns the outcome through the barrier.
+__device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch, u32 what) {
     __shared__ int ok_shared;
     if (threadIdx.x == 0) {
         int ok = 1;
@@ -305,7 +306,7 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
             const u64 start = globaltimer();
             for (u32 spins = 1;; spins++) {
                 if (ld_acquire_sys_u32(flag) == e) break;
-                if (wait_over(a, spins, start, HG_WAIT_CHUNK, q, epoch)) {
+                if (wait_over(a, spins, start, what, q, epoch)) {
                     ok = 0;
                     break;
                 }
@@ -321,9 +322,7 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
 
 template <typename T>
 __device__ void chunked(const HArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 epoch = read_epoch(a);
     const u32 e = epoch_tag(epoch);
     const u64 half = (epoch & 1ull) * a.half_stride;
@@ -353,7 +352,7 @@ __device__ void chunked(const HArgs& a) {
         const u32 consumers = gridDim.x - producers;
         const u32 me = blockIdx.x - producers;
         for (u64 c = me; ok && c < nchunks; c += consumers) {
-            if (!chunk_wait(a, half, c, e, epoch)) {
+            if (!chunk_wait(a, half, c, e, epoch, HG_WAIT_CHUNK)) {
                 ok = false;
                 break;
             }
