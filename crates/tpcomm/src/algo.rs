@@ -8,7 +8,6 @@
 //! hold, so they must not change.
 
 use crate::error::{Error, Result};
-use std::fmt;
 use std::str::FromStr;
 
 /// Which collective other than the all-reduce a call runs (GPU transports:
@@ -64,11 +63,7 @@ impl Algo {
     }
 }
 
-impl fmt::Display for Algo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(Algo);
 
 impl FromStr for Algo {
     type Err = Error;

@@ -80,11 +80,7 @@ impl std::str::FromStr for Transport {
     }
 }
 
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(Transport);
 
 #[cfg(test)]
 mod tests {

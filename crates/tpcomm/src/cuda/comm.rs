@@ -152,16 +152,7 @@ pub struct P2pTransport {
     _ipc: Vec<IpcMapping>,
 }
 
-impl std::fmt::Debug for P2pTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("P2pTransport")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("device", &self.ctx.ordinal())
-            .field("max_bytes", &self.max_bytes)
-            .finish()
-    }
-}
+transport_debug!(P2pTransport);
 
 impl P2pTransport {
     /// Creates this rank's communicator: compiles (or loads) the kernels,
@@ -330,13 +321,8 @@ impl P2pTransport {
             let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
             comm.selector = Arc::new(s);
         }
-        comm.routes = crate::select::agree(
-            crate::select::RouteTable::resolve(&comm.selector, group)?,
-            cfg.rank,
-            cfg.world,
-            rendezvous,
-            cfg.timeout,
-        )?;
+        let transport = crate::select::Transport::Cuda;
+        comm.routes = cfg.agreed_routes(&comm.selector, transport, false, rendezvous)?;
         Ok(comm)
     }
 

@@ -19,7 +19,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
-use crate::select::{agree, Group, Mode, RouteTable};
+use crate::select::{Mode, RouteTable};
 use crate::units::ByteSize;
 use std::time::Duration;
 
@@ -70,21 +70,8 @@ impl Communicator {
         } else {
             None
         };
-        let routes = agree(
-            RouteTable::resolve(
-                gpu.selector(),
-                Group {
-                    world: cfg.world,
-                    transport: gpu.transport().for_routes(),
-                    nccl: nccl.is_some(),
-                    max_bytes: cfg.max_bytes,
-                },
-            )?,
-            cfg.rank,
-            cfg.world,
-            rendezvous,
-            cfg.timeout,
-        )?;
+        let transport = gpu.transport().for_routes();
+        let routes = cfg.agreed_routes(gpu.selector(), transport, nccl.is_some(), rendezvous)?;
         if let (Some(n), 0) = (routes.note(), cfg.rank) {
             say_once(n);
         }
@@ -330,7 +317,7 @@ fn say_once(note: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::select::{Selector, Transport};
+    use crate::select::{Group, Selector, Transport};
     use crate::topology::MachineClass;
     use std::cell::RefCell;
 

@@ -48,6 +48,22 @@ macro_rules! transport_accessors {
     };
 }
 
+/// The `Debug` both GPU transports give: rank, world, device, max_bytes.
+macro_rules! transport_debug {
+    ($t:ident) => {
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("rank", &self.rank)
+                    .field("world", &self.world)
+                    .field("device", &self.ctx.ordinal())
+                    .field("max_bytes", &self.max_bytes)
+                    .finish()
+            }
+        }
+    };
+}
+
 #[forbid(unsafe_code)]
 mod algo;
 mod call;

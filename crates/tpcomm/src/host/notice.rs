@@ -8,7 +8,7 @@
 use super::identity::Proc;
 use super::ticket;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -90,26 +90,11 @@ pub(crate) fn read(file: &Path, key_hash: [u64; 2], uid: u32, recent: Duration) 
 
 /// Removes this user's notices at `file` whose writer has exited.
 pub(crate) fn sweep(file: &Path, uid: u32) {
-    let dir = match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let pre = prefix(file);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(hex) = name.strip_prefix(&pre) else {
-            continue;
-        };
-        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if !m.file_type().is_file() || m.uid() != uid || hex.len() != 32 {
+    for (path, hex) in ticket::own_files(file, &prefix(file), uid) {
+        if hex.len() != 32 {
             continue;
         }
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         let f: Vec<&str> = text.split_whitespace().collect();
         let writer = (f.len() == 6)
             .then(|| {
@@ -120,7 +105,7 @@ pub(crate) fn sweep(file: &Path, uid: u32) {
             })
             .flatten();
         if !writer.is_some_and(|w| w.alive()) {
-            let _ = std::fs::remove_file(e.path());
+            let _ = std::fs::remove_file(&path);
         }
     }
 }

@@ -108,16 +108,7 @@ pub struct PinnedTransport {
     _own: Areas,
 }
 
-impl std::fmt::Debug for PinnedTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedTransport")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("device", &self.ctx.ordinal())
-            .field("max_bytes", &self.max_bytes)
-            .finish()
-    }
-}
+transport_debug!(PinnedTransport);
 
 fn u64_at(blob: &[u8], at: usize) -> Result<u64> {
     blob.get(at..at + 8)
@@ -301,21 +292,8 @@ impl PinnedTransport {
                 crate::select::Transport::Host,
             )?),
         };
-        let routes = crate::select::agree(
-            crate::select::RouteTable::resolve(
-                &selector,
-                crate::select::Group {
-                    world: cfg.world,
-                    transport: crate::select::Transport::Host,
-                    nccl: false,
-                    max_bytes: cfg.max_bytes,
-                },
-            )?,
-            cfg.rank,
-            cfg.world,
-            rendezvous,
-            cfg.timeout,
-        )?;
+        let routes =
+            cfg.agreed_routes(&selector, crate::select::Transport::Host, false, rendezvous)?;
         Ok(Self {
             ctx,
             rank: cfg.rank,
