@@ -21,6 +21,27 @@ use tpcomm::{ByteSize, DType, HostConfig};
 /// The exit status of a usage error: an option refused before any work.
 pub(crate) const USAGE: i32 = 2;
 
+/// The exit status of subcommand `name`: [`USAGE`] when `options` (the checks
+/// made before any work) refused, else 0 or, when `run` fails, 1; each
+/// error printed after `tpcomm {name}: `.
+pub(crate) fn exit_status<E: std::fmt::Display, F: std::fmt::Display>(
+    name: &str,
+    options: Result<(), E>,
+    run: impl FnOnce() -> Result<(), F>,
+) -> i32 {
+    if let Err(e) = options {
+        eprintln!("tpcomm {name}: {e}");
+        return USAGE;
+    }
+    match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tpcomm {name}: {e}");
+            1
+        }
+    }
+}
+
 /// An option refused before the run starts.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CheckError {
