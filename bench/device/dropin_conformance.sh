@@ -7,7 +7,7 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 D=${D:?D=folder with libtpcomm_nccl.so, tpcomm-conformance and nccl-libtests (the tpcomm-nccl lib test binary)}; C=$D/tpcomm-conformance; OUT=${OUT:-$(mktemp -d)}; cat $D/BUILD.txt 2>/dev/null
-(timeout 110 stdbuf -oL $D/nccl-libtests --ignored --test-threads 1 > $OUT/libtests.txt 2>&1; echo "libtests rc=$?" >> $OUT/libtests.txt)
+(timeout 150 stdbuf -oL $D/nccl-libtests --ignored --test-threads 1 > $OUT/libtests.txt 2>&1; echo "libtests rc=$?" >> $OUT/libtests.txt)
 grep -E "^test |test result|panicked" $OUT/libtests.txt | head -12
 export TPCOMM_STANDALONE=1
 timeout 170 stdbuf -oL $C --lib $D/libtpcomm_nccl.so --modes threads --worlds 2,4,8,3 --only 'create.*,calls.*,allgather,broadcast,sendrecv.*,alltoall,gather,scatter,bad.*,memory,queries,allreduce.fp32,allreduce.int32,allreduce.fp8e4m3,reduce.bf16,reducescatter.fp16' --case-timeout 20 --budget 150 --json $OUT/conf-threads.json > $OUT/conf-threads.txt 2>&1

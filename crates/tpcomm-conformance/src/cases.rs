@@ -69,6 +69,9 @@ pub fn patterns() -> Vec<Pattern> {
     v2.push(one("create.group-initrankconfig", |n, w, s, d, l| {
         one_thread(n, w, s, d, l, Creation::GroupInitRankConfig)
     }));
+    v2.push(one("create.nonblocking-in-turn", |n, w, s, d, l| {
+        one_thread(n, w, s, d, l, Creation::NonBlockingInTurn)
+    }));
     v2.push(one("create.initall", |n, w, s, d, l| {
         one_thread(n, w, s, d, l, Creation::InitAll)
     }));
@@ -450,6 +453,9 @@ enum Creation {
     GroupInitRankConfig,
     InitAll,
     GroupCalls,
+    /// Outside any group, `blocking = 0`: each creation returns before its
+    /// peers exist, then every rank is polled until ready.
+    NonBlockingInTurn,
 }
 
 /// One thread creating (and calling for) every rank.
@@ -472,29 +478,54 @@ fn one_thread(
     } else {
         let (code, id) = n.unique_id().map_err(missing)?;
         ok(n, Ok(code), "ncclGetUniqueId")?;
-        ok(n, n.group_start(), "ncclGroupStart")?;
+        let grouped = how != Creation::NonBlockingInTurn;
+        if grouped {
+            ok(n, n.group_start(), "ncclGroupStart")?;
+        }
         let mut comms = Vec::new();
         for (rk, g) in gpus.iter().enumerate() {
             g.make_current()?;
-            let (code, c) = if how == Creation::GroupInitRankConfig {
-                let mut cfg = Config::initializer();
-                n.init_rank_config(world as i32, &id, rk as i32, &mut cfg)
-                    .map_err(missing)?
-            } else {
-                n.init_rank(world as i32, &id, rk as i32, false)
-                    .map_err(missing)?
+            let (code, c) = match how {
+                Creation::GroupInitRankConfig => {
+                    let mut cfg = Config::initializer();
+                    n.init_rank_config(world as i32, &id, rk as i32, &mut cfg)
+                        .map_err(missing)?
+                }
+                Creation::NonBlockingInTurn => {
+                    let mut cfg = Config::initializer();
+                    cfg.blocking = 0;
+                    n.init_rank_config(world as i32, &id, rk as i32, &mut cfg)
+                        .map_err(missing)?
+                }
+                _ => n
+                    .init_rank(world as i32, &id, rk as i32, false)
+                    .map_err(missing)?,
             };
-            if code != 0 {
-                let _ = n.group_end();
+            let fine = code == 0 || (code == 7 && !grouped);
+            if !fine {
+                if grouped {
+                    let _ = n.group_end();
+                }
                 return Err(format!(
-                    "creation of rank {rk} inside the group: got {code} ({}): {}",
+                    "creation of rank {rk} ({}): got {code} ({}): {}",
+                    if grouped {
+                        "inside the group"
+                    } else {
+                        "non-blocking, in turn"
+                    },
                     code_name(code),
                     last(n)
                 ));
             }
             comms.push(c);
         }
-        ok(n, n.group_end(), "ncclGroupEnd (creation)")?;
+        if grouped {
+            ok(n, n.group_end(), "ncclGroupEnd (creation)")?;
+        } else {
+            for c in &comms {
+                wait_ready(n, *c, limit)?;
+            }
+        }
         comms
     };
     for (rk, c) in comms.iter().enumerate() {

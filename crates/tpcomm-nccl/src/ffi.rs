@@ -2,8 +2,8 @@
 //! crossing the C boundary.
 
 use crate::settings;
-use crate::types::{NcclResult, INTERNAL_ERROR, SYSTEM_ERROR};
-use std::ffi::{c_char, c_void, CStr};
+use crate::types::{NcclResult, Opaque, INTERNAL_ERROR, SYSTEM_ERROR};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -124,6 +124,36 @@ macro_rules! forward {
 }
 pub(crate) use forward;
 
+/// `NCCL_CONFIG_UNDEF_INT`: a config field the caller left at its default.
+const CONFIG_UNDEF_INT: c_int = c_int::MIN;
+/// `ncclConfig_t.magic` as `NCCL_CONFIG_INITIALIZER` writes it.
+const CONFIG_MAGIC: u32 = 0xcafe_beef;
+
+/// Whether an `ncclConfig_t*` asks for a non-blocking communicator
+/// (`blocking = 0`). The config's head is the same in every NCCL 2.x:
+/// `size_t size; unsigned magic; unsigned version; int blocking; ...`. A NULL
+/// config, one without NCCL's magic (not made by `NCCL_CONFIG_INITIALIZER`)
+/// or a field left undefined is blocking, NCCL's default.
+pub(crate) fn config_nonblocking(config: Opaque) -> bool {
+    #[repr(C)]
+    struct Head {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: c_int,
+    }
+    if config.is_null() {
+        return false;
+    }
+    // SAFETY: non-null, and nccl.h's contract makes it an ncclConfig_t,
+    // whose head is `Head`; only the head is read.
+    let head = unsafe { std::ptr::read_unaligned(config as *const Head) };
+    head.magic == CONFIG_MAGIC
+        && head.size >= std::mem::size_of::<Head>()
+        && head.blocking != CONFIG_UNDEF_INT
+        && head.blocking == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +178,41 @@ mod tests {
         }
         let r: NcclResult = guard("test", || std::panic::panic_any(Bomb));
         assert_eq!(r, INTERNAL_ERROR);
+    }
+
+    /// nccl.h's ncclConfig_t up to `blocking` plus a field after it, as
+    /// NCCL_CONFIG_INITIALIZER fills it.
+    #[repr(C)]
+    struct Config {
+        size: usize,
+        magic: u32,
+        version: u32,
+        blocking: c_int,
+        cga_cluster_size: c_int,
+    }
+
+    fn config(magic: u32, blocking: c_int) -> Config {
+        Config {
+            size: std::mem::size_of::<Config>(),
+            magic,
+            version: 22800,
+            blocking,
+            cga_cluster_size: CONFIG_UNDEF_INT,
+        }
+    }
+
+    #[test]
+    fn only_an_initialized_config_with_blocking_zero_is_non_blocking() {
+        let mut c = config(CONFIG_MAGIC, 0);
+        assert!(config_nonblocking(&mut c as *mut Config as Opaque));
+        let mut c = config(CONFIG_MAGIC, 1);
+        assert!(!config_nonblocking(&mut c as *mut Config as Opaque));
+        // Left at the initializer's undefined value: NCCL's default, blocking.
+        let mut c = config(CONFIG_MAGIC, CONFIG_UNDEF_INT);
+        assert!(!config_nonblocking(&mut c as *mut Config as Opaque));
+        // Not made by NCCL_CONFIG_INITIALIZER: its fields mean nothing.
+        let mut c = config(0x1234_5678, 0);
+        assert!(!config_nonblocking(&mut c as *mut Config as Opaque));
+        assert!(!config_nonblocking(std::ptr::null_mut()));
     }
 }

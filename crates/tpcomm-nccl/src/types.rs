@@ -33,6 +33,35 @@ pub(crate) fn type_size(t: NcclDataType) -> Option<usize> {
     }
 }
 
+/// One NCCL collective's buffers (device addresses), element count,
+/// `ncclDataType_t` and stream: what an export builds once from its
+/// arguments and passes by reference to what serves it.
+pub use tpcomm::nccl::Buffers;
+
+/// The [`Buffers`] of an export's arguments.
+pub(crate) fn buffers(
+    send: *const c_void,
+    recv: *const c_void,
+    count: usize,
+    datatype: NcclDataType,
+    stream: CudaStream,
+) -> Buffers {
+    Buffers {
+        send: send as u64,
+        recv: recv as u64,
+        count,
+        dtype: datatype,
+        stream,
+    }
+}
+
+/// tpcomm's kernel call of all of `b`, its elements counted as `dt`: a sum,
+/// `Algo::Auto`, an ordinary launch (`tpcomm::cuda::Call::new`).
+pub(crate) fn kernel_call(b: &Buffers, dt: DType) -> tpcomm::cuda::Call {
+    let stream = b.stream as tpcomm::cuda::CUstream;
+    tpcomm::cuda::Call::new(b.send, b.recv, b.count, dt, stream)
+}
+
 /// `ncclSum`: the only op the tpcomm kernels reduce with.
 pub const OP_SUM: NcclRedOp = 0;
 

@@ -45,14 +45,10 @@ fn rank_main(rank: usize, world: usize, group: Arc<ThreadGroup>) -> Result<Strin
     // aligned (cudarc allocations are), alive until after the synchronize
     // below; the stream belongs to this device's primary context.
     let route = unsafe {
-        comm.all_reduce(
-            ptr,
-            ptr,
-            COUNT,
-            DType::F32,
-            ReduceOp::Sum,
-            Algo::Auto,
-            stream.cu_stream(),
+        comm.all_reduce_call(
+            &Call::new(ptr, ptr, COUNT, DType::F32, stream.cu_stream())
+                .with_op(ReduceOp::Sum)
+                .with_algo(Algo::Auto),
         )?
     };
     // The same call launched overlapped: in an engine it follows the GEMM that

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::sys;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{Call, CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, Error};
 
 mod gpu_common;
 use gpu_common::{check_every_size, describe, device_of, Rank};
@@ -140,15 +140,7 @@ fn repeat_calls(
                             // SAFETY: ranges inside this rank's arenas, alive for the test.
                             unsafe {
                                 rank.comm
-                                    .all_reduce(
-                                        pa + off,
-                                        pb + off,
-                                        c.1,
-                                        c.0,
-                                        ReduceOp::Sum,
-                                        c.2,
-                                        cs,
-                                    )
+                                    .all_reduce_call(&Call::new(pa + off, pb + off, c.1, c.0, cs).with_algo(c.2))
                                     .map_err(|e| e.to_string())?;
                             }
                         }
@@ -310,14 +302,8 @@ fn gpu_peer_that_never_arrives_gives_a_timeout_naming_it() {
     // Rank 1 never calls: rank 0's kernel must give up on its own.
     // SAFETY: ranges inside rank 0's arenas.
     unsafe {
-        rank0.comm.all_reduce(
-            pa,
-            pb,
-            4096,
-            DType::Bf16,
-            ReduceOp::Sum,
-            algo,
-            rank0.stream.cu_stream(),
+        rank0.comm.all_reduce_call(
+            &Call::new(pa, pb, 4096, DType::Bf16, rank0.stream.cu_stream()).with_algo(algo),
         )
     }
     .unwrap();
@@ -336,14 +322,8 @@ fn gpu_peer_that_never_arrives_gives_a_timeout_naming_it() {
     // The communicator stays failed: later calls report at once.
     // SAFETY: as above.
     let again = unsafe {
-        rank0.comm.all_reduce(
-            pa,
-            pb,
-            4096,
-            DType::Bf16,
-            ReduceOp::Sum,
-            algo,
-            rank0.stream.cu_stream(),
+        rank0.comm.all_reduce_call(
+            &Call::new(pa, pb, 4096, DType::Bf16, rank0.stream.cu_stream()).with_algo(algo),
         )
     };
     assert!(matches!(again, Err(Error::PeerTimeout { peer: 1, .. })));

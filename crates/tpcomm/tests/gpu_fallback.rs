@@ -5,9 +5,9 @@
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{open_context, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
+use tpcomm::cuda::{open_context, Call, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::{ByteSize, DType, ReduceOp};
 
 mod gpu_common;
 use gpu_common::{describe, device_of, gpu_count};
@@ -104,7 +104,9 @@ fn fallback_runs_on_nccl(
                         // SAFETY: both buffers hold n elements of dtype on this
                         // rank's GPU and live past the synchronize below.
                         let route = unsafe {
-                            comm.all_reduce(pi, po, n, dtype, op, Algo::Auto, stream.cu_stream())
+                            comm.all_reduce_call(
+                                &Call::new(pi, po, n, dtype, stream.cu_stream()).with_op(op),
+                            )
                         }
                         .expect("all-reduce");
                         assert_eq!(route, want, "case {c}: {n} elements, {op}");
@@ -168,15 +170,13 @@ fn without_fallback(world: usize) {
                 let (p, _g) = buf.device_ptr(&stream);
                 // SAFETY: the call is refused before anything is launched.
                 let err = unsafe {
-                    comm.all_reduce(
+                    comm.all_reduce_call(&Call::new(
                         p,
                         p,
                         128 * 1024,
                         DType::Bf16,
-                        ReduceOp::Sum,
-                        Algo::Auto,
                         stream.cu_stream(),
-                    )
+                    ))
                 }
                 .unwrap_err();
                 assert!(err.to_string().contains("nccl_fallback"), "{err}");

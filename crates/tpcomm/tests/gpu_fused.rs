@@ -15,9 +15,9 @@ use tpcomm::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{Call, CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{element, random_bytes, Rng};
-use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, Error};
 
 const EPS: f32 = 1e-6;
 
@@ -144,14 +144,9 @@ fn run_rank(
     // of the size the call reads or writes; the stream is synchronized below,
     // before the slices drop.
     unsafe {
-        comm.all_reduce(
-            p(&b.partial),
-            p(&b.reduced),
-            c.rows * c.hidden,
-            c.dtype,
-            ReduceOp::Sum,
-            Algo::OneShot,
-            cs,
+        comm.all_reduce_call(
+            &Call::new(p(&b.partial), p(&b.reduced), c.rows * c.hidden, c.dtype, cs)
+                .with_algo(Algo::OneShot),
         )
         .unwrap();
         let unfused = norm(p(&b.res_u), p(&b.norm_u), Launch::Ordinary);

@@ -12,7 +12,7 @@ use tpcomm::cuda::host_path::layout::HostLayout;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
-use tpcomm::{Algo, ByteSize, DType, Error, Place, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, Error, Place};
 
 mod gpu_common;
 use gpu_common::{
@@ -258,9 +258,9 @@ fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
         // Rank 1 never calls: rank 0's kernel must give up on its own.
         // SAFETY: ranges inside rank 0's arenas.
         unsafe {
-            rank0
-                .comm
-                .all_reduce(pa, pb, 4096, DType::Bf16, ReduceOp::Sum, algo, cs)
+            rank0.comm.all_reduce_call(
+                &tpcomm::cuda::Call::new(pa, pb, 4096, DType::Bf16, cs).with_algo(algo),
+            )
         }
         .unwrap();
         rank0.stream.synchronize().unwrap();
@@ -277,9 +277,9 @@ fn gpu_host_peer_that_never_arrives_gives_a_timeout_naming_it() {
         );
         // SAFETY: as above.
         let again = unsafe {
-            rank0
-                .comm
-                .all_reduce(pa, pb, 4096, DType::Bf16, ReduceOp::Sum, algo, cs)
+            rank0.comm.all_reduce_call(
+                &tpcomm::cuda::Call::new(pa, pb, 4096, DType::Bf16, cs).with_algo(algo),
+            )
         };
         assert!(matches!(again, Err(Error::PeerTimeout { peer: 1, .. })));
     }

@@ -33,9 +33,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use tpcomm::cuda::host_path::PinnedTransport;
-use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{Call, CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::Rng;
-use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
+use tpcomm::{Algo, ByteSize, DType, Error};
 
 mod gpu_common;
 use gpu_common::{describe, device_of, Rank, TestComm};
@@ -267,14 +267,8 @@ fn one_rank<C: Comm>(
     // SAFETY: both ranges lie inside this rank's arenas (n <= MAX bytes),
     // which outlive the synchronization below.
     let launched = unsafe {
-        rank.comm.all_reduce(
-            pa,
-            pb,
-            ask.count,
-            ask.dtype,
-            ReduceOp::Sum,
-            ask.algo,
-            rank.stream.cu_stream(),
+        rank.comm.all_reduce_call(
+            &Call::new(pa, pb, ask.count, ask.dtype, rank.stream.cu_stream()).with_algo(ask.algo),
         )
     };
     if let Err(e) = launched {

@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::DevicePtr;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
+use tpcomm::cuda::{Call, CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::{count_wrong_against, random_bytes, Rng};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::{ByteSize, DType};
 
 mod gpu_common;
 use gpu_common::device_of;
@@ -67,15 +67,13 @@ fn self_tune_agrees_between_ranks_stays_under_a_second_and_auto_stays_correct() 
                 for &bytes in &sizes {
                     // SAFETY (test): both buffers hold max bytes and outlive the sync.
                     let algo = unsafe {
-                        comm.all_reduce(
+                        comm.all_reduce_call(&Call::new(
                             pa,
                             pb,
                             bytes / 2,
                             DType::Bf16,
-                            ReduceOp::Sum,
-                            Algo::Auto,
                             stream.cu_stream(),
-                        )
+                        ))
                     }
                     .expect("all-reduce");
                     stream.synchronize().unwrap();

@@ -49,9 +49,8 @@ pub unsafe extern "C" fn ncclAllReduce(
             if let Err(r) = args::check("ncclAllReduce", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::all_reduce(
-                &a, sendbuff, recvbuff, count, datatype, op, stream,
-            );
+            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+            return crate::standalone::collectives::all_reduce(&a, &bufs, op);
         }
         if let Some(r) = crate::standalone::registry::unknown("ncclAllReduce", comm) {
             return r;

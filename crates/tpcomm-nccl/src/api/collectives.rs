@@ -15,7 +15,7 @@ use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, Launch};
+use tpcomm::cuda::{Collective, GpuTransport};
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -51,27 +51,23 @@ enum Route {
     Nccl(Why),
 }
 
-/// The route of a collective whose block is `count` elements: the
+/// The route of a collective whose block is `bufs.count` elements: the
 /// all-reduce's rules for what tpcomm can take (set up, outside a group, a
 /// kernel type, sum, not empty), then the block must fit the transport's
 /// buffers. A pure function of the call and the set-up, so every rank routes
 /// it the same way.
-#[allow(clippy::too_many_arguments)]
 fn route_of(
     disabled: bool,
     beside: Option<&paired::Paired>,
     what: Collective,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    bufs: &Buffers,
     op: NcclRedOp,
 ) -> Route {
     let call = Call {
-        send: send as usize,
-        recv: recv as usize,
-        count,
-        dtype: datatype,
+        send: bufs.send as usize,
+        recv: bufs.recv as usize,
+        count: bufs.count,
+        dtype: bufs.dtype,
         op,
         group_depth: crate::group::depth(),
     };
@@ -130,6 +126,7 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclAllGather", || {
+        let bufs = buffers(sendbuff, recvbuff, sendcount, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 span: a.world,
@@ -138,9 +135,7 @@ pub unsafe extern "C" fn ncclAllGather(
             if let Err(r) = args::check("ncclAllGather", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::all_gather(
-                &a, sendbuff, recvbuff, sendcount, datatype, stream,
-            );
+            return crate::standalone::collectives::all_gather(&a, &bufs);
         }
         if let Some(r) = registry::unknown("ncclAllGather", comm) {
             return r;
@@ -155,10 +150,7 @@ pub unsafe extern "C" fn ncclAllGather(
             s.disabled,
             beside.as_deref(),
             Collective::AllGather,
-            sendbuff,
-            recvbuff,
-            sendcount,
-            datatype,
+            &bufs,
             OP_SUM,
         );
         if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
@@ -168,15 +160,8 @@ pub unsafe extern "C" fn ncclAllGather(
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
             return on_tpcomm("ncclAllGather", comm, || unsafe {
-                b.gpu.collective(
-                    Collective::AllGather,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    sendcount,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
-                )
+                b.gpu
+                    .run_collective(Collective::AllGather, &kernel_call(&bufs, dt))
             });
         }
         if let Route::Nccl(why) = r {
@@ -210,6 +195,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclReduceScatter", || {
+        let bufs = buffers(sendbuff, recvbuff, recvcount, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 op: Some(op),
@@ -219,9 +205,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
             if let Err(r) = args::check("ncclReduceScatter", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::reduce_scatter(
-                &a, sendbuff, recvbuff, recvcount, datatype, op, stream,
-            );
+            return crate::standalone::collectives::reduce_scatter(&a, &bufs, op);
         }
         if let Some(r) = registry::unknown("ncclReduceScatter", comm) {
             return r;
@@ -236,25 +220,15 @@ pub unsafe extern "C" fn ncclReduceScatter(
             s.disabled,
             beside.as_deref(),
             Collective::ReduceScatter,
-            sendbuff,
-            recvbuff,
-            recvcount,
-            datatype,
+            &bufs,
             op,
         );
         if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
             return on_tpcomm("ncclReduceScatter", comm, || unsafe {
-                b.gpu.collective(
-                    Collective::ReduceScatter,
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    recvcount,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
-                )
+                b.gpu
+                    .run_collective(Collective::ReduceScatter, &kernel_call(&bufs, dt))
             });
         }
         if let Route::Nccl(why) = r {
@@ -283,10 +257,7 @@ pub unsafe extern "C" fn ncclReduceScatter(
 fn broadcast_route(
     s: &settings::Settings,
     beside: Option<&paired::Paired>,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    bufs: &Buffers,
     root: c_int,
 ) -> Option<tpcomm::DType> {
     let world = beside.map_or(0, |b| b.gpu.world());
@@ -296,9 +267,7 @@ fn broadcast_route(
     let what = Collective::Broadcast {
         root: root as usize,
     };
-    match route_of(
-        s.disabled, beside, what, send, recv, count, datatype, OP_SUM,
-    ) {
+    match route_of(s.disabled, beside, what, bufs, OP_SUM) {
         Route::Tpcomm(dt) => Some(dt),
         _ => None,
     }
@@ -315,6 +284,7 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBroadcast", || {
+        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 root: Some(root),
@@ -324,16 +294,7 @@ pub unsafe extern "C" fn ncclBroadcast(
             if let Err(r) = args::check("ncclBroadcast", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::broadcast(
-                "ncclBroadcast",
-                &a,
-                sendbuff,
-                recvbuff,
-                count,
-                datatype,
-                root,
-                stream,
-            );
+            return crate::standalone::collectives::broadcast("ncclBroadcast", &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclBroadcast", comm) {
             return r;
@@ -344,31 +305,15 @@ pub unsafe extern "C" fn ncclBroadcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (
-            broadcast_route(
-                s,
-                beside.as_deref(),
-                sendbuff,
-                recvbuff,
-                count,
-                datatype,
-                root,
-            ),
-            &beside,
-        ) {
+        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
             return on_tpcomm("ncclBroadcast", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    sendbuff as u64,
-                    recvbuff as u64,
-                    count,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &kernel_call(&bufs, dt),
                 )
             });
         }
@@ -398,6 +343,7 @@ pub unsafe extern "C" fn ncclBcast(
     stream: CudaStream,
 ) -> NcclResult {
     guard("ncclBcast", || {
+        let bufs = buffers(buff, buff, count, datatype, stream);
         if let Some(a) = registry::lookup(comm) {
             let args = Args {
                 root: Some(root),
@@ -407,16 +353,7 @@ pub unsafe extern "C" fn ncclBcast(
             if let Err(r) = args::check("ncclBcast", &a, &args) {
                 return r;
             }
-            return crate::standalone::collectives::broadcast(
-                "ncclBcast",
-                &a,
-                buff,
-                buff,
-                count,
-                datatype,
-                root,
-                stream,
-            );
+            return crate::standalone::collectives::broadcast("ncclBcast", &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclBcast", comm) {
             return r;
@@ -427,22 +364,14 @@ pub unsafe extern "C" fn ncclBcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (
-            broadcast_route(s, beside.as_deref(), buff, buff, count, datatype, root),
-            &beside,
-        ) {
+        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
             // SAFETY: as in ncclBroadcast, in place.
             return on_tpcomm("ncclBcast", comm, || unsafe {
-                b.gpu.collective(
+                b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },
-                    buff as u64,
-                    buff as u64,
-                    count,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &kernel_call(&bufs, dt),
                 )
             });
         }

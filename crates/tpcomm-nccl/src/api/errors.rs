@@ -67,7 +67,7 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
 ) -> NcclResult {
     guard("ncclCommGetAsyncError", || {
         if let Some(a) = registry::lookup(comm) {
-            return registry::async_error(&a, async_error);
+            return registry::async_error(comm, &a, async_error);
         }
         if let Some(r) = registry::unknown("ncclCommGetAsyncError", comm) {
             return r;

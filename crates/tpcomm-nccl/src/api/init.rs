@@ -70,6 +70,7 @@ fn nccl_id_or_served(
     nranks: c_int,
     id: &UniqueId,
     rank: c_int,
+    blocking: create::Blocking,
 ) -> Result<(UniqueId, Option<auto_mode::Tidy>), NcclResult> {
     if let Some(secret) = standalone::parse(&id.internal) {
         if let Err(why) = standalone::check_host(&id.internal) {
@@ -78,12 +79,12 @@ fn nccl_id_or_served(
                 format!("{call} rank {rank}: {why}"),
             ));
         }
-        return Err(create::create(call, comm, nranks, secret, rank));
+        return Err(create::create(call, comm, nranks, secret, rank, blocking));
     }
     match auto_mode::choose_creator(call, &id.internal, nranks, rank) {
         auto_mode::Creator::Nccl { id, after } => Ok((UniqueId { internal: id }, after)),
         auto_mode::Creator::Standalone(secret) => {
-            Err(create::create(call, comm, nranks, secret, rank))
+            Err(create::create(call, comm, nranks, secret, rank, blocking))
         }
         auto_mode::Creator::Failed(r) => Err(r),
     }
@@ -97,11 +98,17 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     guard("ncclCommInitRank", || {
-        let (comm_id, after) =
-            match nccl_id_or_served("ncclCommInitRank", comm, nranks, &comm_id, rank) {
-                Ok(to_nccl) => to_nccl,
-                Err(served) => return served,
-            };
+        let (comm_id, after) = match nccl_id_or_served(
+            "ncclCommInitRank",
+            comm,
+            nranks,
+            &comm_id,
+            rank,
+            create::Blocking::Yes,
+        ) {
+            Ok(to_nccl) => to_nccl,
+            Err(served) => return served,
+        };
         let r = match call_real!(ncclCommInitRank(comm, nranks, comm_id, rank)
             as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult)
         {
@@ -125,15 +132,21 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankConfig", || {
-        // The config's only field that matters here is `blocking`, and a
-        // standalone communicator is always ready when creation returns;
-        // the census blocks even a non-blocking creation (at most the
-        // census wait on rank 0).
-        let (comm_id, after) =
-            match nccl_id_or_served("ncclCommInitRankConfig", comm, nranks, &comm_id, rank) {
-                Ok(to_nccl) => to_nccl,
-                Err(served) => return served,
-            };
+        // The config's only field that matters to a standalone communicator
+        // is `blocking`: a non-blocking one is made on a thread of its own
+        // and the call returns ncclInProgress. Auto mode's census blocks even
+        // a non-blocking creation (at most the census wait on rank 0).
+        let (comm_id, after) = match nccl_id_or_served(
+            "ncclCommInitRankConfig",
+            comm,
+            nranks,
+            &comm_id,
+            rank,
+            create::Blocking::of_config(config),
+        ) {
+            Ok(to_nccl) => to_nccl,
+            Err(served) => return served,
+        };
         let r = match call_real!(ncclCommInitRankConfig(comm, nranks, comm_id, rank, config)
             as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult)
         {
@@ -175,7 +188,14 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
                         format!("{CALL} rank {myrank}: {why}"),
                     );
                 }
-                return create::create(CALL, comm, nranks, secret, myrank);
+                return create::create(
+                    CALL,
+                    comm,
+                    nranks,
+                    secret,
+                    myrank,
+                    create::Blocking::of_config(config),
+                );
             }
             if ids
                 .iter()

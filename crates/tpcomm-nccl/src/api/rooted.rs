@@ -23,7 +23,8 @@ pub unsafe extern "C" fn ncclReduce(
     guard("ncclReduce", || {
         if let Some(a) = registry::lookup(comm) {
             let what = What::Reduce(op);
-            return rooted(what, &a, sendbuff, recvbuff, count, datatype, root, stream);
+            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+            return rooted(what, &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclReduce", comm) {
             return r;
@@ -58,7 +59,8 @@ pub unsafe extern "C" fn ncclGather(
     guard("ncclGather", || {
         if let Some(a) = registry::lookup(comm) {
             let what = What::Gather;
-            return rooted(what, &a, sendbuff, recvbuff, count, datatype, root, stream);
+            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+            return rooted(what, &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclGather", comm) {
             return r;
@@ -92,7 +94,8 @@ pub unsafe extern "C" fn ncclScatter(
     guard("ncclScatter", || {
         if let Some(a) = registry::lookup(comm) {
             let what = What::Scatter;
-            return rooted(what, &a, sendbuff, recvbuff, count, datatype, root, stream);
+            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+            return rooted(what, &a, &bufs, root);
         }
         if let Some(r) = registry::unknown("ncclScatter", comm) {
             return r;
@@ -125,7 +128,8 @@ pub unsafe extern "C" fn ncclAlltoAll(
     guard("ncclAlltoAll", || {
         if let Some(a) = registry::lookup(comm) {
             let what = What::AllToAll;
-            return rooted(what, &a, sendbuff, recvbuff, count, datatype, 0, stream);
+            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+            return rooted(what, &a, &bufs, 0);
         }
         if let Some(r) = registry::unknown("ncclAlltoAll", comm) {
             return r;

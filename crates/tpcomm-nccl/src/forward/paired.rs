@@ -119,9 +119,10 @@ impl Paired {
                     ))
                 }
                 (Kernel::Exact(_, algo), _) => {
-                    let sum = ReduceOp::Sum;
-                    self.gpu
-                        .all_reduce(input, output, c.count, k.dtype, sum, algo, stream)?
+                    let call = tpcomm::cuda::Call::new(input, output, c.count, k.dtype, stream)
+                        .with_op(ReduceOp::Sum)
+                        .with_algo(algo);
+                    self.gpu.all_reduce_call(&call)?
                 }
             }
             if k.staged {

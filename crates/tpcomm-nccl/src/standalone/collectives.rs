@@ -9,35 +9,32 @@ use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::gathered;
 use crate::types::*;
-use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{CUstream, Collective, GpuComm, Launch, Rows, Staging, StreamAllReduce};
-use tpcomm::{Algo, DType, ReduceOp};
+use std::ffi::c_int;
+use tpcomm::cuda::{CUstream, Call, Collective, GpuComm, GpuTransport, Rows, Staging};
+use tpcomm::DType;
 
-/// A call on a communicator of one rank: `count` elements of `datatype`
-/// copied from `send` to `recv` on the stream (nothing when they are the
+/// A call on a communicator of one rank: `b.count` elements of `b.dtype`
+/// copied from `b.send` to `b.recv` on `b.stream` (nothing when they are the
 /// same buffer), which is every collective's result with one rank.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn solo_copy(
-    call: &str,
-    a: &StandaloneComm,
-    solo: &Staging,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    stream: CudaStream,
-) -> NcclResult {
+pub(crate) fn solo_copy(call: &str, a: &StandaloneComm, solo: &Staging, b: &Buffers) -> NcclResult {
+    let Buffers {
+        send,
+        recv,
+        count,
+        dtype: datatype,
+        stream,
+    } = *b;
     let Some(bytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
         return standalone::unservable(call, &format!("ncclDataType {datatype}"));
     };
-    if bytes == 0 || std::ptr::eq(send, recv) {
+    if bytes == 0 || send == recv {
         return SUCCESS;
     }
     run(call, a, || {
         // SAFETY: the call's contract: device buffers of this GPU holding
         // `count` elements, valid until the stream runs the copy, and a
         // stream of this GPU's context (the staging buffer's).
-        unsafe { solo.copy(recv as u64, send as u64, bytes, stream as CUstream) }
+        unsafe { solo.copy(recv, send, bytes, stream as CUstream) }
     })
 }
 
@@ -88,17 +85,13 @@ fn piece(gpu: &GpuComm, what: Collective, dt: DType) -> usize {
 /// rank copies (when the op leaves one value unchanged); otherwise a type the
 /// kernels sum, a sum, a GPU side and a non-empty call. `Err` is the call's
 /// whole answer; `Ok` gives the element type and the GPU side to run it on.
-#[allow(clippy::too_many_arguments)]
 fn summing<'a>(
     call: &str,
     a: &'a StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
-    stream: CudaStream,
 ) -> Result<(DType, &'a StandaloneGpu), NcclResult> {
+    let datatype = b.dtype;
     if let Some(solo) = &a.solo {
         if !identity_alone(op) {
             // An op this communicator does not have is an invalid argument;
@@ -109,9 +102,7 @@ fn summing<'a>(
                 &format!("ncclRedOp {op} (a pre-multiplied sum) on one rank"),
             ));
         }
-        return Err(solo_copy(
-            call, a, solo, send, recv, count, datatype, stream,
-        ));
+        return Err(solo_copy(call, a, solo, b));
     }
     let Some(dt) = dtype_of(datatype) else {
         return Err(standalone::unservable(
@@ -126,7 +117,7 @@ fn summing<'a>(
         ));
     }
     let l = live(a, call)?;
-    if count == 0 {
+    if b.count == 0 {
         return Err(SUCCESS);
     }
     Ok((dt, l))
@@ -135,23 +126,14 @@ fn summing<'a>(
 /// `ncclAllReduce` on a standalone communicator: sums of f32, f16 and bf16
 /// on the kernels, in pieces of at most TPCOMM_MAX_BYTES, through the
 /// staging buffer when a buffer is not 16-byte aligned.
-#[allow(clippy::too_many_arguments)]
-pub fn all_reduce(
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    stream: CudaStream,
-) -> NcclResult {
+pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
     // type and op gathers the blocks and reduces them (all_reduce_gathered).
-    if gathered::takes(a, datatype, op) {
-        return gathered::all_reduce_gathered(a, send, recv, count, datatype, op, stream);
+    if gathered::takes(a, b.dtype, op) {
+        return gathered::all_reduce_gathered(a, b, op);
     }
-    let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
+    let (dt, l) = match summing(CALL, a, b, op) {
         Ok(run) => run,
         Err(done) => return done,
     };
@@ -159,13 +141,13 @@ pub fn all_reduce(
     if per == 0 {
         return standalone::unservable(CALL, "the staging buffer is smaller than 16 bytes");
     }
-    let st = stream as CUstream;
+    let (count, st) = (b.count, b.stream as CUstream);
     run(CALL, a, || {
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);
             let off = (done * dt.size()) as u64;
-            let (s, r) = (send as u64 + off, recv as u64 + off);
+            let (s, r) = (b.send + off, b.recv + off);
             let bytes = n * dt.size();
             // SAFETY: ncclAllReduce's contract: device buffers of this
             // communicator's GPU of `count` elements, valid until the stream
@@ -174,13 +156,11 @@ pub fn all_reduce(
             // holds a piece (`per` was sized from it); all on the stream.
             unsafe {
                 if s.is_multiple_of(16) && r.is_multiple_of(16) {
-                    l.gpu
-                        .all_reduce(s, r, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                    l.gpu.all_reduce(&Call::new(s, r, n, dt, st))?;
                 } else {
                     let p = l.staging.ptr();
                     l.staging.copy(p, s, bytes, st)?;
-                    l.gpu
-                        .all_reduce(p, p, n, dt, ReduceOp::Sum, Algo::Auto, st)?;
+                    l.gpu.all_reduce(&Call::new(p, p, n, dt, st))?;
                     l.staging.copy(r, p, bytes, st)?;
                 }
             }
@@ -192,18 +172,12 @@ pub fn all_reduce(
 
 /// `ncclAllGather` on a standalone communicator: any type (the bytes are
 /// only copied), a block within the transport's buffers.
-pub fn all_gather(
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    stream: CudaStream,
-) -> NcclResult {
+pub fn all_gather(a: &StandaloneComm, b: &Buffers) -> NcclResult {
     const CALL: &str = "ncclAllGather";
     if let Some(solo) = &a.solo {
-        return solo_copy(CALL, a, solo, send, recv, count, datatype, stream);
+        return solo_copy(CALL, a, solo, b);
     }
+    let (count, datatype) = (b.count, b.dtype);
     let l = match live(a, CALL) {
         Ok(l) => l,
         Err(r) => return r,
@@ -215,11 +189,11 @@ pub fn all_gather(
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(CALL, &format!("ncclDataType {datatype}"));
         };
-        return gathered::exact_bytes(CALL, a, l, send, recv, nbytes, None, stream);
+        return gathered::exact_bytes(CALL, a, l, b, nbytes, None);
     };
     let n = count;
     if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
-        return staged(Collective::AllGather, a, l, (send, recv), n, dt, stream);
+        return staged(Collective::AllGather, a, l, b, dt);
     }
     run(CALL, a, || {
         // SAFETY: ncclAllGather's contract is the kernels': device buffers
@@ -227,82 +201,44 @@ pub fn all_gather(
         // (or sendbuff at this rank's block of it), valid until the stream
         // runs the call; the block is the same bytes counted as `dt`.
         unsafe {
-            l.gpu.collective(
-                Collective::AllGather,
-                send as u64,
-                recv as u64,
-                n,
-                dt,
-                stream as CUstream,
-                Launch::Ordinary,
-            )
+            l.gpu
+                .run_collective(Collective::AllGather, &kernel_call(b, dt))
         }
     })
 }
 
 /// `ncclReduceScatter` on a standalone communicator: sums of f32, f16 and
 /// bf16, a block within the transport's buffers.
-#[allow(clippy::too_many_arguments)]
-pub fn reduce_scatter(
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    stream: CudaStream,
-) -> NcclResult {
+pub fn reduce_scatter(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
     // As ncclAllReduce: the kernels sum f32, f16 and bf16; every other type
     // and op gathers the blocks and reduces this rank's (gathered.rs).
-    if gathered::takes(a, datatype, op) {
-        return gathered::reduce_scatter_gathered(a, send, recv, count, datatype, op, stream);
+    if gathered::takes(a, b.dtype, op) {
+        return gathered::reduce_scatter_gathered(a, b, op);
     }
-    let (dt, l) = match summing(CALL, a, send, recv, count, datatype, op, stream) {
+    let (dt, l) = match summing(CALL, a, b, op) {
         Ok(run) => run,
         Err(done) => return done,
     };
-    if !l.gpu.collective_fits(Collective::ReduceScatter, count, dt) {
-        return staged(
-            Collective::ReduceScatter,
-            a,
-            l,
-            (send, recv),
-            count,
-            dt,
-            stream,
-        );
+    if !l
+        .gpu
+        .collective_fits(Collective::ReduceScatter, b.count, dt)
+    {
+        return staged(Collective::ReduceScatter, a, l, b, dt);
     }
     run(CALL, a, || {
         // SAFETY: as in all_gather, with sendbuff of world blocks and
         // recvbuff of one (or at this rank's block of sendbuff).
         unsafe {
-            l.gpu.collective(
-                Collective::ReduceScatter,
-                send as u64,
-                recv as u64,
-                count,
-                dt,
-                stream as CUstream,
-                Launch::Ordinary,
-            )
+            l.gpu
+                .run_collective(Collective::ReduceScatter, &kernel_call(b, dt))
         }
     })
 }
 
 /// `ncclBroadcast` (and `ncclBcast`, in place) on a standalone
 /// communicator: any type, in pieces that fit the transport's buffers.
-#[allow(clippy::too_many_arguments)]
-pub fn broadcast(
-    call: &'static str,
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    stream: CudaStream,
-) -> NcclResult {
+pub fn broadcast(call: &'static str, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclResult {
     if root < 0 || root as usize >= a.world {
         return standalone::fail(
             INVALID_ARGUMENT,
@@ -313,8 +249,9 @@ pub fn broadcast(
         );
     }
     if let Some(solo) = &a.solo {
-        return solo_copy(call, a, solo, send, recv, count, datatype, stream);
+        return solo_copy(call, a, solo, b);
     }
+    let (count, datatype) = (b.count, b.dtype);
     let l = match live(a, call) {
         Ok(l) => l,
         Err(r) => return r,
@@ -327,7 +264,7 @@ pub fn broadcast(
         let Some(nbytes) = type_size(datatype).and_then(|z| z.checked_mul(count)) else {
             return standalone::unservable(call, &format!("ncclDataType {datatype}"));
         };
-        return gathered::exact_bytes(call, a, l, send, recv, nbytes, Some(root as usize), stream);
+        return gathered::exact_bytes(call, a, l, b, nbytes, Some(root as usize));
     };
     let what = Collective::Broadcast {
         root: root as usize,
@@ -342,14 +279,9 @@ pub fn broadcast(
             // `count` elements (the same or disjoint), valid until the stream
             // runs the call; this piece is inside them, counted as `dt`.
             unsafe {
-                l.gpu.collective(
+                l.gpu.run_collective(
                     what,
-                    send as u64 + off,
-                    recv as u64 + off,
-                    n,
-                    dt,
-                    stream as CUstream,
-                    Launch::Ordinary,
+                    &Call::new(b.send + off, b.recv + off, n, dt, b.stream as CUstream),
                 )?;
             }
             done += n;
@@ -359,7 +291,7 @@ pub fn broadcast(
 }
 
 /// An all-gather or reduce-scatter whose blocks are larger than the
-/// transport's buffers, in pieces of `count` (elements of one block) through
+/// transport's buffers, in pieces of `b.count` (elements of one block) through
 /// the staging buffer, which holds `world` pieces and then one:
 ///
 /// - all-gather: this rank's piece is copied in, the pieces all-gathered
@@ -374,10 +306,8 @@ fn staged(
     what: Collective,
     a: &StandaloneComm,
     l: &StandaloneGpu,
-    (send, recv): (*const c_void, *mut c_void),
-    count: usize,
+    b: &Buffers,
     dt: DType,
-    stream: CudaStream,
 ) -> NcclResult {
     let call = match what {
         Collective::AllGather => "ncclAllGather",
@@ -391,7 +321,7 @@ fn staged(
             "the staging buffer holds no piece; raise TPCOMM_MAX_BYTES",
         );
     }
-    let st = stream as CUstream;
+    let (send, recv, count, st) = (b.send, b.recv, b.count, b.stream as CUstream);
     let (many, one) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
     run(call, a, || {
         let mut done = 0;
@@ -417,17 +347,17 @@ fn staged(
             // (staged_piece sized them); all on the stream, in order.
             unsafe {
                 if what == Collective::AllGather {
-                    l.staging.copy(one, send as u64 + off, n * z, st)?;
+                    l.staging.copy(one, send + off, n * z, st)?;
                     l.gpu
-                        .collective(what, one, many, n, dt, st, Launch::Ordinary)?;
-                    let r = rows(recv as u64 + off, count * z, many, n * z);
+                        .run_collective(what, &Call::new(one, many, n, dt, st))?;
+                    let r = rows(recv + off, count * z, many, n * z);
                     l.staging.copy_rows(r, st)?;
                 } else {
-                    let r = rows(many, n * z, send as u64 + off, count * z);
+                    let r = rows(many, n * z, send + off, count * z);
                     l.staging.copy_rows(r, st)?;
                     l.gpu
-                        .collective(what, many, one, n, dt, st, Launch::Ordinary)?;
-                    l.staging.copy(recv as u64 + off, one, n * z, st)?;
+                        .run_collective(what, &Call::new(many, one, n, dt, st))?;
+                    l.staging.copy(recv + off, one, n * z, st)?;
                 }
             }
             done += n;

@@ -4,6 +4,7 @@
 //! parent's ranks meet again and each colour makes a new one). The handles
 //! go into registry.rs's table.
 
+use crate::ffi::config_nonblocking;
 use crate::settings::{self, info, warn};
 use crate::standalone::comm::{StandaloneComm, StandaloneGpu};
 use crate::standalone::registry::{self, insert};
@@ -37,6 +38,26 @@ impl tpcomm::cuda::Exchange for Meet {
     }
 }
 
+/// How a creation call returns: once the communicator is made, or at once
+/// (a config with `blocking = 0`), the communicator being made on a thread
+/// of its own while ncclCommGetAsyncError says ncclInProgress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    Yes,
+    No,
+}
+
+impl Blocking {
+    /// From an `ncclConfig_t*` (NULL: blocking).
+    pub fn of_config(config: Opaque) -> Blocking {
+        if config_nonblocking(config) {
+            Blocking::No
+        } else {
+            Blocking::Yes
+        }
+    }
+}
+
 /// `ncclCommInitRank(Config)` with a standalone id: makes this rank's
 /// communicator on the current device, meeting the other ranks through the
 /// id, and writes its handle to `out`. Every failure is an error code with
@@ -47,6 +68,7 @@ pub fn create(
     nranks: c_int,
     secret: Secret,
     rank: c_int,
+    blocking: Blocking,
 ) -> NcclResult {
     if out.is_null() {
         return standalone::fail(
@@ -88,17 +110,7 @@ pub fn create(
         // NCCL writes the handle now and completes it at ncclGroupEnd;
         // programs keep the value they read here, so the handle is reserved
         // now and the made communicator put under it then.
-        let pending = registry::reserve(StandaloneComm {
-            rank,
-            world,
-            device,
-            secret,
-            splits: Default::default(),
-            p2p_groups: Default::default(),
-            premul: Default::default(),
-            live: None,
-            solo: None,
-        });
+        let pending = registry::reserve(placeholder(rank, world, device, secret));
         // SAFETY: `out` is non-null: the caller's ncclComm_t.
         unsafe { *out = pending };
         DEFERRED.with_borrow_mut(|d| {
@@ -114,8 +126,73 @@ pub fn create(
         });
         return SUCCESS;
     }
+    if blocking == Blocking::No {
+        return create_in_background(call, out, rank, world, secret, device);
+    }
     // SAFETY: `out` is non-null: the caller's ncclComm_t.
     unsafe { create_on(call, &mut *out, rank, world, secret, device) }
+}
+
+/// A non-blocking creation: the handle is reserved and written to `out` now
+/// (answering the queries at once), the communicator is made on a thread of
+/// its own and put under it, and the call returns ncclInProgress; one thread
+/// can so create every rank of a group in turn, as NCCL allows.
+fn create_in_background(
+    call: &'static str,
+    out: *mut NcclComm,
+    rank: usize,
+    world: usize,
+    secret: Secret,
+    device: usize,
+) -> NcclResult {
+    let pending = registry::reserve(placeholder(rank, world, device, secret));
+    registry::creation_started(pending);
+    let handle = pending as usize;
+    let spawned = std::thread::Builder::new()
+        .name(format!("tpcomm-create-{rank}"))
+        .spawn(move || {
+            let pending = handle as NcclComm;
+            let mut made: NcclComm = std::ptr::null_mut();
+            let r = create_on(call, &mut made, rank, world, secret, device);
+            let result = if r != SUCCESS {
+                Err((r, standalone::last_error()))
+            } else if registry::settle(pending, made) {
+                info!("{call} rank {rank}/{world} GPU {device}: non-blocking creation done");
+                Ok(())
+            } else {
+                // The handle was destroyed while its creation ran.
+                registry::release(call, made, true);
+                Ok(())
+            };
+            registry::creation_ended(pending, result);
+        });
+    if let Err(e) = spawned {
+        registry::unreserve(pending);
+        return standalone::fail(
+            SYSTEM_ERROR,
+            format!("{call} rank {rank}/{world}: no thread could be started for a non-blocking creation ({e})"),
+        );
+    }
+    info!("{call} rank {rank}/{world} GPU {device}: non-blocking; ncclInProgress until made");
+    // SAFETY: `out` is non-null: the caller's ncclComm_t.
+    unsafe { *out = pending };
+    IN_PROGRESS
+}
+
+/// The state a reserved handle holds until its communicator is made: it
+/// answers the queries (rank, size, device) and has no GPU side.
+fn placeholder(rank: usize, world: usize, device: usize, secret: Secret) -> StandaloneComm {
+    StandaloneComm {
+        rank,
+        world,
+        device,
+        secret,
+        splits: Default::default(),
+        p2p_groups: Default::default(),
+        premul: Default::default(),
+        live: None,
+        solo: None,
+    }
 }
 
 /// A standalone creation asked for inside a group, made at its end.
@@ -293,15 +370,8 @@ fn create_on(
             Ok(st) => {
                 info!("{tag}: standalone communicator of one rank (every call is a copy)");
                 *out = insert(StandaloneComm {
-                    rank,
-                    world,
-                    device,
-                    secret,
-                    splits: Default::default(),
-                    p2p_groups: Default::default(),
-                    premul: Default::default(),
-                    live: None,
                     solo: Some(st),
+                    ..placeholder(rank, world, device, secret)
                 });
                 SUCCESS
             }
@@ -322,15 +392,8 @@ fn create_on(
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
             *out = insert(StandaloneComm {
-                rank,
-                world,
-                device,
-                secret,
-                splits: Default::default(),
-                p2p_groups: Default::default(),
-                premul: Default::default(),
                 live: Some(live),
-                solo: None,
+                ..placeholder(rank, world, device, secret)
             });
             SUCCESS
         }

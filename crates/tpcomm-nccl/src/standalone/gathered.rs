@@ -8,9 +8,8 @@ use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
 use crate::types::*;
-use std::ffi::c_void;
-use tpcomm::cuda::gathered::{Form, SCALAR_BYTES};
-use tpcomm::cuda::{gathered, CUstream, Collective, Launch};
+use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
+use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
 
 /// `ncclAllReduce` of a type or op the collective kernels do not sum
@@ -21,21 +20,18 @@ use tpcomm::DType;
 /// and reduced in rank order by the gathered-block kernel into `recv` (the
 /// same bits on every rank). The torch barrier's one-element all-reduce
 /// takes this path.
-pub(crate) fn all_reduce_gathered(
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    stream: CudaStream,
-) -> NcclResult {
+pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
+    let Buffers {
+        send,
+        recv,
+        count,
+        stream,
+        ..
+    } = *b;
     // Elements per piece: their expanded bytes fill at most one block (less
     // the scalar's place at its end, for a pre-multiplied sum).
-    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
-        (block / 2) / z
-    }) {
+    let p = match prepare(CALL, a, b, op, |block, z| (block / 2) / z) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -66,19 +62,16 @@ pub(crate) fn all_reduce_gathered(
             // piece) are disjoint and inside the staging buffer
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
-                gather_expanded(l, send as u64 + off, n * z, base, mine, block, st)?;
-                reduce(
-                    l,
-                    gop,
-                    base,
-                    block as u64,
-                    scalar_at,
-                    a.world,
-                    recv as u64 + off,
-                    n,
+                gather_expanded(l, send + off, n * z, base, mine, block, st)?;
+                let blocks = ReduceBlocks {
+                    input: base,
+                    stride: block as u64,
+                    world: a.world,
+                    output: recv + off,
+                    count: n,
                     elem,
-                    st,
-                )?;
+                };
+                reduce(l, gop, &blocks, scalar_at, st)?;
             }
             done += n;
         }
@@ -93,18 +86,19 @@ pub(crate) fn all_reduce_gathered(
 /// reduces, in rank order, this rank's block of every sender into `recv`.
 pub(crate) fn reduce_scatter_gathered(
     a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
-    stream: CudaStream,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
+    let Buffers {
+        send,
+        recv,
+        count,
+        stream,
+        ..
+    } = *b;
     let world = a.world;
-    let p = match prepare(CALL, a, recv, count, datatype, op, |block, z| {
-        block / (2 * z * world)
-    }) {
+    let p = match prepare(CALL, a, b, op, |block, z| block / (2 * z * world)) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -136,39 +130,30 @@ pub(crate) fn reduce_scatter_gathered(
             // written). The expanded pieces (world x `piece` bytes) fit
             // this rank's staging block (per was sized from it); in order.
             unsafe {
-                l.gathered.convert(
-                    Form::Expand,
-                    send as u64 + off,
-                    (count * z) as u64,
-                    mine,
-                    piece,
-                    n * z,
-                    world,
-                    st,
-                )?;
-                l.gpu.collective(
+                let side_by_side = ByteBlocks {
+                    input: send + off,
+                    in_stride: (count * z) as u64,
+                    output: mine,
+                    out_stride: piece,
+                    nbytes: n * z,
+                    blocks: world,
+                };
+                l.gathered.convert(Form::Expand, &side_by_side, st)?;
+                l.gpu.run_collective(
                     Collective::AllGather,
-                    mine,
-                    base,
-                    block / 2,
-                    DType::F16,
-                    st,
-                    Launch::Ordinary,
+                    &Call::new(mine, base, block / 2, DType::F16, st),
                 )?;
                 // This rank's piece of every block, and each block's
                 // scalar at its end (scalar_at from the block's start).
-                reduce(
-                    l,
-                    gop,
-                    base + a.rank as u64 * piece,
-                    block as u64,
-                    scalar_at - a.rank as u64 * piece,
+                let blocks = ReduceBlocks {
+                    input: base + a.rank as u64 * piece,
+                    stride: block as u64,
                     world,
-                    recv as u64 + off,
-                    n,
+                    output: recv + off,
+                    count: n,
                     elem,
-                    st,
-                )?;
+                };
+                reduce(l, gop, &blocks, scalar_at - a.rank as u64 * piece, st)?;
             }
             done += n;
         }
@@ -249,40 +234,30 @@ pub(crate) unsafe fn put_scalar(
             Reduction::Builtin(_) => Ok(()),
             Reduction::PreMul(Scalar::Host(v)) => l.gathered.put_immediate(v, z, at, st),
             Reduction::PreMul(Scalar::Device(p)) => {
-                l.gathered.convert(Form::Expand, p, 0, at, 0, z, 1, st)
+                l.gathered
+                    .convert(Form::Expand, &ByteBlocks::one(p, at, z), st)
             }
         }
     }
 }
 
-/// The reduction kernel of `r` over `world` gathered blocks (`stride`
-/// apart, each with its scalar `scalar` bytes from its start for a
-/// pre-multiplied sum) into `count` elements at `out`.
+/// The reduction kernel of `r` over `blocks` (for a pre-multiplied sum,
+/// each gathered block with its scalar `scalar` bytes from its start).
 ///
 /// # Safety
 /// As `gathered::Kernels::reduce` (and `reduce_premul`) ask.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn reduce(
     l: &StandaloneGpu,
     r: Reduction,
-    input: u64,
-    stride: u64,
+    blocks: &ReduceBlocks,
     scalar: u64,
-    world: usize,
-    out: u64,
-    count: usize,
-    elem: gathered::Elem,
     st: CUstream,
 ) -> tpcomm::Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
         match r {
-            Reduction::Builtin(op) => l
-                .gathered
-                .reduce(input, stride, world, out, count, elem, op, st),
-            Reduction::PreMul(_) => l
-                .gathered
-                .reduce_premul(input, stride, scalar, world, out, count, elem, st),
+            Reduction::Builtin(op) => l.gathered.reduce(blocks, op, st),
+            Reduction::PreMul(_) => l.gathered.reduce_premul(blocks, scalar, st),
         }
     }
 }
@@ -304,23 +279,20 @@ struct Prepared<'a> {
 /// given the bytes of a block the pieces may fill (a block less the
 /// scalar's place at its end). `Ok(None)`: nothing to do (no elements);
 /// `Err`: the call's refusal.
-#[allow(clippy::too_many_arguments)]
 fn prepare<'a>(
     call: &str,
     a: &'a StandaloneComm,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     op: NcclRedOp,
     per_block: impl Fn(usize, usize) -> usize,
 ) -> Result<Option<Prepared<'a>>, NcclResult> {
-    let (elem, gop) = resolve(call, a, datatype, op)?;
+    let (elem, gop) = resolve(call, a, b.dtype, op)?;
     let l = live(a, call)?;
-    if count == 0 {
+    if b.count == 0 {
         return Ok(None);
     }
     let z = elem.size();
-    if !(recv as usize).is_multiple_of(z) {
+    if !(b.recv as usize).is_multiple_of(z) {
         return Err(standalone::unservable(
             call,
             "the receive buffer is not aligned to its element type",
@@ -394,15 +366,10 @@ unsafe fn gather_expanded(
     // SAFETY: forwarded from the caller; all on `st`, in order.
     unsafe {
         l.gathered
-            .convert(Form::Expand, piece, 0, mine, 0, bytes, 1, st)?;
-        l.gpu.collective(
+            .convert(Form::Expand, &ByteBlocks::one(piece, mine, bytes), st)?;
+        l.gpu.run_collective(
             Collective::AllGather,
-            mine,
-            base,
-            block / 2,
-            DType::F16,
-            st,
-            Launch::Ordinary,
+            &Call::new(mine, base, block / 2, DType::F16, st),
         )
     }
 }
@@ -410,18 +377,16 @@ unsafe fn gather_expanded(
 /// All-gather (`root` None) or broadcast of bytes that must arrive exactly
 /// (integers, f64, fp8, unaligned blocks): in pieces, each rank's (or the
 /// root's) piece expanded into the staging buffer, moved as 16-bit words,
-/// and compacted into `recv`.
-#[allow(clippy::too_many_arguments)]
+/// and compacted into `b.recv`; `nbytes` is the bytes of `b.count` elements.
 pub(crate) fn exact_bytes(
     call: &str,
     a: &StandaloneComm,
     l: &StandaloneGpu,
-    send: *const c_void,
-    recv: *mut c_void,
+    b: &Buffers,
     nbytes: usize,
     root: Option<usize>,
-    stream: CudaStream,
 ) -> NcclResult {
+    let (send, recv, stream) = (b.send, b.recv, b.stream);
     let Some(block) = expanded_block(l, a.world) else {
         return standalone::unservable(
             call,
@@ -449,50 +414,28 @@ pub(crate) fn exact_bytes(
             unsafe {
                 match root {
                     None => {
-                        gather_expanded(l, send as u64 + off, m, base, mine, block, st)?;
-                        l.gathered.convert(
-                            Form::Compact,
-                            base,
-                            block as u64,
-                            recv as u64 + off,
-                            nbytes as u64,
-                            m,
-                            a.world,
-                            st,
-                        )?;
+                        gather_expanded(l, send + off, m, base, mine, block, st)?;
+                        let every_rank = ByteBlocks {
+                            input: base,
+                            in_stride: block as u64,
+                            output: recv + off,
+                            out_stride: nbytes as u64,
+                            nbytes: m,
+                            blocks: a.world,
+                        };
+                        l.gathered.convert(Form::Compact, &every_rank, st)?;
                     }
                     Some(r) => {
                         if r == a.rank {
-                            l.gathered.convert(
-                                Form::Expand,
-                                send as u64 + off,
-                                0,
-                                mine,
-                                0,
-                                m,
-                                1,
-                                st,
-                            )?;
+                            let piece = ByteBlocks::one(send + off, mine, m);
+                            l.gathered.convert(Form::Expand, &piece, st)?;
                         }
-                        l.gpu.collective(
+                        l.gpu.run_collective(
                             Collective::Broadcast { root: r },
-                            mine,
-                            base,
-                            block / 2,
-                            DType::F16,
-                            st,
-                            Launch::Ordinary,
+                            &Call::new(mine, base, block / 2, DType::F16, st),
                         )?;
-                        l.gathered.convert(
-                            Form::Compact,
-                            base,
-                            0,
-                            recv as u64 + off,
-                            0,
-                            m,
-                            1,
-                            st,
-                        )?;
+                        let piece = ByteBlocks::one(base, recv + off, m);
+                        l.gathered.convert(Form::Compact, &piece, st)?;
                     }
                 }
             }

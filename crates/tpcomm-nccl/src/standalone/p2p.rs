@@ -49,7 +49,6 @@ thread_local! {
 /// `buf` to or from `peer`: checked (ncclInvalidArgument for a peer out of
 /// range, an unknown type, an overflowing count, a NULL buffer), then kept
 /// for the group's end, which comes at once outside a group.
-#[allow(clippy::too_many_arguments)]
 pub fn call(
     send: bool,
     a: Arc<StandaloneComm>,

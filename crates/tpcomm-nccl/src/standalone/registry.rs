@@ -91,6 +91,7 @@ pub(crate) fn unreserve(pending: NcclComm) {
 /// using it), without, kept until the process exits (after an abort a
 /// kernel may still wait for a peer that is gone).
 fn remove(comm: NcclComm, free: bool) -> bool {
+    creations_lock().remove(&(comm as usize));
     let gone = table()
         .write()
         .unwrap_or_else(|e| e.into_inner())
@@ -112,18 +113,68 @@ fn remove(comm: NcclComm, free: bool) -> bool {
     }
 }
 
-/// `ncclCommGetAsyncError`: the kernels' check (a lost peer is
+/// Where a non-blocking creation (a config with `blocking = 0`) stands
+/// while its thread makes the communicator under the reserved handle.
+#[derive(Debug, Clone)]
+enum Creation {
+    Running,
+    Failed(NcclResult, String),
+}
+
+/// Reserved handles whose non-blocking creation is running or failed.
+fn creations() -> &'static std::sync::Mutex<HashMap<usize, Creation>> {
+    static C: OnceLock<std::sync::Mutex<HashMap<usize, Creation>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+fn creations_lock() -> std::sync::MutexGuard<'static, HashMap<usize, Creation>> {
+    creations().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A non-blocking creation of `pending` has started: until [`creation_ended`],
+/// ncclCommGetAsyncError on it says ncclInProgress.
+pub(crate) fn creation_started(pending: NcclComm) {
+    creations_lock().insert(pending as usize, Creation::Running);
+}
+
+/// The non-blocking creation of `pending` ended: with `Ok` its handle is a
+/// made communicator; with `Err` ncclCommGetAsyncError reports the failure
+/// (code and text) until the handle is destroyed.
+pub(crate) fn creation_ended(pending: NcclComm, result: Result<(), (NcclResult, String)>) {
+    let mut c = creations_lock();
+    match result {
+        Ok(()) => {
+            c.remove(&(pending as usize));
+        }
+        // A handle destroyed while its creation ran is not remembered (its
+        // address may be reused).
+        Err((r, text)) if lookup(pending).is_some() => {
+            c.insert(pending as usize, Creation::Failed(r, text));
+        }
+        Err(_) => {
+            c.remove(&(pending as usize));
+        }
+    }
+}
+
+/// `ncclCommGetAsyncError`: a creation still running is ncclInProgress and
+/// a failed one its failure; otherwise the kernels' check (a lost peer is
 /// ncclRemoteError, with the text for ncclGetLastError).
-pub fn async_error(a: &StandaloneComm, out: *mut NcclResult) -> NcclResult {
+pub fn async_error(comm: NcclComm, a: &StandaloneComm, out: *mut NcclResult) -> NcclResult {
     if out.is_null() {
         return standalone::fail(
             INVALID_ARGUMENT,
             "ncclCommGetAsyncError: the result pointer is NULL".into(),
         );
     }
-    let r = match a.live.as_ref().map(|l| l.gpu.check()) {
-        Some(Err(e)) => standalone::fail(REMOTE_ERROR, format!("rank {}/{}: {e}", a.rank, a.world)),
-        _ => SUCCESS,
+    let creation = creations_lock().get(&(comm as usize)).cloned();
+    let r = match (creation, a.live.as_ref().map(|l| l.gpu.check())) {
+        (Some(Creation::Running), _) => IN_PROGRESS,
+        (Some(Creation::Failed(r, text)), _) => standalone::fail(r, text),
+        (None, Some(Err(e))) => {
+            standalone::fail(REMOTE_ERROR, format!("rank {}/{}: {e}", a.rank, a.world))
+        }
+        (None, _) => SUCCESS,
     };
     // SAFETY: non-null, the caller's ncclResult_t.
     unsafe { *out = r };

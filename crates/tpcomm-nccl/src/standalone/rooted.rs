@@ -13,9 +13,9 @@ use crate::standalone::gathered::expanded_block;
 use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
-use std::ffi::{c_int, c_void};
-use tpcomm::cuda::gathered::{Elem, Form, Op};
-use tpcomm::cuda::{CUstream, Collective, Launch};
+use std::ffi::c_int;
+use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
+use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport};
 use tpcomm::DType;
 
 /// Which call, as the exports name it (with the reduce's op).
@@ -52,18 +52,16 @@ fn used(kind: Kind, rank: usize) -> (bool, bool) {
 /// count whose buffers overflow, a NULL buffer this rank uses; `root` is
 /// not read for an all-to-all); pre-multiplied sums are refused
 /// (ncclInvalidUsage) as the all-reduce refuses them. `Ok` is the plan's
-/// kind; every failure has its text for ncclGetLastError.
-#[allow(clippy::too_many_arguments)]
+/// kind; every failure has its text for ncclGetLastError. `b.stream` is
+/// not read.
 pub(crate) fn check(
     what: What,
     rank: usize,
     world: usize,
     root: c_int,
-    count: usize,
-    datatype: NcclDataType,
-    send: *const c_void,
-    recv: *mut c_void,
+    b: &Buffers,
 ) -> Result<Kind, NcclResult> {
+    let (count, datatype, send, recv) = (b.count, b.dtype, b.send, b.recv);
     let call = what.name();
     let bad = |why: String| Err(standalone::fail(INVALID_ARGUMENT, format!("{call}: {why}")));
     if what != What::AllToAll && (root < 0 || root as usize >= world) {
@@ -108,10 +106,10 @@ pub(crate) fn check(
         What::AllToAll => Kind::AllToAll,
     };
     let (s, rv) = used(kind, rank);
-    if count > 0 && s && send.is_null() {
+    if count > 0 && s && send == 0 {
         return bad("sendbuff is NULL".into());
     }
-    if count > 0 && rv && recv.is_null() {
+    if count > 0 && rv && recv == 0 {
         return bad("recvbuff is NULL".into());
     }
     Ok(kind)
@@ -131,23 +129,20 @@ fn block_for(l: &StandaloneGpu, world: usize, kind: Kind) -> Option<usize> {
     (block >= 16).then_some(block)
 }
 
-/// Runs `kind` for `count` elements of `z` bytes: one rank copies; otherwise
-/// the plan's steps are launched (through the launch gate) on the stream.
-#[allow(clippy::too_many_arguments)]
+/// Runs `kind` for `b.count` elements of `b.dtype`: one rank copies;
+/// otherwise the plan's steps are launched (through the launch gate) on the
+/// stream.
 fn serve(
     call: &str,
     a: &StandaloneComm,
     kind: Kind,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
+    b: &Buffers,
     red: Option<(Elem, Op)>,
-    stream: CudaStream,
 ) -> NcclResult {
     if let Some(solo) = &a.solo {
-        return solo_copy(call, a, solo, send, recv, count, datatype, stream);
+        return solo_copy(call, a, solo, b);
     }
+    let (count, datatype, stream) = (b.count, b.dtype, b.stream);
     let l = match live(a, call) {
         Ok(l) => l,
         Err(r) => return r,
@@ -177,7 +172,7 @@ fn serve(
             ),
         );
     };
-    let (s, r, stage) = (send as u64, recv as u64, l.staging.ptr());
+    let (s, r, stage) = (b.send, b.recv, l.staging.ptr());
     let at = move |x: Loc| match x {
         Loc::Send(o) => s + o as u64,
         Loc::Recv(o) => r + o as u64,
@@ -213,15 +208,8 @@ pub(crate) unsafe fn launch(
         // SAFETY: the caller's contract; the gathered area and this rank's
         // own area of the staging buffer are disjoint.
         unsafe {
-            l.gpu.collective(
-                what,
-                at(from),
-                at(to),
-                words,
-                DType::F16,
-                st,
-                Launch::Ordinary,
-            )
+            l.gpu
+                .run_collective(what, &Call::new(at(from), at(to), words, DType::F16, st))
         }
     };
     for step in steps {
@@ -248,16 +236,15 @@ pub(crate) unsafe fn launch(
                         Step::Expand { .. } => Form::Expand,
                         _ => Form::Compact,
                     };
-                    l.gathered.convert(
-                        form,
-                        at(from),
-                        from_stride as u64,
-                        at(to),
-                        to_stride as u64,
+                    let b = ByteBlocks {
+                        input: at(from),
+                        in_stride: from_stride as u64,
+                        output: at(to),
+                        out_stride: to_stride as u64,
                         nbytes,
                         blocks,
-                        st,
-                    )?
+                    };
+                    l.gathered.convert(form, &b, st)?
                 }
                 Step::AllGather { from, to, words } => {
                     coll(Collective::AllGather, from, to, words)?
@@ -277,16 +264,15 @@ pub(crate) unsafe fn launch(
                     let (elem, op) = red.ok_or_else(|| {
                         tpcomm::Error::invalid("standalone reduce", "a reduction without an op")
                     })?;
-                    l.gathered.reduce(
-                        at(from),
-                        stride as u64,
+                    let b = ReduceBlocks {
+                        input: at(from),
+                        stride: stride as u64,
                         world,
-                        at(to),
+                        output: at(to),
                         count,
                         elem,
-                        op,
-                        st,
-                    )?
+                    };
+                    l.gathered.reduce(&b, op, st)?
                 }
                 Step::Copy { from, to, bytes } => l.staging.copy(at(to), at(from), bytes, st)?,
             }
@@ -306,18 +292,8 @@ pub(crate) unsafe fn launch(
 /// - all-to-all: block `j` of rank `i`'s send buffer to block `i` of rank
 ///   `j`'s receive buffer;
 ///
-/// any type (the bytes only move, exactly), `count` elements a block.
-#[allow(clippy::too_many_arguments)]
-pub fn rooted(
-    what: What,
-    a: &StandaloneComm,
-    send: *const c_void,
-    recv: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    stream: CudaStream,
-) -> NcclResult {
+/// any type (the bytes only move, exactly), `b.count` elements a block.
+pub fn rooted(what: What, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclResult {
     if let What::Reduce(op) = what {
         if Op::from_nccl(op).is_none() && a.premul.get(op).is_some() {
             return standalone::unservable(
@@ -326,23 +302,13 @@ pub fn rooted(
             );
         }
     }
-    let kind = match check(what, a.rank, a.world, root, count, datatype, send, recv) {
+    let kind = match check(what, a.rank, a.world, root, b) {
         Ok(k) => k,
         Err(r) => return r,
     };
     let red = match what {
-        What::Reduce(op) => Elem::from_nccl(datatype).zip(Op::from_nccl(op)),
+        What::Reduce(op) => Elem::from_nccl(b.dtype).zip(Op::from_nccl(op)),
         _ => None,
     };
-    serve(
-        what.name(),
-        a,
-        kind,
-        send,
-        recv,
-        count,
-        datatype,
-        red,
-        stream,
-    )
+    serve(what.name(), a, kind, b, red)
 }

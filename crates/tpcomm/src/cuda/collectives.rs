@@ -16,10 +16,10 @@ use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::launch_shape::{self, grid_cap};
 use super::loader::{dtype_index, per_device, Family, PerDevice};
-use super::pdl::{self, Launch};
+use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::sys::cuda::{CUdeviceptr, CUstream, Function};
+use crate::sys::cuda::Function;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -192,27 +192,6 @@ impl GpuComm {
                 .is_some_and(|b| b as u64 <= c.max_bytes().bytes()),
             GpuComm::Pinned(h) => h.collective_fits(what, count, dtype),
         }
-    }
-
-    /// [`GpuTransport::run_collective`] with the call's fields as
-    /// arguments: the drop-in's form.
-    ///
-    /// # Safety
-    /// As [`GpuTransport`]'s methods.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn collective(
-        &self,
-        what: Collective,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        stream: CUstream,
-        how: Launch,
-    ) -> Result<()> {
-        let call = Call::new(input, output, count, dtype, stream).with_launch(how);
-        // SAFETY: the caller's contract, passed on unchanged.
-        unsafe { GpuTransport::run_collective(self, what, &call) }
     }
 }
 

@@ -207,7 +207,7 @@ impl P2pTransport {
     /// to `norm.residual` in place, and writes `rmsnorm(residual) * weight` to
     /// `norm.normed`, in one kernel on `norm.stream`. It runs the one-shot protocol on
     /// this communicator's buffers and epoch, so it mixes freely with
-    /// [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) calls and works inside CUDA graphs.
+    /// [`all_reduce_call`](crate::cuda::StreamAllReduce::all_reduce_call) calls and works inside CUDA graphs.
     /// Results equal `all_reduce` (one-shot) followed by [`add_rmsnorm`].
     /// `norm.launch` picks an ordinary or an overlapped (programmatic
     /// dependent) launch; the results are the same.

@@ -102,6 +102,47 @@ pub enum Form {
     Compact,
 }
 
+/// What [`Kernels::convert`] reads and writes: `blocks` blocks of `nbytes`
+/// plain bytes (or their expanded form), from `input` (blocks `in_stride`
+/// bytes apart) to `output` (blocks `out_stride` bytes apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteBlocks {
+    pub input: u64,
+    pub in_stride: u64,
+    pub output: u64,
+    pub out_stride: u64,
+    /// Plain bytes of one block (an expanded block is twice as long).
+    pub nbytes: usize,
+    pub blocks: usize,
+}
+
+impl ByteBlocks {
+    /// One block of `nbytes` plain bytes from `input` to `output`.
+    pub fn one(input: u64, output: u64, nbytes: usize) -> Self {
+        ByteBlocks {
+            input,
+            in_stride: 0,
+            output,
+            out_stride: 0,
+            nbytes,
+            blocks: 1,
+        }
+    }
+}
+
+/// What [`Kernels::reduce`] and [`Kernels::reduce_premul`] read and write:
+/// `world` expanded blocks `stride` bytes apart from `input`, reduced
+/// element by element into `count` elements of `elem` at `output`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReduceBlocks {
+    pub input: u64,
+    pub stride: u64,
+    pub world: usize,
+    pub output: u64,
+    pub count: usize,
+    pub elem: Elem,
+}
+
 /// Ops, numbered as NCCL numbers `ncclRedOp_t` (TPCOMM_GOP_* in the kernel).
 /// The pre-multiplied sum is not one of these: NCCL numbers those ops per
 /// communicator, and [`Kernels::reduce_premul`] runs them.
@@ -178,31 +219,28 @@ pub fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
 }
 
 impl Kernels {
-    /// Launches `form` over `blocks` blocks of `nbytes` plain bytes:
-    /// [`Form::Expand`] writes each byte of a block (`in_stride` apart) as a
-    /// 16-bit word of an expanded block (`out_stride` apart);
+    /// Launches `form` over `b.blocks` blocks of `b.nbytes` plain bytes:
+    /// [`Form::Expand`] writes each byte of a block (`b.in_stride` apart) as
+    /// a 16-bit word of an expanded block (`b.out_stride` apart);
     /// [`Form::Compact`] the reverse.
     ///
     /// # Safety
     /// Device memory of this family's device, valid until `stream` has run
     /// the kernel; the expanded side 2-byte aligned, its blocks `2 * nbytes`
     /// long; input and output blocks not overlapping.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn convert(
-        &self,
-        form: Form,
-        input: u64,
-        in_stride: u64,
-        output: u64,
-        out_stride: u64,
-        nbytes: usize,
-        blocks: usize,
-        stream: CUstream,
-    ) -> Result<()> {
+    pub unsafe fn convert(&self, form: Form, b: &ByteBlocks, stream: CUstream) -> Result<()> {
         let f = match form {
             Form::Expand => self.expand,
             Form::Compact => self.compact,
         };
+        let ByteBlocks {
+            input,
+            in_stride,
+            output,
+            out_stride,
+            nbytes,
+            blocks,
+        } = *b;
         if nbytes == 0 || blocks == 0 {
             return Ok(());
         }
@@ -222,58 +260,37 @@ impl Kernels {
         unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, &args, stream) }
     }
 
-    /// Launches `output[i] = op over r of block r's element i`, `i < count`,
-    /// in rank order, on `stream`; block `r` is expanded (two bytes per
-    /// byte) at `input + r * stride`.
+    /// Launches `output[i] = op over r of block r's element i`, `i <
+    /// b.count`, in rank order, on `stream`; block `r` is expanded (two
+    /// bytes per byte) at `b.input + r * b.stride`.
     ///
     /// # Safety
-    /// `input` must hold `world` expanded blocks of `count` elements of
-    /// `elem` (`2 * count * size` bytes each), `stride` bytes apart, and
-    /// `output` `count` elements, all device memory of this family's device
-    /// valid until `stream` has run the kernel; `input` and `stride` 2-byte
-    /// aligned, `output` aligned to the element's size and not overlapping
-    /// the blocks.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce(
-        &self,
-        input: u64,
-        stride: u64,
-        world: usize,
-        output: u64,
-        count: usize,
-        elem: Elem,
-        op: Op,
-        stream: CUstream,
-    ) -> Result<()> {
+    /// `b.input` must hold `b.world` expanded blocks of `b.count` elements
+    /// of `b.elem` (`2 * count * size` bytes each), `b.stride` bytes apart,
+    /// and `b.output` `b.count` elements, all device memory of this family's
+    /// device valid until `stream` has run the kernel; `input` and `stride`
+    /// 2-byte aligned, `output` aligned to the element's size and not
+    /// overlapping the blocks.
+    pub unsafe fn reduce(&self, b: &ReduceBlocks, op: Op, stream: CUstream) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe {
-            self.launch_reduce(
-                input, stride, 0, world, output, count, elem, op as u32, stream,
-            )
-        }
+        unsafe { self.launch_reduce(b, 0, op as u32, stream) }
     }
 
     /// Launches the pre-multiplied sum `output[i] = sum over r of s_r *
-    /// (block r's element i)`, `i < count`, in rank order, on `stream`;
+    /// (block r's element i)`, `i < b.count`, in rank order, on `stream`;
     /// blocks as [`Kernels::reduce`] has them, and block `r`'s scalar `s_r`
-    /// (one element of `elem`, expanded) at `input + r * stride + scalar`.
-    /// Floats: f32 and f64 in their own type, the others in f32, each
-    /// product and sum rounded on its own and the result once; integers
+    /// (one element of `b.elem`, expanded) at `b.input + r * b.stride +
+    /// scalar`. Floats: f32 and f64 in their own type, the others in f32,
+    /// each product and sum rounded on its own and the result once; integers
     /// wrap ([`reference_premul`] is the CPU model).
     ///
     /// # Safety
     /// As [`Kernels::reduce`], and every block's scalar (`2 * size` bytes at
     /// `scalar`, 2-byte aligned) inside the same memory.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce_premul(
         &self,
-        input: u64,
-        stride: u64,
+        b: &ReduceBlocks,
         scalar: u64,
-        world: usize,
-        output: u64,
-        count: usize,
-        elem: Elem,
         stream: CUstream,
     ) -> Result<()> {
         if !scalar.is_multiple_of(2) {
@@ -283,11 +300,7 @@ impl Kernels {
             ));
         }
         // SAFETY: forwarded from the caller.
-        unsafe {
-            self.launch_reduce(
-                input, stride, scalar, world, output, count, elem, OP_PREMUL, stream,
-            )
-        }
+        unsafe { self.launch_reduce(b, scalar, OP_PREMUL, stream) }
     }
 
     /// Writes the low `nbytes` bytes (at most 8) of `value` (little-endian:
@@ -338,19 +351,21 @@ impl Kernels {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     unsafe fn launch_reduce(
         &self,
-        input: u64,
-        stride: u64,
+        b: &ReduceBlocks,
         scalar: u64,
-        world: usize,
-        output: u64,
-        count: usize,
-        elem: Elem,
         op: u32,
         stream: CUstream,
     ) -> Result<()> {
+        let ReduceBlocks {
+            input,
+            stride,
+            world,
+            output,
+            count,
+            elem,
+        } = *b;
         if !(1..=super::MAX_WORLD).contains(&world) {
             return Err(Error::invalid("world size", format!("{world}")));
         }

@@ -1,12 +1,9 @@
 //! The all-reduce of a [`Call`] on a stream, as callers of the communicator
-//! write it (also with its arguments one by one): implemented by
-//! [`Communicator`](super::Communicator), and by every [`GpuTransport`].
+//! write it: implemented by [`Communicator`](super::Communicator), and by
+//! every [`GpuTransport`].
 
 use super::call::{Call, GpuTransport};
-use crate::algo::Algo;
-use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::sys::cuda::{CUdeviceptr, CUstream};
 
 /// An all-reduce enqueued on a caller's CUDA stream.
 pub trait StreamAllReduce {
@@ -34,29 +31,6 @@ pub trait StreamAllReduce {
     /// the call; `call.stream` must belong to that device's primary context
     /// (or be null).
     unsafe fn all_reduce_call(&self, call: &Call) -> Result<Self::Ran>;
-
-    /// [`all_reduce_call`](Self::all_reduce_call) with the call's fields as
-    /// arguments and an ordinary launch: the drop-in's form.
-    ///
-    /// # Safety
-    /// As [`all_reduce_call`](Self::all_reduce_call).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce(
-        &self,
-        input: CUdeviceptr,
-        output: CUdeviceptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algo,
-        stream: CUstream,
-    ) -> Result<Self::Ran> {
-        let call = Call::new(input, output, count, dtype, stream)
-            .with_op(op)
-            .with_algo(algo);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.all_reduce_call(&call) }
-    }
 }
 
 /// A transport's all-reduce: [`GpuTransport::all_reduce`].

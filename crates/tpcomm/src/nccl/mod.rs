@@ -26,6 +26,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::sys::nccl::Buffers;
 pub use search::{candidates, Candidate, NCCL_LIBRARY_ENV};
 
 /// A CUDA stream handle as cudarc (and the CUDA driver) spell it; NCCL's

@@ -12,8 +12,8 @@ use super::{Candidate, Measured, Mode, Selector, Table};
 use crate::algo::Algo;
 use crate::cuda::cudarc::driver::{sys, DevicePtr};
 use crate::cuda::StreamAllReduce;
-use crate::cuda::{P2pTransport, Rendezvous};
-use crate::dtype::{DType, ReduceOp};
+use crate::cuda::{Call, P2pTransport, Rendezvous};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;
 use crate::units::ByteSize;
@@ -154,14 +154,8 @@ pub fn run(comm: &P2pTransport, rv: &Rendezvous, timeout: Duration) -> Result<Se
                 // rank's context, alive until after the synchronize below;
                 // bytes <= largest <= the communicator's max_bytes.
                 unsafe {
-                    comm.all_reduce(
-                        pi,
-                        po,
-                        count,
-                        DType::Bf16,
-                        ReduceOp::Sum,
-                        algo,
-                        stream.cu_stream(),
+                    comm.all_reduce_call(
+                        &Call::new(pi, po, count, DType::Bf16, stream.cu_stream()).with_algo(algo),
                     )
                 }
                 .map(|_| ())

@@ -104,9 +104,10 @@ pub(crate) struct Api {
 
 /// The data of one NCCL collective: send and receive buffers (device
 /// addresses), element count and `ncclDataType_t`, and the stream it is
-/// enqueued on.
+/// enqueued on. Public as `tpcomm::nccl::Buffers`: the drop-in's exports
+/// build one per call and pass it to what serves the call.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Buffers {
+pub struct Buffers {
     pub send: u64,
     pub recv: u64,
     pub count: usize,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use tpcomm::cuda::{open_context, GpuComm, P2pTransport, StreamAllReduce};
 use tpcomm::verify::{count_wrong, random_bytes, reference, Rng};
-use tpcomm::{Algo, DType, Error, ReduceOp};
+use tpcomm::{Algo, DType, Error};
 
 /// The GPUs this process sees (once asked, the same for the whole run).
 pub fn gpu_count() -> usize {
@@ -200,14 +200,9 @@ pub fn run_batch<C: TestComm>(
                         // SAFETY: both ranges lie inside this rank's arenas,
                         // which outlive the synchronisation below.
                         unsafe {
-                            rank.comm.all_reduce(
-                                inp,
-                                out,
-                                c.count,
-                                c.dtype,
-                                ReduceOp::Sum,
-                                c.algo,
-                                cs,
+                            rank.comm.all_reduce_call(
+                                &tpcomm::cuda::Call::new(inp, out, c.count, c.dtype, cs)
+                                    .with_algo(c.algo),
                             )
                         }?;
                     }

@@ -35,7 +35,14 @@ fn standalone_ranks_sharing_one_gpu_serve_the_collectives() {
         let stream = ctx.new_stream().unwrap();
         let st = stream.cu_stream() as CudaStream;
         let mut comm: NcclComm = std::ptr::null_mut();
-        let r = create("test", &mut comm, world as c_int, secret, rank as c_int);
+        let r = create(
+            "test",
+            &mut comm,
+            world as c_int,
+            secret,
+            rank as c_int,
+            Blocking::Yes,
+        );
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let arena = 1 << 20;
         let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
@@ -372,7 +379,14 @@ fn standalone_fp8_and_premul_serve_every_element() {
         let stream = ctx.new_stream().unwrap();
         let st = stream.cu_stream() as CudaStream;
         let mut comm: NcclComm = std::ptr::null_mut();
-        let r = create("test", &mut comm, world as c_int, secret, rank as c_int);
+        let r = create(
+            "test",
+            &mut comm,
+            world as c_int,
+            secret,
+            rank as c_int,
+            Blocking::Yes,
+        );
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let arena = 1 << 20;
         let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
@@ -623,5 +637,110 @@ fn standalone_fp8_and_premul_serve_every_element() {
         }
         // SAFETY: (test) a live handle.
         unsafe { assert_eq!(crate::api::init::ncclCommDestroy(comm), SUCCESS) };
+    }
+}
+
+/// On a GPU: one thread creates every rank of 2 and of 4 in turn, outside any
+/// group, with a non-blocking config (as NCCL allows: each call returns before
+/// its peers exist). Each creation says ncclInProgress, its handle answers the
+/// queries at once, and ncclCommGetAsyncError reaches ncclSuccess for every
+/// rank within the timeout; then an all-reduce through every rank in one
+/// group is checked and every rank destroyed.
+#[test]
+#[ignore = "needs a GPU: cargo test --release -p tpcomm-nccl --lib standalone_non_blocking -- --ignored"]
+fn standalone_non_blocking_creation_from_one_thread_in_turn() {
+    tpcomm::cuda::share::widen_queues_for_threads();
+    let ctx = tpcomm::cuda::open_context(0).unwrap();
+    ctx.bind_to_thread().unwrap();
+    for world in [2usize, 4] {
+        let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
+        let mut comms = vec![std::ptr::null_mut(); world];
+        for (rank, c) in comms.iter_mut().enumerate() {
+            let r = create(
+                "test",
+                c,
+                world as c_int,
+                secret,
+                rank as c_int,
+                Blocking::No,
+            );
+            assert_eq!(r, IN_PROGRESS, "{}", standalone::last_error());
+            let mut got: c_int = -1;
+            // SAFETY: (test) a live handle and an int.
+            let q = unsafe { crate::api::init::ncclCommUserRank(*c, &mut got) };
+            assert_eq!((q, got), (SUCCESS, rank as c_int));
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        for (rank, &c) in comms.iter().enumerate() {
+            loop {
+                let mut e: NcclResult = -1;
+                // SAFETY: (test) a live handle and a result.
+                let r = unsafe { crate::api::errors::ncclCommGetAsyncError(c, &mut e) };
+                assert_eq!(r, SUCCESS);
+                if e == SUCCESS {
+                    break;
+                }
+                assert_eq!(e, IN_PROGRESS, "rank {rank}: {}", standalone::last_error());
+                assert!(
+                    std::time::Instant::now() < until,
+                    "rank {rank} still in progress after 60 s"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        // Every rank made: one all-reduce of 1025 f32 per rank, in one group,
+        // each rank on a stream of its own (their kernels wait for each other).
+        let n = 1025usize;
+        let inputs: Vec<Vec<f32>> = (0..world)
+            .map(|r| (0..n).map(|i| 0.5 + (r * n + i) as f32 * 0.25).collect())
+            .collect();
+        let bufs: Vec<_> = inputs
+            .iter()
+            .map(|v| {
+                let stream = ctx.new_stream().unwrap();
+                let send = stream.clone_htod(v).unwrap();
+                let recv = stream.alloc_zeros::<f32>(n).unwrap();
+                stream.synchronize().unwrap();
+                (stream, send, recv)
+            })
+            .collect();
+        use tpcomm::cuda::cudarc::driver::DevicePtr;
+        // SAFETY: (test) device buffers of n f32 each, live handles.
+        unsafe {
+            assert_eq!(crate::api::group::ncclGroupStart(), SUCCESS);
+            for (rank, (stream, send, recv)) in bufs.iter().enumerate() {
+                let r = crate::api::all_reduce::ncclAllReduce(
+                    send.device_ptr(stream).0 as *const c_void,
+                    recv.device_ptr(stream).0 as *mut c_void,
+                    n,
+                    7,
+                    OP_SUM,
+                    comms[rank],
+                    stream.cu_stream() as CudaStream,
+                );
+                assert_eq!(r, SUCCESS, "rank {rank}: {}", standalone::last_error());
+            }
+            let r = crate::api::group::ncclGroupEnd();
+            assert_eq!(r, SUCCESS, "{}", standalone::last_error());
+        }
+        for (stream, _, _) in &bufs {
+            stream.synchronize().unwrap();
+        }
+        for (rank, (stream, _, recv)) in bufs.iter().enumerate() {
+            let got = stream.clone_dtoh(recv).unwrap();
+            for (i, g) in got.iter().enumerate() {
+                let want: f64 = inputs.iter().map(|v| v[i] as f64).sum();
+                let err = (*g as f64 - want).abs();
+                assert!(
+                    err <= want.abs() * 1e-6,
+                    "rank {rank} element {i}: {g} vs {want}"
+                );
+            }
+        }
+        for c in comms {
+            // SAFETY: (test) a live handle, destroyed once.
+            unsafe { assert_eq!(crate::api::init::ncclCommDestroy(c), SUCCESS) };
+        }
+        eprintln!("standalone test: non-blocking creation of {world} ranks from one thread passed");
     }
 }

@@ -5,7 +5,7 @@
 use crate::standalone;
 use crate::standalone::collectives::travels_as;
 use crate::standalone::comm::StandaloneComm;
-use crate::standalone::create::{create, split_place, NO_COLOR};
+use crate::standalone::create::{create, split_place, Blocking, NO_COLOR};
 use crate::standalone::registry::*;
 use crate::standalone::{Secret, INVALID_USAGE};
 use crate::types::*;
@@ -171,16 +171,23 @@ fn copying_calls_pick_their_kernel_type_from_the_type_alone() {
 #[test]
 fn creation_refuses_bad_arguments_by_name_before_any_gpu_work() {
     let secret = standalone::parse(&standalone::new_id().unwrap()).unwrap();
-    let r = create("ncclCommInitRank", std::ptr::null_mut(), 2, secret, 0);
+    let r = create(
+        "ncclCommInitRank",
+        std::ptr::null_mut(),
+        2,
+        secret,
+        0,
+        Blocking::Yes,
+    );
     assert_eq!(r, INVALID_ARGUMENT);
     let mut c: NcclComm = std::ptr::null_mut();
     assert_eq!(
-        create("ncclCommInitRank", &mut c, 9, secret, 0),
+        create("ncclCommInitRank", &mut c, 9, secret, 0, Blocking::Yes),
         INVALID_USAGE
     );
     assert!(standalone::last_error().contains("1 to 8 ranks"));
     assert_eq!(
-        create("ncclCommInitRank", &mut c, 2, secret, 2),
+        create("ncclCommInitRank", &mut c, 2, secret, 2, Blocking::Yes),
         INVALID_ARGUMENT
     );
     assert!(standalone::last_error().contains("rank 2 is not one of 0..2"));

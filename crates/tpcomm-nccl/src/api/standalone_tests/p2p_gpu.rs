@@ -175,7 +175,14 @@ fn standalone_send_recv_patterns_match_the_host_on_one_gpu() {
                     unsafe { ctx.disable_event_tracking() };
                     let mut bufs = Bufs::new(&ctx, arena);
                     let mut comm: NcclComm = std::ptr::null_mut();
-                    let r = create("test", &mut comm, w as c_int, secret, me as c_int);
+                    let r = create(
+                        "test",
+                        &mut comm,
+                        w as c_int,
+                        secret,
+                        me as c_int,
+                        Blocking::Yes,
+                    );
                     assert_eq!(r, SUCCESS, "{}", standalone::last_error());
                     for k in 0..5 {
                         crate::group::enter();
@@ -207,7 +214,10 @@ fn standalone_send_recv_patterns_match_the_host_on_one_gpu() {
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); w];
         crate::group::enter();
         for (me, c) in comms.iter_mut().enumerate() {
-            assert_eq!(create("test", c, w as c_int, secret, me as c_int), SUCCESS);
+            assert_eq!(
+                create("test", c, w as c_int, secret, me as c_int, Blocking::Yes),
+                SUCCESS
+            );
         }
         crate::group::leave();
         assert_eq!(

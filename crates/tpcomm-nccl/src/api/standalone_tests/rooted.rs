@@ -7,9 +7,15 @@ use super::*;
 use crate::api::rooted::{ncclAlltoAll, ncclGather, ncclReduce, ncclScatter};
 use crate::standalone::rooted::{check, What};
 use crate::standalone::rooted_plan::Kind;
+use crate::types::{buffers, Buffers};
 
 fn p(x: usize) -> *mut c_void {
     x as *mut c_void
+}
+
+/// A rooted call's buffers (`check` does not read the stream).
+fn bufs(send: *mut c_void, recv: *mut c_void, count: usize, datatype: i32) -> Buffers {
+    buffers(send, recv, count, datatype, p(0))
 }
 
 #[test]
@@ -54,7 +60,8 @@ fn rooted_calls_refuse_bad_roots_types_ops_and_counts_by_name() {
 fn only_the_buffers_a_rank_uses_must_be_non_null() {
     let null = std::ptr::null_mut();
     let some = p(0x1000);
-    let chk = |what, rank, send: *mut c_void, recv| check(what, rank, 3, 1, 5, 2, send, recv);
+    let chk =
+        |what, rank, send: *mut c_void, recv| check(what, rank, 3, 1, &bufs(send, recv, 5, 2));
     // The root's receive buffer (reduce, gather) and send buffer (scatter).
     for what in [What::Reduce(0), What::Gather] {
         assert!(chk(what, 0, some, null).is_ok(), "{what:?}");
@@ -69,11 +76,11 @@ fn only_the_buffers_a_rank_uses_must_be_non_null() {
     assert_eq!(chk(What::AllToAll, 0, null, some), Err(4));
     assert_eq!(chk(What::AllToAll, 2, some, null), Err(4));
     // Nothing to move: nothing is read or written, NULL or not.
-    assert!(check(What::AllToAll, 0, 3, 0, 0, 2, null, null).is_ok());
-    assert!(check(What::Reduce(4), 1, 3, 1, 0, 8, null, null).is_ok());
+    assert!(check(What::AllToAll, 0, 3, 0, &bufs(null, null, 0, 2)).is_ok());
+    assert!(check(What::Reduce(4), 1, 3, 1, &bufs(null, null, 0, 8)).is_ok());
     // The kind carries the root and, for a reduce, whether the root's
     // receive buffer is aligned to the element.
-    let k = check(What::Reduce(2), 1, 3, 1, 5, 8, some, p(0x1004));
+    let k = check(What::Reduce(2), 1, 3, 1, &bufs(some, p(0x1004), 5, 8));
     assert_eq!(
         k,
         Ok(Kind::Reduce {
@@ -83,12 +90,12 @@ fn only_the_buffers_a_rank_uses_must_be_non_null() {
         })
     );
     assert_eq!(
-        check(What::Scatter, 0, 3, 2, 5, 1, null, some),
+        check(What::Scatter, 0, 3, 2, &bufs(null, some, 5, 1)),
         Ok(Kind::Scatter { root: 2 })
     );
     // An all-to-all has no root: whatever is passed is not read.
     assert_eq!(
-        check(What::AllToAll, 0, 3, -7, 5, 1, some, some),
+        check(What::AllToAll, 0, 3, -7, &bufs(some, some, 5, 1)),
         Ok(Kind::AllToAll)
     );
 }

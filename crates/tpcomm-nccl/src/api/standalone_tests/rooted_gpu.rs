@@ -143,7 +143,14 @@ fn one_rank(rank: usize, world: usize, secret: Secret) {
     let stream = ctx.new_stream().unwrap();
     let st = stream.cu_stream() as CudaStream;
     let mut comm: NcclComm = std::ptr::null_mut();
-    let r = create("test", &mut comm, world as c_int, secret, rank as c_int);
+    let r = create(
+        "test",
+        &mut comm,
+        world as c_int,
+        secret,
+        rank as c_int,
+        Blocking::Yes,
+    );
     assert_eq!(r, SUCCESS, "{}", standalone::last_error());
     // Blocks of half the staging buffer per rank: every kind runs in
     // several pieces (the staging buffer holds world + 1 areas).

@@ -402,7 +402,7 @@ impl PinnedTransport {
     transport_accessors!();
 
     /// The kernel a message of `bytes` runs with under `algo` (`Auto` by the
-    /// size rule; [`all_reduce`](crate::cuda::StreamAllReduce::all_reduce) asks selection instead,
+    /// size rule; [`all_reduce_call`](crate::cuda::StreamAllReduce::all_reduce_call) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
     pub fn resolve(&self, algo: Algo, bytes: usize) -> HostAlgo {
         resolve(algo, bytes, self.layout.delta_cap)
