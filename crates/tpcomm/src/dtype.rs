@@ -17,6 +17,13 @@ pub enum DType {
 impl DType {
     pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
 
+    /// Bytes of `count` elements, or the error of a count that overflows.
+    pub(crate) fn bytes_of(self, count: usize) -> Result<usize> {
+        count
+            .checked_mul(self.size())
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))
+    }
+
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {

@@ -150,6 +150,18 @@ pub trait GpuTransport {
     }
 }
 
+/// The error of a message (`what`: nothing, or which block) of `bytes`
+/// above the communicator's `max_bytes`.
+fn above_max(what: String, bytes: usize, max_bytes: ByteSize) -> Error {
+    Error::invalid(
+        "message size",
+        format!(
+            "{what}{} is above this communicator's maximum {max_bytes}; create it with a larger max_bytes",
+            ByteSize::from_usize(bytes)
+        ),
+    )
+}
+
 /// The checks every all-reduce of tpcomm's kernels makes before launching:
 /// only sum, a count whose bytes fit `max_bytes`, 16-byte aligned buffers.
 /// Returns the message's bytes. `kernels` names the family in the error.
@@ -160,19 +172,9 @@ pub(crate) fn check_all_reduce(kernels: &str, call: &Call, max_bytes: ByteSize) 
             "reduce op {op:?} in {kernels} (only sum); use NCCL for it"
         )));
     }
-    let count = call.count;
-    let bytes = count
-        .checked_mul(call.dtype.size())
-        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    let bytes = call.dtype.bytes_of(call.count)?;
     if bytes as u64 > max_bytes.bytes() {
-        return Err(Error::invalid(
-            "message size",
-            format!(
-                "{} is above this communicator's maximum {}; create it with a larger max_bytes",
-                ByteSize::from_usize(bytes),
-                max_bytes
-            ),
-        ));
+        return Err(above_max(String::new(), bytes, max_bytes));
     }
     if !call.input.is_multiple_of(16) || !call.output.is_multiple_of(16) {
         return Err(Error::invalid(
@@ -203,14 +205,10 @@ pub(crate) fn check_collective(
         .filter(|b| b.checked_mul(world).is_some())
         .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
     if bytes as u64 > max_bytes.bytes() {
-        return Err(Error::invalid(
-            "message size",
-            format!(
-                "a {} block of {} is above this communicator's maximum {}; create it with a larger max_bytes",
-                what.name(),
-                ByteSize::from_usize(bytes),
-                max_bytes
-            ),
+        return Err(above_max(
+            format!("a {} block of ", what.name()),
+            bytes,
+            max_bytes,
         ));
     }
     if let Collective::Broadcast { root } = what {

@@ -7,7 +7,7 @@
 //! the reduce-scatter's output, the broadcast's message), at most the
 //! communicator's `max_bytes`.
 
-use super::call::{check_collective, Call, GpuTransport};
+use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::comm::P2pTransport;
 use super::communicator::Communicator;
@@ -100,14 +100,10 @@ impl P2pTransport {
     /// # Safety
     /// As [`GpuTransport`]'s methods.
     pub(crate) unsafe fn collective(&self, what: Collective, call: &Call) -> Result<()> {
-        self.check()?;
-        let bytes = check_collective(what, call, self.world(), self.max_bytes())?;
-        let dtype = call.dtype;
-        // Every rank gives the same count, so every rank skips together and
-        // the epoch stays in step.
-        if call.count == 0 {
+        let Some(bytes) = self.collective_bytes(what, call)? else {
             return Ok(());
-        }
+        };
+        let dtype = call.dtype;
         let p = self.protocol_parts();
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
@@ -209,9 +205,7 @@ impl Communicator {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<CollectiveRoute> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let bytes = dtype.bytes_of(count)? as u64;
         let fits = self.gpu().collective_fits(what, count, dtype);
         let route = CollectiveRoute::of(bytes, self.gpu().max_bytes(), op, fits);
         if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {

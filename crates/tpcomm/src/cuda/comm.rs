@@ -1,7 +1,7 @@
 //! `P2pTransport`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::call::{check_all_reduce, Call, GpuTransport};
+use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
@@ -354,8 +354,7 @@ impl GpuTransport for P2pTransport {
     type Ran = Algo;
 
     unsafe fn all_reduce(&self, call: &Call) -> Result<Algo> {
-        self.check()?;
-        let bytes = check_all_reduce("the CUDA kernels", call, self.max_bytes)?;
+        let bytes = self.all_reduce_bytes("the CUDA kernels", call)?;
         let dtype = call.dtype;
         let algo = self
             .routes

@@ -45,6 +45,32 @@ macro_rules! transport_accessors {
         pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
             (self.kernels.nvrtc, self.kernels.arch)
         }
+        /// What every all-reduce of this transport checks first (an earlier
+        /// call's failure, then the call for `kernels`:
+        /// `call::check_all_reduce`); the message's bytes.
+        pub(crate) fn all_reduce_bytes(
+            &self,
+            kernels: &str,
+            call: &crate::cuda::call::Call,
+        ) -> Result<usize> {
+            self.check()?;
+            crate::cuda::call::check_all_reduce(kernels, call, self.max_bytes)
+        }
+        /// What every collective of this transport checks first (an
+        /// earlier call's failure, then the call: `call::check_collective`);
+        /// one rank's block in bytes, `None` for an empty call (every rank
+        /// gives the same count, so every rank skips together and the epoch
+        /// stays in step).
+        pub(crate) fn collective_bytes(
+            &self,
+            what: crate::algo::Collective,
+            call: &crate::cuda::call::Call,
+        ) -> Result<Option<usize>> {
+            self.check()?;
+            let bytes =
+                crate::cuda::call::check_collective(what, call, self.world(), self.max_bytes())?;
+            Ok((call.count > 0).then_some(bytes))
+        }
     };
 }
 

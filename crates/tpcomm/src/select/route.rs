@@ -322,9 +322,7 @@ impl RouteTable {
         algo: Algo,
         mode: Mode,
     ) -> Result<Routed> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let bytes = dtype.bytes_of(count)? as u64;
         let r = self.lookup(bytes, dtype, op, algo, mode);
         if self.group.nccl || !r.route.is_nccl() {
             return Ok(r);

@@ -10,7 +10,7 @@
 use super::super::kernel_args::HostCollArgs;
 use super::comm::PinnedTransport;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
-use crate::cuda::call::{check_collective, Call};
+use crate::cuda::call::Call;
 use crate::cuda::call_word;
 use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
@@ -138,12 +138,10 @@ impl PinnedTransport {
     /// # Safety
     /// As [`GpuTransport`](crate::cuda::GpuTransport)'s methods.
     pub(crate) unsafe fn collective(&self, what: Collective, call: &Call) -> Result<()> {
-        self.check()?;
-        let bytes = check_collective(what, call, self.world(), self.max_bytes())?;
-        let dtype = call.dtype;
-        if call.count == 0 {
+        let Some(bytes) = self.collective_bytes(what, call)? else {
             return Ok(());
-        }
+        };
+        let dtype = call.dtype;
         let p = self.parts();
         let Some(plan) = fits(
             what,

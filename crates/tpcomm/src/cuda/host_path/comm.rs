@@ -5,7 +5,7 @@ use super::group::{agree, GroupRecord};
 use super::kernels::{self, dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, HostChunkShape, HostLayout};
 use crate::algo::{Algo, Collective};
-use crate::cuda::call::{check_all_reduce, Call, GpuTransport};
+use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::call_word;
 use crate::cuda::launch_shape::{self, block_var};
 use crate::cuda::pdl;
@@ -413,8 +413,7 @@ impl GpuTransport for PinnedTransport {
     type Ran = HostAlgo;
 
     unsafe fn all_reduce(&self, call: &Call) -> Result<HostAlgo> {
-        self.check()?;
-        let bytes = check_all_reduce("the host-path kernels", call, self.max_bytes)?;
+        let bytes = self.all_reduce_bytes("the host-path kernels", call)?;
         let dtype = call.dtype;
         let which = self.resolve(self.auto_algo(call.algo, dtype, bytes), bytes);
         if call.count == 0 {
