@@ -503,12 +503,6 @@ __device__ void twoshot(const Args& a) {
 // a block of that size can have fails to launch).
 #define TPCOMM_BLOCK 512
 #define KERNEL extern "C" __global__ void __launch_bounds__(TPCOMM_BLOCK, 1)
-KERNEL tpcomm_oneshot_f32(Args a) { oneshot<F32>(a); }
-KERNEL tpcomm_oneshot_f16(Args a) { oneshot<F16>(a); }
-KERNEL tpcomm_oneshot_bf16(Args a) { oneshot<BF16>(a); }
-KERNEL tpcomm_oneshot_small_f32(Args a) { oneshot_small<F32>(a); }
-KERNEL tpcomm_oneshot_small_f16(Args a) { oneshot_small<F16>(a); }
-KERNEL tpcomm_oneshot_small_bf16(Args a) { oneshot_small<BF16>(a); }
-KERNEL tpcomm_twoshot_f32(Args a) { twoshot<F32>(a); }
-KERNEL tpcomm_twoshot_f16(Args a) { twoshot<F16>(a); }
-KERNEL tpcomm_twoshot_bf16(Args a) { twoshot<BF16>(a); }
+TPCOMM_PER_TYPE(KERNEL, tpcomm_oneshot, Args, oneshot)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_oneshot_small, Args, oneshot_small)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_twoshot, Args, twoshot)

@@ -172,12 +172,6 @@ __device__ void coll_broadcast(const CollArgs& c) {
 }
 
 // KERNEL (allreduce.cu): TPCOMM_BLOCK threads at most, one block per SM.
-KERNEL tpcomm_all_gather_f32(CollArgs c) { coll_all_gather<F32>(c); }
-KERNEL tpcomm_all_gather_f16(CollArgs c) { coll_all_gather<F16>(c); }
-KERNEL tpcomm_all_gather_bf16(CollArgs c) { coll_all_gather<BF16>(c); }
-KERNEL tpcomm_reduce_scatter_f32(CollArgs c) { coll_reduce_scatter<F32>(c); }
-KERNEL tpcomm_reduce_scatter_f16(CollArgs c) { coll_reduce_scatter<F16>(c); }
-KERNEL tpcomm_reduce_scatter_bf16(CollArgs c) { coll_reduce_scatter<BF16>(c); }
-KERNEL tpcomm_broadcast_f32(CollArgs c) { coll_broadcast<F32>(c); }
-KERNEL tpcomm_broadcast_f16(CollArgs c) { coll_broadcast<F16>(c); }
-KERNEL tpcomm_broadcast_bf16(CollArgs c) { coll_broadcast<BF16>(c); }
+TPCOMM_PER_TYPE(KERNEL, tpcomm_all_gather, CollArgs, coll_all_gather)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_reduce_scatter, CollArgs, coll_reduce_scatter)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_broadcast, CollArgs, coll_broadcast)

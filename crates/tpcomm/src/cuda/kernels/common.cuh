@@ -469,6 +469,14 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// A family's three entry points NAME_f32, NAME_f16 and NAME_bf16, each
+// declared DECL (extern "C" __global__ and the family's launch bounds) and
+// running FN for its element type on its argument of type ARGS.
+#define TPCOMM_PER_TYPE(DECL, NAME, ARGS, FN)   \
+    DECL NAME##_f32(ARGS a) { FN<F32>(a); }   \
+    DECL NAME##_f16(ARGS a) { FN<F16>(a); }   \
+    DECL NAME##_bf16(ARGS a) { FN<BF16>(a); }
+
 // How a kernel whose control words are at `ctl` starts: one thread per block
 // prefetches them, then it waits for the previous kernel and lets the next
 // one be scheduled (see the three above).

@@ -391,9 +391,5 @@ __device__ void chunked(const HArgs& a) {
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
 
-HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<F32>(a); }
-HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<F16>(a); }
-HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<BF16>(a); }
-HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<F32>(a); }
-HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<F16>(a); }
-HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<BF16>(a); }
+TPCOMM_PER_TYPE(HG_KERNEL, tpcomm_host_delta, HArgs, delta)
+TPCOMM_PER_TYPE(HG_KERNEL, tpcomm_host_chunked, HArgs, chunked)
