@@ -15,14 +15,12 @@ use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::launch_shape::{self, grid_cap};
-use super::loader::{dtype_index, per_device, Family, PerDevice};
+use super::loader::{dtype_index, Family};
 use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::sys::cuda::Function;
 use crate::units::ByteSize;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
 
 /// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
 const BLOCK: u32 = 512;
@@ -31,26 +29,11 @@ const BLOCK: u32 = 512;
 /// form can name the all-gather without importing this module).
 pub use crate::algo::Collective;
 
-/// The collective kernels of one device: `fns` is [all-gather,
-/// reduce-scatter, broadcast] (see [`pick`]).
-type CollKernels = Family<3>;
-
-fn coll_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<CollKernels>> {
-    static CACHE: PerDevice<CollKernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        Family::load(
-            ctx,
-            compile::COLLECTIVES_SRC,
-            "collectives.cu",
-            "the collective kernels",
-            [
-                "tpcomm_all_gather",
-                "tpcomm_reduce_scatter",
-                "tpcomm_broadcast",
-            ],
-            BLOCK,
-        )
-    })
+kernel_family! {
+    /// The collective kernels of one device: `fns` is [all-gather,
+    /// reduce-scatter, broadcast] (see [`pick`]).
+    fn coll_kernels = 3 of compile::COLLECTIVES_SRC, "collectives.cu", "the collective kernels",
+        ["tpcomm_all_gather", "tpcomm_reduce_scatter", "tpcomm_broadcast"], BLOCK
 }
 
 /// The kernel of `what` for `dtype` in a family of collective kernels

@@ -2,10 +2,7 @@
 
 use super::compile;
 pub(super) use super::kernel_args::KernelArgs;
-use super::loader::{per_device, Family, PerDevice};
-use crate::error::Result;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
+use super::loader::Family;
 
 // Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
 // launch bounds fit the registers to it).
@@ -23,18 +20,9 @@ pub(super) const TWOSHOT: usize = 2;
 
 pub(super) use super::loader::dtype_index;
 
-pub(super) fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-    static CACHE: PerDevice<Kernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        Family::load(
-            ctx,
-            compile::ALLREDUCE_SRC,
-            "allreduce.cu",
-            "the all-reduce kernels",
-            ["tpcomm_oneshot", "tpcomm_oneshot_small", "tpcomm_twoshot"],
-            BLOCK,
-        )
-    })
+kernel_family! {
+    pub(super) fn kernels_for = 3 of compile::ALLREDUCE_SRC, "allreduce.cu", "the all-reduce kernels",
+        ["tpcomm_oneshot", "tpcomm_oneshot_small", "tpcomm_twoshot"], BLOCK
 }
 
 #[cfg(test)]

@@ -74,6 +74,26 @@ macro_rules! transport_accessors {
     };
 }
 
+/// A function `$name(ctx)` that returns the family of kernels `$bases` of
+/// source `$src` (file `$file`, named `$what` in errors) on `ctx`'s device,
+/// compiled and loaded the first time and then kept for the process
+/// (`loader::Family::load`, `loader::per_device`).
+macro_rules! kernel_family {
+    ($(#[$m:meta])* $vis:vis fn $name:ident = $n:literal of $src:expr, $file:literal, $what:literal,
+     [$($base:literal),+ $(,)?], $block:expr) => {
+        $(#[$m])*
+        $vis fn $name(
+            ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+        ) -> crate::error::Result<std::sync::Arc<crate::cuda::loader::Family<$n>>> {
+            use crate::cuda::loader::{per_device, Family, PerDevice};
+            static CACHE: PerDevice<Family<$n>> = PerDevice::new();
+            per_device(&CACHE, ctx, || {
+                Family::load(ctx, $src, $file, $what, [$($base),+], $block)
+            })
+        }
+    };
+}
+
 /// The `Debug` both GPU transports give: rank, world, device, max_bytes.
 macro_rules! transport_debug {
     ($t:ident) => {

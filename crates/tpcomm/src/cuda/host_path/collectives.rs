@@ -15,36 +15,20 @@ use crate::cuda::call_word;
 use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::launch_shape::{self, grid_cap};
-use crate::cuda::loader::{per_device, Family, PerDevice};
 use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda as raw;
 use crate::units::ByteSize;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
 
 /// HG_BLOCK in host_allreduce.cu.
 const BLOCK: u32 = 512;
 
-/// The host-path collective kernels of one device: `fns` is [all-gather,
-/// reduce-scatter, broadcast] (see `collectives::pick`).
-fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<Family<3>>> {
-    static CACHE: PerDevice<Family<3>> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        Family::load(
-            ctx,
-            HOST_COLLECTIVES_SRC,
-            "host_collectives.cu",
-            "the host-path collective kernels",
-            [
-                "tpcomm_host_all_gather",
-                "tpcomm_host_reduce_scatter",
-                "tpcomm_host_broadcast",
-            ],
-            BLOCK,
-        )
-    })
+kernel_family! {
+    /// The host-path collective kernels of one device: `fns` is [all-gather,
+    /// reduce-scatter, broadcast] (see `collectives::pick`).
+    fn kernels = 3 of HOST_COLLECTIVES_SRC, "host_collectives.cu", "the host-path collective kernels",
+        ["tpcomm_host_all_gather", "tpcomm_host_reduce_scatter", "tpcomm_host_broadcast"], BLOCK
 }
 
 /// How a call of `bytes` per block is cut: the chunk (from values every rank

@@ -2,10 +2,7 @@
 
 use super::super::compile::HOST_ALLREDUCE_SRC;
 pub(super) use super::super::kernel_args::HostKernelArgs;
-use super::super::loader::{per_device, Family, PerDevice};
-use crate::error::Result;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
+use super::super::loader::Family;
 
 // HG_BLOCK in host_allreduce.cu, whose launch bounds fit the registers to it.
 const BLOCK: u32 = 512;
@@ -20,20 +17,11 @@ pub(super) const CHUNKED: usize = 1;
 
 pub(super) use super::super::loader::dtype_index;
 
-/// Compiles (or loads from the disk cache) and loads the kernels once per
-/// device and process.
-pub(super) fn host_kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<HostKernels>> {
-    static CACHE: PerDevice<HostKernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        Family::load(
-            ctx,
-            HOST_ALLREDUCE_SRC,
-            "host_allreduce.cu",
-            "the host-path kernels",
-            ["tpcomm_host_delta", "tpcomm_host_chunked"],
-            BLOCK,
-        )
-    })
+kernel_family! {
+    /// Compiles (or loads from the disk cache) and loads the kernels once per
+    /// device and process.
+    pub(super) fn host_kernels_for = 2 of HOST_ALLREDUCE_SRC, "host_allreduce.cu", "the host-path kernels",
+        ["tpcomm_host_delta", "tpcomm_host_chunked"], BLOCK
 }
 
 #[cfg(test)]
