@@ -330,16 +330,8 @@ impl Forward<'_> {
         let iters = self.args.iters;
         let mut times = Vec::with_capacity(self.args.reps);
         for _ in 0..self.args.reps {
-            ev0.record(stream).map_err(cuda("cuEventRecord"))?;
-            for _ in 0..iters {
-                graph.launch().map_err(cuda("cuGraphLaunch"))?;
-            }
-            ev1.record(stream).map_err(cuda("cuEventRecord"))?;
-            ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-            times.push(
-                ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                    / iters as f64,
-            );
+            let run = || (0..iters).try_for_each(|_| graph.launch().map_err(cuda("cuGraphLaunch")));
+            times.push(crate::gpu_bench::time_us((ev0, ev1), stream, iters, run)?);
         }
         Ok(times)
     }

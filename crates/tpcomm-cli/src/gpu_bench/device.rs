@@ -4,7 +4,7 @@
 //! works on; and how a cudarc driver error becomes tpcomm's.
 
 use std::sync::Arc;
-use tpcomm::cuda::cudarc::driver::{CudaContext, CudaStream, DriverError};
+use tpcomm::cuda::cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use tpcomm::cuda::open_context;
 use tpcomm::{Error, Result};
 
@@ -14,6 +14,21 @@ pub(crate) fn cuda(call: &'static str) -> impl Fn(DriverError) -> Error {
         call: call.into(),
         detail: e.to_string(),
     }
+}
+
+/// Microseconds per call of `calls` calls that `run` enqueues on `stream`,
+/// between events `ev0` and `ev1` (waited for here).
+pub(crate) fn time_us(
+    (ev0, ev1): (&CudaEvent, &CudaEvent),
+    stream: &CudaStream,
+    calls: usize,
+    run: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    ev0.record(stream).map_err(cuda("cuEventRecord"))?;
+    run()?;
+    ev1.record(stream).map_err(cuda("cuEventRecord"))?;
+    ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+    Ok(ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0 / calls as f64)
 }
 
 /// This rank's GPU: (the visible GPUs, its ordinal, its context, its stream).

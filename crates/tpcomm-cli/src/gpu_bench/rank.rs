@@ -3,7 +3,7 @@
 
 use super::check::cpu_workers;
 use super::comms::{auto_selector, open_comms, Comms};
-use super::device::cuda;
+use super::device::{cuda, time_us};
 use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankOut, Row};
 use crate::bench::coll::Coll;
@@ -424,14 +424,8 @@ impl Rank<'_> {
         let mut times = vec![Vec::with_capacity(self.args.reps); entries.len()];
         for _ in 0..self.args.reps {
             for (e, t) in entries.iter().zip(times.iter_mut()) {
-                ev0.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
-                self.run_entry(e, iters, count)?;
-                ev1.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
-                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-                t.push(
-                    ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                        / iters as f64,
-                );
+                let run = || self.run_entry(e, iters, count);
+                t.push(time_us((ev0, ev1), &self.c.stream, iters, run)?);
             }
         }
         Ok(times)

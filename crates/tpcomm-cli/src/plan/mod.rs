@@ -183,22 +183,23 @@ fn print_memory(r: &Resolved, plan: &MemoryPlan, memory_from: &str) {
         plan.kv_budget.to_string(),
         plan.kv_tokens,
         plan.kv_per_token_target,
-        if plan.kv_per_token_draft > ByteSize::ZERO {
-            format!(" + {} draft", plan.kv_per_token_draft)
-        } else {
-            String::new()
-        }
+        plus_draft(plan.kv_per_token_draft, "draft")
     );
     outln!(
         "KV cache: {} tokens ({} target KV{}) per GPU; with TP every rank holds the same tokens",
         plan.kv_tokens,
         plan.kv_target,
-        if plan.kv_draft > ByteSize::ZERO {
-            format!(" + {} draft KV", plan.kv_draft)
-        } else {
-            String::new()
-        }
+        plus_draft(plan.kv_draft, "draft KV")
     );
+}
+
+/// " + {bytes} {what}" when the draft takes any, else nothing.
+fn plus_draft(bytes: ByteSize, what: &str) -> String {
+    if bytes > ByteSize::ZERO {
+        format!(" + {bytes} {what}")
+    } else {
+        String::new()
+    }
 }
 
 fn memory(a: MemoryArgs) -> Result<()> {
