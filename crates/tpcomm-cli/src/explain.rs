@@ -7,9 +7,11 @@ use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use tpcomm::cuda::quant::wire_for;
 use tpcomm::cuda::MAX_WORLD;
+use tpcomm::quant::Wire;
 use tpcomm::select::{
-    self, Decision, Group, Query, Route, RouteTable, Routed, Selector, Table, Transport,
+    self, Decision, Group, NcclReason, Query, Route, RouteTable, Selector, Table, Transport,
 };
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
@@ -134,6 +136,10 @@ fn run_inner(args: &ExplainArgs, (selector, transport): (Selector, Transport)) -
     } else {
         select::Mode::Eager
     };
+    // The wire the sum travels on: TPCOMM_WIRE from TPCOMM_WIRE_MIN_BYTES
+    // up, as the communicator and the drop-in read it.
+    let env = tpcomm::quant::wire_from_env()?;
+    let wire = wire_for(env.wire, env.min_bytes, args.bytes.bytes());
     let mut text = answer(
         &selector,
         group,
@@ -141,11 +147,10 @@ fn run_inner(args: &ExplainArgs, (selector, transport): (Selector, Transport)) -
         args.dtype,
         args.op,
         mode,
+        wire,
     )?
     .1;
-    if let Some(line) =
-        tpcomm::quant::explain_line(&tpcomm::quant::wire_from_env()?, args.bytes.bytes())
-    {
+    if let Some(line) = tpcomm::quant::explain_line(&env, args.bytes.bytes()) {
         text.push_str(&line);
         text.push('\n');
     }
@@ -162,9 +167,10 @@ pub(crate) fn answer(
     dtype: DType,
     op: ReduceOp,
     mode: select::Mode,
-) -> Result<(Routed, String)> {
+    wire: Wire,
+) -> Result<(Route, String)> {
     let routes = RouteTable::resolve(sel, group)?;
-    Ok(answer_with(sel, &routes, bytes, dtype, op, mode))
+    Ok(answer_with(sel, &routes, bytes, dtype, op, mode, wire))
 }
 
 /// [`answer`] with the routes already resolved.
@@ -175,19 +181,17 @@ fn answer_with(
     dtype: DType,
     op: ReduceOp,
     mode: select::Mode,
-) -> (Routed, String) {
+    wire: Wire,
+) -> (Route, String) {
     let group = *routes.group();
-    let (routed, decision) = routes.explain(sel, bytes, dtype, op, mode);
+    let (route, decision) = routes.explain(sel, bytes, dtype, op, mode, wire);
     let q = Query {
         world: group.world,
         dtype,
         bytes,
         mode,
     };
-    (
-        routed,
-        render(sel, routes, &q, op, routed, decision.as_ref()),
-    )
+    (route, render(sel, routes, &q, op, route, decision.as_ref()))
 }
 
 /// The explanation, as printed.
@@ -196,7 +200,7 @@ fn render(
     routes: &RouteTable,
     q: &Query,
     op: ReduceOp,
-    routed: Routed,
+    route: Route,
     d: Option<&Decision>,
 ) -> String {
     let g = routes.group();
@@ -230,16 +234,20 @@ fn render(
             t.nccl.as_deref().unwrap_or("not measured")
         );
     }
-    if routed.route.is_nccl() && !g.nccl {
+    if route.is_nccl() && !g.nccl {
         // Communicator::all_reduce returns an error here (RouteTable::route).
         let _ = writeln!(out, "choice: error (no NCCL beside the kernels)");
     } else {
-        let _ = writeln!(out, "choice: {}", routed.candidate(g.transport));
+        // The decision's choice (which a quantized wire overrides), else
+        // the route's.
+        let choice = d.map_or(route.candidate(), |d| d.choice);
+        let _ = writeln!(out, "choice: {choice}");
     }
-    let _ = writeln!(out, "route: {}", routed.route.name());
+    // The text the drop-in's first-call log prints for the same route.
+    let _ = writeln!(out, "route: {route}");
     let Some(d) = d else {
-        let why = match routed.route {
-            Route::NcclOp => format!("the kernels only sum; {op} runs on NCCL"),
+        let why = match route {
+            Route::Nccl(NcclReason::Op) => format!("the kernels only sum; {op} runs on NCCL"),
             _ => format!("above the communicator's buffers ({})", g.max_bytes),
         };
         let _ = writeln!(out, "why: {why}");
@@ -282,6 +290,7 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
     use tpcomm::cuda::communicator::{dispatch, Lanes};
+    use tpcomm::cuda::Call;
     use tpcomm::topology::MachineClass;
     use tpcomm::Algo;
 
@@ -295,6 +304,10 @@ mod tests {
     impl Lanes for Fake {
         fn kernels(&self, algo: Algo) -> Result<()> {
             *self.ran.borrow_mut() = format!("{}:{}", self.transport.name(), algo.name());
+            Ok(())
+        }
+        fn quantized(&self, wire: Wire) -> Result<()> {
+            *self.ran.borrow_mut() = format!("quantized {}", wire.label());
             Ok(())
         }
         fn nccl(&self) -> Option<Result<()>> {
@@ -345,30 +358,49 @@ mod tests {
                                     for &bytes in &sizes {
                                         let text = if bytes == 4100 {
                                             // As the command runs it: resolving its own table.
-                                            answer(&sel, group, bytes, dtype, op, mode).unwrap().1
+                                            answer(&sel, group, bytes, dtype, op, mode, Wire::Exact)
+                                                .unwrap()
+                                                .1
                                         } else {
-                                            answer_with(&sel, &routes, bytes, dtype, op, mode).1
+                                            answer_with(
+                                                &sel,
+                                                &routes,
+                                                bytes,
+                                                dtype,
+                                                op,
+                                                mode,
+                                                Wire::Exact,
+                                            )
+                                            .1
                                         };
-                                        let said = text
-                                            .lines()
-                                            .find_map(|l| l.strip_prefix("choice: "))
-                                            .unwrap();
+                                        let line = |name: &str| {
+                                            text.lines()
+                                                .find_map(|l| l.strip_prefix(name))
+                                                .unwrap()
+                                                .to_string()
+                                        };
+                                        let said = line("choice: ");
                                         let fake = Fake {
                                             transport,
                                             nccl,
                                             ran: RefCell::new(String::new()),
                                         };
                                         let count = (bytes / dtype.size() as u64) as usize;
+                                        let call =
+                                            Call::new(0, 0, count, dtype, std::ptr::null_mut())
+                                                .with_op(op);
                                         let did = match dispatch(
                                             &routes,
                                             &fake,
-                                            count,
-                                            dtype,
-                                            op,
-                                            Algo::Auto,
+                                            &call,
                                             mode,
+                                            Wire::Exact,
                                         ) {
-                                            Ok(_) => fake.ran.borrow().clone(),
+                                            Ok(route) => {
+                                                // The same text for the same route.
+                                                assert_eq!(line("route: "), route.to_string());
+                                                fake.ran.borrow().clone()
+                                            }
                                             Err(_) => {
                                                 "error (no NCCL beside the kernels)".to_string()
                                             }

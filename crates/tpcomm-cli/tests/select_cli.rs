@@ -127,7 +127,8 @@ fn explain_by_class_needs_no_gpu_and_states_unmeasured_rules() {
     let (ok, out, err) = run(&["explain", "--class", "pcie-p2p", "--bytes", "1MiB"]);
     assert!(ok, "{err}");
     assert!(
-        out.contains("choice: nccl") && out.contains("route: nccl (faster at this size)"),
+        out.contains("choice: nccl")
+            && out.contains("route: NCCL (faster than tpcomm at this size"),
         "{out}"
     );
     // A no-P2P machine's communicator runs on the host transport.

@@ -2,128 +2,21 @@
 //! function of the call, the communicator's `tpcomm::select::RouteTable`
 //! (the library's decision, resolved at set-up and agreed by every rank) and
 //! its wire (TPCOMM_WIRE, agreed by every rank at set-up), so every rank
-//! (same call, same communicator) decides the same way. The drop-in's
-//! first-call log prints the [`Route`] it returns.
+//! (same call, same communicator) decides the same way. It answers the
+//! library's [`Route`], which the drop-in's first-call log prints as
+//! `tpcomm explain` does; the one fact only the drop-in has, whether
+//! unaligned buffers go through staging, is [`aligned`], asked apart.
 
 use crate::types::{dtype_of, NcclDataType, NcclRedOp, OP_SUM};
-use std::fmt;
 use tpcomm::cuda::quant::wire_for;
 use tpcomm::quant::Wire;
-use tpcomm::select::{self, Candidate, Mode, RouteTable, Transport};
-use tpcomm::{Algo, ByteSize, DType, ReduceOp};
+use tpcomm::select::{Mode, NcclReason, Route, RouteTable};
+use tpcomm::{Algo, ByteSize, ReduceOp};
 
 /// The launch mode the drop-in routes for: it cannot tell an eager call from
 /// one being captured into a graph without a driver call per all-reduce, so
 /// it routes as the library's communicator does by default.
 pub const MODE: Mode = Mode::Graph;
-
-/// Where one all-reduce runs, and how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Route {
-    Tpcomm(Kernels),
-    Nccl(Why),
-}
-
-/// How tpcomm runs a call [`decide`] gave it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Kernels {
-    pub dtype: DType,
-    pub kernel: Kernel,
-    /// Unaligned buffers: the call is copied into the 16-byte-aligned
-    /// staging buffer, reduced there in place and copied out.
-    pub staged: bool,
-}
-
-/// Which of tpcomm's all-reduces runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// The exact kernels on the group's transport, with the route table's
-    /// algorithm (never `Auto`).
-    Exact(Transport, Algo),
-    /// The quantized wire (TPCOMM_WIRE, never `Wire::Exact`): the user's
-    /// request, which takes the sums it applies to whatever the route
-    /// table picked, NCCL included (`QuantComm::run` picks its algorithm).
-    Quantized(Wire),
-}
-
-impl Kernel {
-    /// What runs the call, for the warning when it fails.
-    pub fn runner(self) -> &'static str {
-        match self {
-            Kernel::Exact(..) => "tpcomm",
-            Kernel::Quantized(_) => "tpcomm's quantized wire",
-        }
-    }
-}
-
-/// Why an all-reduce goes to NCCL.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Why {
-    Disabled,
-    /// No tpcomm state beside this communicator (another machine, a set-up
-    /// failure, a communicator made before the library was loaded).
-    NotSetUp,
-    /// Between ncclGroupStart and ncclGroupEnd, NCCL fuses the group.
-    InGroup,
-    DType,
-    Op,
-    Empty,
-    TooLarge,
-    /// The tuning table or the class's defaults say NCCL is faster here.
-    Faster,
-}
-
-impl Why {
-    pub fn text(self) -> &'static str {
-        match self {
-            Why::Disabled => "TPCOMM_DISABLE is set",
-            Why::NotSetUp => "no tpcomm communicator beside this one",
-            Why::InGroup => "inside ncclGroupStart/ncclGroupEnd",
-            Why::DType => "data type other than f32/f16/bf16",
-            Why::Op => "reduce op other than sum",
-            Why::Empty => "zero elements",
-            Why::TooLarge => "above TPCOMM_MAX_BYTES",
-            Why::Faster => {
-                "faster than tpcomm at this size, by this machine's table or class defaults"
-            }
-        }
-    }
-}
-
-/// What the drop-in's first-call log prints: `NCCL (why)`, `tpcomm
-/// cuda:one-shot` (the candidate as `tpcomm explain` names it) or `tpcomm on
-/// the quantized int8/g32 wire`, and whether the call goes through staging.
-impl fmt::Display for Route {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Route::Nccl(why) => write!(f, "NCCL ({})", why.text()),
-            Route::Tpcomm(Kernels {
-                kernel: Kernel::Exact(transport, algo),
-                staged,
-                ..
-            }) => {
-                let c = Candidate {
-                    transport,
-                    algo: Some(algo),
-                };
-                write!(f, "tpcomm {c}")?;
-                if staged {
-                    f.write_str(" (unaligned buffer: through staging)")?;
-                }
-                Ok(())
-            }
-            Route::Tpcomm(Kernels {
-                kernel: Kernel::Quantized(wire),
-                staged,
-                ..
-            }) => write!(
-                f,
-                "tpcomm on the quantized {} wire (staged: {staged})",
-                wire.label()
-            ),
-        }
-    }
-}
 
 /// One `ncclAllReduce` call, as routing sees it.
 #[derive(Clone, Copy, Debug)]
@@ -158,57 +51,52 @@ pub struct Paths<'a> {
 
 /// The route of one call: TPCOMM_DISABLE (`disabled`), the paired
 /// communicator (`paths`, `None` when there is none), the group, the type,
-/// op and size rules, the route table, then the quantized wire, which takes
-/// the sums it applies to from the table's tpcomm and NCCL-is-faster picks
-/// (never from a call the kernels cannot take), and last the staging of
-/// unaligned buffers. Two comparisons, an array index and the wire's size
-/// test: no allocation, no lock, no system call.
+/// op and size rules the drop-in adds, then the library's one lookup
+/// (`RouteTable::lookup`: the buffers, the quantized wire, which takes every
+/// sum the kernels can, NCCL-is-faster sizes included, then the route
+/// table). Two comparisons, an array index and the wire's size test: no
+/// allocation, no lock, no system call.
 pub fn decide(disabled: bool, paths: Option<Paths>, c: &Call) -> Route {
     if disabled {
-        return Route::Nccl(Why::Disabled);
+        return Route::Nccl(NcclReason::Disabled);
     }
     let Some(p) = paths else {
-        return Route::Nccl(Why::NotSetUp);
+        return Route::Nccl(NcclReason::NotSetUp);
     };
     if c.group_depth > 0 {
-        return Route::Nccl(Why::InGroup);
+        return Route::Nccl(NcclReason::InGroup);
     }
     let Some(dtype) = dtype_of(c.dtype) else {
-        return Route::Nccl(Why::DType);
+        return Route::Nccl(NcclReason::DType);
     };
     if c.op != OP_SUM {
-        return Route::Nccl(Why::Op);
+        return Route::Nccl(NcclReason::Op);
     }
     if c.count == 0 {
-        return Route::Nccl(Why::Empty);
+        return Route::Nccl(NcclReason::Empty);
     }
     let Some(bytes) = c.count.checked_mul(dtype.size()) else {
-        return Route::Nccl(Why::TooLarge);
+        return Route::Nccl(NcclReason::TooLarge);
     };
-    let r = p
-        .routes
-        .lookup(bytes as u64, dtype, ReduceOp::Sum, Algo::Auto, MODE);
     let wire = wire_for(p.wire, p.wire_min, bytes as u64);
-    let kernel = match (r.route, r.algo) {
-        (select::Route::Tpcomm, Some(_)) | (select::Route::NcclFaster, _)
-            if wire != Wire::Exact =>
-        {
-            Kernel::Quantized(wire)
+    p.routes
+        .lookup(bytes as u64, dtype, ReduceOp::Sum, Algo::Auto, MODE, wire)
+}
+
+/// What the first-call log prints for a call: the route as `tpcomm explain`
+/// prints it and, when tpcomm takes a call with unaligned buffers, that it
+/// goes through staging. Alignment is asked apart from [`decide`] and never
+/// changes where the call goes: it can differ between ranks (a tensor view
+/// on one, a whole tensor on another), and ranks that route one call apart
+/// never meet. Unaligned buffers go through the staging buffer instead (it
+/// holds TPCOMM_MAX_BYTES, and the table sends nothing larger to tpcomm).
+pub fn log_text(route: Route, c: &Call) -> String {
+    match route {
+        Route::Tpcomm { .. } if !aligned(c) => {
+            format!("{route}, through staging (unaligned buffers)")
         }
-        (select::Route::Tpcomm, Some(a)) => Kernel::Exact(p.routes.group().transport, a),
-        (select::Route::NcclFaster, _) => return Route::Nccl(Why::Faster),
-        _ => return Route::Nccl(Why::TooLarge),
-    };
-    // Alignment is asked last and never changes where the call goes: it can
-    // differ between ranks (a tensor view on one, a whole tensor on
-    // another), and ranks that route one call apart never meet. Unaligned
-    // buffers go through the staging buffer instead (it holds
-    // TPCOMM_MAX_BYTES, and the table sends nothing larger to tpcomm).
-    Route::Tpcomm(Kernels {
-        dtype,
-        kernel,
-        staged: !aligned(c),
-    })
+        _ => route.to_string(),
+    }
 }
 
 /// Whether the kernels can read and write the call's buffers in place (16-byte
@@ -225,9 +113,9 @@ pub fn size_class(bytes: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpcomm::select::{class_edge, Group, Selector};
+    use tpcomm::select::{class_edge, Group, Selector, Transport};
     use tpcomm::topology::MachineClass;
-    use tpcomm::ByteSize;
+    use tpcomm::{ByteSize, DType};
 
     /// The routes set-up resolves for a group of `world` on this class.
     fn routes(class: MachineClass, transport: Transport, world: usize) -> RouteTable {
@@ -257,17 +145,13 @@ mod tests {
         decide(disabled, paths, c)
     }
 
-    /// tpcomm's exact kernels on `transport`, buffers in place.
-    fn tp_on(transport: Transport, dtype: DType, algo: Algo) -> Route {
-        Route::Tpcomm(Kernels {
-            dtype,
-            kernel: Kernel::Exact(transport, algo),
-            staged: false,
-        })
+    /// tpcomm's exact kernels on `transport`.
+    fn tp_on(transport: Transport, algo: Algo) -> Route {
+        Route::exact(transport, algo)
     }
 
-    fn tp(dtype: DType, algo: Algo) -> Route {
-        tp_on(Transport::Cuda, dtype, algo)
+    fn tp(algo: Algo) -> Route {
+        tp_on(Transport::Cuda, algo)
     }
 
     fn call(count: usize, dtype: i32) -> Call {
@@ -285,18 +169,9 @@ mod tests {
     fn supported_sum_goes_to_tpcomm_for_each_float_type() {
         let t = nvlink();
         let cap = Some(&t);
-        assert_eq!(
-            exact(false, cap, &call(4096, 9)),
-            tp(DType::Bf16, Algo::OneShot)
-        );
-        assert_eq!(
-            exact(false, cap, &call(1, 6)),
-            tp(DType::F16, Algo::OneShot)
-        );
-        assert_eq!(
-            exact(false, cap, &call(1 << 22, 7)),
-            tp(DType::F32, Algo::TwoShot)
-        );
+        assert_eq!(exact(false, cap, &call(4096, 9)), tp(Algo::OneShot));
+        assert_eq!(exact(false, cap, &call(1, 6)), tp(Algo::OneShot));
+        assert_eq!(exact(false, cap, &call(1 << 22, 7)), tp(Algo::TwoShot));
     }
 
     #[test]
@@ -304,7 +179,7 @@ mod tests {
         let t = nvlink();
         assert_eq!(
             exact(true, Some(&t), &call(4096, 9)),
-            Route::Nccl(Why::Disabled)
+            Route::Nccl(NcclReason::Disabled)
         );
     }
 
@@ -313,22 +188,34 @@ mod tests {
         let t = nvlink();
         let mut c = call(4096, 9);
         c.group_depth = 1;
-        assert_eq!(exact(false, Some(&t), &c), Route::Nccl(Why::InGroup));
+        assert_eq!(exact(false, Some(&t), &c), Route::Nccl(NcclReason::InGroup));
     }
 
     #[test]
     fn what_the_kernels_cannot_do_goes_to_nccl() {
         let t = nvlink();
         let cap = Some(&t);
-        assert_eq!(exact(false, None, &call(8, 9)), Route::Nccl(Why::NotSetUp));
-        assert_eq!(exact(false, cap, &call(8, 2)), Route::Nccl(Why::DType)); // int32
-        assert_eq!(exact(false, cap, &call(8, 8)), Route::Nccl(Why::DType)); // f64
+        assert_eq!(
+            exact(false, None, &call(8, 9)),
+            Route::Nccl(NcclReason::NotSetUp)
+        );
+        assert_eq!(
+            exact(false, cap, &call(8, 2)),
+            Route::Nccl(NcclReason::DType)
+        ); // int32
+        assert_eq!(
+            exact(false, cap, &call(8, 8)),
+            Route::Nccl(NcclReason::DType)
+        ); // f64
         let mut c = call(8, 9);
         c.op = 2; // max
-        assert_eq!(exact(false, cap, &c), Route::Nccl(Why::Op));
+        assert_eq!(exact(false, cap, &c), Route::Nccl(NcclReason::Op));
         c.op = 4; // avg
-        assert_eq!(exact(false, cap, &c), Route::Nccl(Why::Op));
-        assert_eq!(exact(false, cap, &call(0, 9)), Route::Nccl(Why::Empty));
+        assert_eq!(exact(false, cap, &c), Route::Nccl(NcclReason::Op));
+        assert_eq!(
+            exact(false, cap, &call(0, 9)),
+            Route::Nccl(NcclReason::Empty)
+        );
     }
 
     /// Unaligned buffers stay with tpcomm (through staging): routing must not
@@ -338,19 +225,19 @@ mod tests {
         let t = nvlink();
         let c = call(8, 9);
         assert!(aligned(&c));
-        let Route::Tpcomm(k) = exact(false, Some(&t), &c) else {
-            panic!("8 bf16 on NVLink should go to tpcomm");
-        };
-        assert!(!k.staged);
+        let r = exact(false, Some(&t), &c);
+        assert_eq!(r, tp(Algo::OneShot), "8 bf16 on NVLink go to tpcomm");
+        assert_eq!(log_text(r, &c), "tpcomm cuda:one-shot");
         for (ds, dr) in [(2usize, 0usize), (0, 2), (8, 8), (14, 6)] {
             let mut u = c;
             u.send += ds;
             u.recv += dr;
-            assert_eq!(
-                exact(false, Some(&t), &u),
-                Route::Tpcomm(Kernels { staged: true, ..k })
-            );
+            assert_eq!(exact(false, Some(&t), &u), r);
             assert!(!aligned(&u));
+            assert_eq!(
+                log_text(r, &u),
+                "tpcomm cuda:one-shot, through staging (unaligned buffers)"
+            );
         }
     }
 
@@ -370,63 +257,64 @@ mod tests {
         let small = call(16 << 10, 9); // 32 KiB of bf16
         let mid = call(1 << 19, 9); // 1 MiB of bf16
         let big = call((8 << 20) + 1, 9); // above 16 MiB
+        let too_large = Route::Nccl(NcclReason::TooLarge);
 
         // TPCOMM_DISABLE wins over everything, even a set-up communicator.
-        assert_eq!(decide(true, int8, &mid), Route::Nccl(Why::Disabled));
+        assert_eq!(decide(true, int8, &mid), Route::Nccl(NcclReason::Disabled));
         // No paired communicator.
-        assert_eq!(decide(false, None, &small), Route::Nccl(Why::NotSetUp));
+        assert_eq!(
+            decide(false, None, &small),
+            Route::Nccl(NcclReason::NotSetUp)
+        );
         // Above the buffers: NCCL, quantized wire or not.
-        assert_eq!(exact(false, Some(&t), &big), Route::Nccl(Why::TooLarge));
-        assert_eq!(decide(false, int8, &big), Route::Nccl(Why::TooLarge));
+        assert_eq!(exact(false, Some(&t), &big), too_large);
+        assert_eq!(decide(false, int8, &big), too_large);
         // NCCL faster by the table, with the exact wire.
         let faster = exact(false, Some(&t), &mid);
-        assert_eq!(faster, Route::Nccl(Why::Faster));
+        assert_eq!(faster, Route::Nccl(NcclReason::Faster));
         // The quantized wire takes that same call.
-        let on_wire = Kernels {
-            dtype: DType::Bf16,
-            kernel: Kernel::Quantized(q.wire),
-            staged: false,
+        let quant = Route::Tpcomm {
+            transport: Transport::Cuda,
+            algo: None,
+            wire: q.wire,
         };
-        let quant = Route::Tpcomm(on_wire);
         assert_eq!(decide(false, int8, &mid), quant);
         // Below TPCOMM_WIRE_MIN_BYTES the exact kernels the table picked run.
-        let in_place = tp(DType::Bf16, Algo::OneShot);
+        let in_place = tp(Algo::OneShot);
         assert_eq!(decide(false, int8, &small), in_place);
         assert_eq!(exact(false, Some(&t), &small), in_place);
         // Unaligned buffers: the same route, through staging, on either wire.
         let mut odd = small;
         odd.recv += 2;
-        let staged_exact = Route::Tpcomm(Kernels {
-            dtype: DType::Bf16,
-            kernel: Kernel::Exact(Transport::Cuda, Algo::OneShot),
-            staged: true,
-        });
-        assert_eq!(decide(false, int8, &odd), staged_exact);
+        assert_eq!(decide(false, int8, &odd), in_place);
         let mut odd_mid = mid;
         odd_mid.send += 4;
-        let staged_quant = Route::Tpcomm(Kernels {
-            staged: true,
-            ..on_wire
-        });
-        assert_eq!(decide(false, int8, &odd_mid), staged_quant);
+        assert_eq!(decide(false, int8, &odd_mid), quant);
         // An unaligned call the kernels do not take stays with NCCL.
         let mut odd_big = big;
         odd_big.send += 2;
-        assert_eq!(decide(false, int8, &odd_big), Route::Nccl(Why::TooLarge));
+        assert_eq!(decide(false, int8, &odd_big), too_large);
 
         // The log prints the decision.
-        assert_eq!(faster.to_string(), format!("NCCL ({})", Why::Faster.text()));
-        assert_eq!(in_place.to_string(), "tpcomm cuda:one-shot");
         assert_eq!(
-            staged_exact.to_string(),
-            "tpcomm cuda:one-shot (unaligned buffer: through staging)"
+            log_text(faster, &mid),
+            format!("NCCL ({})", NcclReason::Faster.text())
+        );
+        assert_eq!(log_text(in_place, &small), "tpcomm cuda:one-shot");
+        assert_eq!(
+            log_text(in_place, &odd),
+            "tpcomm cuda:one-shot, through staging (unaligned buffers)"
         );
         assert_eq!(
-            staged_quant.to_string(),
+            log_text(quant, &odd_mid),
             format!(
-                "tpcomm on the quantized {} wire (staged: true)",
+                "tpcomm cuda on the quantized {} wire, through staging (unaligned buffers)",
                 q.wire.label()
             )
+        );
+        assert_eq!(
+            log_text(too_large, &odd_big),
+            format!("NCCL ({})", NcclReason::TooLarge.text())
         );
     }
 
@@ -436,18 +324,15 @@ mod tests {
         let cap = Some(&t);
         assert!(matches!(
             exact(false, cap, &call(4 << 20, 7)),
-            Route::Tpcomm(Kernels {
-                dtype: DType::F32,
-                ..
-            })
+            Route::Tpcomm { .. }
         ));
         assert_eq!(
             exact(false, cap, &call((4 << 20) + 1, 7)),
-            Route::Nccl(Why::TooLarge)
+            Route::Nccl(NcclReason::TooLarge)
         );
         assert_eq!(
             exact(false, cap, &call(usize::MAX, 7)),
-            Route::Nccl(Why::TooLarge)
+            Route::Nccl(NcclReason::TooLarge)
         );
     }
 
@@ -462,15 +347,15 @@ mod tests {
         // 16 KiB of bf16: one decode token of a 8192-wide model.
         assert_eq!(
             exact(false, cap, &call(8192, 9)),
-            tp_on(Transport::Host, DType::Bf16, Algo::OneShot)
+            tp_on(Transport::Host, Algo::OneShot)
         );
         assert_eq!(
             exact(false, cap, &call(1 << 20, 9)),
-            tp_on(Transport::Host, DType::Bf16, Algo::OneShot)
+            tp_on(Transport::Host, Algo::OneShot)
         );
         assert_eq!(
             exact(false, cap, &call(4 << 20, 9)),
-            Route::Nccl(Why::Faster)
+            Route::Nccl(NcclReason::Faster)
         );
         assert_eq!(t.group().transport, Transport::Host);
     }
@@ -481,17 +366,14 @@ mod tests {
     fn with_pcie_p2p_nccl_takes_the_sizes_where_it_wins() {
         let t = routes(MachineClass::PcieP2p, Transport::Cuda, 8);
         let cap = Some(&t);
-        assert_eq!(
-            exact(false, cap, &call(128 << 10, 9)),
-            tp(DType::Bf16, Algo::OneShot)
-        );
+        assert_eq!(exact(false, cap, &call(128 << 10, 9)), tp(Algo::OneShot));
         assert_eq!(
             exact(false, cap, &call((128 << 10) + 8, 9)),
-            Route::Nccl(Why::Faster)
+            Route::Nccl(NcclReason::Faster)
         );
         assert_eq!(
             exact(false, cap, &call(1 << 20, 7)),
-            Route::Nccl(Why::Faster)
+            Route::Nccl(NcclReason::Faster)
         );
     }
 
@@ -524,52 +406,23 @@ rows = [
         )
         .unwrap();
         let cap = Some(&t);
+        assert_eq!(exact(false, cap, &call(512, 9)), tp(Algo::OneShot));
+        assert_eq!(exact(false, cap, &call(2048, 9)), tp(Algo::TwoShot));
         assert_eq!(
-            exact(false, cap, &call(512, 9)),
-            tp(DType::Bf16, Algo::OneShot)
+            exact(false, cap, &call(4096, 9)),
+            Route::Nccl(NcclReason::Faster)
         );
-        assert_eq!(
-            exact(false, cap, &call(2048, 9)),
-            tp(DType::Bf16, Algo::TwoShot)
-        );
-        assert_eq!(exact(false, cap, &call(4096, 9)), Route::Nccl(Why::Faster));
         assert_eq!(
             exact(false, cap, &call(1 << 20, 9)),
-            Route::Nccl(Why::Faster)
+            Route::Nccl(NcclReason::Faster)
         );
     }
 
-    /// The drop-in's route as the library names it (`tpcomm explain`'s
-    /// `choice:` and `route:` lines); `None` for the reasons only the
-    /// drop-in has (TPCOMM_DISABLE, no paired communicator, a group, a type
-    /// or an empty call).
-    fn as_explained(r: Route) -> Option<(Candidate, select::Route)> {
-        Some(match r {
-            Route::Tpcomm(Kernels {
-                kernel: Kernel::Exact(transport, algo),
-                ..
-            }) => (
-                Candidate {
-                    transport,
-                    algo: Some(algo),
-                },
-                select::Route::Tpcomm,
-            ),
-            Route::Tpcomm(Kernels {
-                kernel: Kernel::Quantized(_),
-                ..
-            }) => return None,
-            Route::Nccl(Why::Faster) => (Candidate::NCCL, select::Route::NcclFaster),
-            Route::Nccl(Why::TooLarge) => (Candidate::NCCL, select::Route::NcclTooLarge),
-            Route::Nccl(Why::Op) => (Candidate::NCCL, select::Route::NcclOp),
-            Route::Nccl(_) => return None,
-        })
-    }
-
-    /// `tpcomm explain` answers the route the drop-in takes: for every size
-    /// class edge (and one byte past it), type and machine class, the
-    /// drop-in's decision is the one `RouteTable::explain` reports for the
-    /// drop-in's launch mode.
+    /// `tpcomm explain` answers the route the drop-in takes, and prints it
+    /// with the same text: for every size class edge (and one byte past
+    /// it), type and machine class, on the exact wire and on int8 from
+    /// 64 KiB up, the drop-in's decision is the one `RouteTable::explain`
+    /// reports for the drop-in's launch mode and the wire of that size.
     #[test]
     fn the_drop_in_takes_the_route_explain_prints() {
         let classes = [
@@ -577,30 +430,44 @@ rows = [
             (MachineClass::PcieP2p, Transport::Cuda, 8),
             (MachineClass::PcieNop2p, Transport::Host, 4),
         ];
+        let int8 = tpcomm::quant::wire_from_vars(Some("int8"), Some("64KiB")).unwrap();
         let mut seen = std::collections::HashSet::new();
         for (class, transport, world) in classes {
             let t = routes(class, transport, world);
             let sel = Selector::for_class(class);
-            for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
-                for i in 1..110 {
-                    for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
-                        let count = (bytes as usize).div_ceil(dt.size());
-                        let mine = exact(false, Some(&t), &call(count, nccl_type));
-                        let b = (count * dt.size()) as u64;
-                        let (routed, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE);
-                        let theirs = (routed.candidate(t.group().transport), routed.route);
-                        assert_eq!(
-                            as_explained(mine),
-                            Some(theirs),
-                            "{class:?}, {b} bytes of {dt:?}"
-                        );
-                        seen.insert(routed.route);
+            for (wire, wire_min) in [(Wire::Exact, ByteSize::b(0)), (int8.wire, int8.min_bytes)] {
+                let paths = Paths {
+                    routes: &t,
+                    wire,
+                    wire_min,
+                };
+                for (nccl_type, dt) in [(9, DType::Bf16), (6, DType::F16), (7, DType::F32)] {
+                    for i in 1..110 {
+                        for bytes in [class_edge(i), class_edge(i) + dt.size() as u64] {
+                            let count = (bytes as usize).div_ceil(dt.size());
+                            let c = call(count, nccl_type);
+                            let mine = decide(false, Some(paths), &c);
+                            let b = (count * dt.size()) as u64;
+                            let on = wire_for(wire, wire_min, b);
+                            let (theirs, _) = t.explain(&sel, b, dt, ReduceOp::Sum, MODE, on);
+                            assert_eq!(mine, theirs, "{class:?}, {b} bytes of {dt:?}, {on:?}");
+                            assert_eq!(log_text(mine, &c), theirs.to_string());
+                            seen.insert(theirs);
+                        }
                     }
                 }
             }
         }
-        // Every route the exact wire can take was met.
-        assert_eq!(seen.len(), 3, "{seen:?}");
+        // Every kind of route was met: the exact kernels, the quantized
+        // wire, NCCL faster and above the buffers.
+        assert!(seen.contains(&Route::Nccl(NcclReason::Faster)), "{seen:?}");
+        assert!(
+            seen.contains(&Route::Nccl(NcclReason::TooLarge)),
+            "{seen:?}"
+        );
+        assert!(seen.iter().any(|r| r.algo().is_some()), "{seen:?}");
+        let quantized = |r: &Route| matches!(r, Route::Tpcomm { wire, .. } if *wire != Wire::Exact);
+        assert!(seen.iter().any(quantized), "{seen:?}");
     }
 
     /// The decision a tpcomm call pays on the CPU: `decide` over the resolved
@@ -615,7 +482,7 @@ rows = [
         let mut tpcomm = 0usize;
         for i in 0..n {
             let c = std::hint::black_box(&calls[i % calls.len()]);
-            if matches!(exact(false, Some(&t), c), Route::Tpcomm(..)) {
+            if matches!(exact(false, Some(&t), c), Route::Tpcomm { .. }) {
                 tpcomm += 1;
             }
         }

@@ -56,10 +56,36 @@ pub(crate) fn buffers(
 }
 
 /// tpcomm's kernel call of all of `b`, its elements counted as `dt`: a sum,
-/// `Algo::Auto`, an ordinary launch (`tpcomm::cuda::Call::new`).
+/// `Algo::Auto`, an ordinary launch (`tpcomm::cuda::Call::new`), whose call
+/// word says the caller's NCCL type.
 pub(crate) fn kernel_call(b: &Buffers, dt: DType) -> tpcomm::cuda::Call {
     let stream = b.stream as tpcomm::cuda::CUstream;
     tpcomm::cuda::Call::new(b.send, b.recv, b.count, dt, stream)
+        .with_signature(signature(b.dtype, OP_SUM, None))
+}
+
+/// What the call words of a served call say the caller asked for (ranks
+/// that asked for different calls are caught, even when the kernels move
+/// the same bytes): its NCCL type, its op (a pre-multiplied sum as 5, an op
+/// value out of range as 7: the checks refuse those before any launch) and
+/// a rooted call's root.
+pub(crate) fn signature(
+    datatype: NcclDataType,
+    op: NcclRedOp,
+    root: Option<usize>,
+) -> tpcomm::cuda::Signature {
+    tpcomm::cuda::Signature {
+        nccl_type: u8::try_from(datatype)
+            .ok()
+            .filter(|t| *t < 16)
+            .unwrap_or(15),
+        op: match op {
+            0..=4 => op as u8,
+            o if o >= 5 => 5,
+            _ => 7,
+        },
+        root: root.and_then(|r| u8::try_from(r).ok()),
+    }
 }
 
 /// `ncclSum`: the only op the tpcomm kernels reduce with.

@@ -264,7 +264,7 @@ impl Communicator {
 
     /// Sums `count` elements of `dtype` at `input` over the ranks into
     /// `output` (the same address: in place) on `stream`, asynchronously.
-    /// Returns where it ran ("tpcomm" or an NCCL route with its reason).
+    /// Returns where it ran, as `tpcomm::select::Route` prints it ("tpcomm cuda:one-shot", "NCCL (why)").
     #[pyo3(signature = (input, output, count, dtype, stream, algo = "auto", overlapped = false))]
     fn all_reduce(
         &self,
@@ -275,7 +275,7 @@ impl Communicator {
         stream: u64,
         algo: &str,
         overlapped: bool,
-    ) -> PyResult<&'static str> {
+    ) -> PyResult<String> {
         let dtype = parse::<DType>(dtype)?;
         let algo = parse::<Algo>(algo)?;
         // SAFETY: tpcomm/torch.py passes the addresses of live CUDA tensors
@@ -290,13 +290,13 @@ impl Communicator {
             )
         }
         .map_err(to_py)?;
-        Ok(route.name())
+        Ok(route.to_string())
     }
 
     /// Gathers every rank's `count` elements at `input` into `output`
     /// (`world * count` elements, rank r's block at r * count; `input` may be
     /// this rank's block of `output`) on `stream`, asynchronously. Returns
-    /// where it ran ("tpcomm" or an NCCL route with its reason).
+    /// where it ran, as `tpcomm::select::Route` prints it ("tpcomm cuda", "NCCL (why)").
     #[pyo3(signature = (input, output, count, dtype, stream, overlapped = false))]
     fn all_gather(
         &self,
@@ -306,7 +306,7 @@ impl Communicator {
         dtype: &str,
         stream: u64,
         overlapped: bool,
-    ) -> PyResult<&'static str> {
+    ) -> PyResult<String> {
         let dtype = parse::<DType>(dtype)?;
         // SAFETY: tpcomm/torch.py passes live CUDA tensors of this
         // communicator's device (`input` of `count`, `output` of world x
@@ -319,7 +319,7 @@ impl Communicator {
             )
         }
         .map_err(to_py)?;
-        Ok(route.name())
+        Ok(route.to_string())
     }
 
     /// Sums `world * count` elements at `input` over the ranks and leaves
@@ -336,7 +336,7 @@ impl Communicator {
         stream: u64,
         op: &str,
         overlapped: bool,
-    ) -> PyResult<&'static str> {
+    ) -> PyResult<String> {
         let dtype = parse::<DType>(dtype)?;
         let op = parse::<ReduceOp>(op)?;
         // SAFETY: as in all_gather, with `input` of world x `count` and
@@ -349,7 +349,7 @@ impl Communicator {
             )
         }
         .map_err(to_py)?;
-        Ok(route.name())
+        Ok(route.to_string())
     }
 
     /// Copies `root`'s `count` elements at `input` to `output` on every rank
@@ -364,7 +364,7 @@ impl Communicator {
         root: usize,
         stream: u64,
         overlapped: bool,
-    ) -> PyResult<&'static str> {
+    ) -> PyResult<String> {
         let dtype = parse::<DType>(dtype)?;
         // SAFETY: as in all_gather, with both buffers of `count` elements.
         let route = unsafe {
@@ -375,7 +375,7 @@ impl Communicator {
             )
         }
         .map_err(to_py)?;
-        Ok(route.name())
+        Ok(route.to_string())
     }
 
     /// The fused all-reduce + residual add + RMSNorm: sums `partial` over the

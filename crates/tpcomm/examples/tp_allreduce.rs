@@ -86,7 +86,7 @@ fn rank_main(rank: usize, world: usize, group: Arc<ThreadGroup>) -> Result<Strin
     Ok(format!(
         "rank {rank}: {COUNT} f32 summed twice over {world} GPUs on {} ({}), all right\n{}",
         comm.gpu().transport().name(),
-        route.name(),
+        route,
         comm.gpu().memory_report()
     ))
 }

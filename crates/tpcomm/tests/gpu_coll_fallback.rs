@@ -6,9 +6,8 @@
 //! with TPCOMM_GPU_TESTS=1 and --ignored (one thread per GPU).
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
-use tpcomm::cuda::{
-    open_context, Call, CollectiveRoute, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup,
-};
+use tpcomm::cuda::{open_context, Call, Communicator, CudaConfig, Launch, Rendezvous, ThreadGroup};
+use tpcomm::select::NcclReason;
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{ByteSize, DType, ReduceOp};
 
@@ -45,25 +44,21 @@ fn run(world: usize) {
     let big = MAX.bytes() as usize / dtype.size() + 3;
     // (collective, block elements, where it must run)
     let cases = [
-        (Coll::AllGather, small, CollectiveRoute::Tpcomm),
-        (Coll::AllGather, big, CollectiveRoute::NcclTooLarge),
-        (
-            Coll::ReduceScatter(ReduceOp::Sum),
-            small,
-            CollectiveRoute::Tpcomm,
-        ),
+        (Coll::AllGather, small, None),
+        (Coll::AllGather, big, Some(NcclReason::TooLarge)),
+        (Coll::ReduceScatter(ReduceOp::Sum), small, None),
         (
             Coll::ReduceScatter(ReduceOp::Sum),
             big,
-            CollectiveRoute::NcclTooLarge,
+            Some(NcclReason::TooLarge),
         ),
         (
             Coll::ReduceScatter(ReduceOp::Max),
             small,
-            CollectiveRoute::NcclOp,
+            Some(NcclReason::Op),
         ),
-        (Coll::Broadcast(world - 1), small, CollectiveRoute::Tpcomm),
-        (Coll::Broadcast(0), big, CollectiveRoute::NcclTooLarge),
+        (Coll::Broadcast(world - 1), small, None),
+        (Coll::Broadcast(0), big, Some(NcclReason::TooLarge)),
     ];
     let in_len = |c: Coll, n: usize| match c {
         Coll::ReduceScatter(_) => world * n,
@@ -117,7 +112,7 @@ fn run(world: usize) {
                             }
                         }
                         .expect("collective");
-                        assert_eq!(route, want, "case {k}: {c:?} of {n}");
+                        assert_eq!(route.nccl_reason(), want, "case {k}: {c:?} of {n}: {route}");
                         stream.synchronize().unwrap();
                         comm.check().unwrap();
                         got.push(stream.clone_dtoh(&out).unwrap());

@@ -5,7 +5,8 @@
 
 use tpcomm::cuda::cudarc::driver::DevicePtr;
 use tpcomm::cuda::StreamAllReduce;
-use tpcomm::cuda::{open_context, Call, Communicator, CudaConfig, Rendezvous, Route, ThreadGroup};
+use tpcomm::cuda::{open_context, Call, Communicator, CudaConfig, Rendezvous, ThreadGroup};
+use tpcomm::select::NcclReason;
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};
 use tpcomm::{ByteSize, DType, ReduceOp};
 
@@ -29,10 +30,18 @@ fn calls_the_kernels_cannot_take_run_on_nccl_and_are_right() {
         let max = ByteSize::kib(64);
         // (elements, op, where it must run)
         let cases = [
-            (1000usize, ReduceOp::Sum, Route::Tpcomm),
-            (max.bytes() as usize, ReduceOp::Sum, Route::NcclTooLarge),
-            (3 * 1024 * 1024 + 7, ReduceOp::Sum, Route::NcclTooLarge),
-            (4099, ReduceOp::Max, Route::NcclOp),
+            (1000usize, ReduceOp::Sum, None),
+            (
+                max.bytes() as usize,
+                ReduceOp::Sum,
+                Some(NcclReason::TooLarge),
+            ),
+            (
+                3 * 1024 * 1024 + 7,
+                ReduceOp::Sum,
+                Some(NcclReason::TooLarge),
+            ),
+            (4099, ReduceOp::Max, Some(NcclReason::Op)),
         ];
         fallback_runs_on_nccl(world, max, None, &cases);
     }
@@ -54,10 +63,10 @@ fn sums_where_nccl_is_faster_run_on_nccl_and_are_right() {
             continue;
         }
         let cases = [
-            (1000usize, ReduceOp::Sum, Route::Tpcomm),
-            (128 * 1024, ReduceOp::Sum, Route::Tpcomm),
-            (128 * 1024 + 8, ReduceOp::Sum, Route::NcclFaster),
-            (300_001, ReduceOp::Sum, Route::NcclFaster),
+            (1000usize, ReduceOp::Sum, None),
+            (128 * 1024, ReduceOp::Sum, None),
+            (128 * 1024 + 8, ReduceOp::Sum, Some(NcclReason::Faster)),
+            (300_001, ReduceOp::Sum, Some(NcclReason::Faster)),
         ];
         fallback_runs_on_nccl(world, ByteSize::mib(1), Some(sel.clone()), &cases);
     }
@@ -67,7 +76,7 @@ fn fallback_runs_on_nccl(
     world: usize,
     max: ByteSize,
     selector: Option<std::sync::Arc<tpcomm::select::Selector>>,
-    cases: &[(usize, ReduceOp, Route)],
+    cases: &[(usize, ReduceOp, Option<NcclReason>)],
 ) {
     let dtype = DType::Bf16;
     let inputs: Vec<Vec<Vec<u8>>> = cases
@@ -109,7 +118,11 @@ fn fallback_runs_on_nccl(
                             )
                         }
                         .expect("all-reduce");
-                        assert_eq!(route, want, "case {c}: {n} elements, {op}");
+                        assert_eq!(
+                            route.nccl_reason(),
+                            want,
+                            "case {c}: {n} elements, {op}: {route}"
+                        );
                         stream.synchronize().unwrap();
                         comm.gpu().check().unwrap();
                         got.push(stream.clone_dtoh(&out).unwrap());

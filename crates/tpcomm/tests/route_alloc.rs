@@ -3,6 +3,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use tpcomm::quant::Wire;
 use tpcomm::select::{Group, Mode, RouteTable, Selector, Transport};
 use tpcomm::topology::MachineClass;
 use tpcomm::{Algo, ByteSize, DType, ReduceOp};
@@ -65,11 +66,18 @@ fn routing_calls_allocates_nothing() {
         for count in (0..24).map(|i| 1usize << i) {
             for dtype in DType::ALL {
                 for mode in [Mode::Eager, Mode::Graph] {
-                    let r = t.route(count, dtype, ReduceOp::Sum, Algo::Auto, mode);
-                    if matches!(r, Ok(x) if x.algo.is_some()) {
+                    let r = t.route(count, dtype, ReduceOp::Sum, Algo::Auto, mode, Wire::Exact);
+                    if matches!(r, Ok(x) if x.algo().is_some()) {
                         kernels += 1;
                     }
-                    let _ = t.lookup(count as u64, dtype, ReduceOp::Max, Algo::Auto, mode);
+                    let _ = t.lookup(
+                        count as u64,
+                        dtype,
+                        ReduceOp::Max,
+                        Algo::Auto,
+                        mode,
+                        Wire::Exact,
+                    );
                 }
             }
         }

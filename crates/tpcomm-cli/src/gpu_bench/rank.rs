@@ -346,12 +346,15 @@ impl Rank<'_> {
                 tpcomm::ReduceOp::Sum,
                 Algo::Auto,
                 mode.parse().unwrap_or(select::Mode::Eager),
+                tpcomm::quant::Wire::Exact,
             );
-            (r, r.candidate(t.group().transport))
+            (r, r.candidate())
         });
         let imp = match (imp, &decision) {
-            (Impl::Auto, Some((r, _))) if r.route.is_nccl() => Impl::Nccl,
-            (Impl::Auto, Some((r, _))) => Impl::Tp(r.algo.unwrap_or(Algo::Auto), Launch::Ordinary),
+            (Impl::Auto, Some((r, _))) if r.is_nccl() => Impl::Nccl,
+            (Impl::Auto, Some((r, _))) => {
+                Impl::Tp(r.algo().unwrap_or(Algo::Auto), Launch::Ordinary)
+            }
             (Impl::Tp(a, how), _) => Impl::Tp(*a, *how),
             (Impl::Nccl, _) => Impl::Nccl,
             (Impl::Quant(w), _) => Impl::Quant(*w),

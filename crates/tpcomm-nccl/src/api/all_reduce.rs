@@ -5,7 +5,7 @@
 
 use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired::{self, Outcome};
-use crate::route::{size_class, Call, Route};
+use crate::route::{aligned, log_text, size_class, Call};
 use crate::settings::{self, info, warn};
 use crate::standalone::args::{self, Args};
 use crate::types::*;
@@ -13,20 +13,29 @@ use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 use tpcomm::cuda::CUstream;
+use tpcomm::select::Route;
 
 /// Logs the first all-reduce of each (communicator, size class, type,
-/// route): the route as `decide` gave it.
+/// route, staging): the route as `decide` gave it, printed as `tpcomm
+/// explain` prints it (`route::log_text`).
 fn log_first(comm: NcclComm, call: &Call, route: Route) {
     if settings::get().level < settings::Level::Info {
         return;
     }
-    type Seen = HashSet<(usize, u32, i32, Route)>;
+    type Seen = HashSet<(usize, u32, i32, Route, bool)>;
     static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
     let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
     let (bytes, dtype) = (call.bytes(), call.dtype);
-    let key = (comm as usize, size_class(bytes), dtype, route);
+    let key = (
+        comm as usize,
+        size_class(bytes),
+        dtype,
+        route,
+        aligned(call),
+    );
     if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
-        info!("ncclAllReduce comm {comm:p}: {bytes} bytes, ncclDataType {dtype}: {route}");
+        let text = log_text(route, call);
+        info!("ncclAllReduce comm {comm:p}: {bytes} bytes, ncclDataType {dtype}: {text}");
     }
 }
 
@@ -68,8 +77,8 @@ pub unsafe extern "C" fn ncclAllReduce(
         // GPU holding `count` elements, valid until the stream runs the call,
         // and a stream of that GPU.
         match unsafe { paired::all_reduce(comm, &call, stream as CUstream) } {
-            Outcome::Served(k) => {
-                log_first(comm, &call, Route::Tpcomm(k));
+            Outcome::Served(route) => {
+                log_first(comm, &call, route);
                 SUCCESS
             }
             Outcome::Forward(why) => {
@@ -77,9 +86,8 @@ pub unsafe extern "C" fn ncclAllReduce(
                 // SAFETY: ncclAllReduce's own arguments, passed on unchanged.
                 unsafe { forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream) }
             }
-            Outcome::Failed(k, e) => {
-                let what = k.kernel.runner();
-                warn!("ncclAllReduce: {what} failed ({e}); returning ncclInternalError");
+            Outcome::Failed(route, e) => {
+                warn!("ncclAllReduce: {route} failed ({e}); returning ncclInternalError");
                 INTERNAL_ERROR
             }
         }

@@ -8,14 +8,16 @@
 
 use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired;
-use crate::route::{Call, Why};
+
 use crate::settings::{self, info, warn};
 use crate::standalone::args::{self, Args};
 use crate::standalone::registry;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
-use tpcomm::cuda::{Collective, GpuTransport};
+use tpcomm::cuda::{collective_route, Collective, GpuTransport};
+use tpcomm::select::{NcclReason, Route};
+use tpcomm::ReduceOp;
 
 /// Every function defined here, by name (they are in `INTERCEPTED` too).
 #[cfg_attr(not(test), allow(dead_code))]
@@ -27,35 +29,28 @@ pub const COLLECTIVES: &[&str] = &[
 ];
 
 /// Logs (at TPCOMM_LOG=info) the first call of each (function,
-/// communicator, route); `what` is only formatted then.
-fn log_first(name: &'static str, comm: NcclComm, route: &str, what: impl Fn() -> String) {
+/// communicator, route), the route as `tpcomm explain` prints routes.
+fn log_first(name: &'static str, comm: NcclComm, route: Route) {
     use std::collections::HashSet;
     use std::sync::{Mutex, OnceLock};
     if settings::get().level < settings::Level::Info {
         return;
     }
-    type Seen = HashSet<(&'static str, usize, String)>;
+    type Seen = HashSet<(&'static str, usize, Route)>;
     static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
     let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
-    let key = (name, comm as usize, route.to_string());
+    let key = (name, comm as usize, route);
     if seen.lock().map(|mut s| s.insert(key)).unwrap_or(false) {
-        info!("{name} comm {comm:p}: {}", what());
+        info!("{name} comm {comm:p}: {route}");
     }
-}
-
-/// Where a collective goes: tpcomm's kernels (with the element type) or
-/// NCCL, and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    Tpcomm(tpcomm::DType),
-    Nccl(Why),
 }
 
 /// The route of a collective whose block is `bufs.count` elements: the
 /// all-reduce's rules for what tpcomm can take (set up, outside a group, a
-/// kernel type, sum, not empty), then the block must fit the transport's
-/// buffers. A pure function of the call and the set-up, so every rank routes
-/// it the same way.
+/// kernel type, sum, not empty), then the library's rule for collectives
+/// (`cuda::collective_route`: the block must fit the transport's buffers).
+/// A pure function of the call and the set-up, so every rank routes it the
+/// same way.
 fn route_of(
     disabled: bool,
     beside: Option<&paired::Paired>,
@@ -63,50 +58,43 @@ fn route_of(
     bufs: &Buffers,
     op: NcclRedOp,
 ) -> Route {
-    let call = Call {
-        send: bufs.send as usize,
-        recv: bufs.recv as usize,
-        count: bufs.count,
-        dtype: bufs.dtype,
-        op,
-        group_depth: crate::group::depth(),
-    };
     if disabled {
-        return Route::Nccl(Why::Disabled);
+        return Route::Nccl(NcclReason::Disabled);
     }
     let Some(b) = beside else {
-        return Route::Nccl(Why::NotSetUp);
+        return Route::Nccl(NcclReason::NotSetUp);
     };
-    if call.group_depth > 0 {
-        return Route::Nccl(Why::InGroup);
+    if crate::group::depth() > 0 {
+        return Route::Nccl(NcclReason::InGroup);
     }
-    let Some(dt) = dtype_of(call.dtype) else {
-        return Route::Nccl(Why::DType);
+    let Some(dt) = dtype_of(bufs.dtype) else {
+        return Route::Nccl(NcclReason::DType);
     };
-    if call.op != OP_SUM {
-        return Route::Nccl(Why::Op);
+    if op != OP_SUM {
+        return Route::Nccl(NcclReason::Op);
     }
-    if call.count == 0 {
-        return Route::Nccl(Why::Empty);
+    if bufs.count == 0 {
+        return Route::Nccl(NcclReason::Empty);
     }
-    if !b.gpu.collective_fits(what, call.count, dt) {
-        return Route::Nccl(Why::TooLarge);
-    }
-    Route::Tpcomm(dt)
+    let bytes = (bufs.count as u64).saturating_mul(dt.size() as u64);
+    let fits = b.gpu.collective_fits(what, bufs.count, dt);
+    let transport = b.gpu.transport().for_routes();
+    collective_route(transport, bytes, b.gpu.max_bytes(), ReduceOp::Sum, fits)
 }
 
-/// Runs `f` (tpcomm's launch) with the caller's CUDA context restored after;
-/// a failure is not forwarded (the peers launched tpcomm kernels, and an
-/// NCCL call here would never pair up).
+/// Runs `f` (tpcomm's launch on `route`) with the caller's CUDA context
+/// restored after; a failure is not forwarded (the peers launched tpcomm
+/// kernels, and an NCCL call here would never pair up).
 fn on_tpcomm(
     name: &'static str,
     comm: NcclComm,
+    route: Route,
     f: impl FnOnce() -> tpcomm::Result<()>,
 ) -> NcclResult {
     let _restore = crate::cuda::SavedContext::save();
     match f() {
         Ok(()) => {
-            log_first(name, comm, "tpcomm", || "tpcomm".into());
+            log_first(name, comm, route);
             SUCCESS
         }
         Err(e) => {
@@ -153,22 +141,18 @@ pub unsafe extern "C" fn ncclAllGather(
             &bufs,
             OP_SUM,
         );
-        if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
+        if let (Route::Tpcomm { .. }, Some(b), Some(dt)) = (r, &beside, dtype_of(datatype)) {
             // SAFETY: NCCL's contract for ncclAllGather is the kernels': device
             // buffers of the communicator's GPU, sendbuff of sendcount and
             // recvbuff of world x sendcount elements (or sendbuff inside
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
-            return on_tpcomm("ncclAllGather", comm, || unsafe {
+            return on_tpcomm("ncclAllGather", comm, r, || unsafe {
                 b.gpu
                     .run_collective(Collective::AllGather, &kernel_call(&bufs, dt))
             });
         }
-        if let Route::Nccl(why) = r {
-            log_first("ncclAllGather", comm, why.text(), || {
-                format!("NCCL ({})", why.text())
-            });
-        }
+        log_first("ncclAllGather", comm, r);
         call_real!(
             ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
                 as fn(
@@ -223,19 +207,15 @@ pub unsafe extern "C" fn ncclReduceScatter(
             &bufs,
             op,
         );
-        if let (Route::Tpcomm(dt), Some(b)) = (r, &beside) {
+        if let (Route::Tpcomm { .. }, Some(b), Some(dt)) = (r, &beside, dtype_of(datatype)) {
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
-            return on_tpcomm("ncclReduceScatter", comm, || unsafe {
+            return on_tpcomm("ncclReduceScatter", comm, r, || unsafe {
                 b.gpu
                     .run_collective(Collective::ReduceScatter, &kernel_call(&bufs, dt))
             });
         }
-        if let Route::Nccl(why) = r {
-            log_first("ncclReduceScatter", comm, why.text(), || {
-                format!("NCCL ({})", why.text())
-            });
-        }
+        log_first("ncclReduceScatter", comm, r);
         call_real!(
             ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
                 as fn(
@@ -252,14 +232,15 @@ pub unsafe extern "C" fn ncclReduceScatter(
     })
 }
 
-/// The route of a broadcast: the all-reduce's rule, and a root that is a rank
-/// (a bad root goes to NCCL, which reports it).
+/// The route of a broadcast when tpcomm takes it, with the element type:
+/// the collectives' rule ([`route_of`]), and a root that is a rank (a bad
+/// root goes to NCCL, which reports it). `None`: NCCL runs it.
 fn broadcast_route(
     s: &settings::Settings,
     beside: Option<&paired::Paired>,
     bufs: &Buffers,
     root: c_int,
-) -> Option<tpcomm::DType> {
+) -> Option<(Route, tpcomm::DType)> {
     let world = beside.map_or(0, |b| b.gpu.world());
     if root < 0 || root as usize >= world {
         return None;
@@ -268,8 +249,8 @@ fn broadcast_route(
         root: root as usize,
     };
     match route_of(s.disabled, beside, what, bufs, OP_SUM) {
-        Route::Tpcomm(dt) => Some(dt),
-        _ => None,
+        r @ Route::Tpcomm { .. } => Some((r, dtype_of(bufs.dtype)?)),
+        Route::Nccl(_) => None,
     }
 }
 
@@ -305,10 +286,12 @@ pub unsafe extern "C" fn ncclBroadcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
+        if let (Some((r, dt)), Some(b)) =
+            (broadcast_route(s, beside.as_deref(), &bufs, root), &beside)
+        {
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
-            return on_tpcomm("ncclBroadcast", comm, || unsafe {
+            return on_tpcomm("ncclBroadcast", comm, r, || unsafe {
                 b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,
@@ -364,9 +347,11 @@ pub unsafe extern "C" fn ncclBcast(
         } else {
             paired::lookup(comm)
         };
-        if let (Some(dt), Some(b)) = (broadcast_route(s, beside.as_deref(), &bufs, root), &beside) {
+        if let (Some((r, dt)), Some(b)) =
+            (broadcast_route(s, beside.as_deref(), &bufs, root), &beside)
+        {
             // SAFETY: as in ncclBroadcast, in place.
-            return on_tpcomm("ncclBcast", comm, || unsafe {
+            return on_tpcomm("ncclBcast", comm, r, || unsafe {
                 b.gpu.run_collective(
                     Collective::Broadcast {
                         root: root as usize,

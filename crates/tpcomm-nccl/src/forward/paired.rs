@@ -4,8 +4,9 @@
 use crate::cuda::{SavedContext, Staging};
 use crate::ffi::call_real;
 use crate::forward::setup_exchange::{AsRendezvous, NcclExchange};
-use crate::route::{decide, Call, Kernel, Kernels, Paths, Route, Why};
+use crate::route::{aligned, decide, Call, Paths};
 use crate::settings::{self, info, warn};
+use crate::types::dtype_of;
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -14,8 +15,8 @@ use tpcomm::cuda::{
     CUstream, CudaConfig, GpuComm, Rendezvous, StreamAllReduce, ThreadGroup, MAX_WORLD,
 };
 use tpcomm::quant::Wire;
-use tpcomm::select::{Group, RouteTable};
-use tpcomm::{ByteSize, Error, ReduceOp, Result};
+use tpcomm::select::{Group, NcclReason, Route, RouteTable};
+use tpcomm::{Algo, ByteSize, Error, ReduceOp, Result};
 
 /// tpcomm's side of one NCCL communicator.
 pub struct Paired {
@@ -34,13 +35,14 @@ pub struct Paired {
 /// What became of an all-reduce offered to [`all_reduce`].
 #[derive(Debug)]
 pub enum Outcome {
-    /// tpcomm's kernels took it, enqueued on the caller's stream.
-    Served(Kernels),
+    /// tpcomm's kernels took it (the route, a `Route::Tpcomm`), enqueued
+    /// on the caller's stream.
+    Served(Route),
     /// The real NCCL is to run it (the caller forwards it).
-    Forward(Why),
-    /// tpcomm's launch failed. Not forwarded: the peers have launched
-    /// tpcomm kernels, and an NCCL call here would never pair up.
-    Failed(Kernels, Error),
+    Forward(NcclReason),
+    /// tpcomm's launch on the route failed. Not forwarded: the peers have
+    /// launched tpcomm kernels, and an NCCL call here would never pair up.
+    Failed(Route, Error),
 }
 
 /// One `ncclAllReduce` on the real communicator `comm`: the paired tpcomm
@@ -58,17 +60,17 @@ pub unsafe fn all_reduce(comm: NcclComm, call: &Call, stream: CUstream) -> Outco
         decide(disabled, paired.as_deref().map(Paired::paths), call),
         paired,
     ) {
-        (Route::Tpcomm(k), Some(p)) => {
+        (route @ Route::Tpcomm { algo, wire, .. }, Some(p)) => {
             let _restore = SavedContext::save();
             // SAFETY: the caller's contract, passed on.
-            match unsafe { p.run(k, call, stream) } {
-                Ok(()) => Outcome::Served(k),
-                Err(e) => Outcome::Failed(k, e),
+            match unsafe { p.run(algo, wire, call, stream) } {
+                Ok(()) => Outcome::Served(route),
+                Err(e) => Outcome::Failed(route, e),
             }
         }
         (Route::Nccl(why), _) => Outcome::Forward(why),
         // `decide` gives tpcomm only a call with a paired communicator.
-        (Route::Tpcomm(_), None) => Outcome::Forward(Why::NotSetUp),
+        (Route::Tpcomm { .. }, None) => Outcome::Forward(NcclReason::NotSetUp),
     }
 }
 
@@ -82,8 +84,9 @@ impl Paired {
         }
     }
 
-    /// Runs a call [`decide`] gave to tpcomm as `k` says: in place, or
-    /// through the staging buffer; on the exact kernels or the quantized wire.
+    /// Runs a call [`decide`] gave to tpcomm on the route's `wire` (with its
+    /// `algo` on the exact one): in place, or through the staging buffer
+    /// when the buffers are not [`aligned`].
     ///
     /// # Safety
     /// As [`all_reduce`]. Aligned buffers are used in place; unaligned ones
@@ -93,39 +96,45 @@ impl Paired {
     /// wire takes sums from TPCOMM_WIRE_MIN_BYTES up, aligned or staged
     /// (ranks' buffers may differ in alignment, never in size); every rank
     /// agreed on the wire at set-up, so all take it together.
-    unsafe fn run(&self, k: Kernels, c: &Call, stream: CUstream) -> Result<()> {
+    unsafe fn run(&self, algo: Option<Algo>, wire: Wire, c: &Call, stream: CUstream) -> Result<()> {
+        // `decide` gave tpcomm a kernel type only.
+        let Some(dtype) = dtype_of(c.dtype) else {
+            return Err(Error::Unsupported(format!(
+                "ncclDataType {} on tpcomm's kernels",
+                c.dtype
+            )));
+        };
         let (send, recv) = (c.send as u64, c.recv as u64);
         // `decide` checked that this does not overflow.
-        let bytes = c.count * k.dtype.size();
+        let bytes = c.count * dtype.size();
+        let staged = !aligned(c);
         // SAFETY: the caller's contract; the staging buffer holds the call.
         unsafe {
-            let (input, output) = if k.staged {
+            let (input, output) = if staged {
                 let p = self.staging.ptr();
                 self.staging.copy(p, send, bytes, stream)?;
                 (p, p)
             } else {
                 (send, recv)
             };
-            match (k.kernel, &self.quant) {
-                (Kernel::Quantized(wire), Some(q)) => {
-                    let call = tpcomm::cuda::Call::new(input, output, c.count, k.dtype, stream);
-                    q.run(&self.gpu, &call, wire)?
+            let call = tpcomm::cuda::Call::new(input, output, c.count, dtype, stream);
+            match (wire, &self.quant) {
+                (Wire::Exact, _) => {
+                    let call = call
+                        .with_op(ReduceOp::Sum)
+                        .with_algo(algo.unwrap_or(Algo::OneShot));
+                    self.gpu.all_reduce_call(&call)?
                 }
+                (wire, Some(q)) => q.run(&self.gpu, &call, wire)?,
                 // Without the quantized communicator `decide` never picks
                 // its wire (`paths` reads `Wire::Exact`).
-                (Kernel::Quantized(_), None) => {
+                (_, None) => {
                     return Err(Error::Unsupported(
                         "the quantized wire on a communicator set up without it".into(),
                     ))
                 }
-                (Kernel::Exact(_, algo), _) => {
-                    let call = tpcomm::cuda::Call::new(input, output, c.count, k.dtype, stream)
-                        .with_op(ReduceOp::Sum)
-                        .with_algo(algo);
-                    self.gpu.all_reduce_call(&call)?
-                }
             }
-            if k.staged {
+            if staged {
                 self.staging.copy(recv, input, bytes, stream)?;
             }
         }

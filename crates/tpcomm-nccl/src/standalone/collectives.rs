@@ -129,9 +129,9 @@ fn summing<'a>(
 pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
     const CALL: &str = "ncclAllReduce";
     // Sums of f32, f16 and bf16 run on the collective kernels; every other
-    // type and op gathers the blocks and reduces them (all_reduce_gathered).
+    // type and op gathers the blocks and reduces them (reduce_gathered).
     if gathered::takes(a, b.dtype, op) {
-        return gathered::all_reduce_gathered(a, b, op);
+        return gathered::reduce_gathered(a, b, op, None);
     }
     let (dt, l) = match summing(CALL, a, b, op) {
         Ok(run) => run,
@@ -281,7 +281,8 @@ pub fn broadcast(call: &'static str, a: &StandaloneComm, b: &Buffers, root: c_in
             unsafe {
                 l.gpu.run_collective(
                     what,
-                    &Call::new(b.send + off, b.recv + off, n, dt, b.stream as CUstream),
+                    &Call::new(b.send + off, b.recv + off, n, dt, b.stream as CUstream)
+                        .with_signature(signature(b.dtype, OP_SUM, None)),
                 )?;
             }
             done += n;
@@ -322,6 +323,7 @@ fn staged(
         );
     }
     let (send, recv, count, st) = (b.send, b.recv, b.count, b.stream as CUstream);
+    let sig = signature(b.dtype, OP_SUM, None);
     let (many, one) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
     run(call, a, || {
         let mut done = 0;
@@ -348,15 +350,19 @@ fn staged(
             unsafe {
                 if what == Collective::AllGather {
                     l.staging.copy(one, send + off, n * z, st)?;
-                    l.gpu
-                        .run_collective(what, &Call::new(one, many, n, dt, st))?;
+                    l.gpu.run_collective(
+                        what,
+                        &Call::new(one, many, n, dt, st).with_signature(sig),
+                    )?;
                     let r = rows(recv + off, count * z, many, n * z);
                     l.staging.copy_rows(r, st)?;
                 } else {
                     let r = rows(many, n * z, send + off, count * z);
                     l.staging.copy_rows(r, st)?;
-                    l.gpu
-                        .run_collective(what, &Call::new(many, one, n, dt, st))?;
+                    l.gpu.run_collective(
+                        what,
+                        &Call::new(many, one, n, dt, st).with_signature(sig),
+                    )?;
                     l.staging.copy(recv + off, one, n * z, st)?;
                 }
             }

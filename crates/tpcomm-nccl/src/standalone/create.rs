@@ -440,6 +440,11 @@ fn make(
     cfg.max_bytes = s.max_bytes;
     cfg.timeout = s.timeout;
     cfg.nccl_fallback = false;
+    // A standalone communicator serves every call itself, for programs
+    // nobody here wrote: ranks whose calls disagree (count, NCCL type, op,
+    // root, collective) are caught on separate GPUs too, unless
+    // TPCOMM_CHECK_CALLS=0 turns the check off (every rank alike).
+    cfg.check_calls = cfg.check_calls.or(Some(true));
     let rv = Rendezvous::Custom(Arc::new(meet));
     let made = (|| -> tpcomm::Result<_> {
         let gpu = GpuComm::new(&cfg, &rv)?;

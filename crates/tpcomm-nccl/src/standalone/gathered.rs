@@ -9,7 +9,7 @@ use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
 use crate::types::*;
 use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
-use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport};
+use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport, Signature};
 use tpcomm::DType;
 
 /// `ncclAllReduce` of a type or op the collective kernels do not sum
@@ -19,9 +19,21 @@ use tpcomm::DType;
 /// sentinel: gathered.rs), all-gathered into the staging buffer ahead of it,
 /// and reduced in rank order by the gathered-block kernel into `recv` (the
 /// same bits on every rank). The torch barrier's one-element all-reduce
-/// takes this path.
-pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult {
-    const CALL: &str = "ncclAllReduce";
+/// takes this path. With a `root` it is `ncclReduce`: every rank gathers,
+/// only the root reduces into its `recv` (the others' is not touched), and
+/// the call words carry the root.
+pub(crate) fn reduce_gathered(
+    a: &StandaloneComm,
+    b: &Buffers,
+    op: NcclRedOp,
+    root: Option<usize>,
+) -> NcclResult {
+    let call = if root.is_some() {
+        "ncclReduce"
+    } else {
+        "ncclAllReduce"
+    };
+    let reduces = root.is_none_or(|r| r == a.rank);
     let Buffers {
         send,
         recv,
@@ -31,7 +43,7 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
     } = *b;
     // Elements per piece: their expanded bytes fill at most one block (less
     // the scalar's place at its end, for a pre-multiplied sum).
-    let p = match prepare(CALL, a, b, op, |block, z| (block / 2) / z) {
+    let p = match prepare(call, a, b, op, reduces, |block, z| (block / 2) / z) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -45,8 +57,9 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
     } = p;
     let z = elem.size();
     let st = stream as CUstream;
-    run(CALL, a, || {
-        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
+    let area = Area::of(l, a.world, block, signature(b.dtype, op, root));
+    let (base, mine) = (area.base, area.mine);
+    run(call, a, || {
         let scalar_at = (block - SCALAR_BYTES) as u64;
         // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
         // no piece reaches (prepare sized `per` without them); in order.
@@ -62,16 +75,18 @@ pub(crate) fn all_reduce_gathered(a: &StandaloneComm, b: &Buffers, op: NcclRedOp
             // piece) are disjoint and inside the staging buffer
             // (expanded_block sized them); all on the stream, in order.
             unsafe {
-                gather_expanded(l, send + off, n * z, base, mine, block, st)?;
-                let blocks = ReduceBlocks {
-                    input: base,
-                    stride: block as u64,
-                    world: a.world,
-                    output: recv + off,
-                    count: n,
-                    elem,
-                };
-                reduce(l, gop, &blocks, scalar_at, st)?;
+                gather_expanded(l, send + off, n * z, &area, st)?;
+                if reduces {
+                    let blocks = ReduceBlocks {
+                        input: base,
+                        stride: block as u64,
+                        world: a.world,
+                        output: recv + off,
+                        count: n,
+                        elem,
+                    };
+                    reduce(l, gop, &blocks, scalar_at, st)?;
+                }
             }
             done += n;
         }
@@ -98,7 +113,7 @@ pub(crate) fn reduce_scatter_gathered(
         ..
     } = *b;
     let world = a.world;
-    let p = match prepare(CALL, a, b, op, |block, z| block / (2 * z * world)) {
+    let p = match prepare(CALL, a, b, op, true, |block, z| block / (2 * z * world)) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -112,10 +127,11 @@ pub(crate) fn reduce_scatter_gathered(
     } = p;
     let z = elem.size();
     let st = stream as CUstream;
+    let area = Area::of(l, world, block, signature(b.dtype, op, None));
+    let (base, mine) = (area.base, area.mine);
     run(CALL, a, || {
-        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (world * block) as u64);
         let scalar_at = (block - SCALAR_BYTES) as u64;
-        // SAFETY: as in all_reduce_gathered: no piece reaches it.
+        // SAFETY: as in reduce_gathered: no piece reaches it.
         unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
         let mut done = 0;
         while done < count {
@@ -139,10 +155,8 @@ pub(crate) fn reduce_scatter_gathered(
                     blocks: world,
                 };
                 l.gathered.convert(Form::Expand, &side_by_side, st)?;
-                l.gpu.run_collective(
-                    Collective::AllGather,
-                    &Call::new(mine, base, block / 2, DType::F16, st),
-                )?;
+                l.gpu
+                    .run_collective(Collective::AllGather, &area.words(st))?;
                 // This rank's piece of every block, and each block's
                 // scalar at its end (scalar_at from the block's start).
                 let blocks = ReduceBlocks {
@@ -284,6 +298,7 @@ fn prepare<'a>(
     a: &'a StandaloneComm,
     b: &Buffers,
     op: NcclRedOp,
+    writes_recv: bool,
     per_block: impl Fn(usize, usize) -> usize,
 ) -> Result<Option<Prepared<'a>>, NcclResult> {
     let (elem, gop) = resolve(call, a, b.dtype, op)?;
@@ -292,7 +307,7 @@ fn prepare<'a>(
         return Ok(None);
     }
     let z = elem.size();
-    if !(b.recv as usize).is_multiple_of(z) {
+    if writes_recv && !(b.recv as usize).is_multiple_of(z) {
         return Err(standalone::unservable(
             call,
             "the receive buffer is not aligned to its element type",
@@ -345,32 +360,56 @@ pub(crate) fn expanded_block(l: &StandaloneGpu, world: usize) -> Option<usize> {
     (block >= 16).then_some(block)
 }
 
+/// Where a gathered call's pieces go in the staging buffer: `world`
+/// expanded blocks of `block` bytes at `base`, then this rank's own block
+/// at `mine`, and what every rank's call word says the caller asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Area {
+    pub base: u64,
+    pub mine: u64,
+    pub block: usize,
+    pub sig: Signature,
+}
+
+impl Area {
+    /// The staging buffer of `l` laid out for `world` blocks of `block`.
+    pub(crate) fn of(l: &StandaloneGpu, world: usize, block: usize, sig: Signature) -> Area {
+        let base = l.staging.ptr();
+        Area {
+            base,
+            mine: base + (world * block) as u64,
+            block,
+            sig,
+        }
+    }
+
+    /// The kernels' call moving this rank's expanded block to every rank's
+    /// place (an all-gather) or the root's to all (a broadcast), as 16-bit
+    /// words.
+    fn words(&self, st: CUstream) -> Call {
+        Call::new(self.mine, self.base, self.block / 2, DType::F16, st).with_signature(self.sig)
+    }
+}
+
 /// Expands `bytes` plain bytes at `piece` into this rank's staging block
-/// at `mine` and all-gathers the expanded blocks (`block` bytes each) into
-/// the staging area at `base`.
+/// and all-gathers the expanded blocks into the staging area.
 ///
 /// # Safety
-/// `piece` holds `bytes` bytes of device memory of this GPU valid until the
-/// stream runs the call; `base` and `mine` are the staging buffer's
-/// regions that `expanded_block` sized (world blocks, then one), and
-/// `2 * bytes <= block`.
+/// `piece` holds `bytes` bytes of this GPU's memory; `area` lies inside
+/// the staging buffer of `l` (expanded_block sized it), and
+/// `2 * bytes <= area.block`.
 unsafe fn gather_expanded(
     l: &StandaloneGpu,
     piece: u64,
     bytes: usize,
-    base: u64,
-    mine: u64,
-    block: usize,
+    area: &Area,
     st: CUstream,
 ) -> tpcomm::Result<()> {
     // SAFETY: forwarded from the caller; all on `st`, in order.
     unsafe {
         l.gathered
-            .convert(Form::Expand, &ByteBlocks::one(piece, mine, bytes), st)?;
-        l.gpu.run_collective(
-            Collective::AllGather,
-            &Call::new(mine, base, block / 2, DType::F16, st),
-        )
+            .convert(Form::Expand, &ByteBlocks::one(piece, area.mine, bytes), st)?;
+        l.gpu.run_collective(Collective::AllGather, &area.words(st))
     }
 }
 
@@ -399,8 +438,9 @@ pub(crate) fn exact_bytes(
     };
     let per = block / 2;
     let st = stream as CUstream;
+    let area = Area::of(l, a.world, block, signature(b.dtype, OP_SUM, None));
+    let (base, mine) = (area.base, area.mine);
     run(call, a, || {
-        let (base, mine) = (l.staging.ptr(), l.staging.ptr() + (a.world * block) as u64);
         let mut done = 0;
         while done < nbytes {
             let m = per.min(nbytes - done);
@@ -414,7 +454,7 @@ pub(crate) fn exact_bytes(
             unsafe {
                 match root {
                     None => {
-                        gather_expanded(l, send + off, m, base, mine, block, st)?;
+                        gather_expanded(l, send + off, m, &area, st)?;
                         let every_rank = ByteBlocks {
                             input: base,
                             in_stride: block as u64,
@@ -430,10 +470,8 @@ pub(crate) fn exact_bytes(
                             let piece = ByteBlocks::one(send + off, mine, m);
                             l.gathered.convert(Form::Expand, &piece, st)?;
                         }
-                        l.gpu.run_collective(
-                            Collective::Broadcast { root: r },
-                            &Call::new(mine, base, block / 2, DType::F16, st),
-                        )?;
+                        l.gpu
+                            .run_collective(Collective::Broadcast { root: r }, &area.words(st))?;
                         let piece = ByteBlocks::one(base, recv + off, m);
                         l.gathered.convert(Form::Compact, &piece, st)?;
                     }

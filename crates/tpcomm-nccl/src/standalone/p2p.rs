@@ -249,7 +249,7 @@ fn end(g: &[Pending]) -> NcclResult {
         // of their counts, valid until the stream has run the group, on a
         // stream of this GPU; the plan's ranges lie inside them and inside
         // the staging buffer (its shape was checked against it above).
-        unsafe { launch(l, world, &at, &steps, None, st) }
+        unsafe { launch(l, world, &at, &steps, None, None, st) }
     })
 }
 

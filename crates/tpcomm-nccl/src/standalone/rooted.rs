@@ -9,13 +9,13 @@
 
 use crate::standalone::collectives::solo_copy;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
-use crate::standalone::gathered::expanded_block;
+use crate::standalone::gathered::{self, expanded_block};
 use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::c_int;
 use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
-use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport};
+use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport, Signature};
 use tpcomm::DType;
 
 /// Which call, as the exports name it (with the reduce's op).
@@ -138,6 +138,7 @@ fn serve(
     kind: Kind,
     b: &Buffers,
     red: Option<(Elem, Op)>,
+    sig: Signature,
 ) -> NcclResult {
     if let Some(solo) = &a.solo {
         return solo_copy(call, a, solo, b);
@@ -186,7 +187,7 @@ fn serve(
         // them, and touch a non-root's unused buffer nowhere), valid until
         // the stream has run the call, on a stream of this GPU; the staging
         // offsets stay inside the staging buffer (block_for sized it).
-        unsafe { launch(l, a.world, &at, &steps, red, stream as CUstream) }
+        unsafe { launch(l, a.world, &at, &steps, red, Some(sig), stream as CUstream) }
     })
 }
 
@@ -202,15 +203,15 @@ pub(crate) unsafe fn launch(
     at: &dyn Fn(Loc) -> u64,
     steps: &[Step],
     red: Option<(Elem, Op)>,
+    sig: Option<Signature>,
     st: CUstream,
 ) -> tpcomm::Result<()> {
     let coll = |what, from, to, words| {
+        let call = Call::new(at(from), at(to), words, DType::F16, st);
+        let call = sig.map_or(call, |s| call.with_signature(s));
         // SAFETY: the caller's contract; the gathered area and this rank's
         // own area of the staging buffer are disjoint.
-        unsafe {
-            l.gpu
-                .run_collective(what, &Call::new(at(from), at(to), words, DType::F16, st))
-        }
+        unsafe { l.gpu.run_collective(what, &call) }
     };
     for step in steps {
         // SAFETY: the caller's contract covers every range named here.
@@ -296,10 +297,18 @@ pub(crate) unsafe fn launch(
 pub fn rooted(what: What, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclResult {
     if let What::Reduce(op) = what {
         if Op::from_nccl(op).is_none() && a.premul.get(op).is_some() {
-            return standalone::unservable(
-                what.name(),
-                &format!("ncclRedOp {op} is a pre-multiplied sum, served in ncclAllReduce and ncclReduceScatter but not yet in ncclReduce"),
-            );
+            // A pre-multiplied sum: the buffers and root checked as a sum's,
+            // then the all-reduce's gathered path, reduced on the root only.
+            if let Err(r) = check(What::Reduce(OP_SUM), a.rank, a.world, root, b) {
+                return r;
+            }
+            if a.solo.is_some() {
+                return standalone::unservable(
+                    what.name(),
+                    &format!("ncclRedOp {op} (a pre-multiplied sum) on one rank"),
+                );
+            }
+            return gathered::reduce_gathered(a, b, op, Some(root as usize));
         }
     }
     let kind = match check(what, a.rank, a.world, root, b) {
@@ -310,5 +319,14 @@ pub fn rooted(what: What, a: &StandaloneComm, b: &Buffers, root: c_int) -> NcclR
         What::Reduce(op) => Elem::from_nccl(b.dtype).zip(Op::from_nccl(op)),
         _ => None,
     };
-    serve(what.name(), a, kind, b, red)
+    // Every rank's call words say the NCCL type, op and root it asked for.
+    let sig = signature(
+        b.dtype,
+        match what {
+            What::Reduce(op) => op,
+            _ => OP_SUM,
+        },
+        (what != What::AllToAll).then_some(root.max(0) as usize),
+    );
+    serve(what.name(), a, kind, b, red, sig)
 }

@@ -7,6 +7,7 @@
 //! A `Call` is built once on the caller's stack and passed by reference down
 //! to the kernel launch: no transport takes the arguments one by one.
 
+use super::call_word::Signature;
 use super::pdl::Launch;
 use crate::algo::{Algo, Collective};
 use crate::dtype::{DType, ReduceOp};
@@ -40,6 +41,11 @@ pub struct Call {
     /// Ordinary or overlapped launch of tpcomm's kernels (NCCL launches as
     /// NCCL does).
     pub launch: Launch,
+    /// What the caller asked for when the kernels carry it as another type
+    /// or collective (the drop-in's NCCL type, op and root): it goes into
+    /// the call word, so ranks that asked for different calls are caught.
+    /// `None`: `dtype` and `op` say it.
+    pub signature: Option<Signature>,
 }
 
 impl Call {
@@ -63,6 +69,7 @@ impl Call {
             root: 0,
             stream,
             launch: Launch::Ordinary,
+            signature: None,
         }
     }
 
@@ -77,6 +84,19 @@ impl Call {
     }
     pub fn with_launch(self, launch: Launch) -> Self {
         Call { launch, ..self }
+    }
+    pub fn with_signature(self, signature: Signature) -> Self {
+        Call {
+            signature: Some(signature),
+            ..self
+        }
+    }
+
+    /// What the call word says this call is: the caller's signature, or
+    /// the call's own type and op.
+    pub fn signature(&self) -> Signature {
+        self.signature
+            .unwrap_or_else(|| Signature::of(self.dtype, self.op))
     }
 
     /// The call's data in bytes (`count` elements of `dtype`), or an error

@@ -2,19 +2,62 @@
 //! call (kernels/common.cuh, "call words"), built here, and the text
 //! `check()` gives when two ranks' words disagree.
 //!
-//! Bits 0-39: the message's bytes (for the collectives, one rank's block);
-//! 40-43: the kind of call; 44-45: the element type (1 f32, 2 f16, 3 bf16);
-//! 46-48: the broadcast's root, or the quantized wire. The kernels add the
-//! epoch's tag above bit 49 and compare the rest.
+//! Bits 0-34: the message's bytes (for the collectives, one rank's block);
+//! 35-38: the kind of call; 39-42: the caller's element type (NCCL's code:
+//! 0-11; the library's own calls give their `DType`'s); 43-45: the caller's
+//! op (NCCL's code: 0-4 built in, 5 a pre-multiplied sum); 46-48: the
+//! broadcast's root, the quantized wire, or the root of a rooted call served
+//! through an all-gather. The kernels add the epoch's tag above bit 49 and
+//! compare the rest, so ranks whose calls differ in any of these are caught.
 
 use crate::error::{Error, Result};
 use crate::sys::cuda::HostMapped;
-use crate::DType;
+use crate::{DType, ReduceOp};
 use std::time::Duration;
 
-const BYTES_BITS: u32 = 40;
-/// The largest message a call word can describe.
+const BYTES_BITS: u32 = 35;
+const KIND_AT: u32 = 35;
+const TYPE_AT: u32 = 39;
+const OP_AT: u32 = 43;
+const AUX_AT: u32 = 46;
+/// The largest message a call word can describe (32 GiB less one byte).
 pub(crate) const MAX_CALL_BYTES: u64 = (1 << BYTES_BITS) - 1;
+
+/// What the caller asked for beyond the bytes the kernels move: its own
+/// element type and op (the drop-in's NCCL type and op, which the kernels
+/// may carry as another type: an int32 all-gather moves as f32 words, a
+/// max reduction as an all-gather of expanded blocks) and a rooted call's
+/// root. Every rank of a call computes it alike from its own arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Signature {
+    /// NCCL's data type code, 0 to 11.
+    pub nccl_type: u8,
+    /// NCCL's op code: 0 sum, 1 prod, 2 max, 3 min, 4 avg, 5 a
+    /// pre-multiplied sum.
+    pub op: u8,
+    /// The root of a rooted call carried by a collective without one (an
+    /// all-gather serving ncclReduce), at most 7; `None` otherwise.
+    pub root: Option<u8>,
+}
+
+impl Signature {
+    /// A library call's: its element type and reduction as NCCL codes.
+    pub fn of(dtype: DType, op: ReduceOp) -> Signature {
+        Signature {
+            nccl_type: match dtype {
+                DType::F16 => 6,
+                DType::F32 => 7,
+                DType::Bf16 => 9,
+            },
+            op: match op {
+                ReduceOp::Sum => 0,
+                ReduceOp::Max => 2,
+                ReduceOp::Min => 3,
+            },
+            root: None,
+        }
+    }
+}
 
 /// The kinds of call: the algorithm or collective, on its transport. A rank
 /// that runs another kind than its peers has made another call.
@@ -84,28 +127,38 @@ impl Kind {
     }
 }
 
-/// The call word of a call of `kind` moving `nbytes` of `dtype`; `aux` is
-/// the broadcast's root or the quantized wire (0 otherwise, at most 7).
-pub(crate) fn word(kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u64> {
-    if nbytes > MAX_CALL_BYTES || aux > 7 {
+/// The call word of a call of `kind` moving `nbytes`, as `sig` describes
+/// it; `aux` is the broadcast's root or the quantized wire (0 otherwise, at
+/// most 7), and a signature's root takes its place when it is 0.
+pub(crate) fn word(kind: Kind, sig: Signature, nbytes: u64, aux: u64) -> Result<u64> {
+    let aux = match (aux, sig.root) {
+        (0, Some(r)) => u64::from(r),
+        _ => aux,
+    };
+    if nbytes > MAX_CALL_BYTES || aux > 7 || sig.nccl_type > 15 || sig.op > 7 {
         return Err(Error::invalid(
             "call",
-            format!("{nbytes} bytes (aux {aux}): a GPU call moves at most {MAX_CALL_BYTES} bytes"),
+            format!("{nbytes} bytes (aux {aux}, {sig:?}): a GPU call moves at most {MAX_CALL_BYTES} bytes, a root is at most 7"),
         ));
     }
-    let t = match dtype {
-        DType::F32 => 1,
-        DType::F16 => 2,
-        DType::Bf16 => 3,
-    };
-    Ok(nbytes | (kind as u64) << 40 | t << 44 | aux << 46)
+    Ok(nbytes
+        | (kind as u64) << KIND_AT
+        | u64::from(sig.nccl_type) << TYPE_AT
+        | u64::from(sig.op) << OP_AT
+        | aux << AUX_AT)
 }
 
 /// [`word`] when `check` is on; 0 (the kernels then neither send nor
 /// compare call words) when it is off.
-pub(crate) fn word_if(check: bool, kind: Kind, dtype: DType, nbytes: u64, aux: u64) -> Result<u64> {
+pub(crate) fn word_if(
+    check: bool,
+    kind: Kind,
+    sig: Signature,
+    nbytes: u64,
+    aux: u64,
+) -> Result<u64> {
     if check {
-        word(kind, dtype, nbytes, aux)
+        word(kind, sig, nbytes, aux)
     } else {
         Ok(0)
     }
@@ -180,31 +233,47 @@ pub(crate) fn agree_setting(me: usize, all: &[Vec<u8>]) -> Result<()> {
     Ok(())
 }
 
+/// NCCL's name of a data type code.
+fn type_name(code: u64) -> &'static str {
+    const NAMES: [&str; 12] = [
+        "int8", "uint8", "int32", "uint32", "int64", "uint64", "f16", "f32", "f64", "bf16",
+        "fp8 e4m3", "fp8 e5m2",
+    ];
+    NAMES
+        .get(code as usize)
+        .copied()
+        .unwrap_or("an unknown type")
+}
+
+/// NCCL's name of an op code.
+fn op_name(code: u64) -> &'static str {
+    const NAMES: [&str; 6] = ["sum", "prod", "max", "min", "avg", "pre-multiplied sum"];
+    NAMES.get(code as usize).copied().unwrap_or("an unknown op")
+}
+
 /// The text of a call word, for the mismatch message ("one-shot all-reduce
-/// of 8192 bytes of bf16").
+/// (sum) of 8192 bytes of bf16").
 pub(crate) fn describe(word: u64) -> String {
     let nbytes = word & MAX_CALL_BYTES;
+    let k = (word >> KIND_AT) & 0xf;
     let kind = Kind::ALL
         .iter()
-        .find(|k| **k as u64 == (word >> 40) & 0xf)
-        .map_or("an unknown call", |k| k.text());
-    let dtype = match (word >> 44) & 3 {
-        1 => "f32",
-        2 => "f16",
-        3 => "bf16",
-        _ => "an unknown type",
-    };
-    let aux = (word >> 46) & 7;
-    let extra = match (word >> 40) & 0xf {
+        .find(|x| **x as u64 == k)
+        .map_or("an unknown call", |x| x.text());
+    let dtype = type_name((word >> TYPE_AT) & 0xf);
+    let op = op_name((word >> OP_AT) & 7);
+    let aux = (word >> AUX_AT) & 7;
+    let extra = match k {
         k if k == Kind::Broadcast as u64 || k == Kind::HostBroadcast as u64 => {
             format!(" from rank {aux}")
         }
         k if k == Kind::QuantOneShot as u64 || k == Kind::QuantTwoShot as u64 => {
             format!(" (wire {aux})")
         }
+        _ if aux != 0 => format!(" (root {aux})"),
         _ => String::new(),
     };
-    format!("{kind}{extra} of {nbytes} bytes of {dtype}")
+    format!("{kind}{extra} ({op}) of {nbytes} bytes of {dtype}")
 }
 
 /// The error of a status that says two ranks' calls differed: `mine` and
@@ -261,6 +330,10 @@ pub(crate) fn status_check(
 mod tests {
     use super::*;
 
+    fn s(d: DType) -> Signature {
+        Signature::of(d, ReduceOp::Sum)
+    }
+
     #[test]
     fn the_status_codes_and_bit_places_are_the_kernels() {
         let src = include_str!("kernels/common.cuh");
@@ -272,40 +345,43 @@ mod tests {
             assert!(src.contains(&line), "common.cuh lacks {line:?}");
         }
         // The widest word leaves bit 49 up for the epoch's tag.
-        let w = word(Kind::QuantTwoShot, DType::Bf16, MAX_CALL_BYTES, 7).unwrap();
+        let w = word(Kind::QuantTwoShot, s(DType::Bf16), MAX_CALL_BYTES, 7).unwrap();
         assert!(w < 1 << 49, "{w:#x}");
     }
 
     #[test]
     fn calls_that_differ_in_any_field_have_different_words() {
-        let base = word(Kind::OneShot, DType::Bf16, 8192, 0).unwrap();
+        let base = word(Kind::OneShot, s(DType::Bf16), 8192, 0).unwrap();
         let others = [
-            word(Kind::OneShot, DType::Bf16, 8190, 0),
-            word(Kind::OneShot, DType::F16, 8192, 0),
-            word(Kind::OneShot, DType::F32, 8192, 0),
-            word(Kind::TwoShot, DType::Bf16, 8192, 0),
-            word(Kind::AllGather, DType::Bf16, 8192, 0),
-            word(Kind::OneShot, DType::Bf16, 8192, 1),
+            word(Kind::OneShot, s(DType::Bf16), 8190, 0),
+            word(Kind::OneShot, s(DType::F16), 8192, 0),
+            word(Kind::OneShot, s(DType::F32), 8192, 0),
+            word(Kind::TwoShot, s(DType::Bf16), 8192, 0),
+            word(Kind::AllGather, s(DType::Bf16), 8192, 0),
+            word(Kind::OneShot, s(DType::Bf16), 8192, 1),
         ];
         for o in others {
             assert_ne!(o.unwrap(), base);
         }
-        assert_eq!(describe(base), "one-shot all-reduce of 8192 bytes of bf16");
         assert_eq!(
-            describe(word(Kind::Broadcast, DType::F32, 4, 3).unwrap()),
-            "broadcast from rank 3 of 4 bytes of f32"
+            describe(base),
+            "one-shot all-reduce (sum) of 8192 bytes of bf16"
+        );
+        assert_eq!(
+            describe(word(Kind::Broadcast, s(DType::F32), 4, 3).unwrap()),
+            "broadcast from rank 3 (sum) of 4 bytes of f32"
         );
         let e = mismatch(
             1,
             0,
             7,
             base,
-            word(Kind::TwoShot, DType::F16, 16, 0).unwrap(),
+            word(Kind::TwoShot, s(DType::F16), 16, 0).unwrap(),
         );
         let text = e.to_string();
         assert!(
-            text.contains("one-shot all-reduce of 8192 bytes of bf16")
-                && text.contains("two-shot all-reduce of 16 bytes of f16")
+            text.contains("one-shot all-reduce (sum) of 8192 bytes of bf16")
+                && text.contains("two-shot all-reduce (sum) of 16 bytes of f16")
                 && text.contains("rank 0"),
             "{text}"
         );
@@ -313,15 +389,18 @@ mod tests {
 
     #[test]
     fn checking_off_sends_the_word_zero_which_the_kernels_skip() {
-        assert_eq!(word_if(false, Kind::OneShot, DType::F32, 16, 0).unwrap(), 0);
         assert_eq!(
-            word_if(true, Kind::OneShot, DType::F32, 16, 0).unwrap(),
-            word(Kind::OneShot, DType::F32, 16, 0).unwrap()
+            word_if(false, Kind::OneShot, s(DType::F32), 16, 0).unwrap(),
+            0
+        );
+        assert_eq!(
+            word_if(true, Kind::OneShot, s(DType::F32), 16, 0).unwrap(),
+            word(Kind::OneShot, s(DType::F32), 16, 0).unwrap()
         );
         // Every kind is non-zero, so a real word is never 0.
         assert!(Kind::ALL
             .iter()
-            .all(|&k| word(k, DType::F32, 0, 0).unwrap() != 0));
+            .all(|&k| word(k, s(DType::F32), 0, 0).unwrap() != 0));
         // The kernels test `a.call != 0` before sending or comparing.
         for f in [
             "kernels/allreduce.cu",
@@ -404,7 +483,51 @@ mod tests {
 
     #[test]
     fn words_out_of_range_are_refused() {
-        assert!(word(Kind::OneShot, DType::F32, MAX_CALL_BYTES + 1, 0).is_err());
-        assert!(word(Kind::Broadcast, DType::F32, 16, 8).is_err());
+        assert!(word(Kind::OneShot, s(DType::F32), MAX_CALL_BYTES + 1, 0).is_err());
+        assert!(word(Kind::Broadcast, s(DType::F32), 16, 8).is_err());
+    }
+
+    /// The drop-in's calls: two ranks that move the same bytes but asked
+    /// for another NCCL type, another op or another root disagree.
+    #[test]
+    fn the_callers_type_op_and_root_are_in_the_word() {
+        let sig = |nccl_type, op, root| Signature {
+            nccl_type,
+            op,
+            root,
+        };
+        let base = word(Kind::AllGather, sig(2, 2, Some(1)), 4096, 0).unwrap();
+        for other in [
+            sig(3, 2, Some(1)), // uint32 for int32: same width
+            sig(7, 2, Some(1)), // f32 for int32: same width
+            sig(2, 3, Some(1)), // min for max
+            sig(2, 5, Some(1)), // a pre-multiplied sum
+            sig(2, 2, Some(0)), // root 0 for root 1 ... as no root
+            sig(2, 2, Some(2)), // another root
+        ] {
+            assert_ne!(
+                word(Kind::AllGather, other, 4096, 0).unwrap(),
+                base,
+                "{other:?}"
+            );
+        }
+        assert_eq!(
+            describe(base),
+            "all-gather (root 1) (max) of 4096 bytes of int32"
+        );
+        assert_eq!(
+            describe(word(Kind::ReduceScatter, sig(10, 5, None), 64, 0).unwrap()),
+            "reduce-scatter (pre-multiplied sum) of 64 bytes of fp8 e4m3"
+        );
+        // A broadcast's own root wins over a signature's.
+        let b = word(Kind::Broadcast, sig(0, 0, Some(5)), 8, 3).unwrap();
+        assert_eq!(
+            describe(b),
+            "broadcast from rank 3 (sum) of 8 bytes of int8"
+        );
+        // Fields out of their bits are refused, never folded into others.
+        assert!(word(Kind::AllGather, sig(16, 0, None), 8, 0).is_err());
+        assert!(word(Kind::AllGather, sig(0, 8, None), 8, 0).is_err());
+        assert!(word(Kind::AllGather, sig(0, 0, Some(8)), 8, 0).is_err());
     }
 }

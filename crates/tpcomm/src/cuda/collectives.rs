@@ -19,8 +19,10 @@ use super::loader::{dtype_index, Family};
 use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::select::{NcclReason, Route, Transport};
 use crate::sys::cuda::Function;
 use crate::units::ByteSize;
+use crate::wire::Wire;
 
 /// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
 const BLOCK: u32 = 512;
@@ -92,7 +94,13 @@ impl P2pTransport {
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
         let shape = launch_shape::p2p_collective(bytes, grid, k.block);
         let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
-        let word = call_word::word_if(p.check_calls, kind, dtype, bytes as u64, root as u64)?;
+        let word = call_word::word_if(
+            p.check_calls,
+            kind,
+            call.signature(),
+            bytes as u64,
+            root as u64,
+        )?;
         let args = CollArgs {
             base: p.kernel_args(call.input, call.output, bytes as u64, word),
             root,
@@ -107,47 +115,25 @@ impl P2pTransport {
     }
 }
 
-/// Where one collective of [`Communicator`] runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollectiveRoute {
-    /// tpcomm's kernels on the P2P buffers.
-    Tpcomm,
-    /// NCCL: the block is larger than the buffers (or, through pinned host
-    /// memory, its blocks do not fit the areas).
-    NcclTooLarge,
-    /// NCCL: the kernels only sum.
-    NcclOp,
-}
-
-impl CollectiveRoute {
-    /// Decides from what the kernels can do; pure, tested without a GPU.
-    /// `fits`: the transport's buffers hold the call's blocks (always on
-    /// P2P below `max_bytes`; see `host_path::collectives::fits`).
-    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp, fits: bool) -> CollectiveRoute {
-        if op != ReduceOp::Sum {
-            CollectiveRoute::NcclOp
-        } else if bytes > max_bytes.bytes() || !fits {
-            CollectiveRoute::NcclTooLarge
-        } else {
-            CollectiveRoute::Tpcomm
-        }
-    }
-
-    /// Why it is not on tpcomm's kernels (empty for `Tpcomm`).
-    pub fn reason(self) -> &'static str {
-        match self {
-            CollectiveRoute::Tpcomm => "",
-            CollectiveRoute::NcclTooLarge => "the block is above the buffers",
-            CollectiveRoute::NcclOp => "the kernels only sum",
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CollectiveRoute::Tpcomm => "tpcomm",
-            CollectiveRoute::NcclTooLarge => "nccl (block above the buffers)",
-            CollectiveRoute::NcclOp => "nccl (op not in the kernels)",
-        }
+/// Where a collective of a block of `bytes` runs: tpcomm's kernels on
+/// `transport` when they can take it, else NCCL and why. Pure, tested
+/// without a GPU. `fits`: the transport's buffers hold the call's blocks
+/// (always on P2P below `max_bytes`; see `host_path::collectives::fits`).
+pub fn collective_route(
+    transport: Transport,
+    bytes: u64,
+    max_bytes: ByteSize,
+    op: ReduceOp,
+    fits: bool,
+) -> Route {
+    match NcclReason::of(bytes, max_bytes, op) {
+        Some(why) => Route::Nccl(why),
+        None if !fits => Route::Nccl(NcclReason::TooLarge),
+        None => Route::Tpcomm {
+            transport,
+            algo: None,
+            wire: Wire::Exact,
+        },
     }
 }
 
@@ -187,16 +173,17 @@ impl Communicator {
         count: usize,
         dtype: DType,
         op: ReduceOp,
-    ) -> Result<CollectiveRoute> {
+    ) -> Result<Route> {
         let bytes = dtype.bytes_of(count)? as u64;
         let fits = self.gpu().collective_fits(what, count, dtype);
-        let route = CollectiveRoute::of(bytes, self.gpu().max_bytes(), op, fits);
-        if route != CollectiveRoute::Tpcomm && self.nccl().is_none() {
+        let transport = self.gpu().transport().for_routes();
+        let route = collective_route(transport, bytes, self.gpu().max_bytes(), op, fits);
+        if let (Route::Nccl(why), None) = (route, self.nccl()) {
             return Err(Error::Unsupported(format!(
                 "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
                 what.name(),
                 count,
-                route.reason(),
+                why.text(),
             )));
         }
         Ok(route)
@@ -209,7 +196,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport`]'s methods, for `what`.
-    pub unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<Route> {
         let op = match what {
             // Only sums reach the kernels: any other op routes to NCCL.
             Collective::ReduceScatter => call.op,
@@ -220,7 +207,7 @@ impl Communicator {
         // writes the same ranges on the same stream.
         unsafe {
             match (route, self.nccl()) {
-                (CollectiveRoute::Tpcomm, _) => self.gpu().run_collective(what, call)?,
+                (Route::Tpcomm { .. }, _) => self.gpu().run_collective(what, call)?,
                 (_, Some(n)) => GpuTransport::run_collective(n, what, call)?,
                 _ => return Err(no_route()),
             }
@@ -234,7 +221,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::all_gather`].
-    pub unsafe fn all_gather(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn all_gather(&self, call: &Call) -> Result<Route> {
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(Collective::AllGather, call) }
     }
@@ -245,7 +232,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::reduce_scatter`].
-    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn reduce_scatter(&self, call: &Call) -> Result<Route> {
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(Collective::ReduceScatter, call) }
     }
@@ -256,7 +243,7 @@ impl Communicator {
     ///
     /// # Safety
     /// As [`GpuTransport::broadcast`].
-    pub unsafe fn broadcast(&self, call: &Call) -> Result<CollectiveRoute> {
+    pub unsafe fn broadcast(&self, call: &Call) -> Result<Route> {
         let what = Collective::Broadcast { root: call.root };
         // SAFETY: the caller's contract.
         unsafe { self.run_collective(what, call) }

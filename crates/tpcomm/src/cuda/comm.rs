@@ -358,8 +358,15 @@ impl GpuTransport for P2pTransport {
         let dtype = call.dtype;
         let algo = self
             .routes
-            .lookup(bytes as u64, dtype, ReduceOp::Sum, call.algo, self.mode)
-            .algo
+            .lookup(
+                bytes as u64,
+                dtype,
+                ReduceOp::Sum,
+                call.algo,
+                self.mode,
+                crate::wire::Wire::Exact,
+            )
+            .algo()
             .unwrap_or(Algo::OneShot);
         if call.count == 0 {
             return Ok(algo);
@@ -389,7 +396,7 @@ impl GpuTransport for P2pTransport {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            call: call_word::word_if(self.check_calls, kind, dtype, bytes as u64, 0)?,
+            call: call_word::word_if(self.check_calls, kind, call.signature(), bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };

@@ -15,7 +15,7 @@ use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
 use super::{Call, CudaConfig, GpuTransport, Rendezvous, StreamAllReduce};
 use crate::algo::Algo;
-use crate::dtype::{DType, ReduceOp};
+use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
@@ -23,9 +23,9 @@ use crate::select::{Mode, RouteTable};
 use crate::units::ByteSize;
 use std::time::Duration;
 
-/// Where one all-reduce runs, and why: the one decision's vocabulary
-/// (`select::route`), named here as before.
-pub use crate::select::Route;
+/// Where one call runs, and why: the one route type (`select::route`),
+/// which every method here returns.
+pub use crate::select::{NcclReason, Route};
 
 /// A GPU communicator with NCCL behind it (see the module docs).
 pub struct Communicator {
@@ -113,11 +113,15 @@ impl Communicator {
     pub unsafe fn all_reduce_wire(&self, call: &Call, wire: Wire) -> Result<Route> {
         if wire == Wire::Exact {
             // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe { self.route_exact(&call.with_algo(Algo::Auto)) };
+            return unsafe { self.route(&call.with_algo(Algo::Auto), Wire::Exact) };
         }
         // SAFETY: as above.
         unsafe { self.all_reduce_quant(call, wire, self.wire_algo)? };
-        Ok(Route::TpcommQuantized)
+        Ok(Route::Tpcomm {
+            transport: self.routes.group().transport,
+            algo: None,
+            wire,
+        })
     }
 
     /// A quantized all-reduce (sum) of `call` on `wire` with the algorithm
@@ -176,88 +180,86 @@ impl StreamAllReduce for Communicator {
     type Ran = Route;
 
     unsafe fn all_reduce_call(&self, call: &Call) -> Result<Route> {
-        let bytes = call.bytes()?;
-        let wire = self.wire_for(bytes);
-        // A quantized wire is the caller's request: it takes every sum the
-        // kernels can, before the decision (which never weighed it).
-        if wire != Wire::Exact
-            && Route::of(bytes, self.routes.group().max_bytes, call.op) == Route::Tpcomm
-        {
-            // SAFETY: the caller's contract is passed on unchanged.
-            return unsafe { self.all_reduce_wire(call, wire) };
-        }
-        // SAFETY: as above.
-        unsafe { self.route_exact(call) }
+        let wire = self.wire_for(call.bytes()?);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.route(call, wire) }
     }
 }
 
 impl Communicator {
-    /// The exact route of `call`: tpcomm's kernels or NCCL.
+    /// Routes `call` ([`dispatch`]: the route table's one lookup, with the
+    /// quantized `wire` when the sum travels on one) and runs it there.
     ///
     /// # Safety
     /// As [`StreamAllReduce::all_reduce_call`].
-    unsafe fn route_exact(&self, call: &Call) -> Result<Route> {
-        let exact = ExactCall { comm: self, call };
-        let c = call;
-        dispatch(
-            &self.routes,
-            &exact,
-            c.count,
-            c.dtype,
-            c.op,
-            c.algo,
-            self.mode,
-        )
+    unsafe fn route(&self, call: &Call, wire: Wire) -> Result<Route> {
+        let lanes = CallLanes { comm: self, call };
+        dispatch(&self.routes, &lanes, call, self.mode, wire)
     }
 }
 
-/// The two lanes a call can run on, as routing sees them: what [`dispatch`]
+/// The lanes a call can run on, as routing sees them: what [`dispatch`]
 /// drives, so that the communicator's routing runs in tests with fakes.
 pub trait Lanes {
-    /// Runs the call on tpcomm's kernels with `algo` (never `Auto`).
+    /// Runs the call on tpcomm's exact kernels with `algo` (never `Auto`).
     fn kernels(&self, algo: Algo) -> Result<()>;
+    /// Runs the call (a sum) on tpcomm's quantized `wire`.
+    fn quantized(&self, wire: Wire) -> Result<()>;
     /// Runs the call on NCCL; `None` when no NCCL is loaded.
     fn nccl(&self) -> Option<Result<()>>;
 }
 
 /// The whole per-call decision of [`Communicator`]: the call's route from
-/// `routes` (`select::RouteTable::route`: op and size rules, then the
-/// resolved decision), run on the lane it names.
+/// `routes` (`select::RouteTable::route`: op and size rules, the quantized
+/// `wire` the sum travels on, `Wire::Exact` when none, then the resolved
+/// decision), run on the lane it names. Reads `call`'s count, type, op and
+/// algorithm only.
 pub fn dispatch(
     routes: &RouteTable,
     lanes: &impl Lanes,
-    count: usize,
-    dtype: DType,
-    op: ReduceOp,
-    algo: Algo,
+    call: &Call,
     mode: Mode,
+    wire: Wire,
 ) -> Result<Route> {
-    let routed = routes.route(count, dtype, op, algo, mode)?;
-    match routed.route {
-        Route::Tpcomm => lanes.kernels(routed.algo.unwrap_or(Algo::OneShot))?,
-        r => lanes.nccl().unwrap_or_else(|| {
+    let route = routes.route(call.count, call.dtype, call.op, call.algo, mode, wire)?;
+    match route {
+        Route::Tpcomm {
+            wire: Wire::Exact,
+            algo,
+            ..
+        } => lanes.kernels(algo.unwrap_or(Algo::OneShot))?,
+        Route::Tpcomm { wire, .. } => lanes.quantized(wire)?,
+        Route::Nccl(_) => lanes.nccl().unwrap_or_else(|| {
             // `RouteTable::route` answers NCCL only when NCCL is loaded.
             Err(Error::Unsupported(format!(
-                "route {} on a communicator without NCCL",
-                r.name()
+                "route {route} on a communicator without NCCL"
             )))
         })?,
     }
-    Ok(routed.route)
+    Ok(route)
 }
 
-/// One exact all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
-/// `route_exact`, whose caller vouched for the pointers and stream.
-struct ExactCall<'a> {
+/// One all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
+/// `Communicator::route`, whose caller vouched for the pointers and stream.
+struct CallLanes<'a> {
     comm: &'a Communicator,
     call: &'a Call,
 }
 
-impl Lanes for ExactCall<'_> {
+impl Lanes for CallLanes<'_> {
     fn kernels(&self, algo: Algo) -> Result<()> {
-        // SAFETY: built only in `route_exact`, whose caller's contract
-        // (StreamAllReduce::all_reduce_call) covers the call.
+        // SAFETY: built only in `Communicator::route`, whose caller's
+        // contract (StreamAllReduce::all_reduce_call) covers the call.
         unsafe { GpuTransport::all_reduce(&self.comm.gpu, &self.call.with_algo(algo)) }
+    }
+
+    fn quantized(&self, wire: Wire) -> Result<()> {
+        // SAFETY: as above.
+        unsafe {
+            self.comm
+                .all_reduce_quant(self.call, wire, self.comm.wire_algo)
+                .map(|_| ())
+        }
     }
 
     fn nccl(&self) -> Option<Result<()>> {

@@ -246,7 +246,7 @@ impl P2pTransport {
         let word = call_word::word_if(
             p.check_calls,
             call_word::Kind::FusedRmsNorm,
-            dtype,
+            call_word::Signature::of(dtype, crate::ReduceOp::Sum),
             bytes as u64,
             0,
         )?;

@@ -159,7 +159,8 @@ pub use crate::sys::cuda::{
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
 pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use call::{Call, GpuTransport};
-pub use collectives::{Collective, CollectiveRoute};
+pub use call_word::Signature;
+pub use collectives::{collective_route, Collective};
 pub use comm::{open_context, P2pTransport};
 pub use communicator::{nccl_over_rendezvous, Communicator, Route};
 pub use config::CudaConfig;

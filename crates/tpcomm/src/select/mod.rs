@@ -31,7 +31,7 @@ pub use find::{
 };
 pub use route::{
     agree, class_edge, class_floor, decide, size_class, transport_of, transport_of_class, Group,
-    Route, RouteTable, Routed,
+    NcclReason, Route, RouteTable,
 };
 pub use table::{Measured, Row, Table, FORMAT};
 

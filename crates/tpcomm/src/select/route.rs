@@ -8,7 +8,9 @@
 //! it once per size class at creation ([`RouteTable::resolve`]); a call is
 //! then [`RouteTable::route`]: two comparisons and an array index, no
 //! allocation, no system call. `tpcomm explain`, `tpcomm bench --algos auto`,
-//! `cuda::Communicator` and the drop-in all hold a `RouteTable` built here.
+//! `cuda::Communicator` and the drop-in all hold a `RouteTable` built here,
+//! and all answer with the one [`Route`] its [`RouteTable::lookup`] gives
+//! (tpcomm with transport, algorithm and wire, or NCCL with the reason).
 //!
 //! Size classes: the message sizes are cut into classes of four steps per
 //! octave, (lo, hi] with hi in 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, ...
@@ -23,74 +25,144 @@ use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::units::ByteSize;
+use crate::wire::Wire;
+use std::fmt;
 
-/// Where one all-reduce runs, and why.
+/// Where one call runs: tpcomm's kernels (on which transport, with which
+/// algorithm, on which wire), or NCCL and why. The one route type: the
+/// route table's lookup ([`RouteTable::lookup`]), `cuda::Communicator`'s
+/// all-reduce and collectives, `tpcomm explain` and the drop-in all answer
+/// with it, and print it with its `Display`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
-    /// tpcomm's kernels.
-    Tpcomm,
-    /// tpcomm's quantized kernels (int8 / fp8 on the wire): the communicator
-    /// was created with a quantized wire and the message is large enough.
-    TpcommQuantized,
-    /// NCCL, because the message is larger than the communicator's buffers.
-    NcclTooLarge,
-    /// NCCL, because the kernels only sum.
-    NcclOp,
-    /// NCCL, because the tuning table or the class's defaults say it is
-    /// faster at this size.
-    NcclFaster,
+    Tpcomm {
+        /// The kernels' transport, `Cuda` (P2P) or `Host` (through pinned
+        /// host memory); never `Nccl` or `Auto`.
+        transport: Transport,
+        /// The exact all-reduce's algorithm (never `Auto`); `None` where the
+        /// call has no such choice: the collectives (one kernel each) and
+        /// the quantized wire (whose communicator picks its own algorithm).
+        algo: Option<Algo>,
+        /// `Wire::Exact`, or the quantized wire the sum travels on.
+        wire: Wire,
+    },
+    Nccl(NcclReason),
 }
 
-impl Route {
-    /// The size and op rules alone (what the kernels can take): sums that fit
-    /// the buffers go to tpcomm, the rest to NCCL. [`RouteTable::route`]
-    /// applies them first, then the decision.
-    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp) -> Route {
+/// Why a call runs on NCCL rather than on tpcomm's kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NcclReason {
+    /// TPCOMM_DISABLE is set (the drop-in).
+    Disabled,
+    /// No tpcomm communicator beside this NCCL one: another machine, a
+    /// set-up failure, a communicator made before the drop-in was loaded.
+    NotSetUp,
+    /// Between ncclGroupStart and ncclGroupEnd, where NCCL fuses the group.
+    InGroup,
+    /// The kernels take f32, f16 and bf16 only.
+    DType,
+    /// The kernels only sum.
+    Op,
+    /// Zero elements (the drop-in leaves them to NCCL).
+    Empty,
+    /// The message (a collective's block) is larger than the kernels'
+    /// buffers (`max_bytes`; the drop-in's TPCOMM_MAX_BYTES), or through
+    /// pinned host memory its blocks do not fit the areas.
+    TooLarge,
+    /// The tuning table or the class's defaults say NCCL is faster at this
+    /// size.
+    Faster,
+}
+
+impl NcclReason {
+    /// The size and op rules alone (what the kernels can take, before any
+    /// decision): `None` for a sum within the buffers, else why NCCL runs it.
+    pub fn of(bytes: u64, max_bytes: ByteSize, op: ReduceOp) -> Option<NcclReason> {
         if op != ReduceOp::Sum {
-            Route::NcclOp
+            Some(NcclReason::Op)
         } else if bytes > max_bytes.bytes() {
-            Route::NcclTooLarge
+            Some(NcclReason::TooLarge)
         } else {
-            Route::Tpcomm
+            None
         }
     }
 
-    pub fn name(self) -> &'static str {
+    /// The reason in words, as `Route`'s `Display` prints it.
+    pub fn text(self) -> &'static str {
         match self {
-            Route::Tpcomm => "tpcomm",
-            Route::TpcommQuantized => "tpcomm (quantized wire)",
-            Route::NcclTooLarge => "nccl (message above the buffers)",
-            Route::NcclOp => "nccl (op not in the kernels)",
-            Route::NcclFaster => "nccl (faster at this size)",
+            NcclReason::Disabled => "TPCOMM_DISABLE is set",
+            NcclReason::NotSetUp => "no tpcomm communicator beside this one",
+            NcclReason::InGroup => "inside ncclGroupStart/ncclGroupEnd",
+            NcclReason::DType => "data type other than f32/f16/bf16",
+            NcclReason::Op => "reduce op other than sum: the kernels only sum",
+            NcclReason::Empty => "zero elements",
+            NcclReason::TooLarge => "message above tpcomm's buffers, max_bytes or TPCOMM_MAX_BYTES",
+            NcclReason::Faster => {
+                "faster than tpcomm at this size, by this machine's table or class defaults"
+            }
+        }
+    }
+}
+
+impl Route {
+    /// tpcomm's exact all-reduce with `algo` on `transport`.
+    pub fn exact(transport: Transport, algo: Algo) -> Route {
+        Route::Tpcomm {
+            transport,
+            algo: Some(algo),
+            wire: Wire::Exact,
         }
     }
 
     /// Whether NCCL runs the call.
     pub fn is_nccl(self) -> bool {
-        matches!(
-            self,
-            Route::NcclTooLarge | Route::NcclOp | Route::NcclFaster
-        )
+        matches!(self, Route::Nccl(_))
+    }
+
+    /// Why NCCL runs the call; `None` when tpcomm's kernels do.
+    pub fn nccl_reason(self) -> Option<NcclReason> {
+        match self {
+            Route::Nccl(why) => Some(why),
+            Route::Tpcomm { .. } => None,
+        }
+    }
+
+    /// The exact all-reduce's algorithm, `None` on NCCL and where there is
+    /// no choice (see [`Route::Tpcomm`]).
+    pub fn algo(self) -> Option<Algo> {
+        match self {
+            Route::Tpcomm { algo, .. } => algo,
+            Route::Nccl(_) => None,
+        }
+    }
+
+    /// The candidate this route runs, as the decision and `explain` name
+    /// it: `cuda:one-shot`, `host:two-shot`, `nccl`.
+    pub fn candidate(self) -> Candidate {
+        match self {
+            Route::Tpcomm {
+                transport, algo, ..
+            } => Candidate { transport, algo },
+            Route::Nccl(_) => Candidate::NCCL,
+        }
     }
 }
 
-/// One call's route: `algo` is the kernels' algorithm when `route` is
-/// [`Route::Tpcomm`] (never `Auto`), `None` on NCCL.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Routed {
-    pub route: Route,
-    pub algo: Option<Algo>,
-}
-
-impl Routed {
-    /// The candidate this route runs, on `transport` (the group's).
-    pub fn candidate(&self, transport: Transport) -> Candidate {
-        match self.algo {
-            Some(a) if self.route == Route::Tpcomm => Candidate {
-                transport,
-                algo: Some(a),
-            },
-            _ => Candidate::NCCL,
+/// What `tpcomm explain`'s `route:` line, the drop-in's first-call log and
+/// tpcomm-py's return values print: `tpcomm cuda:one-shot`, `tpcomm cuda`
+/// (a collective), `tpcomm cuda on the quantized int8/g64 wire`, or
+/// `NCCL (why)`.
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Route::Nccl(why) => write!(f, "NCCL ({})", why.text()),
+            Route::Tpcomm { wire, .. } => {
+                write!(f, "tpcomm {}", self.candidate())?;
+                if wire != Wire::Exact {
+                    write!(f, " on the quantized {} wire", wire.label())?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -309,11 +381,10 @@ impl RouteTable {
         self.note.as_deref()
     }
 
-    /// The route of one call: the op and buffer-size rules, then the resolved
-    /// decision for its type, mode and size class. `algo` other than `Auto`
-    /// is the caller's own choice and skips the decision. Without NCCL, a
-    /// call the kernels cannot take is an error that says what to do. No
-    /// allocation, no system call (except in building an error).
+    /// The route of one call: [`lookup`](Self::lookup) by element count.
+    /// Without NCCL, a call the kernels cannot take is an error that says
+    /// what to do. No allocation, no system call (except in building an
+    /// error).
     pub fn route(
         &self,
         count: usize,
@@ -321,14 +392,18 @@ impl RouteTable {
         op: ReduceOp,
         algo: Algo,
         mode: Mode,
-    ) -> Result<Routed> {
+        wire: Wire,
+    ) -> Result<Route> {
         let bytes = dtype.bytes_of(count)? as u64;
-        let r = self.lookup(bytes, dtype, op, algo, mode);
-        if self.group.nccl || !r.route.is_nccl() {
+        let r = self.lookup(bytes, dtype, op, algo, mode, wire);
+        let Route::Nccl(why) = r else {
+            return Ok(r);
+        };
+        if self.group.nccl {
             return Ok(r);
         }
-        Err(match r.route {
-            Route::NcclOp => Error::Unsupported(format!(
+        Err(match why {
+            NcclReason::Op => Error::Unsupported(format!(
                 "reduce op {op} in tpcomm's kernels (they only sum); create the communicator with nccl_fallback to run it on NCCL"
             )),
             _ => Error::invalid(
@@ -342,42 +417,54 @@ impl RouteTable {
         })
     }
 
-    /// [`route`](Self::route) by bytes, never an error: where the call goes,
-    /// NCCL included when none is loaded (the caller reports that).
-    pub fn lookup(&self, bytes: u64, dtype: DType, op: ReduceOp, algo: Algo, mode: Mode) -> Routed {
-        let route = Route::of(bytes, self.group.max_bytes, op);
-        if route != Route::Tpcomm {
-            return Routed { route, algo: None };
+    /// The one lookup of a call's route, never an error: the op and
+    /// buffer-size rules ([`NcclReason::of`]), then the quantized `wire`
+    /// (the wire the sum travels on, `Wire::Exact` when none: a quantized
+    /// wire is the caller's request and takes every sum the kernels can,
+    /// before the decision, which never weighed it), then `algo` when it is
+    /// the caller's own (not `Auto`), then the resolved decision for the
+    /// call's type, mode and size class. Answers NCCL even when none is
+    /// loaded ([`route`](Self::route) makes that an error). Two comparisons
+    /// and an array index.
+    pub fn lookup(
+        &self,
+        bytes: u64,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algo,
+        mode: Mode,
+        wire: Wire,
+    ) -> Route {
+        if let Some(why) = NcclReason::of(bytes, self.group.max_bytes, op) {
+            return Route::Nccl(why);
+        }
+        let transport = self.group.transport;
+        if wire != Wire::Exact {
+            return Route::Tpcomm {
+                transport,
+                algo: None,
+                wire,
+            };
         }
         if algo != Algo::Auto {
-            return Routed {
-                route,
-                algo: Some(algo),
-            };
+            return Route::exact(transport, algo);
         }
         // In range: bytes <= max_bytes, so its class was resolved.
         let i = (dtype_index(dtype) * MODES.len() + mode_index(mode)) * self.classes
             + size_class(bytes).min(self.classes - 1);
         match self.picks[i] {
-            Pick::Nccl if self.group.nccl => Routed {
-                route: Route::NcclFaster,
-                algo: None,
-            },
+            Pick::Nccl if self.group.nccl => Route::Nccl(NcclReason::Faster),
             // Resolved without NCCL the pick is never NCCL; kept safe anyway.
-            Pick::Nccl | Pick::OneShot => Routed {
-                route,
-                algo: Some(Algo::OneShot),
-            },
-            Pick::TwoShot => Routed {
-                route,
-                algo: Some(Algo::TwoShot),
-            },
+            Pick::Nccl | Pick::OneShot => Route::exact(transport, Algo::OneShot),
+            Pick::TwoShot => Route::exact(transport, Algo::TwoShot),
         }
     }
 
-    /// What `explain` prints for a sum of `bytes`: the route the
-    /// communicator takes and, when the decision chose, the decision at the
-    /// size its class was decided at (with the reason and the estimates).
+    /// What `explain` prints for an all-reduce of `bytes` on `wire` (as
+    /// [`lookup`](Self::lookup) takes it): the route the communicator takes
+    /// (the same lookup) and, when the kernels can take the call, the
+    /// decision at the size its class was decided at (with the reason and
+    /// the estimates; a quantized wire overrides its choice).
     pub fn explain(
         &self,
         sel: &Selector,
@@ -385,20 +472,22 @@ impl RouteTable {
         dtype: DType,
         op: ReduceOp,
         mode: Mode,
-    ) -> (Routed, Option<Decision>) {
-        let r = self.lookup(bytes, dtype, op, Algo::Auto, mode);
-        let decided = matches!(r.route, Route::Tpcomm | Route::NcclFaster).then(|| {
-            decide(
-                sel,
-                &self.group,
-                &Query {
-                    world: self.group.world,
-                    dtype,
-                    bytes: Self::decided_at(size_class(bytes), self.group.max_bytes),
-                    mode,
-                },
-            )
-        });
+        wire: Wire,
+    ) -> (Route, Option<Decision>) {
+        let r = self.lookup(bytes, dtype, op, Algo::Auto, mode, wire);
+        let decided =
+            matches!(r, Route::Tpcomm { .. } | Route::Nccl(NcclReason::Faster)).then(|| {
+                decide(
+                    sel,
+                    &self.group,
+                    &Query {
+                        world: self.group.world,
+                        dtype,
+                        bytes: Self::decided_at(size_class(bytes), self.group.max_bytes),
+                        mode,
+                    },
+                )
+            });
         (r, decided)
     }
 

@@ -1,5 +1,6 @@
 use super::*;
 use crate::dtype::ReduceOp;
+use crate::wire::Wire;
 
 /// Every selector a communicator can hold without a file: each class's
 /// built-in defaults, and the committed NVLink table loaded as a machine's.
@@ -69,7 +70,14 @@ fn a_route_table_answers_what_the_decision_answers_for_every_fixture() {
                     for dtype in DType::ALL {
                         for mode in [Mode::Eager, Mode::Graph] {
                             for bytes in sizes() {
-                                let r = t.lookup(bytes, dtype, ReduceOp::Sum, Algo::Auto, mode);
+                                let r = t.lookup(
+                                    bytes,
+                                    dtype,
+                                    ReduceOp::Sum,
+                                    Algo::Auto,
+                                    mode,
+                                    Wire::Exact,
+                                );
                                 let at = RouteTable::decided_at(size_class(bytes), g.max_bytes);
                                 let q = Query {
                                     world,
@@ -83,11 +91,12 @@ fn a_route_table_answers_what_the_decision_answers_for_every_fixture() {
                                     sel.source(),
                                     d.why
                                 );
-                                assert_eq!(r.candidate(transport), d.choice, "{ctx}");
+                                assert_eq!(r.candidate(), d.choice, "{ctx}");
                                 if !nccl {
-                                    assert_eq!(r.route, Route::Tpcomm, "{ctx}");
+                                    assert!(!r.is_nccl(), "{ctx}");
                                 }
-                                let (e, why) = t.explain(&sel, bytes, dtype, ReduceOp::Sum, mode);
+                                let (e, why) =
+                                    t.explain(&sel, bytes, dtype, ReduceOp::Sum, mode, Wire::Exact);
                                 assert_eq!(e, r, "{ctx}");
                                 assert_eq!(why.map(|w| w.choice), Some(d.choice), "{ctx}");
                             }
@@ -103,16 +112,32 @@ fn a_route_table_answers_what_the_decision_answers_for_every_fixture() {
 fn pcie_p2p_machines_run_nccl_above_256_kib_when_nccl_is_loaded() {
     let sel = Selector::for_class(MachineClass::PcieP2p);
     let t = RouteTable::resolve(&sel, group(4, Transport::Cuda, true)).unwrap();
-    let at = |b| t.lookup(b, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Eager);
-    assert_eq!(at(256 << 10).algo, Some(Algo::OneShot));
-    assert_eq!(at((256 << 10) + 16).route, Route::NcclFaster);
-    assert_eq!(at(8 << 20).route, Route::NcclFaster);
-    assert_eq!(at((8 << 20) + 2).route, Route::NcclTooLarge);
+    let at = |b| {
+        t.lookup(
+            b,
+            DType::Bf16,
+            ReduceOp::Sum,
+            Algo::Auto,
+            Mode::Eager,
+            Wire::Exact,
+        )
+    };
+    assert_eq!(at(256 << 10).algo(), Some(Algo::OneShot));
+    assert_eq!(at((256 << 10) + 16).nccl_reason(), Some(NcclReason::Faster));
+    assert_eq!(at(8 << 20).nccl_reason(), Some(NcclReason::Faster));
+    assert_eq!(at((8 << 20) + 2).nccl_reason(), Some(NcclReason::TooLarge));
     assert!(t.note().is_none());
     // Without NCCL: tpcomm's best, and the note says NCCL would have won.
     let t = RouteTable::resolve(&sel, group(4, Transport::Cuda, false)).unwrap();
-    let r = t.lookup(1 << 20, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Eager);
-    assert_eq!(r.route, Route::Tpcomm);
+    let r = t.lookup(
+        1 << 20,
+        DType::Bf16,
+        ReduceOp::Sum,
+        Algo::Auto,
+        Mode::Eager,
+        Wire::Exact,
+    );
+    assert!(!r.is_nccl());
     assert!(t.note().unwrap().contains("would run faster on NCCL"));
 }
 
@@ -122,14 +147,28 @@ fn nvlink_machines_keep_every_size_on_the_kernels_by_the_committed_table() {
     let t = RouteTable::resolve(&sel, group(2, Transport::Cuda, true)).unwrap();
     for b in sizes() {
         for mode in [Mode::Eager, Mode::Graph] {
-            let r = t.lookup(b, DType::Bf16, ReduceOp::Sum, Algo::Auto, mode);
-            assert_eq!(r.route, Route::Tpcomm, "{b} {mode:?}");
+            let r = t.lookup(b, DType::Bf16, ReduceOp::Sum, Algo::Auto, mode, Wire::Exact);
+            assert!(!r.is_nccl(), "{b} {mode:?}");
         }
     }
-    let r = t.lookup(1024, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph);
-    assert_eq!(r.algo, Some(Algo::OneShot));
-    let r = t.lookup(8 << 20, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph);
-    assert_eq!(r.algo, Some(Algo::TwoShot));
+    let r = t.lookup(
+        1024,
+        DType::Bf16,
+        ReduceOp::Sum,
+        Algo::Auto,
+        Mode::Graph,
+        Wire::Exact,
+    );
+    assert_eq!(r.algo(), Some(Algo::OneShot));
+    let r = t.lookup(
+        8 << 20,
+        DType::Bf16,
+        ReduceOp::Sum,
+        Algo::Auto,
+        Mode::Graph,
+        Wire::Exact,
+    );
+    assert_eq!(r.algo(), Some(Algo::TwoShot));
 }
 
 #[test]
@@ -143,34 +182,37 @@ fn groups_without_p2p_run_the_host_kernels_small_and_nccl_in_the_middle() {
         },
     )
     .unwrap();
-    let at = |b| t.lookup(b, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph);
-    assert_eq!(
-        at(16 << 10).candidate(Transport::Host),
-        Candidate::host(Algo::OneShot)
-    );
-    assert_eq!(
-        at(2 << 20).candidate(Transport::Host),
-        Candidate::host(Algo::OneShot)
-    );
-    assert_eq!(at(4 << 20).route, Route::NcclFaster);
-    assert_eq!(
-        at(32 << 20).candidate(Transport::Host),
-        Candidate::host(Algo::TwoShot)
-    );
+    let at = |b| {
+        t.lookup(
+            b,
+            DType::Bf16,
+            ReduceOp::Sum,
+            Algo::Auto,
+            Mode::Graph,
+            Wire::Exact,
+        )
+    };
+    assert_eq!(at(16 << 10).candidate(), Candidate::host(Algo::OneShot));
+    assert_eq!(at(2 << 20).candidate(), Candidate::host(Algo::OneShot));
+    assert_eq!(at(4 << 20).nccl_reason(), Some(NcclReason::Faster));
+    assert_eq!(at(32 << 20).candidate(), Candidate::host(Algo::TwoShot));
 }
 
 #[test]
 fn op_and_buffer_rules_come_before_the_decision() {
     let max = ByteSize::mib(8);
-    assert_eq!(Route::of(1, max, ReduceOp::Sum), Route::Tpcomm);
-    assert_eq!(Route::of(max.bytes(), max, ReduceOp::Sum), Route::Tpcomm);
+    assert_eq!(NcclReason::of(1, max, ReduceOp::Sum), None);
+    assert_eq!(NcclReason::of(max.bytes(), max, ReduceOp::Sum), None);
     assert_eq!(
-        Route::of(max.bytes() + 1, max, ReduceOp::Sum),
-        Route::NcclTooLarge
+        NcclReason::of(max.bytes() + 1, max, ReduceOp::Sum),
+        Some(NcclReason::TooLarge)
     );
     for op in [ReduceOp::Max, ReduceOp::Min] {
-        assert_eq!(Route::of(16, max, op), Route::NcclOp);
-        assert_eq!(Route::of(max.bytes() * 2, max, op), Route::NcclOp);
+        assert_eq!(NcclReason::of(16, max, op), Some(NcclReason::Op));
+        assert_eq!(
+            NcclReason::of(max.bytes() * 2, max, op),
+            Some(NcclReason::Op)
+        );
     }
     let t = RouteTable::resolve(
         &Selector::for_class(MachineClass::Nvlink),
@@ -183,10 +225,18 @@ fn op_and_buffer_rules_come_before_the_decision() {
         ReduceOp::Sum,
         Algo::Auto,
         Mode::Graph,
+        Wire::Exact,
     );
     assert!(r.unwrap_err().to_string().contains("overflow"));
-    let r = t.route(8, DType::F32, ReduceOp::Max, Algo::OneShot, Mode::Graph);
-    assert_eq!(r.unwrap().route, Route::NcclOp);
+    let r = t.route(
+        8,
+        DType::F32,
+        ReduceOp::Max,
+        Algo::OneShot,
+        Mode::Graph,
+        Wire::Exact,
+    );
+    assert_eq!(r.unwrap(), Route::Nccl(NcclReason::Op));
 }
 
 #[test]
@@ -206,8 +256,15 @@ fn ranks_adopt_rank_0s_picks_and_refuse_picks_that_do_not_fit() {
     assert_ne!(nv.encode(), p2p.encode());
     nv.adopt(&p2p.encode()).unwrap();
     assert_eq!(nv.encode(), p2p.encode());
-    let r = nv.lookup(1 << 20, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph);
-    assert_eq!(r.route, Route::NcclFaster);
+    let r = nv.lookup(
+        1 << 20,
+        DType::Bf16,
+        ReduceOp::Sum,
+        Algo::Auto,
+        Mode::Graph,
+        Wire::Exact,
+    );
+    assert_eq!(r.nccl_reason(), Some(NcclReason::Faster));
     let e = nv.adopt(&[1, 2]).unwrap_err();
     assert!(e.to_string().contains("same max_bytes"), "{e}");
     let mut bad = p2p.encode();

@@ -38,8 +38,15 @@ fn auto_on(sel: &Selector, transport: Transport, world: usize, bytes: u64) -> Al
     };
     RouteTable::resolve(sel, g)
         .unwrap()
-        .lookup(bytes, DType::Bf16, ReduceOp::Sum, Algo::Auto, Mode::Graph)
-        .algo
+        .lookup(
+            bytes,
+            DType::Bf16,
+            ReduceOp::Sum,
+            Algo::Auto,
+            Mode::Graph,
+            crate::wire::Wire::Exact,
+        )
+        .algo()
         .unwrap()
 }
 

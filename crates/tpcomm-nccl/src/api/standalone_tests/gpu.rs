@@ -390,7 +390,7 @@ fn standalone_fp8_and_premul_serve_every_element() {
         assert_eq!(r, SUCCESS, "{}", standalone::last_error());
         let arena = 1 << 20;
         let mut a = stream.alloc_zeros::<u8>(arena).unwrap();
-        let b = stream.alloc_zeros::<u8>(arena).unwrap();
+        let mut b = stream.alloc_zeros::<u8>(arena).unwrap();
         let mut sc = stream.alloc_zeros::<u8>(64).unwrap();
         let (pa, pb, ps) = (
             a.device_ptr(&stream).0,
@@ -559,6 +559,65 @@ fn standalone_fp8_and_premul_serve_every_element() {
                 }
             }
             assert_eq!(wrong, 0, "{what}: {wrong} of {n} wrong; first {first:?}");
+        }
+        // ncclReduce with a pre-multiplied sum, to the last rank: the root
+        // gets the model's bits at every element, the other ranks' receive
+        // buffers keep what they held.
+        for (k, (e, dev, n)) in [
+            (Elem::F32, false, 1001),
+            (Elem::I32, true, 77),
+            (Elem::Bf16, false, 3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let root = world - 1;
+            let what = format!("rank {rank}/{world}: {e:?} premul ncclReduce to {root} count {n}");
+            let z = e.size();
+            let inputs: Vec<Vec<u8>> = (0..world)
+                .map(|r| input(seed, 500 + k as u64, r, e, n))
+                .collect();
+            upload(&mut a, &inputs[rank]);
+            let before: Vec<u8> = (0..n * z).map(|i| (i * 7 + rank) as u8).collect();
+            upload(&mut b, &before);
+            let mut v: NcclRedOp = -1;
+            let mut mine = scalar(e, rank);
+            if dev {
+                upload(&mut sc, &mine);
+            }
+            let (ptr, resid) = if dev {
+                (p(ps), 0)
+            } else {
+                (mine.as_mut_ptr() as *mut c_void, 1)
+            };
+            // SAFETY: (test) a live handle; the scalar is read during the call.
+            let r = unsafe {
+                crate::api::redop::ncclRedOpCreatePreMulSum(&mut v, ptr, nccl(e), resid, comm)
+            };
+            assert_eq!(r, SUCCESS, "{what}: {}", standalone::last_error());
+            // SAFETY: (test) every range is inside this rank's arenas.
+            let r = unsafe {
+                crate::api::rooted::ncclReduce(p(pa), p(pb), n, nccl(e), v, root as c_int, comm, st)
+            };
+            assert_eq!(r, SUCCESS, "{what}: {}", standalone::last_error());
+            let got = fetch(&b, n * z);
+            // SAFETY: (test) a live handle.
+            let r = unsafe { crate::api::redop::ncclRedOpDestroy(v, comm) };
+            assert_eq!(r, SUCCESS);
+            if rank != root {
+                assert_eq!(got, before, "{what}: a non-root's receive buffer changed");
+                continue;
+            }
+            let scalars: Vec<Vec<u8>> = (0..world).map(|r| scalar(e, r)).collect();
+            let srefs: Vec<&[u8]> = scalars.iter().map(|v| &v[..]).collect();
+            let blocks: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
+            let wrong = (0..n)
+                .filter(|&i| got[i * z..(i + 1) * z] != reference_premul(e, &srefs, &blocks, i)[..])
+                .count();
+            assert_eq!(
+                wrong, 0,
+                "{what}: {wrong} of {n} elements differ from the model"
+            );
         }
         // Captured in a CUDA graph: an f32 pre-multiplied sum with a device
         // scalar reads the scalar's value at each replay; one with a host

@@ -25,18 +25,21 @@ fn wait_codes_match_the_kernel_source() {
 #[test]
 fn routes_send_what_the_kernels_cannot_take_to_nccl() {
     let max = ByteSize::mib(8);
-    let of = CollectiveRoute::of;
+    let of = |bytes, op, fits| collective_route(Transport::Host, bytes, max, op, fits);
+    let tpcomm = Route::Tpcomm {
+        transport: Transport::Host,
+        algo: None,
+        wire: Wire::Exact,
+    };
+    assert_eq!(of(max.bytes(), ReduceOp::Sum, true), tpcomm);
+    assert_eq!(tpcomm.to_string(), "tpcomm host");
     assert_eq!(
-        of(max.bytes(), max, ReduceOp::Sum, true),
-        CollectiveRoute::Tpcomm
+        of(max.bytes() + 1, ReduceOp::Sum, true),
+        Route::Nccl(NcclReason::TooLarge)
     );
+    assert_eq!(of(16, ReduceOp::Max, true), Route::Nccl(NcclReason::Op));
     assert_eq!(
-        of(max.bytes() + 1, max, ReduceOp::Sum, true),
-        CollectiveRoute::NcclTooLarge
-    );
-    assert_eq!(of(16, max, ReduceOp::Max, true), CollectiveRoute::NcclOp);
-    assert_eq!(
-        of(16, max, ReduceOp::Sum, false),
-        CollectiveRoute::NcclTooLarge
+        of(16, ReduceOp::Sum, false),
+        Route::Nccl(NcclReason::TooLarge)
     );
 }

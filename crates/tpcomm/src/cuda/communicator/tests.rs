@@ -1,4 +1,5 @@
 use super::*;
+use crate::dtype::DType;
 use crate::select::{Group, Selector, Transport};
 use crate::topology::MachineClass;
 use std::cell::RefCell;
@@ -14,6 +15,12 @@ impl Lanes for Fake {
         self.ran
             .borrow_mut()
             .push(format!("kernels {}", algo.name()));
+        Ok(())
+    }
+    fn quantized(&self, wire: Wire) -> Result<()> {
+        self.ran
+            .borrow_mut()
+            .push(format!("quantized {}", wire.label()));
         Ok(())
     }
     fn nccl(&self) -> Option<Result<()>> {
@@ -37,6 +44,18 @@ fn routes(class: MachineClass, nccl: bool) -> RouteTable {
     .unwrap()
 }
 
+/// A call of `count` elements of `dtype` reduced by `op`, as routing
+/// reads it (no buffers, no stream: the lanes are fakes).
+fn call(count: usize, dtype: DType, op: ReduceOp) -> Call {
+    Call::new(0, 0, count, dtype, std::ptr::null_mut()).with_op(op)
+}
+
+const ONE_SHOT: Route = Route::Tpcomm {
+    transport: Transport::Cuda,
+    algo: Some(Algo::OneShot),
+    wire: Wire::Exact,
+};
+
 #[test]
 fn a_pcie_p2p_group_with_nccl_runs_large_sums_on_nccl_and_small_on_the_kernels() {
     let t = routes(MachineClass::PcieP2p, true);
@@ -44,15 +63,26 @@ fn a_pcie_p2p_group_with_nccl_runs_large_sums_on_nccl_and_small_on_the_kernels()
         has_nccl: true,
         ran: RefCell::new(Vec::new()),
     };
-    let call = |count: usize, op| dispatch(&t, &f, count, DType::Bf16, op, Algo::Auto, Mode::Graph);
-    assert_eq!(call(1024, ReduceOp::Sum).unwrap(), Route::Tpcomm);
-    assert_eq!(call(256 << 9, ReduceOp::Sum).unwrap(), Route::Tpcomm);
+    let run = |count: usize, op| {
+        dispatch(
+            &t,
+            &f,
+            &call(count, DType::Bf16, op),
+            Mode::Graph,
+            Wire::Exact,
+        )
+    };
+    assert_eq!(run(1024, ReduceOp::Sum).unwrap(), ONE_SHOT);
+    assert_eq!(run(256 << 9, ReduceOp::Sum).unwrap(), ONE_SHOT);
     assert_eq!(
-        call((256 << 9) + 8, ReduceOp::Sum).unwrap(),
-        Route::NcclFaster
+        run((256 << 9) + 8, ReduceOp::Sum).unwrap(),
+        Route::Nccl(NcclReason::Faster)
     );
-    assert_eq!(call(16, ReduceOp::Max).unwrap(), Route::NcclOp);
-    assert_eq!(call(8 << 20, ReduceOp::Sum).unwrap(), Route::NcclTooLarge);
+    assert_eq!(run(16, ReduceOp::Max).unwrap(), Route::Nccl(NcclReason::Op));
+    assert_eq!(
+        run(8 << 20, ReduceOp::Sum).unwrap(),
+        Route::Nccl(NcclReason::TooLarge)
+    );
     assert_eq!(
         *f.ran.borrow(),
         [
@@ -65,6 +95,50 @@ fn a_pcie_p2p_group_with_nccl_runs_large_sums_on_nccl_and_small_on_the_kernels()
     );
 }
 
+/// A quantized wire takes every sum the kernels can take (NCCL-faster
+/// sizes and an explicit algorithm included), and nothing else.
+#[test]
+fn a_quantized_wire_takes_the_sums_the_kernels_can_take() {
+    let t = routes(MachineClass::PcieP2p, true);
+    let f = Fake {
+        has_nccl: true,
+        ran: RefCell::new(Vec::new()),
+    };
+    let int8 = Wire::int8();
+    let on_int8 = Route::Tpcomm {
+        transport: Transport::Cuda,
+        algo: None,
+        wire: int8,
+    };
+    let run = |c: Call| dispatch(&t, &f, &c, Mode::Graph, int8).unwrap();
+    assert_eq!(run(call(1024, DType::Bf16, ReduceOp::Sum)), on_int8);
+    assert_eq!(run(call(1 << 20, DType::Bf16, ReduceOp::Sum)), on_int8);
+    let two_shot = call(1024, DType::Bf16, ReduceOp::Sum).with_algo(Algo::TwoShot);
+    assert_eq!(run(two_shot), on_int8);
+    assert_eq!(
+        run(call(16, DType::Bf16, ReduceOp::Max)),
+        Route::Nccl(NcclReason::Op)
+    );
+    assert_eq!(
+        run(call(8 << 20, DType::Bf16, ReduceOp::Sum)),
+        Route::Nccl(NcclReason::TooLarge)
+    );
+    assert_eq!(
+        *f.ran.borrow(),
+        [
+            "quantized int8/g64",
+            "quantized int8/g64",
+            "quantized int8/g64",
+            "nccl",
+            "nccl"
+        ]
+    );
+    assert_eq!(
+        on_int8.to_string(),
+        "tpcomm cuda on the quantized int8/g64 wire"
+    );
+}
+
 #[test]
 fn without_nccl_calls_the_kernels_cannot_take_are_errors_that_say_what_to_do() {
     let t = routes(MachineClass::PcieP2p, false);
@@ -72,40 +146,20 @@ fn without_nccl_calls_the_kernels_cannot_take_are_errors_that_say_what_to_do() {
         has_nccl: false,
         ran: RefCell::new(Vec::new()),
     };
+    let run = |count: usize, op| {
+        dispatch(
+            &t,
+            &f,
+            &call(count, DType::Bf16, op),
+            Mode::Graph,
+            Wire::Exact,
+        )
+    };
     // NCCL would be faster at 1 MiB, but none is loaded: the kernels run it.
-    let r = dispatch(
-        &t,
-        &f,
-        1 << 19,
-        DType::Bf16,
-        ReduceOp::Sum,
-        Algo::Auto,
-        Mode::Graph,
-    );
-    assert_eq!(r.unwrap(), Route::Tpcomm);
-    let e = dispatch(
-        &t,
-        &f,
-        16,
-        DType::Bf16,
-        ReduceOp::Min,
-        Algo::Auto,
-        Mode::Graph,
-    )
-    .unwrap_err()
-    .to_string();
+    assert!(!run(1 << 19, ReduceOp::Sum).unwrap().is_nccl());
+    let e = run(16, ReduceOp::Min).unwrap_err().to_string();
     assert!(e.contains("nccl_fallback"), "{e}");
-    let e = dispatch(
-        &t,
-        &f,
-        8 << 20,
-        DType::Bf16,
-        ReduceOp::Sum,
-        Algo::Auto,
-        Mode::Graph,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = run(8 << 20, ReduceOp::Sum).unwrap_err().to_string();
     assert!(
         e.contains("max_bytes") && e.contains("nccl_fallback"),
         "{e}"
@@ -121,15 +175,8 @@ fn an_explicit_algorithm_is_run_as_asked_where_the_kernels_can_take_it() {
         has_nccl: true,
         ran: RefCell::new(Vec::new()),
     };
-    let r = dispatch(
-        &t,
-        &f,
-        1 << 20,
-        DType::F32,
-        ReduceOp::Sum,
-        Algo::TwoShot,
-        Mode::Eager,
-    );
-    assert_eq!(r.unwrap(), Route::Tpcomm);
+    let c = call(1 << 20, DType::F32, ReduceOp::Sum).with_algo(Algo::TwoShot);
+    let r = dispatch(&t, &f, &c, Mode::Eager, Wire::Exact);
+    assert_eq!(r.unwrap(), Route::exact(Transport::Cuda, Algo::TwoShot));
     assert_eq!(*f.ran.borrow(), ["kernels two-shot"]);
 }

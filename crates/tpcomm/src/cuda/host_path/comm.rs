@@ -430,7 +430,7 @@ impl GpuTransport for PinnedTransport {
                     HostAlgo::Delta => call_word::Kind::HostDelta,
                     HostAlgo::Chunked => call_word::Kind::HostChunked,
                 },
-                dtype,
+                call.signature(),
                 bytes as u64,
                 0,
             )?,
@@ -544,8 +544,15 @@ impl PinnedTransport {
     /// unchanged. Every rank answers alike, as all hold the same selector.
     pub fn auto_algo(&self, algo: Algo, dtype: DType, bytes: usize) -> Algo {
         self.routes
-            .lookup(bytes as u64, dtype, ReduceOp::Sum, algo, self.mode)
-            .algo
+            .lookup(
+                bytes as u64,
+                dtype,
+                ReduceOp::Sum,
+                algo,
+                self.mode,
+                crate::wire::Wire::Exact,
+            )
+            .algo()
             .unwrap_or(Algo::OneShot)
     }
 

@@ -184,8 +184,15 @@ impl GpuComm {
         match self {
             GpuComm::P2p(c) => c
                 .routes()
-                .lookup(bytes as u64, DType::Bf16, ReduceOp::Sum, algo, c.mode())
-                .algo
+                .lookup(
+                    bytes as u64,
+                    DType::Bf16,
+                    ReduceOp::Sum,
+                    algo,
+                    c.mode(),
+                    crate::wire::Wire::Exact,
+                )
+                .algo()
                 .unwrap_or(Algo::OneShot)
                 .name(),
             GpuComm::Pinned(c) => c

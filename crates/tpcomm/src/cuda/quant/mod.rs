@@ -309,7 +309,7 @@ impl QuantComm {
             } else {
                 call_word::Kind::QuantOneShot
             },
-            dtype,
+            call_word::Signature::of(dtype, crate::ReduceOp::Sum),
             bytes as u64,
             aux,
         )?;
