@@ -7,7 +7,7 @@
 //! A `Call` is built once on the caller's stack and passed by reference down
 //! to the kernel launch: no transport takes the arguments one by one.
 
-use super::call_word::Signature;
+use super::call_word::{Kind, Signature};
 use super::pdl::Launch;
 use crate::algo::{Algo, Collective};
 use crate::dtype::{DType, ReduceOp};
@@ -97,6 +97,13 @@ impl Call {
     pub fn signature(&self) -> Signature {
         self.signature
             .unwrap_or_else(|| Signature::of(self.dtype, self.op))
+    }
+
+    /// This call's word for a kernel of `kind` moving `nbytes` (`aux`: the
+    /// kind's own value, a broadcast's root), or 0 when the communicator
+    /// does not `check` calls (`call_word::word_if` with [`Self::signature`]).
+    pub(crate) fn word(&self, check: bool, kind: Kind, nbytes: u64, aux: u64) -> Result<u64> {
+        super::call_word::word_if(check, kind, self.signature(), nbytes, aux)
     }
 
     /// The call's data in bytes (`count` elements of `dtype`), or an error

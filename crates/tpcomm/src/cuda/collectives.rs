@@ -94,13 +94,7 @@ impl P2pTransport {
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
         let shape = launch_shape::p2p_collective(bytes, grid, k.block);
         let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
-        let word = call_word::word_if(
-            p.check_calls,
-            kind,
-            call.signature(),
-            bytes as u64,
-            root as u64,
-        )?;
+        let word = call.word(p.check_calls, kind, bytes as u64, root as u64)?;
         let args = CollArgs {
             base: p.kernel_args(call.input, call.output, bytes as u64, word),
             root,

@@ -396,7 +396,7 @@ impl GpuTransport for P2pTransport {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            call: call_word::word_if(self.check_calls, kind, call.signature(), bytes as u64, 0)?,
+            call: call.word(self.check_calls, kind, bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };

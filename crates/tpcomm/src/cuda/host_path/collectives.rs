@@ -168,13 +168,7 @@ impl PinnedTransport {
         );
         let (f, root, kind) = pick(&k, what, dtype, call_word::HOST_COLLECTIVES);
         let mut base = p.args;
-        base.call = call_word::word_if(
-            p.check_calls,
-            kind,
-            call.signature(),
-            bytes as u64,
-            root as u64,
-        )?;
+        base.call = call.word(p.check_calls, kind, bytes as u64, root as u64)?;
         base.input = call.input;
         base.output = call.output;
         base.nbytes = bytes as u64;

@@ -424,13 +424,12 @@ impl GpuTransport for PinnedTransport {
             input: call.input,
             output: call.output,
             nbytes: bytes as u64,
-            call: call_word::word_if(
+            call: call.word(
                 self.check_calls,
                 match which {
                     HostAlgo::Delta => call_word::Kind::HostDelta,
                     HostAlgo::Chunked => call_word::Kind::HostChunked,
                 },
-                call.signature(),
                 bytes as u64,
                 0,
             )?,
