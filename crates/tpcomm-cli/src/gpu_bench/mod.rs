@@ -26,7 +26,7 @@ mod report;
 mod tests;
 
 pub(crate) use check::{count_wrong_par, random_inputs};
-pub(crate) use device::{cuda, open_rank_device, time_us, RankDevice};
+pub(crate) use device::{capture_graph, cuda, open_rank_device, time_us, RankDevice};
 pub(crate) use report::report_rows;
 
 use launch::run_procs;
