@@ -190,14 +190,20 @@ __device__ __forceinline__ u32 delta_decode_word(u32 x, u32 o) {
     return lo | (hi << 16);
 }
 
+// The vector of f(a's word, b's word), word by word.
+template <typename F>
+__device__ __forceinline__ V16 zip_words(V16 a, V16 b, F f) {
+    V16 r;
+    r.x = f(a.x, b.x);
+    r.y = f(a.y, b.y);
+    r.z = f(a.z, b.z);
+    r.w = f(a.w, b.w);
+    return r;
+}
+
 template <typename T>
 __device__ __forceinline__ V16 delta_encode(V16 v, V16 o) {
-    V16 r;
-    r.x = delta_encode_word<T::HALVES>(v.x, o.x);
-    r.y = delta_encode_word<T::HALVES>(v.y, o.y);
-    r.z = delta_encode_word<T::HALVES>(v.z, o.z);
-    r.w = delta_encode_word<T::HALVES>(v.w, o.w);
-    return r;
+    return zip_words(v, o, [](u32 p, u32 q) { return delta_encode_word<T::HALVES>(p, q); });
 }
 
 template <typename T>
@@ -208,12 +214,7 @@ __device__ __forceinline__ bool delta_arrived(V16 x, V16 o) {
 
 template <typename T>
 __device__ __forceinline__ V16 delta_decode(V16 x, V16 o) {
-    V16 r;
-    r.x = delta_decode_word<T::HALVES>(x.x, o.x);
-    r.y = delta_decode_word<T::HALVES>(x.y, o.y);
-    r.z = delta_decode_word<T::HALVES>(x.z, o.z);
-    r.w = delta_decode_word<T::HALVES>(x.w, o.w);
-    return r;
+    return zip_words(x, o, [](u32 p, u32 q) { return delta_decode_word<T::HALVES>(p, q); });
 }
 
 // Waits until every element of the vector at `p` differs from `old`; false
