@@ -9,6 +9,7 @@
 pub(crate) mod coll;
 pub(crate) mod columns;
 mod measure;
+mod timed;
 pub(crate) mod unified;
 
 use crate::checks;

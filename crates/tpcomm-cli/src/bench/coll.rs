@@ -9,7 +9,7 @@
 //! busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (all-gather,
 //! reduce-scatter), x 1 (broadcast).
 
-use super::measure::time_and_agree;
+use super::timed::time_and_agree;
 use super::BenchArgs;
 use clap::ValueEnum;
 use tpcomm::report::{BenchRow, RowLabels};

@@ -49,6 +49,24 @@ pub struct Call {
 }
 
 impl Call {
+    /// Launches `f` for this call: makes `ctx` current and launches on the
+    /// call's stream as the call asks (`pdl::launch`).
+    ///
+    /// # Safety
+    /// As `pdl::launch`.
+    pub(crate) unsafe fn launch_kernel<A>(
+        &self,
+        ctx: &cudarc::driver::CudaContext,
+        f: crate::sys::cuda::Function,
+        shape: super::launch_shape::Shape,
+        args: &A,
+        arch_major: i32,
+    ) -> Result<()> {
+        crate::sys::cuda::set_current(ctx.cu_ctx())?;
+        // SAFETY: forwarded from the caller.
+        unsafe { super::pdl::launch(f, shape, args, self.stream, self.launch, arch_major) }
+    }
+
     /// A sum of `count` elements of `dtype` from `input` into `output` on
     /// `stream`: `Algo::Auto`, root 0, an ordinary launch. Change the rest
     /// with the `with_*` methods.

@@ -16,7 +16,6 @@ use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::launch_shape::{self, grid_cap};
 use super::loader::{dtype_index, Family};
-use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::select::{NcclReason, Route, Transport};
@@ -105,7 +104,7 @@ impl P2pTransport {
         // keep alive until their streams finish; the pointers are the
         // caller's contract; every kernel of collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch_call(p.ctx, f, shape, &args, call, k.arch.0) }
+        unsafe { call.launch_kernel(p.ctx, f, shape, &args, k.arch.0) }
     }
 }
 

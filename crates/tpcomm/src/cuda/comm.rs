@@ -8,7 +8,6 @@ use super::cuda_err;
 use super::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
 use super::launch_shape::{self, grid_cap};
 use super::layout::{round_up, Layout};
-use super::pdl;
 use super::rendezvous::Rendezvous;
 use super::share::{
     mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
@@ -405,7 +404,7 @@ impl GpuTransport for P2pTransport {
         // their streams finish); input/output validity is the caller's
         // contract above; every kernel of allreduce.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
+        unsafe { call.launch_kernel(&self.ctx, f, shape, &args, self.kernels.arch.0)? };
         Ok(algo)
     }
 

@@ -15,7 +15,6 @@ use crate::cuda::call_word;
 use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::launch_shape::{self, grid_cap};
-use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda as raw;
@@ -180,7 +179,7 @@ impl PinnedTransport {
         // alive until their streams finish; the pointers are the caller's
         // contract; every kernel of host_collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch_call(p.ctx, f, split.shape(k.block), &args, call, p.arch_major) }
+        unsafe { call.launch_kernel(p.ctx, f, split.shape(k.block), &args, p.arch_major) }
     }
 }
 

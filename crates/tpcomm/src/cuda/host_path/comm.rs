@@ -8,7 +8,6 @@ use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::call_word;
 use crate::cuda::launch_shape::{self, block_var};
-use crate::cuda::pdl;
 use crate::cuda::share::{
     note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
 };
@@ -465,7 +464,7 @@ impl GpuTransport for PinnedTransport {
         // communicator until their streams finish); input/output validity is
         // the caller's contract above; both kernels of host_allreduce.cu
         // start with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
+        unsafe { call.launch_kernel(&self.ctx, f, shape, &args, self.kernels.arch.0)? };
         Ok(which)
     }
 

@@ -19,7 +19,6 @@ use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::host_path::GpuComm;
 use crate::cuda::kernel_args::QuantGatherArgs;
 use crate::cuda::loader::dtype_index;
-use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::{Format, Wire, MIN_GROUP};
@@ -198,7 +197,7 @@ impl QuantComm {
         let shape = crate::cuda::launch_shape::quant_local(c.count, octets, BLOCK)?;
         // SAFETY: QuantGatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
-        unsafe { pdl::launch_call(&self.ctx, f, shape, args, call, self.kernels.arch.0) }
+        unsafe { call.launch_kernel(&self.ctx, f, shape, args, self.kernels.arch.0) }
     }
     /// A quantized all-reduce (sum) on `wire` with the algorithm `algo` asks
     /// for ([`resolve`](Self::resolve)); returns the one that ran. `exact` is

@@ -24,7 +24,6 @@ use super::launch_shape::{self, grid_cap, quant_block, QUANT_MAX_BLOCK};
 use super::loader::{
     common_block, compile_and_load, dtype_index, per_device, resident_blocks_per_sm, PerDevice,
 };
-use super::pdl;
 use super::rendezvous::Rendezvous;
 use super::share::{DeviceIdentity, Sharing};
 use super::{compile, MAX_WORLD};
@@ -337,7 +336,7 @@ impl QuantComm {
         // and status live as long as `self` (callers keep it until their
         // streams finish); input/output are the caller's contract above; the
         // kernel starts with wait_for_previous_kernel.
-        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0) }
+        unsafe { call.launch_kernel(&self.ctx, f, shape, &args, self.kernels.arch.0) }
     }
 
     /// The checks every quantized call makes (an earlier call's failure, the
