@@ -122,8 +122,8 @@ impl Communicator {
     /// them, their route table (NCCL included unless `Fallback::None`)
     /// agreed by every rank, and the staging buffer when asked for. The
     /// exchanges run over `rendezvous` (the drop-in's own:
-    /// `Rendezvous::Custom`). Prints nothing; [`new`](Self::new) adds the
-    /// route table's note.
+    /// `Rendezvous::Custom`). Prints no note of the route table
+    /// ([`new`](Self::new) adds it; the drop-in logs its own).
     pub fn create(cfg: &CudaConfig, rendezvous: &Rendezvous, setup: Setup) -> Result<Self> {
         let (wire, wire_min_bytes) = resolve_wire(cfg)?;
         let gpu = GpuComm::new(cfg, rendezvous)?;
