@@ -30,7 +30,7 @@ pub(crate) fn solo_copy(call: &str, a: &StandaloneComm, solo: &Staging, b: &Buff
     if bytes == 0 || send == recv {
         return SUCCESS;
     }
-    run(call, a, || {
+    run(call, a, stream, || {
         // SAFETY: the call's contract: device buffers of this GPU holding
         // `count` elements, valid until the stream runs the copy, and a
         // stream of this GPU's context (the staging buffer's).
@@ -142,7 +142,7 @@ pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult 
         return standalone::unservable(CALL, "the staging buffer is smaller than 16 bytes");
     }
     let (count, st) = (b.count, b.stream as CUstream);
-    run(CALL, a, || {
+    run(CALL, a, b.stream, || {
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);
@@ -195,7 +195,7 @@ pub fn all_gather(a: &StandaloneComm, b: &Buffers) -> NcclResult {
     if !l.gpu().collective_fits(Collective::AllGather, n, dt) {
         return staged(Collective::AllGather, a, l, b, dt);
     }
-    run(CALL, a, || {
+    run(CALL, a, b.stream, || {
         // SAFETY: ncclAllGather's contract is the kernels': device buffers
         // of this GPU, sendbuff of one block and recvbuff of world blocks
         // (or sendbuff at this rank's block of it), valid until the stream
@@ -226,7 +226,7 @@ pub fn reduce_scatter(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclRes
     {
         return staged(Collective::ReduceScatter, a, l, b, dt);
     }
-    run(CALL, a, || {
+    run(CALL, a, b.stream, || {
         // SAFETY: as in all_gather, with sendbuff of world blocks and
         // recvbuff of one (or at this rank's block of sendbuff).
         unsafe {
@@ -270,7 +270,7 @@ pub fn broadcast(call: &'static str, a: &StandaloneComm, b: &Buffers, root: c_in
         root: root as usize,
     };
     let per = piece(l.gpu(), what, dt);
-    run(call, a, || {
+    run(call, a, b.stream, || {
         let mut done = 0;
         while done < total {
             let n = per.min(total - done);
@@ -325,7 +325,7 @@ fn staged(
     let (send, recv, count, st) = (b.send, b.recv, b.count, b.stream as CUstream);
     let sig = signature(b.dtype, OP_SUM, None);
     let (many, one) = (l.staging().ptr(), l.staging().ptr() + (w * per * z) as u64);
-    run(call, a, || {
+    run(call, a, b.stream, || {
         let mut done = 0;
         while done < count {
             let n = per.min(count - done);

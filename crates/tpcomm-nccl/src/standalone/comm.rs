@@ -110,10 +110,14 @@ pub(crate) fn live<'a>(a: &'a StandaloneComm, call: &str) -> Result<&'a Standalo
 pub(crate) fn run(
     call: &str,
     a: &StandaloneComm,
+    stream: CudaStream,
     f: impl FnOnce() -> tpcomm::Result<()>,
 ) -> NcclResult {
     let _restore = SavedContext::save();
     let gate = a.live.as_ref().and_then(|l| l.gate.as_ref());
+    if gate.is_some() {
+        warn_if_captured(call, a, stream);
+    }
     // Inside a group one thread may be issuing every rank's call: it would
     // wait for itself (launch_gate.rs).
     let done = match gate {
@@ -134,5 +138,29 @@ pub(crate) fn run(
             INTERNAL_ERROR,
             format!("{call} rank {}/{}: tpcomm failed ({e})", a.rank, a.world),
         ),
+    }
+}
+
+/// Once per process: a call of ranks that are threads sharing a GPU is being
+/// captured into a CUDA graph. Its replays run no host code, so the launch
+/// gate cannot order them, and a device-synchronizing call on one rank's
+/// thread between replays (cudaFree, cudaDeviceSynchronize, a pageable copy)
+/// can wait for a peer's replayed kernel that waits for this rank: the
+/// ranks then stall until TPCOMM_TIMEOUT_S (docs/shared-gpu.md).
+fn warn_if_captured(call: &str, a: &StandaloneComm, stream: CudaStream) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: the call's stream, which NCCL's contract makes a live stream
+    // of this rank's GPU (its context is current: the caller bound it).
+    let captured = unsafe { tpcomm::cuda::stream_is_capturing(stream as tpcomm::cuda::CUstream) };
+    if captured.unwrap_or(false) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::settings::warn!(
+            "{call} rank {}/{}: captured into a CUDA graph while ranks of this process share GPU {}; between replays no rank thread may make a device-synchronizing CUDA call (cudaFree, cudaDeviceSynchronize, a copy through pageable memory), or the ranks stall until TPCOMM_TIMEOUT_S: docs/shared-gpu.md",
+            a.rank,
+            a.world,
+            a.device
+        );
     }
 }

@@ -59,7 +59,7 @@ pub(crate) fn reduce_gathered(
     let st = stream as CUstream;
     let area = Area::of(l, a.world, block, signature(b.dtype, op, root));
     let (base, mine) = (area.base, area.mine);
-    run(call, a, || {
+    run(call, a, stream, || {
         let scalar_at = (block - SCALAR_BYTES) as u64;
         // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
         // no piece reaches (prepare sized `per` without them); in order.
@@ -129,7 +129,7 @@ pub(crate) fn reduce_scatter_gathered(
     let st = stream as CUstream;
     let area = Area::of(l, world, block, signature(b.dtype, op, None));
     let (base, mine) = (area.base, area.mine);
-    run(CALL, a, || {
+    run(CALL, a, stream, || {
         let scalar_at = (block - SCALAR_BYTES) as u64;
         // SAFETY: as in reduce_gathered: no piece reaches it.
         unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
@@ -441,7 +441,7 @@ pub(crate) fn exact_bytes(
     let st = stream as CUstream;
     let area = Area::of(l, a.world, block, signature(b.dtype, OP_SUM, None));
     let (base, mine) = (area.base, area.mine);
-    run(call, a, || {
+    run(call, a, stream, || {
         let mut done = 0;
         while done < nbytes {
             let m = per.min(nbytes - done);

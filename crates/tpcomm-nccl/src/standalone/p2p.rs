@@ -193,7 +193,7 @@ fn end(g: &[Pending]) -> NcclResult {
             block: 16,
         };
         let steps = plan(shape, &m, &calls).unwrap_or_default();
-        return run(END, a, || {
+        return run(END, a, stream as CudaStream, || {
             for s in &steps {
                 if let Step::Copy {
                     from: Loc::Op(i, x),
@@ -236,7 +236,7 @@ fn end(g: &[Pending]) -> NcclResult {
         // Not in these plans.
         Loc::Send(_) | Loc::Recv(_) => 0,
     };
-    run(END, a, || {
+    run(END, a, stream as CudaStream, || {
         // This may be a thread of finish's: the kernels need the context.
         l.gpu()
             .context()

@@ -181,7 +181,7 @@ fn serve(
         // Not in these plans.
         Loc::Op(..) => 0,
     };
-    run(call, a, || {
+    run(call, a, stream, || {
         // SAFETY: the call's contract (nccl.h): device buffers of this GPU,
         // as large as the call says (rooted_plan.rs's steps stay inside
         // them, and touch a non-root's unused buffer nowhere), valid until

@@ -55,7 +55,8 @@ pub use crate::algo::Algo;
 pub use crate::sys::cuda::scratch::{current_device, Rows, SavedContext, Scratch, Staging};
 pub use crate::sys::cuda::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, mps_enabled,
-    nvrtc::NVRTC_LIBRARY_ENV, nvrtc_path, nvrtc_version, CUdeviceptr, CUstream,
+    nvrtc::NVRTC_LIBRARY_ENV, nvrtc_path, nvrtc_version, stream_is_capturing, CUdeviceptr,
+    CUstream,
 };
 /// What a kernel family outside the library launches with.
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};

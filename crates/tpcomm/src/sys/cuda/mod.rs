@@ -122,6 +122,22 @@ pub fn current_device() -> Result<usize> {
     })
 }
 
+/// Whether work queued on `stream` now is being captured into a CUDA graph
+/// (it then runs at each replay, with no host code of the caller's around
+/// it).
+///
+/// # Safety
+/// `stream` is a live stream of the current context, or null (the legacy
+/// default stream).
+pub unsafe fn stream_is_capturing(stream: CUstream) -> Result<bool> {
+    let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: writes one enum; the stream is as the caller's contract says.
+    check("cuStreamIsCapturing", unsafe {
+        cu::cuStreamIsCapturing(stream, &mut status)
+    })?;
+    Ok(status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// (free, total) bytes of the current context's device.
 pub fn mem_get_info() -> Result<(usize, usize)> {
     let (mut free, mut total) = (0usize, 0usize);
