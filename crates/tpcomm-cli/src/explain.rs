@@ -319,16 +319,10 @@ mod tests {
     }
 
     fn fixtures() -> Vec<Selector> {
-        let mut v: Vec<Selector> = [
-            MachineClass::Nvlink,
-            MachineClass::PcieP2p,
-            MachineClass::PcieNop2p,
-            MachineClass::Mixed,
-            MachineClass::SingleGpu,
-        ]
-        .into_iter()
-        .map(Selector::for_class)
-        .collect();
+        let mut v: Vec<Selector> = MachineClass::ALL
+            .into_iter()
+            .map(Selector::for_class)
+            .collect();
         let t = Table::parse(select::BUILTIN_NVLINK_TOML, "default-nvlink.toml").unwrap();
         v.push(Selector::with_table(t, "default-nvlink.toml"));
         v

@@ -7,21 +7,15 @@ use tpcomm::{Error, Result};
 
 /// A machine class from its name (as `--class` takes it).
 pub(crate) fn parse_class(s: &str) -> Result<MachineClass> {
-    [
-        MachineClass::Nvlink,
-        MachineClass::PcieP2p,
-        MachineClass::PcieNop2p,
-        MachineClass::Mixed,
-        MachineClass::SingleGpu,
-    ]
-    .into_iter()
-    .find(|c| c.name() == s)
-    .ok_or_else(|| {
-        Error::invalid(
-            "machine class",
-            format!("{s:?} (expected nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu)"),
-        )
-    })
+    MachineClass::ALL
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| {
+            Error::invalid(
+                "machine class",
+                format!("{s:?} (expected nvlink, pcie-p2p, pcie-nop2p, mixed or single-gpu)"),
+            )
+        })
 }
 
 /// This machine as the tuning table key sees it: the library's probe, the

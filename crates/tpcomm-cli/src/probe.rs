@@ -26,19 +26,11 @@ pub struct ProbeArgs {
 /// Runs the subcommand; returns the process exit code.
 pub fn run(args: ProbeArgs) -> i32 {
     // Where the JSON goes, checked before the GPUs are probed.
-    if let Some(p) = args.json.as_deref().filter(|p| p.as_os_str() != "-") {
-        if let Err(e) = crate::checks::output_file("--json", p) {
-            eprintln!("tpcomm probe: {e}");
-            return crate::checks::USAGE;
-        }
-    }
-    match run_inner(&args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("tpcomm probe: {e}");
-            1
-        }
-    }
+    let options = match args.json.as_deref().filter(|p| p.as_os_str() != "-") {
+        Some(p) => crate::checks::output_file("--json", p),
+        None => Ok(()),
+    };
+    crate::checks::exit_status("probe", options, || run_inner(&args))
 }
 
 fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {

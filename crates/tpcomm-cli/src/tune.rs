@@ -68,17 +68,7 @@ pub struct TuneArgs {
 
 pub fn run(args: TuneArgs) -> i32 {
     // Refused before anything is measured, and with the usage status.
-    if let Err(e) = check(&args) {
-        eprintln!("tpcomm tune: {e}");
-        return crate::checks::USAGE;
-    }
-    match run_inner(&args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("tpcomm tune: {e}");
-            1
-        }
-    }
+    crate::checks::exit_status("tune", check(&args), || run_inner(&args))
 }
 
 /// The options, before any work: where the table goes (its missing folders

@@ -67,8 +67,14 @@ impl<'a> Fields<'a> {
     }
 
     pub fn opt_string(&self, field: &str) -> Result<Option<String>> {
+        self.optional(field, Self::string)
+    }
+
+    /// `get` of `field` when the table has it, else `None` (the field
+    /// counted as used either way).
+    fn optional<T>(&self, field: &str, get: fn(&Self, &str) -> Result<T>) -> Result<Option<T>> {
         if self.table.contains_key(field) {
-            self.string(field).map(Some)
+            get(self, field).map(Some)
         } else {
             self.used.borrow_mut().insert(field.to_string());
             Ok(None)
@@ -88,12 +94,7 @@ impl<'a> Fields<'a> {
     }
 
     pub fn opt_pos(&self, field: &str) -> Result<Option<u64>> {
-        if self.table.contains_key(field) {
-            self.pos(field).map(Some)
-        } else {
-            self.used.borrow_mut().insert(field.to_string());
-            Ok(None)
-        }
+        self.optional(field, Self::pos)
     }
 
     /// A non-negative integer, 0 when absent.
@@ -128,17 +129,20 @@ impl<'a> Fields<'a> {
         self.to_pos_f64(field, v)
     }
 
+    /// `v` as a number (integers accepted).
+    fn number(&self, field: &str, v: &Value) -> Result<f64> {
+        match v {
+            Value::Float(x) => Ok(*x),
+            Value::Integer(n) => Ok(*n as f64),
+            other => Err(self.err(
+                field,
+                format!("must be a number, found {}", other.type_str()),
+            )),
+        }
+    }
+
     fn to_pos_f64(&self, field: &str, v: &Value) -> Result<f64> {
-        let x = match v {
-            Value::Float(x) => *x,
-            Value::Integer(n) => *n as f64,
-            other => {
-                return Err(self.err(
-                    field,
-                    format!("must be a number, found {}", other.type_str()),
-                ))
-            }
-        };
+        let x = self.number(field, v)?;
         if !x.is_finite() || x <= 0.0 {
             return Err(self.err(field, format!("must be a positive number, found {x}")));
         }
@@ -147,16 +151,7 @@ impl<'a> Fields<'a> {
 
     /// A finite number at or above zero (integers accepted).
     pub fn nonneg_f64(&self, field: &str) -> Result<f64> {
-        let x = match self.required(field)? {
-            Value::Float(x) => *x,
-            Value::Integer(n) => *n as f64,
-            other => {
-                return Err(self.err(
-                    field,
-                    format!("must be a number, found {}", other.type_str()),
-                ))
-            }
-        };
+        let x = self.number(field, self.required(field)?)?;
         if !x.is_finite() || x < 0.0 {
             return Err(self.err(field, format!("must be a number >= 0, found {x}")));
         }

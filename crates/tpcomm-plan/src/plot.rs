@@ -4,6 +4,7 @@
 
 use crate::error::{PlanError, Result};
 use crate::spec::{BreakEven, Planner, Setting, SpecPlan, Which};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,25 @@ fn perr(path: &Path, e: impl std::fmt::Display) -> PlanError {
         path: path.display().to_string(),
         detail: e.to_string(),
     }
+}
+
+/// Draws `chart`'s legend at `at` and writes `root`'s image to `path`.
+fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    root: &DrawingArea<DB, Shift>,
+    path: &Path,
+    at: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| perr(path, e))?;
+    root.present().map_err(|e| perr(path, e))?;
+    Ok(())
 }
 
 /// Draws `latency.png` and `cycle.png` into `dir`; returns their paths.
@@ -129,15 +149,8 @@ fn draw_latency(path: &Path, planner: &Planner, plan: &SpecPlan) -> Result<()> {
         .map_err(|e| perr(path, e))?
         .label(format!("this box: {now:.1} us, {:.1} tok/s", best.tok_s))
         .legend(|(x, y)| Circle::new((x + 10, y), 5, BLUE.filled()));
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| perr(path, e))?;
-    root.present().map_err(|e| perr(path, e))?;
-    Ok(())
+    // MiddleRight: plotters' default place.
+    finish(&mut chart, &root, path, SeriesLabelPosition::MiddleRight)
 }
 
 fn draw_cycle(path: &Path, plan: &SpecPlan) -> Result<()> {
@@ -224,14 +237,5 @@ fn draw_cycle(path: &Path, plan: &SpecPlan) -> Result<()> {
             })
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FAMILY, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| perr(path, e))?;
-    root.present().map_err(|e| perr(path, e))?;
-    Ok(())
+    finish(&mut chart, &root, path, SeriesLabelPosition::UpperLeft)
 }

@@ -17,6 +17,13 @@ pub enum DType {
 impl DType {
     pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
 
+    /// Bytes of `count` elements, or the error of a count that overflows.
+    pub(crate) fn bytes_of(self, count: usize) -> Result<usize> {
+        count
+            .checked_mul(self.size())
+            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))
+    }
+
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
@@ -49,11 +56,7 @@ impl DType {
     }
 }
 
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(DType);
 
 impl FromStr for DType {
     type Err = Error;
@@ -110,11 +113,7 @@ impl ReduceOp {
     }
 }
 
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(ReduceOp);
 
 impl FromStr for ReduceOp {
     type Err = Error;
@@ -184,25 +183,35 @@ impl Element for f32 {
     }
 }
 
-impl Element for f16 {
-    const DTYPE: DType = DType::F16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits() as u32
-    }
+/// The half crate's 16-bit types, converted by its own functions; `$extra`
+/// holds what one type overrides besides.
+macro_rules! half_element {
+    ($t:ident, $dtype:expr, { $($extra:item)* }) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                $t::to_f32(self)
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                $t::from_f32(v)
+            }
+            fn to_f64(self) -> f64 {
+                $t::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                $t::from_f64(v)
+            }
+            fn to_bits_u32(self) -> u32 {
+                self.to_bits() as u32
+            }
+            $($extra)*
+        }
+    };
+}
+
+half_element!(f16, DType::F16, {
     // half's slice conversion checks for F16C once per call, not per element.
     fn load_f32(src: &[Self], dst: &mut [f32]) {
         half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
@@ -210,28 +219,8 @@ impl Element for f16 {
     fn store_f32(src: &[f32], dst: &mut [Self]) {
         half::slice::HalfFloatSliceExt::convert_from_f32_slice(dst, src);
     }
-}
-
-impl Element for bf16 {
-    const DTYPE: DType = DType::Bf16;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_bits_u32(self) -> u32 {
-        self.to_bits() as u32
-    }
-}
+});
+half_element!(bf16, DType::Bf16, {});
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,17 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+/// `Display` as the type's `name()` (the spelling its `FromStr` takes).
+macro_rules! display_by_name {
+    ($($t:ty),+) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
 #[forbid(unsafe_code)]
 pub mod algo;
 pub mod cuda;

@@ -9,12 +9,12 @@
 //! busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (all-gather,
 //! reduce-scatter), x 1 (broadcast).
 
+use super::measure::time_and_agree;
 use super::BenchArgs;
 use clap::ValueEnum;
-use std::time::Instant;
 use tpcomm::report::{BenchRow, RowLabels};
 use tpcomm::verify::{random_input, Reference};
-use tpcomm::{Algo, Element, HostCommunicator, ReduceOp};
+use tpcomm::{Element, HostCommunicator, ReduceOp};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Coll {
@@ -163,7 +163,7 @@ pub(super) fn sweep<T: Element>(
         for k in 1..rot {
             bufs.push(random_input(seed(rank, k as u64), in_len));
         }
-        let mut call = |c: &mut HostCommunicator, i: usize| -> tpcomm::Result<()> {
+        let call = |c: &mut HostCommunicator, i: usize| -> tpcomm::Result<()> {
             match coll {
                 Coll::AllGather => c.all_gather(&bufs[i % rot], &mut out),
                 Coll::ReduceScatter => c.reduce_scatter(&bufs[i % rot], &mut out, args.op),
@@ -173,39 +173,16 @@ pub(super) fn sweep<T: Element>(
                 }
             }
         };
-        for i in 0..args.warmup {
-            call(c, i)?;
-        }
-        let iters = args.iters_for(bytes);
-        let mut times = Vec::with_capacity(iters);
-        for i in 0..iters {
-            let t0 = Instant::now();
-            call(c, i)?;
-            times.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        let median = times[times.len() / 2];
-        // With the slowest median, rank 0 says whether anyone still reads
-        // the rows (max: any rank's 1 stops every rank at this same size).
-        let mut stats = [
-            median as f32,
-            f32::from(u8::from(unread)),
-            (wrong >> 20) as f32,
-            (wrong & 0xfffff) as f32,
-        ];
-        c.all_reduce_in_place(&mut stats[..2], ReduceOp::Max, Algo::OneShot)?;
-        c.all_reduce_in_place(&mut stats[2..], ReduceOp::Sum, Algo::OneShot)?;
-        if stats[1] > 0.0 {
+        let Some((median, wrong_all)) = time_and_agree(c, args, bytes, unread, wrong, call)? else {
             return Ok(());
-        }
-        let wrong_all = ((stats[2] as u64) << 20) + stats[3] as u64;
+        };
         if rank == 0 {
             unread = !emit(row(
                 coll,
                 n as u64,
                 T::DTYPE,
                 args.op,
-                stats[0] as f64,
+                median,
                 world,
                 wrong_all,
             ));

@@ -70,6 +70,51 @@ pub(super) fn worker(
     .map_err(|e| e.to_string())
 }
 
+/// Times `call` (its `args.warmup` untimed calls first, then the timed ones
+/// for a message of `bytes`) and agrees with the other ranks: `None` when
+/// some rank's rows are no longer read (`unread`: every rank then stops at
+/// this same size), else the slowest rank's median time in microseconds and
+/// `wrong` summed over the ranks.
+pub(super) fn time_and_agree(
+    c: &mut HostCommunicator,
+    args: &BenchArgs,
+    bytes: u64,
+    unread: bool,
+    wrong: u64,
+    mut call: impl FnMut(&mut HostCommunicator, usize) -> tpcomm::Result<()>,
+) -> tpcomm::Result<Option<(f64, u64)>> {
+    for i in 0..args.warmup {
+        call(c, i)?;
+    }
+    let iters = args.iters_for(bytes);
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..iters {
+        let t0 = Instant::now();
+        call(c, i)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let median = times[times.len() / 2];
+    // Slowest rank's median, and the wrong count summed over ranks (split in
+    // two f32-exact halves). With the slowest median, rank 0 says whether
+    // anyone still reads the rows (max: any rank's 1 stops every rank).
+    let mut stats = [
+        median as f32,
+        f32::from(u8::from(unread)),
+        (wrong >> 20) as f32,
+        (wrong & 0xfffff) as f32,
+    ];
+    c.all_reduce_in_place(&mut stats[..2], ReduceOp::Max, Algo::OneShot)?;
+    c.all_reduce_in_place(&mut stats[2..], ReduceOp::Sum, Algo::OneShot)?;
+    if stats[1] > 0.0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        stats[0] as f64,
+        ((stats[2] as u64) << 20) + stats[3] as u64,
+    )))
+}
+
 fn sweep<T: Element>(
     args: &BenchArgs,
     c: &mut HostCommunicator,
@@ -97,34 +142,13 @@ fn sweep<T: Element>(
             for k in 1..rot {
                 bufs.push(random_input(seed(rank) ^ (k as u64) << 48, count));
             }
-            for i in 0..args.warmup {
-                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
-            }
-            let iters = args.iters_for(bytes);
-            let mut times = Vec::with_capacity(iters);
-            for i in 0..iters {
-                let t0 = Instant::now();
-                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)?;
-                times.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-            times.sort_by(|a, b| a.total_cmp(b));
-            let median = times[times.len() / 2];
-            // Slowest rank's median, and the wrong count summed over ranks
-            // (split in two f32-exact halves).
-            // With the slowest median, rank 0 says whether anyone still reads
-            // the rows (max: any rank's 1 stops every rank at this same size).
-            let mut stats = [
-                median as f32,
-                f32::from(u8::from(unread)),
-                (wrong >> 20) as f32,
-                (wrong & 0xfffff) as f32,
-            ];
-            c.all_reduce_in_place(&mut stats[..2], ReduceOp::Max, Algo::OneShot)?;
-            c.all_reduce_in_place(&mut stats[2..], ReduceOp::Sum, Algo::OneShot)?;
-            if stats[1] > 0.0 {
+            let call = |c: &mut HostCommunicator, i: usize| {
+                c.all_reduce(&bufs[i % rot], &mut out, args.op, algo)
+            };
+            let Some((median, wrong_all)) = time_and_agree(c, args, bytes, unread, wrong, call)?
+            else {
                 return Ok(());
-            }
-            let wrong_all = ((stats[2] as u64) << 20) + stats[3] as u64;
+            };
             if rank == 0 {
                 let name = match algo {
                     Algo::Auto => format!(
@@ -142,7 +166,7 @@ fn sweep<T: Element>(
                         algo: &name,
                         mode: "eager",
                     },
-                    stats[0] as f64,
+                    median,
                     world,
                     wrong_all,
                 ));

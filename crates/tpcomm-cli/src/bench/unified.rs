@@ -282,6 +282,22 @@ fn gpu_only_option(o: &BenchOpts) -> Option<&'static str> {
         .map(|(_, msg)| *msg)
 }
 
+/// For each option of `o` that is given (`Some(x)`), `a.field = x`; the
+/// field has the option's name, or the one after `as`.
+macro_rules! given {
+    ($a:ident <- $o:ident: $($from:ident $(as $to:ident)?),+ $(,)?) => {
+        $(given!(@one $a, $o, $from $(, $to)?);)+
+    };
+    (@one $a:ident, $o:ident, $from:ident) => {
+        given!(@one $a, $o, $from, $from)
+    };
+    (@one $a:ident, $o:ident, $from:ident, $to:ident) => {
+        if let Some(x) = $o.$from {
+            $a.$to = x;
+        }
+    };
+}
+
 fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
     if let Some(msg) = gpu_only_option(o) {
         return Err(format!("{msg} (use --device gpu on a machine with GPUs)"));
@@ -296,38 +312,12 @@ fn cpu_args(o: &BenchOpts) -> Result<BenchArgs, String> {
         }
         a.coll = c;
     }
-    if let Some(n) = o.ranks {
-        a.ranks = n;
-    }
-    if let Some(l) = o.launch {
-        a.launch = l;
-    }
-    if let Some(b) = o.min_bytes {
-        a.min_bytes = b;
-    }
-    if let Some(b) = o.max_bytes {
-        a.max_bytes = b;
-    }
-    if let Some(d) = o.dtype {
-        a.dtype = d;
-    }
-    if let Some(op) = o.op {
-        a.op = op;
-    }
+    given!(a <- o: ranks, launch, min_bytes, max_bytes, dtype, op, warmup, max_message, piece);
     if let Some(algo) = cpu_algo(&o.algos)? {
         a.algo = algo;
     }
     if o.iters.is_some() {
         a.iters = o.iters;
-    }
-    if let Some(n) = o.warmup {
-        a.warmup = n;
-    }
-    if let Some(b) = o.max_message {
-        a.max_message = b;
-    }
-    if let Some(b) = o.piece {
-        a.piece = b;
     }
     if o.json.is_some() {
         a.json = o.json.clone();
@@ -443,25 +433,12 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
         }
     }
     let mut a = GpuBenchArgs::defaults();
-    if let Some(c) = o.coll {
-        a.coll = c;
-    }
+    given!(a <- o: coll, transport, dtype, reps, rotate);
+    given!(a <- o: min_bytes as min, max_bytes as max);
     // Not given: the GPU bench decides from the machine (and says so).
     a.launch = o.launch;
-    if let Some(t) = o.transport {
-        a.transport = t;
-    }
     if let Some(n) = o.gpus.or(o.ranks) {
         a.gpus = Some(n);
-    }
-    if let Some(d) = o.dtype {
-        a.dtype = d;
-    }
-    if let Some(b) = o.min_bytes {
-        a.min = b;
-    }
-    if let Some(b) = o.max_bytes {
-        a.max = b;
     }
     if !o.algos.is_empty() {
         a.algos = gpu_algos(&o.algos);
@@ -471,12 +448,6 @@ fn gpu_args(o: &BenchOpts) -> Result<GpuBenchArgs, String> {
     }
     if o.iters.is_some() {
         a.iters = o.iters;
-    }
-    if let Some(n) = o.reps {
-        a.reps = n;
-    }
-    if let Some(n) = o.rotate {
-        a.rotate = n;
     }
     match (o.timeout, o.timeout_ms) {
         (Some(d), _) => a.timeout_ms = d.as_millis().max(1) as u64,

@@ -353,17 +353,7 @@ fn check_counts(args: &ForwardBenchArgs) -> Result<()> {
             return Err(Error::invalid(flag, format!("{n}: give 1 to {max}")));
         }
     }
-    let max_ms = crate::gpu_bench::MAX_TIMEOUT_MS;
-    if !(1..=max_ms).contains(&args.timeout_ms) {
-        return Err(Error::invalid(
-            "--timeout-ms",
-            format!(
-                "{}: give 1 to {max_ms} milliseconds (under one day)",
-                args.timeout_ms
-            ),
-        ));
-    }
-    Ok(())
+    crate::gpu_bench::check_timeout_ms(args.timeout_ms)
 }
 
 fn run_inner(mut args: ForwardBenchArgs, name: &str) -> Result<()> {
@@ -372,15 +362,10 @@ fn run_inner(mut args: ForwardBenchArgs, name: &str) -> Result<()> {
     modes_for(args.modes.as_deref(), args.transport)?;
     check_counts(&args)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
-        let world = args
-            .gpus
-            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
-        let out = rank_main(rank, world, &args, Rendezvous::Dir(dir.clone()))?;
-        let path = dir.join(format!("result.rank{rank}.json"));
-        let text =
-            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
-        return std::fs::write(&path, text)
-            .map_err(|e| Error::io(format!("write {}", path.display()), e));
+        let gpus = args.gpus;
+        return crate::gpu_bench::write_worker_result(rank, gpus, dir, |world, rv| {
+            rank_main(rank, world, &args, rv)
+        });
     }
     tpcomm::cuda::ensure_driver()?;
     tpcomm_forward::ensure_cublas()?;

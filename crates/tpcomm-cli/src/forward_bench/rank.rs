@@ -301,21 +301,11 @@ impl Forward<'_> {
         unsafe { model.record(tokens, cs, &mut site)? };
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         self.check()?;
-        stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda("cuStreamBeginCapture"))?;
-        // SAFETY: as the eager run above; the graph is dropped before the
-        // model (each mode's graph at the end of its turn in rank_main).
-        let recorded = unsafe { model.record(tokens, cs, &mut site) };
-        let graph = stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda("cuStreamEndCapture"))?;
-        recorded?;
-        let graph = graph.ok_or_else(|| Error::Cuda {
-            call: "cuStreamEndCapture".into(),
-            detail: "empty graph".into(),
+        let graph = crate::gpu_bench::capture_graph(stream, || {
+            // SAFETY: as the eager run above; the graph is dropped before the
+            // model (each mode's graph at the end of its turn in rank_main).
+            unsafe { model.record(tokens, cs, &mut site) }
         })?;
-        graph.upload().map_err(cuda("cuGraphUpload"))?;
         for _ in 0..3 {
             graph.launch().map_err(cuda("cuGraphLaunch"))?;
         }
@@ -330,16 +320,8 @@ impl Forward<'_> {
         let iters = self.args.iters;
         let mut times = Vec::with_capacity(self.args.reps);
         for _ in 0..self.args.reps {
-            ev0.record(stream).map_err(cuda("cuEventRecord"))?;
-            for _ in 0..iters {
-                graph.launch().map_err(cuda("cuGraphLaunch"))?;
-            }
-            ev1.record(stream).map_err(cuda("cuEventRecord"))?;
-            ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-            times.push(
-                ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                    / iters as f64,
-            );
+            let run = || (0..iters).try_for_each(|_| graph.launch().map_err(cuda("cuGraphLaunch")));
+            times.push(crate::gpu_bench::time_us((ev0, ev1), stream, iters, run)?);
         }
         Ok(times)
     }

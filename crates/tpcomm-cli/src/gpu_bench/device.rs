@@ -4,7 +4,9 @@
 //! works on; and how a cudarc driver error becomes tpcomm's.
 
 use std::sync::Arc;
-use tpcomm::cuda::cudarc::driver::{CudaContext, CudaStream, DriverError};
+use tpcomm::cuda::cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaGraph, CudaStream, DriverError,
+};
 use tpcomm::cuda::open_context;
 use tpcomm::{Error, Result};
 
@@ -14,6 +16,44 @@ pub(crate) fn cuda(call: &'static str) -> impl Fn(DriverError) -> Error {
         call: call.into(),
         detail: e.to_string(),
     }
+}
+
+/// Microseconds per call of `calls` calls that `run` enqueues on `stream`,
+/// between events `ev0` and `ev1` (waited for here).
+pub(crate) fn time_us(
+    (ev0, ev1): (&CudaEvent, &CudaEvent),
+    stream: &CudaStream,
+    calls: usize,
+    run: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    ev0.record(stream).map_err(cuda("cuEventRecord"))?;
+    run()?;
+    ev1.record(stream).map_err(cuda("cuEventRecord"))?;
+    ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
+    Ok(ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0 / calls as f64)
+}
+
+/// The graph of what `record` enqueues on `stream` (captured thread-local),
+/// uploaded: the capture ends even when `record` fails (its error then
+/// comes after a failure to end the capture).
+pub(crate) fn capture_graph(
+    stream: &Arc<CudaStream>,
+    record: impl FnOnce() -> Result<()>,
+) -> Result<CudaGraph> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(cuda("cuStreamBeginCapture"))?;
+    let recorded = record();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .map_err(cuda("cuStreamEndCapture"))?;
+    recorded?;
+    let graph = graph.ok_or_else(|| Error::Cuda {
+        call: "cuStreamEndCapture".into(),
+        detail: "empty graph".into(),
+    })?;
+    graph.upload().map_err(cuda("cuGraphUpload"))?;
+    Ok(graph)
 }
 
 /// This rank's GPU: (the visible GPUs, its ordinal, its context, its stream).

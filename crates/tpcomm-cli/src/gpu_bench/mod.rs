@@ -26,7 +26,7 @@ mod report;
 mod tests;
 
 pub(crate) use check::{count_wrong_par, random_inputs};
-pub(crate) use device::{cuda, open_rank_device, RankDevice};
+pub(crate) use device::{capture_graph, cuda, open_rank_device, time_us, RankDevice};
 pub(crate) use report::report_rows;
 
 use launch::run_procs;
@@ -254,6 +254,23 @@ pub(crate) const TUNE: Spelling = Spelling {
     without_gpu: "`tpcomm tune --from-bench FILE` makes a table from GPU bench JSON measured on a machine with GPUs",
 };
 
+/// A worker process of a bench (this one's or the forward bench's): runs rank
+/// `rank` of `gpus` with `rank_main(world, rendezvous)`, meeting the others
+/// in `dir`, and writes what it returns to `dir`/result.rank{rank}.json for
+/// the launcher.
+pub(crate) fn write_worker_result<T: Serialize>(
+    rank: usize,
+    gpus: Option<usize>,
+    dir: PathBuf,
+    rank_main: impl FnOnce(usize, Rendezvous) -> Result<T>,
+) -> Result<()> {
+    let world = gpus.ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
+    let out = rank_main(world, Rendezvous::Dir(dir.clone()))?;
+    let path = dir.join(format!("result.rank{rank}.json"));
+    let text = serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(format!("write {}", path.display()), e))
+}
+
 /// Runs the measurement (or, in a worker process, one rank of it) and returns
 /// every rank's rows; `tpcomm tune` calls this too, with its own `spelling`.
 pub(crate) fn measure(
@@ -262,15 +279,9 @@ pub(crate) fn measure(
 ) -> Result<(GpuBenchArgs, usize, Vec<RankOut>)> {
     validate_as(&args, spelling)?;
     if let (Some(rank), Some(dir)) = (args.worker_rank, args.rendezvous.clone()) {
-        let world = args
-            .gpus
-            .ok_or_else(|| Error::invalid("--gpus", "workers need it"))?;
-        let out = rank_main(rank, world, &args, Rendezvous::Dir(dir.clone()))?;
-        let path = dir.join(format!("result.rank{rank}.json"));
-        let text =
-            serde_json::to_string(&out).map_err(|e| Error::invalid("result", e.to_string()))?;
-        std::fs::write(&path, text)
-            .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+        write_worker_result(rank, args.gpus, dir, |world, rv| {
+            rank_main(rank, world, &args, rv)
+        })?;
         std::process::exit(0);
     }
     tpcomm::cuda::ensure_driver()?;
@@ -432,6 +443,17 @@ pub(crate) const MAX_ROTATE: usize = 64;
 /// bench's `--timeout` (one ceiling for every device and bench).
 pub(crate) const MAX_TIMEOUT_MS: u64 = 86_399_999;
 
+/// `--timeout-ms` of a GPU bench: 1 to [`MAX_TIMEOUT_MS`].
+pub(crate) fn check_timeout_ms(ms: u64) -> Result<()> {
+    if !(1..=MAX_TIMEOUT_MS).contains(&ms) {
+        return Err(Error::invalid(
+            "--timeout-ms",
+            format!("{ms}: give 1 to {MAX_TIMEOUT_MS} milliseconds (under one day)"),
+        ));
+    }
+    Ok(())
+}
+
 /// [`validate_as`] in `tpcomm bench`'s words.
 #[cfg(test)]
 fn validate(args: &GpuBenchArgs) -> Result<()> {
@@ -476,15 +498,7 @@ pub(crate) fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()
             return Err(Error::invalid(flag, format!("{n}: give 1 to {max} {what}")));
         }
     }
-    if !(1..=MAX_TIMEOUT_MS).contains(&args.timeout_ms) {
-        return Err(Error::invalid(
-            "--timeout-ms",
-            format!(
-                "{}: give 1 to {MAX_TIMEOUT_MS} milliseconds (under one day)",
-                args.timeout_ms
-            ),
-        ));
-    }
+    check_timeout_ms(args.timeout_ms)?;
     if let Some(n) = args
         .gpus
         .filter(|n| !(2..=tpcomm::cuda::MAX_WORLD).contains(n))

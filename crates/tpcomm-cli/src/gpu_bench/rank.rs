@@ -3,7 +3,7 @@
 
 use super::check::cpu_workers;
 use super::comms::{auto_selector, open_comms, Comms};
-use super::device::cuda;
+use super::device::{capture_graph, cuda, time_us};
 use super::{count_wrong_par, random_inputs, select_transport};
 use super::{GpuBenchArgs, RankOut, Row};
 use crate::bench::coll::Coll;
@@ -14,7 +14,7 @@ use tpcomm::cuda::quant::QuantAlgo;
 use tpcomm::cuda::{Algo, Call, GpuTransport, Launch, Rendezvous, StreamAllReduce};
 use tpcomm::quant::Wire;
 use tpcomm::select;
-use tpcomm::{Error, ReduceOp, Result};
+use tpcomm::{ReduceOp, Result};
 
 /// One algorithm in one mode at the size being measured.
 struct Entry {
@@ -384,22 +384,9 @@ impl Rank<'_> {
         let stream = &self.c.stream;
         for e in entries.iter_mut() {
             if e.mode == "graph" {
-                stream
-                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                    .map_err(cuda("cuStreamBeginCapture"))?;
-                let mut res = Ok(());
-                for k in 0..iters {
-                    res = res.and_then(|_| self.call(&e.imp, k, count));
-                }
-                let g = stream
-                    .end_capture(sys::CUgraphInstantiate_flags(0))
-                    .map_err(cuda("cuStreamEndCapture"))?;
-                res?;
-                let g = g.ok_or_else(|| Error::Cuda {
-                    call: "cuStreamEndCapture".into(),
-                    detail: "empty graph".into(),
+                let g = capture_graph(stream, || {
+                    (0..iters).try_for_each(|k| self.call(&e.imp, k, count))
                 })?;
-                g.upload().map_err(cuda("cuGraphUpload"))?;
                 g.launch().map_err(cuda("cuGraphLaunch"))?;
                 e.graph = Some(g);
             } else {
@@ -427,14 +414,8 @@ impl Rank<'_> {
         let mut times = vec![Vec::with_capacity(self.args.reps); entries.len()];
         for _ in 0..self.args.reps {
             for (e, t) in entries.iter().zip(times.iter_mut()) {
-                ev0.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
-                self.run_entry(e, iters, count)?;
-                ev1.record(&self.c.stream).map_err(cuda("cuEventRecord"))?;
-                ev1.synchronize().map_err(cuda("cuEventSynchronize"))?;
-                t.push(
-                    ev0.elapsed_ms(ev1).map_err(cuda("cuEventElapsedTime"))? as f64 * 1000.0
-                        / iters as f64,
-                );
+                let run = || self.run_entry(e, iters, count);
+                t.push(time_us((ev0, ev1), &self.c.stream, iters, run)?);
             }
         }
         Ok(times)

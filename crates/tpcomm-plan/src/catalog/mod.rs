@@ -41,6 +41,43 @@ fn names<T>(items: &[T], name: impl Fn(&T) -> &str) -> String {
     items.iter().map(name).collect::<Vec<_>>().join(", ")
 }
 
+/// The error of entry `i` of kind `kind` in `file` (name, text) at its
+/// field `field`.
+fn field_err(
+    (file, text): (&str, &str),
+    kind: &str,
+    i: usize,
+    entry: impl Into<String>,
+    field: &str,
+    problem: String,
+) -> PlanError {
+    PlanError::Field {
+        file: file.into(),
+        line: locate(text, kind, i, Some(field)),
+        entry: entry.into(),
+        field: field.into(),
+        problem,
+    }
+}
+
+/// The entry of `items` named `name` (ASCII case ignored), or an error of
+/// an unknown `kind` naming the known ones.
+fn by_name<'a, T>(
+    kind: &'static str,
+    items: &'a [T],
+    name: &str,
+    name_of: impl Fn(&T) -> &str,
+) -> Result<&'a T> {
+    items
+        .iter()
+        .find(|x| name_of(x).eq_ignore_ascii_case(name))
+        .ok_or_else(|| PlanError::UnknownName {
+            kind,
+            name: name.into(),
+            known: names(items, name_of),
+        })
+}
+
 /// Parses every `[[kind]]` entry of one file; a field error gets the line
 /// of the field (or of its entry) in that file.
 fn parse_all<T>(
@@ -141,16 +178,10 @@ impl Catalog {
                 .find(|s| s.class.eq_ignore_ascii_case(&class.name))
             {
                 let field = "measured.layer_us_for_class";
-                return Err(PlanError::Field {
-                    file: gpus.0.into(),
-                    line: locate(gpus.1, "gpu", i, Some(field)),
-                    entry: g.name.clone(),
-                    field: field.into(),
-                    problem: format!(
+                return Err(field_err(gpus, "gpu", i, g.name.clone(), field, format!(
                         "{} already stands for class {:?}; only one measured GPU per class may (the others keep their own measurement)",
                         first.measured_on, class.name
-                    ),
-                });
+                    )));
             }
             shared.push(ClassLayerCost {
                 class: class.name.clone(),
@@ -207,88 +238,65 @@ impl Catalog {
         ] {
             for (i, n) in all.iter().enumerate() {
                 if all[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
-                    return Err(PlanError::Field {
-                        file: file.0.into(),
-                        line: locate(file.1, kind, i, Some("name")),
-                        entry: n.to_string(),
-                        field: "name".into(),
-                        problem: format!("a second {kind} has this name"),
-                    });
+                    return Err(field_err(
+                        file,
+                        kind,
+                        i,
+                        n.to_string(),
+                        "name",
+                        format!("a second {kind} has this name"),
+                    ));
                 }
             }
         }
         for (i, m) in self.machines.iter().enumerate() {
             if self.gpu(&m.gpu).is_err() {
-                return Err(PlanError::Field {
-                    file: machines.0.into(),
-                    line: locate(machines.1, "machine", i, Some("gpu")),
-                    entry: m.name.clone(),
-                    field: "gpu".into(),
-                    problem: format!(
+                return Err(field_err(
+                    machines,
+                    "machine",
+                    i,
+                    m.name.clone(),
+                    "gpu",
+                    format!(
                         "no gpu named {:?} in the catalog; known: {}",
                         m.gpu,
                         names(&self.gpus, |g| &g.name)
                     ),
-                });
+                ));
             }
         }
         for (i, d) in self.drafts.iter().enumerate() {
-            self.model(&d.target).map_err(|_| PlanError::Field {
-                file: drafts.0.into(),
-                line: locate(drafts.1, "draft", i, Some("target")),
-                entry: d.name.clone(),
-                field: "target".into(),
-                problem: format!(
-                    "no model named {:?} in the catalog; known: {}",
-                    d.target,
-                    names(&self.models, |m| &m.name)
-                ),
+            self.model(&d.target).map_err(|_| {
+                field_err(
+                    drafts,
+                    "draft",
+                    i,
+                    d.name.clone(),
+                    "target",
+                    format!(
+                        "no model named {:?} in the catalog; known: {}",
+                        d.target,
+                        names(&self.models, |m| &m.name)
+                    ),
+                )
             })?;
         }
         Ok(())
     }
 
     pub fn model(&self, name: &str) -> Result<&Model> {
-        self.models
-            .iter()
-            .find(|m| m.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| PlanError::UnknownName {
-                kind: "model",
-                name: name.into(),
-                known: names(&self.models, |m| &m.name),
-            })
+        by_name("model", &self.models, name, |m| &m.name)
     }
 
     pub fn gpu(&self, name: &str) -> Result<&Gpu> {
-        self.gpus
-            .iter()
-            .find(|g| g.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| PlanError::UnknownName {
-                kind: "gpu",
-                name: name.into(),
-                known: names(&self.gpus, |g| &g.name),
-            })
+        by_name("gpu", &self.gpus, name, |g| &g.name)
     }
 
     pub fn machine(&self, name: &str) -> Result<&Machine> {
-        self.machines
-            .iter()
-            .find(|m| m.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| PlanError::UnknownName {
-                kind: "machine",
-                name: name.into(),
-                known: names(&self.machines, |m| &m.name),
-            })
+        by_name("machine", &self.machines, name, |m| &m.name)
     }
 
     pub fn draft(&self, name: &str) -> Result<&Draft> {
-        self.drafts
-            .iter()
-            .find(|d| d.name.eq_ignore_ascii_case(name))
-            .ok_or_else(|| PlanError::UnknownName {
-                kind: "draft",
-                name: name.into(),
-                known: names(&self.drafts, |d| &d.name),
-            })
+        by_name("draft", &self.drafts, name, |d| &d.name)
     }
 }

@@ -7,7 +7,7 @@
 //! A `Call` is built once on the caller's stack and passed by reference down
 //! to the kernel launch: no transport takes the arguments one by one.
 
-use super::call_word::Signature;
+use super::call_word::{Kind, Signature};
 use super::pdl::Launch;
 use crate::algo::{Algo, Collective};
 use crate::dtype::{DType, ReduceOp};
@@ -99,6 +99,13 @@ impl Call {
             .unwrap_or_else(|| Signature::of(self.dtype, self.op))
     }
 
+    /// This call's word for a kernel of `kind` moving `nbytes` (`aux`: the
+    /// kind's own value, a broadcast's root), or 0 when the communicator
+    /// does not `check` calls (`call_word::word_if` with [`Self::signature`]).
+    pub(crate) fn word(&self, check: bool, kind: Kind, nbytes: u64, aux: u64) -> Result<u64> {
+        super::call_word::word_if(check, kind, self.signature(), nbytes, aux)
+    }
+
     /// The call's data in bytes (`count` elements of `dtype`), or an error
     /// when that overflows.
     pub fn bytes(&self) -> Result<u64> {
@@ -170,6 +177,18 @@ pub trait GpuTransport {
     }
 }
 
+/// The error of a message (`what`: nothing, or which block) of `bytes`
+/// above the communicator's `max_bytes`.
+fn above_max(what: String, bytes: usize, max_bytes: ByteSize) -> Error {
+    Error::invalid(
+        "message size",
+        format!(
+            "{what}{} is above this communicator's maximum {max_bytes}; create it with a larger max_bytes",
+            ByteSize::from_usize(bytes)
+        ),
+    )
+}
+
 /// The checks every all-reduce of tpcomm's kernels makes before launching:
 /// only sum, a count whose bytes fit `max_bytes`, 16-byte aligned buffers.
 /// Returns the message's bytes. `kernels` names the family in the error.
@@ -180,19 +199,9 @@ pub(crate) fn check_all_reduce(kernels: &str, call: &Call, max_bytes: ByteSize) 
             "reduce op {op:?} in {kernels} (only sum); use NCCL for it"
         )));
     }
-    let count = call.count;
-    let bytes = count
-        .checked_mul(call.dtype.size())
-        .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+    let bytes = call.dtype.bytes_of(call.count)?;
     if bytes as u64 > max_bytes.bytes() {
-        return Err(Error::invalid(
-            "message size",
-            format!(
-                "{} is above this communicator's maximum {}; create it with a larger max_bytes",
-                ByteSize::from_usize(bytes),
-                max_bytes
-            ),
-        ));
+        return Err(above_max(String::new(), bytes, max_bytes));
     }
     if !call.input.is_multiple_of(16) || !call.output.is_multiple_of(16) {
         return Err(Error::invalid(
@@ -223,14 +232,10 @@ pub(crate) fn check_collective(
         .filter(|b| b.checked_mul(world).is_some())
         .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
     if bytes as u64 > max_bytes.bytes() {
-        return Err(Error::invalid(
-            "message size",
-            format!(
-                "a {} block of {} is above this communicator's maximum {}; create it with a larger max_bytes",
-                what.name(),
-                ByteSize::from_usize(bytes),
-                max_bytes
-            ),
+        return Err(above_max(
+            format!("a {} block of ", what.name()),
+            bytes,
+            max_bytes,
         ));
     }
     if let Collective::Broadcast { root } = what {

@@ -79,6 +79,18 @@ pub(crate) enum Kind {
     QuantTwoShot = 13,
 }
 
+/// The kinds of the P2P all-gather, reduce-scatter and broadcast, in the
+/// order of a collective kernel family (`collectives::pick`).
+pub(crate) const P2P_COLLECTIVES: [Kind; 3] =
+    [Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast];
+
+/// The same for the host path.
+pub(crate) const HOST_COLLECTIVES: [Kind; 3] = [
+    Kind::HostAllGather,
+    Kind::HostReduceScatter,
+    Kind::HostBroadcast,
+];
+
 impl Kind {
     const ALL: [Kind; 13] = [
         Kind::OneShot,

@@ -7,28 +7,22 @@
 //! the reduce-scatter's output, the broadcast's message), at most the
 //! communicator's `max_bytes`.
 
-use super::call::{check_collective, Call, GpuTransport};
+use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::comm::P2pTransport;
 use super::communicator::{Communicator, NcclFallback};
 use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
-use super::kernels::KernelArgs;
 use super::launch_shape::{self, grid_cap};
-use super::loader::{
-    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
-    PerDevice,
-};
+use super::loader::{dtype_index, Family};
 use super::pdl;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::select::{NcclReason, Route, Transport};
-use crate::sys::cuda::{self as raw, Function, Module};
+use crate::sys::cuda::Function;
 use crate::units::ByteSize;
 use crate::wire::Wire;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
 
 /// Threads per block at most (TPCOMM_BLOCK in allreduce.cu's launch bounds).
 const BLOCK: u32 = 512;
@@ -37,45 +31,29 @@ const BLOCK: u32 = 512;
 /// form can name the all-gather without importing this module).
 pub use crate::algo::Collective;
 
-struct CollKernels {
-    all_gather: [Function; 3],
-    reduce_scatter: [Function; 3],
-    broadcast: [Function; 3],
-    block: u32,
-    blocks_per_sm: u32,
-    arch_major: i32,
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process.
-    _ctx: Arc<CudaContext>,
+kernel_family! {
+    /// The collective kernels of one device: `fns` is [all-gather,
+    /// reduce-scatter, broadcast] (see [`pick`]).
+    fn coll_kernels = 3 of compile::COLLECTIVES_SRC, "collectives.cu", "the collective kernels",
+        ["tpcomm_all_gather", "tpcomm_reduce_scatter", "tpcomm_broadcast"], BLOCK
 }
 
-fn coll_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<CollKernels>> {
-    static CACHE: PerDevice<CollKernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        let l = compile_and_load(
-            ctx,
-            compile::COLLECTIVES_SRC,
-            "collectives.cu",
-            "the collective kernels",
-        )?;
-        let all_gather = per_type(&l.module, "tpcomm_all_gather")?;
-        let reduce_scatter = per_type(&l.module, "tpcomm_reduce_scatter")?;
-        let broadcast = per_type(&l.module, "tpcomm_broadcast")?;
-        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
-        let block = common_block(all(), BLOCK, "the collective kernels", l.arch)?;
-        Ok(CollKernels {
-            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
-            block,
-            all_gather,
-            reduce_scatter,
-            broadcast,
-            arch_major: l.arch.0,
-            cubin_bytes: l.cubin_bytes,
-            _module: l.module,
-            _ctx: ctx.clone(),
-        })
-    })
+/// The kernel of `what` for `dtype` in a family of collective kernels
+/// ([all-gather, reduce-scatter, broadcast], on either transport), the root
+/// it takes (0 but for the broadcast) and, of `kinds` (in the same order),
+/// what its call word says.
+pub(crate) fn pick(
+    k: &Family<3>,
+    what: Collective,
+    dtype: DType,
+    kinds: [call_word::Kind; 3],
+) -> (Function, u32, call_word::Kind) {
+    let (i, root) = match what {
+        Collective::AllGather => (0, 0),
+        Collective::ReduceScatter => (1, 0),
+        Collective::Broadcast { root } => (2, root as u32),
+    };
+    (k.fns[i][dtype_index(dtype)], root, kinds[i])
 }
 
 impl P2pTransport {
@@ -107,58 +85,27 @@ impl P2pTransport {
     /// # Safety
     /// As [`GpuTransport`]'s methods.
     pub(crate) unsafe fn collective(&self, what: Collective, call: &Call) -> Result<()> {
-        self.check()?;
-        let bytes = check_collective(what, call, self.world(), self.max_bytes())?;
-        let dtype = call.dtype;
-        // Every rank gives the same count, so every rank skips together and
-        // the epoch stays in step.
-        if call.count == 0 {
+        let Some(bytes) = self.collective_bytes(what, call)? else {
             return Ok(());
-        }
+        };
+        let dtype = call.dtype;
         let p = self.protocol_parts();
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
         let shape = launch_shape::p2p_collective(bytes, grid, k.block);
-        let d = dtype_index(dtype);
-        let (f, root, kind) = match what {
-            Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::AllGather),
-            Collective::ReduceScatter => (k.reduce_scatter[d], 0, call_word::Kind::ReduceScatter),
-            Collective::Broadcast { root } => {
-                (k.broadcast[d], root as u32, call_word::Kind::Broadcast)
-            }
-        };
+        let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
+        let word = call.word(p.check_calls, kind, bytes as u64, root as u64)?;
         let args = CollArgs {
-            base: KernelArgs {
-                input: call.input,
-                output: call.output,
-                nbytes: bytes as u64,
-                bufs: p.bufs,
-                epoch_stride: p.epoch_stride,
-                slot_stride: p.slot_stride,
-                ctl: p.ctl,
-                status: p.status,
-                timeout_ns: p.timeout_ns,
-                call: call_word::word_if(
-                    p.check_calls,
-                    kind,
-                    call.signature(),
-                    bytes as u64,
-                    root as u64,
-                )?,
-                rank: self.rank() as u32,
-                world: self.world() as u32,
-                ..Default::default()
-            },
+            base: p.kernel_args(call.input, call.output, bytes as u64, word),
             root,
             pad: 0,
         };
-        raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: CollArgs mirrors the kernel's parameter; the receive
         // buffers, control words and status belong to `self`, which callers
         // keep alive until their streams finish; the pointers are the
         // caller's contract; every kernel of collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, shape, &args, call.stream, call.launch, k.arch_major) }
+        unsafe { pdl::launch_call(p.ctx, f, shape, &args, call, k.arch.0) }
     }
 }
 
@@ -221,9 +168,7 @@ impl Communicator {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<Route> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let bytes = dtype.bytes_of(count)? as u64;
         let fits = self.gpu().collective_fits(what, count, dtype);
         let transport = self.gpu().transport().for_routes();
         let route = collective_route(transport, bytes, self.gpu().max_bytes(), op, fits);
@@ -308,50 +253,4 @@ fn no_route() -> Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cuda::wait::{wait_what, WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
-
-    #[test]
-    fn coll_args_match_the_cuda_struct_size() {
-        // struct Args (160 bytes) and two u32.
-        assert_eq!(std::mem::size_of::<CollArgs>(), 160 + 8);
-    }
-
-    #[test]
-    fn wait_codes_match_the_kernel_source() {
-        let src = include_str!("kernels/collectives.cu");
-        for (name, code) in [
-            ("TPCOMM_WAIT_COLL_ALL_GATHER", WAIT_ALL_GATHER),
-            ("TPCOMM_WAIT_COLL_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
-            ("TPCOMM_WAIT_COLL_BROADCAST", WAIT_BROADCAST),
-        ] {
-            assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
-            assert!(wait_what(code).is_some());
-        }
-        // The all-reduce and fused kernels use codes 1 to 4.
-        assert!(!include_str!("kernels/allreduce.cu").contains(" 5u\n"));
-    }
-
-    #[test]
-    fn routes_send_what_the_kernels_cannot_take_to_nccl() {
-        let max = ByteSize::mib(8);
-        let of = |bytes, op, fits| collective_route(Transport::Host, bytes, max, op, fits);
-        let tpcomm = Route::Tpcomm {
-            transport: Transport::Host,
-            algo: None,
-            wire: Wire::Exact,
-        };
-        assert_eq!(of(max.bytes(), ReduceOp::Sum, true), tpcomm);
-        assert_eq!(tpcomm.to_string(), "tpcomm host");
-        assert_eq!(
-            of(max.bytes() + 1, ReduceOp::Sum, true),
-            Route::Nccl(NcclReason::TooLarge)
-        );
-        assert_eq!(of(16, ReduceOp::Max, true), Route::Nccl(NcclReason::Op));
-        assert_eq!(
-            of(16, ReduceOp::Sum, false),
-            Route::Nccl(NcclReason::TooLarge)
-        );
-    }
-}
+mod tests;

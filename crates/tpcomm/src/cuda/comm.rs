@@ -1,11 +1,11 @@
 //! `P2pTransport`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::call::{check_all_reduce, Call, GpuTransport};
+use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
-use super::kernels::{dtype_index, kernels_for, KernelArgs, Kernels};
+use super::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
 use super::launch_shape::{self, grid_cap};
 use super::layout::{round_up, Layout};
 use super::pdl;
@@ -81,6 +81,37 @@ pub(crate) struct ProtocolParts<'a> {
     pub sharing: Sharing,
     /// Whether calls carry call words (`CudaConfig::check_calls`).
     pub check_calls: bool,
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl ProtocolParts<'_> {
+    /// The argument the one-shot protocol's kernels start with for a call
+    /// of `nbytes` from `input` to `output` whose call word is `call` (the
+    /// two-shot fields zero).
+    pub(crate) fn kernel_args(
+        &self,
+        input: u64,
+        output: u64,
+        nbytes: u64,
+        call: u64,
+    ) -> KernelArgs {
+        KernelArgs {
+            input,
+            output,
+            nbytes,
+            bufs: self.bufs,
+            epoch_stride: self.epoch_stride,
+            slot_stride: self.slot_stride,
+            ctl: self.ctl,
+            status: self.status,
+            timeout_ns: self.timeout_ns,
+            call,
+            rank: self.rank as u32,
+            world: self.world as u32,
+            ..Default::default()
+        }
+    }
 }
 
 /// One rank of a group of GPUs doing all-reduce through each other's memory.
@@ -121,16 +152,7 @@ pub struct P2pTransport {
     _ipc: Vec<IpcMapping>,
 }
 
-impl std::fmt::Debug for P2pTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("P2pTransport")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("device", &self.ctx.ordinal())
-            .field("max_bytes", &self.max_bytes)
-            .finish()
-    }
-}
+transport_debug!(P2pTransport);
 
 impl P2pTransport {
     /// Creates this rank's communicator: compiles (or loads) the kernels,
@@ -299,19 +321,9 @@ impl P2pTransport {
             let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
             comm.selector = Arc::new(s);
         }
-        comm.routes = crate::select::agree(
-            crate::select::RouteTable::resolve(&comm.selector, group)?,
-            cfg.rank,
-            cfg.world,
-            rendezvous,
-            cfg.timeout,
-        )?;
+        let transport = crate::select::Transport::Cuda;
+        comm.routes = cfg.agreed_routes(&comm.selector, transport, false, rendezvous)?;
         Ok(comm)
-    }
-
-    /// How the group's ranks share this rank's GPU.
-    pub fn sharing(&self) -> Sharing {
-        self.sharing
     }
 
     /// What the routes were decided with (always `Some`: the given, the
@@ -335,38 +347,14 @@ impl P2pTransport {
         self.mode
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    pub fn world(&self) -> usize {
-        self.world
-    }
-    pub fn max_bytes(&self) -> ByteSize {
-        self.max_bytes
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-    /// Every byte this communicator took, per buffer.
-    pub fn memory_report(&self) -> &MemoryReport {
-        &self.report
-    }
-    /// For `GpuComm::new` to say in the heading why this transport was taken.
-    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
-        &mut self.report
-    }
-    /// NVRTC version and architecture the kernels were compiled with.
-    pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
-        (self.kernels.nvrtc, self.kernels.arch)
-    }
+    transport_accessors!();
 }
 
 impl GpuTransport for P2pTransport {
     type Ran = Algo;
 
     unsafe fn all_reduce(&self, call: &Call) -> Result<Algo> {
-        self.check()?;
-        let bytes = check_all_reduce("the CUDA kernels", call, self.max_bytes)?;
+        let bytes = self.all_reduce_bytes("the CUDA kernels", call)?;
         let dtype = call.dtype;
         let algo = self
             .routes
@@ -388,9 +376,9 @@ impl GpuTransport for P2pTransport {
         let d = dtype_index(dtype);
         let one_vector_per_thread = bytes.div_ceil(16) as u64 <= shape.threads();
         let f = match algo {
-            Algo::TwoShot => self.kernels.twoshot[d],
-            _ if one_vector_per_thread => self.kernels.oneshot_small[d],
-            _ => self.kernels.oneshot[d],
+            Algo::TwoShot => self.kernels.fns[kernels::TWOSHOT][d],
+            _ if one_vector_per_thread => self.kernels.fns[kernels::ONESHOT_SMALL][d],
+            _ => self.kernels.fns[kernels::ONESHOT][d],
         };
         let kind = match algo {
             Algo::TwoShot => call_word::Kind::TwoShot,
@@ -408,26 +396,16 @@ impl GpuTransport for P2pTransport {
             ctl: self.recv.ptr() + self.layout.receive_bytes() as u64,
             status: self.status.device_ptr(),
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            call: call_word::word_if(self.check_calls, kind, call.signature(), bytes as u64, 0)?,
+            call: call.word(self.check_calls, kind, bytes as u64, 0)?,
             rank: self.rank as u32,
             world: self.world as u32,
         };
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: KernelArgs mirrors `struct Args`; the receive buffers and
         // status live as long as `self` (callers keep the communicator until
         // their streams finish); input/output validity is the caller's
         // contract above; every kernel of allreduce.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                &args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )?
-        };
+        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
         Ok(algo)
     }
 
@@ -453,6 +431,8 @@ impl P2pTransport {
             sms: self.sms,
             sharing: self.sharing,
             check_calls: self.check_calls,
+            rank: self.rank,
+            world: self.world,
         }
     }
 

@@ -65,6 +65,26 @@ pub struct CudaConfig {
 }
 
 impl CudaConfig {
+    /// The routes `selector` gives a group of these ranks, up to this
+    /// `max_bytes`, on `transport` (with NCCL behind it or not), agreed
+    /// with every rank through `rendezvous` (`select::agree`).
+    pub(crate) fn agreed_routes(
+        &self,
+        selector: &crate::select::Selector,
+        transport: crate::select::Transport,
+        nccl: bool,
+        rendezvous: &super::Rendezvous,
+    ) -> Result<crate::select::RouteTable> {
+        let group = crate::select::Group {
+            world: self.world,
+            transport,
+            nccl,
+            max_bytes: self.max_bytes,
+        };
+        let table = crate::select::RouteTable::resolve(selector, group)?;
+        crate::select::agree(table, self.rank, self.world, rendezvous, self.timeout)
+    }
+
     /// Checks what every transport needs (2 to MAX_WORLD ranks, a rank below
     /// the world size, a buffer above 0 bytes) and returns the buffer size;
     /// `transport` names the caller in the messages.

@@ -7,7 +7,6 @@ use super::call_word;
 use super::comm::P2pTransport;
 use super::compile;
 use super::kernel_args::FusedArgs;
-use super::kernels::KernelArgs;
 use super::launch_shape::{self, grid_cap, Shape, FUSED_PUSH_VECS, NORM_BLOCK_MAX};
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
@@ -70,19 +69,22 @@ pub(crate) fn fused_kernels(ctx: &Arc<CudaContext>) -> Result<Arc<FusedKernels>>
 }
 
 impl FusedKernels {
+    /// Makes `ctx` current and launches `f` on `norm`'s stream as it asks.
+    ///
     /// # Safety
     /// As `sys::cuda::launch`.
-    unsafe fn launch<A>(
+    unsafe fn launch(
         &self,
+        ctx: &CudaContext,
         f: Function,
         shape: Shape,
-        args: &A,
-        stream: CUstream,
-        how: Launch,
+        args: &FusedArgs,
+        norm: &NormCall,
     ) -> Result<()> {
+        raw::set_current(ctx.cu_ctx())?;
         // SAFETY: forwarded from the caller; every kernel of fused.cu starts
         // with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe { pdl::launch(f, shape, args, stream, how, self.arch_major) }
+        unsafe { pdl::launch(f, shape, args, norm.stream, norm.launch, self.arch_major) }
     }
 }
 
@@ -107,6 +109,23 @@ pub struct NormCall {
     /// The caller's CUDA stream (null: the legacy default stream).
     pub stream: CUstream,
     pub launch: Launch,
+}
+
+impl NormCall {
+    /// The norm's fields of the kernels' argument, for a row of `row_vecs`
+    /// vectors (the all-reduce's, the addend and the spreading zero).
+    fn args(&self, row_vecs: usize) -> FusedArgs {
+        FusedArgs {
+            residual: self.residual,
+            weight: self.weight,
+            normed: self.normed,
+            rows: self.rows as u32,
+            row_vecs: row_vecs as u32,
+            eps: self.eps,
+            inv_hidden: 1.0 / self.hidden as f32,
+            ..Default::default()
+        }
+    }
 }
 
 /// The shape checks both norm kernels share; returns (row bytes, vectors per row).
@@ -148,48 +167,20 @@ pub unsafe fn add_rmsnorm(
     addend: Option<CUdeviceptr>,
     norm: &NormCall,
 ) -> Result<()> {
-    let NormCall {
-        residual,
-        weight,
-        normed,
-        rows,
-        hidden,
-        dtype,
-        eps,
-        stream,
-        launch: how,
-    } = *norm;
-    let row_vecs = check_rows(
-        rows,
-        hidden,
-        dtype,
-        &[residual, addend.unwrap_or(0), weight, normed],
-    )?;
+    let (rows, dtype) = (norm.rows, norm.dtype);
+    let ptrs = [norm.residual, addend.unwrap_or(0), norm.weight, norm.normed];
+    let row_vecs = check_rows(rows, norm.hidden, dtype, &ptrs)?;
     let k = fused_kernels(ctx)?;
     let sms = raw::sm_count(ctx.ordinal() as i32)? as usize;
     let args = FusedArgs {
-        residual,
         addend: addend.unwrap_or(0),
-        weight,
-        normed,
-        rows: rows as u32,
-        row_vecs: row_vecs as u32,
-        eps,
-        inv_hidden: 1.0 / hidden as f32,
-        ..Default::default()
+        ..norm.args(row_vecs)
     };
-    raw::set_current(ctx.cu_ctx())?;
+    let f = k.add_rmsnorm[dtype_index(dtype)];
+    let shape = launch_shape::add_rmsnorm(rows, row_vecs, sms);
     // SAFETY: FusedArgs mirrors the kernel's parameter; pointer validity is
     // the caller's contract above.
-    unsafe {
-        k.launch(
-            k.add_rmsnorm[dtype_index(dtype)],
-            launch_shape::add_rmsnorm(rows, row_vecs, sms),
-            &args,
-            stream,
-            how,
-        )
-    }
+    unsafe { k.launch(ctx, f, shape, &args, norm) }
 }
 
 /// Compiles (or reads from the cache) and loads the fused module on `ctx`'s
@@ -233,19 +224,10 @@ impl P2pTransport {
         partial: CUdeviceptr,
         norm: &NormCall,
     ) -> Result<()> {
-        let NormCall {
-            residual,
-            weight,
-            normed,
-            rows,
-            hidden,
-            dtype,
-            eps,
-            stream,
-            launch: how,
-        } = *norm;
+        let (rows, dtype) = (norm.rows, norm.dtype);
         self.check()?;
-        let row_vecs = check_rows(rows, hidden, dtype, &[partial, residual, weight, normed])?;
+        let ptrs = [partial, norm.residual, norm.weight, norm.normed];
+        let row_vecs = check_rows(rows, norm.hidden, dtype, &ptrs)?;
         let bytes = rows * row_vecs * 16;
         if bytes as u64 > self.max_bytes().bytes() {
             return Err(Error::invalid(
@@ -261,59 +243,32 @@ impl P2pTransport {
         let k = fused_kernels(p.ctx)?;
         let spread = fused_spread(rows);
         let grid = grid_cap(p.sms as usize, k.fused_blocks_per_sm as usize, p.sharing)?;
+        let word = call_word::word_if(
+            p.check_calls,
+            call_word::Kind::FusedRmsNorm,
+            call_word::Signature::of(dtype, crate::ReduceOp::Sum),
+            bytes as u64,
+            0,
+        )?;
         let args = FusedArgs {
-            base: KernelArgs {
-                input: partial,
-                output: 0,
-                nbytes: bytes as u64,
-                bufs: p.bufs,
-                epoch_stride: p.epoch_stride,
-                slot_stride: p.slot_stride,
-                ctl: p.ctl,
-                status: p.status,
-                timeout_ns: p.timeout_ns,
-                call: call_word::word_if(
-                    p.check_calls,
-                    call_word::Kind::FusedRmsNorm,
-                    call_word::Signature::of(dtype, crate::ReduceOp::Sum),
-                    bytes as u64,
-                    0,
-                )?,
-                rank: self.rank() as u32,
-                world: self.world() as u32,
-                ..Default::default()
-            },
-            residual,
-            addend: 0,
-            weight,
-            normed,
-            rows: rows as u32,
-            row_vecs: row_vecs as u32,
-            eps,
-            inv_hidden: 1.0 / hidden as f32,
+            base: p.kernel_args(partial, 0, bytes as u64, word),
             push_vecs: if spread { FUSED_PUSH_VECS as u32 } else { 0 },
-            pad: 0,
+            ..norm.args(row_vecs)
         };
-        raw::set_current(p.ctx.cu_ctx())?;
+        let f = k.fused[dtype_index(dtype)];
+        let shape = launch_shape::fused_rmsnorm(rows, row_vecs, grid, spread);
         // SAFETY: FusedArgs mirrors the kernel's parameter; the receive
         // buffers, control words and status belong to `self`, which callers
         // keep alive until their streams finish; the rest is the caller's
         // contract above.
-        unsafe {
-            k.launch(
-                k.fused[dtype_index(dtype)],
-                launch_shape::fused_rmsnorm(rows, row_vecs, grid, spread),
-                &args,
-                stream,
-                how,
-            )
-        }
+        unsafe { k.launch(p.ctx, f, shape, &args, norm) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::kernels::KernelArgs;
 
     #[test]
     fn fused_args_match_the_cuda_struct_size() {

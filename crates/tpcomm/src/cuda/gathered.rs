@@ -396,6 +396,17 @@ impl Kernels {
     }
 }
 
+/// The kernel's max (`max`) or min of `acc` and `x`: `x` where it compares
+/// above (below) `acc`, else `acc`.
+fn extremum<T: PartialOrd>(max: bool, acc: T, x: T) -> T {
+    let wins = if max { x > acc } else { x < acc };
+    if wins {
+        x
+    } else {
+        acc
+    }
+}
+
 /// What `op` over `world` plain blocks gives for element `i`, on the host,
 /// in the kernel's order and arithmetic (the tests' reference).
 pub fn reference(elem: Elem, op: Op, blocks: &[&[u8]], i: usize) -> Vec<u8> {
@@ -411,20 +422,8 @@ pub fn reference(elem: Elem, op: Op, blocks: &[&[u8]], i: usize) -> Vec<u8> {
                 let x = v(r);
                 acc = match op {
                     Op::Prod => (acc as $u).wrapping_mul(x as $u) as $t,
-                    Op::Max => {
-                        if x > acc {
-                            x
-                        } else {
-                            acc
-                        }
-                    }
-                    Op::Min => {
-                        if x < acc {
-                            x
-                        } else {
-                            acc
-                        }
-                    }
+                    Op::Max => extremum(true, acc, x),
+                    Op::Min => extremum(false, acc, x),
                     Op::Sum | Op::Avg => (acc as $u).wrapping_add(x as $u) as $t,
                 };
             }
@@ -442,20 +441,8 @@ pub fn reference(elem: Elem, op: Op, blocks: &[&[u8]], i: usize) -> Vec<u8> {
                 let x = v(r);
                 acc = match op {
                     Op::Prod => acc * x,
-                    Op::Max => {
-                        if x > acc {
-                            x
-                        } else {
-                            acc
-                        }
-                    }
-                    Op::Min => {
-                        if x < acc {
-                            x
-                        } else {
-                            acc
-                        }
-                    }
+                    Op::Max => extremum(true, acc, x),
+                    Op::Min => extremum(false, acc, x),
                     Op::Sum | Op::Avg => acc + x,
                 };
             }

@@ -2,68 +2,27 @@
 
 use super::compile;
 pub(super) use super::kernel_args::KernelArgs;
-use super::loader::{
-    common_block, compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice,
-};
-use crate::error::Result;
-use crate::sys::cuda::{Function, Module};
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
+use super::loader::Family;
 
 // Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
 // launch bounds fit the registers to it).
 const BLOCK: u32 = 512;
 
-/// The compiled kernels of one device, loaded once per process.
-pub(super) struct Kernels {
-    pub oneshot: [Function; 3],
-    /// One-shot for at most one vector per thread of the grid.
-    pub oneshot_small: [Function; 3],
-    pub twoshot: [Function; 3],
-    /// Threads per block: BLOCK, or less if a kernel cannot take that many.
-    pub block: u32,
-    /// Blocks of `block` threads one SM holds at once, for the kernel that
-    /// fits fewest (the occupancy API on the kernels as compiled).
-    pub blocks_per_sm: u32,
-    pub nvrtc: (i32, i32),
-    pub arch: (i32, i32),
-    pub cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process:
-    // releasing the last reference would destroy the context under the cache.
-    _ctx: Arc<CudaContext>,
-}
+/// The compiled all-reduce kernels of one device, loaded once per process:
+/// `fns` is [one-shot, one-shot for at most one vector per thread of the
+/// grid, two-shot] (see the indices below).
+pub(super) type Kernels = Family<3>;
+
+/// Indices in [`Kernels`]' `fns`.
+pub(super) const ONESHOT: usize = 0;
+pub(super) const ONESHOT_SMALL: usize = 1;
+pub(super) const TWOSHOT: usize = 2;
 
 pub(super) use super::loader::dtype_index;
 
-pub(super) fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
-    static CACHE: PerDevice<Kernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        let l = compile_and_load(ctx, compile::ALLREDUCE_SRC, "allreduce.cu", "the kernels")?;
-        let oneshot = per_type(&l.module, "tpcomm_oneshot")?;
-        let oneshot_small = per_type(&l.module, "tpcomm_oneshot_small")?;
-        let twoshot = per_type(&l.module, "tpcomm_twoshot")?;
-        let block = common_block(
-            oneshot.iter().chain(&oneshot_small).chain(&twoshot),
-            BLOCK,
-            "the all-reduce kernels",
-            l.arch,
-        )?;
-        let blocks_per_sm =
-            resident_blocks_per_sm(oneshot.iter().chain(&oneshot_small).chain(&twoshot), block)?;
-        Ok(Kernels {
-            oneshot,
-            oneshot_small,
-            twoshot,
-            block,
-            blocks_per_sm,
-            nvrtc: l.nvrtc,
-            arch: l.arch,
-            cubin_bytes: l.cubin_bytes,
-            _module: l.module,
-            _ctx: ctx.clone(),
-        })
-    })
+kernel_family! {
+    pub(super) fn kernels_for = 3 of compile::ALLREDUCE_SRC, "allreduce.cu", "the all-reduce kernels",
+        ["tpcomm_oneshot", "tpcomm_oneshot_small", "tpcomm_twoshot"], BLOCK
 }
 
 #[cfg(test)]

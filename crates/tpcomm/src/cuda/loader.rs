@@ -102,6 +102,63 @@ pub(crate) fn resident_blocks_per_sm<'a>(
     Ok(if fewest == u32::MAX { 1 } else { fewest.max(1) })
 }
 
+/// A family of per-type kernels loaded on one device: for each of `N` base
+/// names its kernel per element type ([`per_type`]), the block size all of
+/// them can launch with and how many such blocks an SM holds of the one that
+/// fits fewest. One copy per device and process (see [`per_device`]).
+pub(crate) struct Family<const N: usize> {
+    /// `fns[i][dtype_index(d)]`: base `i`'s kernel for `d`.
+    pub fns: [[Function; 3]; N],
+    /// Threads per block: the family's maximum, or less if a kernel cannot
+    /// take that many.
+    pub block: u32,
+    /// Blocks of `block` threads one SM holds at once, for the kernel that
+    /// fits fewest (the occupancy API on the kernels as compiled): what
+    /// sizes the grids when ranks share a GPU.
+    pub blocks_per_sm: u32,
+    pub nvrtc: (i32, i32),
+    pub arch: (i32, i32),
+    pub cubin_bytes: usize,
+    _module: Module,
+    // Keeps the primary context (and so the module) alive for the process:
+    // releasing the last reference would destroy the context under the cache.
+    _ctx: Arc<CudaContext>,
+}
+
+impl<const N: usize> Family<N> {
+    /// Compiles `src` (file `name`, named `what` in errors) for `ctx`'s
+    /// device and loads it, `bases`' kernels with a common block of at most
+    /// `max_block` threads.
+    pub(crate) fn load(
+        ctx: &Arc<CudaContext>,
+        src: &str,
+        name: &str,
+        what: &str,
+        bases: [&str; N],
+        max_block: u32,
+    ) -> Result<Family<N>> {
+        let l = compile_and_load(ctx, src, name, what)?;
+        let mut fns = Vec::with_capacity(N);
+        for base in bases {
+            fns.push(per_type(&l.module, base)?);
+        }
+        let fns: [[Function; 3]; N] = fns
+            .try_into()
+            .map_err(|_| Error::invalid("kernel family", "a base name without kernels"))?;
+        let block = common_block(fns.iter().flatten(), max_block, what, l.arch)?;
+        Ok(Family {
+            blocks_per_sm: resident_blocks_per_sm(fns.iter().flatten(), block)?,
+            fns,
+            block,
+            nvrtc: l.nvrtc,
+            arch: l.arch,
+            cubin_bytes: l.cubin_bytes,
+            _module: l.module,
+            _ctx: ctx.clone(),
+        })
+    }
+}
+
 /// Index of `d` in a family's per-type kernel arrays ([f32, f16, bf16]).
 /// A family's kernel for each element type, `{base}_f32`, `{base}_f16`,
 /// `{base}_bf16`, in [`dtype_index`] order.

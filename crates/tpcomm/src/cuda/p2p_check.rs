@@ -328,28 +328,30 @@ fn map_and_store(
         }
     }
     let args = args(l, &m, rank, world);
+    // SAFETY: every area is this rank's allocation or a live mapping of a
+    // peer's (kept in `m`, and the peers keep theirs until the last
+    // exchange), each `world * SLOT_BYTES` long, of which the kernel writes
+    // this rank's slot only; the status is ours. Bounded: the store kernel
+    // waits on nothing.
+    unsafe { run_kernel(l, l.store, &args, world) }?;
+    Ok(m)
+}
+
+/// Runs `f` (the store or the verify kernel) on a stream of its own of `l`'s
+/// context and waits for it.
+///
+/// # Safety
+/// `args` (`P2pCheckArgs` mirrors `struct P2pCheckArgs`) names memory the
+/// kernel may touch until it ends, and the kernel ends.
+unsafe fn run_kernel(l: &Local, f: raw::Function, args: &P2pCheckArgs, world: usize) -> Result<()> {
     raw::set_current(l.ctx.cu_ctx())?;
     let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
     let s = launch_shape::p2p_check(world);
-    // SAFETY: `P2pCheckArgs` mirrors `struct P2pCheckArgs`; every area is this rank's
-    // allocation or a live mapping of a peer's (kept in `m`, and the peers
-    // keep theirs until the last exchange), each `world * SLOT_BYTES` long,
-    // of which the kernel writes this rank's slot only; the status is ours.
-    unsafe {
-        raw::launch_shared(
-            l.store,
-            s.grid,
-            s.block,
-            s.shared_bytes,
-            &args,
-            stream.cu_stream(),
-        )?
-    };
-    // Bounded: the store kernel waits on nothing.
+    // SAFETY: the caller's contract.
+    unsafe { raw::launch_shared(f, s.grid, s.block, s.shared_bytes, args, stream.cu_stream())? };
     stream
         .synchronize()
-        .map_err(cuda_err("cuStreamSynchronize"))?;
-    Ok(m)
+        .map_err(cuda_err("cuStreamSynchronize"))
 }
 
 fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> P2pCheckArgs {
@@ -368,108 +370,13 @@ fn args(l: &Local, m: &Mapped, rank: usize, world: usize) -> P2pCheckArgs {
 
 fn verify(l: &Local, m: &Mapped, rank: usize, world: usize) -> Result<Vec<(usize, PairCheck)>> {
     let args = args(l, m, rank, world);
-    raw::set_current(l.ctx.cu_ctx())?;
-    let stream = l.ctx.new_stream().map_err(cuda_err("cuStreamCreate"))?;
-    let s = launch_shape::p2p_check(world);
     // SAFETY: as for the store kernel; the verify kernel reads this rank's
-    // own area and writes the status, both owned by `l`.
-    unsafe {
-        raw::launch_shared(
-            l.verify,
-            s.grid,
-            s.block,
-            s.shared_bytes,
-            &args,
-            stream.cu_stream(),
-        )?
-    };
-    // Bounded by the kernel's own timeout (VERIFY_TIMEOUT per writer).
-    stream
-        .synchronize()
-        .map_err(cuda_err("cuStreamSynchronize"))?;
+    // own area and writes the status, both owned by `l`. Bounded by the
+    // kernel's own timeout (VERIFY_TIMEOUT per writer).
+    unsafe { run_kernel(l, l.verify, &args, world) }?;
     let status: Vec<u32> = (0..2 * world).map(|i| l.status.read_u32(4 * i)).collect();
     Ok(decode(&status, rank, world))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_status_codes_match_the_kernel_source() {
-        let src = include_str!("kernels/p2p_check.cu");
-        for (name, code) in [
-            ("P2PC_OK", CODE_OK),
-            ("P2PC_NO_BYTES", CODE_NO_BYTES),
-            ("P2PC_WRONG", CODE_WRONG),
-        ] {
-            assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
-        }
-        assert!(src.contains(&format!("#define P2PC_WORDS {WORDS}u")));
-        assert!(src.contains(&format!("#define P2PC_MAX_WORLD {MAX_WORLD}")));
-        assert_eq!(std::mem::size_of::<P2pCheckArgs>(), 8 * MAX_WORLD + 32);
-    }
-
-    #[test]
-    fn a_reader_decodes_each_writers_verdict_and_skips_itself() {
-        // Rank 1 of 3: writer 0 fine, writer 2 wrong at word 17.
-        let status = [CODE_OK, 0, 0, 0, CODE_WRONG, 17];
-        assert_eq!(
-            decode(&status, 1, 3),
-            vec![(0, PairCheck::Ok), (2, PairCheck::Wrong { first_word: 17 })]
-        );
-        // A status never written reads as not checked, never as fine.
-        assert_eq!(decode(&[0; 4], 0, 2), vec![(1, PairCheck::NotChecked)]);
-    }
-
-    fn post(pairs: &[(usize, PairCheck)]) -> Vec<u8> {
-        encode(&Ok(pairs.to_vec()))
-    }
-
-    #[test]
-    fn every_pair_fine_keeps_p2p() {
-        let all = vec![post(&[(1, PairCheck::Ok)]), post(&[(0, PairCheck::Ok)])];
-        let v = group_verdict(&all);
-        assert!(v.p2p_ok && v.ran, "{}", v.why);
-    }
-
-    #[test]
-    fn one_pair_that_moves_nothing_or_wrong_bytes_sends_the_group_to_the_host_path() {
-        let all = vec![
-            post(&[(1, PairCheck::NoBytes), (2, PairCheck::Ok)]),
-            post(&[(0, PairCheck::Ok), (2, PairCheck::Ok)]),
-            post(&[(0, PairCheck::Ok), (1, PairCheck::Wrong { first_word: 5 })]),
-        ];
-        let v = group_verdict(&all);
-        assert!(!v.p2p_ok);
-        assert!(
-            v.why.contains("rank 1 -> rank 0: no bytes arrived"),
-            "{}",
-            v.why
-        );
-        assert!(v.why.contains("rank 1 -> rank 2: wrong bytes"), "{}", v.why);
-        assert!(v.why.contains("host transport"), "{}", v.why);
-        let all = vec![
-            post(&[(1, PairCheck::NotChecked)]),
-            post(&[(0, PairCheck::Ok)]),
-        ];
-        assert!(!group_verdict(&all).p2p_ok);
-    }
-
-    #[test]
-    fn a_check_that_could_not_run_leaves_the_drivers_answer_and_says_so() {
-        let all = vec![
-            encode(&Err("NVRTC not found".into())),
-            post(&[(0, PairCheck::Ok)]),
-        ];
-        let v = group_verdict(&all);
-        assert!(v.p2p_ok && !v.ran);
-        assert!(v.why.contains("rank 0: NVRTC not found"), "{}", v.why);
-        // Garbage from a rank is named, not trusted as a verdict.
-        let v = group_verdict(&[vec![b'k', 1], post(&[(0, PairCheck::Ok)])]);
-        assert!(v.why.contains("rank 0: unreadable"), "{}", v.why);
-        // A failed pair wins over a check that did not run elsewhere.
-        let v = group_verdict(&[encode(&Err("x".into())), post(&[(0, PairCheck::NoBytes)])]);
-        assert!(!v.p2p_ok);
-    }
-}
+mod tests;

@@ -6,10 +6,12 @@
 //! (`sys::cuda::launch_overlapped`). Where ranks share the GPU an overlapped
 //! launch is an ordinary one ([`super::share::device_shared`] says why).
 
+use super::call::Call;
 use super::launch_shape::Shape;
 use super::share::device_shared;
 use crate::error::Result;
 use crate::sys::cuda::{self as raw, CUstream, Function};
+use cudarc::driver::CudaContext;
 
 /// How a tpcomm kernel is launched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -69,6 +71,24 @@ pub(crate) unsafe fn launch<A>(
             Launch::Ordinary => raw::launch_shared(f, grid, block, shared_bytes, args, stream),
         }
     }
+}
+
+/// [`launch`] of a transport's `call`: makes `ctx` current and launches `f`
+/// on the call's stream as the call asks.
+///
+/// # Safety
+/// As [`launch`].
+pub(crate) unsafe fn launch_call<A>(
+    ctx: &CudaContext,
+    f: Function,
+    shape: Shape,
+    args: &A,
+    call: &Call,
+    arch_major: i32,
+) -> Result<()> {
+    raw::set_current(ctx.cu_ctx())?;
+    // SAFETY: forwarded from the caller.
+    unsafe { launch(f, shape, args, call.stream, call.launch, arch_major) }
 }
 
 #[cfg(test)]

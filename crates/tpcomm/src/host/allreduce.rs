@@ -135,38 +135,19 @@ impl HostCommunicator {
             return Err(Error::Aborted(why.clone()));
         }
         let algo = self.resolve(T::DTYPE, count, algo)?;
-        self.seq += 1;
         let per_piece = self.seg.layout.slot_bytes / std::mem::size_of::<T>();
         let meta = dtype_code(T::DTYPE) | op_code(op) << 8 | algo.code() << 16;
-        let mut off = 0;
         // A zero-length call still takes one epoch so its descriptor is checked.
-        loop {
-            let len = per_piece.min(count - off);
-            let desc = Desc {
-                count: count as u64,
-                meta,
-                seq: self.seq,
-                offset: off as u64,
-            };
-            let ep = self.epoch;
-            self.epoch += 1;
+        self.each_piece(count, per_piece, meta, |c, ep, desc, off, len| {
             // SAFETY: off + len <= count, so both pieces lie inside the
             // caller's buffers (the contract above), and alias as they do.
-            let r = unsafe {
+            unsafe {
                 match algo {
-                    Algo::TwoShot => self.two_shot(ep, desc, src.add(off), dst.add(off), len, op),
-                    _ => self.one_shot(ep, desc, src.add(off), dst.add(off), len, op),
+                    Algo::TwoShot => c.two_shot(ep, desc, src.add(off), dst.add(off), len, op),
+                    _ => c.one_shot(ep, desc, src.add(off), dst.add(off), len, op),
                 }
-            };
-            if let Err(e) = r {
-                self.fail(&e, ep);
-                return Err(e);
             }
-            off += len;
-            if off >= count {
-                return Ok(());
-            }
-        }
+        })
     }
 
     /// Poisons this communicator and, for failures this rank found itself,

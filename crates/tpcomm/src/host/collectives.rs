@@ -120,7 +120,7 @@ impl HostCommunicator {
     /// Runs one call as a sequence of epochs over pieces of at most
     /// `per_piece` elements of `count`, like the all-reduce; a zero-length
     /// call still takes one epoch so its descriptor is checked.
-    fn each_piece(
+    pub(super) fn each_piece(
         &mut self,
         count: usize,
         per_piece: usize,

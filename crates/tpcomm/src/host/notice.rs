@@ -8,7 +8,7 @@
 use super::identity::Proc;
 use super::ticket;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -90,26 +90,11 @@ pub(crate) fn read(file: &Path, key_hash: [u64; 2], uid: u32, recent: Duration) 
 
 /// Removes this user's notices at `file` whose writer has exited.
 pub(crate) fn sweep(file: &Path, uid: u32) {
-    let dir = match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let pre = prefix(file);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(hex) = name.strip_prefix(&pre) else {
-            continue;
-        };
-        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if !m.file_type().is_file() || m.uid() != uid || hex.len() != 32 {
+    for (path, hex) in ticket::own_files(file, &prefix(file), uid) {
+        if hex.len() != 32 {
             continue;
         }
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         let f: Vec<&str> = text.split_whitespace().collect();
         let writer = (f.len() == 6)
             .then(|| {
@@ -120,37 +105,10 @@ pub(crate) fn sweep(file: &Path, uid: u32) {
             })
             .flatten();
         if !writer.is_some_and(|w| w.alive()) {
-            let _ = std::fs::remove_file(e.path());
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_notice_is_seen_by_its_job_only_and_swept_once_its_writer_is_gone() {
-        let d = tempfile::tempdir().unwrap();
-        let file = d.path().join("rv");
-        let uid = super::super::identity::euid();
-        let (mine, theirs) = ([1, 2], [3, 4]);
-        let long = Duration::from_secs(60);
-        assert_eq!(read(&file, mine, uid, long), None);
-        write(&file, mine, 3);
-        let n = read(&file, mine, uid, long).unwrap();
-        assert_eq!((n.rank, n.writer), (3, Proc::me()));
-        assert_eq!(read(&file, theirs, uid, long), None);
-        assert_eq!(read(&file, mine, uid + 1, long), None, "another user's");
-        // Writer alive: kept. A dead writer's notice goes.
-        sweep(&file, uid);
-        assert!(path(&file, mine).exists());
-        std::fs::write(
-            path(&file, theirs),
-            format!("tpcomm-abort 1 {} 0 1 1\n", hash_hex(theirs)),
-        )
-        .unwrap();
-        sweep(&file, uid);
-        assert!(path(&file, mine).exists() && !path(&file, theirs).exists());
-    }
-}
+mod tests;

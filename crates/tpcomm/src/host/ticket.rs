@@ -201,21 +201,31 @@ pub(crate) fn temp_name(file: &Path) -> PathBuf {
     ))
 }
 
-/// Removes this user's temporary tickets next to `file` whose writer is gone.
-pub(crate) fn sweep_temps(file: &Path, uid: u32) {
+/// The regular files of user `uid` (not links) beside `file` whose names
+/// start with `pre`, each with the rest of its name: what the sweeps of
+/// leftover tickets and notices look through.
+pub(crate) fn own_files(file: &Path, pre: &str, uid: u32) -> Vec<(PathBuf, String)> {
     let dir = match file.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let pre = temp_prefix(file);
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(&pre) else {
-            continue;
-        };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_prefix(pre)?.to_string();
+            let m = std::fs::symlink_metadata(e.path()).ok()?;
+            (m.file_type().is_file() && m.uid() == uid).then(|| (e.path(), rest))
+        })
+        .collect()
+}
+
+/// Removes this user's temporary tickets next to `file` whose writer is gone.
+pub(crate) fn sweep_temps(file: &Path, uid: u32) {
+    for (path, rest) in own_files(file, &temp_prefix(file), uid) {
         let mut f = rest.split('-');
         let (Some(Ok(pid)), Some(Ok(start))) = (
             f.next().map(str::parse::<u32>),
@@ -223,11 +233,8 @@ pub(crate) fn sweep_temps(file: &Path, uid: u32) {
         ) else {
             continue;
         };
-        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-            continue;
-        };
-        if m.file_type().is_file() && m.uid() == uid && !(Proc { pid, start }).alive() {
-            let _ = std::fs::remove_file(e.path());
+        if !(Proc { pid, start }).alive() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

@@ -394,9 +394,7 @@ impl RouteTable {
         mode: Mode,
         wire: Wire,
     ) -> Result<Route> {
-        let bytes = (count as u64)
-            .checked_mul(dtype.size() as u64)
-            .ok_or_else(|| Error::invalid("count", format!("{count} elements overflow")))?;
+        let bytes = dtype.bytes_of(count)? as u64;
         let r = self.lookup(bytes, dtype, op, algo, mode, wire);
         let Route::Nccl(why) = r else {
             return Ok(r);

@@ -5,16 +5,10 @@ use crate::wire::Wire;
 /// Every selector a communicator can hold without a file: each class's
 /// built-in defaults, and the committed NVLink table loaded as a machine's.
 fn fixtures() -> Vec<Selector> {
-    let mut v: Vec<Selector> = [
-        MachineClass::Nvlink,
-        MachineClass::PcieP2p,
-        MachineClass::PcieNop2p,
-        MachineClass::Mixed,
-        MachineClass::SingleGpu,
-    ]
-    .into_iter()
-    .map(Selector::for_class)
-    .collect();
+    let mut v: Vec<Selector> = MachineClass::ALL
+        .into_iter()
+        .map(Selector::for_class)
+        .collect();
     let t = Table::parse(BUILTIN_NVLINK_TOML, "default-nvlink.toml").unwrap();
     v.push(Selector::with_table(t, "default-nvlink.toml"));
     v

@@ -13,3 +13,21 @@ pub mod cuda;
 pub(crate) mod nccl;
 pub(crate) mod nvml;
 pub(crate) mod shm;
+
+use std::ffi::{c_char, CStr};
+
+/// A C string as an owned, trimmed `String` (empty for null), lossily.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string alive for the call.
+pub(crate) unsafe fn cstr_to_string(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
+        unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_owned()
+    }
+}

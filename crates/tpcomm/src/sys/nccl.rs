@@ -6,8 +6,9 @@
 //! signatures below are those of `nccl.h` for NCCL 2.x, whose C ABI has been
 //! stable across the 2.x series; `Api::open` refuses any other major version.
 
+use super::cstr_to_string;
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::ffi::{c_char, c_int, c_void, OsStr};
 
 /// `ncclComm_t`: an opaque pointer owned by NCCL.
 pub(crate) type RawComm = *mut c_void;
@@ -53,16 +54,29 @@ type AllReduceFn = unsafe extern "C" fn(
 type AllGatherFn =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int;
 type ReduceScatterFn = AllReduceFn;
-type BroadcastFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    RawComm,
-    *mut c_void,
-) -> c_int;
+/// The same C signature, the root in the op's place.
+type BroadcastFn = AllReduceFn;
 type CommFn = unsafe extern "C" fn(RawComm) -> c_int;
+
+/// `f` (ncclAllReduce, ncclReduceScatter or ncclBroadcast) on `b` with `arg`
+/// (the op, or the root).
+///
+/// # Safety
+/// `f`'s contract (`Api::all_reduce` says it).
+unsafe fn call_on(f: AllReduceFn, b: &Buffers, arg: c_int, comm: RawComm) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        f(
+            b.send_ptr(),
+            b.recv_ptr(),
+            b.count,
+            b.dtype,
+            arg,
+            comm,
+            b.stream,
+        )
+    }
+}
 type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type GetLastErrorFn = unsafe extern "C" fn(RawComm) -> *const c_char;
 
@@ -203,17 +217,7 @@ impl Api {
     /// stream).
     pub(crate) unsafe fn all_reduce(&self, b: &Buffers, op: c_int, comm: RawComm) -> c_int {
         // SAFETY: the caller's contract above is ncclAllReduce's.
-        unsafe {
-            (self.all_reduce)(
-                b.send_ptr(),
-                b.recv_ptr(),
-                b.count,
-                b.dtype,
-                op,
-                comm,
-                b.stream,
-            )
-        }
+        unsafe { call_on(self.all_reduce, b, op, comm) }
     }
 
     /// `ncclAllGather` of `b` (`b.count`: one rank's block), enqueued on
@@ -239,17 +243,7 @@ impl Api {
     ) -> Option<c_int> {
         let f = self.reduce_scatter?;
         // SAFETY: the caller's contract above is the NCCL function's.
-        Some(unsafe {
-            f(
-                b.send_ptr(),
-                b.recv_ptr(),
-                b.count,
-                b.dtype,
-                op,
-                comm,
-                b.stream,
-            )
-        })
+        Some(unsafe { call_on(f, b, op, comm) })
     }
 
     /// `ncclBroadcast` of `b` from `root`.
@@ -264,17 +258,7 @@ impl Api {
     ) -> Option<c_int> {
         let f = self.broadcast?;
         // SAFETY: the caller's contract above is the NCCL function's.
-        Some(unsafe {
-            f(
-                b.send_ptr(),
-                b.recv_ptr(),
-                b.count,
-                b.dtype,
-                root,
-                comm,
-                b.stream,
-            )
-        })
+        Some(unsafe { call_on(f, b, root, comm) })
     }
 
     /// `ncclCommDestroy` (or `ncclCommAbort` when `abort`). `comm` must come
@@ -340,19 +324,5 @@ pub(crate) fn file_of_address(addr: *const c_void) -> Option<String> {
         }
         let name = cstr_to_string(info.dli_fname);
         (!name.is_empty()).then_some(name)
-    }
-}
-
-/// # Safety
-/// `p` is null or points to a NUL-terminated string alive for the call.
-unsafe fn cstr_to_string(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
-        unsafe { CStr::from_ptr(p) }
-            .to_string_lossy()
-            .trim()
-            .to_owned()
     }
 }

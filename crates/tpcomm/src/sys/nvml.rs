@@ -5,8 +5,9 @@
 //! dozen dependencies for ten functions, and the probe must treat every
 //! missing function as "unknown", not as an error.
 
+use super::cstr_to_string;
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 
 /// A GPU's PCIe link as NVML reports it: generation and lane count, now and
 /// at most (the topology probe turns it into its `PcieLink`).
@@ -119,7 +120,7 @@ impl Nvml {
         let ret = unsafe { init() };
         if ret != NVML_SUCCESS {
             // SAFETY: returns a static string for any code (see `describe`).
-            let why = unsafe { cstr(error_string(ret)) };
+            let why = unsafe { cstr_to_string(error_string(ret)) };
             return Err(format!("nvmlInit failed: {why}"));
         }
         // SAFETY: as above, signatures from nvml.h.
@@ -144,7 +145,7 @@ impl Nvml {
 
     fn describe(&self, ret: Ret) -> String {
         // SAFETY: nvmlErrorString returns a pointer to a static string.
-        let s = unsafe { cstr((self.error_string)(ret)) };
+        let s = unsafe { cstr_to_string((self.error_string)(ret)) };
         if s.is_empty() {
             format!("NVML error {ret}")
         } else {
@@ -159,7 +160,7 @@ impl Nvml {
         let ret = unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) };
         // SAFETY: on success `buf` holds a NUL-terminated string; the last
         // byte is never written past the given length, so it stays NUL.
-        (ret == NVML_SUCCESS).then(|| unsafe { cstr(buf.as_ptr()) })
+        (ret == NVML_SUCCESS).then(|| unsafe { cstr_to_string(buf.as_ptr()) })
     }
 
     pub(crate) fn device(&self, bus_id: &str) -> Result<Device, String> {
@@ -201,7 +202,7 @@ impl Nvml {
             if unsafe { remote(dev.0, link, &mut info) } == NVML_SUCCESS {
                 info.bus_id[31] = 0;
                 // SAFETY: NUL-terminated by the line above.
-                out.push(unsafe { cstr(info.bus_id.as_ptr()) });
+                out.push(unsafe { cstr_to_string(info.bus_id.as_ptr()) });
             }
         }
         out
@@ -258,19 +259,5 @@ pub(crate) fn p2p_status_name(status: u32) -> &'static str {
         4 => "disabled by registry key",
         5 => "not supported",
         _ => "unknown",
-    }
-}
-
-/// # Safety
-/// `p` is null or a NUL-terminated string alive for the call.
-unsafe fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        // SAFETY: non-null, so NUL-terminated and alive (the caller's contract).
-        unsafe { CStr::from_ptr(p) }
-            .to_string_lossy()
-            .trim()
-            .to_owned()
     }
 }

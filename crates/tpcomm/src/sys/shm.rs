@@ -171,14 +171,13 @@ pub(crate) fn open_owned_by(name: &str, uid: u32) -> Result<Option<Mapping>> {
     }
 }
 
+/// Maps `len` bytes of `fd` from its start, shared, for reading and writing;
+/// `None` when mmap fails (errno says why).
+///
 /// # Safety
-/// `fd` is an open shared-memory object of at least `len` bytes.
-unsafe fn map(fd: libc::c_int, len: usize, name: &str) -> Result<Mapping> {
-    if len == 0 {
-        return Err(Error::invalid("segment", format!("{name} is empty")));
-    }
-    // SAFETY: maps `len` bytes of an object at least that long (the caller's
-    // contract); the Mapping returned owns the mapping.
+/// `fd` is open and at least `len` bytes long; the caller owns the mapping.
+unsafe fn mmap_shared(fd: libc::c_int, len: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: the caller's contract.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -189,9 +188,19 @@ unsafe fn map(fd: libc::c_int, len: usize, name: &str) -> Result<Mapping> {
             0,
         )
     };
-    if p == libc::MAP_FAILED {
-        return Err(Error::last_os(format!("mmap({name}, {len} bytes)"), ""));
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
+/// # Safety
+/// `fd` is an open shared-memory object of at least `len` bytes.
+unsafe fn map(fd: libc::c_int, len: usize, name: &str) -> Result<Mapping> {
+    if len == 0 {
+        return Err(Error::invalid("segment", format!("{name} is empty")));
     }
+    // SAFETY: an object at least `len` bytes long (the caller's contract);
+    // the Mapping returned owns the mapping.
+    let p = unsafe { mmap_shared(fd, len) }
+        .ok_or_else(|| Error::last_os(format!("mmap({name}, {len} bytes)"), ""))?;
     Ok(Mapping {
         base: NonNull::new(p.cast()).expect("mmap returned null without MAP_FAILED"),
         len,
@@ -276,22 +285,11 @@ impl SharedFile {
         if len == 0 {
             return Err(Error::invalid("host GPU area", "the shared file is empty"));
         }
-        // SAFETY: maps `len` bytes of a file that is at least that long
-        // (fallocated by its creator); the mapping is owned by the returned
-        // value and unmapped exactly once in Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::last_os(format!("mmap of {len} bytes (memfd)"), ""));
-        }
+        // SAFETY: a file that is at least `len` bytes long (fallocated by
+        // its creator); the mapping is owned by the returned value and
+        // unmapped exactly once in Drop.
+        let p = unsafe { mmap_shared(file.as_raw_fd(), len) }
+            .ok_or_else(|| Error::last_os(format!("mmap of {len} bytes (memfd)"), ""))?;
         Ok(Self {
             base: p as *mut u8,
             len,

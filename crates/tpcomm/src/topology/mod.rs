@@ -60,11 +60,7 @@ impl LinkClass {
     }
 }
 
-impl fmt::Display for LinkClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(LinkClass);
 
 /// The machine as a whole, from its pairs' link classes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -84,6 +80,15 @@ pub enum MachineClass {
 }
 
 impl MachineClass {
+    /// Every class, in the order the built-in tables and `--class` list them.
+    pub const ALL: [MachineClass; 5] = [
+        MachineClass::Nvlink,
+        MachineClass::PcieP2p,
+        MachineClass::PcieNop2p,
+        MachineClass::Mixed,
+        MachineClass::SingleGpu,
+    ];
+
     pub const fn name(self) -> &'static str {
         match self {
             MachineClass::SingleGpu => "single-gpu",
@@ -95,11 +100,7 @@ impl MachineClass {
     }
 }
 
-impl fmt::Display for MachineClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(MachineClass);
 
 /// Where two GPUs' PCIe paths meet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -10,63 +10,25 @@
 use super::super::kernel_args::HostCollArgs;
 use super::comm::PinnedTransport;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
-use crate::cuda::call::{check_collective, Call};
+use crate::cuda::call::Call;
 use crate::cuda::call_word;
-use crate::cuda::collectives::Collective;
+use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::launch_shape::{self, grid_cap};
-use crate::cuda::loader::{
-    common_block, compile_and_load, dtype_index, per_device, per_type, resident_blocks_per_sm,
-    PerDevice,
-};
 use crate::cuda::pdl;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sys::cuda::{self as raw, Function, Module};
+use crate::sys::cuda as raw;
 use crate::units::ByteSize;
-use cudarc::driver::CudaContext;
-use std::sync::Arc;
 
 /// HG_BLOCK in host_allreduce.cu.
 const BLOCK: u32 = 512;
 
-struct HostCollKernels {
-    all_gather: [Function; 3],
-    reduce_scatter: [Function; 3],
-    broadcast: [Function; 3],
-    block: u32,
-    blocks_per_sm: u32,
-    cubin_bytes: usize,
-    _module: Module,
-    // Keeps the primary context (and so the module) alive for the process.
-    _ctx: Arc<CudaContext>,
-}
-
-fn kernels(ctx: &Arc<CudaContext>) -> Result<Arc<HostCollKernels>> {
-    static CACHE: PerDevice<HostCollKernels> = PerDevice::new();
-    per_device(&CACHE, ctx, || {
-        let l = compile_and_load(
-            ctx,
-            HOST_COLLECTIVES_SRC,
-            "host_collectives.cu",
-            "the host-path collective kernels",
-        )?;
-        let all_gather = per_type(&l.module, "tpcomm_host_all_gather")?;
-        let reduce_scatter = per_type(&l.module, "tpcomm_host_reduce_scatter")?;
-        let broadcast = per_type(&l.module, "tpcomm_host_broadcast")?;
-        let all = || all_gather.iter().chain(&reduce_scatter).chain(&broadcast);
-        let block = common_block(all(), BLOCK, "the host-path collective kernels", l.arch)?;
-        Ok(HostCollKernels {
-            blocks_per_sm: resident_blocks_per_sm(all(), block)?,
-            block,
-            all_gather,
-            reduce_scatter,
-            broadcast,
-            cubin_bytes: l.cubin_bytes,
-            _module: l.module,
-            _ctx: ctx.clone(),
-        })
-    })
+kernel_family! {
+    /// The host-path collective kernels of one device: `fns` is [all-gather,
+    /// reduce-scatter, broadcast] (see `collectives::pick`).
+    fn kernels = 3 of HOST_COLLECTIVES_SRC, "host_collectives.cu", "the host-path collective kernels",
+        ["tpcomm_host_all_gather", "tpcomm_host_reduce_scatter", "tpcomm_host_broadcast"], BLOCK
 }
 
 /// How a call of `bytes` per block is cut: the chunk (from values every rank
@@ -160,12 +122,10 @@ impl PinnedTransport {
     /// # Safety
     /// As [`GpuTransport`](crate::cuda::GpuTransport)'s methods.
     pub(crate) unsafe fn collective(&self, what: Collective, call: &Call) -> Result<()> {
-        self.check()?;
-        let bytes = check_collective(what, call, self.world(), self.max_bytes())?;
-        let dtype = call.dtype;
-        if call.count == 0 {
+        let Some(bytes) = self.collective_bytes(what, call)? else {
             return Ok(());
-        }
+        };
+        let dtype = call.dtype;
         let p = self.parts();
         let Some(plan) = fits(
             what,
@@ -206,94 +166,23 @@ impl PinnedTransport {
             p.sharing.ranks_on_device,
             p.shape.asked(),
         );
-        let d = dtype_index(dtype);
-        let (f, root, kind) = match what {
-            Collective::AllGather => (k.all_gather[d], 0, call_word::Kind::HostAllGather),
-            Collective::ReduceScatter => {
-                (k.reduce_scatter[d], 0, call_word::Kind::HostReduceScatter)
-            }
-            Collective::Broadcast { root } => {
-                (k.broadcast[d], root as u32, call_word::Kind::HostBroadcast)
-            }
-        };
+        let (f, root, kind) = pick(&k, what, dtype, call_word::HOST_COLLECTIVES);
         let mut base = p.args;
-        base.call = call_word::word_if(
-            p.check_calls,
-            kind,
-            call.signature(),
-            bytes as u64,
-            root as u64,
-        )?;
+        base.call = call.word(p.check_calls, kind, bytes as u64, root as u64)?;
         base.input = call.input;
         base.output = call.output;
         base.nbytes = bytes as u64;
         base.chunk_bytes = plan.chunk_bytes as u64;
         base.producers = split.producers;
         let args = HostCollArgs { base, root, pad: 0 };
-        raw::set_current(p.ctx.cu_ctx())?;
         // SAFETY: HostCollArgs mirrors the kernel's parameter; the areas,
         // control words and status belong to `self`, which callers keep
         // alive until their streams finish; the pointers are the caller's
         // contract; every kernel of host_collectives.cu starts with
         // wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                split.shape(k.block),
-                &args,
-                call.stream,
-                call.launch,
-                p.arch_major,
-            )
-        }
+        unsafe { pdl::launch_call(p.ctx, f, split.shape(k.block), &args, call, p.arch_major) }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cuda::host_path::wait::{WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
-
-    #[test]
-    fn host_coll_args_match_the_cuda_struct_size() {
-        // struct HArgs (23 u64 and four u32) and two u32.
-        assert_eq!(std::mem::size_of::<HostCollArgs>(), 23 * 8 + 16 + 8);
-    }
-
-    #[test]
-    fn wait_codes_match_the_kernel_source_and_differ_from_the_all_reduce_ones() {
-        let src = include_str!("../kernels/host_collectives.cu");
-        for (name, code) in [
-            ("HC_WAIT_ALL_GATHER", WAIT_ALL_GATHER),
-            ("HC_WAIT_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
-            ("HC_WAIT_BROADCAST", WAIT_BROADCAST),
-        ] {
-            assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
-            let all_reduce = include_str!("../kernels/host_allreduce.cu");
-            assert!(
-                !all_reduce.contains(&format!(" {code}u\n")),
-                "{code} is taken"
-            );
-        }
-    }
-
-    #[test]
-    fn blocks_fit_the_area_the_all_reduce_made() {
-        let l = HostLayout::new(8 << 20);
-        // All-gather and broadcast: any block up to max_bytes.
-        for b in [1, 16, 1000, 8 << 20] {
-            let p = fits(Collective::AllGather, b, 4, 132, &l, None).unwrap();
-            assert!(p.chunk_bytes >= MIN_CHUNK && p.chunks == p.per_block);
-            assert!(p.chunks <= l.max_chunks);
-        }
-        // Reduce-scatter: all 4 blocks must fit.
-        let p = fits(Collective::ReduceScatter, 2 << 20, 4, 132, &l, None).unwrap();
-        assert_eq!(p.chunks, 4 * p.per_block);
-        assert!(fits(Collective::ReduceScatter, (2 << 20) + 16, 4, 132, &l, None).is_none());
-        // Small blocks still cost one flag each: 8 ranks need 8 flags.
-        let tiny = HostLayout::new(16 << 10);
-        assert_eq!(tiny.max_chunks, 1);
-        assert!(fits(Collective::ReduceScatter, 16, 8, 16, &tiny, None).is_none());
-        assert!(fits(Collective::AllGather, 16, 8, 16, &tiny, None).is_some());
-    }
-}
+mod tests;

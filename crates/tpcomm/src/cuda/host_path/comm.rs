@@ -2,10 +2,10 @@
 
 use super::algo::{delta_shadow_bytes, resolve, HostAlgo};
 use super::group::{agree, GroupRecord};
-use super::kernels::{dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
+use super::kernels::{self, dtype_index, host_kernels_for, HostKernelArgs, HostKernels};
 use super::layout::{chunk_plan_with, HostChunkShape, HostLayout};
 use crate::algo::{Algo, Collective};
-use crate::cuda::call::{check_all_reduce, Call, GpuTransport};
+use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::call_word;
 use crate::cuda::launch_shape::{self, block_var};
 use crate::cuda::pdl;
@@ -108,16 +108,7 @@ pub struct PinnedTransport {
     _own: Areas,
 }
 
-impl std::fmt::Debug for PinnedTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedTransport")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("device", &self.ctx.ordinal())
-            .field("max_bytes", &self.max_bytes)
-            .finish()
-    }
-}
+transport_debug!(PinnedTransport);
 
 fn u64_at(blob: &[u8], at: usize) -> Result<u64> {
     blob.get(at..at + 8)
@@ -301,21 +292,8 @@ impl PinnedTransport {
                 crate::select::Transport::Host,
             )?),
         };
-        let routes = crate::select::agree(
-            crate::select::RouteTable::resolve(
-                &selector,
-                crate::select::Group {
-                    world: cfg.world,
-                    transport: crate::select::Transport::Host,
-                    nccl: false,
-                    max_bytes: cfg.max_bytes,
-                },
-            )?,
-            cfg.rank,
-            cfg.world,
-            rendezvous,
-            cfg.timeout,
-        )?;
+        let routes =
+            cfg.agreed_routes(&selector, crate::select::Transport::Host, false, rendezvous)?;
         Ok(Self {
             ctx,
             rank: cfg.rank,
@@ -421,34 +399,8 @@ impl PinnedTransport {
         Ok((registered, segments))
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    /// How the group's ranks share this rank's GPU.
-    pub fn sharing(&self) -> Sharing {
-        self.sharing
-    }
-    pub fn world(&self) -> usize {
-        self.world
-    }
-    pub fn max_bytes(&self) -> ByteSize {
-        self.max_bytes
-    }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-    /// Every byte this communicator took, per buffer.
-    pub fn memory_report(&self) -> &MemoryReport {
-        &self.report
-    }
-    /// For `GpuComm::new` to say in the heading why this transport was taken.
-    pub(crate) fn report_mut(&mut self) -> &mut MemoryReport {
-        &mut self.report
-    }
-    /// NVRTC version and architecture the kernels were compiled with.
-    pub fn compiled_with(&self) -> ((i32, i32), (i32, i32)) {
-        (self.kernels.nvrtc, self.kernels.arch)
-    }
+    transport_accessors!();
+
     /// The kernel a message of `bytes` runs with under `algo` (`Auto` by the
     /// size rule; [`all_reduce_call`](crate::cuda::StreamAllReduce::all_reduce_call) asks selection instead,
     /// see [`auto_algo`](Self::auto_algo)).
@@ -461,8 +413,7 @@ impl GpuTransport for PinnedTransport {
     type Ran = HostAlgo;
 
     unsafe fn all_reduce(&self, call: &Call) -> Result<HostAlgo> {
-        self.check()?;
-        let bytes = check_all_reduce("the host-path kernels", call, self.max_bytes)?;
+        let bytes = self.all_reduce_bytes("the host-path kernels", call)?;
         let dtype = call.dtype;
         let which = self.resolve(self.auto_algo(call.algo, dtype, bytes), bytes);
         if call.count == 0 {
@@ -473,13 +424,12 @@ impl GpuTransport for PinnedTransport {
             input: call.input,
             output: call.output,
             nbytes: bytes as u64,
-            call: call_word::word_if(
+            call: call.word(
                 self.check_calls,
                 match which {
                     HostAlgo::Delta => call_word::Kind::HostDelta,
                     HostAlgo::Chunked => call_word::Kind::HostChunked,
                 },
-                call.signature(),
                 bytes as u64,
                 0,
             )?,
@@ -487,7 +437,7 @@ impl GpuTransport for PinnedTransport {
         };
         let (f, shape) = match which {
             HostAlgo::Delta => (
-                self.kernels.delta[d],
+                self.kernels.fns[kernels::DELTA][d],
                 launch_shape::host_delta(bytes, self.grid, self.kernels.block, self.one_pass_block),
             ),
             HostAlgo::Chunked => {
@@ -505,27 +455,17 @@ impl GpuTransport for PinnedTransport {
                 args.chunk_bytes = plan.chunk_bytes as u64;
                 args.producers = plan.producers;
                 (
-                    self.kernels.chunked[d],
+                    self.kernels.fns[kernels::CHUNKED][d],
                     plan.split().shape(self.kernels.block),
                 )
             }
         };
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: HostKernelArgs mirrors `struct HArgs`; the areas, control
         // words and status live as long as `self` (callers keep the
         // communicator until their streams finish); input/output validity is
         // the caller's contract above; both kernels of host_allreduce.cu
         // start with wait_for_previous_kernel, as an overlapped launch requires.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                &args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )?
-        };
+        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0)? };
         Ok(which)
     }
 

@@ -287,9 +287,7 @@ __device__ __forceinline__ bool reduce_vectors(const Args& a, u64 epoch, u64 bas
 // read each input vector before overwriting it.
 template <typename T>
 __device__ void oneshot(const Args& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -347,9 +345,7 @@ __device__ void oneshot(const Args& a) {
 // cache less) on its latency-bound path.
 template <typename T>
 __device__ void oneshot_small(const Args& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = i < nvec;
@@ -399,9 +395,7 @@ __device__ void oneshot_small(const Args& a) {
 // in-place call reads each input vector before it overwrites it.
 template <typename T>
 __device__ void twoshot(const Args& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 nvec = (a.nbytes + 15) / 16;
     const u64 per = (nvec + a.world - 1) / a.world;
     const u64 stride = (u64)gridDim.x * blockDim.x;
@@ -509,12 +503,6 @@ __device__ void twoshot(const Args& a) {
 // a block of that size can have fails to launch).
 #define TPCOMM_BLOCK 512
 #define KERNEL extern "C" __global__ void __launch_bounds__(TPCOMM_BLOCK, 1)
-KERNEL tpcomm_oneshot_f32(Args a) { oneshot<F32>(a); }
-KERNEL tpcomm_oneshot_f16(Args a) { oneshot<F16>(a); }
-KERNEL tpcomm_oneshot_bf16(Args a) { oneshot<BF16>(a); }
-KERNEL tpcomm_oneshot_small_f32(Args a) { oneshot_small<F32>(a); }
-KERNEL tpcomm_oneshot_small_f16(Args a) { oneshot_small<F16>(a); }
-KERNEL tpcomm_oneshot_small_bf16(Args a) { oneshot_small<BF16>(a); }
-KERNEL tpcomm_twoshot_f32(Args a) { twoshot<F32>(a); }
-KERNEL tpcomm_twoshot_f16(Args a) { twoshot<F16>(a); }
-KERNEL tpcomm_twoshot_bf16(Args a) { twoshot<BF16>(a); }
+TPCOMM_PER_TYPE(KERNEL, tpcomm_oneshot, Args, oneshot)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_oneshot_small, Args, oneshot_small)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_twoshot, Args, twoshot)

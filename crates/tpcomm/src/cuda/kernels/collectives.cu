@@ -49,6 +49,26 @@ __device__ __forceinline__ V16 coll_receive(const Args& a, u64 base, u32 p, u64 
     return v;
 }
 
+// Where a collective call of this thread stands: the message's vectors, the
+// grid's stride, this thread's first vector, the call's epoch, its buffer's
+// offset and this rank's slot in it.
+struct CollPlace {
+    u64 nvec, stride, first, epoch, buf_off, my_slot;
+};
+
+// How every collective kernel starts: begin_kernel, then its place.
+__device__ __forceinline__ CollPlace coll_begin(const Args& a) {
+    begin_kernel(a.ctl);
+    CollPlace c;
+    c.nvec = (a.nbytes + 15) / 16;
+    c.stride = (u64)gridDim.x * blockDim.x;
+    c.first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    c.epoch = read_epoch(a);
+    c.buf_off = (c.epoch & 1ull) * a.epoch_stride;
+    c.my_slot = c.buf_off + (u64)a.rank * a.slot_stride;
+    return c;
+}
+
 // Every rank pushes its block into its slot of every peer's buffer and into
 // its own block of the output, then copies every peer's slot into that
 // peer's block. All ranks write the canon form of each block (an all-ones
@@ -58,15 +78,7 @@ __device__ __forceinline__ V16 coll_receive(const Args& a, u64 base, u32 p, u64 
 template <typename T>
 __device__ void coll_all_gather(const CollArgs& c) {
     const Args& a = c.base;
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 epoch = read_epoch(a);
-    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
-    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    const auto [nvec, stride, first, epoch, buf_off, my_slot] = coll_begin(a);
     for (u64 i = first; i < nvec; i += stride) {
         const V16 v = canon<T>(block_load(a.in, a.nbytes, i));
         for (u32 p = 0; p < a.world; p++)
@@ -93,15 +105,7 @@ __device__ void coll_all_gather(const CollArgs& c) {
 template <typename T>
 __device__ void coll_reduce_scatter(const CollArgs& c) {
     const Args& a = c.base;
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 epoch = read_epoch(a);
-    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
-    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    const auto [nvec, stride, first, epoch, buf_off, my_slot] = coll_begin(a);
     for (u32 d = 1; d < a.world; d++) {
         const u32 q = (a.rank + d) % a.world;
         const u64 src = a.in + (u64)q * a.nbytes;
@@ -140,15 +144,7 @@ __device__ void coll_reduce_scatter(const CollArgs& c) {
 template <typename T>
 __device__ void coll_broadcast(const CollArgs& c) {
     const Args& a = c.base;
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
-    const u64 nvec = (a.nbytes + 15) / 16;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 epoch = read_epoch(a);
-    const u64 buf_off = (epoch & 1ull) * a.epoch_stride;
-    const u64 my_slot = buf_off + (u64)a.rank * a.slot_stride;
+    const auto [nvec, stride, first, epoch, buf_off, my_slot] = coll_begin(a);
     const u32 root = c.root;
     if (a.rank == root) {
         for (u64 i = first; i < nvec; i += stride) {
@@ -176,12 +172,6 @@ __device__ void coll_broadcast(const CollArgs& c) {
 }
 
 // KERNEL (allreduce.cu): TPCOMM_BLOCK threads at most, one block per SM.
-KERNEL tpcomm_all_gather_f32(CollArgs c) { coll_all_gather<F32>(c); }
-KERNEL tpcomm_all_gather_f16(CollArgs c) { coll_all_gather<F16>(c); }
-KERNEL tpcomm_all_gather_bf16(CollArgs c) { coll_all_gather<BF16>(c); }
-KERNEL tpcomm_reduce_scatter_f32(CollArgs c) { coll_reduce_scatter<F32>(c); }
-KERNEL tpcomm_reduce_scatter_f16(CollArgs c) { coll_reduce_scatter<F16>(c); }
-KERNEL tpcomm_reduce_scatter_bf16(CollArgs c) { coll_reduce_scatter<BF16>(c); }
-KERNEL tpcomm_broadcast_f32(CollArgs c) { coll_broadcast<F32>(c); }
-KERNEL tpcomm_broadcast_f16(CollArgs c) { coll_broadcast<F16>(c); }
-KERNEL tpcomm_broadcast_bf16(CollArgs c) { coll_broadcast<BF16>(c); }
+TPCOMM_PER_TYPE(KERNEL, tpcomm_all_gather, CollArgs, coll_all_gather)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_reduce_scatter, CollArgs, coll_reduce_scatter)
+TPCOMM_PER_TYPE(KERNEL, tpcomm_broadcast, CollArgs, coll_broadcast)

@@ -52,6 +52,16 @@ struct __align__(TPCOMM_V16_ALIGN) V16 {
     u32 x, y, z, w;
 };
 
+// The vector of the four words `w`.
+__device__ __forceinline__ V16 v16_of(const u32* w) {
+    V16 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
 // ---------------------------------------------------------------- blocks
 
 // A rank's block inside a gathered buffer sits nbytes into it, so it is
@@ -68,12 +78,7 @@ __device__ __forceinline__ V16 block_load(u64 at, u64 nbytes, u64 i) {
     const u16* p = (const u16*)(at + 16ull * i);
     const u32 halves = i < full ? 8u : (u32)(nbytes % 16) / 2;
     for (u32 k = 0; k < halves; k++) w[k / 2] |= ((u32)p[k]) << (16 * (k % 2));
-    V16 v;
-    v.x = w[0];
-    v.y = w[1];
-    v.z = w[2];
-    v.w = w[3];
-    return v;
+    return v16_of(w);
 }
 
 // Writes vector i of a block of nbytes at `at`: only the block's own bytes.
@@ -356,12 +361,7 @@ struct Halves {
         u32 w[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) w[k] = C::from_f32(f[2 * k]) | (C::from_f32(f[2 * k + 1]) << 16);
-        V16 v;
-        v.x = w[0];
-        v.y = w[1];
-        v.z = w[2];
-        v.w = w[3];
-        return v;
+        return v16_of(w);
 #endif
     }
     static __device__ __forceinline__ void add(float* acc, V16 v) {
@@ -467,4 +467,21 @@ __device__ __forceinline__ void allow_next_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A family's three entry points NAME_f32, NAME_f16 and NAME_bf16, each
+// declared DECL (extern "C" __global__ and the family's launch bounds) and
+// running FN for its element type on its argument of type ARGS.
+#define TPCOMM_PER_TYPE(DECL, NAME, ARGS, FN)   \
+    DECL NAME##_f32(ARGS a) { FN<F32>(a); }   \
+    DECL NAME##_f16(ARGS a) { FN<F16>(a); }   \
+    DECL NAME##_bf16(ARGS a) { FN<BF16>(a); }
+
+// How a kernel whose control words are at `ctl` starts: one thread per block
+// prefetches them, then it waits for the previous kernel and lets the next
+// one be scheduled (see the three above).
+__device__ __forceinline__ void begin_kernel(u64 ctl) {
+    if (threadIdx.x == 0) prefetch_l2((const void*)ctl);
+    wait_for_previous_kernel();
+    allow_next_kernel();
 }

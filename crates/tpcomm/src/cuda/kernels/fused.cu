@@ -49,6 +49,16 @@ __device__ __forceinline__ float block_sum(float v) {
     return t;
 }
 
+template <typename T>
+__device__ __forceinline__ float square_sum(V16 v) {
+    float r[T::E];
+    T::unpack(v, r);
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < T::E; k++) ss = __fmaf_rn(r[k], r[k], ss);
+    return ss;
+}
+
 // residual[i] = round(x + residual[i]); returns the rounded new residual's
 // sum of squares contribution.
 template <typename T>
@@ -60,21 +70,7 @@ __device__ __forceinline__ float add_into_residual(V16 sum, V16* residual, u64 i
     for (int k = 0; k < T::E; k++) r[k] = x[k] + r[k];
     V16 nr = T::pack(r);
     residual[i] = nr;
-    T::unpack(nr, r);
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < T::E; k++) ss = __fmaf_rn(r[k], r[k], ss);
-    return ss;
-}
-
-template <typename T>
-__device__ __forceinline__ float square_sum(V16 v) {
-    float r[T::E];
-    T::unpack(v, r);
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < T::E; k++) ss = __fmaf_rn(r[k], r[k], ss);
-    return ss;
+    return square_sum<T>(nr);
 }
 
 template <typename T>

@@ -206,24 +206,20 @@ struct Plain {
     static __device__ __forceinline__ S load(u64 base, u64 i) { return load_expanded<S>(base, i); }
     static __device__ __forceinline__ void store(u64 base, u64 i, S v) { ((S*)base)[i] = v; }
 };
-struct Half16 {
+// A 16-bit float, through its conversion (common.cuh's F16Conversion or
+// Bf16Conversion).
+template <typename C>
+struct Float16 {
     typedef float Acc;
     static __device__ __forceinline__ float load(u64 base, u64 i) {
-        return f16_to_f32(load_expanded<u16>(base, i));
+        return C::to_f32(load_expanded<u16>(base, i));
     }
     static __device__ __forceinline__ void store(u64 base, u64 i, float v) {
-        ((u16*)base)[i] = (u16)f32_to_f16(v);
+        ((u16*)base)[i] = (u16)C::from_f32(v);
     }
 };
-struct Brain16 {
-    typedef float Acc;
-    static __device__ __forceinline__ float load(u64 base, u64 i) {
-        return bf16_to_f32(load_expanded<u16>(base, i));
-    }
-    static __device__ __forceinline__ void store(u64 base, u64 i, float v) {
-        ((u16*)base)[i] = (u16)f32_to_bf16(v);
-    }
-};
+typedef Float16<F16Conversion> Half16;
+typedef Float16<Bf16Conversion> Brain16;
 
 template <u32 MB, u32 BIAS, u32 MAXCODE>
 struct Fp8 {

@@ -190,14 +190,20 @@ __device__ __forceinline__ u32 delta_decode_word(u32 x, u32 o) {
     return lo | (hi << 16);
 }
 
+// The vector of f(a's word, b's word), word by word.
+template <typename F>
+__device__ __forceinline__ V16 zip_words(V16 a, V16 b, F f) {
+    V16 r;
+    r.x = f(a.x, b.x);
+    r.y = f(a.y, b.y);
+    r.z = f(a.z, b.z);
+    r.w = f(a.w, b.w);
+    return r;
+}
+
 template <typename T>
 __device__ __forceinline__ V16 delta_encode(V16 v, V16 o) {
-    V16 r;
-    r.x = delta_encode_word<T::HALVES>(v.x, o.x);
-    r.y = delta_encode_word<T::HALVES>(v.y, o.y);
-    r.z = delta_encode_word<T::HALVES>(v.z, o.z);
-    r.w = delta_encode_word<T::HALVES>(v.w, o.w);
-    return r;
+    return zip_words(v, o, [](u32 p, u32 q) { return delta_encode_word<T::HALVES>(p, q); });
 }
 
 template <typename T>
@@ -208,12 +214,7 @@ __device__ __forceinline__ bool delta_arrived(V16 x, V16 o) {
 
 template <typename T>
 __device__ __forceinline__ V16 delta_decode(V16 x, V16 o) {
-    V16 r;
-    r.x = delta_decode_word<T::HALVES>(x.x, o.x);
-    r.y = delta_decode_word<T::HALVES>(x.y, o.y);
-    r.z = delta_decode_word<T::HALVES>(x.z, o.z);
-    r.w = delta_decode_word<T::HALVES>(x.w, o.w);
-    return r;
+    return zip_words(x, o, [](u32 p, u32 q) { return delta_decode_word<T::HALVES>(p, q); });
 }
 
 // Waits until every element of the vector at `p` differs from `old`; false
@@ -291,9 +292,10 @@ __device__ void delta(const HArgs& a) {
 
 // ---------------------------------------------------------------- chunked
 
-// Thread 0 waits for chunk `c`'s flag of every peer; the block learns the
-// outcome through the barrier.
-__device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
+// Thread 0 waits for flag `c` of every rank (a chunk's, here and in the
+// host-path collectives), naming the wait `what` on timeout; the block
+// learns the outcome through the barrier.
+__device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch, u32 what) {
     __shared__ int ok_shared;
     if (threadIdx.x == 0) {
         int ok = 1;
@@ -305,7 +307,7 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
             const u64 start = globaltimer();
             for (u32 spins = 1;; spins++) {
                 if (ld_acquire_sys_u32(flag) == e) break;
-                if (wait_over(a, spins, start, HG_WAIT_CHUNK, q, epoch)) {
+                if (wait_over(a, spins, start, what, q, epoch)) {
                     ok = 0;
                     break;
                 }
@@ -321,9 +323,7 @@ __device__ bool chunk_wait(const HArgs& a, u64 half, u64 c, u32 e, u64 epoch) {
 
 template <typename T>
 __device__ void chunked(const HArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 epoch = read_epoch(a);
     const u32 e = epoch_tag(epoch);
     const u64 half = (epoch & 1ull) * a.half_stride;
@@ -353,7 +353,7 @@ __device__ void chunked(const HArgs& a) {
         const u32 consumers = gridDim.x - producers;
         const u32 me = blockIdx.x - producers;
         for (u64 c = me; ok && c < nchunks; c += consumers) {
-            if (!chunk_wait(a, half, c, e, epoch)) {
+            if (!chunk_wait(a, half, c, e, epoch, HG_WAIT_CHUNK)) {
                 ok = false;
                 break;
             }
@@ -392,9 +392,5 @@ __device__ void chunked(const HArgs& a) {
 
 #define HG_KERNEL extern "C" __global__ void __launch_bounds__(HG_BLOCK, 1)
 
-HG_KERNEL tpcomm_host_delta_f32(HArgs a) { delta<F32>(a); }
-HG_KERNEL tpcomm_host_delta_f16(HArgs a) { delta<F16>(a); }
-HG_KERNEL tpcomm_host_delta_bf16(HArgs a) { delta<BF16>(a); }
-HG_KERNEL tpcomm_host_chunked_f32(HArgs a) { chunked<F32>(a); }
-HG_KERNEL tpcomm_host_chunked_f16(HArgs a) { chunked<F16>(a); }
-HG_KERNEL tpcomm_host_chunked_bf16(HArgs a) { chunked<BF16>(a); }
+TPCOMM_PER_TYPE(HG_KERNEL, tpcomm_host_delta, HArgs, delta)
+TPCOMM_PER_TYPE(HG_KERNEL, tpcomm_host_chunked, HArgs, chunked)

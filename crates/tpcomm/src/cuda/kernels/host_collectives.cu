@@ -41,38 +41,10 @@ struct HCollArgs {
 };
 TPCOMM_ARGS_CHECK_HCollArgs
 
-// Thread 0 waits for flag k of every rank; the block learns the outcome
-// through the barrier.
-__device__ bool hc_wait(const HArgs& a, u64 half, u64 k, u32 e, u64 epoch, u32 what) {
-    __shared__ int hc_ok;
-    if (threadIdx.x == 0) {
-        int ok = 1;
-        for (u32 q = 0; ok && q < a.world; q++) {
-            const u32* flag = (const u32*)(a.areas[q] + half + a.flag_offset) + k;
-            if (ld_acquire_sys_u32(flag) == e) continue;
-            const u64 start = globaltimer();
-            for (u32 spins = 1;; spins++) {
-                if (ld_acquire_sys_u32(flag) == e) break;
-                if (wait_over(a, spins, start, what, q, epoch)) {
-                    ok = 0;
-                    break;
-                }
-            }
-        }
-        hc_ok = ok;
-    }
-    __syncthreads();
-    const bool ok = hc_ok != 0;
-    __syncthreads();
-    return ok;
-}
-
 template <typename T, int MODE>
 __device__ void host_coll(const HCollArgs& c) {
     const HArgs& a = c.base;
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 epoch = read_epoch(a);
     const u32 e = epoch_tag(epoch);
     const u64 half = (epoch & 1ull) * a.half_stride;
@@ -113,7 +85,7 @@ __device__ void host_coll(const HCollArgs& c) {
         const u32 consumers = gridDim.x - a.producers;
         const u64 first = MODE == HC_REDUCE_SCATTER ? (u64)a.rank * cpb : 0ull;
         for (u64 j = blockIdx.x - a.producers; ok && j < cpb; j += consumers) {
-            if (!hc_wait(a, half, first + j, e, epoch, what)) {
+            if (!chunk_wait(a, half, first + j, e, epoch, what)) {
                 ok = false;
                 break;
             }

@@ -379,9 +379,7 @@ __device__ __forceinline__ bool sum_step(const QArgs& a, u64 s, u64 nchunks, u64
 // output, each thread its own octets.
 template <typename T, int FMT>
 __device__ void quant_oneshot(const QArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
     const u64 nsteps = (nchunks + Q_STEP - 1) / Q_STEP;
     const u64 epoch = q_begin(a);
@@ -431,9 +429,7 @@ __device__ __forceinline__ void store_dequantized(const QArgs& a, u64 e0, u64 co
 // sent before any wait; all-gather data after reduce-scatter waits only.
 template <typename T, int FMT>
 __device__ void quant_twoshot(const QArgs& a) {
-    if (threadIdx.x == 0) prefetch_l2((const void*)a.ctl);
-    wait_for_previous_kernel();
-    allow_next_kernel();
+    begin_kernel(a.ctl);
     const u64 nchunks = (a.count + Q_CHUNK - 1) / Q_CHUNK;
     const u64 epoch = q_begin(a);
     const u64 par = (epoch & 1ull) * a.parity_stride;

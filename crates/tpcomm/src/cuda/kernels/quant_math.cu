@@ -14,27 +14,18 @@
 
 // Explicitly rounded f32 operations: the compiler never contracts these into
 // a fused multiply-add, so the results are the CPU model's.
-__device__ __forceinline__ float q_mul(float a, float b) {
-    float r;
-    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float q_add(float a, float b) {
-    float r;
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float q_div(float a, float b) {
-    float r;
-    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
+#define Q_BINARY(NAME, PTX)                                     \
+    __device__ __forceinline__ float NAME(float a, float b) {   \
+        float r;                                                \
+        asm(PTX " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));    \
+        return r;                                               \
+    }
+Q_BINARY(q_mul, "mul.rn.f32")
+Q_BINARY(q_add, "add.rn.f32")
+Q_BINARY(q_div, "div.rn.f32")
 // NaN loses: max(x, NaN) = x, as the model's f32::max.
-__device__ __forceinline__ float q_max(float a, float b) {
-    float r;
-    asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
+Q_BINARY(q_max, "max.f32")
+#undef Q_BINARY
 // Round half to even; saturating, NaN gives 0 (Rust's `as i32` does the same).
 __device__ __forceinline__ int q_rni(float a) {
     int r;
@@ -182,12 +173,7 @@ struct QHalf {
             u32 w[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) w[k] = H::from_f32(x[2 * k]) | (H::from_f32(x[2 * k + 1]) << 16);
-            V16 v;
-            v.x = w[0];
-            v.y = w[1];
-            v.z = w[2];
-            v.w = w[3];
-            ((V16*)out)[e0 / 8] = v;
+            ((V16*)out)[e0 / 8] = v16_of(w);
             return;
         }
         u16* p = (u16*)out;

@@ -196,19 +196,9 @@ impl QuantComm {
         call: &Call,
     ) -> Result<()> {
         let shape = crate::cuda::launch_shape::quant_local(c.count, octets, BLOCK)?;
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: QuantGatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )
-        }
+        unsafe { pdl::launch_call(&self.ctx, f, shape, args, call, self.kernels.arch.0) }
     }
     /// A quantized all-reduce (sum) on `wire` with the algorithm `algo` asks
     /// for ([`resolve`](Self::resolve)); returns the one that ran. `exact` is

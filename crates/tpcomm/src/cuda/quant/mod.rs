@@ -333,21 +333,11 @@ impl QuantComm {
             ndst: self.ndst,
             group,
         };
-        raw::set_current(self.ctx.cu_ctx())?;
         // SAFETY: QuantArgs mirrors `struct QArgs`; the areas, control words
         // and status live as long as `self` (callers keep it until their
         // streams finish); input/output are the caller's contract above; the
         // kernel starts with wait_for_previous_kernel.
-        unsafe {
-            pdl::launch(
-                f,
-                shape,
-                &args,
-                call.stream,
-                call.launch,
-                self.kernels.arch.0,
-            )
-        }
+        unsafe { pdl::launch_call(&self.ctx, f, shape, &args, call, self.kernels.arch.0) }
     }
 
     /// The checks every quantized call makes (an earlier call's failure, the

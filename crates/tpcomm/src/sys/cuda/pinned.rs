@@ -3,20 +3,10 @@
 //! space (cuMemHostRegister with the portable and device-map flags), and
 //! reading the device address of pinned memory.
 
+use super::check;
 use crate::error::{Error, Result};
 use cudarc::driver::sys as cu;
 use std::ffi::c_void;
-
-fn check(call: &str, r: cu::CUresult) -> Result<()> {
-    if r == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Cuda {
-            call: call.to_string(),
-            detail: format!("{r:?}"),
-        })
-    }
-}
 
 /// Host memory registered with the driver for as long as this value lives.
 /// The caller keeps the memory mapped longer than this value (field order in
