@@ -54,6 +54,10 @@ unset XDG_RUNTIME_DIR
 echo "== checks (logs in $logs/)"
 step verdict-self-test check python3 -m unittest discover -s scripts -p 'test_verdict.py' ||
     show_tail verdict-self-test
+# The torch.distributed pattern suite's own checks (its references, splits and
+# supervision of hung or crashed workers, with fake workers): no torch needed.
+step torch-patterns-self-test check python3 bench/dropin/torch_patterns.py --self-test ||
+    show_tail torch-patterns-self-test
 step fmt check cargo fmt --all -- --check || show_tail fmt
 step clippy check cargo clippy --workspace --all-targets -- -D warnings || show_tail clippy
 

@@ -15,7 +15,7 @@ echo "== threads rc=$?"; grep -E "^(FAIL|HANG|CRASH)" $OUT/conf-threads.txt | cu
 timeout 30 stdbuf -oL $C --lib $D/libtpcomm_nccl.so --modes threads --worlds 2 --only 'allgather' --case-timeout 25 --verbose > $OUT/ag-verbose.txt 2>&1; tail -30 $OUT/ag-verbose.txt | cut -c1-300
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p /tmp/mps /tmp/mpslog; nvidia-cuda-mps-control -d
-timeout 100 stdbuf -oL $C --lib $D/libtpcomm_nccl.so --modes procs --worlds 2,4,3 --only 'allgather,broadcast,sendrecv.*,alltoall,gather,scatter,bad.*,reduce*' --case-timeout 20 --budget 85 --json $OUT/conf-procs.json > $OUT/conf-procs.txt 2>&1
+timeout 100 stdbuf -oL $C --lib $D/libtpcomm_nccl.so --modes procs --worlds 2,4,3 --only 'allgather,broadcast,sendrecv.*,alltoall,gather,scatter,bad.*,reduce*' --case-timeout 60 --budget 85 --json $OUT/conf-procs.json > $OUT/conf-procs.txt 2>&1
 echo "== procs rc=$?"; grep -E "^(FAIL|HANG|CRASH)" $OUT/conf-procs.txt | grep -v PreMulSum | cut -c1-300 | head -20; tail -3 $OUT/conf-procs.txt
 echo quit | nvidia-cuda-mps-control; sleep 1
 OUT=$OUT bash bench/device/mps_contexts.sh

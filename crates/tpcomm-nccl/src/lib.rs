@@ -19,6 +19,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod api;
+mod at_load;
 #[forbid(unsafe_code)]
 mod cuda;
 mod ffi;

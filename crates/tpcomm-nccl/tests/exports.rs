@@ -33,8 +33,9 @@ fn symbols() -> Vec<&'static str> {
 
 #[test]
 fn every_listed_nccl_function_is_exported() {
-    // SAFETY: loading the library runs no initialisers of its own (all state
-    // is created lazily at the first call).
+    // SAFETY: loading the library runs one initialiser of its own
+    // (at_load.rs: it may set CUDA_DEVICE_MAX_CONNECTIONS, harmless here);
+    // all other state is created lazily at the first call.
     let lib = unsafe { libloading::Library::new(library()) }.expect("load libtpcomm_nccl.so");
     let list = symbols();
     assert!(list.len() >= 35, "symbols.txt lists only {}", list.len());
@@ -190,4 +191,35 @@ fn the_docs_table_lists_every_export_once() {
         "the table's introduction gives another count than {}",
         want.len()
     );
+}
+
+/// Preloaded into a shell, the library gives the process CUDA's 32 hardware
+/// queues when `CUDA_DEVICE_MAX_CONNECTIONS` is unset and no MPS daemon is in
+/// sight, and leaves a given value, an MPS client and `TPCOMM_DISABLE=1`
+/// alone (at_load.rs).
+#[test]
+fn loading_widens_cuda_queues_only_where_it_is_safe() {
+    let seen = |vars: &[(&str, &str)]| -> String {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("printf %s \"${CUDA_DEVICE_MAX_CONNECTIONS-unset}\"")
+            .env("LD_PRELOAD", library())
+            .env_remove("CUDA_DEVICE_MAX_CONNECTIONS")
+            .env_remove("CUDA_MPS_PIPE_DIRECTORY")
+            .env_remove("TPCOMM_DISABLE");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run sh");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mps_here = std::path::Path::new("/tmp/nvidia-mps").exists();
+    assert_eq!(seen(&[]), if mps_here { "unset" } else { "32" });
+    assert_eq!(seen(&[("CUDA_DEVICE_MAX_CONNECTIONS", "4")]), "4");
+    assert_eq!(
+        seen(&[("CUDA_MPS_PIPE_DIRECTORY", "/tmp/some-mps")]),
+        "unset"
+    );
+    assert_eq!(seen(&[("TPCOMM_DISABLE", "1")]), "unset");
 }

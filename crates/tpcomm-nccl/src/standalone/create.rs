@@ -489,6 +489,9 @@ fn make(
             "{tag}: ranks {:?} are threads of this process on this GPU too; their launches are ordered with this rank's",
             g.peers()
         );
+        if crate::at_load::WIDENED.load(Ordering::Relaxed) {
+            info!("{tag}: CUDA_DEVICE_MAX_CONNECTIONS was unset; tpcomm set it to 32 when it was loaded, so the ranks' streams get queues of their own (docs/shared-gpu.md)");
+        }
     }
     StandaloneGpu::new(comm, gathered, gate)
 }

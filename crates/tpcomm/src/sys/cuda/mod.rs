@@ -468,8 +468,28 @@ impl Module {
         check("cuModuleGetFunction", unsafe {
             cu::cuModuleGetFunction(&mut f, self.module, cname.as_ptr())
         })?;
+        load_now(f)?;
         Ok(Function(f))
     }
+}
+
+/// Finishes loading a kernel's code onto the device now, where the driver
+/// would otherwise do it at its first launch (CUDA's lazy loading, the
+/// default since CUDA 12.2). Loading can wait for every kernel running in
+/// the context, so a rank's first launch of a kernel, with a peer rank of
+/// the same context already spinning in a collective kernel that waits for
+/// it, would never return. Every kernel is looked up at creation, so none
+/// is loaded during a call. `cuFuncLoad` exists from the 12.4 driver on;
+/// older drivers are left to load as they do.
+fn load_now(f: cu::CUfunction) -> Result<()> {
+    static HAS_FUNC_LOAD: OnceLock<bool> = OnceLock::new();
+    let has = *HAS_FUNC_LOAD.get_or_init(|| driver_version().is_ok_and(|v| v >= (12, 4)));
+    if !has {
+        return Ok(());
+    }
+    // SAFETY: a function handle cuModuleGetFunction just gave; loading a
+    // loaded function has no effect.
+    check("cuFuncLoad", unsafe { cu::cuFuncLoad(f) })
 }
 
 // Modules are cached for the life of the process (one per device), so Module
