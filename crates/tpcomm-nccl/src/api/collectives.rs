@@ -77,9 +77,15 @@ fn route_of(
         return Route::Nccl(NcclReason::Empty);
     }
     let bytes = (bufs.count as u64).saturating_mul(dt.size() as u64);
-    let fits = b.gpu.collective_fits(what, bufs.count, dt);
-    let transport = b.gpu.transport().for_routes();
-    collective_route(transport, bytes, b.gpu.max_bytes(), ReduceOp::Sum, fits)
+    let fits = b.comm().gpu().collective_fits(what, bufs.count, dt);
+    let transport = b.comm().gpu().transport().for_routes();
+    collective_route(
+        transport,
+        bytes,
+        b.comm().gpu().max_bytes(),
+        ReduceOp::Sum,
+        fits,
+    )
 }
 
 /// Runs `f` (tpcomm's launch on `route`) with the caller's CUDA context
@@ -148,7 +154,8 @@ pub unsafe extern "C" fn ncclAllGather(
             // recvbuff at this rank's block), valid until the stream runs
             // the call, and a stream of that GPU.
             return on_tpcomm("ncclAllGather", comm, r, || unsafe {
-                b.gpu
+                b.comm()
+                    .gpu()
                     .run_collective(Collective::AllGather, &kernel_call(&bufs, dt))
             });
         }
@@ -211,7 +218,8 @@ pub unsafe extern "C" fn ncclReduceScatter(
             // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
             // and recvbuff of recvcount elements (or at this rank's block).
             return on_tpcomm("ncclReduceScatter", comm, r, || unsafe {
-                b.gpu
+                b.comm()
+                    .gpu()
                     .run_collective(Collective::ReduceScatter, &kernel_call(&bufs, dt))
             });
         }
@@ -241,7 +249,7 @@ fn broadcast_route(
     bufs: &Buffers,
     root: c_int,
 ) -> Option<(Route, tpcomm::DType)> {
-    let world = beside.map_or(0, |b| b.gpu.world());
+    let world = beside.map_or(0, |b| b.comm().gpu().world());
     if root < 0 || root as usize >= world {
         return None;
     }
@@ -292,7 +300,7 @@ pub unsafe extern "C" fn ncclBroadcast(
             // SAFETY: as in ncclAllGather, with both buffers of count
             // elements (the same or disjoint); only the root's sendbuff is read.
             return on_tpcomm("ncclBroadcast", comm, r, || unsafe {
-                b.gpu.run_collective(
+                b.comm().gpu().run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },
@@ -352,7 +360,7 @@ pub unsafe extern "C" fn ncclBcast(
         {
             // SAFETY: as in ncclBroadcast, in place.
             return on_tpcomm("ncclBcast", comm, r, || unsafe {
-                b.gpu.run_collective(
+                b.comm().gpu().run_collective(
                     Collective::Broadcast {
                         root: root as usize,
                     },

@@ -6,11 +6,9 @@
 //! - setup_exchange.rs: the set-up's exchanges between ranks, over the real
 //!   communicator;
 //! - wait_ready.rs: waiting for a non-blocking real creation to finish;
-//! - quant_wire.rs: the quantized wire (TPCOMM_WIRE) on a paired communicator;
 //! - passthrough.rs: the exported functions forwarded unchanged.
 
 pub(crate) mod paired;
 pub(crate) mod passthrough;
-pub(crate) mod quant_wire;
 pub(crate) mod setup_exchange;
 pub(crate) mod wait_ready;

@@ -1,35 +1,59 @@
 //! The tpcomm communicators kept beside real NCCL communicators, how they
 //! are set up, and how one of them runs an `ncclAllReduce` ([`all_reduce`]).
 
-use crate::cuda::{SavedContext, Staging};
+use crate::cuda::SavedContext;
 use crate::ffi::call_real;
 use crate::forward::setup_exchange::{AsRendezvous, NcclExchange};
-use crate::route::{aligned, decide, Call, Paths};
+use crate::route::{decide, Call, Paths};
 use crate::settings::{self, info, warn};
 use crate::types::dtype_of;
 use crate::types::{NcclComm, NcclResult, SUCCESS};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock, RwLock};
-use tpcomm::cuda::{
-    CUstream, CudaConfig, GpuComm, Rendezvous, StreamAllReduce, ThreadGroup, MAX_WORLD,
-};
-use tpcomm::quant::Wire;
-use tpcomm::select::{Group, NcclReason, Route, RouteTable};
-use tpcomm::{Algo, ByteSize, Error, ReduceOp, Result};
+use tpcomm::cuda::communicator::{Fallback, Setup};
+use tpcomm::cuda::{CUstream, Communicator, CudaConfig, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::select::{NcclReason, Route};
+use tpcomm::{Error, Result};
 
 /// tpcomm's side of one NCCL communicator.
 pub struct Paired {
-    /// The kernels on the transport the group's P2P verdict gave: P2P, or
-    /// pinned host memory on boxes without P2P.
-    pub gpu: GpuComm,
-    /// Where each all-reduce goes (`tpcomm::select::RouteTable`, NCCL
-    /// included: the real NCCL is always there), agreed by every rank.
-    pub routes: RouteTable,
-    /// Where calls with unaligned buffers are reduced (TPCOMM_MAX_BYTES).
-    pub staging: crate::cuda::Staging,
-    /// The quantized wire (TPCOMM_WIRE), when enabled.
-    pub quant: Option<crate::forward::quant_wire::QuantBeside>,
+    /// The library's communicator, with the real NCCL communicator as its
+    /// fallback (`NcclFallback::Caller`: calls routed to NCCL are forwarded
+    /// by [`all_reduce`]'s caller): the kernels on the transport the group's
+    /// P2P verdict gave (P2P, or pinned host memory on boxes without P2P),
+    /// the route table agreed by every rank, the quantized wire
+    /// (TPCOMM_WIRE) when enabled, and the staging buffer for unaligned
+    /// buffers (TPCOMM_MAX_BYTES). Private: [`Paired::new`] checks that it
+    /// holds no NCCL communicator of its own.
+    comm: Communicator,
+}
+
+// SAFETY: a `Communicator` is `Sync` but for its own NCCL communicator
+// (`NcclFallback::Own`, which NCCL lets one thread at a time use), and
+// `Paired::new` takes only one without (the caller's NCCL or none); every
+// other part (the kernels, routes, wire and staging) is `Sync`, as they
+// were when this struct held them one by one.
+unsafe impl Sync for Paired {}
+
+impl Paired {
+    /// Pairs `comm` with a real communicator; `comm` must leave the calls
+    /// routed to NCCL to the caller (`Fallback::Caller`), as [`make`] sets
+    /// it up, so that it holds no NCCL communicator of its own.
+    fn new(comm: Communicator) -> Result<Paired> {
+        if comm.nccl().is_some() {
+            return Err(Error::invalid(
+                "paired communicator",
+                "it has an NCCL communicator of its own; the real one is the caller's",
+            ));
+        }
+        Ok(Paired { comm })
+    }
+
+    /// The library's communicator paired with the real one.
+    pub fn comm(&self) -> &Communicator {
+        &self.comm
+    }
 }
 
 /// What became of an all-reduce offered to [`all_reduce`].
@@ -60,10 +84,10 @@ pub unsafe fn all_reduce(comm: NcclComm, call: &Call, stream: CUstream) -> Outco
         decide(disabled, paired.as_deref().map(Paired::paths), call),
         paired,
     ) {
-        (route @ Route::Tpcomm { algo, wire, .. }, Some(p)) => {
+        (route @ Route::Tpcomm { .. }, Some(p)) => {
             let _restore = SavedContext::save();
             // SAFETY: the caller's contract, passed on.
-            match unsafe { p.run(algo, wire, call, stream) } {
+            match unsafe { p.run(route, call, stream) } {
                 Ok(()) => Outcome::Served(route),
                 Err(e) => Outcome::Failed(route, e),
             }
@@ -78,25 +102,27 @@ impl Paired {
     /// What the decision reads of this communicator.
     fn paths(&self) -> Paths<'_> {
         Paths {
-            routes: &self.routes,
-            wire: self.quant.as_ref().map_or(Wire::Exact, |q| q.wire),
-            wire_min: self.quant.as_ref().map_or(ByteSize::b(0), |q| q.min_bytes),
+            routes: self.comm.routes(),
+            wire: self.comm.wire(),
+            wire_min: self.comm.wire_min_bytes(),
         }
     }
 
-    /// Runs a call [`decide`] gave to tpcomm on the route's `wire` (with its
-    /// `algo` on the exact one): in place, or through the staging buffer
-    /// when the buffers are not [`aligned`].
+    /// Runs a call [`decide`] gave to tpcomm on its `route`
+    /// (`Communicator::run_route`: no second lookup): the exact kernels with
+    /// the route's algorithm or its quantized wire, in place, or through
+    /// the communicator's staging buffer when the buffers are not aligned
+    /// (`route::aligned`).
     ///
     /// # Safety
-    /// As [`all_reduce`]. Aligned buffers are used in place; unaligned ones
-    /// are copied into the 16-byte-aligned staging buffer (it holds
-    /// TPCOMM_MAX_BYTES, and `decide` kept the call within that), reduced
-    /// there in place and copied out, all ordered on `stream`. The quantized
-    /// wire takes sums from TPCOMM_WIRE_MIN_BYTES up, aligned or staged
-    /// (ranks' buffers may differ in alignment, never in size); every rank
-    /// agreed on the wire at set-up, so all take it together.
-    unsafe fn run(&self, algo: Option<Algo>, wire: Wire, c: &Call, stream: CUstream) -> Result<()> {
+    /// As [`all_reduce`]. Unaligned buffers are copied into the
+    /// 16-byte-aligned staging buffer (it holds TPCOMM_MAX_BYTES, and
+    /// `decide` kept the call within that), reduced there in place and
+    /// copied out, all ordered on `stream`. The quantized wire takes sums
+    /// from TPCOMM_WIRE_MIN_BYTES up, aligned or staged (ranks' buffers may
+    /// differ in alignment, never in size); every rank agreed on the wire at
+    /// set-up, so all take it together.
+    unsafe fn run(&self, route: Route, c: &Call, stream: CUstream) -> Result<()> {
         // `decide` gave tpcomm a kernel type only.
         let Some(dtype) = dtype_of(c.dtype) else {
             return Err(Error::Unsupported(format!(
@@ -104,41 +130,9 @@ impl Paired {
                 c.dtype
             )));
         };
-        let (send, recv) = (c.send as u64, c.recv as u64);
-        // `decide` checked that this does not overflow.
-        let bytes = c.count * dtype.size();
-        let staged = !aligned(c);
+        let call = tpcomm::cuda::Call::new(c.send as u64, c.recv as u64, c.count, dtype, stream);
         // SAFETY: the caller's contract; the staging buffer holds the call.
-        unsafe {
-            let (input, output) = if staged {
-                let p = self.staging.ptr();
-                self.staging.copy(p, send, bytes, stream)?;
-                (p, p)
-            } else {
-                (send, recv)
-            };
-            let call = tpcomm::cuda::Call::new(input, output, c.count, dtype, stream);
-            match (wire, &self.quant) {
-                (Wire::Exact, _) => {
-                    let call = call
-                        .with_op(ReduceOp::Sum)
-                        .with_algo(algo.unwrap_or(Algo::OneShot));
-                    self.gpu.all_reduce_call(&call)?
-                }
-                (wire, Some(q)) => q.run(&self.gpu, &call, wire)?,
-                // Without the quantized communicator `decide` never picks
-                // its wire (`paths` reads `Wire::Exact`).
-                (_, None) => {
-                    return Err(Error::Unsupported(
-                        "the quantized wire on a communicator set up without it".into(),
-                    ))
-                }
-            }
-            if staged {
-                self.staging.copy(recv, input, bytes, stream)?;
-            }
-        }
-        Ok(())
+        unsafe { self.comm.run_route(&call, route) }
     }
 }
 
@@ -253,12 +247,8 @@ pub fn set_up(comm: NcclComm, origin: &str) {
         }
     };
     match build(&ex, &tag, rank, world, device) {
-        Ok(Made {
-            gpu,
-            routes,
-            staging,
-            quant,
-        }) => {
+        Ok(p) => {
+            let (gpu, staging) = (p.comm.gpu(), staging_bytes(&p.comm));
             let r = gpu.memory_report();
             warn!(
                 "{tag}: tpcomm all-reduce up to {} beside NCCL, {} transport; took {} of GPU memory ({} bytes in {} allocation(s), {} reserved) plus {} bytes of staging for unaligned buffers, and {} bytes of pinned host memory",
@@ -268,19 +258,11 @@ pub fn set_up(comm: NcclComm, origin: &str) {
                 r.device_requested().bytes(),
                 r.gpu.as_ref().map_or(0, |g| g.allocations.len()),
                 r.device_reserved(),
-                staging.bytes(),
+                staging,
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
-            info!("{tag}: {}", routes.summary());
-            insert(
-                comm,
-                Paired {
-                    gpu,
-                    routes,
-                    staging,
-                    quant,
-                },
-            );
+            info!("{tag}: {}", p.comm.routes().summary());
+            insert(comm, p);
         }
         Err(e) => warn!("{tag}: tpcomm not set up ({e}); all-reduces go to NCCL"),
     }
@@ -299,7 +281,7 @@ fn build(
     rank: usize,
     world: usize,
     device: usize,
-) -> Result<Made> {
+) -> Result<Paired> {
     let s = settings::get();
     let made = (|| {
         let key = host_key();
@@ -330,50 +312,32 @@ fn build(
     }
 }
 
-/// What set-up makes for one rank.
-struct Made {
-    gpu: GpuComm,
-    routes: RouteTable,
-    staging: Staging,
-    quant: Option<crate::forward::quant_wire::QuantBeside>,
+/// The staging buffer's bytes (every paired communicator keeps one).
+fn staging_bytes(comm: &Communicator) -> usize {
+    comm.staging().map_or(0, |s| s.bytes())
 }
 
 /// Creates one rank's side (every rank calls it with the same world and
-/// rendezvous): the kernels on the transport the ranks' P2P verdict gives
-/// (`GpuComm::new` with `Transport::Auto`), their routes with NCCL beside
-/// them, decided by this machine's table or class defaults and agreed by
-/// every rank, the quantized wire when asked for, and the staging buffer.
-fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Made> {
-    let gpu = GpuComm::new(cfg, rv)?;
-    // The collective kernels are loaded now, so no call (inside a CUDA
-    // graph capture, say) ever compiles or loads a module.
-    let image = gpu.prepare_collectives()?;
+/// rendezvous): the library's `Communicator` with the real NCCL as the
+/// caller's fallback and a staging buffer (`Communicator::create`): the
+/// kernels on the transport the ranks' P2P verdict gives (`Transport::Auto`),
+/// the wire read from TPCOMM_WIRE and TPCOMM_WIRE_MIN_BYTES (`cfg.wire`
+/// unset) and agreed by every rank, the routes with NCCL beside them,
+/// decided by this machine's table or class defaults and agreed by every
+/// rank, and the staging buffer of TPCOMM_MAX_BYTES. The collective kernels
+/// are loaded too, so no call (inside a CUDA graph capture, say) ever
+/// compiles or loads a module.
+fn make(cfg: &CudaConfig, rv: &Rendezvous) -> Result<Paired> {
+    let setup = Setup {
+        fallback: Fallback::Caller,
+        staging: true,
+    };
+    let comm = Communicator::create(cfg, rv, setup)?;
+    let image = comm.prepare_collectives()?;
     crate::settings::info!(
         "set-up: all-gather, reduce-scatter and broadcast kernels loaded ({image} of kernel image)"
     );
-    let routes = tpcomm::select::agree(
-        RouteTable::resolve(
-            gpu.selector(),
-            Group {
-                world: cfg.world,
-                transport: gpu.transport().for_routes(),
-                nccl: true,
-                max_bytes: cfg.max_bytes,
-            },
-        )?,
-        cfg.rank,
-        cfg.world,
-        rv,
-        cfg.timeout,
-    )?;
-    let quant = crate::forward::quant_wire::set_up(cfg, &gpu, rv)?;
-    let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
-    Ok(Made {
-        gpu,
-        routes,
-        staging,
-        quant,
-    })
+    Paired::new(comm)
 }
 
 /// `ncclCommInitAll`: one process drives every GPU, so the ranks are threads
@@ -389,7 +353,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     }
     let _restore = SavedContext::save();
     let group = ThreadGroup::new(world);
-    let made: Vec<Result<Made>> = std::thread::scope(|sc| {
+    let made: Vec<Result<Paired>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
                 let rv = Rendezvous::Threads(group.clone());
@@ -410,13 +374,8 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
     if let Some(Err(e)) = made.iter().find(|m| m.is_err()) {
         return warn!("ncclCommInitAll: tpcomm not set up ({e}); all-reduces go to NCCL");
     }
-    for (comm, m) in comms.iter().zip(made.into_iter().flatten()) {
-        let Made {
-            gpu,
-            routes,
-            staging,
-            quant,
-        } = m;
+    for (comm, p) in comms.iter().zip(made.into_iter().flatten()) {
+        let (gpu, staging) = (p.comm.gpu(), staging_bytes(&p.comm));
         let r = gpu.memory_report();
         warn!(
             "ncclCommInitAll rank {}/{world} GPU {}: tpcomm all-reduce up to {} beside NCCL, {} transport; took {} of GPU memory ({} bytes) plus {} bytes of staging for unaligned buffers",
@@ -426,17 +385,13 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
             gpu.transport().name(),
             r.device_requested(),
             r.device_requested().bytes(),
-            staging.bytes()
+            staging
         );
-        info!("ncclCommInitAll rank {}: {}", gpu.rank(), routes.summary());
-        insert(
-            *comm,
-            Paired {
-                gpu,
-                routes,
-                staging,
-                quant,
-            },
+        info!(
+            "ncclCommInitAll rank {}: {}",
+            gpu.rank(),
+            p.comm.routes().summary()
         );
+        insert(*comm, p);
     }
 }

@@ -137,7 +137,7 @@ pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult 
         Ok(run) => run,
         Err(done) => return done,
     };
-    let per = (l.staging.bytes() / 16 * 16) / dt.size();
+    let per = (l.staging().bytes() / 16 * 16) / dt.size();
     if per == 0 {
         return standalone::unservable(CALL, "the staging buffer is smaller than 16 bytes");
     }
@@ -156,12 +156,12 @@ pub fn all_reduce(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclResult 
             // holds a piece (`per` was sized from it); all on the stream.
             unsafe {
                 if s.is_multiple_of(16) && r.is_multiple_of(16) {
-                    l.gpu.all_reduce(&Call::new(s, r, n, dt, st))?;
+                    l.gpu().all_reduce(&Call::new(s, r, n, dt, st))?;
                 } else {
-                    let p = l.staging.ptr();
-                    l.staging.copy(p, s, bytes, st)?;
-                    l.gpu.all_reduce(&Call::new(p, p, n, dt, st))?;
-                    l.staging.copy(r, p, bytes, st)?;
+                    let p = l.staging().ptr();
+                    l.staging().copy(p, s, bytes, st)?;
+                    l.gpu().all_reduce(&Call::new(p, p, n, dt, st))?;
+                    l.staging().copy(r, p, bytes, st)?;
                 }
             }
             done += n;
@@ -192,7 +192,7 @@ pub fn all_gather(a: &StandaloneComm, b: &Buffers) -> NcclResult {
         return gathered::exact_bytes(CALL, a, l, b, nbytes, None);
     };
     let n = count;
-    if !l.gpu.collective_fits(Collective::AllGather, n, dt) {
+    if !l.gpu().collective_fits(Collective::AllGather, n, dt) {
         return staged(Collective::AllGather, a, l, b, dt);
     }
     run(CALL, a, b.stream, || {
@@ -201,7 +201,7 @@ pub fn all_gather(a: &StandaloneComm, b: &Buffers) -> NcclResult {
         // (or sendbuff at this rank's block of it), valid until the stream
         // runs the call; the block is the same bytes counted as `dt`.
         unsafe {
-            l.gpu
+            l.gpu()
                 .run_collective(Collective::AllGather, &kernel_call(b, dt))
         }
     })
@@ -221,7 +221,7 @@ pub fn reduce_scatter(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclRes
         Err(done) => return done,
     };
     if !l
-        .gpu
+        .gpu()
         .collective_fits(Collective::ReduceScatter, b.count, dt)
     {
         return staged(Collective::ReduceScatter, a, l, b, dt);
@@ -230,7 +230,7 @@ pub fn reduce_scatter(a: &StandaloneComm, b: &Buffers, op: NcclRedOp) -> NcclRes
         // SAFETY: as in all_gather, with sendbuff of world blocks and
         // recvbuff of one (or at this rank's block of sendbuff).
         unsafe {
-            l.gpu
+            l.gpu()
                 .run_collective(Collective::ReduceScatter, &kernel_call(b, dt))
         }
     })
@@ -269,7 +269,7 @@ pub fn broadcast(call: &'static str, a: &StandaloneComm, b: &Buffers, root: c_in
     let what = Collective::Broadcast {
         root: root as usize,
     };
-    let per = piece(&l.gpu, what, dt);
+    let per = piece(l.gpu(), what, dt);
     run(call, a, b.stream, || {
         let mut done = 0;
         while done < total {
@@ -279,7 +279,7 @@ pub fn broadcast(call: &'static str, a: &StandaloneComm, b: &Buffers, root: c_in
             // `count` elements (the same or disjoint), valid until the stream
             // runs the call; this piece is inside them, counted as `dt`.
             unsafe {
-                l.gpu.run_collective(
+                l.gpu().run_collective(
                     what,
                     &Call::new(b.send + off, b.recv + off, n, dt, b.stream as CUstream)
                         .with_signature(signature(b.dtype, OP_SUM, None)),
@@ -315,7 +315,7 @@ fn staged(
         _ => "ncclReduceScatter",
     };
     let (z, w) = (dt.size(), a.world);
-    let per = staged_piece(&l.gpu, l.staging.bytes(), w, what, dt);
+    let per = staged_piece(l.gpu(), l.staging().bytes(), w, what, dt);
     if per == 0 {
         return standalone::unservable(
             call,
@@ -324,7 +324,7 @@ fn staged(
     }
     let (send, recv, count, st) = (b.send, b.recv, b.count, b.stream as CUstream);
     let sig = signature(b.dtype, OP_SUM, None);
-    let (many, one) = (l.staging.ptr(), l.staging.ptr() + (w * per * z) as u64);
+    let (many, one) = (l.staging().ptr(), l.staging().ptr() + (w * per * z) as u64);
     run(call, a, b.stream, || {
         let mut done = 0;
         while done < count {
@@ -349,21 +349,21 @@ fn staged(
             // (staged_piece sized them); all on the stream, in order.
             unsafe {
                 if what == Collective::AllGather {
-                    l.staging.copy(one, send + off, n * z, st)?;
-                    l.gpu.run_collective(
+                    l.staging().copy(one, send + off, n * z, st)?;
+                    l.gpu().run_collective(
                         what,
                         &Call::new(one, many, n, dt, st).with_signature(sig),
                     )?;
                     let r = rows(recv + off, count * z, many, n * z);
-                    l.staging.copy_rows(r, st)?;
+                    l.staging().copy_rows(r, st)?;
                 } else {
                     let r = rows(many, n * z, send + off, count * z);
-                    l.staging.copy_rows(r, st)?;
-                    l.gpu.run_collective(
+                    l.staging().copy_rows(r, st)?;
+                    l.gpu().run_collective(
                         what,
                         &Call::new(many, one, n, dt, st).with_signature(sig),
                     )?;
-                    l.staging.copy(recv + off, one, n * z, st)?;
+                    l.staging().copy(recv + off, one, n * z, st)?;
                 }
             }
             done += n;

@@ -1,25 +1,73 @@
 //! A standalone communicator's state (docs/standalone.md): what create.rs
 //! creates and every standalone path (standalone/collectives.rs, gathered.rs) runs on, and the
-//! two helpers they share.
+//! two helpers they share. Its GPU side holds the library's `Communicator`
+//! (no NCCL behind it, a staging buffer) plus what only standalone mode
+//! needs: the gathered-block kernels and the launch gate.
 
 use crate::standalone::{self, launch_gate, Secret};
 use crate::types::*;
 use std::sync::Arc;
-use tpcomm::cuda::{gathered, GpuComm, SavedContext, Staging};
+use tpcomm::cuda::{gathered, Communicator, GpuComm, SavedContext, Staging};
 
 /// The GPU side of a standalone communicator.
 pub struct StandaloneGpu {
-    /// The kernels on the transport the ranks' P2P verdict gave.
-    pub gpu: GpuComm,
-    /// Where all-reduces of unaligned buffers are summed, and where the
-    /// other all-reduces gather their blocks (TPCOMM_MAX_BYTES).
-    pub staging: Staging,
+    /// The library's communicator with no NCCL behind it
+    /// (`NcclFallback::None`): the kernels on the transport the ranks' P2P
+    /// verdict gave ([`gpu`](Self::gpu)), and the staging buffer
+    /// ([`staging`](Self::staging)). Private: [`StandaloneGpu::new`] checks
+    /// both.
+    comm: Communicator,
     /// The reduction of gathered blocks: all-reduces of the types and ops
     /// the collective kernels do not sum (loaded at creation).
     pub gathered: Arc<gathered::Kernels>,
     /// Orders this rank's launches with the other ranks of this process on
     /// its GPU (launch_gate.rs); `None` when it has the GPU to itself here.
     pub gate: Option<launch_gate::Gate>,
+}
+
+// SAFETY: a `Communicator` is `Sync` but for an NCCL communicator of its
+// own (`NcclFallback::Own`, which NCCL lets one thread at a time use), and
+// `StandaloneGpu::new` takes only one without; the gathered kernels and the
+// gate are `Sync`, and the kernels and staging buffer were when this struct
+// held them one by one.
+unsafe impl Sync for StandaloneGpu {}
+
+impl StandaloneGpu {
+    /// The GPU side from its parts: `comm` must have no NCCL of its own and
+    /// keep a staging buffer (`Setup { fallback: Fallback::None, staging:
+    /// true }`, as create.rs makes it).
+    pub fn new(
+        comm: Communicator,
+        gathered: Arc<gathered::Kernels>,
+        gate: Option<launch_gate::Gate>,
+    ) -> tpcomm::Result<Self> {
+        if comm.nccl().is_some() || comm.staging().is_none() {
+            return Err(tpcomm::Error::invalid(
+                "standalone communicator",
+                "it needs a staging buffer and no NCCL of its own",
+            ));
+        }
+        Ok(StandaloneGpu {
+            comm,
+            gathered,
+            gate,
+        })
+    }
+
+    /// The kernels on the transport the ranks' P2P verdict gave.
+    pub fn gpu(&self) -> &GpuComm {
+        self.comm.gpu()
+    }
+
+    /// Where all-reduces of unaligned buffers are summed, and where the
+    /// other all-reduces gather their blocks (TPCOMM_MAX_BYTES).
+    pub fn staging(&self) -> &Staging {
+        match self.comm.staging() {
+            Some(s) => s,
+            // `new` took only a communicator with one.
+            None => unreachable!("a standalone communicator without its staging buffer"),
+        }
+    }
 }
 
 /// One rank's standalone communicator.

@@ -15,8 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tpcomm::cuda::communicator::{Fallback, Setup};
 use tpcomm::cuda::gathered;
-use tpcomm::cuda::{CudaConfig, GpuComm, Rendezvous, SavedContext, Staging, MAX_WORLD};
+use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging, MAX_WORLD};
 
 /// The standalone rendezvous as the library's [`Rendezvous::Custom`].
 #[derive(Debug)]
@@ -383,12 +384,12 @@ fn create_on(
     }
     match make(&tag, &secret, rank, world, device) {
         Ok(live) => {
-            let r = live.gpu.memory_report();
+            let r = live.gpu().memory_report();
             warn!(
                 "{tag}: standalone tpcomm communicator (no real NCCL under it), {} transport; took {} of GPU memory plus {} bytes of staging, and {} bytes of pinned host memory",
-                live.gpu.transport().name(),
+                live.gpu().transport().name(),
                 r.device_requested(),
-                live.staging.bytes(),
+                live.staging().bytes(),
                 r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
             );
             *out = insert(StandaloneComm {
@@ -445,20 +446,30 @@ fn make(
     // root, collective) are caught on separate GPUs too, unless
     // TPCOMM_CHECK_CALLS=0 turns the check off (every rank alike).
     cfg.check_calls = cfg.check_calls.or(Some(true));
+    // The exact wire whatever TPCOMM_WIRE says: standalone mode has no
+    // quantized path (and reads no wire from the environment).
+    cfg.wire = Some(tpcomm::quant::Wire::Exact);
+    cfg.wire_min_bytes = Some(tpcomm::ByteSize::b(0));
     let rv = Rendezvous::Custom(Arc::new(meet));
     let made = (|| -> tpcomm::Result<_> {
-        let gpu = GpuComm::new(&cfg, &rv)?;
+        // The library's communicator with no NCCL behind it and the staging
+        // buffer (TPCOMM_MAX_BYTES); its wire and route table are agreed
+        // over the meeting directory like the rest.
+        let setup = Setup {
+            fallback: Fallback::None,
+            staging: true,
+        };
+        let comm = Communicator::create(&cfg, &rv, setup)?;
         // The collective kernels are loaded now: no call (inside a CUDA
         // graph capture, say) ever compiles or loads a module.
-        let image = gpu.prepare_collectives()?;
+        let image = comm.prepare_collectives()?;
         info!("{tag}: collective kernels loaded ({image} of kernel image)");
-        let staging = Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?;
-        let gathered = gathered::kernels(gpu.context())?;
+        let gathered = gathered::kernels(comm.gpu().context())?;
         info!(
             "{tag}: gathered-block reduction kernels loaded ({} of kernel image)",
             tpcomm::ByteSize::from_usize(gathered.cubin_bytes)
         );
-        Ok((gpu, staging, gathered))
+        Ok((comm, gathered))
     })();
     // Either every rank has the communicator or none does.
     let ok = [made.is_ok() as u8];
@@ -471,7 +482,7 @@ fn make(
             )));
         }
     }
-    let (gpu, staging, gathered) = made?;
+    let (comm, gathered) = made?;
     let gate = launch_gate::Gate::new(joined, rank, cfg.timeout);
     if let Some(g) = &gate {
         info!(
@@ -482,12 +493,7 @@ fn make(
             info!("{tag}: CUDA_DEVICE_MAX_CONNECTIONS was unset; tpcomm set it to 32 when it was loaded, so the ranks' streams get queues of their own (docs/shared-gpu.md)");
         }
     }
-    Ok(StandaloneGpu {
-        gpu,
-        staging,
-        gathered,
-        gate,
-    })
+    StandaloneGpu::new(comm, gathered, gate)
 }
 
 /// `NCCL_SPLIT_NOCOLOR`: the ranks that get no communicator from a split.

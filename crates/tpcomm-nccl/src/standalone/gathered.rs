@@ -155,7 +155,7 @@ pub(crate) fn reduce_scatter_gathered(
                     blocks: world,
                 };
                 l.gathered.convert(Form::Expand, &side_by_side, st)?;
-                l.gpu
+                l.gpu()
                     .run_collective(Collective::AllGather, &area.words(st))?;
                 // This rank's piece of every block, and each block's
                 // scalar at its end (scalar_at from the block's start).
@@ -324,7 +324,7 @@ fn prepare<'a>(
             call,
             &format!(
                 "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging.bytes(),
+                l.staging().bytes(),
                 a.world
             ),
         ));
@@ -349,10 +349,10 @@ pub(crate) fn takes(a: &StandaloneComm, datatype: NcclDataType, op: NcclRedOp) -
 /// `world` gathered blocks and this rank's own: a multiple of 16 that the
 /// transport's all-gather takes; None when not even 16 bytes fit.
 pub(crate) fn expanded_block(l: &StandaloneGpu, world: usize) -> Option<usize> {
-    let mut block = (l.staging.bytes() / (world + 1)) / 16 * 16;
+    let mut block = (l.staging().bytes() / (world + 1)) / 16 * 16;
     while block >= 16
         && !l
-            .gpu
+            .gpu()
             .collective_fits(Collective::AllGather, block / 2, DType::F16)
     {
         block = (block / 2) / 16 * 16;
@@ -374,7 +374,7 @@ pub(crate) struct Area {
 impl Area {
     /// The staging buffer of `l` laid out for `world` blocks of `block`.
     pub(crate) fn of(l: &StandaloneGpu, world: usize, block: usize, sig: Signature) -> Area {
-        let base = l.staging.ptr();
+        let base = l.staging().ptr();
         Area {
             base,
             mine: base + (world * block) as u64,
@@ -409,7 +409,8 @@ unsafe fn gather_expanded(
     unsafe {
         l.gathered
             .convert(Form::Expand, &ByteBlocks::one(piece, area.mine, bytes), st)?;
-        l.gpu.run_collective(Collective::AllGather, &area.words(st))
+        l.gpu()
+            .run_collective(Collective::AllGather, &area.words(st))
     }
 }
 
@@ -431,7 +432,7 @@ pub(crate) fn exact_bytes(
             call,
             &format!(
                 "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging.bytes(),
+                l.staging().bytes(),
                 a.world
             ),
         );
@@ -470,7 +471,7 @@ pub(crate) fn exact_bytes(
                             let piece = ByteBlocks::one(send + off, mine, m);
                             l.gathered.convert(Form::Expand, &piece, st)?;
                         }
-                        l.gpu
+                        l.gpu()
                             .run_collective(Collective::Broadcast { root: r }, &area.words(st))?;
                         let piece = ByteBlocks::one(base, recv + off, m);
                         l.gathered.convert(Form::Compact, &piece, st)?;

@@ -216,7 +216,7 @@ fn end(g: &[Pending]) -> NcclResult {
     };
     let steps = expanded_block(l, world).and_then(|block| {
         let shape = Shape { rank, world, block };
-        (shape.staging_bytes() <= l.staging.bytes())
+        (shape.staging_bytes() <= l.staging().bytes())
             .then(|| plan(shape, &m, &calls))
             .flatten()
     });
@@ -225,11 +225,11 @@ fn end(g: &[Pending]) -> NcclResult {
             END,
             &format!(
                 "the staging buffer ({} bytes) holds no round for {world} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging.bytes()
+                l.staging().bytes()
             ),
         );
     };
-    let stage = l.staging.ptr();
+    let stage = l.staging().ptr();
     let at = |x: Loc| match x {
         Loc::Op(i, o) => ptrs[i] + o as u64,
         Loc::Stage(o) => stage + o as u64,
@@ -238,7 +238,7 @@ fn end(g: &[Pending]) -> NcclResult {
     };
     run(END, a, stream as CudaStream, || {
         // This may be a thread of finish's: the kernels need the context.
-        l.gpu
+        l.gpu()
             .context()
             .bind_to_thread()
             .map_err(|e| tpcomm::Error::Cuda {

@@ -168,7 +168,7 @@ pub fn async_error(comm: NcclComm, a: &StandaloneComm, out: *mut NcclResult) -> 
         );
     }
     let creation = creations_lock().get(&(comm as usize)).cloned();
-    let r = match (creation, a.live.as_ref().map(|l| l.gpu.check())) {
+    let r = match (creation, a.live.as_ref().map(|l| l.gpu().check())) {
         (Some(Creation::Running), _) => IN_PROGRESS,
         (Some(Creation::Failed(r, text)), _) => standalone::fail(r, text),
         (None, Some(Err(e))) => {

@@ -122,7 +122,7 @@ fn block_for(l: &StandaloneGpu, world: usize, kind: Kind) -> Option<usize> {
     let mut block = expanded_block(l, world)?;
     if let Kind::Scatter { root } = kind {
         let what = Collective::Broadcast { root };
-        while block >= 16 && !l.gpu.collective_fits(what, block / 2, DType::F16) {
+        while block >= 16 && !l.gpu().collective_fits(what, block / 2, DType::F16) {
             block = (block / 2) / 16 * 16;
         }
     }
@@ -159,7 +159,7 @@ fn serve(
             block,
         };
         // The steps' staging offsets stay below this (rooted_plan.rs).
-        (shape.staging_bytes() <= l.staging.bytes())
+        (shape.staging_bytes() <= l.staging().bytes())
             .then(|| plan(kind, shape, count, z))
             .flatten()
     });
@@ -168,12 +168,12 @@ fn serve(
             call,
             &format!(
                 "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging.bytes(),
+                l.staging().bytes(),
                 a.world
             ),
         );
     };
-    let (s, r, stage) = (b.send, b.recv, l.staging.ptr());
+    let (s, r, stage) = (b.send, b.recv, l.staging().ptr());
     let at = move |x: Loc| match x {
         Loc::Send(o) => s + o as u64,
         Loc::Recv(o) => r + o as u64,
@@ -211,7 +211,7 @@ pub(crate) unsafe fn launch(
         let call = sig.map_or(call, |s| call.with_signature(s));
         // SAFETY: the caller's contract; the gathered area and this rank's
         // own area of the staging buffer are disjoint.
-        unsafe { l.gpu.run_collective(what, &call) }
+        unsafe { l.gpu().run_collective(what, &call) }
     };
     for step in steps {
         // SAFETY: the caller's contract covers every range named here.
@@ -275,7 +275,7 @@ pub(crate) unsafe fn launch(
                     };
                     l.gathered.reduce(&b, op, st)?
                 }
-                Step::Copy { from, to, bytes } => l.staging.copy(at(to), at(from), bytes, st)?,
+                Step::Copy { from, to, bytes } => l.staging().copy(at(to), at(from), bytes, st)?,
             }
         }
     }

@@ -10,7 +10,7 @@
 use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::comm::P2pTransport;
-use super::communicator::Communicator;
+use super::communicator::{Communicator, NcclFallback};
 use super::compile;
 use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
@@ -171,7 +171,7 @@ impl Communicator {
         let fits = self.gpu().collective_fits(what, count, dtype);
         let transport = self.gpu().transport().for_routes();
         let route = collective_route(transport, bytes, self.gpu().max_bytes(), op, fits);
-        if let (Route::Nccl(why), None) = (route, self.nccl()) {
+        if let (Route::Nccl(why), NcclFallback::None) = (route, self.fallback()) {
             return Err(Error::Unsupported(format!(
                 "this {} ({} x {dtype}, {op}) cannot run on tpcomm's kernels: {}; create the communicator with nccl_fallback to run it on NCCL",
                 what.name(),
@@ -184,8 +184,9 @@ impl Communicator {
 
     /// Runs a collective where `route_collective` sends it: on the
     /// transport's kernels, or on NCCL (`ncclAllGather`, `ncclReduceScatter`,
-    /// `ncclBroadcast`, same arguments). `what` names the broadcast's root;
-    /// `call.op` counts for the reduce-scatter only.
+    /// `ncclBroadcast`, same arguments; with `NcclFallback::Caller` a
+    /// `Route::Nccl` is returned unrun, for the caller's NCCL). `what` names
+    /// the broadcast's root; `call.op` counts for the reduce-scatter only.
     ///
     /// # Safety
     /// As [`GpuTransport`]'s methods, for `what`.
@@ -199,10 +200,11 @@ impl Communicator {
         // SAFETY: the caller's contract, passed on unchanged; NCCL reads and
         // writes the same ranges on the same stream.
         unsafe {
-            match (route, self.nccl()) {
+            match (route, self.fallback()) {
                 (Route::Tpcomm { .. }, _) => self.gpu().run_collective(what, call)?,
-                (_, Some(n)) => GpuTransport::run_collective(n, what, call)?,
-                _ => return Err(no_route()),
+                (_, NcclFallback::Own(n)) => GpuTransport::run_collective(n, what, call)?,
+                (_, NcclFallback::Caller) => {}
+                (_, NcclFallback::None) => return Err(no_route()),
             }
         }
         Ok(route)

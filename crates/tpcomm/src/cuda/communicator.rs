@@ -10,10 +10,18 @@
 //! message larger than `max_bytes` cannot run on them. Rather than fail, a
 //! communicator created with `nccl_fallback` hands such calls to an NCCL
 //! communicator it set up beside its own, on the same ranks and stream.
+//!
+//! This is the one composition of the transports (`GpuComm`), the route
+//! table, the quantized wire (`QuantComm`) and the staging buffer: the
+//! library's users, the drop-in's paired communicators and its standalone
+//! ones all hold a `Communicator`. What differs is the NCCL behind it
+//! ([`NcclFallback`]): its own, the caller's (the drop-in's real
+//! communicator: calls routed to NCCL come back as `Route::Nccl` for the
+//! caller to run), or none (standalone: nothing routes to NCCL).
 
 use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
-use super::{Call, CudaConfig, GpuTransport, Rendezvous, StreamAllReduce};
+use super::{Call, CudaConfig, GpuTransport, Rendezvous, Staging, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
@@ -27,10 +35,63 @@ use std::time::Duration;
 /// which every method here returns.
 pub use crate::select::{NcclReason, Route};
 
+/// The NCCL a [`Communicator`] hands the calls its kernels do not take.
+pub enum NcclFallback {
+    /// An NCCL communicator of its own on the same ranks, set up at creation
+    /// (`CudaConfig::nccl_fallback`): it runs those calls.
+    Own(NcclComm),
+    /// The caller's (the drop-in's real NCCL communicator): the routes
+    /// include NCCL, and a call routed there is not run but returned as
+    /// `Route::Nccl(reason)`, for the caller to run on its own communicator.
+    Caller,
+    /// None (a standalone communicator): nothing routes to NCCL, and a call
+    /// the kernels cannot take is an error that says so.
+    None,
+}
+
+/// Which [`NcclFallback`] [`Communicator::create`] sets up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// [`NcclFallback::Own`]: an NCCL communicator made over the rendezvous.
+    Own,
+    /// [`NcclFallback::Caller`].
+    Caller,
+    /// [`NcclFallback::None`].
+    None,
+}
+
+/// What [`Communicator::create`] puts beside the kernels, besides what its
+/// `CudaConfig` says: the NCCL behind them, and whether a staging buffer of
+/// `max_bytes` is kept for calls whose buffers are not 16-byte aligned
+/// (copied in, reduced there in place, copied out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setup {
+    pub fallback: Fallback,
+    pub staging: bool,
+}
+
+impl Setup {
+    /// What [`Communicator::new`] sets up: its own NCCL when
+    /// `cfg.nccl_fallback` asks for it, no staging buffer.
+    pub fn of(cfg: &CudaConfig) -> Setup {
+        Setup {
+            fallback: if cfg.nccl_fallback {
+                Fallback::Own
+            } else {
+                Fallback::None
+            },
+            staging: false,
+        }
+    }
+}
+
 /// A GPU communicator with NCCL behind it (see the module docs).
 pub struct Communicator {
     gpu: GpuComm,
-    nccl: Option<NcclComm>,
+    nccl: NcclFallback,
+    /// Where calls with unaligned buffers are reduced, when kept
+    /// ([`Setup::staging`]).
+    staging: Option<Staging>,
     /// The quantized wire's kernels and buffers, when one is enabled.
     quant: Option<QuantComm>,
     wire: Wire,
@@ -48,6 +109,22 @@ impl Communicator {
     /// (rank 0's unique id goes to every rank through `rendezvous`). Every rank
     /// calls this with the same configuration.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
+        let comm = Self::create(cfg, rendezvous, Setup::of(cfg))?;
+        if let (Some(n), 0) = (comm.routes.note(), cfg.rank) {
+            say_once(n);
+        }
+        Ok(comm)
+    }
+
+    /// Creates the communicator `setup` describes on the configuration
+    /// `cfg` (every rank with the same): the kernels, the wire (`cfg.wire`,
+    /// or TPCOMM_WIRE when `None`) agreed by every rank, the NCCL behind
+    /// them, their route table (NCCL included unless `Fallback::None`)
+    /// agreed by every rank, and the staging buffer when asked for. The
+    /// exchanges run over `rendezvous` (the drop-in's own:
+    /// `Rendezvous::Custom`). Prints no note of the route table
+    /// ([`new`](Self::new) adds it; the drop-in logs its own).
+    pub fn create(cfg: &CudaConfig, rendezvous: &Rendezvous, setup: Setup) -> Result<Self> {
         let (wire, wire_min_bytes) = resolve_wire(cfg)?;
         let gpu = GpuComm::new(cfg, rendezvous)?;
         agree_wire(cfg, rendezvous, wire, wire_min_bytes)?;
@@ -60,24 +137,28 @@ impl Communicator {
             // call that may be inside a graph capture.
             gpu.prepare_collectives()?;
         }
-        let nccl = if cfg.nccl_fallback {
-            Some(nccl_over_rendezvous(
+        let nccl = match setup.fallback {
+            Fallback::Own => NcclFallback::Own(nccl_over_rendezvous(
                 cfg.rank,
                 cfg.world,
                 rendezvous,
                 cfg.timeout,
-            )?)
+            )?),
+            Fallback::Caller => NcclFallback::Caller,
+            Fallback::None => NcclFallback::None,
+        };
+        let transport = gpu.transport().for_routes();
+        let has_nccl = !matches!(nccl, NcclFallback::None);
+        let routes = cfg.agreed_routes(gpu.selector(), transport, has_nccl, rendezvous)?;
+        let staging = if setup.staging {
+            Some(Staging::new(gpu.context(), cfg.max_bytes.as_usize()?)?)
         } else {
             None
         };
-        let transport = gpu.transport().for_routes();
-        let routes = cfg.agreed_routes(gpu.selector(), transport, nccl.is_some(), rendezvous)?;
-        if let (Some(n), 0) = (routes.note(), cfg.rank) {
-            say_once(n);
-        }
         Ok(Self {
             gpu,
             nccl,
+            staging,
             routes,
             mode: cfg.mode,
             quant,
@@ -96,6 +177,22 @@ impl Communicator {
     /// quantized layout), when one is enabled.
     pub fn quant(&self) -> Option<&QuantComm> {
         self.quant.as_ref()
+    }
+
+    /// The wire every rank agreed on (`Wire::Exact` when none), for sums
+    /// from [`wire_min_bytes`](Self::wire_min_bytes) up.
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// The size the quantized wire applies from.
+    pub fn wire_min_bytes(&self) -> ByteSize {
+        self.wire_min_bytes
+    }
+
+    /// The staging buffer for unaligned buffers, when one was kept.
+    pub fn staging(&self) -> Option<&Staging> {
+        self.staging.as_ref()
     }
 
     /// The wire a sum of `bytes` travels on: what `explain` prints.
@@ -166,14 +263,23 @@ impl Communicator {
         &self.routes
     }
 
-    /// The NCCL communicator behind it, if it was asked for.
+    /// Its own NCCL communicator ([`NcclFallback::Own`]), if it has one.
     pub fn nccl(&self) -> Option<&NcclComm> {
-        self.nccl.as_ref()
+        match &self.nccl {
+            NcclFallback::Own(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The NCCL behind the kernels.
+    pub fn fallback(&self) -> &NcclFallback {
+        &self.nccl
     }
 }
 
 /// On tpcomm's kernels when they can take the call and on NCCL otherwise;
-/// `Ran` says where it ran. Without the NCCL fallback, a call the kernels
+/// `Ran` says where it ran (with [`NcclFallback::Caller`], a `Route::Nccl`
+/// was not run: the caller runs it). Without NCCL, a call the kernels
 /// cannot take is an error that says so. An overlapped launch applies to
 /// tpcomm's kernels; NCCL calls launch as NCCL does.
 impl StreamAllReduce for Communicator {
@@ -195,6 +301,55 @@ impl Communicator {
     unsafe fn route(&self, call: &Call, wire: Wire) -> Result<Route> {
         let lanes = CallLanes { comm: self, call };
         dispatch(&self.routes, &lanes, call, self.mode, wire)
+    }
+
+    /// Runs `call` on `route`, a route its caller already looked up in this
+    /// communicator's table ([`routes`](Self::routes), as the drop-in's
+    /// `decide` does, with rules of its own before the lookup): no second
+    /// lookup. A `Route::Tpcomm` runs on the exact kernels with its
+    /// algorithm (one-shot when it names none; `call.algo` is not read) or
+    /// on its quantized wire, through the staging buffer when the buffers
+    /// are not 16-byte aligned and one was kept; a `Route::Nccl` runs on
+    /// its own NCCL, is left to the caller (`NcclFallback::Caller`), or is
+    /// an error (no NCCL).
+    ///
+    /// # Safety
+    /// As [`StreamAllReduce::all_reduce_call`]; a staged call also needs
+    /// `call.stream` to be a stream of this communicator's context, and the
+    /// call to fit the staging buffer (`max_bytes`: the route table sends
+    /// nothing larger to the kernels).
+    pub unsafe fn run_route(&self, call: &Call, route: Route) -> Result<()> {
+        run_on(&CallLanes { comm: self, call }, route)
+    }
+
+    /// Runs `run` on `call`, or, when a staging buffer is kept and the
+    /// buffers are not 16-byte aligned, on the staging buffer in place: the
+    /// input copied in before and the result copied out after, all on the
+    /// call's stream.
+    ///
+    /// # Safety
+    /// As [`run_route`](Self::run_route).
+    unsafe fn staged(&self, call: &Call, run: impl FnOnce(&Call) -> Result<()>) -> Result<()> {
+        let Some(st) = &self.staging else {
+            return run(call);
+        };
+        if call.input.is_multiple_of(16) && call.output.is_multiple_of(16) {
+            return run(call);
+        }
+        let bytes = call.bytes()? as usize;
+        let p = st.ptr();
+        // SAFETY: the caller's contract: the call's ranges are device
+        // memory of this context until its stream runs it, and the call
+        // fits the staging buffer.
+        unsafe {
+            st.copy(p, call.input, bytes, call.stream)?;
+            run(&Call {
+                input: p,
+                output: p,
+                ..*call
+            })?;
+            st.copy(call.output, p, bytes, call.stream)
+        }
     }
 }
 
@@ -222,6 +377,14 @@ pub fn dispatch(
     wire: Wire,
 ) -> Result<Route> {
     let route = routes.route(call.count, call.dtype, call.op, call.algo, mode, wire)?;
+    run_on(lanes, route)?;
+    Ok(route)
+}
+
+/// Runs a call on the lane `route` names (what [`dispatch`] does once it
+/// has the route, and [`Communicator::run_route`] with a route its caller
+/// looked up).
+pub fn run_on(lanes: &impl Lanes, route: Route) -> Result<()> {
     match route {
         Route::Tpcomm {
             wire: Wire::Exact,
@@ -236,7 +399,7 @@ pub fn dispatch(
             )))
         })?,
     }
-    Ok(route)
+    Ok(())
 }
 
 /// One all-reduce of [`Communicator`], as [`Lanes`]. Made only inside
@@ -248,25 +411,36 @@ struct CallLanes<'a> {
 
 impl Lanes for CallLanes<'_> {
     fn kernels(&self, algo: Algo) -> Result<()> {
-        // SAFETY: built only in `Communicator::route`, whose caller's
-        // contract (StreamAllReduce::all_reduce_call) covers the call.
-        unsafe { GpuTransport::all_reduce(&self.comm.gpu, &self.call.with_algo(algo)) }
+        // SAFETY: built only in `Communicator::route` and `run_route`, whose
+        // callers' contract (StreamAllReduce::all_reduce_call, and the
+        // staging buffer's) covers the call.
+        unsafe {
+            self.comm.staged(self.call, |c| {
+                GpuTransport::all_reduce(&self.comm.gpu, &c.with_algo(algo))
+            })
+        }
     }
 
     fn quantized(&self, wire: Wire) -> Result<()> {
         // SAFETY: as above.
         unsafe {
-            self.comm
-                .all_reduce_quant(self.call, wire, self.comm.wire_algo)
-                .map(|_| ())
+            self.comm.staged(self.call, |c| {
+                self.comm
+                    .all_reduce_quant(c, wire, self.comm.wire_algo)
+                    .map(|_| ())
+            })
         }
     }
 
     fn nccl(&self) -> Option<Result<()>> {
-        let nccl = self.comm.nccl.as_ref()?;
-        // SAFETY: as above; NCCL reads and writes the same ranges on the
-        // same stream.
-        Some(unsafe { GpuTransport::all_reduce(nccl, self.call) })
+        match &self.comm.nccl {
+            // SAFETY: as above; NCCL reads and writes the same ranges on
+            // the same stream.
+            NcclFallback::Own(n) => Some(unsafe { GpuTransport::all_reduce(n, self.call) }),
+            // The caller runs it on its own NCCL.
+            NcclFallback::Caller => Some(Ok(())),
+            NcclFallback::None => None,
+        }
     }
 }
 

@@ -163,7 +163,7 @@ pub use call::{Call, GpuTransport};
 pub use call_word::Signature;
 pub use collectives::{collective_route, Collective};
 pub use comm::{open_context, P2pTransport};
-pub use communicator::{nccl_over_rendezvous, Communicator, Route};
+pub use communicator::{nccl_over_rendezvous, Communicator, NcclFallback, Route};
 pub use config::CudaConfig;
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;

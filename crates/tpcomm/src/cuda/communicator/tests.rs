@@ -180,3 +180,46 @@ fn an_explicit_algorithm_is_run_as_asked_where_the_kernels_can_take_it() {
     assert_eq!(r.unwrap(), Route::exact(Transport::Cuda, Algo::TwoShot));
     assert_eq!(*f.ran.borrow(), ["kernels two-shot"]);
 }
+
+/// `run_on` runs a route its caller looked up (the drop-in's `decide`)
+/// without a second lookup: an exact route with no algorithm runs
+/// one-shot, a quantized one its wire, and NCCL only where there is one.
+#[test]
+fn a_route_looked_up_by_the_caller_runs_on_its_lane() {
+    let f = Fake {
+        has_nccl: false,
+        ran: RefCell::new(Vec::new()),
+    };
+    let exact = Route::Tpcomm {
+        transport: Transport::Cuda,
+        algo: None,
+        wire: Wire::Exact,
+    };
+    run_on(&f, exact).unwrap();
+    run_on(&f, Route::exact(Transport::Cuda, Algo::TwoShot)).unwrap();
+    let int8 = Route::Tpcomm {
+        transport: Transport::Cuda,
+        algo: None,
+        wire: Wire::int8(),
+    };
+    run_on(&f, int8).unwrap();
+    let e = run_on(&f, Route::Nccl(NcclReason::Op)).unwrap_err();
+    assert!(e.to_string().contains("without NCCL"), "{e}");
+    assert_eq!(
+        *f.ran.borrow(),
+        ["kernels one-shot", "kernels two-shot", "quantized int8/g64"]
+    );
+}
+
+/// `Communicator::new` sets up its own NCCL only when the config asks,
+/// and never a staging buffer (the drop-in's paired and standalone
+/// communicators ask for theirs through `create`).
+#[test]
+fn new_sets_up_what_the_config_asks_for() {
+    let mut cfg = CudaConfig::new(0, 2, 0);
+    cfg.nccl_fallback = true;
+    let own = Setup::of(&cfg);
+    assert_eq!((own.fallback, own.staging), (Fallback::Own, false));
+    cfg.nccl_fallback = false;
+    assert_eq!(Setup::of(&cfg).fallback, Fallback::None);
+}
