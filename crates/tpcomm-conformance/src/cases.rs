@@ -39,6 +39,8 @@ pub struct Rank {
     pub limit: Duration,
     /// Elements-per-rank bytes of the "past the creation-time buffer" count.
     pub big_bytes: usize,
+    /// Whether this rank is a process of its own (`procs` mode) rather than a thread.
+    pub own_process: bool,
 }
 
 pub fn patterns() -> Vec<Pattern> {
@@ -137,6 +139,7 @@ pub fn patterns() -> Vec<Pattern> {
         mismatch(r, Mismatch::Collective)
     });
     per("syncwork.sweep", syncwork);
+    per("fault.rank-leaves", rank_leaves);
     for t in ["hang", "crash", "fail", "pass"] {
         v2.push(Pattern {
             name: format!("selftest.{t}"),
@@ -1469,4 +1472,57 @@ fn syncwork(r: &Rank) -> Verdict {
     }
     destroy(r, comm)?;
     Ok(format!("{sizes} sizes 8 B..64 MiB with cuMemcpyDtoH + cuCtxSynchronize between calls, 0 wrong, {:.1} s", start.elapsed().as_secs_f64()))
+}
+
+// ---------------------------------------------------------------------------------------
+// a rank that leaves mid-job
+
+/// The last rank makes the communicator, takes part in one all-reduce, and leaves: as a
+/// process it exits at once (nothing destroyed, as a killed rank leaves things), as a thread
+/// it stops calling. Every other rank's next all-reduce must end in an error (returned, in
+/// the stream, or from ncclCommGetAsyncError) within the timeout, its ncclGetLastError must
+/// name the rank that left, and ncclCommAbort must return.
+fn rank_leaves(r: &Rank) -> Verdict {
+    if r.world < 2 {
+        return Ok("SKIP: needs 2 ranks".into());
+    }
+    let n = &r.nccl;
+    let comm = create(r)?;
+    allreduce_check(n, comm, r.rank, r.world, r.seed, r.limit, 1025)?;
+    let leaver = r.world - 1;
+    if r.rank == leaver {
+        if r.own_process {
+            sys::leave_now("RANK PASS left after one all-reduce (exited, nothing destroyed)");
+        }
+        // A thread: its communicator stays, unused and never destroyed, until the case ends.
+        return Ok("left after one all-reduce (stopped calling)".into());
+    }
+    let s = Stream::new(false)?;
+    let b = DevBuf::new(4 * 1025)?;
+    let start = Instant::now();
+    let code = n
+        .all_reduce(Bufs::new(b.ptr, b.ptr, 1025, 7), 0, comm, s.0)
+        .map_err(missing)?;
+    let stream = s.sync(r.limit);
+    let (_, asy) = n.async_error(comm).map_err(missing)?;
+    let text = last(n);
+    let took = start.elapsed();
+    let aborted = n.abort(comm).map_err(missing)?;
+    let seen = code != 0 || stream.is_err() || asy != 0;
+    let named = text.contains(&format!("rank {leaver}"));
+    let detail = format!(
+        "rank {leaver} left; the next all-reduce: call={code} ({}) stream={} async={asy} ({}) after {:.1} s, ncclCommAbort={aborted}; last error: {text:.160}",
+        code_name(code),
+        if stream.is_ok() { "ok" } else { "error" },
+        code_name(asy),
+        took.as_secs_f64()
+    );
+    if seen && named && took <= r.limit && aborted == 0 {
+        Ok(detail)
+    } else {
+        Err(format!(
+            "expected an error naming rank {leaver} within {:?} and ncclCommAbort=0: {detail}",
+            r.limit
+        ))
+    }
 }

@@ -148,16 +148,27 @@ fn selftest(what: &str) -> Verdict {
     }
 }
 
-/// One rank's body, in this thread.
-fn rank_body(
-    p: &Pattern,
-    nccl: &sys::Nccl,
-    rank: usize,
+/// What every rank of a case is given.
+#[derive(Clone, Copy)]
+struct Given {
     world: usize,
     seed: u64,
     ids: [sys::UniqueId; 2],
+    /// Bytes of the "past the creation-time buffer" count.
     big: usize,
-) -> Verdict {
+    /// Ranks are processes (`procs`), not threads.
+    own_process: bool,
+}
+
+/// One rank's body, in this thread.
+fn rank_body(p: &Pattern, nccl: &sys::Nccl, rank: usize, g: Given) -> Verdict {
+    let Given {
+        world,
+        seed,
+        ids,
+        big,
+        own_process,
+    } = g;
     match p.body {
         Body::SelfTest(w) => selftest(w),
         Body::OneThread(_) => Err("internal: one-thread pattern run per rank".into()),
@@ -177,6 +188,7 @@ fn rank_body(
                 gpu,
                 limit: limit(),
                 big_bytes: big,
+                own_process,
             };
             f(&r)
         }
@@ -223,7 +235,16 @@ fn run_case(a: &Args, p: &Pattern) -> (Status, String) {
         let n = nccl.unwrap_or_else(unreachable_nccl);
         let results: Vec<Verdict> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..world)
-                .map(|r| s.spawn(move || rank_body(p, &n, r, world, seed, ids, big)))
+                .map(|r| {
+                    let g = Given {
+                        world,
+                        seed,
+                        ids,
+                        big,
+                        own_process: false,
+                    };
+                    s.spawn(move || rank_body(p, &n, r, g))
+                })
                 .collect();
             hs.into_iter()
                 .map(|h| {
@@ -378,15 +399,16 @@ fn main() -> ExitCode {
         let v = match p.body {
             Body::SelfTest(w) => selftest(w),
             _ => match open_for_case(&a) {
-                Ok(n) => rank_body(
-                    p,
-                    &n,
-                    a.rank,
-                    a.world,
-                    a.seed.unwrap_or(1),
-                    ids,
-                    a.big_mib << 20,
-                ),
+                Ok(n) => {
+                    let g = Given {
+                        world: a.world,
+                        seed: a.seed.unwrap_or(1),
+                        ids,
+                        big: a.big_mib << 20,
+                        own_process: true,
+                    };
+                    rank_body(p, &n, a.rank, g)
+                }
                 Err(e) => Err(e),
             },
         };
