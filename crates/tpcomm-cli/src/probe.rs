@@ -80,7 +80,7 @@ fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
 /// the driver allows P2P between every pair: the verdict in one line.
 fn kernel_check(topo: &Topology) -> Option<String> {
     let world = topo.gpus.len();
-    if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world)
+    if !(2..=tpcomm::transport::MAX_WORLD).contains(&world)
         || tpcomm::select::transport_of(topo) != tpcomm::select::Transport::Cuda
     {
         return None;

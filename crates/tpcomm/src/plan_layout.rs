@@ -11,9 +11,9 @@
 
 use crate::cuda::host_path::delta_shadow_bytes;
 use crate::cuda::host_path::layout::HostLayout;
-use crate::cuda::MAX_WORLD;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 
 /// Bytes of the control words of either transport (`CTL_BYTES` in

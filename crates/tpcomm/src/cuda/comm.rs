@@ -317,7 +317,7 @@ impl P2pTransport {
             _ipc: ipc,
         };
         if found.is_none() {
-            let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
+            let s = super::self_tune::run(&comm, rendezvous, cfg.timeout)?;
             comm.selector = Arc::new(s);
         }
         let transport = crate::select::Transport::Cuda;

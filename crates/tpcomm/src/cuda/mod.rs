@@ -110,8 +110,6 @@ macro_rules! transport_debug {
     };
 }
 
-#[forbid(unsafe_code)]
-mod algo;
 mod call;
 mod call_word;
 pub mod collectives;
@@ -141,6 +139,7 @@ mod pdl;
 pub mod quant;
 #[forbid(unsafe_code)]
 mod rendezvous;
+pub mod self_tune;
 #[forbid(unsafe_code)]
 pub mod share;
 mod stream_all_reduce;
@@ -158,7 +157,6 @@ pub use crate::sys::cuda::{
 };
 /// What a kernel family outside the library launches with.
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
-pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use call::{Call, GpuTransport};
 pub use call_word::Signature;
 pub use collectives::{collective_route, Collective};
@@ -174,8 +172,7 @@ pub use rendezvous::{
 };
 pub use stream_all_reduce::StreamAllReduce;
 
-/// Largest world size the kernels take (their argument block has 8 slots).
-pub const MAX_WORLD: usize = 8;
+use crate::transport::MAX_WORLD;
 
 fn cuda_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> crate::Error {
     move |e| crate::Error::Cuda {
