@@ -168,7 +168,7 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
         // Only this user's own files (no links, nobody else may write them):
         // a cubin is code the GPU runs, and a cache directory may be shared
         // (TPCOMM_CACHE_DIR=/tmp/...). Anything else is a miss.
-        if let Ok(Some(cubin)) = crate::host::private_file::read(p) {
+        if let Ok(Some(cubin)) = crate::meet::private_file::read(p) {
             if !cubin.is_empty() {
                 return Ok(Compiled {
                     cubin,
@@ -185,7 +185,7 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
         // reader (another rank) never sees half a file, and nothing is
         // written through a planted link.
         if ensure_private_dir(p.parent()) {
-            let _ = crate::host::private_file::write(p, &compiled.cubin);
+            let _ = crate::meet::private_file::write(p, &compiled.cubin);
         }
     }
     Ok(compiled)
