@@ -87,21 +87,24 @@ fn kernel_check(topo: &Topology) -> Option<String> {
     }
     let group = tpcomm::cuda::ThreadGroup::new(world);
     let timeout = std::time::Duration::from_secs(10);
-    let verdicts: Vec<tpcomm::Result<tpcomm::cuda::p2p_check::Verdict>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..world)
-            .map(|rank| {
-                let rv = tpcomm::cuda::Rendezvous::Threads(group.clone());
-                s.spawn(move || tpcomm::cuda::p2p_check::run(rank, world, rank, &rv, timeout))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(tpcomm::Error::Aborted("a check thread panicked".into()))
+    let verdicts: Vec<tpcomm::Result<tpcomm::cuda::transport::p2p::check::Verdict>> =
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    let rv = tpcomm::cuda::Rendezvous::Threads(group.clone());
+                    s.spawn(move || {
+                        tpcomm::cuda::transport::p2p::check::run(rank, world, rank, &rv, timeout)
+                    })
                 })
-            })
-            .collect()
-    });
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(tpcomm::Error::Aborted("a check thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
     Some(match verdicts.into_iter().next() {
         Some(Ok(v)) => format!(
             "P2P check (the kernels' own stores, all {world} GPUs): {}",

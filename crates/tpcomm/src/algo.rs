@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use std::str::FromStr;
 
 /// Which collective other than the all-reduce a call runs (GPU transports:
-/// `cuda::collectives`, `cuda::host_path::collectives`).
+/// `cuda::collectives`, `cuda::transport::pinned::collectives`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collective {
     AllGather,

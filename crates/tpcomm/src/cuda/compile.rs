@@ -54,11 +54,11 @@ pub const QUANT_SRC: &str = family_source!(""; "quant_math.cu", "quant.cu", "qua
 pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collectives.cu");
 
 /// All-gather, reduce-scatter and broadcast through pinned host memory
-/// (src/cuda/host_path/collectives.rs), which reuse host_allreduce.cu's
+/// (src/cuda/transport/pinned/collectives.rs), which reuse host_allreduce.cu's
 /// protocol pieces, with V16 as that family has it.
 pub const HOST_COLLECTIVES_SRC: &str =
     family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu", "host_collectives.cu");
-/// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
+/// The P2P check run at communicator creation (src/cuda/transport/p2p/check.rs).
 pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
 
 /// The reduction of gathered blocks, every NCCL type and op

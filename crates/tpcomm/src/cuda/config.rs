@@ -35,7 +35,7 @@ pub struct CudaConfig {
     pub self_tune: bool,
     /// Which transport `GpuComm::new` builds (`P2pTransport::new` is
     /// always the P2P one).
-    pub transport: super::host_path::Transport,
+    pub transport: super::Transport,
     /// Set up NCCL beside tpcomm's buffers so that `cuda::Communicator` runs
     /// the calls the kernels cannot take (messages above `max_bytes`, max and
     /// min) on NCCL instead of failing. Default: off, or on with
@@ -126,7 +126,7 @@ impl CudaConfig {
             selector: None,
             mode: crate::select::Mode::Graph,
             self_tune: super::self_tune::requested_by_env(),
-            transport: super::host_path::Transport::Auto,
+            transport: super::Transport::Auto,
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,

@@ -113,7 +113,6 @@ macro_rules! transport_debug {
 mod call;
 mod call_word;
 pub mod collectives;
-mod comm;
 pub mod communicator;
 #[forbid(unsafe_code)]
 pub mod compile;
@@ -123,7 +122,7 @@ mod config;
 pub mod fp8;
 pub mod fused;
 pub mod gathered;
-pub mod host_path;
+mod gpu_comm;
 #[forbid(unsafe_code)]
 mod kernel_args;
 mod kernels;
@@ -133,8 +132,6 @@ pub mod launch_shape;
 pub(crate) mod layout;
 #[forbid(unsafe_code)]
 pub mod loader;
-pub mod p2p_cache;
-pub mod p2p_check;
 mod pdl;
 pub mod quant;
 #[forbid(unsafe_code)]
@@ -143,6 +140,7 @@ pub mod self_tune;
 #[forbid(unsafe_code)]
 pub mod share;
 mod stream_all_reduce;
+pub mod transport;
 #[forbid(unsafe_code)]
 mod wait;
 
@@ -160,17 +158,18 @@ pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
 pub use call::{Call, GpuTransport};
 pub use call_word::Signature;
 pub use collectives::{collective_route, Collective};
-pub use comm::{open_context, P2pTransport};
 pub use communicator::{nccl_over_rendezvous, Communicator, NcclFallback, Route};
 pub use config::CudaConfig;
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
-pub use host_path::{GpuComm, HostAlgo, PinnedTransport, Transport};
+pub use gpu_comm::{GpuComm, Transport};
 pub use pdl::Launch;
 pub use rendezvous::{
     post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,
 };
 pub use stream_all_reduce::StreamAllReduce;
+pub use transport::p2p::{open_context, P2pTransport};
+pub use transport::pinned::{HostAlgo, PinnedTransport};
 
 use crate::transport::MAX_WORLD;
 

@@ -251,7 +251,7 @@ fn exchange_dir(
 ) -> Result<Vec<Vec<u8>>> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
-    // Files are this user's and no one else's (host/private_file.rs).
+    // Files are this user's and no one else's (meet/private_file.rs).
     post_record(dir, key, rank, mine)?;
     let start = Instant::now();
     let mut out: Vec<Option<Vec<u8>>> = vec![None; world];

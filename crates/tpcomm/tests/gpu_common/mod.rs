@@ -84,7 +84,7 @@ impl TestComm for P2pTransport {
     }
 }
 
-impl TestComm for tpcomm::cuda::host_path::PinnedTransport {
+impl TestComm for tpcomm::cuda::PinnedTransport {
     fn status(&self) -> Result<(), Error> {
         self.check()
     }

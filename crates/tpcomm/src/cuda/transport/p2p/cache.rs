@@ -12,10 +12,10 @@
 //! in the cache directory (`compile::cache_dir`), and its content must be
 //! the key's own description, so a file of another key or a damaged one is
 //! a miss. Every rank of the group must find the pass for it to count: the
-//! ranks agree on that at creation (host_path/select.rs). Deleting the file
+//! ranks agree on that at creation (gpu_comm.rs). Deleting the file
 //! makes the next creation check again.
 
-use super::compile::{cache_dir, ensure_private_dir, fnv1a};
+use crate::cuda::compile::{cache_dir, ensure_private_dir, fnv1a};
 use std::path::PathBuf;
 
 /// What identifies a group's P2P paths: the driver and the GPUs.
