@@ -76,7 +76,7 @@ fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
 }
 
 /// The P2P check a communicator over every GPU of this machine makes at
-/// creation (`tpcomm::cuda::p2p_check`, ranks as threads, one per GPU), when
+/// creation (`tpcomm::cuda::transport::p2p::check`, ranks as threads, one per GPU), when
 /// the driver allows P2P between every pair: the verdict in one line.
 fn kernel_check(topo: &Topology) -> Option<String> {
     let world = topo.gpus.len();

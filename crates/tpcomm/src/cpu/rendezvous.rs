@@ -1,6 +1,6 @@
 //! How ranks find the segment (docs/protocol.md, "Meeting"). Rank 0 creates
 //! it under a fresh name and announces it in the rendezvous file (a ticket,
-//! see `ticket.rs`); the other ranks read the ticket, attach, check that the
+//! see `meet/ticket.rs`); the other ranks read the ticket, attach, check that the
 //! segment is this user's and carries their job key's hash, and claim their
 //! rank. Once every rank is attached rank 0 removes the segment's name and
 //! the ticket, so nothing is left in /dev/shm or on disk while the run goes on.

@@ -14,11 +14,11 @@ use crate::cuda::share::{
     mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
     QUEUES_ENV,
 };
-use crate::cuda::MAX_WORLD;
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
