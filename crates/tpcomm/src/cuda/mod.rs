@@ -1,5 +1,7 @@
-//! The CUDA transport and its all-reduce kernels: receive buffers that peer
-//! GPUs write into directly, kernels compiled by NVRTC at run time.
+//! The GPU communicators: the two transports (`transport`: P2P, where peer
+//! GPUs write into each other's receive buffers, and pinned host memory),
+//! their kernels compiled by NVRTC at run time, and the `Communicator` that
+//! composes them with routing, the quantized wire and NCCL.
 //!
 //! `crate::sys::cuda`, the bottom layer, holds every CUDA driver and NVRTC
 //! call (the only `cudarc` `sys` calls of the library), behind safe functions and owning types. Above it,
