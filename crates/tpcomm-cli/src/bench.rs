@@ -247,7 +247,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     if let Some(spec) = tpcomm::env::BENCH_WORKER.checked_value() {
         return worker_process(&args, &spec);
     }
-    args.check_memory(tpcomm::host::available_memory())?;
+    args.check_memory(tpcomm::cpu::available_memory())?;
     if let Some(w) = checks::cores_warning(args.ranks, checks::cores()) {
         eprintln!("tpcomm bench: {w}");
     }
@@ -405,7 +405,7 @@ fn parent_processes(
                 WORKER_ENV,
                 format!("{rank} {nonce} {}", rendezvous.display()),
             )
-            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
+            .env(tpcomm::meet::JOB_KEY_ENV, key.to_hex())
             .stdout(if rank == 0 {
                 Stdio::piped()
             } else {

@@ -317,7 +317,7 @@ pub(crate) fn host_sizes(
     };
     // --max-message first with the default piece (which fits every
     // --max-message the communicator takes), so each error names its flag.
-    cfg.piece = tpcomm::host::DEFAULT_PIECE;
+    cfg.piece = tpcomm::cpu::DEFAULT_PIECE;
     cfg.check().map_err(|e| CheckError::Value {
         flag: "--max-message",
         value: max_message.to_string(),

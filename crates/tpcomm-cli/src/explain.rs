@@ -8,11 +8,11 @@ use clap::Args;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use tpcomm::cuda::quant::wire_for;
-use tpcomm::cuda::MAX_WORLD;
 use tpcomm::quant::Wire;
 use tpcomm::select::{
     self, Decision, Group, NcclReason, Query, Route, RouteTable, Selector, Table, Transport,
 };
+use tpcomm::transport::MAX_WORLD;
 use tpcomm::{ByteSize, DType, Error, ReduceOp, Result};
 
 #[derive(Args, Debug)]

@@ -76,32 +76,35 @@ fn run_inner(args: &ProbeArgs) -> tpcomm::Result<()> {
 }
 
 /// The P2P check a communicator over every GPU of this machine makes at
-/// creation (`tpcomm::cuda::p2p_check`, ranks as threads, one per GPU), when
+/// creation (`tpcomm::cuda::transport::p2p::check`, ranks as threads, one per GPU), when
 /// the driver allows P2P between every pair: the verdict in one line.
 fn kernel_check(topo: &Topology) -> Option<String> {
     let world = topo.gpus.len();
-    if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world)
+    if !(2..=tpcomm::transport::MAX_WORLD).contains(&world)
         || tpcomm::select::transport_of(topo) != tpcomm::select::Transport::Cuda
     {
         return None;
     }
     let group = tpcomm::cuda::ThreadGroup::new(world);
     let timeout = std::time::Duration::from_secs(10);
-    let verdicts: Vec<tpcomm::Result<tpcomm::cuda::p2p_check::Verdict>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..world)
-            .map(|rank| {
-                let rv = tpcomm::cuda::Rendezvous::Threads(group.clone());
-                s.spawn(move || tpcomm::cuda::p2p_check::run(rank, world, rank, &rv, timeout))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(tpcomm::Error::Aborted("a check thread panicked".into()))
+    let verdicts: Vec<tpcomm::Result<tpcomm::cuda::transport::p2p::check::Verdict>> =
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..world)
+                .map(|rank| {
+                    let rv = tpcomm::cuda::Rendezvous::Threads(group.clone());
+                    s.spawn(move || {
+                        tpcomm::cuda::transport::p2p::check::run(rank, world, rank, &rv, timeout)
+                    })
                 })
-            })
-            .collect()
-    });
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(tpcomm::Error::Aborted("a check thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
     Some(match verdicts.into_iter().next() {
         Some(Ok(v)) => format!(
             "P2P check (the kernels' own stores, all {world} GPUs): {}",

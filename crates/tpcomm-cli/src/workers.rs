@@ -8,7 +8,7 @@
 //! and reports which one it was. The peers of a stopped rank time out after
 //! the timeout and fail, so every rank is gone within timeout + a poll.
 //! Once the ranks are gone it removes the shared-memory segments a rank
-//! killed during set-up left (`tpcomm::host::sweep_stale_segments`).
+//! killed during set-up left (`tpcomm::cpu::sweep_stale_segments`).
 //!
 //! Each rank process drives one rank, so it gets CUDA's own number of
 //! hardware queues (or the user's CUDA_DEVICE_MAX_CONNECTIONS), never the 32
@@ -180,7 +180,7 @@ impl Supervisor {
                 let _ = k.wait();
             }
         }
-        tpcomm::host::sweep_stale_segments();
+        tpcomm::cpu::sweep_stale_segments();
         ended
     }
 }
@@ -229,7 +229,7 @@ where
     for r in 0..world {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(argv(r, dir.path()))
-            .env(tpcomm::host::JOB_KEY_ENV, key.to_hex())
+            .env(tpcomm::meet::JOB_KEY_ENV, key.to_hex())
             .env(
                 tpcomm::cuda::share::QUEUES_ENV,
                 worker_queues(USER_QUEUES.get().and_then(|v| v.as_deref())),

@@ -21,7 +21,7 @@ fn has_nvidia_gpu() -> bool {
 
 #[test]
 fn explain_refuses_worlds_outside_2_to_max_world() {
-    let max = tpcomm::cuda::MAX_WORLD;
+    let max = tpcomm::transport::MAX_WORLD;
     for bad in ["0".to_string(), "1".to_string(), (max + 1).to_string()] {
         let o = tpcomm(&[
             "explain", "--class", "nvlink", "--bytes", "1MiB", "--world", &bad,

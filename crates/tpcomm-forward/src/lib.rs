@@ -53,7 +53,7 @@ impl Shape {
     /// count as 32 bits).
     pub const MAX_TOKENS: usize = 1 << 16;
     /// Most ranks: those of tpcomm's GPU communicator.
-    pub const MAX_WORLD: usize = tpcomm::cuda::MAX_WORLD;
+    pub const MAX_WORLD: usize = tpcomm::transport::MAX_WORLD;
 
     /// Every size in its range (`tpcomm bench forward` checks its flags
     /// against the same constants) and the widths split evenly into rows of

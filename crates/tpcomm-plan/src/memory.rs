@@ -42,7 +42,7 @@ pub fn tpcomm_buffer_bytes(
     }
     // Checked here, in the planner's words: the layout code's own check
     // would say "world size", which is no option of `tpcomm plan`.
-    let max = tpcomm::cuda::MAX_WORLD;
+    let max = tpcomm::transport::MAX_WORLD;
     let world_us = usize::try_from(world)
         .ok()
         .filter(|&w| w <= max)

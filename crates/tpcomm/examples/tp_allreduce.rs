@@ -97,7 +97,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let world = match CudaContext::device_count() {
-        Ok(n) if n >= 2 => (n as usize).min(tpcomm::cuda::MAX_WORLD),
+        Ok(n) if n >= 2 => (n as usize).min(tpcomm::transport::MAX_WORLD),
         Ok(n) => {
             eprintln!("tp_allreduce: needs 2 or more GPUs, found {n}");
             return ExitCode::from(2);

@@ -2,7 +2,7 @@
 //!
 //! The enum is shared by every transport (CPU shared memory, CUDA P2P, GPUs
 //! through pinned host memory); each resolves `Auto` by its own rule
-//! (`HostCommunicator::auto_algo`, `cuda::resolve_by_size`, the tuning
+//! (`HostCommunicator::auto_algo`, `select::resolve_by_size`, the tuning
 //! tables of `select`) and rejects variants it does not implement with
 //! `Error::Unsupported`. Names are what bench rows, tuning tables and JSON
 //! hold, so they must not change.
@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use std::str::FromStr;
 
 /// Which collective other than the all-reduce a call runs (GPU transports:
-/// `cuda::collectives`, `cuda::host_path::collectives`).
+/// `cuda::collectives`, `cuda::transport::pinned::collectives`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collective {
     AllGather,

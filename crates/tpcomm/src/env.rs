@@ -464,8 +464,7 @@ pub static TEST_WORLDS: Var<List> = Var {
     doc: "the world sizes the GPU tests run at; ranks go round-robin over the GPUs",
     kind: List {
         min: 2,
-        // crate::cuda::MAX_WORLD, spelt out so that env needs nothing of
-        // cuda (which reads its variables through env); a test holds them equal.
+        // crate::transport::MAX_WORLD, spelt out; a test holds them equal.
         max: 8,
     },
 };

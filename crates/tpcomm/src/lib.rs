@@ -7,7 +7,7 @@
 //! `unsafe` is confined to the modules docs/architecture.md lists ("Where
 //! `unsafe` lives"); every block says why it is sound, an unsafe function's
 //! body marks its unsafe operations one by one, and the modules marked
-//! `forbid(unsafe_code)` below (and in `cuda`, `host`, `topology`) hold none.
+//! `forbid(unsafe_code)` below (and in `cpu`, `cuda`, `meet`, `topology`) hold none.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -25,6 +25,7 @@ macro_rules! display_by_name {
 
 #[forbid(unsafe_code)]
 pub mod algo;
+pub mod cpu;
 pub mod cuda;
 #[forbid(unsafe_code)]
 pub mod dtype;
@@ -32,7 +33,7 @@ pub mod dtype;
 pub mod env;
 #[forbid(unsafe_code)]
 pub mod error;
-pub mod host;
+pub mod meet;
 #[forbid(unsafe_code)]
 pub mod memory;
 pub mod nccl;
@@ -55,8 +56,9 @@ pub mod verify;
 pub mod wire;
 
 pub use algo::Algo;
+pub use cpu::{HostCommunicator, HostConfig};
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, Result};
-pub use host::{HostCommunicator, HostConfig, JobKey};
+pub use meet::JobKey;
 pub use memory::{GpuAllocations, MemoryLine, MemoryReport, Place};
 pub use units::ByteSize;

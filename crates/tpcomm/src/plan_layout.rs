@@ -9,19 +9,19 @@
 //! transport's `cuda::layout::Layout` and the host path's [`HostLayout`] and
 //! [`delta_shadow_bytes`].
 
-use crate::cuda::host_path::delta_shadow_bytes;
-use crate::cuda::host_path::layout::HostLayout;
-use crate::cuda::MAX_WORLD;
+use crate::cuda::transport::pinned::delta_shadow_bytes;
+use crate::cuda::transport::pinned::layout::HostLayout;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 
 /// Bytes of the control words of either transport (`CTL_BYTES` in
-/// cuda/comm.rs and cuda/host_path/comm.rs).
+/// cuda/transport/p2p/comm.rs and cuda/transport/pinned/comm.rs).
 pub const CONTROL_BYTES: usize = 256;
 /// Bytes of the pinned status word block of either transport (`STATUS_BYTES`).
 pub const STATUS_BYTES: usize = 64;
-/// Page the host path rounds its area to (`PAGE` in cuda/host_path/comm.rs).
+/// Page the host path rounds its area to (`PAGE` in cuda/transport/pinned/comm.rs).
 pub const HOST_PAGE: usize = 4096;
 /// The driver's recommended allocation granularity on the GPUs this project
 /// has measured (H200: 2 MiB); a planner without a GPU assumes it.

@@ -6,6 +6,10 @@
 
 use crate::error::{Error, Result};
 
+/// Largest world size the GPU transports take (their kernels' argument
+/// block has 8 slots).
+pub const MAX_WORLD: usize = 8;
+
 /// Where GPU all-reduce data travels.
 ///
 /// The order (`Cuda`, `Host`, `Nccl`, `Auto`) is the order candidates sort in

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 use tpcomm::cuda::cudarc::driver::sys;
-use tpcomm::cuda::host_path::delta_shadow_bytes;
-use tpcomm::cuda::host_path::layout::HostLayout;
+use tpcomm::cuda::transport::pinned::delta_shadow_bytes;
+use tpcomm::cuda::transport::pinned::layout::HostLayout;
 use tpcomm::cuda::StreamAllReduce;
 use tpcomm::cuda::{open_context, CudaConfig, GpuComm, Rendezvous, ThreadGroup, Transport};
 use tpcomm::verify::{count_wrong, element, random_bytes, reference, Rng};

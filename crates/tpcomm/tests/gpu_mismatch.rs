@@ -32,7 +32,7 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tpcomm::cuda::host_path::PinnedTransport;
+use tpcomm::cuda::PinnedTransport;
 use tpcomm::cuda::{Call, CudaConfig, P2pTransport, Rendezvous, ThreadGroup};
 use tpcomm::verify::Rng;
 use tpcomm::{Algo, ByteSize, DType, Error};

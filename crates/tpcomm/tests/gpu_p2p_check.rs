@@ -1,4 +1,4 @@
-//! The P2P check of communicator creation (src/cuda/p2p_check.rs) on real
+//! The P2P check of communicator creation (src/cuda/transport/p2p/check.rs) on real
 //! GPUs: ranks as threads, round-robin over the GPUs (sharing one on a
 //! machine of one GPU). Needs a GPU; CI compiles the kernel only
 //! (tests/nvrtc_compile.rs).
@@ -6,7 +6,7 @@
 mod gpu_common;
 
 use std::time::{Duration, Instant};
-use tpcomm::cuda::p2p_check;
+use tpcomm::cuda::transport::p2p::check;
 use tpcomm::cuda::{Rendezvous, ThreadGroup};
 
 #[test]
@@ -18,12 +18,12 @@ fn gpu_p2p_check_passes_between_gpus_that_move_the_right_bytes_and_agrees_on_eve
     for world in worlds {
         let group = ThreadGroup::new(world);
         let started = Instant::now();
-        let verdicts: Vec<p2p_check::Verdict> = std::thread::scope(|s| {
+        let verdicts: Vec<check::Verdict> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..world)
                 .map(|rank| {
                     let rv = Rendezvous::Threads(group.clone());
                     s.spawn(move || {
-                        p2p_check::run(
+                        check::run(
                             rank,
                             world,
                             gpu_common::device_of(rank),

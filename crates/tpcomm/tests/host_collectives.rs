@@ -260,7 +260,7 @@ fn four_processes_gather_scatter_and_broadcast_exactly_and_identically() {
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
-                .env(tpcomm::host::JOB_KEY_ENV, &key)
+                .env(tpcomm::meet::JOB_KEY_ENV, &key)
                 .env(CHILD, format!("{r} {world} {}", dir.path().display()))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

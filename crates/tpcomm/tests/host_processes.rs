@@ -32,7 +32,7 @@ fn spawn(
     });
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
-        .env(tpcomm::host::JOB_KEY_ENV, key)
+        .env(tpcomm::meet::JOB_KEY_ENV, key)
         .env(
             CHILD,
             format!("{scenario} {rank} {world} {} {timeout_ms}", dir.display()),

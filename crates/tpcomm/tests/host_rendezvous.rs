@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tpcomm::host::JOB_KEY_ENV;
+use tpcomm::meet::JOB_KEY_ENV;
 use tpcomm::{Algo, ByteSize, Error, HostCommunicator, HostConfig, JobKey, ReduceOp};
 
 const CHILD: &str = "TPCOMM_RV_CHILD";
@@ -294,7 +294,7 @@ fn a_planted_ticket_with_a_dead_creator_gets_no_segment_unlinked() {
 fn another_users_rendezvous_file_or_segment_is_refused() {
     // The owner checks compare with this process's euid; to meet a file of
     // another user for real, the test gives its files away, which takes
-    // root (CI runs as root). Unit tests in host::ticket cover the same
+    // root (CI runs as root). Unit tests in meet::ticket cover the same
     // check through the uid seam without root.
     if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
         eprintln!("skipped: needs root to chown files to another uid");

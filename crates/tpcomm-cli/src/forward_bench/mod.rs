@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::cudarc::driver::{sys, CudaContext};
-use tpcomm::cuda::host_path::{GpuComm, Transport};
 use tpcomm::cuda::Launch;
 use tpcomm::cuda::{CudaConfig, Rendezvous};
+use tpcomm::cuda::{GpuComm, Transport};
 use tpcomm::nccl::{Nccl, NcclComm, UniqueId};
 use tpcomm::quant::Wire;
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp, Result};
@@ -370,13 +370,13 @@ fn run_inner(mut args: ForwardBenchArgs, name: &str) -> Result<()> {
     tpcomm::cuda::ensure_driver()?;
     tpcomm_forward::ensure_cublas()?;
     let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))? as usize;
-    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
-    if n == 0 || !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
+    let world = args.gpus.unwrap_or(n.min(tpcomm::transport::MAX_WORLD));
+    if n == 0 || !(2..=tpcomm::transport::MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
             "--ranks",
             format!(
                 "{world} ranks: the forward bench takes 2 to {} (round-robin over this machine's {n} GPU(s))",
-                tpcomm::cuda::MAX_WORLD
+                tpcomm::transport::MAX_WORLD
             ),
         ));
     }

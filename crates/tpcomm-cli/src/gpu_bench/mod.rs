@@ -289,7 +289,7 @@ pub(crate) fn measure(
         call: "cuDeviceGetCount".into(),
         detail: e.to_string(),
     })? as usize;
-    let world = args.gpus.unwrap_or(n.min(tpcomm::cuda::MAX_WORLD));
+    let world = args.gpus.unwrap_or(n.min(tpcomm::transport::MAX_WORLD));
     if args.algos.iter().any(|a| a == "auto") && args.class.is_none() {
         // Resolve the table once here, so every rank (thread or process)
         // loads the same one and checks it against the same fingerprint.
@@ -321,12 +321,12 @@ pub(crate) fn measure(
             spelling.without_gpu
         )));
     }
-    if !(2..=tpcomm::cuda::MAX_WORLD).contains(&world) {
+    if !(2..=tpcomm::transport::MAX_WORLD).contains(&world) {
         return Err(Error::invalid(
             spelling.ranks,
             format!(
                 "{world} ranks: the GPU bench takes 2 to {} (they go round-robin over this machine's {n} GPU(s))",
-                tpcomm::cuda::MAX_WORLD
+                tpcomm::transport::MAX_WORLD
             ),
         ));
     }
@@ -501,13 +501,13 @@ pub(crate) fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()
     check_timeout_ms(args.timeout_ms)?;
     if let Some(n) = args
         .gpus
-        .filter(|n| !(2..=tpcomm::cuda::MAX_WORLD).contains(n))
+        .filter(|n| !(2..=tpcomm::transport::MAX_WORLD).contains(n))
     {
         return Err(Error::invalid(
             spelling.ranks,
             format!(
                 "{n} ranks: the GPU bench takes 2 to {}",
-                tpcomm::cuda::MAX_WORLD
+                tpcomm::transport::MAX_WORLD
             ),
         ));
     }

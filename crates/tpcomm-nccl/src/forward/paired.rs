@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock, RwLock};
 use tpcomm::cuda::communicator::{Fallback, Setup};
-use tpcomm::cuda::{CUstream, Communicator, CudaConfig, Rendezvous, ThreadGroup, MAX_WORLD};
+use tpcomm::cuda::{CUstream, Communicator, CudaConfig, Rendezvous, ThreadGroup};
 use tpcomm::select::{NcclReason, Route};
+use tpcomm::transport::MAX_WORLD;
 use tpcomm::{Error, Result};
 
 /// tpcomm's side of one NCCL communicator.

@@ -38,7 +38,7 @@ use std::ffi::c_int;
 use std::path::PathBuf;
 use std::time::Duration;
 use tpcomm::cuda::share::DeviceIdentity;
-use tpcomm::cuda::MAX_WORLD;
+use tpcomm::transport::MAX_WORLD;
 
 /// The first 8 bytes of the mark.
 pub const MAGIC: &[u8; 8] = b"TPCHYBR1";

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tpcomm::cuda::communicator::{Fallback, Setup};
 use tpcomm::cuda::gathered;
-use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging, MAX_WORLD};
+use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging};
+use tpcomm::transport::MAX_WORLD;
 
 /// The standalone rendezvous as the library's [`Rendezvous::Custom`].
 #[derive(Debug)]

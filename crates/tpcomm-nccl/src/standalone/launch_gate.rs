@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
-use tpcomm::cuda::MAX_WORLD;
+use tpcomm::transport::MAX_WORLD;
 
 /// What the ranks of one communicator on one GPU of this process share.
 #[derive(Default)]

@@ -9,13 +9,13 @@
 
 use super::call::{Call, GpuTransport};
 use super::call_word;
-use super::comm::P2pTransport;
 use super::communicator::{Communicator, NcclFallback};
 use super::compile;
-use super::host_path::GpuComm;
 use super::kernel_args::CollArgs;
 use super::launch_shape::{self, grid_cap};
 use super::loader::{dtype_index, Family};
+use super::GpuComm;
+use super::P2pTransport;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::select::{NcclReason, Route, Transport};
@@ -111,7 +111,7 @@ impl P2pTransport {
 /// Where a collective of a block of `bytes` runs: tpcomm's kernels on
 /// `transport` when they can take it, else NCCL and why. Pure, tested
 /// without a GPU. `fits`: the transport's buffers hold the call's blocks
-/// (always on P2P below `max_bytes`; see `host_path::collectives::fits`).
+/// (always on P2P below `max_bytes`; see `transport::pinned::collectives::fits`).
 pub fn collective_route(
     transport: Transport,
     bytes: u64,

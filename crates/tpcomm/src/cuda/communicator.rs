@@ -19,8 +19,8 @@
 //! communicator: calls routed to NCCL come back as `Route::Nccl` for the
 //! caller to run), or none (standalone: nothing routes to NCCL).
 
-use super::host_path::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
+use super::GpuComm;
 use super::{Call, CudaConfig, GpuTransport, Rendezvous, Staging, StreamAllReduce};
 use crate::algo::Algo;
 use crate::dtype::ReduceOp;

@@ -54,11 +54,11 @@ pub const QUANT_SRC: &str = family_source!(""; "quant_math.cu", "quant.cu", "qua
 pub const COLLECTIVES_SRC: &str = family_source!(""; "allreduce.cu", "collectives.cu");
 
 /// All-gather, reduce-scatter and broadcast through pinned host memory
-/// (src/cuda/host_path/collectives.rs), which reuse host_allreduce.cu's
+/// (src/cuda/transport/pinned/collectives.rs), which reuse host_allreduce.cu's
 /// protocol pieces, with V16 as that family has it.
 pub const HOST_COLLECTIVES_SRC: &str =
     family_source!("#define TPCOMM_HOST_FORMS\n"; "host_allreduce.cu", "host_collectives.cu");
-/// The P2P check run at communicator creation (src/cuda/p2p_check.rs).
+/// The P2P check run at communicator creation (src/cuda/transport/p2p/check.rs).
 pub const P2P_CHECK_SRC: &str = family_source!(""; "p2p_check.cu");
 
 /// The reduction of gathered blocks, every NCCL type and op
@@ -168,7 +168,7 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
         // Only this user's own files (no links, nobody else may write them):
         // a cubin is code the GPU runs, and a cache directory may be shared
         // (TPCOMM_CACHE_DIR=/tmp/...). Anything else is a miss.
-        if let Ok(Some(cubin)) = crate::host::private_file::read(p) {
+        if let Ok(Some(cubin)) = crate::meet::private_file::read(p) {
             if !cubin.is_empty() {
                 return Ok(Compiled {
                     cubin,
@@ -185,7 +185,7 @@ pub fn compile_cached(src: &str, name: &str, arch: (i32, i32)) -> Result<Compile
         // reader (another rank) never sees half a file, and nothing is
         // written through a planted link.
         if ensure_private_dir(p.parent()) {
-            let _ = crate::host::private_file::write(p, &compiled.cubin);
+            let _ = crate::meet::private_file::write(p, &compiled.cubin);
         }
     }
     Ok(compiled)

@@ -35,7 +35,7 @@ pub struct CudaConfig {
     pub self_tune: bool,
     /// Which transport `GpuComm::new` builds (`P2pTransport::new` is
     /// always the P2P one).
-    pub transport: super::host_path::Transport,
+    pub transport: super::Transport,
     /// Set up NCCL beside tpcomm's buffers so that `cuda::Communicator` runs
     /// the calls the kernels cannot take (messages above `max_bytes`, max and
     /// min) on NCCL instead of failing. Default: off, or on with
@@ -67,7 +67,8 @@ pub struct CudaConfig {
 impl CudaConfig {
     /// The routes `selector` gives a group of these ranks, up to this
     /// `max_bytes`, on `transport` (with NCCL behind it or not), agreed
-    /// with every rank through `rendezvous` (`select::agree`).
+    /// with every rank through `rendezvous` (exchanged here, decided by
+    /// `select::agree`).
     pub(crate) fn agreed_routes(
         &self,
         selector: &crate::select::Selector,
@@ -82,7 +83,14 @@ impl CudaConfig {
             max_bytes: self.max_bytes,
         };
         let table = crate::select::RouteTable::resolve(selector, group)?;
-        crate::select::agree(table, self.rank, self.world, rendezvous, self.timeout)
+        let all = rendezvous.exchange(
+            "route-table",
+            self.rank,
+            self.world,
+            &table.encode(),
+            self.timeout,
+        )?;
+        crate::select::agree(table, self.rank, &all)
     }
 
     /// Checks what every transport needs (2 to MAX_WORLD ranks, a rank below
@@ -117,8 +125,8 @@ impl CudaConfig {
             timeout: Duration::from_secs(10),
             selector: None,
             mode: crate::select::Mode::Graph,
-            self_tune: crate::select::self_tune::requested_by_env(),
-            transport: super::host_path::Transport::Auto,
+            self_tune: super::self_tune::requested_by_env(),
+            transport: super::Transport::Auto,
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,

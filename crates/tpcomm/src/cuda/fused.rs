@@ -4,12 +4,12 @@
 //! live in (its source is `compile::FUSED_SRC`).
 
 use super::call_word;
-use super::comm::P2pTransport;
 use super::compile;
 use super::kernel_args::FusedArgs;
 use super::launch_shape::{self, grid_cap, Shape, FUSED_PUSH_VECS, NORM_BLOCK_MAX};
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
+use super::P2pTransport;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};

@@ -206,7 +206,7 @@ kernel_args! {
         pub pad: u32 = "pad",
     }
 
-    /// The pinned-host all-reduce kernels (host_path/kernels.rs).
+    /// The pinned-host all-reduce kernels (transport/pinned/kernels.rs).
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct HostKernelArgs as "HArgs" in "host_allreduce.cu" {
         pub input: u64 = "in",
@@ -232,7 +232,7 @@ kernel_args! {
     }
 
     /// All-gather, reduce-scatter and broadcast through pinned host memory
-    /// (host_path/collectives.rs).
+    /// (transport/pinned/collectives.rs).
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct HostCollArgs as "HCollArgs" in "host_collectives.cu" {
         pub base: HostKernelArgs = "base",
@@ -302,7 +302,7 @@ kernel_args! {
         pub op: u32 = "op",
     }
 
-    /// The P2P check run at communicator creation (p2p_check.rs).
+    /// The P2P check run at communicator creation (transport/p2p/check.rs).
     #[derive(Clone, Copy, Debug, Default)]
     pub(crate) struct P2pCheckArgs as "P2pCheckArgs" in "p2p_check.cu" {
         pub areas: [u64; MAX_WORLD] = "areas",

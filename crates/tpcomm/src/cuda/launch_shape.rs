@@ -192,7 +192,7 @@ pub struct Asked {
     pub consumers: Option<usize>,
 }
 
-/// Messages up to this size go in MID_CHUNK chunks (host_path::layout) with
+/// Messages up to this size go in MID_CHUNK chunks (transport::pinned::layout) with
 /// at most MID_PRODUCERS producer and MID_CONSUMERS consumer blocks.
 pub const MID_MAX: usize = 4 << 20;
 /// See [`MID_MAX`] and [`host_chunked`].

@@ -40,7 +40,7 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::MAX_WORLD;
+    use crate::transport::MAX_WORLD;
 
     #[test]
     fn layout_fits_both_algorithms_in_an_epoch_buffer() {

@@ -1,5 +1,7 @@
-//! The CUDA transport and its all-reduce kernels: receive buffers that peer
-//! GPUs write into directly, kernels compiled by NVRTC at run time.
+//! The GPU communicators: the two transports (`transport`: P2P, where peer
+//! GPUs write into each other's receive buffers, and pinned host memory),
+//! their kernels compiled by NVRTC at run time, and the `Communicator` that
+//! composes them with routing, the quantized wire and NCCL.
 //!
 //! `crate::sys::cuda`, the bottom layer, holds every CUDA driver and NVRTC
 //! call (the only `cudarc` `sys` calls of the library), behind safe functions and owning types. Above it,
@@ -110,12 +112,9 @@ macro_rules! transport_debug {
     };
 }
 
-#[forbid(unsafe_code)]
-mod algo;
 mod call;
 mod call_word;
 pub mod collectives;
-mod comm;
 pub mod communicator;
 #[forbid(unsafe_code)]
 pub mod compile;
@@ -125,7 +124,7 @@ mod config;
 pub mod fp8;
 pub mod fused;
 pub mod gathered;
-pub mod host_path;
+mod gpu_comm;
 #[forbid(unsafe_code)]
 mod kernel_args;
 mod kernels;
@@ -135,15 +134,15 @@ pub mod launch_shape;
 pub(crate) mod layout;
 #[forbid(unsafe_code)]
 pub mod loader;
-pub mod p2p_cache;
-pub mod p2p_check;
 mod pdl;
 pub mod quant;
 #[forbid(unsafe_code)]
 mod rendezvous;
+pub mod self_tune;
 #[forbid(unsafe_code)]
 pub mod share;
 mod stream_all_reduce;
+pub mod transport;
 #[forbid(unsafe_code)]
 mod wait;
 
@@ -158,24 +157,23 @@ pub use crate::sys::cuda::{
 };
 /// What a kernel family outside the library launches with.
 pub use crate::sys::cuda::{launch, DeviceAlloc, Function, Module};
-pub use algo::{auto_oneshot_max, resolve_by_size};
 pub use call::{Call, GpuTransport};
 pub use call_word::Signature;
 pub use collectives::{collective_route, Collective};
-pub use comm::{open_context, P2pTransport};
 pub use communicator::{nccl_over_rendezvous, Communicator, NcclFallback, Route};
 pub use config::CudaConfig;
 /// The cudarc this crate is built with, so callers use the same types.
 pub use cudarc;
-pub use host_path::{GpuComm, HostAlgo, PinnedTransport, Transport};
+pub use gpu_comm::{GpuComm, Transport};
 pub use pdl::Launch;
 pub use rendezvous::{
     post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,
 };
 pub use stream_all_reduce::StreamAllReduce;
+pub use transport::p2p::{open_context, P2pTransport};
+pub use transport::pinned::{HostAlgo, PinnedTransport};
 
-/// Largest world size the kernels take (their argument block has 8 slots).
-pub const MAX_WORLD: usize = 8;
+use crate::transport::MAX_WORLD;
 
 fn cuda_err(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> crate::Error {
     move |e| crate::Error::Cuda {

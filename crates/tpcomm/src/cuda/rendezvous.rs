@@ -180,7 +180,7 @@ fn exchange_threads(
 /// The hash of this job's key, zeros when none is given.
 fn job_tag() -> Result<[u8; 16]> {
     let mut tag = [0u8; 16];
-    if let Some(k) = crate::host::JobKey::from_env()? {
+    if let Some(k) = crate::meet::JobKey::from_env()? {
         let h = k.hash();
         tag[..8].copy_from_slice(&h[0].to_le_bytes());
         tag[8..].copy_from_slice(&h[1].to_le_bytes());
@@ -210,7 +210,7 @@ fn framed(mine: &[u8]) -> Result<Vec<u8>> {
 /// meetings where not every rank reads every record. `key` is used as
 /// given (no rounds).
 pub fn post_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Result<()> {
-    crate::host::private_file::write(&record_path(dir, key, rank), &framed(mine)?)
+    crate::meet::private_file::write(&record_path(dir, key, rank), &framed(mine)?)
 }
 
 /// [`post_record`], but only when no record of `key` and `rank` is there
@@ -218,7 +218,7 @@ pub fn post_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Result<()
 /// exactly one wins, and every reader sees that one (a decision any rank
 /// may take, once).
 pub fn post_first_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Result<bool> {
-    crate::host::private_file::write_new(&record_path(dir, key, rank), &framed(mine)?)
+    crate::meet::private_file::write_new(&record_path(dir, key, rank), &framed(mine)?)
 }
 
 /// Rank `rank`'s record of `key` in `dir` (what [`post_record`] or an
@@ -226,7 +226,7 @@ pub fn post_first_record(dir: &Path, key: &str, rank: usize, mine: &[u8]) -> Res
 /// private file of this user or belongs to another job.
 pub fn read_record(dir: &Path, key: &str, rank: usize) -> Result<Option<Vec<u8>>> {
     let path = record_path(dir, key, rank);
-    let Some(bytes) = crate::host::private_file::read(&path)? else {
+    let Some(bytes) = crate::meet::private_file::read(&path)? else {
         return Ok(None);
     };
     match bytes.strip_prefix(&job_tag()?[..]) {
@@ -251,7 +251,7 @@ fn exchange_dir(
 ) -> Result<Vec<Vec<u8>>> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
-    // Files are this user's and no one else's (host/private_file.rs).
+    // Files are this user's and no one else's (meet/private_file.rs).
     post_record(dir, key, rank, mine)?;
     let start = Instant::now();
     let mut out: Vec<Option<Vec<u8>>> = vec![None; world];
@@ -312,7 +312,7 @@ mod tests {
         // What rank 1 of another job (another key hash) posted for the first round of "k".
         let mut other = vec![7u8; 16];
         other.extend_from_slice(b"theirs");
-        crate::host::private_file::write(&d.path().join("k.rank1"), &other).unwrap();
+        crate::meet::private_file::write(&d.path().join("k.rank1"), &other).unwrap();
         let e = exchange_dir(d.path(), "k", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
         assert!(e.to_string().contains("another job"), "{e}");
         // A link planted where a peer's record goes is refused, not followed.

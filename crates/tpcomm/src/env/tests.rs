@@ -280,5 +280,5 @@ proptest! {
 
 #[test]
 fn the_test_worlds_stop_at_the_kernels_largest_world() {
-    assert_eq!(TEST_WORLDS.kind.max, crate::cuda::MAX_WORLD as u64);
+    assert_eq!(TEST_WORLDS.kind.max, crate::transport::MAX_WORLD as u64);
 }

@@ -146,7 +146,7 @@ pub fn this_machine(nccl: Option<String>) -> Result<(Machine, crate::topology::T
         copy_test: false,
         ..crate::topology::ProbeOptions::default()
     })?;
-    let driver = crate::cuda::driver_version()
+    let driver = crate::sys::cuda::driver_version()
         .ok()
         .map(|(a, b)| format!("{a}.{b}"));
     Ok((

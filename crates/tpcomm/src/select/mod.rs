@@ -18,7 +18,8 @@ mod find;
 mod route;
 #[cfg(test)]
 mod route_tests;
-pub mod self_tune;
+#[forbid(unsafe_code)]
+mod size_rule;
 #[forbid(unsafe_code)]
 mod table;
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub use route::{
     agree, class_edge, class_floor, decide, size_class, transport_of, transport_of_class, Group,
     NcclReason, Route, RouteTable,
 };
+pub use size_rule::{auto_oneshot_max, resolve_by_size};
 pub use table::{Measured, Row, Table, FORMAT};
 
 use crate::algo::Algo;

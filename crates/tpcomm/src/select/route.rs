@@ -310,13 +310,13 @@ impl RouteTable {
                 "the kernels' transport must be cuda or host (NCCL is a route, not the group's transport)",
             ));
         }
-        if !(2..=crate::cuda::MAX_WORLD).contains(&group.world) {
+        if !(2..=crate::transport::MAX_WORLD).contains(&group.world) {
             return Err(Error::invalid(
                 "world size",
                 format!(
                     "{} (tpcomm's kernels take 2 to {} ranks)",
                     group.world,
-                    crate::cuda::MAX_WORLD
+                    crate::transport::MAX_WORLD
                 ),
             ));
         }
@@ -599,19 +599,14 @@ fn label(d: DType, m: Mode) -> &'static str {
     }
 }
 
-/// Resolves the group's routes on every rank and makes them agree: rank 0's
-/// picks are taken by all (each rank read its own table and environment;
-/// ranks that route one call apart never meet). A rank whose own picks
-/// differed says so on stderr, naming what to align.
-pub fn agree(
-    table: RouteTable,
-    rank: usize,
-    world: usize,
-    rendezvous: &crate::cuda::Rendezvous,
-    timeout: std::time::Duration,
-) -> Result<RouteTable> {
+/// Makes the group's routes agree, from every rank's encoded picks
+/// (`RouteTable::encode`, in rank order, as the communicator's rendezvous
+/// exchanged them: `CudaConfig::agreed_routes`): rank 0's picks are taken by
+/// all (each rank read its own table and environment; ranks that route one
+/// call apart never meet). A rank whose own picks differed says so on
+/// stderr, naming what to align.
+pub fn agree(table: RouteTable, rank: usize, all: &[Vec<u8>]) -> Result<RouteTable> {
     let mine = table.encode();
-    let all = rendezvous.exchange("route-table", rank, world, &mine, timeout)?;
     let first = all
         .first()
         .ok_or_else(|| Error::invalid("rendezvous", "no rank posted route picks"))?;

@@ -1,5 +1,6 @@
 use super::find::{default_path_for_test, find_with};
 use super::*;
+use crate::cuda::self_tune;
 use crate::dtype::ReduceOp;
 use std::path::PathBuf;
 

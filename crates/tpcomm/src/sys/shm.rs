@@ -5,7 +5,7 @@
 //! one `mmap` of a whole segment and unmaps it on drop, `SharedFile`, the
 //! memfd the GPU host path falls back to, and the few process and file
 //! system queries the rendezvous needs. The segment's contents are read and
-//! written through raw pointers in host/{layout,allreduce,reduce}.rs.
+//! written through raw pointers in cpu/{layout,allreduce,reduce}.rs.
 
 use crate::error::{Error, Result};
 use std::ffi::CString;

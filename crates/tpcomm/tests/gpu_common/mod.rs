@@ -52,7 +52,7 @@ pub fn gpu_worlds(needs: &str) -> Option<Vec<usize>> {
         .unwrap_or_else(|e| panic!("{e}"))
     {
         Some(list) => list.into_iter().map(|w| w as usize).collect(),
-        None => vec![n.clamp(2, tpcomm::cuda::MAX_WORLD)],
+        None => vec![n.clamp(2, tpcomm::transport::MAX_WORLD)],
     };
     Some(worlds)
 }
@@ -84,7 +84,7 @@ impl TestComm for P2pTransport {
     }
 }
 
-impl TestComm for tpcomm::cuda::host_path::PinnedTransport {
+impl TestComm for tpcomm::cuda::PinnedTransport {
     fn status(&self) -> Result<(), Error> {
         self.check()
     }

@@ -19,7 +19,7 @@
 // PTX memory model. (Made strong while chasing the shared-GPU graph-replay
 // timeout of issue 15; that timeout remains with strong resets too.)
 
-// Timeout codes written to Status::code (mirrored in src/cuda/comm.rs).
+// Timeout codes written to Status::code (mirrored in src/cuda/transport/p2p/comm.rs).
 #define TPCOMM_WAIT_ONESHOT 1u
 #define TPCOMM_WAIT_REDUCE_SCATTER 2u
 #define TPCOMM_WAIT_ALL_GATHER 3u

@@ -187,7 +187,7 @@ __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
 // ---------------------------------------------------------------- timeouts
 
 // A rank's host-mapped status, read by the host after the stream is
-// synchronized (src/cuda/comm.rs and src/cuda/host_path read these offsets).
+// synchronized (src/cuda/transport/p2p/comm.rs and src/cuda/transport/pinned read these offsets).
 // Each family writes it in its own report_timeout: sharing that function too
 // changes the host-path kernels' machine code.
 struct Status {

@@ -1,4 +1,4 @@
-// The P2P check at communicator creation (src/cuda/p2p_check.rs). Before a
+// The P2P check at communicator creation (src/cuda/transport/p2p/check.rs). Before a
 // group trusts P2P, each rank stores a pattern into every peer's check area
 // with the SM stores the all-reduce kernels use (16-byte vector stores
 // through the peer's mapped address), and each rank reads back what landed
@@ -12,7 +12,7 @@
 
 #define P2PC_WORDS 1024u
 #define P2PC_MAX_WORLD 8
-// Verdicts (src/cuda/p2p_check.rs reads them); 0 is a slot never checked.
+// Verdicts (src/cuda/transport/p2p/check.rs reads them); 0 is a slot never checked.
 #define P2PC_OK 1u
 #define P2PC_NO_BYTES 2u
 #define P2PC_WRONG 3u

@@ -368,7 +368,7 @@ fn gathered_kernels_take_an_item_a_thread_up_to_four_blocks_an_sm() {
 
 #[test]
 fn the_p2p_check_launches_a_block_per_rank() {
-    for world in 1..=crate::cuda::MAX_WORLD {
+    for world in 1..=crate::transport::MAX_WORLD {
         assert_eq!(p2p_check(world), Shape::new(world as u32, P2P_CHECK_BLOCK));
     }
 }

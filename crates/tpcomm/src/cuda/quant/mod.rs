@@ -18,7 +18,6 @@ use super::call::Call;
 use super::call_word;
 use super::config::CudaConfig;
 use super::cuda_err;
-use super::host_path::Transport;
 use super::kernel_args::QuantArgs;
 use super::launch_shape::{self, grid_cap, quant_block, QUANT_MAX_BLOCK};
 use super::loader::{
@@ -26,6 +25,7 @@ use super::loader::{
 };
 use super::rendezvous::Rendezvous;
 use super::share::{DeviceIdentity, Sharing};
+use super::Transport;
 use super::{compile, MAX_WORLD};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};

@@ -5,8 +5,8 @@
 //! and stop at once instead of waiting out their timeout. The next rank 0 at
 //! the path removes notices whose writer has exited.
 
-use super::identity::Proc;
-use super::ticket;
+use crate::meet::identity::Proc;
+use crate::meet::ticket;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

@@ -11,13 +11,14 @@ use crate::cuda::launch_shape::{self, block_var};
 use crate::cuda::share::{
     note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
 };
-use crate::cuda::{open_context, CudaConfig, Rendezvous, MAX_WORLD};
+use crate::cuda::{open_context, CudaConfig, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::sys::cuda::pinned::{self, Registered};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped};
 use crate::sys::shm::{self, Mapping, SharedFile};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;

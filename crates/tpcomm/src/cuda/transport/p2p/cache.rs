@@ -12,10 +12,10 @@
 //! in the cache directory (`compile::cache_dir`), and its content must be
 //! the key's own description, so a file of another key or a damaged one is
 //! a miss. Every rank of the group must find the pass for it to count: the
-//! ranks agree on that at creation (host_path/select.rs). Deleting the file
+//! ranks agree on that at creation (gpu_comm.rs). Deleting the file
 //! makes the next creation check again.
 
-use super::compile::{cache_dir, ensure_private_dir, fnv1a};
+use crate::cuda::compile::{cache_dir, ensure_private_dir, fnv1a};
 use std::path::PathBuf;
 
 /// What identifies a group's P2P paths: the driver and the GPUs.
@@ -69,7 +69,7 @@ impl Key {
     }
 
     fn matches(&self, p: &std::path::Path) -> bool {
-        matches!(crate::host::private_file::read(p), Ok(Some(b)) if b == self.text.as_bytes())
+        matches!(crate::meet::private_file::read(p), Ok(Some(b)) if b == self.text.as_bytes())
     }
 
     /// Remembers a pass; a cache that cannot be written only costs a check
@@ -77,7 +77,7 @@ impl Key {
     pub fn remember(&self) {
         if let Some(p) = self.path() {
             if ensure_private_dir(p.parent()) {
-                let _ = crate::host::private_file::write(&p, self.text.as_bytes());
+                let _ = crate::meet::private_file::write(&p, self.text.as_bytes());
             }
         }
     }
@@ -122,19 +122,19 @@ mod tests {
         let key = Key::new(&[[7u8; 16]], (13, 0), "boot");
         let f = d.path().join(key.file_name());
         assert!(!key.matches(&f), "no file: no pass");
-        crate::host::private_file::write(&f, key.text.as_bytes()).unwrap();
+        crate::meet::private_file::write(&f, key.text.as_bytes()).unwrap();
         assert!(key.matches(&f));
         // Another key's description in this key's file is a miss.
         let other = Key::new(&[[8u8; 16]], (13, 0), "boot");
-        crate::host::private_file::write(&f, other.text.as_bytes()).unwrap();
+        crate::meet::private_file::write(&f, other.text.as_bytes()).unwrap();
         assert!(!key.matches(&f));
         // A file others may write is refused, whatever it holds.
-        crate::host::private_file::write(&f, key.text.as_bytes()).unwrap();
+        crate::meet::private_file::write(&f, key.text.as_bytes()).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(!key.matches(&f));
         // A link to a file holding the description is refused too.
         let real = d.path().join("real");
-        crate::host::private_file::write(&real, key.text.as_bytes()).unwrap();
+        crate::meet::private_file::write(&real, key.text.as_bytes()).unwrap();
         std::fs::remove_file(&f).unwrap();
         std::os::unix::fs::symlink(&real, &f).unwrap();
         assert!(!key.matches(&f));

@@ -51,7 +51,7 @@ pub fn resolve(algo: Algo, bytes: usize, cap: usize) -> HostAlgo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::host_path::layout::HostLayout;
+    use crate::cuda::transport::pinned::layout::HostLayout;
 
     #[test]
     fn auto_takes_the_delta_kernel_for_small_messages_and_chunks_above() {

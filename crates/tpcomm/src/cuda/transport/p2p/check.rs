@@ -13,14 +13,15 @@
 //! A check that cannot run (NVRTC, memory, mapping) changes nothing: the
 //! group keeps what the driver said, and the log says the check did not run.
 
-use super::kernel_args::P2pCheckArgs;
-use super::launch_shape;
-use super::loader::compile_and_load;
-use super::rendezvous::Rendezvous;
-use super::share::DeviceIdentity;
-use super::{compile, cuda_err, open_context, MAX_WORLD};
+use crate::cuda::kernel_args::P2pCheckArgs;
+use crate::cuda::launch_shape;
+use crate::cuda::loader::compile_and_load;
+use crate::cuda::rendezvous::Rendezvous;
+use crate::cuda::share::DeviceIdentity;
+use crate::cuda::{compile, cuda_err, open_context};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
+use crate::transport::MAX_WORLD;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 use std::time::Duration;

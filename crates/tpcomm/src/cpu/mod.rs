@@ -1,4 +1,4 @@
-//! The host transport: a CPU all-reduce between ranks (processes or threads)
+//! The CPU all-reduce between ranks (processes or threads)
 //! of one machine through one POSIX shared-memory segment.
 //!
 //! docs/protocol.md states the rules this code follows.
@@ -6,26 +6,20 @@
 mod allreduce;
 mod collectives;
 #[forbid(unsafe_code)]
-mod identity;
-#[forbid(unsafe_code)]
 mod job;
 mod layout;
 #[forbid(unsafe_code)]
 mod notice;
-#[forbid(unsafe_code)]
-pub(crate) mod private_file;
 mod reduce;
 #[forbid(unsafe_code)]
 mod rendezvous;
 #[forbid(unsafe_code)]
 mod room;
 #[forbid(unsafe_code)]
-mod ticket;
-#[forbid(unsafe_code)]
 mod wait;
 
-pub use identity::sweep_stale_segments;
-pub use identity::{JobKey, JOB_KEY_ENV};
+pub use crate::meet::identity::sweep_stale_segments;
+use crate::meet::JobKey;
 
 /// Memory the kernel reports as available now (`MemAvailable`), if known:
 /// for front ends that check a run fits before starting it.

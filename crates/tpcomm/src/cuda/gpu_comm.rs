@@ -1,8 +1,8 @@
 //! Which GPU transport a communicator uses, and one type over both.
 
-use super::comm::PinnedTransport;
 use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::transport::pinned::PinnedTransport;
 use crate::cuda::{CudaConfig, P2pTransport, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -35,7 +35,7 @@ impl GpuComm {
     /// same configuration and rendezvous). With `Transport::Auto` the ranks
     /// first agree on P2P: each checks cuDeviceCanAccessPeer towards every
     /// peer's GPU and all answers are shared; when all say yes, the P2P
-    /// check (`p2p_check::run`: the kernels' own stores, bytes compared)
+    /// check (`transport::p2p::check::run`: the kernels' own stores, bytes compared)
     /// must pass too, else the group takes the host transport. Every rank
     /// picks the same.
     pub fn new(cfg: &CudaConfig, rendezvous: &Rendezvous) -> Result<Self> {
@@ -78,8 +78,9 @@ impl GpuComm {
                     }
                 }
                 // A pass of the P2P check remembered for these GPUs and this
-                // driver (p2p_cache.rs) counts only when every rank has it.
-                let key = crate::cuda::p2p_cache::Key::here(&uuids, raw::driver_version()?);
+                // driver (transport/p2p/cache.rs) counts only when every rank has it.
+                let key =
+                    crate::cuda::transport::p2p::cache::Key::here(&uuids, raw::driver_version()?);
                 let passed_before = ok && key.as_ref().is_some_and(|k| k.remembered());
                 let all = rendezvous.exchange(
                     "transport-p2p",
@@ -95,9 +96,9 @@ impl GpuComm {
                     Transport::Cuda if all_passed_before => Transport::Cuda,
                     // The driver allows P2P everywhere: check that it moves
                     // the right bytes with the kernels' own stores
-                    // (p2p_check.rs); every rank gets the same verdict.
+                    // (transport/p2p/check.rs); every rank gets the same verdict.
                     Transport::Cuda => {
-                        let v = crate::cuda::p2p_check::run(
+                        let v = crate::cuda::transport::p2p::check::run(
                             cfg.rank,
                             cfg.world,
                             cfg.device,

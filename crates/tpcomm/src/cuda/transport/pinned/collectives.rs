@@ -7,13 +7,13 @@
 //! all `world` blocks of the input (each rounded up to 16 bytes) and their
 //! chunks. [`fits`] says which; `Communicator` sends the rest to NCCL.
 
-use super::super::kernel_args::HostCollArgs;
 use super::comm::PinnedTransport;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
 use crate::cuda::call::Call;
 use crate::cuda::call_word;
 use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
+use crate::cuda::kernel_args::HostCollArgs;
 use crate::cuda::launch_shape::{self, grid_cap};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -6,8 +6,8 @@
 //! Two kernels (kernels/host_allreduce.cu): for messages up to 2 MiB delta
 //! words (plain data written once into the own area, each element differing
 //! from what was there before); chunks with per-chunk flags, produced and
-//! consumed by separate blocks, for larger ones. [`GpuComm`] picks this path
-//! or the P2P one ([`Transport`]).
+//! consumed by separate blocks, for larger ones. [`GpuComm`](crate::cuda::GpuComm) picks this path
+//! or the P2P one ([`Transport`](crate::transport::Transport)).
 
 #[forbid(unsafe_code)]
 mod algo;
@@ -19,11 +19,9 @@ mod group;
 mod kernels;
 #[forbid(unsafe_code)]
 pub mod layout;
-mod select;
 #[forbid(unsafe_code)]
 mod wait;
 
-pub use super::compile::HOST_ALLREDUCE_SRC;
+pub use crate::cuda::compile::HOST_ALLREDUCE_SRC;
 pub use algo::{delta_shadow_bytes, HostAlgo};
 pub use comm::PinnedTransport;
-pub use select::{GpuComm, Transport};

@@ -1,24 +1,24 @@
 //! `P2pTransport`: all-reduce between GPUs that map each other's memory
 //! (peer access between threads of one process, CUDA IPC between processes).
 
-use super::call::{Call, GpuTransport};
-use super::call_word;
-use super::config::CudaConfig;
-use super::cuda_err;
-use super::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
-use super::launch_shape::{self, grid_cap};
-use super::layout::{round_up, Layout};
-use super::rendezvous::Rendezvous;
-use super::share::{
+use crate::algo::{Algo, Collective};
+use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::call_word;
+use crate::cuda::config::CudaConfig;
+use crate::cuda::cuda_err;
+use crate::cuda::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
+use crate::cuda::launch_shape::{self, grid_cap};
+use crate::cuda::layout::{round_up, Layout};
+use crate::cuda::rendezvous::Rendezvous;
+use crate::cuda::share::{
     mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
     QUEUES_ENV,
 };
-use super::MAX_WORLD;
-use crate::algo::{Algo, Collective};
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -317,7 +317,7 @@ impl P2pTransport {
             _ipc: ipc,
         };
         if found.is_none() {
-            let s = crate::select::self_tune::run(&comm, rendezvous, cfg.timeout)?;
+            let s = crate::cuda::self_tune::run(&comm, rendezvous, cfg.timeout)?;
             comm.selector = Arc::new(s);
         }
         let transport = crate::select::Transport::Cuda;
@@ -547,7 +547,7 @@ impl P2pTransport {
             WAIT_REDUCE_SCATTER => "two-shot reduce-scatter data",
             WAIT_ALL_GATHER => "two-shot all-gather data",
             WAIT_FUSED => "fused all-reduce + residual + RMSNorm data",
-            c => super::wait::wait_what(c).unwrap_or("data"),
+            c => crate::cuda::wait::wait_what(c).unwrap_or("data"),
         })
     }
 }
@@ -560,8 +560,8 @@ mod wait_code_tests {
     #[test]
     fn wait_codes_match_the_kernel_sources() {
         let all = concat!(
-            include_str!("kernels/allreduce.cu"),
-            include_str!("kernels/fused.cu")
+            include_str!("../../kernels/allreduce.cu"),
+            include_str!("../../kernels/fused.cu")
         );
         for (name, code) in [
             ("TPCOMM_WAIT_ONESHOT", WAIT_ONESHOT),

@@ -1,8 +1,8 @@
 //! The compiled host-path kernels of a device and their by-value argument.
 
-use super::super::compile::HOST_ALLREDUCE_SRC;
-pub(super) use super::super::kernel_args::HostKernelArgs;
-use super::super::loader::Family;
+use crate::cuda::compile::HOST_ALLREDUCE_SRC;
+pub(super) use crate::cuda::kernel_args::HostKernelArgs;
+use crate::cuda::loader::Family;
 
 // HG_BLOCK in host_allreduce.cu, whose launch bounds fit the registers to it.
 const BLOCK: u32 = 512;
@@ -15,7 +15,7 @@ pub(super) type HostKernels = Family<2>;
 pub(super) const DELTA: usize = 0;
 pub(super) const CHUNKED: usize = 1;
 
-pub(super) use super::super::loader::dtype_index;
+pub(super) use crate::cuda::loader::dtype_index;
 
 kernel_family! {
     /// Compiles (or loads from the disk cache) and loads the kernels once per

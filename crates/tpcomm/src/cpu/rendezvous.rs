@@ -1,18 +1,18 @@
 //! How ranks find the segment (docs/protocol.md, "Meeting"). Rank 0 creates
 //! it under a fresh name and announces it in the rendezvous file (a ticket,
-//! see `ticket.rs`); the other ranks read the ticket, attach, check that the
+//! see `meet/ticket.rs`); the other ranks read the ticket, attach, check that the
 //! segment is this user's and carries their job key's hash, and claim their
 //! rank. Once every rank is attached rank 0 removes the segment's name and
 //! the ticket, so nothing is left in /dev/shm or on disk while the run goes on.
 
-use super::identity::{euid, JobKey, Proc};
 use super::job::{failed_error, given_key, local_failure, local_key, Job};
 use super::layout::*;
 use super::notice;
-use super::ticket::{self, Ticket};
 use super::wait::Backoff;
 use super::{room, HostConfig};
 use crate::error::{Error, Result};
+use crate::meet::identity::{euid, JobKey, Proc};
+use crate::meet::ticket::{self, Ticket};
 use crate::sys::shm;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -63,7 +63,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
     };
     // Segments whose creator died during set-up, abort notices and
     // temporary tickets whose writer is gone (this user's only).
-    super::identity::sweep_stale_segments();
+    crate::meet::identity::sweep_stale_segments();
     notice::sweep(file, uid);
     ticket::sweep_temps(file, uid);
     // Whatever is at the path now: a live job's ticket is never touched.
@@ -85,7 +85,7 @@ fn create_with(cfg: &HostConfig, layout: Layout, job: &Job) -> Result<Segment> {
             }
         }
     }
-    let name = super::identity::segment_name(uid, me, rand::random());
+    let name = crate::meet::identity::segment_name(uid, me, rand::random());
     let seg = room::check_segment(layout.total, cfg.world)
         .and_then(|()| shm::create(&name, layout.total))
         .and_then(|m| Segment::new(m, layout, &name));
@@ -305,7 +305,7 @@ fn try_attach(
                     cfg.rank,
                     file.display(),
                     t.creator.pid,
-                    super::identity::JOB_KEY_ENV
+                    crate::meet::identity::JOB_KEY_ENV
                 ),
             ))
         }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cuda::host_path::wait::{WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
+use crate::cuda::transport::pinned::wait::{WAIT_ALL_GATHER, WAIT_BROADCAST, WAIT_REDUCE_SCATTER};
 
 #[test]
 fn host_coll_args_match_the_cuda_struct_size() {
@@ -9,14 +9,14 @@ fn host_coll_args_match_the_cuda_struct_size() {
 
 #[test]
 fn wait_codes_match_the_kernel_source_and_differ_from_the_all_reduce_ones() {
-    let src = include_str!("../../kernels/host_collectives.cu");
+    let src = include_str!("../../../kernels/host_collectives.cu");
     for (name, code) in [
         ("HC_WAIT_ALL_GATHER", WAIT_ALL_GATHER),
         ("HC_WAIT_REDUCE_SCATTER", WAIT_REDUCE_SCATTER),
         ("HC_WAIT_BROADCAST", WAIT_BROADCAST),
     ] {
         assert!(src.contains(&format!("#define {name} {code}u")), "{name}");
-        let all_reduce = include_str!("../../kernels/host_allreduce.cu");
+        let all_reduce = include_str!("../../../kernels/host_allreduce.cu");
         assert!(
             !all_reduce.contains(&format!(" {code}u\n")),
             "{code} is taken"

@@ -1,7 +1,6 @@
 //! One-shot and two-shot all-reduce on the segment (docs/protocol.md,
 //! "Algorithms"). Each piece of a message (at most one slot) is one epoch.
 
-use super::identity::pid_alive;
 use super::layout::*;
 use super::reduce::reduce;
 use super::wait::Backoff;
@@ -9,6 +8,7 @@ use super::HostCommunicator;
 use crate::algo::Algo;
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::{Error, Result};
+use crate::meet::identity::pid_alive;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Instant;

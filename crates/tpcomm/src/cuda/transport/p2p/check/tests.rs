@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn the_status_codes_match_the_kernel_source() {
-    let src = include_str!("../kernels/p2p_check.cu");
+    let src = include_str!("../../../kernels/p2p_check.cu");
     for (name, code) in [
         ("P2PC_OK", CODE_OK),
         ("P2PC_NO_BYTES", CODE_NO_BYTES),

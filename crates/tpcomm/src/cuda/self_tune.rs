@@ -8,13 +8,13 @@
 //! takes the slowest rank's time per point, so all ranks build the same
 //! table and run the same kernel for every later `Algo::Auto` call.
 
-use super::{Candidate, Measured, Mode, Selector, Table};
+use super::cudarc::driver::{sys, DevicePtr};
+use super::StreamAllReduce;
+use super::{Call, P2pTransport, Rendezvous};
 use crate::algo::Algo;
-use crate::cuda::cudarc::driver::{sys, DevicePtr};
-use crate::cuda::StreamAllReduce;
-use crate::cuda::{Call, P2pTransport, Rendezvous};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::select::{Candidate, Measured, Mode, Selector, Table};
 use crate::topology::MachineClass;
 use crate::units::ByteSize;
 use std::time::{Duration, Instant};

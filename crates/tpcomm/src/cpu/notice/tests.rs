@@ -4,7 +4,7 @@ use super::*;
 fn a_notice_is_seen_by_its_job_only_and_swept_once_its_writer_is_gone() {
     let d = tempfile::tempdir().unwrap();
     let file = d.path().join("rv");
-    let uid = super::super::identity::euid();
+    let uid = crate::meet::identity::euid();
     let (mine, theirs) = ([1, 2], [3, 4]);
     let long = Duration::from_secs(60);
     assert_eq!(read(&file, mine, uid, long), None);
