@@ -14,7 +14,7 @@ use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
 use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::c_int;
-use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
+use tpcomm::cuda::gathered::{ByteBlocks, Elem, Op, ReduceBlocks};
 use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport, Signature};
 use tpcomm::DType;
 
@@ -217,15 +217,8 @@ pub(crate) unsafe fn launch(
         // SAFETY: the caller's contract covers every range named here.
         unsafe {
             match *step {
-                Step::Expand {
-                    from,
-                    from_stride,
-                    to,
-                    to_stride,
-                    nbytes,
-                    blocks,
-                }
-                | Step::Compact {
+                Step::Convert {
+                    form,
                     from,
                     from_stride,
                     to,
@@ -233,10 +226,6 @@ pub(crate) unsafe fn launch(
                     nbytes,
                     blocks,
                 } => {
-                    let form = match step {
-                        Step::Expand { .. } => Form::Expand,
-                        _ => Form::Compact,
-                    };
                     let b = ByteBlocks {
                         input: at(from),
                         in_stride: from_stride as u64,

@@ -16,6 +16,8 @@
 //! non-root's receive buffer (reduce, gather) and send buffer (scatter)
 //! appear in no step.
 
+use tpcomm::cuda::gathered::Form;
+
 /// Where a step reads or writes: a byte offset into the caller's send or
 /// receive buffer, or into the staging buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,18 +32,12 @@ pub enum Loc {
 /// One launch on the caller's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `blocks` blocks of `nbytes` plain bytes (`from_stride` apart) written
-    /// as 16-bit words 0x00bb (`to_stride` apart).
-    Expand {
-        from: Loc,
-        from_stride: usize,
-        to: Loc,
-        to_stride: usize,
-        nbytes: usize,
-        blocks: usize,
-    },
-    /// The reverse of `Expand`: strides and `nbytes` count the same way.
-    Compact {
+    /// `Form::Expand`: `blocks` blocks of `nbytes` plain bytes
+    /// (`from_stride` apart) written as 16-bit words 0x00bb (`to_stride`
+    /// apart); `Form::Compact`, the reverse: strides and `nbytes` count the
+    /// same way.
+    Convert {
+        form: Form,
         from: Loc,
         from_stride: usize,
         to: Loc,
@@ -179,7 +175,8 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     words: m,
                 });
                 if me == root {
-                    v.push(Step::Compact {
+                    v.push(Step::Convert {
+                        form: Form::Compact,
                         from: Loc::Stage(0),
                         from_stride: 2 * m,
                         to: Loc::Recv(o),
@@ -201,7 +198,8 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Compact {
+                v.push(Step::Convert {
+                    form: Form::Compact,
                     from: Loc::Stage(me * 2 * m),
                     from_stride: 0,
                     to: Loc::Recv(o),
@@ -219,7 +217,8 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Compact {
+                v.push(Step::Convert {
+                    form: Form::Compact,
                     from: Loc::Stage(me * 2 * m),
                     from_stride: 2 * w * m,
                     to: Loc::Recv(o),
@@ -241,7 +240,8 @@ fn expand(
     nbytes: usize,
     blocks: usize,
 ) -> Step {
-    Step::Expand {
+    Step::Convert {
+        form: Form::Expand,
         from,
         from_stride,
         to,

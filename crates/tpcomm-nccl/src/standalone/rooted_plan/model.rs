@@ -74,7 +74,8 @@ pub(crate) fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>)
             while let Some(s) = plans[r].get(at[r]) {
                 let m = &mut mem[r];
                 match *s {
-                    Step::Expand {
+                    Step::Convert {
+                        form,
                         from,
                         from_stride,
                         to,
@@ -83,22 +84,14 @@ pub(crate) fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>)
                         blocks,
                     } => {
                         for b in 0..blocks {
-                            let x = m.read(off(from, b * from_stride), nbytes);
-                            let e: Vec<u8> = x.iter().flat_map(|&y| [y, 0]).collect();
-                            m.write(off(to, b * to_stride), &e);
-                        }
-                    }
-                    Step::Compact {
-                        from,
-                        from_stride,
-                        to,
-                        to_stride,
-                        nbytes,
-                        blocks,
-                    } => {
-                        for b in 0..blocks {
-                            let x = compact(&m.read(off(from, b * from_stride), 2 * nbytes));
-                            m.write(off(to, b * to_stride), &x);
+                            let (from, to) = (off(from, b * from_stride), off(to, b * to_stride));
+                            let x = match form {
+                                Form::Expand => {
+                                    m.read(from, nbytes).iter().flat_map(|&y| [y, 0]).collect()
+                                }
+                                Form::Compact => compact(&m.read(from, 2 * nbytes)),
+                            };
+                            m.write(to, &x);
                         }
                     }
                     Step::Reduce {
