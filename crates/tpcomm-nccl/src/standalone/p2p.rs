@@ -16,7 +16,6 @@
 //! on a thread of its own, as create.rs makes a group's ranks, so no rank
 //! waits for a rank its thread has not reached yet.
 
-use crate::settings;
 use crate::standalone::comm::{live, run, StandaloneComm};
 use crate::standalone::gathered::expanded_block;
 use crate::standalone::p2p_plan::{plan, sizes, Calls};
@@ -260,17 +259,5 @@ fn swap(a: &StandaloneComm, mine: &[u8]) -> tpcomm::Result<Vec<Vec<u8>>> {
     let n = a
         .p2p_groups
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    let key = format!("p2p-{n}");
-    let dir = standalone::meeting_dir(&standalone::runtime_base(), &a.secret)?;
-    let all = standalone::exchange(
-        &dir,
-        &a.secret,
-        &key,
-        a.rank,
-        a.world,
-        mine,
-        settings::get().timeout,
-    )?;
-    standalone::tidy(&dir, a.rank, &key);
-    Ok(all)
+    standalone::swap(a, &format!("p2p-{n}"), mine)
 }

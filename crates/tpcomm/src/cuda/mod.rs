@@ -170,7 +170,7 @@ pub use cudarc;
 pub use host_path::{GpuComm, HostAlgo, PinnedTransport, Transport};
 pub use pdl::Launch;
 pub use rendezvous::{
-    post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,
+    post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup, Turn,
 };
 pub use stream_all_reduce::StreamAllReduce;
 

@@ -27,17 +27,21 @@ pub enum Rendezvous {
     Custom(Arc<dyn Exchange>),
 }
 
+/// One rank's turn in an exchange: it posts `mine` as rank `rank` of
+/// `world` for the step `key`, and waits at most `timeout` for the others.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn<'a> {
+    pub key: &'a str,
+    pub rank: usize,
+    pub world: usize,
+    pub mine: &'a [u8],
+    pub timeout: Duration,
+}
+
 /// A caller-supplied way for ranks to swap byte strings, with the contract
 /// of [`Rendezvous::exchange`].
 pub trait Exchange: Send + Sync + std::fmt::Debug {
-    fn exchange(
-        &self,
-        key: &str,
-        rank: usize,
-        world: usize,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<Vec<u8>>>;
+    fn exchange(&self, turn: Turn<'_>) -> Result<Vec<Vec<u8>>>;
 }
 
 /// The meeting point of `world` threads.
@@ -115,7 +119,13 @@ impl Rendezvous {
                 let key = dir_rounds().next(&d.display().to_string(), key, rank)?;
                 exchange_dir(d, &key, rank, world, mine, timeout)
             }
-            Rendezvous::Custom(x) => x.exchange(key, rank, world, mine, timeout),
+            Rendezvous::Custom(x) => x.exchange(Turn {
+                key,
+                rank,
+                world,
+                mine,
+                timeout,
+            }),
         }
     }
 }
