@@ -217,22 +217,14 @@ pub(crate) unsafe fn launch(
         // SAFETY: the caller's contract covers every range named here.
         unsafe {
             match *step {
-                Step::Convert {
-                    form,
-                    from,
-                    from_stride,
-                    to,
-                    to_stride,
-                    nbytes,
-                    blocks,
-                } => {
+                Step::Convert(form, c) => {
                     let b = ByteBlocks {
-                        input: at(from),
-                        in_stride: from_stride as u64,
-                        output: at(to),
-                        out_stride: to_stride as u64,
-                        nbytes,
-                        blocks,
+                        input: at(c.from),
+                        in_stride: c.from_stride as u64,
+                        output: at(c.to),
+                        out_stride: c.to_stride as u64,
+                        nbytes: c.nbytes,
+                        blocks: c.blocks,
                     };
                     l.gathered.convert(form, &b, st)?
                 }

@@ -32,19 +32,10 @@ pub enum Loc {
 /// One launch on the caller's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `Form::Expand`: `blocks` blocks of `nbytes` plain bytes
-    /// (`from_stride` apart) written as 16-bit words 0x00bb (`to_stride`
-    /// apart); `Form::Compact`, the reverse: strides and `nbytes` count the
-    /// same way.
-    Convert {
-        form: Form,
-        from: Loc,
-        from_stride: usize,
-        to: Loc,
-        to_stride: usize,
-        nbytes: usize,
-        blocks: usize,
-    },
+    /// `Form::Expand`: the blocks' plain bytes written as 16-bit words
+    /// 0x00bb; `Form::Compact`, the reverse (strides and `nbytes` count the
+    /// same way).
+    Convert(Form, Blocks),
     /// Every rank's `words` 16-bit words at `from` to `to + rank * 2 * words`.
     AllGather { from: Loc, to: Loc, words: usize },
     /// The root's `words` 16-bit words at `from` to every rank's `to`.
@@ -64,6 +55,32 @@ pub enum Step {
     },
     /// A plain device-to-device copy.
     Copy { from: Loc, to: Loc, bytes: usize },
+}
+
+/// `blocks` blocks of `nbytes` bytes: read `from_stride` apart from `from`,
+/// written `to_stride` apart at `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocks {
+    pub from: Loc,
+    pub from_stride: usize,
+    pub to: Loc,
+    pub to_stride: usize,
+    pub nbytes: usize,
+    pub blocks: usize,
+}
+
+impl Blocks {
+    /// One block of `nbytes` bytes from `from` to `to`.
+    pub(crate) fn one(from: Loc, to: Loc, nbytes: usize) -> Blocks {
+        Blocks {
+            from,
+            from_stride: 0,
+            to,
+            to_stride: 0,
+            nbytes,
+            blocks: 1,
+        }
+    }
 }
 
 /// Which call, with what only it needs.
@@ -175,15 +192,15 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     words: m,
                 });
                 if me == root {
-                    v.push(Step::Convert {
-                        form: Form::Compact,
+                    let every_rank = Blocks {
                         from: Loc::Stage(0),
                         from_stride: 2 * m,
                         to: Loc::Recv(o),
                         to_stride: nbytes,
                         nbytes: m,
                         blocks: w,
-                    });
+                    };
+                    v.push(Step::Convert(Form::Compact, every_rank));
                 }
             }
         }
@@ -198,15 +215,8 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Convert {
-                    form: Form::Compact,
-                    from: Loc::Stage(me * 2 * m),
-                    from_stride: 0,
-                    to: Loc::Recv(o),
-                    to_stride: 0,
-                    nbytes: m,
-                    blocks: 1,
-                });
+                let own = Blocks::one(Loc::Stage(me * 2 * m), Loc::Recv(o), m);
+                v.push(Step::Convert(Form::Compact, own));
             }
         }
         Kind::AllToAll => {
@@ -217,15 +227,15 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Convert {
-                    form: Form::Compact,
+                let every_rank = Blocks {
                     from: Loc::Stage(me * 2 * m),
                     from_stride: 2 * w * m,
                     to: Loc::Recv(o),
                     to_stride: nbytes,
                     nbytes: m,
                     blocks: w,
-                });
+                };
+                v.push(Step::Convert(Form::Compact, every_rank));
             }
         }
     }
@@ -240,15 +250,15 @@ fn expand(
     nbytes: usize,
     blocks: usize,
 ) -> Step {
-    Step::Convert {
-        form: Form::Expand,
+    let b = Blocks {
         from,
         from_stride,
         to,
         to_stride,
         nbytes,
         blocks,
-    }
+    };
+    Step::Convert(Form::Expand, b)
 }
 
 #[cfg(test)]

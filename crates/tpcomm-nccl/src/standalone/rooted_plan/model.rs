@@ -74,22 +74,17 @@ pub(crate) fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>)
             while let Some(s) = plans[r].get(at[r]) {
                 let m = &mut mem[r];
                 match *s {
-                    Step::Convert {
-                        form,
-                        from,
-                        from_stride,
-                        to,
-                        to_stride,
-                        nbytes,
-                        blocks,
-                    } => {
-                        for b in 0..blocks {
-                            let (from, to) = (off(from, b * from_stride), off(to, b * to_stride));
+                    Step::Convert(form, c) => {
+                        for b in 0..c.blocks {
+                            let (from, to) =
+                                (off(c.from, b * c.from_stride), off(c.to, b * c.to_stride));
                             let x = match form {
-                                Form::Expand => {
-                                    m.read(from, nbytes).iter().flat_map(|&y| [y, 0]).collect()
-                                }
-                                Form::Compact => compact(&m.read(from, 2 * nbytes)),
+                                Form::Expand => m
+                                    .read(from, c.nbytes)
+                                    .iter()
+                                    .flat_map(|&y| [y, 0])
+                                    .collect(),
+                                Form::Compact => compact(&m.read(from, 2 * c.nbytes)),
                             };
                             m.write(to, &x);
                         }
