@@ -7,6 +7,7 @@
 use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
+use crate::standalone::rooted_plan::{Shape, Step};
 use crate::types::*;
 use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
 use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport, Signature};
@@ -320,14 +321,7 @@ fn prepare<'a>(
         per_block(block - SCALAR_BYTES, z)
     };
     if per == 0 {
-        return Err(standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        ));
+        return Err(staging_too_small(call, l, a.world, "piece"));
     }
     Ok(Some(Prepared {
         elem,
@@ -343,6 +337,42 @@ fn prepare<'a>(
 /// the collective kernels take (and a one-rank communicator, which copies).
 pub(crate) fn takes(a: &StandaloneComm, datatype: NcclDataType, op: NcclRedOp) -> bool {
     a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM)
+}
+
+/// `call` refused: the staging buffer holds no `what` (a piece of a call,
+/// a round of a group) for `world` ranks.
+pub(crate) fn staging_too_small(
+    call: &str,
+    l: &StandaloneGpu,
+    world: usize,
+    what: &str,
+) -> NcclResult {
+    let bytes = l.staging().bytes();
+    standalone::unservable(
+        call,
+        &format!("the staging buffer ({bytes} bytes) holds no {what} for {world} ranks; raise TPCOMM_MAX_BYTES"),
+    )
+}
+
+/// The steps `plan` makes for this rank (`rank` of `world`) with gathered
+/// areas of `block` bytes, when there is a block and the steps' staging
+/// offsets (below `Shape::staging_bytes`, rooted_plan.rs) fit the staging
+/// buffer.
+pub(crate) fn staged_plan(
+    l: &StandaloneGpu,
+    (rank, world): (usize, usize),
+    block: Option<usize>,
+    plan: impl FnOnce(Shape) -> Option<Vec<Step>>,
+) -> Option<Vec<Step>> {
+    let shape = Shape {
+        rank,
+        world,
+        block: block?,
+    };
+    if shape.staging_bytes() > l.staging().bytes() {
+        return None;
+    }
+    plan(shape)
 }
 
 /// Bytes of one rank's expanded block in the staging buffer when it holds
@@ -428,14 +458,7 @@ pub(crate) fn exact_bytes(
 ) -> NcclResult {
     let (send, recv, stream) = (b.send, b.recv, b.stream);
     let Some(block) = expanded_block(l, a.world) else {
-        return standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        );
+        return staging_too_small(call, l, a.world, "piece");
     };
     let per = block / 2;
     let st = stream as CUstream;

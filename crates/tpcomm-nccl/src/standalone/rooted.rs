@@ -9,8 +9,8 @@
 
 use crate::standalone::collectives::solo_copy;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
-use crate::standalone::gathered::{self, expanded_block};
-use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
+use crate::standalone::gathered::{self, expanded_block, staged_plan, staging_too_small};
+use crate::standalone::rooted_plan::{plan, Kind, Loc, Step};
 use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::c_int;
@@ -152,26 +152,12 @@ fn serve(
         return SUCCESS;
     }
     let z = type_size(datatype).unwrap_or(1);
-    let steps = block_for(l, a.world, kind).and_then(|block| {
-        let shape = Shape {
-            rank: a.rank,
-            world: a.world,
-            block,
-        };
-        // The steps' staging offsets stay below this (rooted_plan.rs).
-        (shape.staging_bytes() <= l.staging().bytes())
-            .then(|| plan(kind, shape, count, z))
-            .flatten()
+    let block = block_for(l, a.world, kind);
+    let steps = staged_plan(l, (a.rank, a.world), block, |shape| {
+        plan(kind, shape, count, z)
     });
     let Some(steps) = steps else {
-        return standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        );
+        return staging_too_small(call, l, a.world, "piece");
     };
     let (s, r, stage) = (b.send, b.recv, l.staging().ptr());
     let at = move |x: Loc| match x {
