@@ -32,6 +32,8 @@ pub mod dtype;
 pub mod env;
 #[forbid(unsafe_code)]
 pub mod error;
+#[forbid(unsafe_code)]
+pub mod hash;
 pub mod host;
 #[forbid(unsafe_code)]
 pub mod memory;

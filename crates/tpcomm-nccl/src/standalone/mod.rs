@@ -46,6 +46,7 @@ use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use tpcomm::cuda::{Rendezvous, Turn};
+use tpcomm::hash::mix;
 use tpcomm::{Error, Result};
 
 /// The first 8 bytes of a standalone id.
@@ -61,15 +62,6 @@ impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Secret(tag {:016x})", self.tag(0))
     }
-}
-
-/// A 64-bit finalizer (MurmurHash3's): every input bit affects every output bit.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
 }
 
 impl Secret {
