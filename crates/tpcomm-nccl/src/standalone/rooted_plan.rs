@@ -159,12 +159,7 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
         } => {
             for (off, n) in pieces(count, per) {
                 let (o, b) = (off * z, n * z);
-                v.push(expand(Loc::Send(o), 0, mine, 0, b, 1));
-                v.push(Step::AllGather {
-                    from: mine,
-                    to: Loc::Stage(0),
-                    words: b,
-                });
+                gather_piece(&mut v, Loc::Send(o), mine, b);
                 if me == root {
                     let to = if recv_aligned { Loc::Recv(o) } else { mine };
                     v.push(Step::Reduce {
@@ -185,12 +180,7 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
         }
         Kind::Gather { root } => {
             for (o, m) in pieces(nbytes, per) {
-                v.push(expand(Loc::Send(o), 0, mine, 0, m, 1));
-                v.push(Step::AllGather {
-                    from: mine,
-                    to: Loc::Stage(0),
-                    words: m,
-                });
+                gather_piece(&mut v, Loc::Send(o), mine, m);
                 if me == root {
                     let every_rank = Blocks {
                         from: Loc::Stage(0),
@@ -240,6 +230,18 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
         }
     }
     Some(v)
+}
+
+/// This rank's `nbytes` at `from` expanded into its own area `mine`, then
+/// every rank's expanded piece all-gathered into the gathered areas (rank
+/// r's at `r * 2 * nbytes`).
+fn gather_piece(v: &mut Vec<Step>, from: Loc, mine: Loc, nbytes: usize) {
+    v.push(expand(from, 0, mine, 0, nbytes, 1));
+    v.push(Step::AllGather {
+        from: mine,
+        to: Loc::Stage(0),
+        words: nbytes,
+    });
 }
 
 fn expand(
