@@ -3,7 +3,6 @@
 //! that serves the call (`forward::paired::all_reduce`, or the standalone
 //! communicator's own).
 
-use crate::ffi::served_or_forwarded;
 use crate::forward::paired::{self, Outcome};
 use crate::route::{aligned, log_text, size_class, Call};
 use crate::settings::{self, info, warn};

@@ -6,7 +6,6 @@
 //! communicator is served by standalone/collectives.rs and gathered.rs and never forwarded. The
 //! rule is a pure function of the call, so every rank routes it the same way.
 
-use crate::ffi::served_or_forwarded;
 use crate::forward::paired;
 
 use crate::settings::{self, info, warn};

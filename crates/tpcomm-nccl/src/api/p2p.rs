@@ -2,7 +2,6 @@
 //! communicator (kept until the group ends), forwarded to the real NCCL
 //! unchanged on any other.
 
-use crate::ffi::served_or_forwarded;
 use crate::standalone::p2p;
 use crate::types::*;
 use std::ffi::{c_int, c_void};

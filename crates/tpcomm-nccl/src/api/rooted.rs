@@ -3,7 +3,6 @@
 //! NCCL unchanged on any other (tpcomm's communicator beside NCCL's does not
 //! take them).
 
-use crate::ffi::served_or_forwarded;
 use crate::standalone::rooted::{rooted, What};
 use crate::types::*;
 use std::ffi::{c_int, c_void};
