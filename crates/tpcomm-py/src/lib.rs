@@ -27,7 +27,7 @@ use std::time::Duration;
 use tpcomm::cuda::fused::{add_rmsnorm, NormCall};
 use tpcomm::cuda::{
     Call, Communicator as RustCommunicator, CudaConfig, Exchange, GpuComm, Launch, Rendezvous,
-    StreamAllReduce, Transport,
+    StreamAllReduce, Transport, Turn,
 };
 use tpcomm::{Algo, ByteSize, DType, Error, ReduceOp};
 
@@ -127,14 +127,8 @@ impl std::fmt::Debug for PyExchange {
 }
 
 impl Exchange for PyExchange {
-    fn exchange(
-        &self,
-        key: &str,
-        rank: usize,
-        world: usize,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> tpcomm::Result<Vec<Vec<u8>>> {
+    fn exchange(&self, turn: Turn<'_>) -> tpcomm::Result<Vec<Vec<u8>>> {
+        let (key, rank, world, mine) = (turn.key, turn.rank, turn.world, turn.mine);
         let failed = |detail: String| {
             Error::invalid(
                 "rendezvous",
@@ -142,9 +136,10 @@ impl Exchange for PyExchange {
             )
         };
         let all: Vec<Vec<u8>> = Python::attach(|py| {
-            let r = self
-                .callable
-                .call1(py, (key, PyBytes::new(py, mine), timeout.as_secs_f64()))?;
+            let r = self.callable.call1(
+                py,
+                (key, PyBytes::new(py, mine), turn.timeout.as_secs_f64()),
+            )?;
             r.extract::<Vec<Vec<u8>>>(py)
         })
         .map_err(|e: PyErr| failed(e.to_string()))?;

@@ -33,6 +33,8 @@ pub mod dtype;
 pub mod env;
 #[forbid(unsafe_code)]
 pub mod error;
+#[forbid(unsafe_code)]
+pub mod hash;
 pub mod meet;
 #[forbid(unsafe_code)]
 pub mod memory;

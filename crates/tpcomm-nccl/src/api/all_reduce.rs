@@ -3,7 +3,6 @@
 //! that serves the call (`forward::paired::all_reduce`, or the standalone
 //! communicator's own).
 
-use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired::{self, Outcome};
 use crate::route::{aligned, log_text, size_class, Call};
 use crate::settings::{self, info, warn};
@@ -39,31 +38,28 @@ fn log_first(comm: NcclComm, call: &Call, route: Route) {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclAllReduce", || {
-        if let Some(a) = crate::standalone::registry::lookup(comm) {
-            let args = Args {
-                op: Some(op),
-                ..Args::plain(sendbuff, recvbuff, count, datatype)
-            };
-            if let Err(r) = args::check("ncclAllReduce", &a, &args) {
-                return r;
-            }
-            let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
-            return crate::standalone::collectives::all_reduce(&a, &bufs, op);
-        }
-        if let Some(r) = crate::standalone::registry::unknown("ncclAllReduce", comm) {
+served_or_forwarded! {
+    fn ncclAllReduce(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: NcclDataType,
+        op: NcclRedOp,
+        comm: NcclComm,
+        stream: CudaStream,
+    ) on comm;
+    standalone a => {
+        let args = Args {
+            op: Some(op),
+            ..Args::plain(sendbuff, recvbuff, count, datatype)
+        };
+        if let Err(r) = args::check("ncclAllReduce", &a, &args) {
             return r;
         }
+        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+        crate::standalone::collectives::all_reduce(&a, &bufs, op)
+    };
+    beside => {
         let call = Call {
             send: sendbuff as usize,
             recv: recvbuff as usize,
@@ -79,41 +75,13 @@ pub unsafe extern "C" fn ncclAllReduce(
         match unsafe { paired::all_reduce(comm, &call, stream as CUstream) } {
             Outcome::Served(route) => {
                 log_first(comm, &call, route);
-                SUCCESS
+                return SUCCESS;
             }
-            Outcome::Forward(why) => {
-                log_first(comm, &call, Route::Nccl(why));
-                // SAFETY: ncclAllReduce's own arguments, passed on unchanged.
-                unsafe { forward_all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream) }
-            }
+            Outcome::Forward(why) => log_first(comm, &call, Route::Nccl(why)),
             Outcome::Failed(route, e) => {
                 warn!("ncclAllReduce: {route} failed ({e}); returning ncclInternalError");
-                INTERNAL_ERROR
+                return INTERNAL_ERROR;
             }
         }
-    })
-}
-
-unsafe fn forward_all_reduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    call_real!(
-        ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
-            as fn(
-                *const c_void,
-                *mut c_void,
-                usize,
-                NcclDataType,
-                NcclRedOp,
-                NcclComm,
-                CudaStream,
-            ) -> NcclResult
-    )
-    .unwrap_or_else(|_| NcclResult::missing())
+    }
 }

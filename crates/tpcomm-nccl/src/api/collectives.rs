@@ -6,12 +6,11 @@
 //! communicator is served by standalone/collectives.rs and gathered.rs and never forwarded. The
 //! rule is a pure function of the call, so every rank routes it the same way.
 
-use crate::ffi::{call_real, guard, Fail};
 use crate::forward::paired;
 
 use crate::settings::{self, info, warn};
 use crate::standalone::args::{self, Args};
-use crate::standalone::registry;
+use crate::standalone::comm::StandaloneComm;
 use crate::types::dtype_of;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
@@ -88,297 +87,204 @@ fn route_of(
     )
 }
 
-/// Runs `f` (tpcomm's launch on `route`) with the caller's CUDA context
-/// restored after; a failure is not forwarded (the peers launched tpcomm
-/// kernels, and an NCCL call here would never pair up).
-fn on_tpcomm(
+/// Serves `what` with tpcomm's kernels on the communicator set up beside
+/// `comm` when the route allows ([`route_of`], and for a broadcast a root
+/// that is a rank: a bad root goes to NCCL, which reports it), with the
+/// caller's CUDA context restored after; `None`: the real NCCL runs it (the
+/// route is logged, but for a broadcast's). A failure is not forwarded (the
+/// peers launched tpcomm kernels, and an NCCL call here would never pair up).
+///
+/// # Safety
+/// `bufs` as NCCL's contract for `name` gives them: device buffers of the
+/// communicator's GPU of the sizes `what` reads and writes, valid until the
+/// stream runs the call, and a stream of that GPU.
+unsafe fn served_beside(
     name: &'static str,
     comm: NcclComm,
-    route: Route,
-    f: impl FnOnce() -> tpcomm::Result<()>,
-) -> NcclResult {
+    what: Collective,
+    bufs: &Buffers,
+    op: NcclRedOp,
+) -> Option<NcclResult> {
+    let s = settings::get();
+    let beside = if s.disabled {
+        None
+    } else {
+        paired::lookup(comm)
+    };
+    let broadcast = matches!(what, Collective::Broadcast { .. });
+    if let Collective::Broadcast { root } = what {
+        if root >= beside.as_ref().map_or(0, |b| b.comm().gpu().world()) {
+            return None;
+        }
+    }
+    let route = route_of(s.disabled, beside.as_deref(), what, bufs, op);
+    let (Route::Tpcomm { .. }, Some(b), Some(dt)) = (route, &beside, dtype_of(bufs.dtype)) else {
+        if !broadcast {
+            log_first(name, comm, route);
+        }
+        return None;
+    };
     let _restore = crate::cuda::SavedContext::save();
-    match f() {
+    // SAFETY: the buffers and stream are as the caller's contract gives them.
+    match unsafe { b.comm().gpu().run_collective(what, &kernel_call(bufs, dt)) } {
         Ok(()) => {
             log_first(name, comm, route);
-            SUCCESS
+            Some(SUCCESS)
         }
         Err(e) => {
             warn!("{name}: tpcomm failed ({e}); returning ncclInternalError");
-            INTERNAL_ERROR
+            Some(INTERNAL_ERROR)
         }
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclAllGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: NcclDataType,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclAllGather", || {
+served_or_forwarded! {
+    fn ncclAllGather(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        sendcount: usize,
+        datatype: NcclDataType,
+        comm: NcclComm,
+        stream: CudaStream,
+    ) on comm;
+    standalone a => {
+        let args = Args {
+            span: a.world,
+            ..Args::plain(sendbuff, recvbuff, sendcount, datatype)
+        };
+        if let Err(r) = args::check("ncclAllGather", &a, &args) {
+            return r;
+        }
         let bufs = buffers(sendbuff, recvbuff, sendcount, datatype, stream);
-        if let Some(a) = registry::lookup(comm) {
-            let args = Args {
-                span: a.world,
-                ..Args::plain(sendbuff, recvbuff, sendcount, datatype)
-            };
-            if let Err(r) = args::check("ncclAllGather", &a, &args) {
-                return r;
-            }
-            return crate::standalone::collectives::all_gather(&a, &bufs);
-        }
-        if let Some(r) = registry::unknown("ncclAllGather", comm) {
+        crate::standalone::collectives::all_gather(&a, &bufs)
+    };
+    beside => {
+        let bufs = buffers(sendbuff, recvbuff, sendcount, datatype, stream);
+        let what = Collective::AllGather;
+        // SAFETY: NCCL's contract for ncclAllGather is the kernels': device
+        // buffers of the communicator's GPU, sendbuff of sendcount and
+        // recvbuff of world x sendcount elements (or sendbuff inside
+        // recvbuff at this rank's block), valid until the stream runs
+        // the call, and a stream of that GPU.
+        if let Some(r) = unsafe { served_beside("ncclAllGather", comm, what, &bufs, OP_SUM) } {
             return r;
         }
-        let s = settings::get();
-        let beside = if s.disabled {
-            None
-        } else {
-            paired::lookup(comm)
-        };
-        let r = route_of(
-            s.disabled,
-            beside.as_deref(),
-            Collective::AllGather,
-            &bufs,
-            OP_SUM,
-        );
-        if let (Route::Tpcomm { .. }, Some(b), Some(dt)) = (r, &beside, dtype_of(datatype)) {
-            // SAFETY: NCCL's contract for ncclAllGather is the kernels': device
-            // buffers of the communicator's GPU, sendbuff of sendcount and
-            // recvbuff of world x sendcount elements (or sendbuff inside
-            // recvbuff at this rank's block), valid until the stream runs
-            // the call, and a stream of that GPU.
-            return on_tpcomm("ncclAllGather", comm, r, || unsafe {
-                b.comm()
-                    .gpu()
-                    .run_collective(Collective::AllGather, &kernel_call(&bufs, dt))
-            });
-        }
-        log_first("ncclAllGather", comm, r);
-        call_real!(
-            ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
-                as fn(
-                    *const c_void,
-                    *mut c_void,
-                    usize,
-                    NcclDataType,
-                    NcclComm,
-                    CudaStream,
-                ) -> NcclResult
-        )
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclReduceScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: NcclDataType,
-    op: NcclRedOp,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclReduceScatter", || {
+served_or_forwarded! {
+    fn ncclReduceScatter(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        recvcount: usize,
+        datatype: NcclDataType,
+        op: NcclRedOp,
+        comm: NcclComm,
+        stream: CudaStream,
+    ) on comm;
+    standalone a => {
+        let args = Args {
+            op: Some(op),
+            span: a.world,
+            ..Args::plain(sendbuff, recvbuff, recvcount, datatype)
+        };
+        if let Err(r) = args::check("ncclReduceScatter", &a, &args) {
+            return r;
+        }
         let bufs = buffers(sendbuff, recvbuff, recvcount, datatype, stream);
-        if let Some(a) = registry::lookup(comm) {
-            let args = Args {
-                op: Some(op),
-                span: a.world,
-                ..Args::plain(sendbuff, recvbuff, recvcount, datatype)
-            };
-            if let Err(r) = args::check("ncclReduceScatter", &a, &args) {
-                return r;
-            }
-            return crate::standalone::collectives::reduce_scatter(&a, &bufs, op);
-        }
-        if let Some(r) = registry::unknown("ncclReduceScatter", comm) {
+        crate::standalone::collectives::reduce_scatter(&a, &bufs, op)
+    };
+    beside => {
+        let bufs = buffers(sendbuff, recvbuff, recvcount, datatype, stream);
+        let what = Collective::ReduceScatter;
+        // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
+        // and recvbuff of recvcount elements (or at this rank's block).
+        if let Some(r) = unsafe { served_beside("ncclReduceScatter", comm, what, &bufs, op) } {
             return r;
         }
-        let s = settings::get();
-        let beside = if s.disabled {
-            None
-        } else {
-            paired::lookup(comm)
-        };
-        let r = route_of(
-            s.disabled,
-            beside.as_deref(),
-            Collective::ReduceScatter,
-            &bufs,
-            op,
-        );
-        if let (Route::Tpcomm { .. }, Some(b), Some(dt)) = (r, &beside, dtype_of(datatype)) {
-            // SAFETY: as in ncclAllGather, with sendbuff of world x recvcount
-            // and recvbuff of recvcount elements (or at this rank's block).
-            return on_tpcomm("ncclReduceScatter", comm, r, || unsafe {
-                b.comm()
-                    .gpu()
-                    .run_collective(Collective::ReduceScatter, &kernel_call(&bufs, dt))
-            });
-        }
-        log_first("ncclReduceScatter", comm, r);
-        call_real!(
-            ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
-                as fn(
-                    *const c_void,
-                    *mut c_void,
-                    usize,
-                    NcclDataType,
-                    NcclRedOp,
-                    NcclComm,
-                    CudaStream,
-                ) -> NcclResult
-        )
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
+    }
 }
 
-/// The route of a broadcast when tpcomm takes it, with the element type:
-/// the collectives' rule ([`route_of`]), and a root that is a rank (a bad
-/// root goes to NCCL, which reports it). `None`: NCCL runs it.
-fn broadcast_route(
-    s: &settings::Settings,
-    beside: Option<&paired::Paired>,
+/// `name` (ncclBroadcast, or ncclBcast in place) on a standalone
+/// communicator: the arguments checked (only the root reads `bufs.send`),
+/// then the broadcast.
+fn broadcast_standalone(
+    name: &'static str,
+    a: &StandaloneComm,
     bufs: &Buffers,
     root: c_int,
-) -> Option<(Route, tpcomm::DType)> {
-    let world = beside.map_or(0, |b| b.comm().gpu().world());
-    if root < 0 || root as usize >= world {
-        return None;
-    }
-    let what = Collective::Broadcast {
-        root: root as usize,
-    };
-    match route_of(s.disabled, beside, what, bufs, OP_SUM) {
-        r @ Route::Tpcomm { .. } => Some((r, dtype_of(bufs.dtype)?)),
-        Route::Nccl(_) => None,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclBroadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclComm,
-    stream: CudaStream,
 ) -> NcclResult {
-    guard("ncclBroadcast", || {
-        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
-        if let Some(a) = registry::lookup(comm) {
-            let args = Args {
-                root: Some(root),
-                send_used: a.rank as c_int == root,
-                ..Args::plain(sendbuff, recvbuff, count, datatype)
-            };
-            if let Err(r) = args::check("ncclBroadcast", &a, &args) {
-                return r;
-            }
-            return crate::standalone::collectives::broadcast("ncclBroadcast", &a, &bufs, root);
-        }
-        if let Some(r) = registry::unknown("ncclBroadcast", comm) {
-            return r;
-        }
-        let s = settings::get();
-        let beside = if s.disabled {
-            None
-        } else {
-            paired::lookup(comm)
-        };
-        if let (Some((r, dt)), Some(b)) =
-            (broadcast_route(s, beside.as_deref(), &bufs, root), &beside)
-        {
-            // SAFETY: as in ncclAllGather, with both buffers of count
-            // elements (the same or disjoint); only the root's sendbuff is read.
-            return on_tpcomm("ncclBroadcast", comm, r, || unsafe {
-                b.comm().gpu().run_collective(
-                    Collective::Broadcast {
-                        root: root as usize,
-                    },
-                    &kernel_call(&bufs, dt),
-                )
-            });
-        }
-        call_real!(
-            ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
-                as fn(
-                    *const c_void,
-                    *mut c_void,
-                    usize,
-                    NcclDataType,
-                    c_int,
-                    NcclComm,
-                    CudaStream,
-                ) -> NcclResult
+    let (send, recv) = (bufs.send as usize, bufs.recv as usize);
+    let args = Args {
+        root: Some(root),
+        send_used: a.rank as c_int == root,
+        ..Args::plain(
+            send as *const c_void,
+            recv as *mut c_void,
+            bufs.count,
+            bufs.dtype,
         )
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
+    };
+    if let Err(r) = args::check(name, a, &args) {
+        return r;
+    }
+    crate::standalone::collectives::broadcast(name, a, bufs, root)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclBcast(
-    buff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    root: c_int,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclBcast", || {
-        let bufs = buffers(buff, buff, count, datatype, stream);
-        if let Some(a) = registry::lookup(comm) {
-            let args = Args {
-                root: Some(root),
-                send_used: a.rank as c_int == root,
-                ..Args::plain(buff, buff, count, datatype)
-            };
-            if let Err(r) = args::check("ncclBcast", &a, &args) {
-                return r;
-            }
-            return crate::standalone::collectives::broadcast("ncclBcast", &a, &bufs, root);
-        }
-        if let Some(r) = registry::unknown("ncclBcast", comm) {
+/// A broadcast from `root` (a negative root is no rank either, so NCCL
+/// takes it and reports it).
+fn broadcast(root: c_int) -> Collective {
+    Collective::Broadcast {
+        root: usize::try_from(root).unwrap_or(usize::MAX),
+    }
+}
+
+served_or_forwarded! {
+    fn ncclBroadcast(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: NcclDataType,
+        root: c_int,
+        comm: NcclComm,
+        stream: CudaStream,
+    ) on comm;
+    standalone a => {
+        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+        broadcast_standalone("ncclBroadcast", &a, &bufs, root)
+    };
+    beside => {
+        let bufs = buffers(sendbuff, recvbuff, count, datatype, stream);
+        let what = broadcast(root);
+        // SAFETY: as in ncclAllGather, with both buffers of count
+        // elements (the same or disjoint); only the root's sendbuff is read.
+        if let Some(r) = unsafe { served_beside("ncclBroadcast", comm, what, &bufs, OP_SUM) } {
             return r;
         }
-        let s = settings::get();
-        let beside = if s.disabled {
-            None
-        } else {
-            paired::lookup(comm)
-        };
-        if let (Some((r, dt)), Some(b)) =
-            (broadcast_route(s, beside.as_deref(), &bufs, root), &beside)
-        {
-            // SAFETY: as in ncclBroadcast, in place.
-            return on_tpcomm("ncclBcast", comm, r, || unsafe {
-                b.comm().gpu().run_collective(
-                    Collective::Broadcast {
-                        root: root as usize,
-                    },
-                    &kernel_call(&bufs, dt),
-                )
-            });
+    }
+}
+
+served_or_forwarded! {
+    fn ncclBcast(
+        buff: *mut c_void,
+        count: usize,
+        datatype: NcclDataType,
+        root: c_int,
+        comm: NcclComm,
+        stream: CudaStream,
+    ) on comm;
+    standalone a => {
+        let bufs = buffers(buff, buff, count, datatype, stream);
+        broadcast_standalone("ncclBcast", &a, &bufs, root)
+    };
+    beside => {
+        let bufs = buffers(buff, buff, count, datatype, stream);
+        let what = broadcast(root);
+        // SAFETY: as in ncclBroadcast, in place.
+        if let Some(r) = unsafe { served_beside("ncclBcast", comm, what, &bufs, OP_SUM) } {
+            return r;
         }
-        call_real!(ncclBcast(buff, count, datatype, root, comm, stream)
-            as fn(
-                *mut c_void,
-                usize,
-                NcclDataType,
-                c_int,
-                NcclComm,
-                CudaStream,
-            ) -> NcclResult)
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
+    }
 }
 
 #[cfg(test)]

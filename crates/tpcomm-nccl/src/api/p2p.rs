@@ -2,65 +2,27 @@
 //! communicator (kept until the group ends), forwarded to the real NCCL
 //! unchanged on any other.
 
-use crate::ffi::{call_real, guard, Fail};
-use crate::standalone::{p2p, registry};
+use crate::standalone::p2p;
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclSend(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: NcclDataType,
-    peer: c_int,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclSend", || {
-        if let Some(a) = registry::lookup(comm) {
-            return p2p::call(true, a, sendbuff, count, datatype, peer, stream);
+/// Defines ncclSend (`$send` true) or ncclRecv as nccl.h spells them: the
+/// buffer `$buff`, then the count, type, peer, communicator and stream.
+macro_rules! p2p_call {
+    ($name:ident ( $buff:ident : $ty:ty ), send: $send:expr) => {
+        served_or_forwarded! {
+            fn $name(
+                $buff: $ty,
+                count: usize,
+                datatype: NcclDataType,
+                peer: c_int,
+                comm: NcclComm,
+                stream: CudaStream,
+            ) on comm;
+            standalone a => p2p::call($send, a, $buff, count, datatype, peer, stream);
         }
-        if let Some(r) = registry::unknown("ncclSend", comm) {
-            return r;
-        }
-        call_real!(ncclSend(sendbuff, count, datatype, peer, comm, stream)
-            as fn(
-                *const c_void,
-                usize,
-                NcclDataType,
-                c_int,
-                NcclComm,
-                CudaStream,
-            ) -> NcclResult)
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclRecv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: NcclDataType,
-    peer: c_int,
-    comm: NcclComm,
-    stream: CudaStream,
-) -> NcclResult {
-    guard("ncclRecv", || {
-        if let Some(a) = registry::lookup(comm) {
-            return p2p::call(false, a, recvbuff, count, datatype, peer, stream);
-        }
-        if let Some(r) = registry::unknown("ncclRecv", comm) {
-            return r;
-        }
-        call_real!(ncclRecv(recvbuff, count, datatype, peer, comm, stream)
-            as fn(
-                *mut c_void,
-                usize,
-                NcclDataType,
-                c_int,
-                NcclComm,
-                CudaStream,
-            ) -> NcclResult)
-        .unwrap_or_else(|_| NcclResult::missing())
-    })
-}
+p2p_call!(ncclSend(sendbuff: *const c_void), send: true);
+p2p_call!(ncclRecv(recvbuff: *mut c_void), send: false);

@@ -205,14 +205,8 @@ impl NcclExchange {
 pub struct AsRendezvous(pub std::sync::Arc<NcclExchange>);
 
 impl tpcomm::cuda::Exchange for AsRendezvous {
-    fn exchange(
-        &self,
-        key: &str,
-        rank: usize,
-        world: usize,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<Vec<u8>>> {
+    fn exchange(&self, turn: tpcomm::cuda::Turn<'_>) -> Result<Vec<Vec<u8>>> {
+        let (rank, world) = (turn.rank, turn.world);
         if rank != self.0.rank || world != self.0.world {
             return Err(Error::invalid(
                 "rendezvous",
@@ -222,7 +216,7 @@ impl tpcomm::cuda::Exchange for AsRendezvous {
                 ),
             ));
         }
-        self.0.gather(key, Some(mine), timeout)
+        self.0.gather(turn.key, Some(turn.mine), turn.timeout)
     }
 }
 

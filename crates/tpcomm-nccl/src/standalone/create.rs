@@ -14,10 +14,9 @@ use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 use tpcomm::cuda::communicator::{Fallback, Setup};
 use tpcomm::cuda::gathered;
-use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging};
+use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging, Turn};
 use tpcomm::transport::MAX_WORLD;
 
 /// The standalone rendezvous as the library's [`Rendezvous::Custom`].
@@ -28,15 +27,8 @@ struct Meet {
 }
 
 impl tpcomm::cuda::Exchange for Meet {
-    fn exchange(
-        &self,
-        key: &str,
-        rank: usize,
-        world: usize,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> tpcomm::Result<Vec<Vec<u8>>> {
-        standalone::exchange(&self.dir, &self.secret, key, rank, world, mine, timeout)
+    fn exchange(&self, turn: Turn<'_>) -> tpcomm::Result<Vec<Vec<u8>>> {
+        standalone::exchange(&self.dir, &self.secret, turn)
     }
 }
 
@@ -423,14 +415,14 @@ fn make(
         secret: *secret,
     };
     let key = standalone::host_key();
-    let hosts = tpcomm::cuda::Exchange::exchange(
-        &meet,
-        "standalone-hosts",
+    let turn = Turn {
+        key: "standalone-hosts",
         rank,
         world,
-        key.as_bytes(),
-        s.timeout,
-    )?;
+        mine: key.as_bytes(),
+        timeout: s.timeout,
+    };
+    let hosts = tpcomm::cuda::Exchange::exchange(&meet, turn)?;
     if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
         return Err(tpcomm::Error::Unsupported(format!(
             "rank {p} is on another machine ({}); standalone mode serves ranks of one host: unset TPCOMM_STANDALONE to use NCCL",
@@ -545,20 +537,7 @@ pub fn split(
     let mut mine = color.to_le_bytes().to_vec();
     mine.extend_from_slice(&key.to_le_bytes());
     let step = format!("split-{n}");
-    let posted =
-        standalone::meeting_dir(&standalone::runtime_base(), &parent.secret).and_then(|dir| {
-            let all = standalone::exchange(
-                &dir,
-                &parent.secret,
-                &step,
-                parent.rank,
-                parent.world,
-                &mine,
-                settings::get().timeout,
-            )?;
-            standalone::tidy(&dir, parent.rank, &step);
-            Ok(all)
-        });
+    let posted = standalone::swap(parent, &step, &mine);
     let all: Option<Vec<(c_int, c_int)>> = match posted {
         Ok(v) => v
             .iter()

@@ -7,6 +7,7 @@
 use crate::standalone;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
 use crate::standalone::premul::Scalar;
+use crate::standalone::rooted_plan::{Shape, Step};
 use crate::types::*;
 use tpcomm::cuda::gathered::{ByteBlocks, Form, ReduceBlocks, SCALAR_BYTES};
 use tpcomm::cuda::{gathered, CUstream, Call, Collective, GpuTransport, Signature};
@@ -34,61 +35,32 @@ pub(crate) fn reduce_gathered(
         "ncclAllReduce"
     };
     let reduces = root.is_none_or(|r| r == a.rank);
-    let Buffers {
-        send,
-        recv,
-        count,
-        stream,
-        ..
-    } = *b;
+    let (send, recv) = (b.send, b.recv);
     // Elements per piece: their expanded bytes fill at most one block (less
     // the scalar's place at its end, for a pre-multiplied sum).
-    let p = match prepare(call, a, b, op, reduces, |block, z| (block / 2) / z) {
-        Ok(Some(p)) => p,
-        Ok(None) => return SUCCESS,
-        Err(refused) => return refused,
-    };
-    let Prepared {
-        elem,
-        gop,
-        l,
-        block,
-        per,
-    } = p;
-    let z = elem.size();
-    let st = stream as CUstream;
-    let area = Area::of(l, a.world, block, signature(b.dtype, op, root));
-    let (base, mine) = (area.base, area.mine);
-    run(call, a, stream, || {
-        let scalar_at = (block - SCALAR_BYTES) as u64;
-        // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
-        // no piece reaches (prepare sized `per` without them); in order.
-        unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
-        let mut done = 0;
-        while done < count {
-            let n = per.min(count - done);
-            let off = (done * z) as u64;
-            // SAFETY: ncclAllReduce's contract: device buffers of this GPU
-            // of `count` elements, valid until the stream runs the call, on
-            // a stream of this GPU; the piece lies inside them. The staging
-            // regions (world gathered blocks, then this rank's expanded
-            // piece) are disjoint and inside the staging buffer
-            // (expanded_block sized them); all on the stream, in order.
-            unsafe {
-                gather_expanded(l, send + off, n * z, &area, st)?;
-                if reduces {
-                    let blocks = ReduceBlocks {
-                        input: base,
-                        stride: block as u64,
-                        world: a.world,
-                        output: recv + off,
-                        count: n,
-                        elem,
-                    };
-                    reduce(l, gop, &blocks, scalar_at, st)?;
-                }
+    let per_block = |block, z| (block / 2) / z;
+    by_pieces(call, a, b, (op, root), reduces, per_block, |p, done, n| {
+        let z = p.elem.size();
+        let off = (done * z) as u64;
+        // SAFETY: ncclAllReduce's contract: device buffers of this GPU
+        // of `count` elements, valid until the stream runs the call, on
+        // a stream of this GPU; the piece lies inside them. The staging
+        // regions (world gathered blocks, then this rank's expanded
+        // piece) are disjoint and inside the staging buffer
+        // (expanded_block sized them); all on the stream, in order.
+        unsafe {
+            gather_expanded(p.l, send + off, n * z, &p.area, p.st)?;
+            if reduces {
+                let blocks = ReduceBlocks {
+                    input: p.area.base,
+                    stride: p.block as u64,
+                    world: a.world,
+                    output: recv + off,
+                    count: n,
+                    elem: p.elem,
+                };
+                reduce(p.l, p.gop, &blocks, p.scalar_at, p.st)?;
             }
-            done += n;
         }
         Ok(())
     })
@@ -105,15 +77,78 @@ pub(crate) fn reduce_scatter_gathered(
     op: NcclRedOp,
 ) -> NcclResult {
     const CALL: &str = "ncclReduceScatter";
-    let Buffers {
-        send,
-        recv,
-        count,
-        stream,
-        ..
-    } = *b;
+    let (send, recv, count) = (b.send, b.recv, b.count);
     let world = a.world;
-    let p = match prepare(CALL, a, b, op, true, |block, z| block / (2 * z * world)) {
+    let per_block = |block, z| block / (2 * z * world);
+    by_pieces(CALL, a, b, (op, None), true, per_block, |p, done, n| {
+        let (z, st) = (p.elem.size(), p.st);
+        let off = (done * z) as u64;
+        let piece = (2 * n * z) as u64;
+        // SAFETY: ncclReduceScatter's contract: sendbuff holds world
+        // blocks of `count` elements and recvbuff one (or this rank's
+        // block of sendbuff), device memory of this GPU valid until the
+        // stream runs the call; the pieces lie inside them (a later
+        // piece reads only elements past what an in-place call has
+        // written). The expanded pieces (world x `piece` bytes) fit
+        // this rank's staging block (per was sized from it); in order.
+        unsafe {
+            let side_by_side = ByteBlocks {
+                input: send + off,
+                in_stride: (count * z) as u64,
+                output: p.area.mine,
+                out_stride: piece,
+                nbytes: n * z,
+                blocks: world,
+            };
+            p.l.gathered.convert(Form::Expand, &side_by_side, st)?;
+            p.l.gpu()
+                .run_collective(Collective::AllGather, &p.area.words(st))?;
+            // This rank's piece of every block, and each block's
+            // scalar at its end (scalar_at from the block's start).
+            let blocks = ReduceBlocks {
+                input: p.area.base + a.rank as u64 * piece,
+                stride: p.block as u64,
+                world,
+                output: recv + off,
+                count: n,
+                elem: p.elem,
+            };
+            reduce(p.l, p.gop, &blocks, p.scalar_at - a.rank as u64 * piece, st)?;
+        }
+        Ok(())
+    })
+}
+
+/// What a piece of a gathered reduction runs with: the checks' result, the
+/// staging area, where this rank's scalar sits in its block, the stream.
+struct Piecewise<'a> {
+    elem: gathered::Elem,
+    gop: Reduction,
+    l: &'a StandaloneGpu,
+    /// Bytes of one rank's expanded block in the staging buffer.
+    block: usize,
+    area: Area,
+    /// The scalar's offset from the start of this rank's staging block
+    /// (the last SCALAR_BYTES, which no piece reaches).
+    scalar_at: u64,
+    st: CUstream,
+}
+
+/// What both gathered reductions share: the checks ([`prepare`], with
+/// `writes_recv` and `per_block`), then on the stream the op's scalar at
+/// the end of this rank's staging block and `piece(p, done, n)` for each
+/// piece of `n` elements from element `done`, in order. The call words
+/// carry `root`.
+fn by_pieces(
+    call: &str,
+    a: &StandaloneComm,
+    b: &Buffers,
+    (op, root): (NcclRedOp, Option<usize>),
+    writes_recv: bool,
+    per_block: impl Fn(usize, usize) -> usize,
+    mut piece: impl FnMut(&Piecewise, usize, usize) -> tpcomm::Result<()>,
+) -> NcclResult {
+    let p = match prepare(call, a, b, op, writes_recv, per_block) {
         Ok(Some(p)) => p,
         Ok(None) => return SUCCESS,
         Err(refused) => return refused,
@@ -125,50 +160,23 @@ pub(crate) fn reduce_scatter_gathered(
         block,
         per,
     } = p;
-    let z = elem.size();
-    let st = stream as CUstream;
-    let area = Area::of(l, world, block, signature(b.dtype, op, None));
-    let (base, mine) = (area.base, area.mine);
-    run(CALL, a, stream, || {
-        let scalar_at = (block - SCALAR_BYTES) as u64;
-        // SAFETY: as in reduce_gathered: no piece reaches it.
-        unsafe { put_scalar(l, gop, z, mine + scalar_at, st)? };
+    let w = Piecewise {
+        elem,
+        gop,
+        l,
+        block,
+        area: Area::of(l, a.world, block, signature(b.dtype, op, root)),
+        scalar_at: (block - SCALAR_BYTES) as u64,
+        st: b.stream as CUstream,
+    };
+    run(call, a, b.stream, || {
+        // SAFETY: the last SCALAR_BYTES of this rank's staging block, which
+        // no piece reaches (prepare sized `per` without them); in order.
+        unsafe { put_scalar(l, gop, elem.size(), w.area.mine + w.scalar_at, w.st)? };
         let mut done = 0;
-        while done < count {
-            let n = per.min(count - done);
-            let off = (done * z) as u64;
-            let piece = (2 * n * z) as u64;
-            // SAFETY: ncclReduceScatter's contract: sendbuff holds world
-            // blocks of `count` elements and recvbuff one (or this rank's
-            // block of sendbuff), device memory of this GPU valid until the
-            // stream runs the call; the pieces lie inside them (a later
-            // piece reads only elements past what an in-place call has
-            // written). The expanded pieces (world x `piece` bytes) fit
-            // this rank's staging block (per was sized from it); in order.
-            unsafe {
-                let side_by_side = ByteBlocks {
-                    input: send + off,
-                    in_stride: (count * z) as u64,
-                    output: mine,
-                    out_stride: piece,
-                    nbytes: n * z,
-                    blocks: world,
-                };
-                l.gathered.convert(Form::Expand, &side_by_side, st)?;
-                l.gpu()
-                    .run_collective(Collective::AllGather, &area.words(st))?;
-                // This rank's piece of every block, and each block's
-                // scalar at its end (scalar_at from the block's start).
-                let blocks = ReduceBlocks {
-                    input: base + a.rank as u64 * piece,
-                    stride: block as u64,
-                    world,
-                    output: recv + off,
-                    count: n,
-                    elem,
-                };
-                reduce(l, gop, &blocks, scalar_at - a.rank as u64 * piece, st)?;
-            }
+        while done < b.count {
+            let n = per.min(b.count - done);
+            piece(&w, done, n)?;
             done += n;
         }
         Ok(())
@@ -320,14 +328,7 @@ fn prepare<'a>(
         per_block(block - SCALAR_BYTES, z)
     };
     if per == 0 {
-        return Err(standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        ));
+        return Err(staging_too_small(call, l, a.world, "piece"));
     }
     Ok(Some(Prepared {
         elem,
@@ -343,6 +344,42 @@ fn prepare<'a>(
 /// the collective kernels take (and a one-rank communicator, which copies).
 pub(crate) fn takes(a: &StandaloneComm, datatype: NcclDataType, op: NcclRedOp) -> bool {
     a.solo.is_none() && !(dtype_of(datatype).is_some() && op == OP_SUM)
+}
+
+/// `call` refused: the staging buffer holds no `what` (a piece of a call,
+/// a round of a group) for `world` ranks.
+pub(crate) fn staging_too_small(
+    call: &str,
+    l: &StandaloneGpu,
+    world: usize,
+    what: &str,
+) -> NcclResult {
+    let bytes = l.staging().bytes();
+    standalone::unservable(
+        call,
+        &format!("the staging buffer ({bytes} bytes) holds no {what} for {world} ranks; raise TPCOMM_MAX_BYTES"),
+    )
+}
+
+/// The steps `plan` makes for this rank (`rank` of `world`) with gathered
+/// areas of `block` bytes, when there is a block and the steps' staging
+/// offsets (below `Shape::staging_bytes`, rooted_plan.rs) fit the staging
+/// buffer.
+pub(crate) fn staged_plan(
+    l: &StandaloneGpu,
+    (rank, world): (usize, usize),
+    block: Option<usize>,
+    plan: impl FnOnce(Shape) -> Option<Vec<Step>>,
+) -> Option<Vec<Step>> {
+    let shape = Shape {
+        rank,
+        world,
+        block: block?,
+    };
+    if shape.staging_bytes() > l.staging().bytes() {
+        return None;
+    }
+    plan(shape)
 }
 
 /// Bytes of one rank's expanded block in the staging buffer when it holds
@@ -428,14 +465,7 @@ pub(crate) fn exact_bytes(
 ) -> NcclResult {
     let (send, recv, stream) = (b.send, b.recv, b.stream);
     let Some(block) = expanded_block(l, a.world) else {
-        return standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        );
+        return staging_too_small(call, l, a.world, "piece");
     };
     let per = block / 2;
     let st = stream as CUstream;

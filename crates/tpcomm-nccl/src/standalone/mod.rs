@@ -45,8 +45,8 @@ pub(crate) mod rooted_plan;
 use std::ffi::c_int;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-use tpcomm::cuda::Rendezvous;
+use tpcomm::cuda::{Rendezvous, Turn};
+use tpcomm::hash::mix;
 use tpcomm::{Error, Result};
 
 /// The first 8 bytes of a standalone id.
@@ -62,15 +62,6 @@ impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Secret(tag {:016x})", self.tag(0))
     }
-}
-
-/// A 64-bit finalizer (MurmurHash3's): every input bit affects every output bit.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
 }
 
 impl Secret {
@@ -262,22 +253,33 @@ pub fn runtime_base() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// Swaps `mine` with every rank of the communicator of `secret` meeting in
-/// `dir` (from [`meeting_dir`]): the records in rank order, each checked to
-/// carry this secret's tag. Bounded by `timeout`, naming a rank that did not
-/// post; `key` names the step (each rank uses the same keys in the same
-/// order).
-pub fn exchange(
-    dir: &Path,
-    secret: &Secret,
-    key: &str,
-    rank: usize,
-    world: usize,
-    mine: &[u8],
-    timeout: Duration,
-) -> Result<Vec<Vec<u8>>> {
-    let rec = tagged(secret, mine);
-    let all = Rendezvous::Dir(dir.to_path_buf()).exchange(key, rank, world, &rec, timeout)?;
+/// Swaps `mine` with every rank of `a` for the step `key` ([`exchange`] in
+/// its meeting directory, within TPCOMM_TIMEOUT), then removes this rank's
+/// record of it: a step each rank runs once while the communicator lives
+/// (a split, a group of sends and receives), keyed by its number.
+pub fn swap(a: &comm::StandaloneComm, key: &str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let dir = meeting_dir(&runtime_base(), &a.secret)?;
+    let turn = Turn {
+        key,
+        rank: a.rank,
+        world: a.world,
+        mine,
+        timeout: crate::settings::get().timeout,
+    };
+    let all = exchange(&dir, &a.secret, turn)?;
+    tidy(&dir, a.rank, key);
+    Ok(all)
+}
+
+/// Swaps `turn.mine` with every rank of the communicator of `secret`
+/// meeting in `dir` (from [`meeting_dir`]): the records in rank order, each
+/// checked to carry this secret's tag. Bounded by `turn.timeout`, naming a
+/// rank that did not post; `turn.key` names the step (each rank uses the
+/// same keys in the same order).
+pub fn exchange(dir: &Path, secret: &Secret, turn: Turn<'_>) -> Result<Vec<Vec<u8>>> {
+    let rec = tagged(secret, turn.mine);
+    let (key, rank, world) = (turn.key, turn.rank, turn.world);
+    let all = Rendezvous::Dir(dir.to_path_buf()).exchange(key, rank, world, &rec, turn.timeout)?;
     all.into_iter()
         .enumerate()
         .map(|(r, v)| untagged(dir, secret, r, v))
@@ -445,6 +447,18 @@ impl Drop for TestDir {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    /// Rank `rank` of `world`'s turn at the step `key`.
+    fn turn<'a>(key: &'a str, rank: usize, world: usize, mine: &'a [u8], t: Duration) -> Turn<'a> {
+        Turn {
+            key,
+            rank,
+            world,
+            mine,
+            timeout: t,
+        }
+    }
 
     #[test]
     fn ids_carry_a_fresh_secret_that_only_standalone_ids_have() {
@@ -480,15 +494,8 @@ mod tests {
                     s.spawn(move || {
                         let secret = parse(id).unwrap();
                         let dir = meeting_dir(base, &secret).unwrap();
-                        exchange(
-                            &dir,
-                            &secret,
-                            "init",
-                            r,
-                            world,
-                            &[r as u8; 3],
-                            Duration::from_secs(10),
-                        )
+                        let t = Duration::from_secs(10);
+                        exchange(&dir, &secret, turn("init", r, world, &[r as u8; 3], t))
                     })
                 })
                 .collect();
@@ -516,8 +523,8 @@ mod tests {
         let impostor = Secret([7u8; 16]);
         let t = Duration::from_secs(5);
         let out = std::thread::scope(|s| {
-            let h = s.spawn(|| exchange(&dir, &impostor, "init", 1, 2, b"x", t));
-            let mine = exchange(&dir, &secret, "init", 0, 2, b"y", t);
+            let h = s.spawn(|| exchange(&dir, &impostor, turn("init", 1, 2, b"x", t)));
+            let mine = exchange(&dir, &secret, turn("init", 0, 2, b"y", t));
             let _ = h.join();
             mine
         });
@@ -527,17 +534,10 @@ mod tests {
             "{e}"
         );
         // Nobody posts rank 1 of a second step: the wait ends naming it.
-        let e = exchange(
-            &dir,
-            &secret,
-            "step2",
-            0,
-            2,
-            b"y",
-            Duration::from_millis(300),
-        )
-        .unwrap_err()
-        .to_string();
+        let t = Duration::from_millis(300);
+        let e = exchange(&dir, &secret, turn("step2", 0, 2, b"y", t))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rank 1"), "{e}");
     }
 

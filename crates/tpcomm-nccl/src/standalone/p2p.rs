@@ -16,9 +16,8 @@
 //! on a thread of its own, as create.rs makes a group's ranks, so no rank
 //! waits for a rank its thread has not reached yet.
 
-use crate::settings;
 use crate::standalone::comm::{live, run, StandaloneComm};
-use crate::standalone::gathered::expanded_block;
+use crate::standalone::gathered::{expanded_block, staged_plan, staging_too_small};
 use crate::standalone::p2p_plan::{plan, sizes, Calls};
 use crate::standalone::rooted::launch;
 use crate::standalone::rooted_plan::{Loc, Shape, Step};
@@ -214,20 +213,10 @@ fn end(g: &[Pending]) -> NcclResult {
         Ok(l) => l,
         Err(r) => return r,
     };
-    let steps = expanded_block(l, world).and_then(|block| {
-        let shape = Shape { rank, world, block };
-        (shape.staging_bytes() <= l.staging().bytes())
-            .then(|| plan(shape, &m, &calls))
-            .flatten()
-    });
+    let block = expanded_block(l, world);
+    let steps = staged_plan(l, (rank, world), block, |shape| plan(shape, &m, &calls));
     let Some(steps) = steps else {
-        return standalone::unservable(
-            END,
-            &format!(
-                "the staging buffer ({} bytes) holds no round for {world} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes()
-            ),
-        );
+        return staging_too_small(END, l, world, "round");
     };
     let stage = l.staging().ptr();
     let at = |x: Loc| match x {
@@ -260,17 +249,5 @@ fn swap(a: &StandaloneComm, mine: &[u8]) -> tpcomm::Result<Vec<Vec<u8>>> {
     let n = a
         .p2p_groups
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    let key = format!("p2p-{n}");
-    let dir = standalone::meeting_dir(&standalone::runtime_base(), &a.secret)?;
-    let all = standalone::exchange(
-        &dir,
-        &a.secret,
-        &key,
-        a.rank,
-        a.world,
-        mine,
-        settings::get().timeout,
-    )?;
-    standalone::tidy(&dir, a.rank, &key);
-    Ok(all)
+    standalone::swap(a, &format!("p2p-{n}"), mine)
 }

@@ -18,7 +18,8 @@
 //! of rounds is the longest stream between two ranks over `unit`, the same
 //! on every rank. A rank's streams to itself are copied, outside the rounds.
 
-use crate::standalone::rooted_plan::{Loc, Shape, Step};
+use crate::standalone::rooted_plan::{Blocks, Loc, Shape, Step};
+use tpcomm::cuda::gathered::Form;
 
 /// One rank's calls of the group: per peer, `(call index, bytes)` in call
 /// order, sends and receives apart.
@@ -132,14 +133,11 @@ pub fn plan(s: Shape, m: &[Vec<usize>], calls: &Calls) -> Option<Vec<Step>> {
         let (lo, hi) = (k * u, (k + 1) * u);
         for d in (0..w).filter(|&d| d != me) {
             for (c, off, pos, n) in parts(&calls.sends[d], lo, hi.min(m[me][d])) {
-                v.push(Step::Expand {
-                    from: Loc::Op(c, off),
-                    from_stride: 0,
-                    to: Loc::Stage(mine + d * 2 * u + 2 * (pos - lo)),
-                    to_stride: 0,
-                    nbytes: n,
-                    blocks: 1,
-                });
+                let to = Loc::Stage(mine + d * 2 * u + 2 * (pos - lo));
+                v.push(Step::Convert(
+                    Form::Expand,
+                    Blocks::one(Loc::Op(c, off), to, n),
+                ));
             }
         }
         v.push(Step::AllGather {
@@ -149,14 +147,11 @@ pub fn plan(s: Shape, m: &[Vec<usize>], calls: &Calls) -> Option<Vec<Step>> {
         });
         for src in (0..w).filter(|&q| q != me) {
             for (c, off, pos, n) in parts(&calls.recvs[src], lo, hi.min(m[src][me])) {
-                v.push(Step::Compact {
-                    from: Loc::Stage(src * 2 * w * u + me * 2 * u + 2 * (pos - lo)),
-                    from_stride: 0,
-                    to: Loc::Op(c, off),
-                    to_stride: 0,
-                    nbytes: n,
-                    blocks: 1,
-                });
+                let from = Loc::Stage(src * 2 * w * u + me * 2 * u + 2 * (pos - lo));
+                v.push(Step::Convert(
+                    Form::Compact,
+                    Blocks::one(from, Loc::Op(c, off), n),
+                ));
             }
         }
     }

@@ -9,12 +9,12 @@
 
 use crate::standalone::collectives::solo_copy;
 use crate::standalone::comm::{live, run, StandaloneComm, StandaloneGpu};
-use crate::standalone::gathered::{self, expanded_block};
-use crate::standalone::rooted_plan::{plan, Kind, Loc, Shape, Step};
+use crate::standalone::gathered::{self, expanded_block, staged_plan, staging_too_small};
+use crate::standalone::rooted_plan::{plan, Kind, Loc, Step};
 use crate::standalone::{self};
 use crate::types::*;
 use std::ffi::c_int;
-use tpcomm::cuda::gathered::{ByteBlocks, Elem, Form, Op, ReduceBlocks};
+use tpcomm::cuda::gathered::{ByteBlocks, Elem, Op, ReduceBlocks};
 use tpcomm::cuda::{CUstream, Call, Collective, GpuTransport, Signature};
 use tpcomm::DType;
 
@@ -152,26 +152,12 @@ fn serve(
         return SUCCESS;
     }
     let z = type_size(datatype).unwrap_or(1);
-    let steps = block_for(l, a.world, kind).and_then(|block| {
-        let shape = Shape {
-            rank: a.rank,
-            world: a.world,
-            block,
-        };
-        // The steps' staging offsets stay below this (rooted_plan.rs).
-        (shape.staging_bytes() <= l.staging().bytes())
-            .then(|| plan(kind, shape, count, z))
-            .flatten()
+    let block = block_for(l, a.world, kind);
+    let steps = staged_plan(l, (a.rank, a.world), block, |shape| {
+        plan(kind, shape, count, z)
     });
     let Some(steps) = steps else {
-        return standalone::unservable(
-            call,
-            &format!(
-                "the staging buffer ({} bytes) holds no piece for {} ranks; raise TPCOMM_MAX_BYTES",
-                l.staging().bytes(),
-                a.world
-            ),
-        );
+        return staging_too_small(call, l, a.world, "piece");
     };
     let (s, r, stage) = (b.send, b.recv, l.staging().ptr());
     let at = move |x: Loc| match x {
@@ -217,33 +203,14 @@ pub(crate) unsafe fn launch(
         // SAFETY: the caller's contract covers every range named here.
         unsafe {
             match *step {
-                Step::Expand {
-                    from,
-                    from_stride,
-                    to,
-                    to_stride,
-                    nbytes,
-                    blocks,
-                }
-                | Step::Compact {
-                    from,
-                    from_stride,
-                    to,
-                    to_stride,
-                    nbytes,
-                    blocks,
-                } => {
-                    let form = match step {
-                        Step::Expand { .. } => Form::Expand,
-                        _ => Form::Compact,
-                    };
+                Step::Convert(form, c) => {
                     let b = ByteBlocks {
-                        input: at(from),
-                        in_stride: from_stride as u64,
-                        output: at(to),
-                        out_stride: to_stride as u64,
-                        nbytes,
-                        blocks,
+                        input: at(c.from),
+                        in_stride: c.from_stride as u64,
+                        output: at(c.to),
+                        out_stride: c.to_stride as u64,
+                        nbytes: c.nbytes,
+                        blocks: c.blocks,
                     };
                     l.gathered.convert(form, &b, st)?
                 }

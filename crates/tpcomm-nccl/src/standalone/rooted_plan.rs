@@ -16,6 +16,8 @@
 //! non-root's receive buffer (reduce, gather) and send buffer (scatter)
 //! appear in no step.
 
+use tpcomm::cuda::gathered::Form;
+
 /// Where a step reads or writes: a byte offset into the caller's send or
 /// receive buffer, or into the staging buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,25 +32,10 @@ pub enum Loc {
 /// One launch on the caller's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `blocks` blocks of `nbytes` plain bytes (`from_stride` apart) written
-    /// as 16-bit words 0x00bb (`to_stride` apart).
-    Expand {
-        from: Loc,
-        from_stride: usize,
-        to: Loc,
-        to_stride: usize,
-        nbytes: usize,
-        blocks: usize,
-    },
-    /// The reverse of `Expand`: strides and `nbytes` count the same way.
-    Compact {
-        from: Loc,
-        from_stride: usize,
-        to: Loc,
-        to_stride: usize,
-        nbytes: usize,
-        blocks: usize,
-    },
+    /// `Form::Expand`: the blocks' plain bytes written as 16-bit words
+    /// 0x00bb; `Form::Compact`, the reverse (strides and `nbytes` count the
+    /// same way).
+    Convert(Form, Blocks),
     /// Every rank's `words` 16-bit words at `from` to `to + rank * 2 * words`.
     AllGather { from: Loc, to: Loc, words: usize },
     /// The root's `words` 16-bit words at `from` to every rank's `to`.
@@ -68,6 +55,32 @@ pub enum Step {
     },
     /// A plain device-to-device copy.
     Copy { from: Loc, to: Loc, bytes: usize },
+}
+
+/// `blocks` blocks of `nbytes` bytes: read `from_stride` apart from `from`,
+/// written `to_stride` apart at `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocks {
+    pub from: Loc,
+    pub from_stride: usize,
+    pub to: Loc,
+    pub to_stride: usize,
+    pub nbytes: usize,
+    pub blocks: usize,
+}
+
+impl Blocks {
+    /// One block of `nbytes` bytes from `from` to `to`.
+    pub(crate) fn one(from: Loc, to: Loc, nbytes: usize) -> Blocks {
+        Blocks {
+            from,
+            from_stride: 0,
+            to,
+            to_stride: 0,
+            nbytes,
+            blocks: 1,
+        }
+    }
 }
 
 /// Which call, with what only it needs.
@@ -146,12 +159,7 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
         } => {
             for (off, n) in pieces(count, per) {
                 let (o, b) = (off * z, n * z);
-                v.push(expand(Loc::Send(o), 0, mine, 0, b, 1));
-                v.push(Step::AllGather {
-                    from: mine,
-                    to: Loc::Stage(0),
-                    words: b,
-                });
+                gather_piece(&mut v, Loc::Send(o), mine, b);
                 if me == root {
                     let to = if recv_aligned { Loc::Recv(o) } else { mine };
                     v.push(Step::Reduce {
@@ -172,21 +180,17 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
         }
         Kind::Gather { root } => {
             for (o, m) in pieces(nbytes, per) {
-                v.push(expand(Loc::Send(o), 0, mine, 0, m, 1));
-                v.push(Step::AllGather {
-                    from: mine,
-                    to: Loc::Stage(0),
-                    words: m,
-                });
+                gather_piece(&mut v, Loc::Send(o), mine, m);
                 if me == root {
-                    v.push(Step::Compact {
+                    let every_rank = Blocks {
                         from: Loc::Stage(0),
                         from_stride: 2 * m,
                         to: Loc::Recv(o),
                         to_stride: nbytes,
                         nbytes: m,
                         blocks: w,
-                    });
+                    };
+                    v.push(Step::Convert(Form::Compact, every_rank));
                 }
             }
         }
@@ -201,14 +205,8 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Compact {
-                    from: Loc::Stage(me * 2 * m),
-                    from_stride: 0,
-                    to: Loc::Recv(o),
-                    to_stride: 0,
-                    nbytes: m,
-                    blocks: 1,
-                });
+                let own = Blocks::one(Loc::Stage(me * 2 * m), Loc::Recv(o), m);
+                v.push(Step::Convert(Form::Compact, own));
             }
         }
         Kind::AllToAll => {
@@ -219,18 +217,31 @@ pub fn plan(kind: Kind, s: Shape, count: usize, z: usize) -> Option<Vec<Step>> {
                     to: Loc::Stage(0),
                     words: w * m,
                 });
-                v.push(Step::Compact {
+                let every_rank = Blocks {
                     from: Loc::Stage(me * 2 * m),
                     from_stride: 2 * w * m,
                     to: Loc::Recv(o),
                     to_stride: nbytes,
                     nbytes: m,
                     blocks: w,
-                });
+                };
+                v.push(Step::Convert(Form::Compact, every_rank));
             }
         }
     }
     Some(v)
+}
+
+/// This rank's `nbytes` at `from` expanded into its own area `mine`, then
+/// every rank's expanded piece all-gathered into the gathered areas (rank
+/// r's at `r * 2 * nbytes`).
+fn gather_piece(v: &mut Vec<Step>, from: Loc, mine: Loc, nbytes: usize) {
+    v.push(expand(from, 0, mine, 0, nbytes, 1));
+    v.push(Step::AllGather {
+        from: mine,
+        to: Loc::Stage(0),
+        words: nbytes,
+    });
 }
 
 fn expand(
@@ -241,14 +252,15 @@ fn expand(
     nbytes: usize,
     blocks: usize,
 ) -> Step {
-    Step::Expand {
+    let b = Blocks {
         from,
         from_stride,
         to,
         to_stride,
         nbytes,
         blocks,
-    }
+    };
+    Step::Convert(Form::Expand, b)
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ pub use cudarc;
 pub use gpu_comm::{GpuComm, Transport};
 pub use pdl::Launch;
 pub use rendezvous::{
-    post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup,
+    post_first_record, post_record, read_record, Exchange, Rendezvous, ThreadGroup, Turn,
 };
 pub use stream_all_reduce::StreamAllReduce;
 pub use transport::p2p::{open_context, P2pTransport};

@@ -27,17 +27,21 @@ pub enum Rendezvous {
     Custom(Arc<dyn Exchange>),
 }
 
+/// One rank's turn in an exchange: it posts `mine` as rank `rank` of
+/// `world` for the step `key`, and waits at most `timeout` for the others.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn<'a> {
+    pub key: &'a str,
+    pub rank: usize,
+    pub world: usize,
+    pub mine: &'a [u8],
+    pub timeout: Duration,
+}
+
 /// A caller-supplied way for ranks to swap byte strings, with the contract
 /// of [`Rendezvous::exchange`].
 pub trait Exchange: Send + Sync + std::fmt::Debug {
-    fn exchange(
-        &self,
-        key: &str,
-        rank: usize,
-        world: usize,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<Vec<u8>>>;
+    fn exchange(&self, turn: Turn<'_>) -> Result<Vec<Vec<u8>>>;
 }
 
 /// The meeting point of `world` threads.
@@ -106,16 +110,23 @@ impl Rendezvous {
         mine: &[u8],
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>> {
+        let turn = Turn {
+            key,
+            rank,
+            world,
+            mine,
+            timeout,
+        };
         match self {
             Rendezvous::Threads(g) => {
                 let key = g.rounds.next("", key, rank)?;
-                exchange_threads(g, &key, rank, world, mine, timeout)
+                exchange_threads(g, Turn { key: &key, ..turn })
             }
             Rendezvous::Dir(d) => {
                 let key = dir_rounds().next(&d.display().to_string(), key, rank)?;
-                exchange_dir(d, &key, rank, world, mine, timeout)
+                exchange_dir(d, Turn { key: &key, ..turn })
             }
-            Rendezvous::Custom(x) => x.exchange(key, rank, world, mine, timeout),
+            Rendezvous::Custom(x) => x.exchange(turn),
         }
     }
 }
@@ -130,14 +141,9 @@ fn missing_error(rank: usize, peer: usize, what: String, waited: Duration) -> Er
     }
 }
 
-fn exchange_threads(
-    g: &ThreadGroup,
-    key: &str,
-    rank: usize,
-    world: usize,
-    mine: &[u8],
-    timeout: Duration,
-) -> Result<Vec<Vec<u8>>> {
+fn exchange_threads(g: &ThreadGroup, turn: Turn<'_>) -> Result<Vec<Vec<u8>>> {
+    let (key, rank, world, mine) = (turn.key, turn.rank, turn.world, turn.mine);
+    let timeout = turn.timeout;
     if g.world != world {
         return Err(Error::invalid(
             "thread group",
@@ -241,14 +247,9 @@ pub fn read_record(dir: &Path, key: &str, rank: usize) -> Result<Option<Vec<u8>>
     }
 }
 
-fn exchange_dir(
-    dir: &Path,
-    key: &str,
-    rank: usize,
-    world: usize,
-    mine: &[u8],
-    timeout: Duration,
-) -> Result<Vec<Vec<u8>>> {
+fn exchange_dir(dir: &Path, turn: Turn<'_>) -> Result<Vec<Vec<u8>>> {
+    let (key, rank, world, mine) = (turn.key, turn.rank, turn.world, turn.mine);
+    let timeout = turn.timeout;
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
     // Files are this user's and no one else's (meet/private_file.rs).
@@ -306,6 +307,18 @@ mod tests {
         }
     }
 
+    /// Rank 0's turn posting `x` at the step `key`, waiting 5 s for the others.
+    fn rank0_posts_x(key: &str, world: usize) -> Turn<'_> {
+        let timeout = Duration::from_secs(5);
+        Turn {
+            key,
+            rank: 0,
+            world,
+            mine: b"x",
+            timeout,
+        }
+    }
+
     #[test]
     fn dir_exchange_refuses_another_jobs_record_and_a_planted_link() {
         let d = tempfile::tempdir().unwrap();
@@ -313,14 +326,14 @@ mod tests {
         let mut other = vec![7u8; 16];
         other.extend_from_slice(b"theirs");
         crate::meet::private_file::write(&d.path().join("k.rank1"), &other).unwrap();
-        let e = exchange_dir(d.path(), "k", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
+        let e = exchange_dir(d.path(), rank0_posts_x("k", 2)).unwrap_err();
         assert!(e.to_string().contains("another job"), "{e}");
         // A link planted where a peer's record goes is refused, not followed.
         let d = tempfile::tempdir().unwrap();
         let secret = d.path().join("secret");
         std::fs::write(&secret, b"not for the rendezvous").unwrap();
         std::os::unix::fs::symlink(&secret, d.path().join("j.rank1")).unwrap();
-        let e = exchange_dir(d.path(), "j", 0, 2, b"x", Duration::from_secs(5)).unwrap_err();
+        let e = exchange_dir(d.path(), rank0_posts_x("j", 2)).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 
@@ -349,7 +362,7 @@ mod tests {
         );
         assert!(all.is_err(), "rank 1 never posted");
         post_record(d.path(), "census", 1, b"y").unwrap();
-        let all = exchange_dir(d.path(), "census", 0, 3, b"x", Duration::from_secs(5)).unwrap();
+        let all = exchange_dir(d.path(), rank0_posts_x("census", 3)).unwrap();
         assert_eq!(all, vec![b"x".to_vec(), b"y".to_vec(), b"gpu".to_vec()]);
     }
 

@@ -3,6 +3,7 @@
 //! for the process that died), and the user that owns a file.
 
 use crate::error::{Error, Result};
+use crate::hash::mix;
 
 /// The environment variable a launcher sets to the same job key in every
 /// rank process (32 hexadecimal digits; `tpcomm bench` sets it for its ranks).
@@ -75,15 +76,6 @@ impl JobKey {
         let b = mix(self.0[1] ^ a.rotate_left(17));
         [mix(a ^ b), mix(b.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ a)]
     }
-}
-
-/// A 64-bit finalizer (from MurmurHash3): every input bit affects every output bit.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
 }
 
 /// A process as it can be recognised later: pid and start time (clock ticks

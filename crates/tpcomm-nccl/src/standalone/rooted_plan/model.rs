@@ -74,31 +74,19 @@ pub(crate) fn run(plans: &[Vec<Step>], mem: &mut [Mem], red: Option<(Elem, Op)>)
             while let Some(s) = plans[r].get(at[r]) {
                 let m = &mut mem[r];
                 match *s {
-                    Step::Expand {
-                        from,
-                        from_stride,
-                        to,
-                        to_stride,
-                        nbytes,
-                        blocks,
-                    } => {
-                        for b in 0..blocks {
-                            let x = m.read(off(from, b * from_stride), nbytes);
-                            let e: Vec<u8> = x.iter().flat_map(|&y| [y, 0]).collect();
-                            m.write(off(to, b * to_stride), &e);
-                        }
-                    }
-                    Step::Compact {
-                        from,
-                        from_stride,
-                        to,
-                        to_stride,
-                        nbytes,
-                        blocks,
-                    } => {
-                        for b in 0..blocks {
-                            let x = compact(&m.read(off(from, b * from_stride), 2 * nbytes));
-                            m.write(off(to, b * to_stride), &x);
+                    Step::Convert(form, c) => {
+                        for b in 0..c.blocks {
+                            let (from, to) =
+                                (off(c.from, b * c.from_stride), off(c.to, b * c.to_stride));
+                            let x = match form {
+                                Form::Expand => m
+                                    .read(from, c.nbytes)
+                                    .iter()
+                                    .flat_map(|&y| [y, 0])
+                                    .collect(),
+                                Form::Compact => compact(&m.read(from, 2 * c.nbytes)),
+                            };
+                            m.write(to, &x);
                         }
                     }
                     Step::Reduce {

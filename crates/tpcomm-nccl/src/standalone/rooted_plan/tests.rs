@@ -272,8 +272,7 @@ fn a_non_root_plan_never_names_the_buffer_only_the_root_has() {
     let touches = |p: &[Step], recv: bool| {
         let is = |l: Loc| matches!((l, recv), (Loc::Recv(_), true) | (Loc::Send(_), false));
         p.iter().any(|s| match *s {
-            Step::Expand { from, to, .. }
-            | Step::Compact { from, to, .. }
+            Step::Convert(_, Blocks { from, to, .. })
             | Step::AllGather { from, to, .. }
             | Step::Broadcast { from, to, .. }
             | Step::Reduce { from, to, .. }
