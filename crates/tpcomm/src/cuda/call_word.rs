@@ -190,9 +190,9 @@ pub(crate) fn setting_byte(check: bool) -> u8 {
 /// The last creation meeting of a transport (`key`): no rank returns before
 /// every rank got here, and every rank must have resolved `check` alike.
 pub(crate) fn meet(
-    rendezvous: &crate::cuda::Rendezvous,
+    rendezvous: &crate::cuda::rendezvous::Rendezvous,
     key: &str,
-    cfg: &crate::cuda::CudaConfig,
+    cfg: &crate::cuda::config::CudaConfig,
     check: bool,
 ) -> Result<()> {
     let all = rendezvous.exchange(

@@ -2,8 +2,8 @@
 //! P2P, the host path, the quantized buffers), and the checks every
 //! transport makes of it before touching a GPU.
 
-use super::MAX_WORLD;
 use crate::error::{Error, Result};
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ pub struct CudaConfig {
     pub self_tune: bool,
     /// Which transport `GpuComm::new` builds (`P2pTransport::new` is
     /// always the P2P one).
-    pub transport: super::Transport,
+    pub transport: crate::transport::Transport,
     /// Set up NCCL beside tpcomm's buffers so that `cuda::Communicator` runs
     /// the calls the kernels cannot take (messages above `max_bytes`, max and
     /// min) on NCCL instead of failing. Default: off, or on with
@@ -74,7 +74,7 @@ impl CudaConfig {
         selector: &crate::select::Selector,
         transport: crate::select::Transport,
         nccl: bool,
-        rendezvous: &super::Rendezvous,
+        rendezvous: &super::rendezvous::Rendezvous,
     ) -> Result<crate::select::RouteTable> {
         let group = crate::select::Group {
             world: self.world,
@@ -126,7 +126,7 @@ impl CudaConfig {
             selector: None,
             mode: crate::select::Mode::Graph,
             self_tune: super::self_tune::requested_by_env(),
-            transport: super::Transport::Auto,
+            transport: crate::transport::Transport::Auto,
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,
             wire_min_bytes: None,

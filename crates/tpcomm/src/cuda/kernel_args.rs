@@ -14,7 +14,7 @@
 //! field's offset under C's layout rules (computed here from the C types)
 //! differs from the Rust one, or when a .cu file does not check its struct.
 
-use super::MAX_WORLD;
+use crate::transport::MAX_WORLD;
 
 /// How C lays out a field's type: its size and alignment under the C rules
 /// (fundamental types are their own size and alignment, an array has its
