@@ -363,6 +363,25 @@ fn named_in(msg: &str) -> Option<String> {
     Some(msg[start..start + len].to_string())
 }
 
+/// A message about a key with no letters or digits ("unknown field ``,
+/// expected one of ..."), said with the key quoted as TOML writes it
+/// ("unknown key \"\", expected one of ..."). The key may itself hold
+/// backticks; having no letters or digits, it ends at the last backtick
+/// before the first letter or digit of the rest of the message.
+fn unnamed_key(msg: &str) -> Option<String> {
+    let (words, rest) = [
+        ("unknown field `", "unknown key"),
+        ("duplicate field `", "duplicate key"),
+        ("duplicate key `", "duplicate key"),
+    ]
+    .iter()
+    .find_map(|(p, w)| msg.strip_prefix(p).map(|rest| (*w, rest)))?;
+    let tail = rest.find(char::is_alphanumeric).unwrap_or(rest.len());
+    let end = rest[..tail].rfind('`')?;
+    let key = toml::Value::String(rest[..end].to_string()).to_string();
+    Some(format!("{words} {key}{}", &rest[end + 1..]))
+}
+
 /// Where a TOML error is.
 #[derive(Debug, PartialEq)]
 enum Field {
@@ -403,7 +422,16 @@ fn toml_problem(text: &str, e: &toml::de::Error) -> (Option<Field>, String) {
         .iter()
         .any(|p| msg.starts_with(p));
     if about_field {
-        return (named_in(&msg).map(Field::Named), msg);
+        if let Some(name) = named_in(&msg).filter(|n| n.chars().any(char::is_alphanumeric)) {
+            return (Some(Field::Named(name)), msg);
+        }
+        // The key as written names no field (`""`, `"'"`): serde's message
+        // would name an empty or punctuation-only field (the proptest found
+        // "field ``"). Quote the key as TOML writes it and place the error
+        // after the last real key of its line.
+        let msg = unnamed_key(&msg).unwrap_or(msg);
+        let after = start.and_then(|s| last_key_before(text, s));
+        return (after.map(Field::After), msg);
     }
     if SERDE_MESSAGES.iter().any(|p| msg.starts_with(p)) {
         let key = start.and_then(|s| key_before(text, s));

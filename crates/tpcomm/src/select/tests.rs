@@ -577,6 +577,28 @@ fn toml_syntax_errors_name_the_field_before_them_and_a_reason() {
     );
 }
 
+/// A key of no letters or digits (`""`, `"'"`) is not a field: the error
+/// quotes the key and places it after the last real key of its line, where
+/// serde's message would name the field "``" (proptest seed 32e877eb).
+#[test]
+fn keys_without_a_name_are_quoted_not_named_as_fields() {
+    let good = fixture();
+    let e = parse_err(&good.replacen("bytes = 2048,", "\"\" = 2048,", 1));
+    assert!(
+        e.contains("line 11, after field `mode`: unknown key \"\", expected one of `dtype`"),
+        "{e}"
+    );
+    let e = parse_err(&good.replace("world = 2\n", "world = 2\n\"`\" = 3\n"));
+    assert!(
+        e.contains("line 5: unknown key \"`\", expected one of `format`"),
+        "{e}"
+    );
+    assert_eq!(field_named(&e), None, "{e}");
+    // A key with a letter in it is named as written.
+    let e = parse_err(&good.replace("world = 2\n", "world = 2\n\"'a\" = 3\n"));
+    assert!(e.contains("line 5, field `'a`: unknown field `'a`"), "{e}");
+}
+
 /// The `field `...`` a message names, if any.
 fn field_named(msg: &str) -> Option<&str> {
     let start = msg.find("field `")? + "field `".len();
