@@ -4,7 +4,7 @@
 //! its zero tail, and a creation that goes to NCCL hands NCCL the id as NCCL
 //! made it. No GPU here, so the census always ends in NCCL (a rank that
 //! cannot name its GPU decides NCCL for every rank at once); the census
-//! itself, with ranks as threads and fake GPUs, is tested in src/auto/.
+//! itself, with ranks as threads and fake GPUs, is tested in src/standalone/auto_mode/.
 
 mod common;
 use std::ffi::{c_char, c_int, c_void};
