@@ -172,6 +172,63 @@ fn missing(name: &str) -> String {
 }
 
 /// A call that must succeed.
+/// Runs `call` on `s` once, after `prep` has set its buffers: eagerly, or
+/// (`graph`) captured into a CUDA graph, then, `prep` run again (the capture
+/// must not have run it), replayed. The graph it returns must live until the
+/// stream is synchronised.
+fn eager_or_replayed(
+    n: &Nccl,
+    s: &Stream,
+    graph: bool,
+    what: &str,
+    prep: &dyn Fn() -> Result<(), String>,
+    call: &dyn Fn() -> sys::Call,
+) -> Result<Option<sys::Graph>, String> {
+    prep()?;
+    if !graph {
+        ok(n, call(), what)?;
+        return Ok(None);
+    }
+    s.begin_capture()?;
+    let c = call();
+    let g = s.end_capture();
+    ok(n, c, &format!("{what} (captured)"))?;
+    let g = g?;
+    prep()?;
+    g.launch(s)?;
+    Ok(Some(g))
+}
+
+/// The `len` bytes at `ptr` once the stream has run what `g` (or the eager
+/// call before it) queued; `g` is dropped after the wait.
+fn read_back(
+    r: &Rank,
+    s: &Stream,
+    g: Option<sys::Graph>,
+    len: usize,
+    ptr: u64,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let mut out = vec![0u8; len];
+    s.download(&mut out, ptr)?;
+    s.sync(r.limit).map_err(|e| format!("{what}: {e}"))?;
+    drop(g);
+    Ok(out)
+}
+
+/// `out` must be `want` to the bit; the error counts what is not.
+fn exactly(dt: Dt, want: &[u8], out: &[u8], what: &str, graph: bool) -> Result<(), String> {
+    let (wrong, first) = check_exact(dt, want, out);
+    if wrong == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}{}: {wrong} wrong; {}",
+        if graph { " (graph)" } else { "" },
+        first.unwrap_or_default()
+    ))
+}
+
 fn ok(n: &Nccl, c: sys::Call, what: &str) -> Result<(), String> {
     match c {
         Err(name) => Err(missing(name)),
@@ -681,33 +738,17 @@ fn reductions(r: &Rank, red: Red, dt: Dt) -> Verdict {
                         n.reduce_scatter(Bufs::new(sp, rp, count, dt.0), opv, comm, st)
                     }
                 };
-                for graph in [false, true] {
+                let prep = || -> Result<(), String> {
                     s.upload(sendb.ptr, &host)?;
                     if !inplace {
                         s.memset(recvb.ptr, 0xff, recv_n * sz)?;
                     }
-                    let g = if graph {
-                        s.begin_capture()?;
-                        let c = call(s.0);
-                        let g = s.end_capture();
-                        ok(n, c, &format!("{what} (captured)"))?;
-                        let g = g?;
-                        // The capture must not have run it: reset and replay.
-                        s.upload(sendb.ptr, &host)?;
-                        if !inplace {
-                            s.memset(recvb.ptr, 0xff, recv_n * sz)?;
-                        }
-                        g.launch(&s)?;
-                        Some(g)
-                    } else {
-                        ok(n, call(s.0), &what)?;
-                        None
-                    };
+                    Ok(())
+                };
+                for graph in [false, true] {
+                    let g = eager_or_replayed(n, &s, graph, &what, &prep, &|| call(s.0))?;
                     calls += 1;
-                    let mut out = vec![0u8; recv_n * sz];
-                    s.download(&mut out, rp)?;
-                    s.sync(r.limit).map_err(|e| format!("{what}: {e}"))?;
-                    drop(g);
+                    let out = read_back(r, &s, g, recv_n * sz, rp, &what)?;
                     if red == Red::Reduce && r.rank != root {
                         continue;
                     }
@@ -772,36 +813,16 @@ fn allgather(r: &Rank) -> Verdict {
                     if inplace { " in-place" } else { "" }
                 );
                 progress(r, &what);
-                for graph in [false, true] {
+                let prep = || -> Result<(), String> {
                     s.memset(recvb.ptr, 0xff, count * w * sz)?;
-                    s.upload(sp, &mine)?;
-                    let g = if graph {
-                        s.begin_capture()?;
-                        let c = n.all_gather(sp, recvb.ptr, count, t, comm, s.0);
-                        let g = s.end_capture();
-                        ok(n, c, &what)?;
-                        let g = g?;
-                        s.memset(recvb.ptr, 0xff, count * w * sz)?;
-                        s.upload(sp, &mine)?;
-                        g.launch(&s)?;
-                        Some(g)
-                    } else {
-                        ok(n, n.all_gather(sp, recvb.ptr, count, t, comm, s.0), &what)?;
-                        None
-                    };
+                    s.upload(sp, &mine)
+                };
+                let call = || n.all_gather(Bufs::new(sp, recvb.ptr, count, t), comm, s.0);
+                for graph in [false, true] {
+                    let g = eager_or_replayed(n, &s, graph, &what, &prep, &call)?;
                     calls += 1;
-                    let mut out = vec![0u8; count * w * sz];
-                    s.download(&mut out, recvb.ptr)?;
-                    s.sync(r.limit).map_err(|e| format!("{what}: {e}"))?;
-                    drop(g);
-                    let (wrong, first) = check_exact(dt, &want, &out);
-                    if wrong > 0 {
-                        return Err(format!(
-                            "{what}{}: {wrong} wrong; {}",
-                            if graph { " (graph)" } else { "" },
-                            first.unwrap_or_default()
-                        ));
-                    }
+                    let out = read_back(r, &s, g, count * w * sz, recvb.ptr, &what)?;
+                    exactly(dt, &want, &out, &what, graph)?;
                 }
             }
         }
@@ -855,33 +876,10 @@ fn broadcast(r: &Rank) -> Verdict {
                             n.broadcast(Bufs::new(sendb.ptr, rp, count, t), root as i32, comm, s.0)
                         }
                     };
-                    prep()?;
-                    let g = if graph {
-                        s.begin_capture()?;
-                        let c = call();
-                        let g = s.end_capture();
-                        ok(n, c, &what)?;
-                        let g = g?;
-                        prep()?;
-                        g.launch(&s)?;
-                        Some(g)
-                    } else {
-                        ok(n, call(), &what)?;
-                        None
-                    };
+                    let g = eager_or_replayed(n, &s, graph, &what, &prep, &call)?;
                     calls += 1;
-                    let mut out = vec![0u8; count * sz];
-                    s.download(&mut out, rp)?;
-                    s.sync(r.limit).map_err(|e| format!("{what}: {e}"))?;
-                    drop(g);
-                    let (wrong, first) = check_exact(dt, &want, &out);
-                    if wrong > 0 {
-                        return Err(format!(
-                            "{what}{}: {wrong} wrong; {}",
-                            if graph { " (graph)" } else { "" },
-                            first.unwrap_or_default()
-                        ));
-                    }
+                    let out = read_back(r, &s, g, count * sz, rp, &what)?;
+                    exactly(dt, &want, &out, &what, graph)?;
                 }
             }
         }
@@ -1041,7 +1039,7 @@ fn alltoall(r: &Rank) -> Verdict {
     s.memset(recvb.ptr, 0xff, c * w * 4)?;
     ok(
         n,
-        n.all_to_all(sendb.ptr, recvb.ptr, c, dt.0, comm, s.0),
+        n.all_to_all(Bufs::new(sendb.ptr, recvb.ptr, c, dt.0), comm, s.0),
         "ncclAlltoAll",
     )?;
     let mut out = vec![0u8; c * w * 4];
@@ -1326,7 +1324,7 @@ fn bad_type_op(r: &Rank) -> Verdict {
         )?,
         expect(
             n,
-            n.all_gather(b.ptr, b.ptr, 1, 12, comm, s.0),
+            n.all_gather(Bufs::new(b.ptr, b.ptr, 1, 12), comm, s.0),
             4,
             "ncclAllGather(type 12)",
         )?,
@@ -1415,7 +1413,7 @@ fn mismatch(r: &Rank, how: Mismatch) -> Verdict {
         ),
         Mismatch::Collective => {
             if odd {
-                n.all_gather(b.ptr, b.ptr + 4096, c / r.world, 7, comm, s.0)
+                n.all_gather(Bufs::new(b.ptr, b.ptr + 4096, c / r.world, 7), comm, s.0)
             } else {
                 n.all_reduce(Bufs::new(b.ptr, b.ptr, c, 7), 0, comm, s.0)
             }

@@ -655,18 +655,10 @@ impl Nccl {
         // SAFETY: as all_reduce.
         Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, op, c(comm), s(st)) })
     }
-    pub fn all_gather(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn all_gather(&self, b: Bufs, comm: Comm, st: usize) -> Call {
         let f = need!(self.all_gather, "ncclAllGather");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, c(comm), s(st)) })
     }
     pub fn broadcast(&self, b: Bufs, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.broadcast, "ncclBroadcast");
@@ -688,18 +680,10 @@ impl Nccl {
         // SAFETY: as all_reduce.
         Ok(unsafe { f(p(buf), count, dt, peer, c(comm), s(st)) })
     }
-    pub fn all_to_all(
-        &self,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dt: i32,
-        comm: Comm,
-        st: usize,
-    ) -> Call {
+    pub fn all_to_all(&self, b: Bufs, comm: Comm, st: usize) -> Call {
         let f = need!(self.all_to_all, "ncclAlltoAll");
         // SAFETY: as all_reduce.
-        Ok(unsafe { f(p(send), p(recv), count, dt, c(comm), s(st)) })
+        Ok(unsafe { f(p(b.send), p(b.recv), b.count, b.dt, c(comm), s(st)) })
     }
     pub fn gather(&self, b: Bufs, root: i32, comm: Comm, st: usize) -> Call {
         let f = need!(self.gather, "ncclGather");
