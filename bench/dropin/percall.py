@@ -19,31 +19,10 @@ import argparse, ctypes, json, os, statistics, sys, time
 import torch
 import torch.multiprocessing as mp
 
+# The ctypes bindings and the return-code check are pynccl_ctypes.py's (beside this file).
+from pynccl_ctypes import bind, ck, ncclUniqueId as UniqueId
+
 NCCL_BF16, NCCL_SUM = 9, 0
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_byte * 128)]
-
-
-def bind(path):
-    lib = ctypes.CDLL(path)
-    c_int, c_size_t, vp = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-    for name, args in {
-        "ncclGetUniqueId": [ctypes.POINTER(UniqueId)],
-        "ncclCommInitRank": [ctypes.POINTER(vp), c_int, UniqueId, c_int],
-        "ncclAllReduce": [vp, vp, c_size_t, c_int, c_int, vp, vp],
-        "ncclCommDestroy": [vp],
-    }.items():
-        f = getattr(lib, name)
-        f.restype, f.argtypes = c_int, args
-    lib.ncclGetErrorString.restype, lib.ncclGetErrorString.argtypes = ctypes.c_char_p, [c_int]
-    return lib
-
-
-def ck(lib, r, what):
-    if r != 0:
-        raise RuntimeError(f"{what} returned {r}: {lib.ncclGetErrorString(r).decode()}")
 
 
 def worker(rank, world, path, uid_bytes, n, calls, reps, seed, barrier, results):
