@@ -318,7 +318,7 @@ fn allreduce_check(
     let recv = DevBuf::new(count * 4)?;
     let host = inp.bytes(rank, 0, count);
     s.upload(send.ptr, &host)?;
-    match n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.0) {
+    match n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.raw) {
         // A non-blocking communicator may answer ncclInProgress: wait for it to settle.
         Ok(7) => wait_ready(n, comm, limit)?,
         c => ok(n, c, "ncclAllReduce")?,
@@ -611,7 +611,7 @@ fn one_thread(
         ok(n, n.group_start(), "ncclGroupStart")?;
         for (rk, (s, send, recv)) in bufs.iter().enumerate() {
             gpus[rk].make_current()?;
-            let c = n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comms[rk], s.0);
+            let c = n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comms[rk], s.raw);
             if c != Ok(0) {
                 let _ = n.group_end();
                 return Err(format!(
@@ -746,7 +746,7 @@ fn reductions(r: &Rank, red: Red, dt: Dt) -> Verdict {
                     Ok(())
                 };
                 for graph in [false, true] {
-                    let g = eager_or_replayed(n, &s, graph, &what, &prep, &|| call(s.0))?;
+                    let g = eager_or_replayed(n, &s, graph, &what, &prep, &|| call(s.raw))?;
                     calls += 1;
                     let out = read_back(r, &s, g, recv_n * sz, rp, &what)?;
                     if red == Red::Reduce && r.rank != root {
@@ -817,7 +817,7 @@ fn allgather(r: &Rank) -> Verdict {
                     s.memset(recvb.ptr, 0xff, count * w * sz)?;
                     s.upload(sp, &mine)
                 };
-                let call = || n.all_gather(Bufs::new(sp, recvb.ptr, count, t), comm, s.0);
+                let call = || n.all_gather(Bufs::new(sp, recvb.ptr, count, t), comm, s.raw);
                 for graph in [false, true] {
                     let g = eager_or_replayed(n, &s, graph, &what, &prep, &call)?;
                     calls += 1;
@@ -871,9 +871,14 @@ fn broadcast(r: &Rank) -> Verdict {
                     };
                     let call = || {
                         if mode == 2 {
-                            n.bcast(sendb.ptr, count, t, root as i32, comm, s.0)
+                            n.bcast(sendb.ptr, count, t, root as i32, comm, s.raw)
                         } else {
-                            n.broadcast(Bufs::new(sendb.ptr, rp, count, t), root as i32, comm, s.0)
+                            n.broadcast(
+                                Bufs::new(sendb.ptr, rp, count, t),
+                                root as i32,
+                                comm,
+                                s.raw,
+                            )
                         }
                     };
                     let g = eager_or_replayed(n, &s, graph, &what, &prep, &call)?;
@@ -979,7 +984,7 @@ fn sendrecv(r: &Rank, how: P2p) -> Verdict {
             dt.0,
             l.to as i32,
             comm,
-            s.0,
+            s.raw,
         );
         let b = n.recv(
             recvb.ptr + (roff * sz) as u64,
@@ -987,7 +992,7 @@ fn sendrecv(r: &Rank, how: P2p) -> Verdict {
             dt.0,
             l.from as i32,
             comm,
-            s.0,
+            s.raw,
         );
         roff += l.recv_n;
         if a != Ok(0) || b != Ok(0) {
@@ -1039,7 +1044,7 @@ fn alltoall(r: &Rank) -> Verdict {
     s.memset(recvb.ptr, 0xff, c * w * 4)?;
     ok(
         n,
-        n.all_to_all(Bufs::new(sendb.ptr, recvb.ptr, c, dt.0), comm, s.0),
+        n.all_to_all(Bufs::new(sendb.ptr, recvb.ptr, c, dt.0), comm, s.raw),
         "ncclAlltoAll",
     )?;
     let mut out = vec![0u8; c * w * 4];
@@ -1080,14 +1085,14 @@ fn rooted(r: &Rank, gather: bool) -> Verdict {
                 Bufs::new(sendb.ptr, recvb.ptr, c, dt.0),
                 root as i32,
                 comm,
-                s.0,
+                s.raw,
             )
         } else {
             n.scatter(
                 Bufs::new(sendb.ptr, recvb.ptr, c, dt.0),
                 root as i32,
                 comm,
-                s.0,
+                s.raw,
             )
         };
         ok(n, call, &format!("{name} root {root}"))?;
@@ -1137,7 +1142,7 @@ fn memory(r: &Rank) -> Verdict {
     s.upload(buf, &inp.bytes(r.rank, 0, count))?;
     ok(
         n,
-        n.all_reduce(Bufs::new(buf, buf, count, 7), 0, comm, s.0),
+        n.all_reduce(Bufs::new(buf, buf, count, 7), 0, comm, s.raw),
         "ncclAllReduce on ncclMemAlloc memory",
     )?;
     let mut out = vec![0u8; count * 4];
@@ -1215,19 +1220,19 @@ fn bad_null(r: &Rank) -> Verdict {
     let b = DevBuf::new(64)?;
     lines.push(expect(
         n,
-        n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, 0, s.0),
+        n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, 0, s.raw),
         4,
         "ncclAllReduce(comm NULL)",
     )?);
     lines.push(expect(
         n,
-        n.all_reduce(Bufs::new(0, b.ptr, 4, 7), 0, comm, s.0),
+        n.all_reduce(Bufs::new(0, b.ptr, 4, 7), 0, comm, s.raw),
         4,
         "ncclAllReduce(sendbuff NULL)",
     )?);
     lines.push(expect(
         n,
-        n.all_reduce(Bufs::new(b.ptr, 0, 4, 7), 0, comm, s.0),
+        n.all_reduce(Bufs::new(b.ptr, 0, 4, 7), 0, comm, s.raw),
         4,
         "ncclAllReduce(recvbuff NULL)",
     )?);
@@ -1253,7 +1258,7 @@ fn bad_handle(r: &Rank, destroyed: bool) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, handle, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, handle, s.raw),
             4,
             &format!("ncclAllReduce({label} comm)"),
         )?,
@@ -1277,13 +1282,13 @@ fn bad_count(r: &Rank) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, usize::MAX, 7), 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, usize::MAX, 7), 0, comm, s.raw),
             4,
             "ncclAllReduce(count -1 as size_t)",
         )?,
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 1 << 60, 7), 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 1 << 60, 7), 0, comm, s.raw),
             4,
             "ncclAllReduce(count 2^60)",
         )?,
@@ -1300,31 +1305,31 @@ fn bad_type_op(r: &Rank) -> Verdict {
     let lines = vec![
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 12), 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 12), 0, comm, s.raw),
             4,
             "ncclAllReduce(type 12)",
         )?,
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, -1), 0, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, -1), 0, comm, s.raw),
             4,
             "ncclAllReduce(type -1)",
         )?,
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 5, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 5, comm, s.raw),
             4,
             "ncclAllReduce(op 5, none created)",
         )?,
         expect(
             n,
-            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 99, comm, s.0),
+            n.all_reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 99, comm, s.raw),
             4,
             "ncclAllReduce(op 99)",
         )?,
         expect(
             n,
-            n.all_gather(Bufs::new(b.ptr, b.ptr, 1, 12), comm, s.0),
+            n.all_gather(Bufs::new(b.ptr, b.ptr, 1, 12), comm, s.raw),
             4,
             "ncclAllGather(type 12)",
         )?,
@@ -1342,26 +1347,26 @@ fn bad_root_peer(r: &Rank) -> Verdict {
     let mut lines = vec![
         expect(
             n,
-            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), w, comm, s.0),
+            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), w, comm, s.raw),
             4,
             "ncclBroadcast(root = world)",
         )?,
         expect(
             n,
-            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), -1, comm, s.0),
+            n.broadcast(Bufs::new(b.ptr, b.ptr, 4, 7), -1, comm, s.raw),
             4,
             "ncclBroadcast(root -1)",
         )?,
         expect(
             n,
-            n.reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, w, comm, s.0),
+            n.reduce(Bufs::new(b.ptr, b.ptr, 4, 7), 0, w, comm, s.raw),
             4,
             "ncclReduce(root = world)",
         )?,
     ];
     // A peer out of range inside a group: NCCL refuses it at the call or at ncclGroupEnd.
     ok(n, n.group_start(), "ncclGroupStart")?;
-    let a = n.send(b.ptr, 4, 7, w, comm, s.0);
+    let a = n.send(b.ptr, 4, 7, w, comm, s.raw);
     let e = n.group_end();
     match (a, e) {
         (Err(m), _) | (_, Err(m)) => return Err(missing(m)),
@@ -1397,25 +1402,25 @@ fn mismatch(r: &Rank, how: Mismatch) -> Verdict {
             Bufs::new(b.ptr, b.ptr, if odd { c + 1 } else { c }, 7),
             0,
             comm,
-            s.0,
+            s.raw,
         ),
         Mismatch::Type => n.all_reduce(
             Bufs::new(b.ptr, b.ptr, c, if odd { 6 } else { 7 }),
             0,
             comm,
-            s.0,
+            s.raw,
         ),
         Mismatch::Op => n.all_reduce(
             Bufs::new(b.ptr, b.ptr, c, 7),
             if odd { 2 } else { 0 },
             comm,
-            s.0,
+            s.raw,
         ),
         Mismatch::Collective => {
             if odd {
-                n.all_gather(Bufs::new(b.ptr, b.ptr + 4096, c / r.world, 7), comm, s.0)
+                n.all_gather(Bufs::new(b.ptr, b.ptr + 4096, c / r.world, 7), comm, s.raw)
             } else {
-                n.all_reduce(Bufs::new(b.ptr, b.ptr, c, 7), 0, comm, s.0)
+                n.all_reduce(Bufs::new(b.ptr, b.ptr, c, 7), 0, comm, s.raw)
             }
         }
     };
@@ -1453,7 +1458,7 @@ fn syncwork(r: &Rank) -> Verdict {
         progress(r, &format!("sync-work all-reduce {bytes} B"));
         ok(
             n,
-            n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.0),
+            n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.raw),
             &format!("ncclAllReduce {bytes} B"),
         )?;
         let mut out = vec![0u8; bytes];
@@ -1499,7 +1504,7 @@ fn rank_leaves(r: &Rank) -> Verdict {
     let b = DevBuf::new(4 * 1025)?;
     let start = Instant::now();
     let code = n
-        .all_reduce(Bufs::new(b.ptr, b.ptr, 1025, 7), 0, comm, s.0)
+        .all_reduce(Bufs::new(b.ptr, b.ptr, 1025, 7), 0, comm, s.raw)
         .map_err(missing)?;
     let stream = s.sync(r.limit);
     let (_, asy) = n.async_error(comm).map_err(missing)?;

@@ -98,7 +98,23 @@ impl Drop for DevBuf {
 }
 
 /// A stream; `blocking` streams synchronise with the legacy default stream.
-pub struct Stream(pub usize);
+///
+/// Its copies to and from host memory go through a pinned staging buffer of its own
+/// (`STAGE` bytes, allocated with the stream, before any collective call), in pieces: a
+/// piece waits for the stream by polling `cuStreamQuery`, never inside the driver. A copy
+/// through pageable memory can hold the calling thread inside the driver, and other threads'
+/// CUDA calls with it, until earlier work on the stream is done; with ranks as threads of one
+/// process sharing a GPU and a replayed graph's kernel waiting for a peer, that wait never
+/// ends (docs/shared-gpu.md). The suite's synchronous pageable copies are `sync_copy_to_*`.
+pub struct Stream {
+    pub raw: usize,
+    stage: usize,
+    /// The longest a copy waits for the stream's earlier work.
+    limit: Duration,
+}
+
+/// Bytes of a stream's pinned staging buffer.
+const STAGE: usize = 4 << 20;
 
 impl Stream {
     pub fn new(blocking: bool) -> Result<Stream, String> {
@@ -106,10 +122,25 @@ impl Stream {
         let flags = if blocking { 0 } else { 1 };
         // SAFETY: out-pointer to a local.
         unsafe { cu_err(cu::cuStreamCreate(&mut s, flags), "cuStreamCreate")? };
-        Ok(Stream(s as usize))
+        let mut stage: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; freed by drop.
+        if let Err(e) =
+            unsafe { cu_err(cu::cuMemAllocHost_v2(&mut stage, STAGE), "cuMemAllocHost") }
+        {
+            // SAFETY: created above.
+            unsafe {
+                let _ = cu::cuStreamDestroy_v2(s);
+            }
+            return Err(e);
+        }
+        Ok(Stream {
+            raw: s as usize,
+            stage: stage as usize,
+            limit: Duration::from_secs(60),
+        })
     }
     fn raw(&self) -> cu::CUstream {
-        self.0 as cu::CUstream
+        self.raw as cu::CUstream
     }
     /// Waits for the stream's work, polling, at most `limit`.
     pub fn sync(&self, limit: Duration) -> Result<(), String> {
@@ -125,37 +156,64 @@ impl Stream {
             if Instant::now() > end {
                 return Err(format!("stream work not done within {limit:?}"));
             }
-            std::thread::sleep(Duration::from_micros(100));
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
-    /// Host to device on this stream; `host` must outlive the copy (callers sync before dropping).
+    /// Host to device on this stream, in pieces through the staging buffer: each piece
+    /// waits (polling) for the stream's earlier work, then is queued; the last may still be
+    /// in flight when this returns (the stream orders it before later work).
     pub fn upload(&self, dst: u64, host: &[u8]) -> Result<(), String> {
-        // SAFETY: `dst` holds at least host.len() bytes (the caller's buffer); the caller syncs.
-        unsafe {
-            cu_err(
-                cu::cuMemcpyHtoDAsync_v2(
-                    dst,
-                    host.as_ptr() as *const c_void,
-                    host.len(),
-                    self.raw(),
-                ),
-                "cuMemcpyHtoDAsync",
-            )
+        for (k, piece) in host.chunks(STAGE).enumerate() {
+            self.sync(self.limit)
+                .map_err(|e| format!("upload, before its piece {k}: {e}"))?;
+            // SAFETY: the staging buffer holds STAGE bytes and the stream has finished any
+            // copy out of it (synced above); `dst` holds host.len() bytes (the caller's
+            // buffer) and this piece lies inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(piece.as_ptr(), self.stage as *mut u8, piece.len());
+                cu_err(
+                    cu::cuMemcpyHtoDAsync_v2(
+                        dst + (k * STAGE) as u64,
+                        self.stage as *const c_void,
+                        piece.len(),
+                        self.raw(),
+                    ),
+                    "cuMemcpyHtoDAsync",
+                )?;
+            }
         }
+        Ok(())
     }
+    /// Device to host after the stream's earlier work, in pieces through the staging
+    /// buffer; returns when `host` holds the bytes (a wait of at most the stream's limit
+    /// per piece, polling).
     pub fn download(&self, host: &mut [u8], src: u64) -> Result<(), String> {
-        // SAFETY: as `upload`, the other way.
-        unsafe {
-            cu_err(
-                cu::cuMemcpyDtoHAsync_v2(
-                    host.as_mut_ptr() as *mut c_void,
-                    src,
-                    host.len(),
-                    self.raw(),
-                ),
-                "cuMemcpyDtoHAsync",
-            )
+        for (k, piece) in host.chunks_mut(STAGE).enumerate() {
+            // SAFETY: as `upload`, the other way; the piece is read only after the stream
+            // has run the copy (synced below).
+            unsafe {
+                cu_err(
+                    cu::cuMemcpyDtoHAsync_v2(
+                        self.stage as *mut c_void,
+                        src + (k * STAGE) as u64,
+                        piece.len(),
+                        self.raw(),
+                    ),
+                    "cuMemcpyDtoHAsync",
+                )?;
+            }
+            self.sync(self.limit)
+                .map_err(|e| format!("download of piece {k}: {e}"))?;
+            // SAFETY: the copy above is done; the staging buffer holds STAGE bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.stage as *const u8,
+                    piece.as_mut_ptr(),
+                    piece.len(),
+                );
+            }
         }
+        Ok(())
     }
     pub fn memset(&self, dst: u64, byte: u8, n: usize) -> Result<(), String> {
         // SAFETY: `dst` holds at least n bytes.
@@ -206,9 +264,10 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // SAFETY: created by cuStreamCreate.
+        // SAFETY: created by `new`; the staging buffer is not used after the stream.
         unsafe {
             let _ = cu::cuStreamDestroy_v2(self.raw());
+            let _ = cu::cuMemFreeHost(self.stage as *mut c_void);
         }
     }
 }
