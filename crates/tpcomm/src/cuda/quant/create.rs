@@ -39,7 +39,7 @@ impl QuantComm {
                 ),
             ));
         }
-        let ctx = crate::cuda::open_context(cfg.device)?;
+        let ctx = crate::cuda::transport::p2p::open_context(cfg.device)?;
         let kernels = kernels_for(&ctx)?;
         let dev_ord = cfg.device as i32;
         let sms = raw::sm_count(dev_ord)? as u32;

@@ -16,9 +16,9 @@
 use super::{round_up, QuantAlgo, QuantComm};
 use crate::algo::Collective;
 use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::gpu_comm::GpuComm;
 use crate::cuda::kernel_args::QuantGatherArgs;
 use crate::cuda::loader::dtype_index;
-use crate::cuda::GpuComm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::{Format, Wire, MIN_GROUP};

@@ -16,8 +16,10 @@
 
 use super::call::Call;
 use super::call_word;
+use super::compile;
 use super::config::CudaConfig;
-use super::cuda_err;
+use super::driver_error::cuda_err;
+use super::gpu_comm::Transport;
 use super::kernel_args::QuantArgs;
 use super::launch_shape::{self, grid_cap, quant_block, QUANT_MAX_BLOCK};
 use super::loader::{
@@ -25,8 +27,6 @@ use super::loader::{
 };
 use super::rendezvous::Rendezvous;
 use super::share::{DeviceIdentity, Sharing};
-use super::Transport;
-use super::{compile, MAX_WORLD};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::quant::model::CHUNK_ELEMS;
@@ -34,6 +34,7 @@ use crate::quant::{Format, Wire, MIN_GROUP};
 use crate::sys::cuda::pinned::Registered;
 use crate::sys::cuda::{self as raw, DeviceAlloc, Function, HostMapped, IpcMapping};
 use crate::sys::shm::SharedFile;
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
