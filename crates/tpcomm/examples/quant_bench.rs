@@ -435,7 +435,7 @@ fn stage_bytes(bytes: usize, wire: Wire, stage: &str, world: usize) -> usize {
     let (_, g) = wire
         .quantized()
         .unwrap_or((tpcomm::quant::Format::Int8, 64));
-    let block = tpcomm::cuda::quant::GatherLayout::of(bytes / 2, g).block_bytes;
+    let block = tpcomm::cuda::quant::gathered::GatherLayout::of(bytes / 2, g).block_bytes;
     match stage {
         "pack" => bytes + block,
         _ => world * block + bytes,

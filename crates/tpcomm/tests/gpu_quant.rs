@@ -516,7 +516,7 @@ fn gpu_quant_memory_report_shows_the_quantized_layout() {
             .find(|l| l.name.contains("gathered"))
             .expect("a line for the gathered blocks");
         assert_eq!(l.place, Place::Device);
-        let block = tpcomm::cuda::quant::GatherLayout::max_block(MAX.bytes() as usize);
+        let block = tpcomm::cuda::quant::gathered::GatherLayout::max_block(MAX.bytes() as usize);
         assert_eq!(l.bytes.bytes(), 2 * block as u64);
     }
 }

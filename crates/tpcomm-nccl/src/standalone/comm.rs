@@ -164,3 +164,21 @@ fn warn_if_captured(call: &str, a: &StandaloneComm, stream: CudaStream) {
         );
     }
 }
+
+/// Swaps `mine` with every rank of `a` for the step `key` ([`exchange`](standalone::exchange) in
+/// its meeting directory, within TPCOMM_TIMEOUT), then removes this rank's
+/// record of it: a step each rank runs once while the communicator lives
+/// (a split, a group of sends and receives), keyed by its number.
+pub fn swap(a: &StandaloneComm, key: &str, mine: &[u8]) -> tpcomm::Result<Vec<Vec<u8>>> {
+    let dir = standalone::meeting_dir(&standalone::runtime_base(), &a.secret)?;
+    let turn = tpcomm::cuda::Turn {
+        key,
+        rank: a.rank,
+        world: a.world,
+        mine,
+        timeout: crate::settings::get().timeout,
+    };
+    let all = standalone::exchange(&dir, &a.secret, turn)?;
+    standalone::tidy(&dir, a.rank, key);
+    Ok(all)
+}

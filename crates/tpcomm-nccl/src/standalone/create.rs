@@ -537,7 +537,7 @@ pub fn split(
     let mut mine = color.to_le_bytes().to_vec();
     mine.extend_from_slice(&key.to_le_bytes());
     let step = format!("split-{n}");
-    let posted = standalone::swap(parent, &step, &mine);
+    let posted = standalone::comm::swap(parent, &step, &mine);
     let all: Option<Vec<(c_int, c_int)>> = match posted {
         Ok(v) => v
             .iter()

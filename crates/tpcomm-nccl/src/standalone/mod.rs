@@ -253,24 +253,6 @@ pub fn runtime_base() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// Swaps `mine` with every rank of `a` for the step `key` ([`exchange`] in
-/// its meeting directory, within TPCOMM_TIMEOUT), then removes this rank's
-/// record of it: a step each rank runs once while the communicator lives
-/// (a split, a group of sends and receives), keyed by its number.
-pub fn swap(a: &comm::StandaloneComm, key: &str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let dir = meeting_dir(&runtime_base(), &a.secret)?;
-    let turn = Turn {
-        key,
-        rank: a.rank,
-        world: a.world,
-        mine,
-        timeout: crate::settings::get().timeout,
-    };
-    let all = exchange(&dir, &a.secret, turn)?;
-    tidy(&dir, a.rank, key);
-    Ok(all)
-}
-
 /// Swaps `turn.mine` with every rank of the communicator of `secret`
 /// meeting in `dir` (from [`meeting_dir`]): the records in rank order, each
 /// checked to carry this secret's tag. Bounded by `turn.timeout`, naming a

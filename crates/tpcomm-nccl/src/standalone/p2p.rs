@@ -249,5 +249,5 @@ fn swap(a: &StandaloneComm, mine: &[u8]) -> tpcomm::Result<Vec<Vec<u8>>> {
     let n = a
         .p2p_groups
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    standalone::swap(a, &format!("p2p-{n}"), mine)
+    standalone::comm::swap(a, &format!("p2p-{n}"), mine)
 }

@@ -87,14 +87,6 @@ impl Desc {
     }
 }
 
-// Abort word: kind << 56 | rank << 48 | peer << 40 | epoch (low 40 bits).
-// Never 0 once set (kind >= 1).
-const ABORT_TIMEOUT: u64 = 1;
-const ABORT_MISMATCH: u64 = 2;
-/// Set by a rank that could not join during set-up (rendezvous.rs).
-pub(super) const ABORT_SETUP: u64 = 3;
-const EPOCH_MASK: u64 = (1 << 40) - 1;
-
 fn abort_message(word: u64) -> String {
     let kind = match word >> 56 {
         ABORT_TIMEOUT => "found that a peer did not arrive within the timeout",

@@ -3,8 +3,8 @@
 //! rank 0 and kept in memory here), and how a rank that fails during set-up
 //! tells the rest of its job (docs/protocol.md, "Meeting", step 7).
 
+use super::config::HostConfig;
 use super::notice;
-use super::HostConfig;
 use crate::error::{Error, Result};
 use crate::meet::identity::{euid, JobKey};
 use std::collections::HashMap;

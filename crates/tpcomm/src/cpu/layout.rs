@@ -48,6 +48,14 @@ pub(crate) const H_ABORT: usize = 3 * LINE;
 pub(crate) const H_PIDS: usize = 4 * LINE;
 const _: () = assert!(H_PIDS + 8 * MAX_WORLD <= HEADER_BYTES);
 
+// Abort word (at H_ABORT): kind << 56 | rank << 48 | peer << 40 | epoch (low
+// 40 bits). Never 0 once set (kind >= 1); allreduce.rs sets and decodes it.
+pub(super) const ABORT_TIMEOUT: u64 = 1;
+pub(super) const ABORT_MISMATCH: u64 = 2;
+/// Set by a rank that could not join during set-up (rendezvous.rs).
+pub(super) const ABORT_SETUP: u64 = 3;
+pub(super) const EPOCH_MASK: u64 = (1 << 40) - 1;
+
 // Descriptor words inside line A, after the flag.
 pub(crate) const D_COUNT: usize = 8;
 pub(crate) const D_META: usize = 16;

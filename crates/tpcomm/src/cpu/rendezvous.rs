@@ -5,11 +5,12 @@
 //! rank. Once every rank is attached rank 0 removes the segment's name and
 //! the ticket, so nothing is left in /dev/shm or on disk while the run goes on.
 
+use super::config::HostConfig;
 use super::job::{failed_error, given_key, local_failure, local_key, Job};
 use super::layout::*;
 use super::notice;
+use super::room;
 use super::wait::Backoff;
-use super::{room, HostConfig};
 use crate::error::{Error, Result};
 use crate::meet::identity::{euid, JobKey, Proc};
 use crate::meet::ticket::{self, Ticket};
@@ -35,7 +36,7 @@ fn claim_word(pid: u32) -> u64 {
 /// Abort word a rank sets when it fails while attaching (allreduce.rs
 /// decodes it): the kind in the top byte, the rank below.
 fn setup_abort_word(rank: usize) -> u64 {
-    super::allreduce::ABORT_SETUP << 56 | (rank as u64) << 48
+    ABORT_SETUP << 56 | (rank as u64) << 48
 }
 
 /// Rank 0: create, publish, wait for everyone, then remove the names.

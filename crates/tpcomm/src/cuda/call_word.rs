@@ -453,7 +453,8 @@ mod tests {
     /// that resolved alike pass, and when one differs every rank fails.
     #[test]
     fn the_creation_meeting_refuses_ranks_that_differ_on_every_rank() {
-        use crate::cuda::{CudaConfig, Rendezvous, ThreadGroup};
+        use crate::cuda::config::CudaConfig;
+        use crate::cuda::rendezvous::{Rendezvous, ThreadGroup};
         for odd in [None, Some(2)] {
             let group = ThreadGroup::new(3);
             let hs: Vec<_> = (0..3)

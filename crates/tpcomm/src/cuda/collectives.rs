@@ -11,15 +11,14 @@ use super::call::{Call, GpuTransport};
 use super::call_word;
 use super::communicator::{Communicator, NcclFallback};
 use super::compile;
+use super::gpu_comm::GpuComm;
 use super::kernel_args::CollArgs;
 use super::launch_shape::{self, grid_cap};
-use super::loader::{dtype_index, Family};
-use super::GpuComm;
-use super::P2pTransport;
+use super::loader::{kernel_family, pick};
+use super::transport::p2p::P2pTransport;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::select::{NcclReason, Route, Transport};
-use crate::sys::cuda::Function;
 use crate::units::ByteSize;
 use crate::wire::Wire;
 
@@ -35,24 +34,6 @@ kernel_family! {
     /// reduce-scatter, broadcast] (see [`pick`]).
     fn coll_kernels = 3 of compile::COLLECTIVES_SRC, "collectives.cu", "the collective kernels",
         ["tpcomm_all_gather", "tpcomm_reduce_scatter", "tpcomm_broadcast"], BLOCK
-}
-
-/// The kernel of `what` for `dtype` in a family of collective kernels
-/// ([all-gather, reduce-scatter, broadcast], on either transport), the root
-/// it takes (0 but for the broadcast) and, of `kinds` (in the same order),
-/// what its call word says.
-pub(crate) fn pick(
-    k: &Family<3>,
-    what: Collective,
-    dtype: DType,
-    kinds: [call_word::Kind; 3],
-) -> (Function, u32, call_word::Kind) {
-    let (i, root) = match what {
-        Collective::AllGather => (0, 0),
-        Collective::ReduceScatter => (1, 0),
-        Collective::Broadcast { root } => (2, root as u32),
-    };
-    (k.fns[i][dtype_index(dtype)], root, kinds[i])
 }
 
 impl P2pTransport {

@@ -19,15 +19,19 @@
 //! communicator: calls routed to NCCL come back as `Route::Nccl` for the
 //! caller to run), or none (standalone: nothing routes to NCCL).
 
+use super::call::{Call, GpuTransport};
+use super::config::CudaConfig;
+use super::gpu_comm::GpuComm;
 use super::quant::{agree_wire, resolve_wire, wire_for, QuantAlgo, QuantComm};
-use super::GpuComm;
-use super::{Call, CudaConfig, GpuTransport, Rendezvous, Staging, StreamAllReduce};
+use super::rendezvous::Rendezvous;
+use super::stream_all_reduce::StreamAllReduce;
 use crate::algo::Algo;
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::nccl::{Nccl, NcclComm, UniqueId};
 use crate::quant::Wire;
 use crate::select::{Mode, RouteTable};
+use crate::sys::cuda::scratch::Staging;
 use crate::units::ByteSize;
 use std::time::Duration;
 

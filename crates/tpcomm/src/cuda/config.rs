@@ -125,7 +125,9 @@ impl CudaConfig {
             timeout: Duration::from_secs(10),
             selector: None,
             mode: crate::select::Mode::Graph,
-            self_tune: super::self_tune::requested_by_env(),
+            // A bad value reads as no here; the creation check,
+            // `env::check_library`, reports it.
+            self_tune: crate::env::SELF_TUNE.checked_value().unwrap_or(false),
             transport: crate::transport::Transport::Auto,
             nccl_fallback: crate::env::NCCL_FALLBACK.checked_value().unwrap_or(false),
             wire: None,

@@ -9,7 +9,7 @@ use super::kernel_args::FusedArgs;
 use super::launch_shape::{self, grid_cap, Shape, FUSED_PUSH_VECS, NORM_BLOCK_MAX};
 use super::loader::{compile_and_load, per_device, per_type, resident_blocks_per_sm, PerDevice};
 use super::pdl::{self, Launch};
-use super::P2pTransport;
+use super::transport::p2p::P2pTransport;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, CUdeviceptr, CUstream, Function, Module};

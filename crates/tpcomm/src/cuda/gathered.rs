@@ -366,7 +366,7 @@ impl Kernels {
             count,
             elem,
         } = *b;
-        if !(1..=super::MAX_WORLD).contains(&world) {
+        if !(1..=crate::transport::MAX_WORLD).contains(&world) {
             return Err(Error::invalid("world size", format!("{world}")));
         }
         let z = elem.size() as u64;

@@ -2,8 +2,10 @@
 
 use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::config::CudaConfig;
+use crate::cuda::rendezvous::Rendezvous;
+use crate::cuda::transport::p2p::P2pTransport;
 use crate::cuda::transport::pinned::PinnedTransport;
-use crate::cuda::{CudaConfig, P2pTransport, Rendezvous};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::MemoryReport;
@@ -44,7 +46,7 @@ impl GpuComm {
         let mut check_note = None;
         let transport = match cfg.transport {
             Transport::Auto => {
-                crate::cuda::open_context(cfg.device)?;
+                crate::cuda::transport::p2p::open_context(cfg.device)?;
                 let dev = cfg.device as u32;
                 // Ordinal (for cuDeviceCanAccessPeer in this process) and
                 // UUID (the same GPU in every process: the P2P cache's key).

@@ -2,7 +2,7 @@
 
 use super::compile;
 pub(super) use super::kernel_args::KernelArgs;
-use super::loader::Family;
+use super::loader::{kernel_family, Family};
 
 // Kernel threads per block (TPCOMM_BLOCK in kernels/allreduce.cu, whose
 // launch bounds fit the registers to it).

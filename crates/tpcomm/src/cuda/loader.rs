@@ -3,14 +3,37 @@
 //! block size all of a family's kernels can launch with, the index of a type
 //! in the per-type kernel arrays, and the checks every all-reduce call makes.
 
+use super::call_word::Kind;
 use super::compile;
-use super::cuda_err;
+use super::driver_error::cuda_err;
+use crate::algo::Collective;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda::{Function, Module};
 use cudarc::driver::CudaContext;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// A function `$name(ctx)` that returns the family of kernels `$bases` of
+/// source `$src` (file `$file`, named `$what` in errors) on `ctx`'s device,
+/// compiled and loaded the first time and then kept for the process
+/// (`loader::Family::load`, `loader::per_device`).
+macro_rules! kernel_family {
+    ($(#[$m:meta])* $vis:vis fn $name:ident = $n:literal of $src:expr, $file:literal, $what:literal,
+     [$($base:literal),+ $(,)?], $block:expr) => {
+        $(#[$m])*
+        $vis fn $name(
+            ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+        ) -> crate::error::Result<std::sync::Arc<crate::cuda::loader::Family<$n>>> {
+            use crate::cuda::loader::{per_device, Family, PerDevice};
+            static CACHE: PerDevice<Family<$n>> = PerDevice::new();
+            per_device(&CACHE, ctx, || {
+                Family::load(ctx, $src, $file, $what, [$($base),+], $block)
+            })
+        }
+    };
+}
+pub(crate) use kernel_family;
 
 /// A kernel source compiled for one device and loaded into its context.
 pub struct Loaded {
@@ -173,6 +196,24 @@ pub(crate) fn dtype_index(d: DType) -> usize {
         DType::F16 => 1,
         DType::Bf16 => 2,
     }
+}
+
+/// The kernel of `what` for `dtype` in a family of collective kernels
+/// ([all-gather, reduce-scatter, broadcast], on either transport), the root
+/// it takes (0 but for the broadcast) and, of `kinds` (in the same order),
+/// what its call word says.
+pub(crate) fn pick(
+    k: &Family<3>,
+    what: Collective,
+    dtype: DType,
+    kinds: [Kind; 3],
+) -> (Function, u32, Kind) {
+    let (i, root) = match what {
+        Collective::AllGather => (0, 0),
+        Collective::ReduceScatter => (1, 0),
+        Collective::Broadcast { root } => (2, root as u32),
+    };
+    (k.fns[i][dtype_index(dtype)], root, kinds[i])
 }
 
 #[cfg(test)]

@@ -8,25 +8,21 @@
 //! takes the slowest rank's time per point, so all ranks build the same
 //! table and run the same kernel for every later `Algo::Auto` call.
 
-use super::cudarc::driver::{sys, DevicePtr};
-use super::StreamAllReduce;
-use super::{Call, P2pTransport, Rendezvous};
+use super::call::Call;
+use super::rendezvous::Rendezvous;
+use super::stream_all_reduce::StreamAllReduce;
 use crate::algo::Algo;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::select::{Candidate, Measured, Mode, Selector, Table};
 use crate::topology::MachineClass;
 use crate::units::ByteSize;
+use cudarc::driver::{sys, CudaContext, DevicePtr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Environment variable that turns the self-tune on (`env::SELF_TUNE`).
 pub const ENV_SELF_TUNE: &str = "TPCOMM_SELF_TUNE";
-
-/// Whether the environment asks for a self-tune (a bad value reads as no
-/// here; the creation check, `env::check_library`, reports it).
-pub fn requested_by_env() -> bool {
-    crate::env::SELF_TUNE.checked_value().unwrap_or(false)
-}
 
 const WARMUP: usize = 2;
 const TIMED: usize = 5;
@@ -107,13 +103,24 @@ pub fn table(world: usize, sizes: &[u64], times: &[f64], spent: Duration) -> Tab
     Table::from_measured(header, &m)
 }
 
+/// What the self-tune reads of the transport it times (the P2P transport,
+/// whose creation runs it, implements it in transport/p2p/comm.rs).
+pub(crate) trait Timed: StreamAllReduce {
+    fn rank(&self) -> usize;
+    fn world(&self) -> usize;
+    fn max_bytes(&self) -> ByteSize;
+    fn context(&self) -> &Arc<CudaContext>;
+    /// An earlier call's failure, if any.
+    fn check(&self) -> Result<()>;
+}
+
 /// Runs the self-tune on a freshly created communicator (every rank at once).
 /// Two scratch buffers of the largest size are taken and given back before
 /// this returns.
-pub fn run(comm: &P2pTransport, rv: &Rendezvous, timeout: Duration) -> Result<Selector> {
+pub(crate) fn run(comm: &impl Timed, rv: &Rendezvous, timeout: Duration) -> Result<Selector> {
     let started = Instant::now();
     let err = |call: &'static str| {
-        move |e: crate::cuda::cudarc::driver::DriverError| Error::Cuda {
+        move |e: cudarc::driver::DriverError| Error::Cuda {
             call: call.into(),
             detail: e.to_string(),
         }

@@ -110,10 +110,6 @@ impl Sharing {
     }
 }
 
-/// The most blocks one rank's grid may have (`launch_shape`'s, where every
-/// launch shape is planned).
-pub use super::launch_shape::grid_cap;
-
 /// What a rank whose GPU is shared with ranks of other processes does when
 /// no MPS server serves it: the calls stay correct but each costs a time
 /// slice (milliseconds), so it says so once.
@@ -207,7 +203,7 @@ pub fn note_sharing(sharing: Sharing, device: usize) {
 /// the kernel before it on its stream is running, and they sit there until
 /// that kernel ends. With one rank a GPU that costs nothing. With k ranks
 /// on a GPU, each rank's grid is sized to a k-th of what the GPU holds at
-/// once ([`grid_cap`]), and those early blocks take the room of another
+/// once ([`grid_cap`](super::launch_shape::grid_cap)), and those early blocks take the room of another
 /// rank's grid, which the waiting kernel needs resident: the call stalls
 /// until the timeout. Seen on one H200 with 2 and 4 ranks as threads
 /// (`tpcomm bench --algos one-shot-pdl,...` failed with a peer timeout
@@ -262,6 +258,7 @@ pub fn mps_refusal_hint(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::launch_shape::grid_cap;
 
     #[test]
     fn a_context_refused_under_mps_says_why_and_what_to_do() {

@@ -2,8 +2,9 @@
 //! default table of a measured class, and rules for the rest (each stated as
 //! measured or not in its `why`).
 
+use super::query::{Candidate, Decision, Query};
 use super::size_rule::auto_oneshot_max;
-use super::{Candidate, Decision, Query, Table};
+use super::table::Table;
 use crate::algo::Algo;
 use crate::topology::MachineClass;
 use crate::units::ByteSize;

@@ -2,9 +2,11 @@
 //! environment variable, then the default location; else the class defaults.
 //! A table measured on another machine is refused, never silently used.
 
-use super::{Selector, Table};
+use super::selector::Selector;
+use super::table::Table;
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;
+use crate::transport::Transport;
 use std::path::{Path, PathBuf};
 
 /// Environment variable naming a tuning table file (`env::TUNING_TABLE`).
@@ -168,7 +170,7 @@ pub fn this_machine(nccl: Option<String>) -> Result<(Machine, crate::topology::T
 /// the class the transport implies (pcie-nop2p for `Host`, nvlink for
 /// `Cuda`, as before tables existed) decide, with a note saying so; a table
 /// named by `$TPCOMM_TUNING_TABLE` then cannot be checked and is an error.
-pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
+pub fn for_this_machine(transport: Transport) -> Result<Selector> {
     static MACHINE: std::sync::OnceLock<std::result::Result<Machine, String>> =
         std::sync::OnceLock::new();
     let machine =
@@ -181,7 +183,7 @@ pub fn for_this_machine(transport: super::Transport) -> Result<Selector> {
 
 /// [`for_this_machine`] for a machine already probed (`tpcomm explain`
 /// probes for the topology too).
-pub fn for_probed(machine: &Machine, transport: super::Transport) -> Result<Selector> {
+pub fn for_probed(machine: &Machine, transport: Transport) -> Result<Selector> {
     let default = default_table_path(&machine.fingerprint);
     for_machine(Ok(machine), env_table(), default, transport)
 }
@@ -197,7 +199,7 @@ pub(super) fn for_machine(
     machine: std::result::Result<&Machine, &str>,
     env: Option<PathBuf>,
     default: Option<PathBuf>,
-    transport: super::Transport,
+    transport: Transport,
 ) -> Result<Selector> {
     let unusable = match machine {
         // A group of GPUs, but this process sees one (CUDA_VISIBLE_DEVICES
@@ -226,7 +228,7 @@ pub(super) fn for_machine(
         ));
     }
     let class = match transport {
-        super::Transport::Host => MachineClass::PcieNop2p,
+        Transport::Host => MachineClass::PcieNop2p,
         _ => MachineClass::Nvlink,
     };
     Ok(Selector::for_class(class).note(format!(

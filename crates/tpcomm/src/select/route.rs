@@ -20,10 +20,12 @@
 //! every class rule's threshold is a power of two, so each of them is a
 //! class edge and is decided exactly.
 
-use super::{Candidate, Decision, Mode, Query, Selector, Transport};
+use super::query::{Candidate, Decision, Mode, Query};
+use super::selector::Selector;
 use crate::algo::Algo;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::transport::Transport;
 use crate::units::ByteSize;
 use crate::wire::Wire;
 use std::fmt;

@@ -1,5 +1,9 @@
 use super::*;
+use crate::algo::Algo;
+use crate::dtype::DType;
 use crate::dtype::ReduceOp;
+use crate::topology::MachineClass;
+use crate::units::ByteSize;
 use crate::wire::Wire;
 
 /// Every selector a communicator can hold without a file: each class's

@@ -2,10 +2,11 @@
 //! per element type and launch mode, for one machine. TOML, one line per
 //! measured size, written by `tpcomm tune` and read back here.
 
-use super::{Candidate, Decision, Mode, Query};
+use super::query::{Candidate, Decision, Mode, Query};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::topology::MachineClass;
+use crate::units::ByteSize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use toml::Spanned;
@@ -498,4 +499,24 @@ impl Table {
             ..header
         }
     }
+}
+
+/// Sizes `tpcomm tune` measures: powers of two from `min` to `max` and the
+/// midpoints between them (1.5 x each power of two), all multiples of 16.
+pub fn tune_sizes(min: ByteSize, max: ByteSize) -> Vec<u64> {
+    let (min, max) = (min.bytes().max(16), max.bytes());
+    let mut out = Vec::new();
+    let mut p = min.next_power_of_two();
+    if min < p && min <= max {
+        out.push(min);
+    }
+    while p <= max {
+        out.push(p);
+        let mid = p + p / 2;
+        if mid <= max && mid < 2 * p && mid.is_multiple_of(16) {
+            out.push(mid);
+        }
+        p *= 2;
+    }
+    out
 }

@@ -1,7 +1,11 @@
 use super::find::{default_path_for_test, find_with};
 use super::*;
+use crate::algo::Algo;
 use crate::cuda::self_tune;
+use crate::dtype::DType;
 use crate::dtype::ReduceOp;
+use crate::topology::MachineClass;
+use crate::units::ByteSize;
 use std::path::PathBuf;
 
 const FP: &str = "v1-00000000000000aa";

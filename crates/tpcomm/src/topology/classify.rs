@@ -1,7 +1,7 @@
 //! Pure functions from facts to meaning: no GPU, driver or file system here,
 //! so everything is tested on fixtures in CI.
 
-use super::{Gpu, LinkClass, MachineClass, P2pCaps, Pair, PciePath, Topology};
+use super::model::{Gpu, LinkClass, MachineClass, P2pCaps, Pair, PciePath, Topology};
 use crate::error::{Error, Result};
 use std::collections::BTreeSet;
 

@@ -1,6 +1,6 @@
 //! The topology as text for people (`tpcomm probe` without `--json`).
 
-use super::{LinkClass, Topology};
+use super::model::{LinkClass, Topology};
 use std::fmt::Write;
 
 fn yn(v: Option<bool>) -> &'static str {

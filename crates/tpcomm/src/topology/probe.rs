@@ -2,10 +2,13 @@
 //! their order), then NVML and sysfs for links, then the timed copies.
 
 use super::classify::{self, link_class, normalize_bus_id, pcie_path, pcie_path_from_nvml};
-use super::{
-    cuda, sysfs, ComputeCapability, DriverInfo, Gpu, P2pCaps, Pair, PcieLink, PeerCopy, Topology,
+use super::model::{
+    ComputeCapability, DriverInfo, Gpu, P2pCaps, Pair, PcieLink, PeerCopy, Topology,
 };
+use super::sysfs;
 use crate::error::Result;
+// The probe's CUDA driver calls live in the unsafe bottom layer.
+use crate::sys::cuda::probe as cuda;
 use crate::sys::nvml::{self, Nvml, P2pIndex};
 use crate::units::ByteSize;
 

@@ -2,7 +2,7 @@
 //! container or virtual machine may hide any of it.
 
 use super::classify::pcie_gen_from_speed;
-use super::PcieLink;
+use super::model::PcieLink;
 use std::path::PathBuf;
 
 fn dir(bus_id: &str) -> PathBuf {

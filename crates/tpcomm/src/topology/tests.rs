@@ -1,5 +1,6 @@
 use super::classify::*;
 use super::*;
+use crate::units::ByteSize;
 
 fn gpu(i: usize, name: &str) -> Gpu {
     Gpu {

@@ -3,7 +3,7 @@
 //! small generator of its own, and checks of sums against the shared
 //! float64 [`Reference`] with [`SumBound::Result`].
 
-use super::{reduce_element, Check, Reference, SumBound};
+use super::reference::{reduce_element, Check, Reference, SumBound};
 use crate::dtype::{DType, ReduceOp};
 use half::{bf16, f16};
 

@@ -2,27 +2,8 @@
 //! area, the peers' mapped, the gathered blocks when asked for) and its
 //! memory report.
 
+use super::gathered::GatherLayout;
 use super::*;
-
-/// This rank's own area: device memory (P2P, the control words after it) or
-/// pinned host memory (host path; cuMemHostAlloc for threads, a registered
-/// memfd for processes). Held only so that it is freed on drop.
-#[allow(dead_code)]
-pub(super) enum OwnArea {
-    Device,
-    HostThreads(HostMapped),
-    // Field order: the registration drops before the mapping.
-    HostProcess(Registered, SharedFile),
-}
-
-/// A peer's area mapped here, kept alive for the addresses in the arguments
-/// (held only so that it is unmapped on drop).
-#[allow(dead_code)]
-pub(super) enum PeerMap {
-    Ctx(Arc<CudaContext>),
-    Ipc(IpcMapping),
-    Host(Registered, SharedFile),
-}
 
 impl QuantComm {
     /// Creates this rank's quantized all-reduce over `transport` (`Cuda` or
@@ -39,7 +20,7 @@ impl QuantComm {
                 ),
             ));
         }
-        let ctx = crate::cuda::open_context(cfg.device)?;
+        let ctx = crate::cuda::transport::p2p::open_context(cfg.device)?;
         let kernels = kernels_for(&ctx)?;
         let dev_ord = cfg.device as i32;
         let sms = raw::sm_count(dev_ord)? as u32;

@@ -13,19 +13,16 @@
 //! where the host-path all-gather itself slows down (bench/results/quantized.md).
 //! The buffer holds one block per rank, allocated at creation and reported.
 
-use super::{round_up, QuantAlgo, QuantComm};
+use super::{format_index, round_up, QuantAlgo, QuantComm, GATHER_BLOCK};
 use crate::algo::Collective;
 use crate::cuda::call::{Call, GpuTransport};
+use crate::cuda::gpu_comm::GpuComm;
 use crate::cuda::kernel_args::QuantGatherArgs;
 use crate::cuda::loader::dtype_index;
-use crate::cuda::GpuComm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::{Format, Wire, MIN_GROUP};
 use crate::sys::cuda::{self as raw, CUdeviceptr};
-
-/// QG_BLOCK in kernels/quant_gathered.cu (the launch bound).
-pub(super) const BLOCK: u32 = 256;
 
 /// QG_PACK_OCTETS in kernels/quant_gathered.cu: the neighbouring octets of
 /// elements one pack thread takes (all in one group of at least 32; an
@@ -181,7 +178,7 @@ impl QuantComm {
     }
 
     /// One thread per `octets` octets of elements, whole blocks of
-    /// [`BLOCK`] threads.
+    /// [`GATHER_BLOCK`] threads.
     ///
     /// # Safety
     /// `args` is a pack or unpack-sum argument whose addresses are valid
@@ -194,7 +191,7 @@ impl QuantComm {
         octets: usize,
         call: &Call,
     ) -> Result<()> {
-        let shape = crate::cuda::launch_shape::quant_local(c.count, octets, BLOCK)?;
+        let shape = crate::cuda::launch_shape::quant_local(c.count, octets, GATHER_BLOCK)?;
         // SAFETY: QuantGatherArgs mirrors `struct QGArgs`; addresses per the
         // caller; the kernels start with wait_for_previous_kernel.
         unsafe { call.launch_kernel(&self.ctx, f, shape, args, self.kernels.arch.0) }
@@ -251,13 +248,6 @@ impl QuantComm {
     }
 }
 
-pub(super) fn format_index(f: Format) -> usize {
-    match f {
-        Format::Int8 => 0,
-        Format::Fp8E4m3 => 1,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,7 +257,7 @@ mod tests {
         // Five u64 words and two u32: `struct QGArgs`.
         assert_eq!(std::mem::size_of::<QuantGatherArgs>(), 5 * 8 + 8);
         let src = include_str!("../kernels/quant_gathered.cu");
-        assert!(src.contains(&format!("#define QG_BLOCK {BLOCK}")));
+        assert!(src.contains(&format!("#define QG_BLOCK {GATHER_BLOCK}")));
         // Two octets a pack thread: one 16-byte store of codes, and the
         // smallest group (32) still holds whole threads.
         assert!(src.contains(&format!("#define QG_PACK_OCTETS {PACK_OCTETS}")));

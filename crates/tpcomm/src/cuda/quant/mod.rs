@@ -16,8 +16,10 @@
 
 use super::call::Call;
 use super::call_word;
+use super::compile;
 use super::config::CudaConfig;
-use super::cuda_err;
+use super::driver_error::cuda_err;
+use super::gpu_comm::Transport;
 use super::kernel_args::QuantArgs;
 use super::launch_shape::{self, grid_cap, quant_block, QUANT_MAX_BLOCK};
 use super::loader::{
@@ -25,8 +27,6 @@ use super::loader::{
 };
 use super::rendezvous::Rendezvous;
 use super::share::{DeviceIdentity, Sharing};
-use super::Transport;
-use super::{compile, MAX_WORLD};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
 use crate::quant::model::CHUNK_ELEMS;
@@ -34,6 +34,7 @@ use crate::quant::{Format, Wire, MIN_GROUP};
 use crate::sys::cuda::pinned::Registered;
 use crate::sys::cuda::{self as raw, DeviceAlloc, Function, HostMapped, IpcMapping};
 use crate::sys::shm::SharedFile;
+use crate::transport::MAX_WORLD;
 use crate::units::ByteSize;
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
@@ -43,8 +44,6 @@ mod create;
 pub mod gathered;
 mod wire;
 
-use create::{OwnArea, PeerMap};
-pub use gathered::{GatherCall, GatherLayout};
 pub use wire::{agree_wire, resolve_wire, wire_for};
 
 /// Q_WAIT_QUANT in kernels/quant.cu.
@@ -157,17 +156,17 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
             super::loader::per_type(&l.module, "tpcomm_quant_unpack_sum_int8")?,
             super::loader::per_type(&l.module, "tpcomm_quant_unpack_sum_fp8")?,
         ];
-        // The local halves launch whole blocks of gathered::BLOCK threads.
+        // The local halves launch whole blocks of GATHER_BLOCK threads.
         let local = common_block(
             pack.iter().chain(&unpack_sum).flatten(),
-            gathered::BLOCK,
+            GATHER_BLOCK,
             "the quantized pack and unpack-sum kernels",
             l.arch,
         )?;
-        if local != gathered::BLOCK {
+        if local != GATHER_BLOCK {
             return Err(Error::Unsupported(format!(
                 "the quantized pack and unpack-sum kernels launch only {local} threads per block on sm_{}{}; they need {}",
-                l.arch.0, l.arch.1, gathered::BLOCK
+                l.arch.0, l.arch.1, GATHER_BLOCK
             )));
         }
         let block = common_block(
@@ -193,6 +192,36 @@ fn kernels_for(ctx: &Arc<CudaContext>) -> Result<Arc<QuantKernels>> {
             _ctx: ctx.clone(),
         })
     })
+}
+
+/// This rank's own area: device memory (P2P, the control words after it) or
+/// pinned host memory (host path; cuMemHostAlloc for threads, a registered
+/// memfd for processes). Held only so that it is freed on drop.
+#[allow(dead_code)]
+enum OwnArea {
+    Device,
+    HostThreads(HostMapped),
+    // Field order: the registration drops before the mapping.
+    HostProcess(Registered, SharedFile),
+}
+
+/// A peer's area mapped here, kept alive for the addresses in the arguments
+/// (held only so that it is unmapped on drop).
+#[allow(dead_code)]
+enum PeerMap {
+    Ctx(Arc<CudaContext>),
+    Ipc(IpcMapping),
+    Host(Registered, SharedFile),
+}
+
+/// QG_BLOCK in kernels/quant_gathered.cu (the launch bound).
+pub(super) const GATHER_BLOCK: u32 = 256;
+
+pub(super) fn format_index(f: Format) -> usize {
+    match f {
+        Format::Int8 => 0,
+        Format::Fp8E4m3 => 1,
+    }
 }
 
 /// One rank of a quantized all-reduce group (see the module docs). Drop it
@@ -312,7 +341,7 @@ impl QuantComm {
             bytes as u64,
             aux,
         )?;
-        let f = kernels[gathered::format_index(format)][dtype_index(dtype)];
+        let f = kernels[format_index(format)][dtype_index(dtype)];
         let args = QuantArgs {
             input: call.input,
             output: call.output,

@@ -1,12 +1,12 @@
 //! Which wire a communicator's all-reduces take, and every rank agreeing on
 //! it (and on the quantized algorithm) at creation.
 
-use super::QuantAlgo;
 use crate::cuda::config::CudaConfig;
 use crate::cuda::rendezvous::Rendezvous;
 use crate::error::{Error, Result};
 use crate::quant::Wire;
 use crate::units::ByteSize;
+use crate::wire::QuantAlgo;
 
 /// The wire a communicator created with `cfg` uses and the smallest message
 /// it quantizes: the config's, else the environment's (TPCOMM_WIRE,

@@ -5,5 +5,7 @@
 //! for a group; the communicator (communicator.rs) composes it with routing
 //! and NCCL.
 
+#[forbid(unsafe_code)]
+mod fields;
 pub mod p2p;
 pub mod pinned;

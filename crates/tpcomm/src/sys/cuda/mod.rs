@@ -70,25 +70,30 @@ pub fn driver_version() -> Result<(i32, i32)> {
     Ok((v / 1000, (v % 1000) / 10))
 }
 
+/// The NVRTC of this process (`nvrtc::get`), chosen against this driver.
+fn nvrtc() -> Result<&'static nvrtc::Nvrtc> {
+    nvrtc::get(|| driver_version().ok().map(|v| v.0))
+}
+
 /// Checks that an NVRTC can be loaded (see the `nvrtc` module for which one).
 pub fn ensure_nvrtc() -> Result<()> {
-    nvrtc::get().map(|_| ())
+    nvrtc().map(|_| ())
 }
 
 /// The chosen NVRTC's version as (major, minor).
 pub fn nvrtc_version() -> Result<(i32, i32)> {
-    Ok(nvrtc::get()?.version)
+    Ok(nvrtc()?.version)
 }
 
 /// The chosen NVRTC's file name or path, for reports.
 pub fn nvrtc_path() -> Result<String> {
-    Ok(nvrtc::get()?.path.clone())
+    Ok(nvrtc()?.path.clone())
 }
 
 /// Compiles `src` with NVRTC and returns (cubin, compiler log). The log holds
 /// warnings even when compilation succeeds.
 pub fn nvrtc_compile(src: &str, name: &str, options: &[String]) -> Result<(Vec<u8>, String)> {
-    nvrtc::get()?.compile(src, name, options)
+    nvrtc()?.compile(src, name, options)
 }
 
 /// Makes `ctx` current on the calling thread.

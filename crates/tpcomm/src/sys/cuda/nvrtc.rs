@@ -137,12 +137,13 @@ fn choose_from(paths: &[String], max_major: Option<i32>) -> std::result::Result<
     ))
 }
 
-/// The NVRTC of this process, chosen once (against the driver's version when
-/// a driver is present).
-pub fn get() -> Result<&'static Nvrtc> {
+/// The NVRTC of this process, chosen once (against the driver's major
+/// version, which `driver_major` reads the first time, when a driver is
+/// present).
+pub fn get(driver_major: impl FnOnce() -> Option<i32>) -> Result<&'static Nvrtc> {
     static CHOSEN: OnceLock<std::result::Result<Nvrtc, String>> = OnceLock::new();
     CHOSEN
-        .get_or_init(|| choose_from(&candidates(), super::driver_version().ok().map(|v| v.0)))
+        .get_or_init(|| choose_from(&candidates(), driver_major()))
         .as_ref()
         .map_err(|detail| Error::Library {
             library: "NVRTC".into(),

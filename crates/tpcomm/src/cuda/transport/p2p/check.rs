@@ -13,12 +13,14 @@
 //! A check that cannot run (NVRTC, memory, mapping) changes nothing: the
 //! group keeps what the driver said, and the log says the check did not run.
 
+use super::comm::open_context;
+use crate::cuda::compile;
+use crate::cuda::driver_error::cuda_err;
 use crate::cuda::kernel_args::P2pCheckArgs;
 use crate::cuda::launch_shape;
 use crate::cuda::loader::compile_and_load;
 use crate::cuda::rendezvous::Rendezvous;
 use crate::cuda::share::DeviceIdentity;
-use crate::cuda::{compile, cuda_err, open_context};
 use crate::error::{Error, Result};
 use crate::sys::cuda::{self as raw, DeviceAlloc, HostMapped, IpcMapping};
 use crate::transport::MAX_WORLD;

@@ -5,15 +5,17 @@ use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::call_word;
 use crate::cuda::config::CudaConfig;
-use crate::cuda::cuda_err;
+use crate::cuda::driver_error::cuda_err;
 use crate::cuda::kernels::{self, dtype_index, kernels_for, KernelArgs, Kernels};
 use crate::cuda::launch_shape::{self, grid_cap};
 use crate::cuda::layout::{round_up, Layout};
 use crate::cuda::rendezvous::Rendezvous;
+use crate::cuda::self_tune::{self, Timed};
 use crate::cuda::share::{
     mps_refusal_hint, note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
     QUEUES_ENV,
 };
+use crate::cuda::transport::fields::{transport_accessors, transport_debug};
 use crate::dtype::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};
@@ -317,7 +319,7 @@ impl P2pTransport {
             _ipc: ipc,
         };
         if found.is_none() {
-            let s = crate::cuda::self_tune::run(&comm, rendezvous, cfg.timeout)?;
+            let s = self_tune::run(&comm, rendezvous, cfg.timeout)?;
             comm.selector = Arc::new(s);
         }
         let transport = crate::select::Transport::Cuda;
@@ -411,6 +413,25 @@ impl GpuTransport for P2pTransport {
     unsafe fn run_collective(&self, what: Collective, call: &Call) -> Result<()> {
         // SAFETY: the trait's contract (collectives.rs).
         unsafe { self.collective(what, call) }
+    }
+}
+
+/// The self-tune times this transport's own calls (`self_tune::run`).
+impl Timed for P2pTransport {
+    fn rank(&self) -> usize {
+        P2pTransport::rank(self)
+    }
+    fn world(&self) -> usize {
+        P2pTransport::world(self)
+    }
+    fn max_bytes(&self) -> ByteSize {
+        P2pTransport::max_bytes(self)
+    }
+    fn context(&self) -> &Arc<CudaContext> {
+        P2pTransport::context(self)
+    }
+    fn check(&self) -> Result<()> {
+        P2pTransport::check(self)
     }
 }
 

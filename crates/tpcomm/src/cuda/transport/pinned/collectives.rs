@@ -9,12 +9,13 @@
 
 use super::comm::PinnedTransport;
 use super::layout::{HostLayout, MAX_CHUNK, MIN_CHUNK};
+use crate::algo::Collective;
 use crate::cuda::call::Call;
 use crate::cuda::call_word;
-use crate::cuda::collectives::{pick, Collective};
 use crate::cuda::compile::HOST_COLLECTIVES_SRC;
 use crate::cuda::kernel_args::HostCollArgs;
 use crate::cuda::launch_shape::{self, grid_cap};
+use crate::cuda::loader::{kernel_family, pick};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::cuda as raw;

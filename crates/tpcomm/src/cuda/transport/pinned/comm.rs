@@ -7,11 +7,14 @@ use super::layout::{chunk_plan_with, HostChunkShape, HostLayout};
 use crate::algo::{Algo, Collective};
 use crate::cuda::call::{Call, GpuTransport};
 use crate::cuda::call_word;
+use crate::cuda::config::CudaConfig;
 use crate::cuda::launch_shape::{self, block_var};
+use crate::cuda::rendezvous::Rendezvous;
 use crate::cuda::share::{
     note_sharing, time_slice_warning, warn_queues_once, DeviceIdentity, Sharing,
 };
-use crate::cuda::{open_context, CudaConfig, Rendezvous};
+use crate::cuda::transport::fields::{transport_accessors, transport_debug};
+use crate::cuda::transport::p2p::open_context;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::memory::{GpuAllocations, MemoryLine, MemoryReport};

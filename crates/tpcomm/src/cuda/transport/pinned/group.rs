@@ -158,7 +158,7 @@ mod tests {
     /// rendezvous, no GPU): every rank gets the same answer.
     #[test]
     fn ranks_exchanging_records_agree_on_the_smallest_sm_count() {
-        use crate::cuda::{Rendezvous, ThreadGroup};
+        use crate::cuda::rendezvous::{Rendezvous, ThreadGroup};
         use std::time::Duration;
         let group = ThreadGroup::new(3);
         let sms = [132u32, 82, 128];

@@ -2,7 +2,7 @@
 
 use crate::cuda::compile::HOST_ALLREDUCE_SRC;
 pub(super) use crate::cuda::kernel_args::HostKernelArgs;
-use crate::cuda::loader::Family;
+use crate::cuda::loader::{kernel_family, Family};
 
 // HG_BLOCK in host_allreduce.cu, whose launch bounds fit the registers to it.
 const BLOCK: u32 = 512;
