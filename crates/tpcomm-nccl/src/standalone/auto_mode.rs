@@ -32,8 +32,9 @@
 
 use crate::settings::{self, info, Standalone};
 use crate::standalone::{self, Secret};
-use crate::types::*;
 use census::Census;
+use creator::CENSUS;
+pub use creator::{Creator, Tidy};
 use std::ffi::c_int;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,11 +48,6 @@ pub const MAGIC: &[u8; 8] = b"TPCHYBR1";
 /// bytes 64.. are zero in every id it makes; an id whose tail is not zero is
 /// left as it is (no auto mode for it).
 const TAIL: usize = 64;
-/// The census records' step.
-const CENSUS: &str = "auto-census";
-/// The decision's step (its record is rank 0's slot, whoever writes it).
-const DECISION: &str = "auto-decision";
-
 /// What a marked id carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mark {
@@ -103,44 +99,6 @@ pub fn unmarked(id: &[u8; 128]) -> [u8; 128] {
     match read_mark(id) {
         Some(_) => stripped(id),
         None => *id,
-    }
-}
-
-/// Who creates a communicator: the real NCCL or standalone mode (or
-/// neither, the creation having failed). Decided once, at creation.
-#[derive(Debug)]
-pub enum Creator {
-    /// To the real NCCL with `id` (a marked id stripped); `after`, once
-    /// NCCL has made the communicator, removes this rank's census records.
-    Nccl { id: [u8; 128], after: Option<Tidy> },
-    /// Served by tpcomm: `created::create` with this secret.
-    Standalone(Secret),
-    /// Failed; ncclGetLastError's text is recorded.
-    Failed(NcclResult),
-}
-
-/// This rank's records of one census, removed once NCCL has made the
-/// communicator: its success means every rank has joined NCCL, which each
-/// does only after reading the decision, so no rank still needs them. NCCL
-/// has made it when a blocking creation returns success outside a group,
-/// when ncclGroupEnd succeeds for a creation inside one, and when a
-/// non-blocking creation is ready (api/init.rs calls `done` then).
-#[derive(Debug)]
-pub struct Tidy {
-    dir: PathBuf,
-    rank: usize,
-}
-
-impl Tidy {
-    /// Once NCCL has made the communicator (`r` SUCCESS): removes this
-    /// rank's records (rank 0's include the decision), and the directory
-    /// once empty (the last rank's removal succeeds). Any other `r` (a
-    /// failed creation, whose peers may still be reading) leaves them.
-    pub fn done(self, r: NcclResult) {
-        if r == SUCCESS {
-            standalone::tidy(&self.dir, self.rank, "");
-            let _ = std::fs::remove_dir(&self.dir);
-        }
     }
 }
 
@@ -279,5 +237,6 @@ pub fn route_in(
 }
 
 mod census;
+mod creator;
 #[cfg(test)]
 mod tests;

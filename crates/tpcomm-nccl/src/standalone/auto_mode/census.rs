@@ -3,7 +3,7 @@
 //! NCCL first when it cannot take part or waited too long. The decision is
 //! the one record of step DECISION that its first writer wrote.
 
-use super::{Creator, Tidy, CENSUS, DECISION};
+use super::creator::{Creator, Tidy, CENSUS, DECISION};
 use crate::settings::{info, warn};
 use crate::standalone::{self, Secret};
 use crate::types::*;

@@ -3,7 +3,9 @@
 //! the id each rank hands it.
 
 use super::census::{decision, judge, uuid_text};
+use super::creator::DECISION;
 use super::*;
+use crate::types::*;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
