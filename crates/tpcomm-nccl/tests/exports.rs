@@ -46,6 +46,37 @@ fn every_listed_nccl_function_is_exported() {
     }
 }
 
+/// Every function also has NCCL's profiling name, `pnccl...`, and it is the
+/// same function: its answer to the same call is the same.
+#[test]
+fn every_function_has_its_pnccl_profiling_name_and_it_behaves_alike() {
+    // SAFETY: as in every_listed_nccl_function_is_exported.
+    let lib = unsafe { libloading::Library::new(library()) }.expect("load libtpcomm_nccl.so");
+    for name in symbols() {
+        let p = format!("p{name}");
+        // SAFETY: only the address is looked up, nothing is called.
+        let f = unsafe { lib.get::<unsafe extern "C" fn()>(p.as_bytes()) };
+        assert!(f.is_ok(), "{p} is not exported by libtpcomm_nccl.so");
+    }
+    type ErrorString = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
+    // SAFETY: nccl.h's prototype of ncclGetErrorString; the strings are
+    // static and NUL-terminated.
+    unsafe {
+        let a = lib.get::<ErrorString>(b"ncclGetErrorString").unwrap();
+        let b = lib.get::<ErrorString>(b"pncclGetErrorString").unwrap();
+        for code in 0..8 {
+            let (x, y) = (
+                std::ffi::CStr::from_ptr(a(code)),
+                std::ffi::CStr::from_ptr(b(code)),
+            );
+            assert_eq!(
+                x, y,
+                "ncclGetErrorString({code}) and pncclGetErrorString({code}) differ"
+            );
+        }
+    }
+}
+
 #[test]
 fn nm_sees_the_exports_as_defined_text_symbols() {
     let Ok(out) = Command::new("nm")

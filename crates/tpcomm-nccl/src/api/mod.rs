@@ -46,6 +46,7 @@ pub(crate) mod group;
 pub(crate) mod init;
 pub(crate) mod memory;
 pub(crate) mod p2p;
+pub(crate) mod profiling;
 pub(crate) mod redop;
 pub(crate) mod rooted;
 
