@@ -45,6 +45,17 @@ impl SavedContext {
         unsafe { cu::cuCtxGetCurrent(&mut c) };
         SavedContext(c)
     }
+
+    /// Makes the saved context current now (nothing when none was saved):
+    /// work the caller asked for on a context it has since left (the
+    /// drop-in's creations deferred to ncclGroupEnd) runs on that context.
+    pub fn bind(&self) -> Result<()> {
+        if self.0.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a context handle the thread held when it was saved.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.0) })
+    }
 }
 
 impl Drop for SavedContext {
