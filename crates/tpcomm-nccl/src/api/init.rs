@@ -15,7 +15,7 @@ use crate::standalone::registry;
 use crate::types::*;
 use std::cell::RefCell;
 use std::ffi::c_int;
-use tpcomm::cuda::SavedContext;
+use tpcomm::cuda::{KeptContext, SavedContext};
 
 thread_local! {
     /// Communicators created inside a group (with the census records to
@@ -42,7 +42,7 @@ struct Undecided {
     config: Option<ConfigCopy>,
     /// The thread's context at the call: NCCL takes the rank's GPU from
     /// the current one, and the thread may have selected another since.
-    context: SavedContext,
+    context: KeptContext,
 }
 
 thread_local! {
@@ -210,6 +210,7 @@ fn defer(
 ) -> NcclResult {
     let (rank, world) = (census.rank(), census.world());
     if comm.is_null() {
+        auto_mode::abandon(census, "its communicator pointer is NULL");
         return standalone::fail(
             INVALID_ARGUMENT,
             format!("{call} rank {rank}/{world}: the communicator pointer is NULL"),
@@ -217,6 +218,7 @@ fn defer(
     }
     // The census named this rank's GPU, so a context is current.
     let Some(device) = tpcomm::cuda::current_device() else {
+        auto_mode::abandon(census, "no CUDA context is current on its thread");
         return standalone::fail(
             CUDA_ERROR,
             format!("{call} rank {rank}/{world}: no CUDA context is current on this thread"),
@@ -232,7 +234,7 @@ fn defer(
         rank: rank as c_int,
         device,
         config: config.map(ConfigCopy::of),
-        context: SavedContext::save(),
+        context: KeptContext::current(),
     };
     UNDECIDED.with_borrow_mut(|v| v.push((u, census)));
     SUCCESS

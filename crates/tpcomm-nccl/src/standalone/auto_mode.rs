@@ -281,18 +281,31 @@ pub fn decide_group(undecided: Vec<Undecided>) -> Vec<Creator> {
 /// One undecided creation's decision: rank 0 counts (at most its census
 /// wait), another rank waits for the decision (at most its timeout).
 fn decide(u: Undecided) -> Creator {
-    let c = Census {
+    let (me, wait, timeout) = (u.me, u.wait, u.timeout);
+    let c = census_of(u);
+    if c.rank == 0 {
+        c.count(me, wait)
+    } else {
+        c.await_decision(timeout)
+    }
+}
+
+/// An undecided creation that cannot go on (api/init.rs: no communicator
+/// pointer, no current context): decides NCCL for every rank unless a
+/// decision is there already, so that rank 0 never counts on this rank
+/// for a standalone communicator.
+pub fn abandon(u: Undecided, why: &str) {
+    let _ = census_of(u).give_up(why, true);
+}
+
+fn census_of(u: Undecided) -> Census {
+    Census {
         tag: u.tag,
         dir: u.dir,
         secret: u.secret,
         rank: u.rank,
         world: u.world,
         real: u.real,
-    };
-    if c.rank == 0 {
-        c.count(u.me, u.wait)
-    } else {
-        c.await_decision(u.timeout)
     }
 }
 
