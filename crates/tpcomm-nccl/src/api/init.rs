@@ -69,7 +69,9 @@ pub(crate) fn decide_pending() -> NcclResult {
     let mut first = SUCCESS;
     for (u, creator) in asked.into_iter().zip(decided) {
         let r = make_decided(u, creator);
-        if r != SUCCESS && first == SUCCESS {
+        // A non-blocking config's forward may say ncclInProgress: not a
+        // failure (ncclGroupEnd's own result reports it).
+        if !ok(r) && first == SUCCESS {
             first = r;
         }
     }

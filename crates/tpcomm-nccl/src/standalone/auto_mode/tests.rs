@@ -484,6 +484,27 @@ fn a_group_s_ranks_and_a_rank_outside_it_share_a_gpu_standalone() {
 }
 
 #[test]
+fn an_abandoned_creation_decides_nccl_for_every_rank() {
+    // Rank 1 posted inside a group, then could not go on (api/init.rs: a
+    // NULL pointer): rank 0 must not count on it for standalone.
+    let base = standalone::test_dir();
+    let (nccls, id) = marked(15);
+    let gpu0 = || Ok(DeviceIdentity::here([0; 16]));
+    let Creator::Undecided(u) = route_in("test", &id, 2, 1, &group_place(&base, 5_000), gpu0)
+    else {
+        panic!("decided inside the group")
+    };
+    abandon(u, "its communicator pointer is NULL");
+    let t0 = Instant::now();
+    let r0 = route_in("test", &id, 2, 0, &place(&base, 5_000, 20_000), gpu0);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        matches!(r0, Creator::Nccl { id: got, .. } if got == nccls),
+        "{r0:?}"
+    );
+}
+
+#[test]
 fn inside_a_group_a_decision_already_made_is_followed_at_the_call() {
     // Rank 1 (TPCOMM_STANDALONE=0) decides NCCL first; rank 0, created
     // later inside a group, follows it at its call: nothing left to decide.
