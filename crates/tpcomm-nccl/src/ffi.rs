@@ -154,9 +154,84 @@ pub(crate) fn config_nonblocking(config: Opaque) -> bool {
         && head.blocking == 0
 }
 
+/// A copy of an `ncclConfig_t` for a creation forwarded later (auto mode's
+/// creations inside a group reach NCCL at ncclGroupEnd, when the caller's
+/// config may be gone: NCCL reads it at the call). The copy is shallow (the
+/// config's strings are the caller's); a config whose head is not NCCL's,
+/// or NULL, is kept as the pointer it was, for NCCL to judge as it would.
+pub(crate) struct ConfigCopy {
+    bytes: Vec<u64>,
+    original: usize,
+}
+
+impl ConfigCopy {
+    pub(crate) fn of(config: Opaque) -> ConfigCopy {
+        let mut c = ConfigCopy {
+            bytes: Vec::new(),
+            original: config as usize,
+        };
+        if config.is_null() {
+            return c;
+        }
+        // SAFETY: non-null, and nccl.h's contract makes it an ncclConfig_t,
+        // which starts with its size and magic.
+        let (size, magic) = unsafe {
+            (
+                std::ptr::read_unaligned(config as *const usize),
+                std::ptr::read_unaligned((config as *const u8).add(8) as *const u32),
+            )
+        };
+        if magic == CONFIG_MAGIC && (16..=4096).contains(&size) {
+            c.bytes = vec![0u64; size.div_ceil(8)];
+            // SAFETY: the config holds `size` bytes (its own size field),
+            // and the copy has room for them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    config as *const u8,
+                    c.bytes.as_mut_ptr() as *mut u8,
+                    size,
+                )
+            };
+        }
+        c
+    }
+
+    /// The config to hand NCCL: the copy, else the pointer as given.
+    pub(crate) fn as_ptr(&mut self) -> Opaque {
+        if self.bytes.is_empty() {
+            self.original as Opaque
+        } else {
+            self.bytes.as_mut_ptr() as Opaque
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_is_copied_whole_and_anything_else_kept_as_given() {
+        // An ncclConfig_t's head (size, magic, version, blocking) and more.
+        let mut cfg = [0u8; 40];
+        cfg[..8].copy_from_slice(&40usize.to_le_bytes());
+        cfg[8..12].copy_from_slice(&CONFIG_MAGIC.to_le_bytes());
+        cfg[16..20].copy_from_slice(&0i32.to_le_bytes());
+        cfg[36] = 7;
+        let mut c = ConfigCopy::of(cfg.as_mut_ptr() as Opaque);
+        cfg.fill(0xee);
+        let p = c.as_ptr();
+        assert_ne!(p, cfg.as_mut_ptr() as Opaque);
+        // SAFETY: the copy holds the 40 bytes.
+        let got = unsafe { std::slice::from_raw_parts(p as *const u8, 40) };
+        assert_eq!(&got[..8], &40usize.to_le_bytes());
+        assert_eq!(got[36], 7);
+        assert!(config_nonblocking(p));
+        assert!(ConfigCopy::of(std::ptr::null_mut()).as_ptr().is_null());
+        let mut odd = [0u8; 16];
+        let at = odd.as_mut_ptr() as Opaque;
+        assert_eq!(ConfigCopy::of(at).as_ptr(), at);
+    }
 
     #[test]
     fn a_panic_inside_an_export_becomes_internal_error() {

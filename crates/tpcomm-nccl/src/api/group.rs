@@ -2,7 +2,7 @@
 //! inside a group keep NCCL's group semantics, and so that tpcomm's set-up of
 //! a communicator created inside a group waits for ncclGroupEnd.
 
-use super::init::{made, ok, PENDING};
+use super::init::{decide_pending, made, ok, PENDING};
 use crate::ffi::{call_real, guard, Fail};
 use crate::forward::wait_ready::wait_ready;
 use crate::group;
@@ -39,13 +39,27 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         if settings::get().standalone == Standalone::Always {
             group::leave();
             if group::depth() == 0 {
+                // A marked id's creations (an id from a process in auto
+                // mode) decided now; NCCL has no group open here.
+                let decided = decide_pending();
                 let made = crate::standalone::create::finish_group();
                 // Sends and receives on standalone communicators.
                 let moved = crate::standalone::p2p::finish();
-                return if made != SUCCESS { made } else { moved };
+                return [decided, made, moved]
+                    .into_iter()
+                    .find(|&r| r != SUCCESS)
+                    .unwrap_or(SUCCESS);
             }
             return SUCCESS;
         }
+        // Auto mode's creations of this group that waited for its end to
+        // take their census decision: decided now, while NCCL's group is
+        // still open, so that those going to NCCL join it.
+        let decided = if group::depth() == 1 {
+            decide_pending()
+        } else {
+            SUCCESS
+        };
         let r = match call_real!(ncclGroupEnd() as fn() -> NcclResult) {
             Ok(r) => r,
             Err(_) => return NcclResult::missing(),
@@ -68,6 +82,9 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
                 if ok(r) && (r == SUCCESS || wait_ready(comm)) {
                     made(comm, origin, after);
                 }
+            }
+            if decided != SUCCESS {
+                return decided;
             }
         }
         r

@@ -3,7 +3,7 @@
 //! and end a standalone one, standalone/create.rs and registry.rs), and the
 //! queries a standalone communicator answers itself.
 
-use crate::ffi::{call_real, guard, Fail};
+use crate::ffi::{call_real, guard, ConfigCopy, Fail};
 use crate::forward::paired;
 use crate::forward::wait_ready::wait_ready;
 use crate::group;
@@ -15,12 +15,121 @@ use crate::standalone::registry;
 use crate::types::*;
 use std::cell::RefCell;
 use std::ffi::c_int;
+use tpcomm::cuda::{KeptContext, SavedContext};
 
 thread_local! {
     /// Communicators created inside a group (with the census records to
     /// remove once made): NCCL makes them at ncclGroupEnd.
     pub(crate) static PENDING: RefCell<Vec<(usize, &'static str, Option<auto_mode::Tidy>)>> =
         const { RefCell::new(Vec::new()) };
+}
+
+/// An auto-mode creation inside a group whose census decides at
+/// ncclGroupEnd ([`decide_pending`]): what it needs to be made then, by
+/// tpcomm or by NCCL inside NCCL's still-open group.
+struct Undecided {
+    call: &'static str,
+    /// The caller's `ncclComm_t*` (NCCL's contract keeps it valid until the
+    /// group ends), holding `pending` until then.
+    out: usize,
+    /// The handle reserved and written at the call.
+    pending: usize,
+    nranks: c_int,
+    rank: c_int,
+    device: usize,
+    /// ncclCommInitRankConfig's config, copied at the call; `None` for
+    /// ncclCommInitRank.
+    config: Option<ConfigCopy>,
+    /// The thread's context at the call: NCCL takes the rank's GPU from
+    /// the current one, and the thread may have selected another since.
+    context: KeptContext,
+}
+
+thread_local! {
+    static UNDECIDED: RefCell<Vec<(Undecided, auto_mode::Undecided)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// At the outermost ncclGroupEnd, before NCCL's group closes: decides this
+/// thread's undecided creations (auto_mode::decide_group, rank 0s first)
+/// and makes each: a standalone one joins the group's standalone creations
+/// under its reserved handle (create::finish_group, after NCCL's group), an
+/// NCCL one goes to the real ncclCommInitRank(Config) now, on the context
+/// of its call and inside the group, so NCCL makes it at the group's end
+/// and PENDING sets tpcomm up beside it. NCCL writes its own handle to the
+/// caller's pointer; the reserved one is forgotten. The first failure's
+/// code, or success.
+pub(crate) fn decide_pending() -> NcclResult {
+    let asked = UNDECIDED.with_borrow_mut(std::mem::take);
+    if asked.is_empty() {
+        return SUCCESS;
+    }
+    let (asked, census): (Vec<Undecided>, Vec<auto_mode::Undecided>) = asked.into_iter().unzip();
+    let decided = auto_mode::decide_group(census);
+    let mut first = SUCCESS;
+    for (u, creator) in asked.into_iter().zip(decided) {
+        let r = make_decided(u, creator);
+        // A non-blocking config's forward may say ncclInProgress: not a
+        // failure (ncclGroupEnd's own result reports it).
+        if !ok(r) && first == SUCCESS {
+            first = r;
+        }
+    }
+    first
+}
+
+/// One undecided creation, now decided.
+fn make_decided(mut u: Undecided, creator: auto_mode::Creator) -> NcclResult {
+    let out = u.out as *mut NcclComm;
+    let pending = u.pending as NcclComm;
+    let (rank, world) = (u.rank as usize, u.nranks as usize);
+    let refused = |r: NcclResult| {
+        registry::unreserve(pending);
+        // SAFETY: the caller's non-null ncclComm_t*, valid until the group
+        // ends (NCCL's contract).
+        unsafe { *out = std::ptr::null_mut() };
+        r
+    };
+    let (id, after) = match creator {
+        auto_mode::Creator::Standalone(s) => {
+            create::defer_reserved(u.call, out, pending, rank, world, s, u.device);
+            return SUCCESS;
+        }
+        auto_mode::Creator::Nccl { id, after } => (UniqueId { internal: id }, after),
+        auto_mode::Creator::Failed(r) => return refused(r),
+        auto_mode::Creator::Undecided(_) => {
+            return refused(standalone::fail(
+                INTERNAL_ERROR,
+                format!(
+                "{} rank {rank}/{world}: the census left the creation undecided at ncclGroupEnd",
+                u.call
+            ),
+            ))
+        }
+    };
+    registry::unreserve(pending);
+    // SAFETY: as above; NCCL writes its handle there.
+    unsafe { *out = std::ptr::null_mut() };
+    let back = SavedContext::save();
+    if let Err(e) = u.context.bind() {
+        return standalone::fail(
+            SYSTEM_ERROR,
+            format!("{} rank {rank}/{world}: the CUDA context of the creation call could not be made current again at ncclGroupEnd to hand the communicator to NCCL ({e})", u.call),
+        );
+    }
+    let r = match u.config.as_mut() {
+        None => call_real!(ncclCommInitRank(out, u.nranks, id, u.rank)
+            as fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult),
+        Some(c) => call_real!(
+            ncclCommInitRankConfig(out, u.nranks, id, u.rank, c.as_ptr())
+                as fn(*mut NcclComm, c_int, UniqueId, c_int, Opaque) -> NcclResult
+        ),
+    };
+    drop(back);
+    let r = r.unwrap_or_else(|_| NcclResult::missing());
+    // SAFETY: as above.
+    created(r, unsafe { *out }, u.call, after);
+    r
 }
 
 pub(crate) fn ok(r: NcclResult) -> bool {
@@ -71,6 +180,7 @@ fn nccl_id_or_served(
     id: &UniqueId,
     rank: c_int,
     blocking: create::Blocking,
+    config: Option<Opaque>,
 ) -> Result<(UniqueId, Option<auto_mode::Tidy>), NcclResult> {
     if let Some(secret) = standalone::parse(&id.internal) {
         if let Err(why) = standalone::check_host(&id.internal) {
@@ -87,7 +197,49 @@ fn nccl_id_or_served(
             Err(create::create(call, comm, nranks, secret, rank, blocking))
         }
         auto_mode::Creator::Failed(r) => Err(r),
+        auto_mode::Creator::Undecided(census) => Err(defer(call, comm, config, census)),
     }
+}
+
+/// Inside a group, a census posted and undecided: the handle is reserved
+/// and written now (NCCL writes it at the call too), and the creation is
+/// decided and made at the outermost ncclGroupEnd ([`decide_pending`]).
+fn defer(
+    call: &'static str,
+    comm: *mut NcclComm,
+    config: Option<Opaque>,
+    census: auto_mode::Undecided,
+) -> NcclResult {
+    let (rank, world) = (census.rank(), census.world());
+    if comm.is_null() {
+        auto_mode::abandon(census, "its communicator pointer is NULL");
+        return standalone::fail(
+            INVALID_ARGUMENT,
+            format!("{call} rank {rank}/{world}: the communicator pointer is NULL"),
+        );
+    }
+    // The census named this rank's GPU, so a context is current.
+    let Some(device) = tpcomm::cuda::current_device() else {
+        auto_mode::abandon(census, "no CUDA context is current on its thread");
+        return standalone::fail(
+            CUDA_ERROR,
+            format!("{call} rank {rank}/{world}: no CUDA context is current on this thread"),
+        );
+    };
+    let pending = create::reserve_undecided(comm, rank, world, census.secret(), device);
+    info!("{call} rank {rank}/{world} GPU {device}: inside a group; the census decides at ncclGroupEnd, when every rank this thread creates has posted");
+    let u = Undecided {
+        call,
+        out: comm as usize,
+        pending: pending as usize,
+        nranks: world as c_int,
+        rank: rank as c_int,
+        device,
+        config: config.map(ConfigCopy::of),
+        context: KeptContext::current(),
+    };
+    UNDECIDED.with_borrow_mut(|v| v.push((u, census)));
+    SUCCESS
 }
 
 #[no_mangle]
@@ -105,6 +257,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
             &comm_id,
             rank,
             create::Blocking::Yes,
+            None,
         ) {
             Ok(to_nccl) => to_nccl,
             Err(served) => return served,
@@ -143,6 +296,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             &comm_id,
             rank,
             create::Blocking::of_config(config),
+            Some(config),
         ) {
             Ok(to_nccl) => to_nccl,
             Err(served) => return served,

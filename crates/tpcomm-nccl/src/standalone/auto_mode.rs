@@ -18,10 +18,14 @@
 //!   Rank 0 writes it after its census; any other rank may write "NCCL"
 //!   first, when it cannot take part (no GPU to name,
 //!   `TPCOMM_STANDALONE=0`) or after waiting `TPCOMM_TIMEOUT_S` for rank 0
-//!   (rank 0 on another host, or never coming; inside ncclGroupStart/End
-//!   only the census wait, since the same thread may be the one to create
-//!   rank 0 after it). A rank that gives up can thus never go to NCCL while
-//!   rank 0 goes standalone: both read the one record.
+//!   (rank 0 on another host, or never coming). A rank that gives up can
+//!   thus never go to NCCL while rank 0 goes standalone: both read the one
+//!   record.
+//! - inside ncclGroupStart/End (one thread may create several ranks, rank
+//!   0 before or after the others) a creation posts its record and waits
+//!   for nothing; its decision, and the creation, come at ncclGroupEnd
+//!   (`decide_group`: rank 0s first), when every rank the thread creates
+//!   has posted.
 //!
 //! Standalone needs every rank's census record, so a rank that posts none
 //! can only make the decision NCCL. An id made on another host, or a group
@@ -34,7 +38,7 @@ use crate::settings::{self, info, Standalone};
 use crate::standalone::{self, Secret};
 use census::Census;
 use creator::CENSUS;
-pub use creator::{Creator, Tidy};
+pub use creator::{Creator, Tidy, Undecided};
 use std::ffi::c_int;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,7 +120,8 @@ pub struct Place {
     pub timeout: Duration,
     /// Whether the creation is inside ncclGroupStart/End (NCCL then makes
     /// communicators at the group's end, so this call must not wait for
-    /// ranks the same thread creates after it).
+    /// ranks the same thread creates after it: it posts its census record
+    /// and is decided at ncclGroupEnd).
     pub in_group: bool,
 }
 
@@ -224,15 +229,83 @@ pub fn route_in(
             false,
         );
     }
+    if place.in_group {
+        // Inside a group one thread may create several ranks (NCCL's
+        // several-devices-per-thread pattern), rank 0 before the others
+        // have posted or after them: no wait here. A decision already made
+        // (a rank that gave up) is followed now; otherwise the decision
+        // waits for ncclGroupEnd (`decide_group`), when every rank this
+        // thread creates has posted.
+        if c.decided() {
+            return c.read_decision();
+        }
+        return Creator::Undecided(Undecided {
+            tag: c.tag,
+            dir: c.dir,
+            secret: c.secret,
+            rank: c.rank,
+            world: c.world,
+            real: c.real,
+            me,
+            wait: place.wait,
+            timeout: place.timeout,
+        });
+    }
     if c.rank == 0 {
         c.count(me, place.wait)
-    } else if place.in_group {
-        // Inside a group one thread may create several ranks (NCCL's
-        // several-devices-per-thread pattern), rank 0 perhaps after this
-        // one: waiting longer than rank 0's own census could only stall.
-        c.await_decision(place.wait.min(place.timeout), true)
     } else {
-        c.await_decision(place.timeout, false)
+        c.await_decision(place.timeout)
+    }
+}
+
+/// At the outermost ncclGroupEnd, before NCCL's group closes: decides the
+/// creations this thread left undecided inside the group, every rank 0
+/// first (its census finds the records of the ranks this thread created
+/// after it, and it publishes the decision those ranks then read at once),
+/// then the others, each waiting for its decision as a creation outside a
+/// group does (`TPCOMM_TIMEOUT_S`: rank 0 may be another thread's or
+/// process's). The creators come back in the order given.
+pub fn decide_group(undecided: Vec<Undecided>) -> Vec<Creator> {
+    let mut out: Vec<Option<Creator>> = (0..undecided.len()).map(|_| None).collect();
+    let mut order: Vec<(usize, Undecided)> = undecided.into_iter().enumerate().collect();
+    // Stable: rank 0s first, in the order they were asked for.
+    order.sort_by_key(|(_, u)| u.rank != 0);
+    for (i, u) in order {
+        out[i] = Some(decide(u));
+    }
+    out.into_iter()
+        .map(|c| c.unwrap_or(Creator::Failed(crate::types::INTERNAL_ERROR)))
+        .collect()
+}
+
+/// One undecided creation's decision: rank 0 counts (at most its census
+/// wait), another rank waits for the decision (at most its timeout).
+fn decide(u: Undecided) -> Creator {
+    let (me, wait, timeout) = (u.me, u.wait, u.timeout);
+    let c = census_of(u);
+    if c.rank == 0 {
+        c.count(me, wait)
+    } else {
+        c.await_decision(timeout)
+    }
+}
+
+/// An undecided creation that cannot go on (api/init.rs: no communicator
+/// pointer, no current context): decides NCCL for every rank unless a
+/// decision is there already, so that rank 0 never counts on this rank
+/// for a standalone communicator.
+pub fn abandon(u: Undecided, why: &str) {
+    let _ = census_of(u).give_up(why, true);
+}
+
+fn census_of(u: Undecided) -> Census {
+    Census {
+        tag: u.tag,
+        dir: u.dir,
+        secret: u.secret,
+        rank: u.rank,
+        world: u.world,
+        real: u.real,
     }
 }
 

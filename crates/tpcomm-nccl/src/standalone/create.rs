@@ -189,6 +189,49 @@ fn placeholder(rank: usize, world: usize, device: usize, secret: Secret) -> Stan
     }
 }
 
+/// Auto mode inside a group, before the census decided (api/init.rs): the
+/// handle is reserved and written to `out` now, as for a standalone
+/// creation inside a group, and answers the queries until ncclGroupEnd,
+/// where [`defer_reserved`] makes the communicator under it, or the
+/// decision NCCL forgets it (`registry::unreserve`).
+pub fn reserve_undecided(
+    out: *mut NcclComm,
+    rank: usize,
+    world: usize,
+    secret: Secret,
+    device: usize,
+) -> NcclComm {
+    let pending = registry::reserve(placeholder(rank, world, device, secret));
+    // SAFETY: the caller checked `out` non-null: its ncclComm_t.
+    unsafe { *out = pending };
+    pending
+}
+
+/// A reserved handle's standalone creation, asked for inside the group now
+/// ending (auto mode decided standalone there): made by [`finish_group`]
+/// with the group's other standalone ranks, under that handle.
+pub fn defer_reserved(
+    call: &'static str,
+    out: *mut NcclComm,
+    pending: NcclComm,
+    rank: usize,
+    world: usize,
+    secret: Secret,
+    device: usize,
+) {
+    DEFERRED.with_borrow_mut(|d| {
+        d.push(Deferred {
+            call,
+            out: out as usize,
+            pending: pending as usize,
+            rank,
+            world,
+            secret,
+            device,
+        })
+    });
+}
+
 /// A standalone creation asked for inside a group, made at its end.
 struct Deferred {
     call: &'static str,

@@ -53,7 +53,9 @@ mod wait;
 /// Kept so `tpcomm::cuda::Algo` still names the shared enum (the GPU bench's
 /// rank loop imports it from here).
 pub use crate::algo::Algo;
-pub use crate::sys::cuda::scratch::{current_device, Rows, SavedContext, Scratch, Staging};
+pub use crate::sys::cuda::scratch::{
+    current_device, KeptContext, Rows, SavedContext, Scratch, Staging,
+};
 pub use crate::sys::cuda::{
     driver_version, ensure_driver, ensure_nvrtc, mem_get_info, mps_enabled,
     nvrtc::NVRTC_LIBRARY_ENV, nvrtc_path, nvrtc_version, stream_is_capturing, CUdeviceptr,

@@ -70,7 +70,7 @@ impl Census {
     }
 
     /// Whether a decision record is there (another rank gave up first).
-    fn decided(&self) -> bool {
+    pub(super) fn decided(&self) -> bool {
         !matches!(
             standalone::read(&self.dir, &self.secret, DECISION, 0),
             Ok(None)
@@ -79,8 +79,7 @@ impl Census {
 
     /// Every other rank: waits at most `timeout` for the decision, then
     /// decides NCCL itself (which rank 0 will follow if it comes later).
-    /// `in_group`: the wait is the census wait, inside ncclGroupStart/End.
-    pub(super) fn await_decision(self, timeout: Duration, in_group: bool) -> Creator {
+    pub(super) fn await_decision(self, timeout: Duration) -> Creator {
         let t0 = Instant::now();
         let mut poll = Poller::new();
         loop {
@@ -88,12 +87,6 @@ impl Census {
                 Ok(None) => {}
                 Ok(Some(_)) => return self.read_decision(),
                 Err(e) => return self.unreadable(e),
-            }
-            if t0.elapsed() >= timeout && in_group {
-                return self.give_up(
-                    "rank 0 published no decision within the census wait (TPCOMM_STANDALONE_WAIT_S) of a creation inside ncclGroupStart/ncclGroupEnd",
-                    true,
-                );
             }
             if t0.elapsed() >= timeout {
                 warn!(
@@ -121,7 +114,7 @@ impl Census {
     }
 
     /// Follows the decision record there.
-    fn read_decision(self) -> Creator {
+    pub(super) fn read_decision(self) -> Creator {
         match standalone::read(&self.dir, &self.secret, DECISION, 0) {
             Ok(Some(b)) if matches!(b.first(), Some(0 | 1)) => {
                 let why = String::from_utf8_lossy(&b[1..]).into_owned();

@@ -4,6 +4,8 @@
 use crate::standalone::{self, Secret};
 use crate::types::*;
 use std::path::PathBuf;
+use std::time::Duration;
+use tpcomm::cuda::share::DeviceIdentity;
 
 /// The census records' step.
 pub(super) const CENSUS: &str = "auto-census";
@@ -21,6 +23,42 @@ pub enum Creator {
     Standalone(Secret),
     /// Failed; ncclGetLastError's text is recorded.
     Failed(NcclResult),
+    /// Not decided yet: a creation inside ncclGroupStart/End that posted
+    /// its census record and decides at ncclGroupEnd (`auto_mode::decide_group`),
+    /// once every rank its thread creates in the group has posted too.
+    Undecided(Undecided),
+}
+
+/// A creation's census, posted and waiting for ncclGroupEnd to decide.
+#[derive(Debug)]
+pub struct Undecided {
+    pub(super) tag: String,
+    pub(super) dir: PathBuf,
+    pub(super) secret: Secret,
+    pub(super) rank: usize,
+    pub(super) world: usize,
+    /// The id as NCCL made it.
+    pub(super) real: [u8; 128],
+    /// This rank's GPU (rank 0 counts it with the others).
+    pub(super) me: DeviceIdentity,
+    /// Rank 0's census wait.
+    pub(super) wait: Duration,
+    /// The other ranks' wait for the decision.
+    pub(super) timeout: Duration,
+}
+
+impl Undecided {
+    /// The rendezvous secret of the id (a standalone communicator's, should
+    /// the census decide so).
+    pub fn secret(&self) -> Secret {
+        self.secret
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
 }
 
 /// This rank's records of one census, removed once NCCL has made the

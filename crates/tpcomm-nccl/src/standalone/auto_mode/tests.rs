@@ -114,7 +114,12 @@ fn run(id: &[u8; 128], ranks: Vec<Rank>) -> (Vec<(End, Duration)>, Vec<[u8; 128]
                         Some(g) => Ok(DeviceIdentity::here([g; 16])),
                         None => Err(tpcomm::Error::Unsupported("no GPU in this test".into())),
                     };
-                    let route = route_in("test", id, world as c_int, r as c_int, &k.place, gpu);
+                    let mut route = route_in("test", id, world as c_int, r as c_int, &k.place, gpu);
+                    if let Creator::Undecided(u) = route {
+                        // Inside a group of this thread's one creation:
+                        // decided at its end, which is now.
+                        route = decide_group(vec![u]).remove(0);
+                    }
                     let took = t0.elapsed();
                     let end = match route {
                         Creator::Nccl { id, after } => {
@@ -126,6 +131,7 @@ fn run(id: &[u8; 128], ranks: Vec<Rank>) -> (Vec<(End, Duration)>, Vec<[u8; 128]
                         }
                         Creator::Standalone(s) => End::Standalone(s),
                         Creator::Failed(r) => End::Failed(r),
+                        Creator::Undecided(u) => panic!("undecided after the group: {u:?}"),
                     };
                     (end, took)
                 })
@@ -344,37 +350,180 @@ fn ranks_each_creating_inside_a_group_still_share_a_gpu_standalone() {
     assert!(ids.is_empty());
 }
 
-#[test]
-fn one_thread_creating_several_ranks_in_a_group_waits_one_census_at_most() {
-    // NCCL's several-devices-per-thread pattern: this thread creates ranks
-    // 1 and 0 (in that order) inside a group, another thread rank 2; all
-    // share GPU 0. Rank 1 cannot wait for rank 0 (this thread makes it
-    // next), so every rank ends in NCCL within about one census wait.
-    let base = standalone::test_dir();
-    let (nccls, id) = marked(13);
-    let mut p = place(&base, 300, 20_000);
+/// One thread creating ranks `order` of `gpus.len()` inside one group
+/// (rank `r` on fake GPU `gpus[r]`): every creation call returns at once,
+/// undecided, and the group's end decides them all. Gives each rank's
+/// creator (by rank; `None` for a rank not in `order`) and how long the
+/// calls and the group's end took.
+fn one_thread_group(
+    id: &[u8; 128],
+    gpus: &[u8],
+    order: &[usize],
+    p: &Place,
+) -> (Vec<Option<Creator>>, Duration, Duration) {
+    let world = gpus.len() as c_int;
+    let t0 = Instant::now();
+    let asked: Vec<Undecided> = order
+        .iter()
+        .map(|&r| {
+            let g = gpus[r];
+            match route_in("test", id, world, r as c_int, p, || {
+                Ok(DeviceIdentity::here([g; 16]))
+            }) {
+                Creator::Undecided(u) => u,
+                other => panic!("rank {r} decided inside the group: {other:?}"),
+            }
+        })
+        .collect();
+    let calls = t0.elapsed();
+    let t1 = Instant::now();
+    let decided = decide_group(asked);
+    let end = t1.elapsed();
+    let mut by_rank: Vec<Option<Creator>> = (0..gpus.len()).map(|_| None).collect();
+    for (&r, c) in order.iter().zip(decided) {
+        by_rank[r] = Some(c);
+    }
+    (by_rank, calls, end)
+}
+
+fn group_place(base: &Path, wait_ms: u64) -> Place {
+    let mut p = place(base, wait_ms, 20_000);
     p.in_group = true;
+    p
+}
+
+#[test]
+fn one_thread_creating_every_rank_in_a_group_on_one_gpu_is_standalone_at_once() {
+    // nccl-tests' default: one thread, ncclGroupStart, ncclCommInitRank
+    // for rank 0, 1, ... on one GPU, ncclGroupEnd. No call may wait for
+    // a rank the thread creates after it; the group's end decides, well
+    // within the 5 s census wait. Rank 0 last as well (NCCL allows any
+    // order).
+    for (seed, n, order) in [
+        (20u8, 2usize, vec![0, 1]),
+        (21, 3, vec![0, 1, 2]),
+        (22, 4, vec![0, 1, 2, 3]),
+        (23, 3, vec![2, 1, 0]),
+    ] {
+        let base = standalone::test_dir();
+        let (_, id) = marked(seed);
+        let (creators, calls, end) =
+            one_thread_group(&id, &vec![5; n], &order, &group_place(&base, 5_000));
+        assert!(
+            calls < Duration::from_millis(500),
+            "{n} ranks: the calls took {calls:?}"
+        );
+        assert!(
+            end < Duration::from_millis(1_000),
+            "{n} ranks: the group's end took {end:?}"
+        );
+        for (r, c) in creators.iter().flatten().enumerate() {
+            assert!(
+                matches!(c, Creator::Standalone(s) if *s == secret_of(&id)),
+                "{n} ranks, rank {r}: {c:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn one_thread_creating_every_rank_in_a_group_on_gpus_of_their_own_is_nccl() {
+    // nccl-tests with -g: one thread creates a rank on each GPU inside a
+    // group. Every rank is NCCL's, with the id as NCCL made it, decided at
+    // the group's end without the census wait, and the census leaves
+    // nothing once NCCL has made the communicator.
+    for (seed, n) in [(30u8, 2usize), (31, 3), (32, 4)] {
+        let base = standalone::test_dir();
+        let (nccls, id) = marked(seed);
+        let gpus: Vec<u8> = (0..n as u8).collect();
+        let order: Vec<usize> = (0..n).collect();
+        let (creators, _, end) = one_thread_group(&id, &gpus, &order, &group_place(&base, 5_000));
+        assert!(
+            end < Duration::from_millis(1_000),
+            "{n} ranks: the group's end took {end:?}"
+        );
+        for (r, c) in creators.into_iter().flatten().enumerate() {
+            match c {
+                Creator::Nccl { id: got, after } => {
+                    assert_eq!(got, nccls, "{n} ranks, rank {r}");
+                    after.expect("census records to remove").done(SUCCESS);
+                }
+                other => panic!("{n} ranks, rank {r}: {other:?}"),
+            }
+        }
+        assert!(!dir_of(&base, &id).exists(), "the meeting directory stayed");
+    }
+}
+
+#[test]
+fn a_group_s_ranks_and_a_rank_outside_it_share_a_gpu_standalone() {
+    // This thread creates ranks 1 and 0 (in that order) inside a group;
+    // another thread creates rank 2 outside any group, later. All share
+    // GPU 0: rank 0's census at the group's end counts all three.
+    let base = standalone::test_dir();
+    let (_, id) = marked(13);
+    let outside = place(&base, 5_000, 20_000);
     let gpu0 = || Ok(DeviceIdentity::here([0; 16]));
     let t0 = Instant::now();
     let (mine, other) = std::thread::scope(|s| {
-        let other = s.spawn(|| route_in("test", &id, 3, 2, &place(&base, 300, 20_000), gpu0));
-        let one = route_in("test", &id, 3, 1, &p, gpu0);
-        let zero = route_in("test", &id, 3, 0, &p, gpu0);
-        ((one, zero), other.join().unwrap())
+        let other = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            route_in("test", &id, 3, 2, &outside, gpu0)
+        });
+        let (mine, _, _) = one_thread_group(&id, &[0, 0, 0], &[1, 0], &group_place(&base, 5_000));
+        (mine, other.join().unwrap())
     });
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
-    for (r, route) in [(1, mine.0), (0, mine.1), (2, other)] {
-        match route {
-            Creator::Nccl { id: got, after } => {
-                assert_eq!(got, nccls, "rank {r}");
-                // Every rank's records are there to remove once NCCL has
-                // made the communicator (inside the group: at its end,
-                // api/init.rs), so each route carries them.
-                assert!(after.is_some(), "rank {r}");
-            }
-            other => panic!("rank {r}: {other:?}"),
-        }
+    assert!(mine[2].is_none());
+    for (r, c) in mine.iter().flatten().enumerate().chain([(2, &other)]) {
+        assert!(
+            matches!(c, Creator::Standalone(s) if *s == secret_of(&id)),
+            "rank {r}: {c:?}"
+        );
     }
+}
+
+#[test]
+fn an_abandoned_creation_decides_nccl_for_every_rank() {
+    // Rank 1 posted inside a group, then could not go on (api/init.rs: a
+    // NULL pointer): rank 0 must not count on it for standalone.
+    let base = standalone::test_dir();
+    let (nccls, id) = marked(15);
+    let gpu0 = || Ok(DeviceIdentity::here([0; 16]));
+    let Creator::Undecided(u) = route_in("test", &id, 2, 1, &group_place(&base, 5_000), gpu0)
+    else {
+        panic!("decided inside the group")
+    };
+    abandon(u, "its communicator pointer is NULL");
+    let t0 = Instant::now();
+    let r0 = route_in("test", &id, 2, 0, &place(&base, 5_000, 20_000), gpu0);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        matches!(r0, Creator::Nccl { id: got, .. } if got == nccls),
+        "{r0:?}"
+    );
+}
+
+#[test]
+fn inside_a_group_a_decision_already_made_is_followed_at_the_call() {
+    // Rank 1 (TPCOMM_STANDALONE=0) decides NCCL first; rank 0, created
+    // later inside a group, follows it at its call: nothing left to decide.
+    let base = standalone::test_dir();
+    let (nccls, id) = marked(14);
+    let mut off = place(&base, 5_000, 20_000);
+    off.mode = Standalone::Never;
+    let r1 = route_in("test", &id, 2, 1, &off, || panic!("no GPU asked for"));
+    assert!(
+        matches!(r1, Creator::Nccl { id: got, .. } if got == nccls),
+        "{r1:?}"
+    );
+    let r0 = route_in("test", &id, 2, 0, &group_place(&base, 5_000), || {
+        Ok(DeviceIdentity::here([0; 16]))
+    });
+    assert!(
+        matches!(r0, Creator::Nccl { id: got, .. } if got == nccls),
+        "{r0:?}"
+    );
 }
 
 #[test]

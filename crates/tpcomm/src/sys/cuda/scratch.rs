@@ -47,6 +47,32 @@ impl SavedContext {
     }
 }
 
+/// The calling thread's current context, kept to be made current again
+/// later ([`KeptContext::bind`]); unlike [`SavedContext`] nothing happens
+/// when it is dropped. Work a caller asked for on a context it has since
+/// left (the drop-in's creations deferred to ncclGroupEnd) runs on it.
+#[derive(Debug)]
+pub struct KeptContext(CUcontext);
+
+impl KeptContext {
+    /// Requires the driver to be loaded (`tpcomm::cuda::ensure_driver`).
+    pub fn current() -> Self {
+        let mut c: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one pointer into `c`; on failure `c` stays null.
+        unsafe { cu::cuCtxGetCurrent(&mut c) };
+        KeptContext(c)
+    }
+
+    /// Makes the kept context current (nothing when none was current).
+    pub fn bind(&self) -> Result<()> {
+        if self.0.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a context handle the thread held when it was kept.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.0) })
+    }
+}
+
 impl Drop for SavedContext {
     fn drop(&mut self) {
         let mut now: CUcontext = std::ptr::null_mut();
