@@ -71,20 +71,16 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
             let served = crate::standalone::create::finish_group();
             // Sends and receives on standalone communicators of the group.
             let moved = crate::standalone::p2p::finish();
-            if served != SUCCESS {
-                return served;
-            }
-            if moved != SUCCESS {
-                return moved;
-            }
+            // NCCL's communicators of the group get tpcomm's set-up whatever
+            // became of the group's standalone parts: NCCL made them.
             for (comm, origin, after) in PENDING.take() {
                 let comm = comm as NcclComm;
                 if ok(r) && (r == SUCCESS || wait_ready(comm)) {
                     made(comm, origin, after);
                 }
             }
-            if decided != SUCCESS {
-                return decided;
+            if let Some(bad) = [served, moved, decided].into_iter().find(|&x| x != SUCCESS) {
+                return bad;
             }
         }
         r
