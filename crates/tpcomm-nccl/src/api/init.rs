@@ -226,7 +226,7 @@ fn defer(
             format!("{call} rank {rank}/{world}: no CUDA context is current on this thread"),
         );
     };
-    let pending = create::reserve_undecided(comm, rank, world, census.secret(), device);
+    let pending = create::reserve_in_group(comm, rank, world, census.secret(), device);
     info!("{call} rank {rank}/{world} GPU {device}: inside a group; the census decides at ncclGroupEnd, when every rank this thread creates has posted");
     let u = Undecided {
         call,

@@ -104,20 +104,8 @@ pub fn create(
         // NCCL writes the handle now and completes it at ncclGroupEnd;
         // programs keep the value they read here, so the handle is reserved
         // now and the made communicator put under it then.
-        let pending = registry::reserve(placeholder(rank, world, device, secret));
-        // SAFETY: `out` is non-null: the caller's ncclComm_t.
-        unsafe { *out = pending };
-        DEFERRED.with_borrow_mut(|d| {
-            d.push(Deferred {
-                call,
-                out: out as usize,
-                pending: pending as usize,
-                rank,
-                world,
-                secret,
-                device,
-            })
-        });
+        let pending = reserve_in_group(out, rank, world, secret, device);
+        defer_reserved(call, out, pending, rank, world, secret, device);
         return SUCCESS;
     }
     if blocking == Blocking::No {
@@ -189,12 +177,12 @@ fn placeholder(rank: usize, world: usize, device: usize, secret: Secret) -> Stan
     }
 }
 
-/// Auto mode inside a group, before the census decided (api/init.rs): the
-/// handle is reserved and written to `out` now, as for a standalone
-/// creation inside a group, and answers the queries until ncclGroupEnd,
-/// where [`defer_reserved`] makes the communicator under it, or the
-/// decision NCCL forgets it (`registry::unreserve`).
-pub fn reserve_undecided(
+/// A creation inside a group, standalone (above) or in auto mode before the
+/// census decided (api/init.rs): the handle is reserved and written to
+/// `out` (non-null) now, and answers the queries until ncclGroupEnd, where
+/// [`defer_reserved`]'s creation is made under it, or the decision NCCL
+/// forgets it (`registry::unreserve`).
+pub fn reserve_in_group(
     out: *mut NcclComm,
     rank: usize,
     world: usize,
@@ -207,8 +195,8 @@ pub fn reserve_undecided(
     pending
 }
 
-/// A reserved handle's standalone creation, asked for inside the group now
-/// ending (auto mode decided standalone there): made by [`finish_group`]
+/// A reserved handle's standalone creation, asked for inside a group (in
+/// auto mode, decided standalone at its end): made by [`finish_group`]
 /// with the group's other standalone ranks, under that handle.
 pub fn defer_reserved(
     call: &'static str,
