@@ -139,7 +139,7 @@ impl Stream {
             limit: Duration::from_secs(60),
         })
     }
-    fn raw(&self) -> cu::CUstream {
+    fn cu(&self) -> cu::CUstream {
         self.raw as cu::CUstream
     }
     /// Waits for the stream's work, polling, at most `limit`.
@@ -147,7 +147,7 @@ impl Stream {
         let end = Instant::now() + limit;
         loop {
             // SAFETY: a live stream.
-            let r = unsafe { cu::cuStreamQuery(self.raw()) };
+            let r = unsafe { cu::cuStreamQuery(self.cu()) };
             match r {
                 cu::CUresult::CUDA_SUCCESS => return Ok(()),
                 cu::CUresult::CUDA_ERROR_NOT_READY => {}
@@ -176,7 +176,7 @@ impl Stream {
                         dst + (k * STAGE) as u64,
                         self.stage as *const c_void,
                         piece.len(),
-                        self.raw(),
+                        self.cu(),
                     ),
                     "cuMemcpyHtoDAsync",
                 )?;
@@ -197,7 +197,7 @@ impl Stream {
                         self.stage as *mut c_void,
                         src + (k * STAGE) as u64,
                         piece.len(),
-                        self.raw(),
+                        self.cu(),
                     ),
                     "cuMemcpyDtoHAsync",
                 )?;
@@ -219,7 +219,7 @@ impl Stream {
         // SAFETY: `dst` holds at least n bytes.
         unsafe {
             cu_err(
-                cu::cuMemsetD8Async(dst, byte, n, self.raw()),
+                cu::cuMemsetD8Async(dst, byte, n, self.cu()),
                 "cuMemsetD8Async",
             )
         }
@@ -230,7 +230,7 @@ impl Stream {
         unsafe {
             cu_err(
                 cu::cuStreamBeginCapture_v2(
-                    self.raw(),
+                    self.cu(),
                     cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 ),
                 "cuStreamBeginCapture",
@@ -244,7 +244,7 @@ impl Stream {
         // SAFETY: out-pointers to locals; both are destroyed by Graph's drop.
         unsafe {
             cu_err(
-                cu::cuStreamEndCapture(self.raw(), &mut g),
+                cu::cuStreamEndCapture(self.cu(), &mut g),
                 "cuStreamEndCapture",
             )?;
             if let Err(m) = cu_err(
@@ -266,7 +266,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         // SAFETY: created by `new`; the staging buffer is not used after the stream.
         unsafe {
-            let _ = cu::cuStreamDestroy_v2(self.raw());
+            let _ = cu::cuStreamDestroy_v2(self.cu());
             let _ = cu::cuMemFreeHost(self.stage as *mut c_void);
         }
     }
@@ -282,7 +282,7 @@ impl Graph {
         // SAFETY: an instantiated graph and a live stream.
         unsafe {
             cu_err(
-                cu::cuGraphLaunch(self.exec as cu::CUgraphExec, s.raw()),
+                cu::cuGraphLaunch(self.exec as cu::CUgraphExec, s.cu()),
                 "cuGraphLaunch",
             )
         }
