@@ -11,6 +11,11 @@ float64 reference on every rank (the run fails if any element is off).
     python3 percall.py --lib before=A/libtpcomm_nccl.so --lib after=B/libtpcomm_nccl.so \\
         --world 2 --bytes 1024 --rounds 5 [--json out.json]
 
+The same library twice with different settings (the mismatch check's cost):
+
+    python3 percall.py --lib on=A/libtpcomm_nccl.so --lib off=A/libtpcomm_nccl.so \\
+        --env on:TPCOMM_CHECK_CALLS=1 --env off:TPCOMM_CHECK_CALLS=0 ...
+
 With fewer GPUs than ranks, start the MPS daemon first (ranks then share a GPU: label the
 figures "shared GPU"). Prints one line per library and round, then per library the median
 per-call time over rounds with the lowest and highest, and each library over the first.
@@ -72,7 +77,22 @@ def worker(rank, world, path, uid_bytes, n, calls, reps, seed, barrier, results)
             pass
 
 
-def one(path, world, n, calls, reps, seed):
+def one(path, world, n, calls, reps, seed, env):
+    # The library's environment (--env) holds for its ranks only: the spawned
+    # processes copy os.environ when they start.
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return one_run(path, world, n, calls, reps, seed)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def one_run(path, world, n, calls, reps, seed):
     lib = bind(path)
     uid = UniqueId()
     ck(lib, lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
@@ -107,6 +127,8 @@ def one(path, world, n, calls, reps, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", action="append", required=True, help="LABEL=PATH, measured in the order given")
+    ap.add_argument("--env", action="append", default=[],
+                    help="LABEL:NAME=VALUE, set for that library's ranks only (e.g. off:TPCOMM_CHECK_CALLS=0)")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--bytes", type=int, default=1024)
     ap.add_argument("--calls", type=int, default=100, help="all-reduces captured in the graph")
@@ -120,6 +142,13 @@ def main():
         if not sep or not os.path.isfile(path):
             sys.exit(f"--lib wants LABEL=PATH of an existing file, got {spec!r}")
         libs.append((label, os.path.abspath(path)))
+    envs = {label: {} for label, _ in libs}
+    for spec in a.env:
+        label, sep, kv = spec.partition(":")
+        name, eq, value = kv.partition("=")
+        if not sep or not eq or not name or label not in envs:
+            sys.exit(f"--env wants LABEL:NAME=VALUE with a LABEL of --lib, got {spec!r}")
+        envs[label][name] = value
     if a.bytes <= 0 or a.bytes % 2:
         sys.exit("--bytes must be a positive whole number of bf16 elements (even)")
     n = a.bytes // 2
@@ -129,7 +158,7 @@ def main():
           f"{a.bytes} B bf16, {a.calls} calls a graph, median of {a.reps} replays a round", flush=True)
     for rnd in range(a.rounds):
         for label, path in libs:
-            us, wrong = one(path, a.world, n, a.calls, a.reps, seed=rnd + 1)
+            us, wrong = one(path, a.world, n, a.calls, a.reps, seed=rnd + 1, env=envs[label])
             wrong_total += wrong
             times[label].append(us)
             print(f"round {rnd + 1} {label}: {us:.3f} us/call, {wrong} wrong", flush=True)
