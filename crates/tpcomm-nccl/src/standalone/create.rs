@@ -471,7 +471,15 @@ fn make(
     // TPCOMM_CHECK_CALLS=0 turns the check off (every rank alike).
     cfg.check_calls = cfg.check_calls.or(Some(true));
     // The exact wire whatever TPCOMM_WIRE says: standalone mode has no
-    // quantized path (and reads no wire from the environment).
+    // quantized path. A quantized wire asked for is said to be ignored.
+    if let Some(w) = tpcomm::env::WIRE
+        .checked_value()
+        .filter(|w| *w != tpcomm::quant::Wire::Exact)
+    {
+        if rank == 0 {
+            warn!("{tag}: TPCOMM_WIRE={} is ignored: a standalone communicator sums on the exact wire only (the quantized wire runs beside a real NCCL communicator, docs/quantized.md)", w.label());
+        }
+    }
     cfg.wire = Some(tpcomm::quant::Wire::Exact);
     cfg.wire_min_bytes = Some(tpcomm::ByteSize::b(0));
     let rv = Rendezvous::Custom(Arc::new(meet));
