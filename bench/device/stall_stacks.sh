@@ -8,7 +8,8 @@
 #   bash bench/device/stall_stacks.sh .dev/all allgather@6,10 syncwork.sweep@10,25
 #
 # BIN_DIR holds tpcomm-conformance and libtpcomm_nccl.so (stage_all.sh's folder). Output:
-# $OUT/PATTERN.txt (the case, time-stamped), $OUT/stacks-PATTERN.txt.
+# $OUT/PATTERN.txt (the case, time-stamped), $OUT/stacks-PATTERN.txt. CASE_T (default 50): the
+# case's limit in seconds (stacks taken later than that find no process).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=${1:-.dev/all}; shift || true
@@ -26,7 +27,7 @@ stacks() {
 }
 for spec in "$@"; do
   name=${spec%@*}; times=${spec#*@}
-  ( timeout 60 stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds 2 --only "$name" --case-timeout 50 --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
+  ( timeout $((${CASE_T:-50} + 10)) stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds 2 --only "$name" --case-timeout "${CASE_T:-50}" --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
   t0=$SECONDS
   for t in ${times//,/ }; do sleep $((t - (SECONDS - t0))); stacks "$name@${t}s" >> "$OUT/stacks-$name.txt" 2>&1; done
   wait
