@@ -17,6 +17,7 @@ B=${1:-.dev/all}; shift || true
 OUT=${OUT:-/tmp/stall_stacks}; mkdir -p "$OUT"
 GDB=$(command -v gdb || command -v cuda-gdb) || { echo "no gdb or cuda-gdb here" >&2; exit 2; }
 export TPCOMM_STANDALONE=1 TPCOMM_TIMEOUT_S=12 TPCOMM_LOG=info
+CT=${CASE_T:-50}
 stamp() { while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N | cut -c7-14)" "$l"; done; }
 stacks() {
   for p in $(pgrep -f "tpcomm-conformance"); do
@@ -27,7 +28,7 @@ stacks() {
 }
 for spec in "$@"; do
   name=${spec%@*}; times=${spec#*@}
-  ( timeout $((${CASE_T:-50} + 10)) stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds 2 --only "$name" --case-timeout "${CASE_T:-50}" --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
+  ( timeout $((CT + 10)) stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds 2 --only "$name" --case-timeout "$CT" --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
   t0=$SECONDS
   for t in ${times//,/ }; do sleep $((t - (SECONDS - t0))); stacks "$name@${t}s" >> "$OUT/stacks-$name.txt" 2>&1; done
   wait
