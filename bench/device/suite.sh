@@ -19,7 +19,9 @@ then, on the GPU machine, from the repository root (the staged folder carried be
 Parts, in the order they run (--only takes a comma list of them):
   tests    every GPU test executable (crates/*/tests/gpu_*.rs, nccl_gpu, the drop-in's
            standalone test) with ranks as threads at every world of --worlds; on one GPU
-           all ranks share it. gpu_supervision kills and stops rank processes (no MPS).
+           all ranks share it, and nccl_gpu and gpu_forward's two NCCL comparisons (2 GPUs
+           or more) are listed as not run here. gpu_supervision kills and stops rank
+           processes (no MPS).
   stress   the 100,000-call stress tests (P2P, pinned host) at --stress-worlds
   shared   ranks as processes: under MPS, `tpcomm bench --launch processes` at every
            world (both transports, every result checked) and `bench forward` at 2 and 4
@@ -139,8 +141,24 @@ mkdir -p "$W"
 VIRT=0
 now() { echo $((SECONDS + VIRT)); }
 log() { echo "$*" | tee -a "$LOG"; }
-PASSED=() FAILED=() SKIPPED=() SKIPPED_PARTS=()
+PASSED=() FAILED=() SKIPPED=() SKIPPED_PARTS=() NOT_HERE=()
 PART=none
+
+# not_here NAME WHY: the step NAME (when selected) cannot run on this machine; listed in the
+# summary as not run here, neither passed nor failed.
+not_here() {
+  local pat hit=1
+  if [ -n "$STEPS" ]; then
+    hit=0
+    for pat in ${STEPS//,/ }; do
+      # shellcheck disable=SC2053 # the pattern is meant to match as a glob
+      [[ $PART/$1 == $pat ]] && hit=1
+    done
+  fi
+  [ "$hit" = 1 ] || return 0
+  NOT_HERE+=("$PART/$1")
+  log "-- $PART/$1 not run here: $2"
+}
 
 # step NAME EST LIMIT CMD...: CMD under `timeout LIMIT` (cut to what is left of the
 # budget) when at least EST seconds (its usual time) are left, output in
@@ -225,9 +243,20 @@ part_tests() {
   gtest p2p-check 5 60 "$w" gpu_p2p_check
   gtest mismatch 15 150 "$w" gpu_mismatch
   gtest quant 120 300 "$w" gpu_quant
-  gtest nccl 10 60 "$w" nccl_gpu
+  if [ "$NGPU" -ge 2 ]; then
+    gtest nccl 10 60 "$w" nccl_gpu
+  else
+    not_here nccl "nccl_gpu runs NCCL on 2 GPUs (NCCL refuses ranks sharing one)"
+  fi
   gtest standalone 10 90 2 nccl_lib standalone_ranks_sharing
-  gtest forward 60 240 2 gpu_forward
+  if [ "$NGPU" -ge 2 ]; then
+    gtest forward 60 240 2 gpu_forward
+  else
+    # Two of its tests compare with NCCL, one rank per GPU; the others run ranks as threads.
+    log "-- tests/forward: the two tests that compare with NCCL need 2 GPUs, not run here"
+    gtest forward 40 240 2 gpu_forward --skip forward_outputs_are_identical_across_ranks_and_match_nccl \
+      --skip forward_over_the_host_transport_matches_nccl_without_p2p
+  fi
   gtest supervision 100 300 "$w" gpu_supervision
   # Every GPU test executable staged (stage_all.sh takes them from the test files) runs above.
   local exe known=" gpu_allreduce gpu_host_allreduce gpu_fused gpu_fallback gpu_self_tune gpu_plan_layout"
@@ -417,13 +446,14 @@ finish() {
   local used line
   [ "$MPS" = 1 ] && mps_off
   used=$(now)
-  line="suite: ${#PASSED[@]} $([ "$DRY_RUN" = 1 ] && echo planned || echo passed), ${#FAILED[@]} failed, ${#SKIPPED[@]} skipped (budget) in $used s$([ "$DRY_RUN" = 1 ] && echo ' (dry run)')"
+  line="suite: ${#PASSED[@]} $([ "$DRY_RUN" = 1 ] && echo planned || echo passed), ${#FAILED[@]} failed, ${#SKIPPED[@]} skipped (budget)$([ "${#NOT_HERE[@]}" -gt 0 ] && echo ", ${#NOT_HERE[@]} not run here (needs more GPUs)") in $used s$([ "$DRY_RUN" = 1 ] && echo ' (dry run)')"
   [ "${#FAILED[@]}" -gt 0 ] && line+="; failed: $(IFS=,; echo "${FAILED[*]}")"
   {
     echo "# $TAG: $NGPU GPU(s), budget $BUDGET s, parts $PARTS, worlds $WORLDS, bin $D"
     echo "passed:  ${PASSED[*]}"
     echo "failed:  ${FAILED[*]}"
     echo "skipped: ${SKIPPED[*]}"
+    [ "${#NOT_HERE[@]}" -gt 0 ] && echo "not run here (needs more GPUs): ${NOT_HERE[*]}"
     [ "${#SKIPPED[@]}" -gt 0 ] &&
       echo "next call: bash bench/device/suite.sh --only $(IFS=,; echo "${SKIPPED_PARTS[*]}") --steps $(IFS=,; echo "${SKIPPED[*]}") --worlds $WORLDS --tag ${TAG}2"
     echo
