@@ -121,6 +121,8 @@ pub fn patterns() -> Vec<Pattern> {
     per("sendrecv.ring", |r| sendrecv(r, P2p::Ring));
     per("sendrecv.uneven", |r| sendrecv(r, P2p::Uneven));
     per("sendrecv.alltoall", |r| sendrecv(r, P2p::AllToAll));
+    per("sendrecv.pairs", |r| sendrecv_apart(r, Apart::Pairs));
+    per("sendrecv.chain", |r| sendrecv_apart(r, Apart::Chain));
     per("alltoall", alltoall);
     per("gather", |r| rooted(r, true));
     per("scatter", |r| rooted(r, false));
@@ -1028,6 +1030,143 @@ fn sendrecv(r: &Rank, how: P2p) -> Verdict {
     Ok(format!(
         "{} legs, {recv_total} elements received, 0 wrong",
         legs.len()
+    ))
+}
+
+/// Sends and receives in which only some ranks take part at a time.
+#[derive(Clone, Copy)]
+enum Apart {
+    /// Every pair (i, j), i < j, in one shared order: i and j swap in a
+    /// group of their own while the others wait (torch.distributed's
+    /// send/recv on its world communicator).
+    Pairs,
+    /// A pipeline: rank r receives from r - 1, then sends to r + 1, each
+    /// call a group of its own; rank 0 only sends, the last rank only
+    /// receives.
+    Chain,
+}
+
+/// One call of [`sendrecv_apart`]: a send to or a receive from `peer` of
+/// `n` elements.
+struct Leg1 {
+    send: bool,
+    peer: usize,
+    n: usize,
+}
+
+fn sendrecv_apart(r: &Rank, how: Apart) -> Verdict {
+    let n = &r.nccl;
+    let comm = create(r)?;
+    let s = Stream::new(false)?;
+    let (w, me, dt) = (r.world, r.rank, Dt(7));
+    let sz = dt.size();
+    let inp = Inputs::new(dt, r.seed, 0x9a1 + how as u64);
+    // Elements a rank sends to `to`: uneven, so a mix-up of pairs shows.
+    let count = |from: usize, to: usize| 251 + 37 * from + 11 * to;
+    let mut groups: Vec<Vec<Leg1>> = Vec::new();
+    match how {
+        Apart::Pairs => {
+            for i in 0..w {
+                for j in i + 1..w {
+                    if me == i || me == j {
+                        let peer = if me == i { j } else { i };
+                        groups.push(vec![
+                            Leg1 {
+                                send: true,
+                                peer,
+                                n: count(me, peer),
+                            },
+                            Leg1 {
+                                send: false,
+                                peer,
+                                n: count(peer, me),
+                            },
+                        ]);
+                    }
+                }
+            }
+        }
+        Apart::Chain => {
+            if me > 0 {
+                groups.push(vec![Leg1 {
+                    send: false,
+                    peer: me - 1,
+                    n: count(me - 1, me),
+                }]);
+            }
+            if me + 1 < w {
+                groups.push(vec![Leg1 {
+                    send: true,
+                    peer: me + 1,
+                    n: count(me, me + 1),
+                }]);
+            }
+        }
+    }
+    // Every buffer made before the first call and freed after the last: a
+    // free between calls would wait for peers' kernels (docs/shared-gpu.md).
+    let all: Vec<Vec<DevBuf>> = groups
+        .iter()
+        .map(|g| g.iter().map(|l| DevBuf::new(l.n * sz)).collect())
+        .collect::<Result<_, _>>()?;
+    let mut received = 0usize;
+    for (gi, (legs, bufs)) in groups.iter().zip(&all).enumerate() {
+        let what = format!("group {gi} of {}", groups.len());
+        progress(r, &what);
+        ok(n, n.group_start(), "ncclGroupStart")?;
+        let mut failed = None;
+        for (l, b) in legs.iter().zip(bufs) {
+            let rc = if l.send {
+                s.upload(b.ptr, &inp.bytes(me, 4096 * l.peer, l.n))?;
+                n.send(b.ptr, l.n, dt.0, l.peer as i32, comm, s.raw)
+            } else {
+                s.memset(b.ptr, 0xff, l.n * sz)?;
+                n.recv(b.ptr, l.n, dt.0, l.peer as i32, comm, s.raw)
+            };
+            if rc != Ok(0) {
+                failed = Some(format!(
+                    "{what}: {} peer {} -> {rc:?}: {}",
+                    if l.send {
+                        "ncclSend to"
+                    } else {
+                        "ncclRecv from"
+                    },
+                    l.peer,
+                    last(n)
+                ));
+                break;
+            }
+        }
+        let end = n.group_end();
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        ok(n, end, "ncclGroupEnd")?;
+        for (l, b) in legs.iter().zip(bufs) {
+            if l.send {
+                continue;
+            }
+            let mut out = vec![0u8; l.n * sz];
+            s.download(&mut out, b.ptr)?;
+            s.sync(r.limit)?;
+            let want = inp.bytes(l.peer, 4096 * me, l.n);
+            let (wrong, first) = check_exact(dt, &want, &out);
+            if wrong > 0 {
+                return Err(format!(
+                    "{what}: {wrong} of {} elements from rank {} wrong; {}",
+                    l.n,
+                    l.peer,
+                    first.unwrap_or_default()
+                ));
+            }
+            received += l.n;
+        }
+    }
+    s.sync(r.limit)?;
+    destroy(r, comm)?;
+    Ok(format!(
+        "{} groups, {received} elements received, 0 wrong",
+        groups.len()
     ))
 }
 

@@ -84,6 +84,11 @@ pub struct StandaloneComm {
     /// (each rank ends them in the same order: the count names the
     /// exchange of their sizes, p2p.rs).
     pub p2p_groups: std::sync::atomic::AtomicU64,
+    /// The two-rank communicators this rank's sends and receives run on, one
+    /// per peer, made at the first group with that peer (p2p.rs): the peer
+    /// and the pair's communicator. Empty for a communicator of one or two
+    /// ranks, whose groups run on the communicator itself.
+    pub pairs: std::sync::Mutex<Vec<(usize, Arc<StandaloneComm>)>>,
     /// The pre-multiplied sums ncclRedOpCreatePreMulSum made on it (premul.rs).
     pub premul: standalone::premul::PreMulOps,
     /// Always there for a communicator ncclCommInitRank made; `None` only

@@ -171,6 +171,7 @@ fn placeholder(rank: usize, world: usize, device: usize, secret: Secret) -> Stan
         secret,
         splits: Default::default(),
         p2p_groups: Default::default(),
+        pairs: Default::default(),
         premul: Default::default(),
         live: None,
         solo: None,
@@ -406,7 +407,14 @@ fn create_on(
             ),
         };
     }
-    match make(&tag, &secret, rank, world, device) {
+    match make(
+        &tag,
+        &secret,
+        rank,
+        world,
+        device,
+        settings::get().max_bytes,
+    ) {
         Ok(live) => {
             let r = live.gpu().memory_report();
             warn!(
@@ -435,6 +443,7 @@ fn make(
     rank: usize,
     world: usize,
     device: usize,
+    max_bytes: tpcomm::ByteSize,
 ) -> tpcomm::Result<StandaloneGpu> {
     let s = settings::get();
     // Joined before the first exchange: once any rank is made, every rank
@@ -462,7 +471,7 @@ fn make(
     }
     info!("{tag}: all {world} ranks on this machine; creating the standalone communicator");
     let mut cfg = CudaConfig::new(rank, world, device);
-    cfg.max_bytes = s.max_bytes;
+    cfg.max_bytes = max_bytes;
     cfg.timeout = s.timeout;
     cfg.nccl_fallback = false;
     // A standalone communicator serves every call itself, for programs
@@ -526,6 +535,43 @@ fn make(
         }
     }
     StandaloneGpu::new(comm, gathered, gate)
+}
+
+/// The largest buffer a send/recv pair's communicator sizes itself by
+/// ([`make_pair`]): its groups move their streams in rounds through the
+/// staging buffer, so a small one serves any count.
+const PAIR_MAX_BYTES: tpcomm::ByteSize = tpcomm::ByteSize::mib(4);
+
+/// The two-rank communicator of `parent`'s rank and `peer` that their sends
+/// and receives run on (p2p.rs): both ranks make it at their first group
+/// with each other, meeting under a secret derived from the parent's and the
+/// pair, so the other ranks need not take part. Its buffers are sized by the
+/// smaller of TPCOMM_MAX_BYTES and [`PAIR_MAX_BYTES`]; the info log says
+/// what it took.
+pub(crate) fn make_pair(parent: &StandaloneComm, peer: usize) -> tpcomm::Result<StandaloneComm> {
+    let (i, j) = (parent.rank.min(peer), parent.rank.max(peer));
+    let rank = usize::from(parent.rank == j);
+    // Bit 63 keeps pair salts apart from the splits' (split number << 32 | colour).
+    let secret = parent
+        .secret
+        .derive((1 << 63) | ((i as u64) << 20) | j as u64);
+    let tag = format!(
+        "ncclSend/ncclRecv rank {}/{} GPU {}: pair with rank {peer}",
+        parent.rank, parent.world, parent.device
+    );
+    let _restore = SavedContext::save();
+    let max = settings::get().max_bytes.min(PAIR_MAX_BYTES);
+    let live = make(&tag, &secret, rank, 2, parent.device, max)?;
+    let r = live.gpu().memory_report();
+    info!(
+        "{tag}: made the pair's two-rank communicator for its sends and receives; took {} of GPU memory plus {} bytes of staging",
+        r.device_requested(),
+        live.staging().bytes()
+    );
+    Ok(StandaloneComm {
+        live: Some(live),
+        ..placeholder(rank, 2, parent.device, secret)
+    })
 }
 
 /// `NCCL_SPLIT_NOCOLOR`: the ranks that get no communicator from a split.

@@ -1,15 +1,20 @@
 //! ncclSend and ncclRecv on a standalone communicator (docs/standalone.md).
 //!
 //! A call is checked and kept until its group ends (the outermost
-//! ncclGroupEnd; a call outside any group is a group of its own). There,
-//! per communicator, the ranks swap the lengths of their streams (each
-//! rank's bytes to and from every rank) through the meeting place, every
-//! rank checks that every sender and receiver agree, and each rank launches
-//! its part of p2p_plan.rs's all-to-all-v on the calls' stream. The kernels
-//! of every path are collectives of all the communicator's ranks, so every
-//! rank must end each group of sends and receives (a rank with nothing to
-//! send or receive too cannot know it should: a rank that never comes
-//! makes the others fail after TPCOMM_TIMEOUT_S, naming it).
+//! ncclGroupEnd; a call outside any group is a group of its own). There the
+//! calls run pair by pair: on a communicator of two ranks the pair is the
+//! communicator itself; on a larger one each peer's calls run on the
+//! two-rank communicator of this rank and that peer (create.rs's
+//! `make_pair`, made at their first group), so ranks that send and receive
+//! nothing in a group need not take part, as in NCCL. Per pair, the two
+//! ranks swap the lengths of their streams through the pair's meeting place,
+//! both check that sender and receiver agree, and each launches its part of
+//! p2p_plan.rs's all-to-all-v on the calls' stream. Sends to itself are
+//! copies on the stream. A rank runs its pairs in one order shared by every
+//! rank (the pair's lower rank, then the higher), so no two ranks each wait
+//! for the other's next pair; a pair's sends and receives are matched in
+//! the order their groups end, as NCCL matches them. A peer that never comes
+//! makes its partner fail after TPCOMM_TIMEOUT_S, naming it.
 //!
 //! One thread may issue every rank's calls inside one group (ranks as
 //! threads sharing a GPU): at the group's end each communicator's part runs
@@ -17,8 +22,9 @@
 //! waits for a rank its thread has not reached yet.
 
 use crate::standalone::comm::{live, run, StandaloneComm};
+use crate::standalone::create::make_pair;
 use crate::standalone::gathered::{expanded_block, staged_plan, staging_too_small};
-use crate::standalone::p2p_plan::{plan, sizes, Calls};
+use crate::standalone::p2p_plan::{pair_order, plan, sizes, Calls};
 use crate::standalone::rooted::launch;
 use crate::standalone::rooted_plan::{Loc, Shape, Step};
 use crate::standalone::{self, INVALID_USAGE};
@@ -143,18 +149,125 @@ pub fn finish() -> NcclResult {
     }
 }
 
-/// One communicator's sends and receives of a group, in call order.
+/// One communicator's sends and receives of a group, in call order: on the
+/// communicator itself when it has one or two ranks, else pair by pair.
 fn end(g: &[Pending]) -> NcclResult {
     let a = &g[0].a;
     let (rank, world) = (a.rank, a.world);
     let tag = format!("{END} rank {rank}/{world}");
-    let stream = g[0].stream;
-    if g.iter().any(|p| p.stream != stream) {
+    if g.iter().any(|p| p.stream != g[0].stream) {
         return standalone::unservable(
             END,
             "the sends and receives of one communicator in one group must use one stream",
         );
     }
+    if world <= 2 || a.live.is_none() {
+        return end_on(a, g, &tag);
+    }
+    let to_self: Vec<&Pending> = g.iter().filter(|p| p.peer == rank).collect();
+    if !to_self.is_empty() {
+        let r = copy_to_self(a, &to_self, &tag);
+        if r != SUCCESS {
+            return r;
+        }
+    }
+    for peer in pair_order(rank, g.iter().map(|p| p.peer)) {
+        let pair = match pair_with(a, peer) {
+            Ok(c) => c,
+            Err(e) => {
+                return standalone::fail(
+                    SYSTEM_ERROR,
+                    format!("{tag}: the two-rank communicator with rank {peer} for their sends and receives could not be made ({e}); rank {peer} must call too"),
+                )
+            }
+        };
+        let other = usize::from(rank < peer);
+        let calls: Vec<Pending> = g
+            .iter()
+            .filter(|p| p.peer == peer)
+            .map(|p| Pending {
+                a: pair.clone(),
+                peer: other,
+                ..*p
+            })
+            .collect();
+        let r = end_on(&pair, &calls, &format!("{tag} (with rank {peer})"));
+        if r != SUCCESS {
+            return r;
+        }
+    }
+    SUCCESS
+}
+
+/// The pair's communicator of `a`'s rank and `peer`, made at the first call.
+fn pair_with(a: &StandaloneComm, peer: usize) -> tpcomm::Result<Arc<StandaloneComm>> {
+    let mut pairs = a.pairs.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = pairs.iter().find(|(p, _)| *p == peer) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(make_pair(a, peer)?);
+    pairs.push((peer, c.clone()));
+    Ok(c)
+}
+
+/// Matches this rank's sends to itself with its receives from itself (in
+/// call order, as p2p_plan.rs matches every stream) and copies them on the
+/// calls' stream.
+fn copy_to_self(a: &StandaloneComm, g: &[&Pending], tag: &str) -> NcclResult {
+    let mut calls = Calls::new(1);
+    for (i, p) in g.iter().enumerate() {
+        let side = if p.send {
+            &mut calls.sends
+        } else {
+            &mut calls.recvs
+        };
+        side[0].push((i, p.bytes));
+    }
+    let m = match sizes(&[calls.record()]) {
+        Ok(m) => m,
+        Err(e) => return standalone::fail(INVALID_USAGE, format!("{tag}: {e}")),
+    };
+    let Some(staging) = a
+        .solo
+        .as_ref()
+        .or_else(|| a.live.as_ref().map(|l| l.staging()))
+    else {
+        return standalone::unservable(END, "this communicator has no GPU side");
+    };
+    let ptrs: Vec<u64> = g.iter().map(|p| p.ptr).collect();
+    let shape = Shape {
+        rank: 0,
+        world: 1,
+        block: 16,
+    };
+    let steps = plan(shape, &m, &calls).unwrap_or_default();
+    let st = g[0].stream as CUstream;
+    let _restore = tpcomm::cuda::SavedContext::save();
+    for s in &steps {
+        if let Step::Copy {
+            from: Loc::Op(i, x),
+            to: Loc::Op(j, y),
+            bytes,
+        } = *s
+        {
+            let (to, from) = (ptrs[j] + y as u64, ptrs[i] + x as u64);
+            // SAFETY: the calls' contract: device buffers of this GPU of
+            // their counts (the plan's ranges lie inside them), valid until
+            // the stream runs the copy.
+            let copied = unsafe { staging.copy(to, from, bytes, st) };
+            if let Err(e) = copied {
+                return standalone::fail(INTERNAL_ERROR, format!("{tag}: tpcomm failed ({e})"));
+            }
+        }
+    }
+    SUCCESS
+}
+
+/// The sends and receives `g` on `a` itself (peers are `a`'s ranks), `tag`
+/// naming them in errors.
+fn end_on(a: &StandaloneComm, g: &[Pending], tag: &str) -> NcclResult {
+    let (rank, world) = (a.rank, a.world);
+    let stream = g[0].stream;
     let mut calls = Calls::new(world);
     for (i, p) in g.iter().enumerate() {
         let side = if p.send {
@@ -163,6 +276,10 @@ fn end(g: &[Pending]) -> NcclResult {
             &mut calls.recvs
         };
         side[p.peer].push((i, p.bytes));
+    }
+    if a.solo.is_some() {
+        let refs: Vec<&Pending> = g.iter().collect();
+        return copy_to_self(a, &refs, tag);
     }
     let records = if world == 1 {
         Ok(vec![calls.record()])
@@ -174,7 +291,7 @@ fn end(g: &[Pending]) -> NcclResult {
         Err(e) => {
             return standalone::fail(
                 SYSTEM_ERROR,
-                format!("{tag}: the ranks did not meet to match their sends and receives ({e}); every rank of the communicator must end each group of sends and receives"),
+                format!("{tag}: the ranks did not meet to match their sends and receives ({e}); both ranks of a send and its receive must end a group holding them"),
             )
         }
     };
@@ -184,31 +301,6 @@ fn end(g: &[Pending]) -> NcclResult {
     };
     let ptrs: Vec<u64> = g.iter().map(|p| p.ptr).collect();
     let st = stream as CUstream;
-    if let Some(solo) = &a.solo {
-        // One rank: its sends to itself copied onto its receives.
-        let shape = Shape {
-            rank: 0,
-            world: 1,
-            block: 16,
-        };
-        let steps = plan(shape, &m, &calls).unwrap_or_default();
-        return run(END, a, stream as CudaStream, || {
-            for s in &steps {
-                if let Step::Copy {
-                    from: Loc::Op(i, x),
-                    to: Loc::Op(j, y),
-                    bytes,
-                } = *s
-                {
-                    // SAFETY: the calls' contract: device buffers of this
-                    // GPU of their counts (the plan's ranges lie inside
-                    // them), valid until the stream runs the copy.
-                    unsafe { solo.copy(ptrs[j] + y as u64, ptrs[i] + x as u64, bytes, st)? };
-                }
-            }
-            Ok(())
-        });
-    }
     let l = match live(a, END) {
         Ok(l) => l,
         Err(r) => return r,

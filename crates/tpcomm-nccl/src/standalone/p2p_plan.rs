@@ -158,5 +158,16 @@ pub fn plan(s: Shape, m: &[Vec<usize>], calls: &Calls) -> Option<Vec<Step>> {
     Some(v)
 }
 
+/// The order in which a rank runs its pairs of a group (p2p.rs): its peers
+/// but itself, each once, by (the pair's lower rank, its higher rank). Every
+/// rank orders its pairs by this one key, so the pair a rank waits in is
+/// never one its peer reaches only after a pair that waits for this rank.
+pub fn pair_order(rank: usize, peers: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    let mut v: Vec<usize> = peers.into_iter().filter(|&p| p != rank).collect();
+    v.sort_by_key(|&p| (p.min(rank), p.max(rank)));
+    v.dedup();
+    v
+}
+
 #[cfg(test)]
 mod tests;

@@ -183,3 +183,71 @@ fn a_staging_buffer_too_small_for_a_round_gives_no_plan() {
         }]
     );
 }
+
+/// Runs every rank's queue of pairs as blocking meetings (a pair completes
+/// only when both ranks have it next) and says whether every pair completed.
+fn all_complete(mut queues: Vec<std::collections::VecDeque<usize>>) -> bool {
+    loop {
+        if queues.iter().all(|q| q.is_empty()) {
+            return true;
+        }
+        let met = (0..queues.len()).find(|&r| {
+            queues[r]
+                .front()
+                .is_some_and(|&p| queues[p].front() == Some(&r))
+        });
+        let Some(r) = met else { return false };
+        let p = queues[r].pop_front().unwrap_or(r);
+        queues[p].pop_front();
+    }
+}
+
+/// Every rank's pairs in [`pair_order`]: `links[r][p]` says whether ranks r
+/// and p send or receive to each other in the group (symmetric).
+fn in_pair_order(links: &[Vec<bool>]) -> Vec<std::collections::VecDeque<usize>> {
+    let w = links.len();
+    (0..w)
+        .map(|r| pair_order(r, (0..w).filter(|&p| links[r][p])).into())
+        .collect()
+}
+
+#[test]
+fn the_pair_order_skips_itself_names_each_peer_once_and_sorts_by_the_pair() {
+    assert_eq!(pair_order(2, [5, 0, 2, 3, 0, 1]), vec![0, 1, 3, 5]);
+    assert_eq!(pair_order(0, [3, 1, 2]), vec![1, 2, 3]);
+    assert_eq!(pair_order(4, [4]), Vec::<usize>::new());
+}
+
+#[test]
+fn a_ring_of_three_deadlocks_ordered_next_rank_first_but_not_in_the_pair_order() {
+    // Every rank with both others. Next rank first (0: 1, 2; 1: 2, 0; 2: 0, 1),
+    // every rank waits for a peer that waits elsewhere.
+    let w = 3;
+    let by_next = (0..w).map(|r| [(r + 1) % w, (r + 2) % w].into()).collect();
+    assert!(!all_complete(by_next));
+    let links = vec![
+        vec![false, true, true],
+        vec![true, false, true],
+        vec![true, true, false],
+    ];
+    assert!(all_complete(in_pair_order(&links)));
+}
+
+proptest::proptest! {
+    #[test]
+    fn every_pattern_of_pairs_completes_in_the_pair_order(
+        world in 2usize..=8,
+        bits in proptest::collection::vec(proptest::bool::ANY, 28),
+    ) {
+        // bits[k] links the k-th pair (i, j), i < j, in row order.
+        let index = |i: usize, j: usize| i * (2 * world - i - 1) / 2 + (j - i - 1);
+        let links: Vec<Vec<bool>> = (0..world)
+            .map(|r| {
+                (0..world)
+                    .map(|p| r != p && bits[index(r.min(p), r.max(p))])
+                    .collect()
+            })
+            .collect();
+        proptest::prop_assert!(all_complete(in_pair_order(&links)), "{links:?}");
+    }
+}
