@@ -172,13 +172,17 @@ fn end(g: &[Pending]) -> NcclResult {
         }
     }
     for peer in pair_order(rank, g.iter().map(|p| p.peer)) {
-        let pair = match pair_with(a, peer) {
+        let pair = match pair_with(a, peer, g[0].stream) {
             Ok(c) => c,
             Err(e) => {
+                let code = match e {
+                    tpcomm::Error::Unsupported(_) => INVALID_USAGE,
+                    _ => SYSTEM_ERROR,
+                };
                 return standalone::fail(
-                    SYSTEM_ERROR,
-                    format!("{tag}: the two-rank communicator with rank {peer} for their sends and receives could not be made ({e}); rank {peer} must call too"),
-                )
+                    code,
+                    format!("{tag}: the two-rank communicator with rank {peer} for their sends and receives could not be made ({e})"),
+                );
             }
         };
         let other = usize::from(rank < peer);
@@ -199,11 +203,26 @@ fn end(g: &[Pending]) -> NcclResult {
     SUCCESS
 }
 
-/// The pair's communicator of `a`'s rank and `peer`, made at the first call.
-fn pair_with(a: &StandaloneComm, peer: usize) -> tpcomm::Result<Arc<StandaloneComm>> {
+/// The pair's communicator of `a`'s rank and `peer`, made at the first call
+/// (never while `stream` is being captured into a CUDA graph: making it
+/// allocates memory, which a capture forbids).
+fn pair_with(
+    a: &StandaloneComm,
+    peer: usize,
+    stream: usize,
+) -> tpcomm::Result<Arc<StandaloneComm>> {
     let mut pairs = a.pairs.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, c)) = pairs.iter().find(|(p, _)| *p == peer) {
         return Ok(c.clone());
+    }
+    // SAFETY: the calls' stream, a live stream of this rank's GPU by NCCL's
+    // contract.
+    let captured = unsafe { tpcomm::cuda::stream_is_capturing(stream as CUstream) };
+    if captured.unwrap_or(false) {
+        return Err(tpcomm::Error::Unsupported(format!(
+            "this is the first group of sends and receives between ranks {} and {peer}, and it is being captured into a CUDA graph, where the pair's communicator cannot be made (it allocates memory); run one group between them before capturing",
+            a.rank
+        )));
     }
     let c = Arc::new(make_pair(a, peer)?);
     pairs.push((peer, c.clone()));
