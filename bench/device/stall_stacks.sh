@@ -1,6 +1,6 @@
 #!/bin/bash
 # Where do ranks that are threads of one process on one GPU wait when a conformance case
-# stalls? Runs each PATTERN of tpcomm-conformance at 2 thread ranks (standalone mode,
+# stalls? Runs each PATTERN of tpcomm-conformance at WORLD (default 2) thread ranks (standalone mode,
 # TPCOMM_TIMEOUT_S=12) and, while it runs, takes every thread's stack of the case process
 # with gdb (or cuda-gdb) at the given seconds, plus each thread's kernel wait channel.
 #
@@ -9,7 +9,7 @@
 #
 # BIN_DIR holds tpcomm-conformance and libtpcomm_nccl.so (stage_all.sh's folder). Output:
 # $OUT/PATTERN.txt (the case, time-stamped), $OUT/stacks-PATTERN.txt. CASE_T (default 50): the
-# case's limit in seconds (stacks taken later than that find no process).
+# case's limit in seconds (stacks taken later than that find no process). WORLD: the ranks.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=${1:-.dev/all}; shift || true
@@ -18,6 +18,7 @@ OUT=${OUT:-/tmp/stall_stacks}; mkdir -p "$OUT"
 GDB=$(command -v gdb || command -v cuda-gdb) || { echo "no gdb or cuda-gdb here" >&2; exit 2; }
 export TPCOMM_STANDALONE=1 TPCOMM_TIMEOUT_S=12 TPCOMM_LOG=info
 CT=${CASE_T:-50}
+WORLD=${WORLD:-2}
 stamp() { while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N | cut -c7-14)" "$l"; done; }
 stacks() {
   for p in $(pgrep -f "tpcomm-conformance"); do
@@ -28,7 +29,7 @@ stacks() {
 }
 for spec in "$@"; do
   name=${spec%@*}; times=${spec#*@}
-  ( timeout $((CT + 10)) stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds 2 --only "$name" --case-timeout "$CT" --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
+  ( timeout $((CT + 10)) stdbuf -oL "$B"/tpcomm-conformance --lib "$B"/libtpcomm_nccl.so --modes threads --worlds "$WORLD" --only "$name" --case-timeout "$CT" --verbose 2>&1 | stamp > "$OUT/$name.txt" ) &
   t0=$SECONDS
   for t in ${times//,/ }; do sleep $((t - (SECONDS - t0))); stacks "$name@${t}s" >> "$OUT/stacks-$name.txt" 2>&1; done
   wait
