@@ -906,6 +906,17 @@ enum P2p {
     AllToAll,
 }
 
+/// Ends a group of sends and receives (always, so the library's group
+/// depth returns to 0), then reports the first call that `failed`, else the
+/// group's end.
+fn close_group(n: &Nccl, failed: Option<String>) -> Result<(), String> {
+    let end = n.group_end();
+    if let Some(f) = failed {
+        return Err(f);
+    }
+    ok(n, end, "ncclGroupEnd")
+}
+
 fn sendrecv(r: &Rank, how: P2p) -> Verdict {
     let n = &r.nccl;
     let comm = create(r)?;
@@ -1007,11 +1018,7 @@ fn sendrecv(r: &Rank, how: P2p) -> Verdict {
             break;
         }
     }
-    let end = n.group_end();
-    if let Some(f) = failed {
-        return Err(f);
-    }
-    ok(n, end, "ncclGroupEnd")?;
+    close_group(n, failed)?;
     let mut out = vec![0u8; recv_total * sz];
     s.download(&mut out, recvb.ptr)?;
     s.sync(r.limit)?;
@@ -1137,11 +1144,7 @@ fn sendrecv_apart(r: &Rank, how: Apart) -> Verdict {
                 break;
             }
         }
-        let end = n.group_end();
-        if let Some(f) = failed {
-            return Err(f);
-        }
-        ok(n, end, "ncclGroupEnd")?;
+        close_group(n, failed)?;
         for (l, b) in legs.iter().zip(bufs) {
             if l.send {
                 continue;
