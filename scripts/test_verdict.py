@@ -35,6 +35,22 @@ class CargoLog(unittest.TestCase):
         c = verdict.cargo_counts(bins)
         self.assertEqual((c.passed, c.failed, c.ignored, c.ignored_gpu), (4, 2, 2, 1))
 
+    def test_an_ignored_verdict_pushed_onto_its_own_line_by_stderr_still_counts_as_a_gpu_one(self):
+        log = "\n".join([
+            "     Running unittests src/lib.rs (target/debug/deps/x-0123)",
+            "",
+            "running 3 tests",
+            "test a ... ok",
+            "test gpu::b ... tpcomm: another test's stderr, no newline before the verdict",
+            "ignored, needs a GPU: cargo test -- --ignored",
+            "test gpu::c ... ignored, needs a GPU: cargo test -- --ignored",
+            "",
+            "test result: ok. 1 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s",
+            "",
+        ])
+        c = verdict.cargo_counts(verdict.parse_cargo(log))
+        self.assertEqual((c.passed, c.failed, c.ignored, c.ignored_gpu), (1, 0, 2, 2))
+
     def test_the_failing_block_names_the_test_and_its_message(self):
         bins = verdict.parse_cargo(data("cargo-fail.txt"))
         block = bins[0].failure_block()

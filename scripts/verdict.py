@@ -27,6 +27,9 @@ _RESULT = re.compile(
     r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored;"
 )
 _IGNORED = re.compile(r"^test (.+) \.\.\. ignored(?:, (.*))?$")
+# An ignored test's verdict that another test's stderr pushed onto a line of its own
+# ("test NAME ... <stderr text>" then "ignored, REASON").
+_IGNORED_ALONE = re.compile(r"^ignored(?:, (.*))?$")
 _CAUSED = re.compile(r"process didn't exit successfully: .*\((.+)\)\s*$")
 
 # How much of a failure's output is printed before pointing at the log.
@@ -103,6 +106,10 @@ def parse_cargo(text):
         i = _IGNORED.match(line)
         if i:
             cur.ignored_reasons.append(i.group(2) or "")
+            continue
+        i = _IGNORED_ALONE.match(line)
+        if i:
+            cur.ignored_reasons.append(i.group(1) or "")
             continue
         c = _CAUSED.search(line)
         if c and cur.result is None:
