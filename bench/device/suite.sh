@@ -144,18 +144,21 @@ log() { echo "$*" | tee -a "$LOG"; }
 PASSED=() FAILED=() SKIPPED=() SKIPPED_PARTS=() NOT_HERE=()
 PART=none
 
+# selected NAME: whether --steps (when given) selects PART/NAME.
+selected() {
+  local pat
+  [ -z "$STEPS" ] && return 0
+  for pat in ${STEPS//,/ }; do
+    # shellcheck disable=SC2053 # the pattern is meant to match as a glob
+    [[ $PART/$1 == $pat ]] && return 0
+  done
+  return 1
+}
+
 # not_here NAME WHY: the step NAME (when selected) cannot run on this machine; listed in the
 # summary as not run here, neither passed nor failed.
 not_here() {
-  local pat hit=1
-  if [ -n "$STEPS" ]; then
-    hit=0
-    for pat in ${STEPS//,/ }; do
-      # shellcheck disable=SC2053 # the pattern is meant to match as a glob
-      [[ $PART/$1 == $pat ]] && hit=1
-    done
-  fi
-  [ "$hit" = 1 ] || return 0
+  selected "$1" || return 0
   NOT_HERE+=("$PART/$1")
   log "-- $PART/$1 not run here: $2"
 }
@@ -166,14 +169,7 @@ not_here() {
 step() {
   local n=$1 est=$2 limit=$3 left rc t0 out
   shift 3
-  if [ -n "$STEPS" ]; then
-    local pat hit=0
-    for pat in ${STEPS//,/ }; do
-      # shellcheck disable=SC2053 # the pattern is meant to match as a glob
-      [[ $PART/$n == $pat ]] && hit=1
-    done
-    [ "$hit" = 1 ] || return 0
-  fi
+  selected "$n" || return 0
   out=$W/$PART/$n.txt
   left=$((BUDGET - $(now)))
   if [ "$left" -lt "$est" ]; then
@@ -253,7 +249,7 @@ part_tests() {
     gtest forward 60 240 2 gpu_forward
   else
     # Two of its tests compare with NCCL, one rank per GPU; the others run ranks as threads.
-    log "-- tests/forward: the two tests that compare with NCCL need 2 GPUs, not run here"
+    selected forward && log "-- tests/forward: the two tests that compare with NCCL need 2 GPUs, not run here"
     gtest forward 40 240 2 gpu_forward --skip forward_outputs_are_identical_across_ranks_and_match_nccl \
       --skip forward_over_the_host_transport_matches_nccl_without_p2p
   fi

@@ -1055,7 +1055,7 @@ enum Apart {
 
 /// One call of [`sendrecv_apart`]: a send to or a receive from `peer` of
 /// `n` elements.
-struct Leg1 {
+struct PeerCall {
     send: bool,
     peer: usize,
     n: usize,
@@ -1070,7 +1070,7 @@ fn sendrecv_apart(r: &Rank, how: Apart) -> Verdict {
     let inp = Inputs::new(dt, r.seed, 0x9a1 + how as u64);
     // Elements a rank sends to `to`: uneven, so a mix-up of pairs shows.
     let count = |from: usize, to: usize| 251 + 37 * from + 11 * to;
-    let mut groups: Vec<Vec<Leg1>> = Vec::new();
+    let mut groups: Vec<Vec<PeerCall>> = Vec::new();
     match how {
         Apart::Pairs => {
             for i in 0..w {
@@ -1078,12 +1078,12 @@ fn sendrecv_apart(r: &Rank, how: Apart) -> Verdict {
                     if me == i || me == j {
                         let peer = if me == i { j } else { i };
                         groups.push(vec![
-                            Leg1 {
+                            PeerCall {
                                 send: true,
                                 peer,
                                 n: count(me, peer),
                             },
-                            Leg1 {
+                            PeerCall {
                                 send: false,
                                 peer,
                                 n: count(peer, me),
@@ -1095,14 +1095,14 @@ fn sendrecv_apart(r: &Rank, how: Apart) -> Verdict {
         }
         Apart::Chain => {
             if me > 0 {
-                groups.push(vec![Leg1 {
+                groups.push(vec![PeerCall {
                     send: false,
                     peer: me - 1,
                     n: count(me - 1, me),
                 }]);
             }
             if me + 1 < w {
-                groups.push(vec![Leg1 {
+                groups.push(vec![PeerCall {
                     send: true,
                     peer: me + 1,
                     n: count(me, me + 1),

@@ -172,18 +172,9 @@ fn end(g: &[Pending]) -> NcclResult {
         }
     }
     for peer in pair_order(rank, g.iter().map(|p| p.peer)) {
-        let pair = match pair_with(a, peer, g[0].stream) {
+        let pair = match pair_with(a, peer, g[0].stream, &tag) {
             Ok(c) => c,
-            Err(e) => {
-                let code = match e {
-                    tpcomm::Error::Unsupported(_) => INVALID_USAGE,
-                    _ => SYSTEM_ERROR,
-                };
-                return standalone::fail(
-                    code,
-                    format!("{tag}: the two-rank communicator with rank {peer} for their sends and receives could not be made ({e})"),
-                );
-            }
+            Err(r) => return r,
         };
         let other = usize::from(rank < peer);
         let calls: Vec<Pending> = g
@@ -203,14 +194,16 @@ fn end(g: &[Pending]) -> NcclResult {
     SUCCESS
 }
 
-/// The pair's communicator of `a`'s rank and `peer`, made at the first call
-/// (never while `stream` is being captured into a CUDA graph: making it
-/// allocates memory, which a capture forbids).
+/// The pair's communicator of `a`'s rank and `peer`, made at the first call,
+/// or the refusal (`tag` naming the group): ncclInvalidUsage while `stream`
+/// is being captured into a CUDA graph (making it allocates memory, which a
+/// capture forbids), ncclSystemError when it could not be made.
 fn pair_with(
     a: &StandaloneComm,
     peer: usize,
     stream: usize,
-) -> tpcomm::Result<Arc<StandaloneComm>> {
+    tag: &str,
+) -> Result<Arc<StandaloneComm>, NcclResult> {
     let mut pairs = a.pairs.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, c)) = pairs.iter().find(|(p, _)| *p == peer) {
         return Ok(c.clone());
@@ -219,29 +212,48 @@ fn pair_with(
     // contract.
     let captured = unsafe { tpcomm::cuda::stream_is_capturing(stream as CUstream) };
     if captured.unwrap_or(false) {
-        return Err(tpcomm::Error::Unsupported(format!(
-            "this is the first group of sends and receives between ranks {} and {peer}, and it is being captured into a CUDA graph, where the pair's communicator cannot be made (it allocates memory); run one group between them before capturing",
-            a.rank
-        )));
+        return Err(standalone::fail(
+            INVALID_USAGE,
+            format!("{tag}: this is the first group of sends and receives between ranks {} and {peer}, and it is being captured into a CUDA graph, where the pair's communicator cannot be made (it allocates memory); run one group between them before capturing", a.rank),
+        ));
     }
-    let c = Arc::new(make_pair(a, peer)?);
-    pairs.push((peer, c.clone()));
-    Ok(c)
+    match make_pair(a, peer) {
+        Ok(c) => {
+            let c = Arc::new(c);
+            pairs.push((peer, c.clone()));
+            Ok(c)
+        }
+        Err(e) => Err(standalone::fail(
+            SYSTEM_ERROR,
+            format!("{tag}: the two-rank communicator with rank {peer} for their sends and receives could not be made ({e})"),
+        )),
+    }
+}
+
+/// The calls `g` as p2p_plan.rs takes them: per slot (`slot(call)`, a rank
+/// of the communicator they run on), `(index in g, bytes)` in call order.
+fn calls_of<'a>(
+    g: impl IntoIterator<Item = &'a Pending>,
+    slots: usize,
+    slot: impl Fn(&Pending) -> usize,
+) -> Calls {
+    let mut calls = Calls::new(slots);
+    for (i, p) in g.into_iter().enumerate() {
+        let side = if p.send {
+            &mut calls.sends
+        } else {
+            &mut calls.recvs
+        };
+        side[slot(p)].push((i, p.bytes));
+    }
+    calls
 }
 
 /// Matches this rank's sends to itself with its receives from itself (in
 /// call order, as p2p_plan.rs matches every stream) and copies them on the
 /// calls' stream.
 fn copy_to_self(a: &StandaloneComm, g: &[&Pending], tag: &str) -> NcclResult {
-    let mut calls = Calls::new(1);
-    for (i, p) in g.iter().enumerate() {
-        let side = if p.send {
-            &mut calls.sends
-        } else {
-            &mut calls.recvs
-        };
-        side[0].push((i, p.bytes));
-    }
+    let calls = calls_of(g.iter().copied(), 1, |_| 0);
     let m = match sizes(&[calls.record()]) {
         Ok(m) => m,
         Err(e) => return standalone::fail(INVALID_USAGE, format!("{tag}: {e}")),
@@ -285,21 +297,13 @@ fn copy_to_self(a: &StandaloneComm, g: &[&Pending], tag: &str) -> NcclResult {
 /// The sends and receives `g` on `a` itself (peers are `a`'s ranks), `tag`
 /// naming them in errors.
 fn end_on(a: &StandaloneComm, g: &[Pending], tag: &str) -> NcclResult {
-    let (rank, world) = (a.rank, a.world);
-    let stream = g[0].stream;
-    let mut calls = Calls::new(world);
-    for (i, p) in g.iter().enumerate() {
-        let side = if p.send {
-            &mut calls.sends
-        } else {
-            &mut calls.recvs
-        };
-        side[p.peer].push((i, p.bytes));
-    }
     if a.solo.is_some() {
         let refs: Vec<&Pending> = g.iter().collect();
         return copy_to_self(a, &refs, tag);
     }
+    let (rank, world) = (a.rank, a.world);
+    let stream = g[0].stream;
+    let calls = calls_of(g, world, |p| p.peer);
     let records = if world == 1 {
         Ok(vec![calls.record()])
     } else {
