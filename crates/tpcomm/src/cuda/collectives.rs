@@ -72,7 +72,10 @@ impl P2pTransport {
         let p = self.protocol_parts();
         let k = coll_kernels(p.ctx)?;
         let grid = grid_cap(p.sms as usize, k.blocks_per_sm as usize, p.sharing)?;
-        let shape = launch_shape::p2p_collective(bytes, grid, k.block);
+        let mut shape = launch_shape::p2p_collective(bytes, grid, k.block);
+        if p.check_calls {
+            shape = launch_shape::with_idle_checker(shape, bytes, grid as u32, k.block);
+        }
         let (f, root, kind) = pick(&k, what, dtype, call_word::P2P_COLLECTIVES);
         let word = call.word(p.check_calls, kind, bytes as u64, root as u64)?;
         let args = CollArgs {

@@ -16,7 +16,9 @@
 //! - blocks of whole warps (the quantized kernels: a power of two), at most
 //!   the family's largest block;
 //! - at most the grid cap for the kernels whose blocks wait on peers (every
-//!   block must be resident at once), and at most one block per unit of work;
+//!   block must be resident at once), and at most one block per unit of work
+//!   (but for the spare warp or block a checking call may get:
+//!   [`with_idle_checker`]);
 //! - no dynamic shared memory (every kernel sizes its shared arrays statically).
 
 use super::share::Sharing;
@@ -106,6 +108,29 @@ pub fn p2p_all_reduce(bytes: usize, two_shot: bool, cap: u32, max_block: u32) ->
     .min(warps_for(nvec)) as u32;
     let grid = nvec.div_ceil(block.max(1) as usize).clamp(1, cap) as u32;
     Shape::new(grid, block)
+}
+
+/// `shape` for a P2P call of `bytes` (kernels/allreduce.cu and
+/// collectives.cu) that sends call words: the grid's last thread checks
+/// the peers' words (`is_checker`), and where it would have a vector of the
+/// message, its check would follow that vector's round trip (about 0.45 us
+/// at 1 KiB on an H100). So where the grid covers the message exactly with
+/// one vector per thread, a single block gets one more warp (within
+/// `max_block`) and a grid of several one more block (within `cap`); a
+/// message the threads loop over, or a launch already at both limits,
+/// keeps its shape (its words arrive long before its data).
+pub fn with_idle_checker(shape: Shape, bytes: usize, cap: u32, max_block: u32) -> Shape {
+    let nvec = bytes.div_ceil(16).max(1) as u64;
+    if shape.threads() != nvec {
+        return shape;
+    }
+    if shape.grid == 1 && shape.block + 32 <= max_block {
+        Shape::new(1, shape.block + 32)
+    } else if shape.grid < cap {
+        Shape::new(shape.grid + 1, shape.block)
+    } else {
+        shape
+    }
 }
 
 /// The P2P all-gather, reduce-scatter and broadcast (kernels/collectives.cu)

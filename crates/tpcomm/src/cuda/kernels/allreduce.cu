@@ -173,6 +173,15 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
 
 // ---------------------------------------------------------------- epochs
 
+// The thread that sends this rank's call word and checks the peers': the
+// grid's last. With call words on, the host gives a small call's launch a
+// spare warp or block where every thread would have data
+// (launch_shape::with_idle_checker), so this thread has none and its check
+// overlaps the data's round trip instead of following it.
+__device__ __forceinline__ bool is_checker() {
+    return blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1;
+}
+
 // Every thread reads the epoch when it starts (one broadcast load per warp);
 // the blocks of the call advance it as they finish (see Ctl::arrivals). The
 // next call on the stream starts only after this kernel has completed, so all
@@ -190,8 +199,8 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
     }
     // This call's word to every peer (the peer's Ctl sits at the offset of
     // ours: peer_ctl), by the thread that checks the peers' words in
-    // end_call: block 0's last, idle in small calls.
-    if (a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
+    // end_call (is_checker).
+    if (a.call != 0ull && is_checker()) {
         const u64 w = call_word(a.call, epoch);
         const u64 off = (u64)((const char*)&ctl->calls[epoch & 1ull][a.rank] - (const char*)ctl);
         for (u32 p = 0; p < a.world; p++)
@@ -205,10 +214,10 @@ __device__ __forceinline__ u64 read_epoch(const Args& a) {
 // aborted call never advances the epoch; the abort word stops the waits of
 // later calls.
 __device__ __forceinline__ void end_call(const Args& a, u64 epoch, bool ok) {
-    // Block 0's last thread checks that every peer made the same call
-    // (read_epoch sent ours). In a small call it has no data and checks
-    // while the others work; in a large one the words arrived long before.
-    if (ok && a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
+    // The checker checks that every peer made the same call (read_epoch
+    // sent ours). In a small call it has no data and checks while the
+    // others work; in a large one the words arrived long before.
+    if (ok && a.call != 0ull && is_checker()) {
         Ctl* ctl = (Ctl*)a.ctl;
         for (u32 p = 0; ok && p < a.world; p++)
             if (p != a.rank)

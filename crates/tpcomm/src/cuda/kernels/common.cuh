@@ -198,10 +198,12 @@ struct Status {
 
 // ---------------------------------------------------------------- call words
 
-// Every call says what it is: `call` (built by the host, src/cuda/call.rs)
-// holds the message's bytes (bits 0-39), the kind of call (40-43: algorithm
-// or collective, transport), the element type (44-45) and the broadcast root
-// or the quantized wire (46-48). Block 0's last thread of each rank sends it,
+// Every call says what it is: `call` (built by the host, src/cuda/call_word.rs)
+// holds the message's bytes (bits 0-34), the kind of call (35-38: algorithm
+// or collective, transport), the caller's element type (39-42), its op
+// (43-45) and the broadcast root, the quantized wire or a rooted call's root
+// (46-48). One thread of each rank sends it (P2P: the
+// grid's last, is_checker in allreduce.cu; host path and quantized: block 0's last),
 // tagged with the epoch in bits 49-63, to every peer when the call starts;
 // before the call counts as done it waits (bounded) for every peer's word of
 // this epoch and compares: a rank that called with another count, type,

@@ -403,3 +403,64 @@ fn block_override_takes_whole_warps_within_the_kernels_limit() {
         }
     }
 }
+
+#[test]
+fn the_checker_gets_a_thread_without_data_where_the_grid_covers_the_message_exactly() {
+    // 1 KiB: 64 vectors, one block of 64 threads; the spare warp makes 96.
+    let s = p2p_all_reduce(1024, false, 132, 512);
+    assert_eq!(s, Shape::new(1, 64));
+    assert_eq!(with_idle_checker(s, 1024, 132, 512), Shape::new(1, 96));
+    // 64 KiB: 32 blocks of 128 cover 4096 vectors exactly; one more block.
+    let s = p2p_all_reduce(64 << 10, false, 132, 512);
+    assert_eq!(s, Shape::new(32, 128));
+    assert_eq!(
+        with_idle_checker(s, 64 << 10, 132, 512),
+        Shape::new(33, 128)
+    );
+    // A block already at its largest: one more block instead.
+    assert_eq!(
+        with_idle_checker(Shape::new(1, 512), 512 * 16, 132, 512),
+        Shape::new(2, 512)
+    );
+    // At both limits, or where threads loop, or where a thread is idle already: unchanged.
+    assert_eq!(
+        with_idle_checker(Shape::new(4, 512), 4 * 512 * 16, 4, 512),
+        Shape::new(4, 512)
+    );
+    assert_eq!(
+        with_idle_checker(Shape::new(4, 512), 16 << 20, 4, 512),
+        Shape::new(4, 512)
+    );
+    assert_eq!(
+        with_idle_checker(Shape::new(1, 64), 1000, 132, 512),
+        Shape::new(1, 64)
+    );
+    for bytes in sizes() {
+        let nvec = bytes.div_ceil(16).max(1) as u64;
+        for cap in CAPS {
+            for max in MAX_BLOCKS {
+                for two_shot in [false, true] {
+                    let s = p2p_all_reduce(bytes, two_shot, cap as u32, max);
+                    let t = with_idle_checker(s, bytes, cap as u32, max);
+                    sane(t);
+                    assert!(t.block.is_multiple_of(32) && t.block <= max, "{t:?}");
+                    assert!(t.grid as usize <= cap, "{bytes} {cap}: {t:?}");
+                    // Never fewer threads, so the kernel picked for `s` still fits.
+                    assert!(t.threads() >= s.threads());
+                    // The grid's last thread has no vector unless the launch is at
+                    // both limits or its threads loop over the message.
+                    let at_limits = s.grid as usize >= cap && (s.grid > 1 || s.block + 32 > max);
+                    if !at_limits && s.threads() >= nvec {
+                        assert!(t.threads() > nvec, "{bytes} {cap} {max}: {s:?} -> {t:?}");
+                    }
+                    if s.threads() != nvec {
+                        assert_eq!(t, s);
+                    }
+                }
+            }
+            let s = p2p_collective(bytes, cap, 512);
+            let t = with_idle_checker(s, bytes, cap as u32, 512);
+            assert!(t.grid as usize <= cap && t.block <= 512 && t.threads() >= s.threads());
+        }
+    }
+}

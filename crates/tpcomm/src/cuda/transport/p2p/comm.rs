@@ -372,8 +372,11 @@ impl GpuTransport for P2pTransport {
         if call.count == 0 {
             return Ok(algo);
         }
-        let shape =
+        let mut shape =
             launch_shape::p2p_all_reduce(bytes, algo == Algo::TwoShot, self.grid, self.block);
+        if self.check_calls {
+            shape = launch_shape::with_idle_checker(shape, bytes, self.grid, self.block);
+        }
         let d = dtype_index(dtype);
         let one_vector_per_thread = bytes.div_ceil(16) as u64 <= shape.threads();
         let f = match algo {
