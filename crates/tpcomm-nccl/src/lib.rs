@@ -25,6 +25,7 @@ mod cuda;
 mod ffi;
 mod forward;
 mod group;
+mod host;
 mod real_nccl;
 #[forbid(unsafe_code)]
 mod route;

@@ -197,13 +197,6 @@ fn real_int(
     }
 }
 
-/// What identifies this machine: ranks are on one host only when all agree.
-fn host_key() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    format!("{}|{}", host.trim(), boot.trim())
-}
-
 /// Sets tpcomm up beside the real, ready communicator `comm` (every rank of
 /// it calls this at the same point). Any failure leaves `comm` to NCCL alone.
 pub fn set_up(comm: NcclComm, origin: &str) {
@@ -285,13 +278,12 @@ fn build(
 ) -> Result<Paired> {
     let s = settings::get();
     let made = (|| {
-        let key = host_key();
+        let key = crate::host::key();
         let hosts = ex.gather("preflight", Some(key.as_bytes()), s.timeout)?;
-        if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
+        if let Some(why) = crate::host::other_machine(&hosts, key.as_bytes()) {
             // Every rank sees the same list, so every rank stops here.
             return Err(Error::Unsupported(format!(
-                "rank {p} is on another machine ({}); tpcomm runs on one machine",
-                String::from_utf8_lossy(&hosts[p])
+                "{why}; tpcomm runs on one machine"
             )));
         }
         info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");

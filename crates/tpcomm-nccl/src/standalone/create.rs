@@ -454,7 +454,7 @@ fn make(
         dir: dir.clone(),
         secret: *secret,
     };
-    let key = standalone::host_key();
+    let key = crate::host::key();
     let turn = Turn {
         key: "standalone-hosts",
         rank,
@@ -463,10 +463,9 @@ fn make(
         timeout: s.timeout,
     };
     let hosts = tpcomm::cuda::Exchange::exchange(&meet, turn)?;
-    if let Some(p) = hosts.iter().position(|h| h != key.as_bytes()) {
+    if let Some(why) = crate::host::other_machine(&hosts, key.as_bytes()) {
         return Err(tpcomm::Error::Unsupported(format!(
-            "rank {p} is on another machine ({}); standalone mode serves ranks of one host: unset TPCOMM_STANDALONE to use NCCL",
-            String::from_utf8_lossy(&hosts[p])
+            "{why}; standalone mode serves ranks of one host: unset TPCOMM_STANDALONE to use NCCL"
         )));
     }
     info!("{tag}: all {world} ranks on this machine; creating the standalone communicator");

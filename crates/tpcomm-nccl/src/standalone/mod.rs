@@ -156,19 +156,14 @@ pub fn new_id() -> Result<[u8; 128]> {
     Ok(id)
 }
 
-/// What identifies this machine (host name and boot id): ranks are on one
-/// host only when all agree.
-pub fn host_key() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    format!("{}|{}", host.trim(), boot.trim())
-}
-
-/// A 64-bit hash of [`host_key`] (FNV-1a, then mixed); never 0.
+/// A 64-bit hash of this machine's key (`host::key`: FNV-1a, then mixed);
+/// never 0.
 pub fn host_hash() -> u64 {
-    let h = host_key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
+    let h = crate::host::key()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        });
     mix(h).max(1)
 }
 
