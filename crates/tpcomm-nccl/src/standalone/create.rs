@@ -480,12 +480,9 @@ fn make(
     cfg.check_calls = cfg.check_calls.or(Some(true));
     // The exact wire whatever TPCOMM_WIRE says: standalone mode has no
     // quantized path. A quantized wire asked for is said to be ignored.
-    if let Some(w) = tpcomm::env::WIRE
-        .checked_value()
-        .filter(|w| *w != tpcomm::quant::Wire::Exact)
-    {
+    if let Some(text) = ignored_wire(tpcomm::env::WIRE.checked_value()) {
         if rank == 0 {
-            warn!("{tag}: TPCOMM_WIRE={} is ignored: a standalone communicator sums on the exact wire only (the quantized wire runs beside a real NCCL communicator, docs/quantized.md)", w.label());
+            warn!("{tag}: {text}");
         }
     }
     cfg.wire = Some(tpcomm::quant::Wire::Exact);
@@ -725,4 +722,36 @@ pub fn shrink(
     // A colour no split can have (splits take 0 and up, or none).
     let secret = parent.secret.derive((n << 32) | 0xffff_fffe);
     create_on(CALL, out, rank, world, secret, parent.device)
+}
+
+/// What a standalone communicator says when TPCOMM_WIRE asks for a
+/// quantized wire (`asked`: the variable's value, `None` when unset or
+/// invalid, which the library's own check reports): it is ignored, since
+/// standalone mode sums on the exact wire only. `None` for the exact wire.
+fn ignored_wire(asked: Option<tpcomm::quant::Wire>) -> Option<String> {
+    let w = asked.filter(|w| *w != tpcomm::quant::Wire::Exact)?;
+    Some(format!(
+        "TPCOMM_WIRE={} is ignored: a standalone communicator sums on the exact wire only (the quantized wire runs beside a real NCCL communicator, docs/quantized.md)",
+        w.label()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ignored_wire;
+    use tpcomm::quant::Wire;
+
+    #[test]
+    fn a_quantized_wire_asked_of_a_standalone_communicator_is_said_to_be_ignored() {
+        assert_eq!(ignored_wire(None), None);
+        assert_eq!(ignored_wire(Some(Wire::Exact)), None);
+        for w in [Wire::Int8 { group: 128 }, Wire::Fp8 { group: 64 }] {
+            let t = ignored_wire(Some(w)).expect("a quantized wire is warned about");
+            assert!(
+                t.starts_with(&format!("TPCOMM_WIRE={} is ignored", w.label())),
+                "{t}"
+            );
+            assert!(t.contains("exact wire only"), "{t}");
+        }
+    }
 }

@@ -24,7 +24,7 @@
 use crate::standalone::comm::{live, run, StandaloneComm};
 use crate::standalone::create::make_pair;
 use crate::standalone::gathered::{expanded_block, staged_plan, staging_too_small};
-use crate::standalone::p2p_plan::{pair_order, plan, sizes, Calls};
+use crate::standalone::p2p_plan::{pair_order, plan, sizes, sizes_of, Calls};
 use crate::standalone::rooted::launch;
 use crate::standalone::rooted_plan::{Loc, Shape, Step};
 use crate::standalone::{self, INVALID_USAGE};
@@ -162,7 +162,8 @@ fn end(g: &[Pending]) -> NcclResult {
         );
     }
     if world <= 2 || a.live.is_none() {
-        return end_on(a, g, &tag);
+        let ranks: Vec<usize> = (0..world).collect();
+        return end_on(a, g, &ranks, &tag);
     }
     let to_self: Vec<&Pending> = g.iter().filter(|p| p.peer == rank).collect();
     if !to_self.is_empty() {
@@ -186,7 +187,8 @@ fn end(g: &[Pending]) -> NcclResult {
                 ..*p
             })
             .collect();
-        let r = end_on(&pair, &calls, &format!("{tag} (with rank {peer})"));
+        let ranks = [rank.min(peer), rank.max(peer)];
+        let r = end_on(&pair, &calls, &ranks, &format!("{tag} (with rank {peer})"));
         if r != SUCCESS {
             return r;
         }
@@ -295,8 +297,9 @@ fn copy_to_self(a: &StandaloneComm, g: &[&Pending], tag: &str) -> NcclResult {
 }
 
 /// The sends and receives `g` on `a` itself (peers are `a`'s ranks), `tag`
-/// naming them in errors.
-fn end_on(a: &StandaloneComm, g: &[Pending], tag: &str) -> NcclResult {
+/// naming them in errors, where `a`'s rank `i` is called `ranks[i]` (a
+/// pair's communicator: the ranks of the one the program made).
+fn end_on(a: &StandaloneComm, g: &[Pending], ranks: &[usize], tag: &str) -> NcclResult {
     if a.solo.is_some() {
         let refs: Vec<&Pending> = g.iter().collect();
         return copy_to_self(a, &refs, tag);
@@ -318,7 +321,7 @@ fn end_on(a: &StandaloneComm, g: &[Pending], tag: &str) -> NcclResult {
             )
         }
     };
-    let m = match sizes(&records) {
+    let m = match sizes_of(&records, ranks) {
         Ok(m) => m,
         Err(e) => return standalone::fail(INVALID_USAGE, format!("{tag}: {e}")),
     };

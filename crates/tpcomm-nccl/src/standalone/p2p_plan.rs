@@ -53,13 +53,23 @@ impl Calls {
 /// bytes `s` sends to `d`. `Err` names the first pair whose sender and
 /// receiver disagree (every rank finds the same one), or a malformed record.
 pub fn sizes(records: &[Vec<u8>]) -> Result<Vec<Vec<usize>>, String> {
+    let ranks: Vec<usize> = (0..records.len()).collect();
+    sizes_of(records, &ranks)
+}
+
+/// [`sizes`] of records whose ranks the caller's program knows by other
+/// numbers: record `i` is rank `ranks[i]` in the errors (a pair's
+/// communicator names its two ranks as the larger communicator does).
+pub fn sizes_of(records: &[Vec<u8>], ranks: &[usize]) -> Result<Vec<Vec<usize>>, String> {
     let w = records.len();
+    let name = |i: usize| ranks.get(i).copied().unwrap_or(i);
     let mut sends = vec![vec![0usize; w]; w];
     let mut recvs = vec![vec![0usize; w]; w];
     for (r, rec) in records.iter().enumerate() {
         if rec.len() != 16 * w {
             return Err(format!(
-                "rank {r}'s record of its sends and receives is malformed"
+                "rank {}'s record of its sends and receives is malformed",
+                name(r)
             ));
         }
         let v = |i: usize| u64::from_le_bytes(rec[8 * i..8 * i + 8].try_into().unwrap_or_default());
@@ -72,8 +82,8 @@ pub fn sizes(records: &[Vec<u8>]) -> Result<Vec<Vec<usize>>, String> {
         for d in 0..w {
             if sends[s][d] != recvs[d][s] {
                 return Err(format!(
-                    "rank {s} sends {} bytes to rank {d}, which receives {} bytes from it (every ncclSend needs an ncclRecv of the same count and type in the same group)",
-                    sends[s][d], recvs[d][s]
+                    "rank {} sends {} bytes to rank {}, which receives {} bytes from it (every ncclSend needs an ncclRecv of the same count and type in the same group)",
+                    name(s), sends[s][d], name(d), recvs[d][s]
                 ));
             }
         }

@@ -152,6 +152,15 @@ fn senders_and_receivers_that_disagree_are_named_by_every_rank() {
         sizes(&[a.record(), b.record()]),
         Ok(vec![vec![0, 8], vec![0, 0]])
     );
+    // A pair's communicator of ranks 3 and 5 of a larger one names them so.
+    b.recvs[0][0].1 = 4;
+    let e = sizes_of(&[a.record(), b.record()], &[3, 5]).unwrap_err();
+    assert!(
+        e.contains("rank 3 sends 8 bytes to rank 5, which receives 4"),
+        "{e}"
+    );
+    let e = sizes_of(&[a.record(), vec![1, 2, 3]], &[3, 5]).unwrap_err();
+    assert!(e.contains("rank 5's record"), "{e}");
 }
 
 #[test]
