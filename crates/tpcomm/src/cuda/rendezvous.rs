@@ -277,15 +277,52 @@ fn exchange_dir(dir: &Path, turn: Turn<'_>) -> Result<Vec<Vec<u8>>> {
                         waited,
                     ));
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                match poll_pause(waited) {
+                    p if p.is_zero() => std::thread::yield_now(),
+                    p => std::thread::sleep(p),
+                }
             }
         }
     }
 }
 
+/// How long a directory rendezvous waits before it reads the records again,
+/// `waited` into the exchange: not at all (a yield) for the first 200 us,
+/// since the ranks of a send/recv group or a split usually post within
+/// microseconds of each other; then half the time waited past that, at
+/// least 20 us and at most 1 ms, so a rank still computing costs a read of
+/// the directory a millisecond. Measured with
+/// `cargo run --release -p tpcomm --example rendezvous_latency` on tmpfs
+/// (docs/standalone.md).
+fn poll_pause(waited: Duration) -> Duration {
+    const SPIN_US: u64 = 200;
+    let w = waited.as_micros().min(u128::from(u64::MAX)) as u64;
+    if w < SPIN_US {
+        return Duration::ZERO;
+    }
+    Duration::from_micros(((w - SPIN_US) / 2).clamp(20, 1000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_wait_polls_at_once_then_backs_off_to_a_millisecond() {
+        let us = Duration::from_micros;
+        assert_eq!(poll_pause(us(0)), Duration::ZERO);
+        assert_eq!(poll_pause(us(199)), Duration::ZERO);
+        assert_eq!(poll_pause(us(200)), us(20));
+        assert_eq!(poll_pause(us(400)), us(100));
+        assert_eq!(poll_pause(us(2200)), us(1000));
+        assert_eq!(poll_pause(Duration::from_secs(3600)), us(1000));
+        let mut last = Duration::ZERO;
+        for w in (0..5000).step_by(7) {
+            let p = poll_pause(us(w));
+            assert!(p >= last && p <= us(1000), "{w} us: {p:?}");
+            last = p;
+        }
+    }
 
     #[test]
     fn threads_exchange_returns_every_rank_value_in_rank_order() {
