@@ -1591,20 +1591,37 @@ fn syncwork(r: &Rank) -> Verdict {
     let start = Instant::now();
     let mut bytes = 8usize;
     let mut sizes = 0;
+    // Where this rank's time went in the size before (a peer that waited for
+    // it in vain says only that it did not come).
+    let mut before = String::from("none");
     while bytes <= 64 << 20 {
         let count = bytes / 4;
+        let t = Instant::now();
         let inp = Inputs::new(Dt(7), r.seed, 0x5c + bytes as u64);
         let send = DevBuf::new(bytes)?;
         let recv = DevBuf::new(bytes)?;
         sys::sync_copy_to_device(send.ptr, &inp.bytes(r.rank, 0, count))?;
+        let prep = t.elapsed();
         progress(r, &format!("sync-work all-reduce {bytes} B"));
+        let t = Instant::now();
         ok(
             n,
             n.all_reduce(Bufs::new(send.ptr, recv.ptr, count, 7), 0, comm, s.raw),
             &format!("ncclAllReduce {bytes} B"),
-        )?;
+        )
+        .map_err(|e| {
+            format!(
+                "{e} (after {:.2} s in the call; this size's set-up took {:.2} s; the size before: {before})",
+                t.elapsed().as_secs_f64(),
+                prep.as_secs_f64()
+            )
+        })?;
+        let call = t.elapsed();
+        let t = Instant::now();
         let mut out = vec![0u8; bytes];
         sys::sync_copy_to_host(&mut out, recv.ptr)?;
+        let copy = t.elapsed();
+        let t = Instant::now();
         let (wrong, first) = check_reduction(&inp, &Op::Builtin(0), r.world, 0, &out);
         if wrong > 0 {
             return Err(format!(
@@ -1612,11 +1629,22 @@ fn syncwork(r: &Rank) -> Verdict {
                 first.unwrap_or_default()
             ));
         }
+        let check = t.elapsed();
+        let t = Instant::now();
+        drop((send, recv));
+        before = format!(
+            "{bytes} B: set-up {:.2} s, call {:.2} s, copy back {:.2} s, check {:.2} s, free {:.2} s",
+            prep.as_secs_f64(),
+            call.as_secs_f64(),
+            copy.as_secs_f64(),
+            check.as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
         sizes += 1;
         bytes *= 2;
     }
     destroy(r, comm)?;
-    Ok(format!("{sizes} sizes 8 B..64 MiB with cuMemcpyDtoH + cuCtxSynchronize between calls, 0 wrong, {:.1} s", start.elapsed().as_secs_f64()))
+    Ok(format!("{sizes} sizes 8 B..64 MiB with cuMemcpyDtoH + cuCtxSynchronize between calls, 0 wrong, {:.1} s; the last, {before}", start.elapsed().as_secs_f64()))
 }
 
 // ---------------------------------------------------------------------------------------
