@@ -79,6 +79,10 @@ fn child_calls() {
             lib.get(b"ncclCommDestroy").unwrap();
         let es: libloading::Symbol<unsafe extern "C" fn(c_int) -> *const c_char> =
             lib.get(b"ncclGetErrorString").unwrap();
+        let reset: libloading::Symbol<unsafe extern "C" fn()> =
+            lib.get(b"ncclResetDebugInit").unwrap();
+        let preset: libloading::Symbol<unsafe extern "C" fn()> =
+            lib.get(b"pncclResetDebugInit").unwrap();
         let journal: libloading::Symbol<unsafe extern "C" fn() -> *const c_char> =
             fake.get(b"fake_journal").unwrap();
 
@@ -99,6 +103,8 @@ fn child_calls() {
         );
         ge();
         println!("destroy={}", destroy(comm));
+        reset();
+        preset();
         println!("errstr={}", CStr::from_ptr(es(3)).to_string_lossy());
         println!("journal={}", CStr::from_ptr(journal()).to_string_lossy());
     }
@@ -117,7 +123,7 @@ fn expect_forwarded(out: &str) {
         "allreduce 0x1000 0x2000 4096 9 0 0x1234 0x30;",
         "broadcast 0x1000 0x2000 7 7 1 0x1234 0x30;",
         "groupstart;allreduce 0x1000 0x1000 8 7 0 0x1234 0x40;groupend;",
-        "destroy 0x1234;",
+        "destroy 0x1234;resetdebug;resetdebug;",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }

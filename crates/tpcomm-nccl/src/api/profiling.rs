@@ -26,7 +26,7 @@ macro_rules! profiling_names {
         )*
         /// The functions that have a `pncclX` name, by their `ncclX` name.
         #[cfg_attr(not(test), allow(dead_code))]
-        pub const ALIASED: &[&str] = &[$(stringify!($name),)* "ncclGroupSimulateEnd"];
+        pub const ALIASED: &[&str] = &[$(stringify!($name),)* "ncclGroupSimulateEnd", "ncclResetDebugInit"];
     };
 }
 
@@ -80,6 +80,17 @@ profiling_names! {
 pub unsafe extern "C" fn group_simulate_end(sim_info: Opaque) -> NcclResult {
     // SAFETY: the caller's contract is the called function's.
     unsafe { crate::forward::passthrough::ncclGroupSimulateEnd(sim_info) }
+}
+
+/// `pncclResetDebugInit`: `ncclResetDebugInit`, which this library only
+/// forwards (forward/passthrough.rs).
+///
+/// # Safety
+/// nccl.h's contract for `ncclResetDebugInit` (none).
+#[export_name = "pncclResetDebugInit"]
+pub unsafe extern "C" fn reset_debug_init() {
+    // SAFETY: the caller's contract is the called function's.
+    unsafe { crate::forward::passthrough::ncclResetDebugInit() }
 }
 
 #[cfg(test)]

@@ -12,4 +12,7 @@ use crate::types::{NcclResult, Opaque};
 
 forward! {
     fn ncclGroupSimulateEnd(sim_info: Opaque) -> NcclResult;
+    // Reloads NCCL's logging variables (deprecated in later NCCLs); without
+    // the real NCCL it does nothing, as it returns nothing to fail with.
+    fn ncclResetDebugInit() -> ();
 }

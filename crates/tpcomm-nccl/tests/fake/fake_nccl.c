@@ -108,6 +108,7 @@ int ncclBcast(void *buf, size_t n, int dt, int root, void *comm, void *st) {
   note(b);
   return 0;
 }
+void ncclResetDebugInit(void) { note("resetdebug"); }
 int ncclGroupStart(void) { note("groupstart"); return 0; }
 int ncclGroupEnd(void) { note("groupend"); return 0; }
 int ncclCommDestroy(void *c) {
