@@ -1,5 +1,5 @@
 #!/bin/bash
-# The drop-in checks on one GPU that had not run (issue 39, 2026-12-07): standalone
+# The drop-in checks on one GPU that had not run (2026-12-07): standalone
 # send/recv pair by pair (conformance sendrecv.* as processes under MPS at 3, 4 and 8 ranks
 # and as threads at 2, 3 and 8), torch.distributed's patterns at 3 ranks
 # (torch_patterns.sh), and syncwork.sweep as threads: 3 runs at 3 ranks (it failed once

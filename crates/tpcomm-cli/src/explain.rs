@@ -328,7 +328,7 @@ mod tests {
         v
     }
 
-    /// Issue 16: explain prints the route the communicator takes, for every
+    /// explain prints the route the communicator takes, for every
     /// machine-class fixture, transport, NCCL or not, type, op, eager or
     /// graph, and a grid of sizes through and past the buffers.
     #[test]

@@ -128,7 +128,7 @@ fn scenario(phase: Phase, target: usize, sig: &str) -> Option<Duration> {
                 return None;
             }
             // Rank 0 made its segment and waits: killing it now is what
-            // leaked 64 MiB each time before (issue 17, item 3).
+            // leaked 64 MiB each time before.
             let r0 = pid_in(&ranks, 0).expect("rank 0 runs");
             assert_eq!(shm_of(r0).len(), 1, "rank 0's segment during set-up");
             // (Rank 1 stays stopped whatever is done to rank 0: the parent

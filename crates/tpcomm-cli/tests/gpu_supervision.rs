@@ -1,5 +1,5 @@
 //! `tpcomm bench --device gpu --launch processes` (the real binary, GPU
-//! ranks as processes, issue 15 "killed rank in processes") when a rank is
+//! ranks as processes) when a rank is
 //! killed (SIGKILL) or stopped (SIGSTOP) during set-up, during the calls, or
 //! as the run ends, at every world size of TPCOMM_TEST_WORLDS (ranks share
 //! the GPUs round-robin; on one GPU the ranks run at once only under MPS,

@@ -221,7 +221,7 @@ fn spec_usage_shows_draft_is_required() {
     assert!(err.contains("--draft"), "{err}");
 }
 
-/// Issue 17: numbers near 2^64 and absurd latencies are errors, never a
+/// Numbers near 2^64 and absurd latencies are errors, never a
 /// wrapped figure or NaN.
 #[test]
 fn huge_numbers_are_errors() {

@@ -337,7 +337,7 @@ mod tests {
     }
 
     /// A box without P2P: the group's verdict gives the host transport, whose
-    /// kernels take small sums and NCCL the middle sizes (issue 16: before,
+    /// kernels take small sums and NCCL the middle sizes (before,
     /// the drop-in held the P2P communicator only and such boxes sent every
     /// call to NCCL).
     #[test]

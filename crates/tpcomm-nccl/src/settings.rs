@@ -277,7 +277,7 @@ mod tests {
         );
     }
 
-    /// Issue 17 item 4: these aborted the process that loaded the drop-in.
+    /// These once aborted the process that loaded the drop-in.
     #[test]
     fn huge_timeouts_are_errors_not_panics() {
         for v in ["1e20", "18446744073709551616", "1e309", "inf", "NaN"] {

@@ -3,7 +3,7 @@
 //! with the system C compiler, as in forwarding.rs): the process must never
 //! abort or see a panic, every call must reach the real (fake) NCCL with its
 //! arguments unchanged, and the log must name the bad variable and what it
-//! takes. Issue 17 item 4: `TPCOMM_TIMEOUT_S=1e20` used to abort the process.
+//! takes. `TPCOMM_TIMEOUT_S=1e20` used to abort the process.
 
 mod common;
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr, OsString};

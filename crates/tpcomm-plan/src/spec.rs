@@ -366,7 +366,7 @@ impl<'a> Planner<'a> {
             },
             Overhead::PerLayerUs { us } => {
                 // Bounded like a latency, so layers x overhead stays finite
-                // (1e308 printed inf and NaN; issue 17 item 5).
+                // (1e308 once printed inf and NaN).
                 if !(us.is_finite() && (0.0..=MAX_LATENCY_US).contains(&us)) {
                     return Err(PlanError::invalid(
                         "--overhead-us",

@@ -238,7 +238,7 @@ fn negative_and_zero_values_are_rejected() {
     let bad = replace_once(GPUS, "memory_mib = 46068", "memory_mib = -1");
     let (_, _, field, _) = field_error(load(MODELS, &bad, MACHINES, DRAFTS).unwrap_err());
     assert_eq!(field, "memory_mib");
-    // Issue 17: a size whose bytes overflow 64 bits is an error, not a wrap.
+    // A size whose bytes overflow 64 bits is an error, not a wrap.
     let bad = replace_once(
         GPUS,
         "memory_mib = 46068",

@@ -1,4 +1,4 @@
-//! Bounded property tests of the catalog and config.json parsers (issue 17):
+//! Bounded property tests of the catalog and config.json parsers:
 //! on malformed input they never panic and never plan silently wrong. Every
 //! input either fails with a typed error or gives a model whose every count
 //! fits in 64 bits, and the memory planner on it either plans or fails with
@@ -198,7 +198,7 @@ proptest! {
     }
 }
 
-/// The cases issue 17 reported, each an error now.
+/// Malformed inputs once reported as planned silently wrong, each an error now.
 #[test]
 fn issue_17_overflows_are_errors() {
     // layers = 2^63 - 1 gave "0.8B params".

@@ -98,7 +98,7 @@ fn bench_json_errors() {
     assert!(matches!(e, PlanError::Io { .. }));
 }
 
-/// Issue 17 item 7, in the planner's own reader (not only `plan --bench`'s
+/// In the planner's own reader (not only `plan --bench`'s
 /// check before it): a row whose result was wrong gives no latency.
 #[test]
 fn bench_rows_with_wrong_results_are_not_latencies() {

@@ -18,13 +18,13 @@ fn weight_types_count_their_scales() {
     // Two 128x128 fp8 blocks: 32768 bytes + two 4-byte scales.
     assert_eq!(WeightType::Fp8.bytes(2 * 128 * 128).unwrap(), 32768 + 8);
     assert_eq!(WeightType::Bf16.bytes(10).unwrap(), 20);
-    // Issue 17: no wrapping in release builds.
+    // No wrapping in release builds.
     assert!(WeightType::Bf16.bytes(u64::MAX / 2 + 1).is_err());
 }
 
 #[test]
 fn communication_buffers_come_from_the_library_layout() {
-    // Issue 22: the library allocates 2 epochs x max(world x slot, 2 x world
+    // The library allocates 2 epochs x max(world x slot, 2 x world
     // x shard): 128 MiB at TP 8 / 8 MiB (+ 256 B of control words, in 2 MiB
     // granules: 130 MiB), 32 MiB at TP 2 (34 MiB).
     let (b, how) = tpcomm_buffer_bytes(TpcommTransport::P2p, 8, ByteSize::mib(8)).unwrap();

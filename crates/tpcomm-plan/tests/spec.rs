@@ -1,5 +1,5 @@
 //! The speculative-decoding planner: hand-computed cycles, break-even
-//! points, monotonic behaviour, and the PCIe scenario of issue 6.
+//! points, monotonic behaviour, and a PCIe scenario (an 8-GPU box without NVLink).
 
 use proptest::prelude::*;
 use tpcomm::ByteSize;
@@ -272,7 +272,7 @@ fn bad_inputs_are_rejected() {
     i.overhead = Overhead::CalibrateTokS { tok_s: 0.0 };
     assert!(Planner::new(i.clone()).is_err());
     i.overhead = Overhead::PerLayerUs { us: 0.0 };
-    // Issue 17: 1e308 us per all-reduce printed NaN; infinite and negative
+    // 1e308 us per all-reduce once printed NaN; infinite and negative
     // latencies too must be refused, never planned.
     for us in [1e308, f64::INFINITY, f64::NAN, -1.0] {
         i.spec_latency = LatencySource::Flat { us };
@@ -392,7 +392,7 @@ fn machine_table(c: &Catalog, name: &str) -> LatencySource {
     }
 }
 
-/// Issue 6: 8-GPU PCIe box, Kimi K2.5 INT4 TP8, EAGLE-3, plain decoding at
+/// An 8-GPU PCIe box, Kimi K2.5 INT4 TP8, EAGLE-3, plain decoding at
 /// 89.5 tok/s, the speculative cycle's all-reduces at ~200 us each. The
 /// planner must find speculation slower there, and a break-even latency
 /// below 200 us under which it wins.

@@ -152,7 +152,7 @@ impl Error {
 mod tests {
     use super::*;
 
-    /// Issue 17 item 7: a dead peer found after 626 us read "timed out after 626us".
+    /// A dead peer found after 626 us once read "timed out after 626us".
     #[test]
     fn a_peer_timeout_names_the_peer_and_not_the_time_waited() {
         let e = Error::PeerTimeout {

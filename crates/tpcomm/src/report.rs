@@ -365,7 +365,7 @@ mod tests {
         serde_json::json!({ "meta": {}, "rows": rows }).to_string()
     }
 
-    /// Issue 17 item 7: rows with wrong results were taken as latencies.
+    /// Rows with wrong results were once taken as latencies.
     #[test]
     fn a_latency_row_with_wrong_results_is_refused_by_name() {
         let rows = parse_rows(

@@ -198,7 +198,7 @@ fn repeat_calls(
                         let out = out_pinned.as_slice().unwrap();
                         rank.comm.check().map_err(|e| {
                             // Where the wait was and what the slot holds:
-                            // the shared-GPU graph-replay timeout (issue 15).
+                            // the shared-GPU graph-replay timeout.
                             let detail = rank.comm.timeout_detail().unwrap_or_default();
                             eprintln!("rank {r}: repetition {i}: {e}\n  {detail}");
                             format!("repetition {i}: {e}; {detail}")
@@ -364,7 +364,7 @@ fn gpu_memory_report_matches_the_free_memory_drop() {
 /// size: when ranks share a GPU their grids must fit on it together
 /// (cuda/share.rs) or the calls time out. Before the grids were sized for
 /// sharing, 8 ranks on one H200 timed out here with one-shot from 262,143
-/// f32 elements on (issue 15).
+/// f32 elements on.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_largest_messages_finish_for_every_algorithm_with_ranks_sharing_a_gpu() {

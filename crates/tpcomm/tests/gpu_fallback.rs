@@ -47,7 +47,7 @@ fn calls_the_kernels_cannot_take_run_on_nccl_and_are_right() {
     }
 }
 
-/// Issue 16: NCCL takes the sizes where the routes say it is faster. The
+/// NCCL takes the sizes where the routes say it is faster. The
 /// pcie-p2p class defaults (forced here, whatever this machine is) give
 /// NCCL every sum above 256 KiB; below, the kernels run.
 #[test]

@@ -377,7 +377,7 @@ fn gpu_transport_auto_picks_p2p_only_when_every_pair_has_it() {
 /// size: when ranks share a GPU their grids must fit on it together
 /// (cuda/share.rs) or the calls time out. Before the grids were sized for
 /// sharing, 8 ranks on one H200 timed out here with one-shot from 262,143
-/// f32 elements on (issue 15).
+/// f32 elements on.
 #[test]
 #[ignore = "needs a GPU: TPCOMM_GPU_TESTS=1 [TPCOMM_TEST_WORLDS=2,4,8] cargo test -- --ignored"]
 fn gpu_largest_messages_finish_for_every_algorithm_with_ranks_sharing_a_gpu() {

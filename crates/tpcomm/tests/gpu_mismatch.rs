@@ -1,5 +1,4 @@
-//! GPU tests of all-reduces whose ranks disagree (issue 15, "mismatched
-//! calls"), ranks as threads sharing GPUs round-robin, at every world size of
+//! GPU tests of all-reduces whose ranks disagree (mismatched calls), ranks as threads sharing GPUs round-robin, at every world size of
 //! TPCOMM_TEST_WORLDS. One rank (rank 0, then the last rank) asks for a
 //! different element count, element type or algorithm than the others, or
 //! does not call at all; every communicator has a 300 ms timeout.

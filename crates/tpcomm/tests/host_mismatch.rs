@@ -1,5 +1,5 @@
 //! Ranks created with different sizes get an error that names the setting
-//! that differs (issue 17 item 7).
+//! that differs.
 
 use std::time::Duration;
 use tpcomm::{ByteSize, Error, HostCommunicator, HostConfig};

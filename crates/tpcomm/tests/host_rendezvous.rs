@@ -1,4 +1,4 @@
-//! Adversarial tests of the host rendezvous (issue 17): two jobs on one
+//! Adversarial tests of the host rendezvous: two jobs on one
 //! path, another user's files, symbolic links, planted tickets, a rank 0
 //! killed during set-up, ranks without a key. Each test is bounded in time.
 //! This binary re-runs itself for ranks that must be separate processes

@@ -1,4 +1,4 @@
-//! A call's route is a lookup: no allocation (issue 16). Counted by a global
+//! A call's route is a lookup: no allocation. Counted by a global
 //! allocator that counts only on the thread that armed it.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -335,7 +335,7 @@ const MAX_TOKENS: usize = Shape::MAX_TOKENS;
 const MAX_REPEATS: usize = 10_000;
 
 /// Every number of the command in its range, each error naming its flag
-/// (issue 17 item 6), before any worker or GPU work.
+/// before any worker or GPU work.
 fn check_counts(args: &ForwardBenchArgs) -> Result<()> {
     if args.tokens.is_empty() {
         return Err(Error::invalid("--tokens", "give at least one token count"));

@@ -473,7 +473,7 @@ pub(crate) fn validate_as(args: &GpuBenchArgs, spelling: &Spelling) -> Result<()
     }
     // Each count bounded on both sides, named by its own flag, before any
     // GPU work: a huge one would overflow a buffer's capacity or run for
-    // ever (issue 17 item 6).
+    // for ever.
     for (flag, value, max, what) in [
         (
             "--iters",
@@ -574,7 +574,7 @@ pub(crate) fn parse_algo(name: &str) -> Result<(Algo, tpcomm::cuda::Launch)> {
     }
 }
 
-/// The transport routing decides for (one type since issue 16; `Auto`
+/// The transport routing decides for (one type for every call; `Auto`
 /// never comes out of `GpuComm::transport` and maps to CUDA).
 pub(crate) fn select_transport(t: Transport) -> select::Transport {
     t.for_routes()

@@ -188,7 +188,7 @@ fn min_above_max_or_zero_counts_are_refused() {
     assert!(validate(&parse(&["--min", "0"])).is_err());
 }
 
-/// Issue 17 item 6: every count of the GPU bench (and so of `tpcomm tune`)
+/// Every count of the GPU bench (and so of `tpcomm tune`)
 /// is bounded on both sides before any GPU work, and the error names the
 /// flag and the range; the bounds themselves are accepted.
 #[test]

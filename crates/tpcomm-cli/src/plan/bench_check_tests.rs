@@ -2,7 +2,7 @@ use super::check_bench_rows;
 use tpcomm::report::{BenchRow, RowLabels};
 use tpcomm::DType;
 
-/// Issue 17 item 7: `plan --bench` took rows with wrong results as latencies.
+/// `plan --bench` once took rows with wrong results as latencies.
 #[test]
 fn a_bench_file_with_wrong_rows_is_refused_as_a_latency_table() {
     let dir = tempfile::tempdir().unwrap();

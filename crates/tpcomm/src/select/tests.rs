@@ -546,7 +546,7 @@ fn route_tables_keep_the_two_transports_apart() {
     assert_eq!(host_auto(Some(&s), 2, DType::Bf16, 8192), Algo::TwoShot);
 }
 
-/// Issue 17 item 7: syntax errors named a token ("field `}`") as the field,
+/// Syntax errors once named a token ("field `}`") as the field,
 /// and a key with no value gave no reason at all.
 #[test]
 fn toml_syntax_errors_name_the_field_before_them_and_a_reason() {

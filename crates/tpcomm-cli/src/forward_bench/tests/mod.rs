@@ -224,7 +224,7 @@ fn relative_difference_is_max_error_over_max_magnitude() {
     assert!(rel_diff(&nan, &b).is_infinite());
 }
 
-/// Issue 17 item 6: each number of `bench forward` is bounded on both sides
+/// Each number of `bench forward` is bounded on both sides
 /// before any worker starts, and the error names its flag.
 #[test]
 fn numbers_out_of_range_are_refused_naming_the_flag() {

@@ -17,7 +17,7 @@
 // strong (relaxed, system-scope) store like the senders': a plain store
 // racing with a peer's later write to the same slot is a data race in the
 // PTX memory model. (Made strong while chasing the shared-GPU graph-replay
-// timeout of issue 15; that timeout remains with strong resets too.)
+// timeout of ranks sharing one GPU; that timeout remains with strong resets too.)
 
 // Timeout codes written to Status::code (mirrored in src/cuda/transport/p2p/comm.rs).
 #define TPCOMM_WAIT_ONESHOT 1u
