@@ -4,7 +4,7 @@
 # place, 100 calls in a CUDA graph, 5 rounds (bench/dropin/percall.py): the drop-in staged
 # in BIN (this build) with TPCOMM_CHECK_CALLS=1 and =0, beside the one in OLD (a build
 # before the change, when given) the same two ways, all in turns in one run. Then
-# suite.sh's tests/allreduce, tests/collectives, tests/mismatch and tests/fused at worlds
+# suite.sh's tests/allreduce, tests/collectives, tests/mismatch, tests/fused and tests/host at worlds
 # 2, 3 and 8 (ranks as threads on GPU 0).
 #
 #   OUT=... bash bench/device/checker_cost.sh [BIN] [OLD]
@@ -34,5 +34,5 @@ echo quit | nvidia-cuda-mps-control; sleep 1
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 echo "== percall rc=$rc at $((SECONDS - T0)) s"; tail -12 "$OUT/percall-check.txt"
 stdbuf -oL bash bench/device/suite.sh --only tests --worlds 2,3,8 --budget "${SUITE_BUDGET:-320}" --bin "$B" --out "$OUT/suite" \
-  --steps 'tests/allreduce,tests/collectives,tests/mismatch,tests/fused' 2>&1 | tail -15
+  --steps 'tests/allreduce,tests/collectives,tests/mismatch,tests/fused,tests/host' 2>&1 | tail -15
 echo "== end at $((SECONDS - T0)) s"

@@ -110,8 +110,9 @@ pub fn p2p_all_reduce(bytes: usize, two_shot: bool, cap: u32, max_block: u32) ->
     Shape::new(grid, block)
 }
 
-/// `shape` for a P2P call of `bytes` (kernels/allreduce.cu and
-/// collectives.cu) that sends call words: the grid's last thread checks
+/// `shape` for a call of `bytes` that sends call words, on P2P
+/// (kernels/allreduce.cu and collectives.cu) or the host path's one-pass
+/// all-reduce (host_allreduce.cu's delta): the grid's last thread checks
 /// the peers' words (`is_checker`), and where it would have a vector of the
 /// message, its check would follow that vector's round trip (about 0.45 us
 /// at 1 KiB on an H100). So where the grid covers the message exactly with

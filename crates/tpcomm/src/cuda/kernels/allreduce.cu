@@ -173,14 +173,6 @@ __device__ __noinline__ V16 wait_slow(const V16* p, u64 ctl_addr, u64 status, u6
 
 // ---------------------------------------------------------------- epochs
 
-// The thread that sends this rank's call word and checks the peers': the
-// grid's last. With call words on, the host gives a small call's launch a
-// spare warp or block where every thread would have data
-// (launch_shape::with_idle_checker), so this thread has none and its check
-// overlaps the data's round trip instead of following it.
-__device__ __forceinline__ bool is_checker() {
-    return blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1;
-}
 
 // Every thread reads the epoch when it starts (one broadcast load per warp);
 // the blocks of the call advance it as they finish (see Ctl::arrivals). The

@@ -202,8 +202,8 @@ struct Status {
 // holds the message's bytes (bits 0-34), the kind of call (35-38: algorithm
 // or collective, transport), the caller's element type (39-42), its op
 // (43-45) and the broadcast root, the quantized wire or a rooted call's root
-// (46-48). One thread of each rank sends it (P2P: the
-// grid's last, is_checker in allreduce.cu; host path and quantized: block 0's last),
+// (46-48). One thread of each rank sends it (P2P and host
+// path: the grid's last, is_checker below; quantized: block 0's last),
 // tagged with the epoch in bits 49-63, to every peer when the call starts;
 // before the call counts as done it waits (bounded) for every peer's word of
 // this epoch and compares: a rank that called with another count, type,
@@ -228,6 +228,16 @@ __device__ __forceinline__ u64 call_word(u64 call, u64 epoch) {
 
 __device__ __forceinline__ bool call_word_current(u64 word, u64 epoch) {
     return (word >> TPCOMM_CALL_BITS) == call_tag(epoch);
+}
+
+// The thread that sends this rank's call word and checks the peers' (P2P
+// and host-path kernels; the quantized ones keep block 0's last): the
+// grid's last. With call words on, the host gives a small call's launch a
+// spare warp or block where every thread would have data
+// (launch_shape::with_idle_checker), so this thread has none and its check
+// overlaps the data's round trip instead of following it.
+__device__ __forceinline__ bool is_checker() {
+    return blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1;
 }
 
 // Records this rank's first failure (by `abort`): `code` (TPCOMM_WAIT_CALL

@@ -82,11 +82,11 @@ __device__ __forceinline__ void st_volatile_v4(void* p, V16 v) {
 
 // ---------------------------------------------------------------- epochs, timeouts
 
-// Block 0's last thread also publishes this call's word in its own area's half
-// of the epoch's parity, for the peers to compare (end_call).
+// The checker (is_checker, common.cuh) also publishes this call's word in its
+// own area's half of the epoch's parity, for the peers to compare (end_call).
 __device__ __forceinline__ u64 read_epoch(const HArgs& a) {
     const u64 epoch = (ld_volatile_u64(&((const HCtl*)a.ctl)->arrivals) >> TPCOMM_EPOCH_SHIFT) + 1ull;
-    if (a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
+    if (a.call != 0ull && is_checker()) {
         volatile u64* w = (volatile u64*)(a.areas[a.rank] + (epoch & 1ull) * a.half_stride + a.call_offset);
         *w = call_word(a.call, epoch);
     }
@@ -137,9 +137,9 @@ __device__ __forceinline__ bool wait_over(const HArgs& a, u32 spins, u64 start, 
 // completes, so all its blocks read the new epoch. An aborted block does not
 // arrive, so a failed call never advances the epoch.
 __device__ __forceinline__ void end_call(const HArgs& a, u64 epoch, bool ok) {
-    // Block 0's last thread (the one that published ours in read_epoch)
-    // checks that every peer made the same call.
-    if (ok && a.call != 0ull && blockIdx.x == 0 && threadIdx.x == blockDim.x - 1) {
+    // The checker (the thread that published ours in read_epoch) checks
+    // that every peer made the same call.
+    if (ok && a.call != 0ull && is_checker()) {
         HCtl* ctl = (HCtl*)a.ctl;
         const u64 at = (epoch & 1ull) * a.half_stride + a.call_offset;
         for (u32 q = 0; ok && q < a.world; q++)

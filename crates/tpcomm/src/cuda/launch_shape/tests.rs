@@ -461,6 +461,20 @@ fn the_checker_gets_a_thread_without_data_where_the_grid_covers_the_message_exac
             let s = p2p_collective(bytes, cap, 512);
             let t = with_idle_checker(s, bytes, cap as u32, 512);
             assert!(t.grid as usize <= cap && t.block <= 512 && t.threads() >= s.threads());
+            // The host path's one-pass all-reduce, with and without a block asked for.
+            for asked in [None, Some(64), Some(512)] {
+                let s = host_delta(bytes, cap, 512, asked);
+                let t = with_idle_checker(s, bytes, cap as u32, 512);
+                sane(t);
+                assert!(t.grid as usize <= cap && t.block <= 512 && t.block.is_multiple_of(32));
+                assert!(t.threads() >= s.threads());
+                if s.threads() == nvec && (s.grid as usize) < cap {
+                    assert!(
+                        t.threads() > nvec,
+                        "{bytes} {cap} {asked:?}: {s:?} -> {t:?}"
+                    );
+                }
+            }
         }
     }
 }

@@ -439,10 +439,25 @@ impl GpuTransport for PinnedTransport {
             ..self.kernel_args()
         };
         let (f, shape) = match which {
-            HostAlgo::Delta => (
-                self.kernels.fns[kernels::DELTA][d],
-                launch_shape::host_delta(bytes, self.grid, self.kernels.block, self.one_pass_block),
-            ),
+            HostAlgo::Delta => {
+                let shape = launch_shape::host_delta(
+                    bytes,
+                    self.grid,
+                    self.kernels.block,
+                    self.one_pass_block,
+                );
+                let shape = if self.check_calls {
+                    launch_shape::with_idle_checker(
+                        shape,
+                        bytes,
+                        self.grid as u32,
+                        self.kernels.block,
+                    )
+                } else {
+                    shape
+                };
+                (self.kernels.fns[kernels::DELTA][d], shape)
+            }
             HostAlgo::Chunked => {
                 let plan =
                     chunk_plan_with(bytes, self.world, self.grid, self.group_grid, &self.shape);
