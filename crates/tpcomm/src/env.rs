@@ -338,7 +338,7 @@ pub static P2P_BLOCK: Var<Count> = Var {
     section: Section::Shapes,
     read_by: "communicator creation",
     default: "what every kernel can launch",
-    doc: "cap on threads per block of the P2P kernels (and at most the kernels' limit)",
+    doc: "cap on threads per block of the P2P kernels (and at most the kernels' limit; with call words on, a launch whose threads would each have a vector gets one warp more within this cap, else one block more, for the check)",
     kind: Count {
         min: 32,
         max: MAX_BLOCK,
@@ -360,7 +360,7 @@ pub static HOST_BLOCK: Var<Count> = Var {
     section: Section::Shapes,
     read_by: "communicator creation",
     default: "blocks of 128 threads and up spread over the SMs, as the P2P one-shot",
-    doc: "threads per block of the host path's one-pass kernels (and at most the kernels' limit)",
+    doc: "threads per block of the host path's one-pass kernels (and at most the kernels' limit; with call words on, a launch whose threads would each have a vector gets one warp more within the kernels' limit, else one block more, for the check)",
     kind: Count {
         min: 32,
         max: MAX_BLOCK,
