@@ -87,12 +87,28 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
+    /// This process. Its start time is read from /proc once per pid (a
+    /// forked child has a pid of its own and reads its own): every record
+    /// written names its writer, and the directory rendezvous writes one per
+    /// exchange.
     pub(crate) fn me() -> Proc {
+        static CACHED: std::sync::Mutex<Option<Proc>> = std::sync::Mutex::new(None);
         let pid = std::process::id();
-        Proc {
+        let mut c = CACHED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = *c {
+            if p.pid == pid {
+                return p;
+            }
+        }
+        let me = Proc {
             pid,
             start: start_time(pid).unwrap_or(0),
+        };
+        // A start time that could not be read is not kept: the next call tries again.
+        if me.start != 0 {
+            *c = Some(me);
         }
+        me
     }
 
     /// Whether this very process still runs (not a zombie, not a reused pid).
