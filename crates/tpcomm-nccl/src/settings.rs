@@ -111,6 +111,26 @@ impl Settings {
             bad,
         )
     }
+
+    /// The library's configuration of rank `rank` of `world` on `device`
+    /// as the drop-in creates every communicator of its own (beside NCCL
+    /// or standalone): its buffer, its timeout, and call words on. Ranks
+    /// whose calls disagree (count, NCCL type, op, root, collective) are
+    /// caught wherever tpcomm serves a call, on separate GPUs as well as a
+    /// shared one, in programs nobody here wrote; TPCOMM_CHECK_CALLS=0
+    /// turns the check off (every rank alike: creation fails otherwise).
+    pub fn cuda_config(
+        &self,
+        rank: usize,
+        world: usize,
+        device: usize,
+    ) -> tpcomm::cuda::CudaConfig {
+        let mut cfg = tpcomm::cuda::CudaConfig::new(rank, world, device);
+        cfg.max_bytes = self.max_bytes;
+        cfg.timeout = self.timeout;
+        cfg.check_calls = cfg.check_calls.or(Some(true));
+        cfg
+    }
 }
 
 /// The value of one variable; a bad one goes to `bad` and reads as unset.
@@ -183,6 +203,19 @@ mod tests {
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         Settings::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn the_drop_in_checks_calls_unless_told_not_to() {
+        let (s, _) = with(&[("TPCOMM_MAX_BYTES", "3 MiB"), ("TPCOMM_TIMEOUT_S", "7")]);
+        let cfg = s.cuda_config(1, 3, 0);
+        assert_eq!((cfg.rank, cfg.world, cfg.device), (1, 3, 0));
+        assert_eq!(cfg.max_bytes, ByteSize::mib(3));
+        assert_eq!(cfg.timeout, Duration::from_secs(7));
+        // On separate GPUs too (the library alone would leave it off there),
+        // unless this process's TPCOMM_CHECK_CALLS says otherwise.
+        let asked = tpcomm::env::CHECK_CALLS.checked_value();
+        assert_eq!(cfg.check_calls, Some(asked.unwrap_or(true)));
     }
 
     #[test]

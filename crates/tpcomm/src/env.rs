@@ -217,7 +217,7 @@ pub static CHECK_CALLS: Var<Flag> = Var {
     name: "TPCOMM_CHECK_CALLS",
     section: Section::Library,
     read_by: "`CudaConfig::new`",
-    default: "on when two ranks of the group share a GPU, off when every rank has its own; on in every standalone drop-in communicator (docs/drop-in.md)",
+    default: "the library: on when two ranks of the group share a GPU, off when every rank has its own; the drop-in: on in every communicator it creates, standalone or beside NCCL (docs/drop-in.md)",
     doc: "every GPU call sends its peers what it is and compares theirs, so ranks that call with different counts, types or algorithms get `Error::Mismatch` instead of wrong sums; cost about 0.45 us per small call in a CUDA graph on an H200 and an H100 with the check on a thread that also had data; it now runs on a spare thread (P2P and host path), not yet measured; off costs 1-3% (docs/protocol-gpu.md, call words). Every rank must end up with the same setting",
     kind: Flag,
 };

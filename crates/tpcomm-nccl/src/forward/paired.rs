@@ -287,9 +287,7 @@ fn build(
             )));
         }
         info!("{tag}: all {world} ranks on this machine; creating the tpcomm communicator");
-        let mut cfg = CudaConfig::new(rank, world, device);
-        cfg.max_bytes = s.max_bytes;
-        cfg.timeout = s.timeout;
+        let cfg = s.cuda_config(rank, world, device);
         let rv = Rendezvous::Custom(Arc::new(AsRendezvous(ex.clone())));
         make(&cfg, &rv)
     })();
@@ -350,8 +348,7 @@ pub fn set_up_all(comms: &[NcclComm], devices: &[usize]) {
         let hs: Vec<_> = (0..world)
             .map(|rank| {
                 let rv = Rendezvous::Threads(group.clone());
-                let mut cfg = CudaConfig::new(rank, world, devices[rank]);
-                cfg.max_bytes = s.max_bytes;
+                let mut cfg = s.cuda_config(rank, world, devices[rank]);
                 // A thread that failed early never posts: keep the others' wait short.
                 cfg.timeout = s.timeout.min(std::time::Duration::from_secs(30));
                 sc.spawn(move || make(&cfg, &rv))

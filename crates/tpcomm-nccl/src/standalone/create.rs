@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tpcomm::cuda::communicator::{Fallback, Setup};
 use tpcomm::cuda::gathered;
-use tpcomm::cuda::{Communicator, CudaConfig, Rendezvous, SavedContext, Staging, Turn};
+use tpcomm::cuda::{Communicator, Rendezvous, SavedContext, Staging, Turn};
 use tpcomm::transport::MAX_WORLD;
 
 /// The standalone rendezvous as the library's [`Rendezvous::Custom`].
@@ -469,15 +469,10 @@ fn make(
         )));
     }
     info!("{tag}: all {world} ranks on this machine; creating the standalone communicator");
-    let mut cfg = CudaConfig::new(rank, world, device);
+    // Call words on, as in every drop-in communicator (Settings::cuda_config).
+    let mut cfg = s.cuda_config(rank, world, device);
     cfg.max_bytes = max_bytes;
-    cfg.timeout = s.timeout;
     cfg.nccl_fallback = false;
-    // A standalone communicator serves every call itself, for programs
-    // nobody here wrote: ranks whose calls disagree (count, NCCL type, op,
-    // root, collective) are caught on separate GPUs too, unless
-    // TPCOMM_CHECK_CALLS=0 turns the check off (every rank alike).
-    cfg.check_calls = cfg.check_calls.or(Some(true));
     // The exact wire whatever TPCOMM_WIRE says: standalone mode has no
     // quantized path. A quantized wire asked for is said to be ignored.
     if let Some(text) = ignored_wire(tpcomm::env::WIRE.checked_value()) {
