@@ -235,6 +235,9 @@ impl Op {
 
 /// Checks `got` (count elements) against the reduction over `world` ranks of input elements
 /// `start..start+count` (at most 64 ranks); returns (wrong elements, first wrong description).
+/// Large outputs are checked in slices on several threads (about one per core the `world`
+/// ranks leave free: every rank checks its own output at once); only a wrong element is
+/// described in words.
 pub fn check_reduction(
     inp: &Inputs,
     op: &Op,
@@ -242,81 +245,141 @@ pub fn check_reduction(
     start: usize,
     got: &[u8],
 ) -> (usize, Option<String>) {
-    let dt = inp.dt;
-    let sz = dt.size();
+    let sz = inp.dt.size();
     let n = got.len() / sz;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let parts = (cores / world.max(1))
+        .clamp(1, 16)
+        .min(n.div_ceil(1 << 16))
+        .max(1);
+    if parts == 1 {
+        return check_slice(inp, op, world, start, 0, &got[..n * sz]);
+    }
+    let per = n.div_ceil(parts);
+    let results: Vec<(usize, Option<String>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..parts)
+            .map(|p| {
+                let lo = (p * per).min(n);
+                let hi = ((p + 1) * per).min(n);
+                let slice = &got[lo * sz..hi * sz];
+                sc.spawn(move || check_slice(inp, op, world, start, lo, slice))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| (1, Some("a checking thread panicked".into())))
+            })
+            .collect()
+    });
+    let wrong = results.iter().map(|r| r.0).sum();
+    let first = results.into_iter().find_map(|r| r.1);
+    (wrong, first)
+}
+
+/// [`check_reduction`] of output elements `at..` (`got` holds them), numbered from 0 in
+/// the output.
+fn check_slice(
+    inp: &Inputs,
+    op: &Op,
+    world: usize,
+    start: usize,
+    at: usize,
+    got: &[u8],
+) -> (usize, Option<String>) {
+    let sz = inp.dt.size();
     let mut wrong = 0;
     let mut first = None;
-    for i in 0..n {
-        let g = &got[i * sz..(i + 1) * sz];
-        let (ok, want) = if dt.is_float() {
-            let mut buf = [0f64; 64];
-            for (r, v) in buf.iter_mut().enumerate().take(world) {
-                *v = inp.pick(r, start + i).1;
-            }
-            let vals = &buf[..world];
-            let (want, mag) = match op {
-                Op::Builtin(0) => (
-                    vals.iter().sum::<f64>(),
-                    vals.iter().map(|v| v.abs()).sum::<f64>(),
-                ),
-                Op::Builtin(1) => {
-                    let p: f64 = vals.iter().product();
-                    (p, p.abs())
-                }
-                Op::Builtin(2) => (vals.iter().cloned().fold(f64::MIN, f64::max), 0.0),
-                Op::Builtin(3) => (vals.iter().cloned().fold(f64::MAX, f64::min), 0.0),
-                Op::Builtin(_) => (
-                    vals.iter().sum::<f64>() / world as f64,
-                    vals.iter().map(|v| v.abs()).sum::<f64>() / world as f64,
-                ),
-                Op::PreMulSum(s) => (
-                    vals.iter().zip(s).map(|(v, s)| v * s).sum::<f64>(),
-                    vals.iter().zip(s).map(|(v, s)| (v * s).abs()).sum::<f64>(),
-                ),
-            };
-            let tol = (world as f64 + 2.0) * dt.unit_roundoff() * mag;
-            let v = dt.decode(g);
-            (
-                (v - want).abs() <= tol,
-                format!("{want} (tol {tol:e}) got {v}"),
-            )
-        } else {
-            let mut buf = [0u64; 64];
-            for (r, v) in buf.iter_mut().enumerate().take(world) {
-                *v = inp.pick(r, start + i).0;
-            }
-            let bits = &buf[..world];
-            let m = dt.mask();
-            let want: u64 = match op {
-                Op::Builtin(0) | Op::Builtin(4) => {
-                    let s = bits.iter().fold(0u64, |a, b| a.wrapping_add(*b)) & m;
-                    if let Op::Builtin(4) = op {
-                        ((dt.int(s) / world as i128) as u64) & m
-                    } else {
-                        s
-                    }
-                }
-                Op::Builtin(1) => bits.iter().fold(1u64, |a, b| a.wrapping_mul(*b)) & m,
-                Op::Builtin(2) => *bits.iter().max_by_key(|b| dt.int(**b)).unwrap_or(&0),
-                Op::Builtin(_) => *bits.iter().min_by_key(|b| dt.int(**b)).unwrap_or(&0),
-                Op::PreMulSum(s) => {
-                    bits.iter().zip(s).fold(0u64, |a, (b, s)| {
-                        a.wrapping_add(b.wrapping_mul(*s as i64 as u64))
-                    }) & m
-                }
-            };
-            let v = dt.bits(g);
-            (v == want, format!("{} got {}", dt.int(want), dt.int(v)))
-        };
-        if !ok {
+    for (k, g) in got.chunks_exact(sz).enumerate() {
+        let i = at + k;
+        if let Some(why) = check_one(inp, op, world, start + i, g) {
             wrong += 1;
             if first.is_none() {
-                first = Some(format!("element {i}: want {want}"));
+                first = Some(format!("element {i}: want {}", why()));
             }
         }
     }
     (wrong, first)
+}
+
+/// `None` when `g` is the reduction of input element `e` over `world` ranks; else what was
+/// wanted and got, as a closure (formatting every element's text would cost more than the
+/// check).
+fn check_one<'a>(
+    inp: &'a Inputs,
+    op: &'a Op,
+    world: usize,
+    e: usize,
+    g: &'a [u8],
+) -> Option<Box<dyn FnOnce() -> String + 'a>> {
+    let dt = inp.dt;
+    if dt.is_float() {
+        let mut buf = [0f64; 64];
+        for (r, v) in buf.iter_mut().enumerate().take(world) {
+            *v = inp.pick(r, e).1;
+        }
+        let vals = &buf[..world];
+        let (want, mag) = match op {
+            Op::Builtin(0) => (
+                vals.iter().sum::<f64>(),
+                vals.iter().map(|v| v.abs()).sum::<f64>(),
+            ),
+            Op::Builtin(1) => {
+                let p: f64 = vals.iter().product();
+                (p, p.abs())
+            }
+            Op::Builtin(2) => (vals.iter().cloned().fold(f64::MIN, f64::max), 0.0),
+            Op::Builtin(3) => (vals.iter().cloned().fold(f64::MAX, f64::min), 0.0),
+            Op::Builtin(_) => (
+                vals.iter().sum::<f64>() / world as f64,
+                vals.iter().map(|v| v.abs()).sum::<f64>() / world as f64,
+            ),
+            Op::PreMulSum(s) => (
+                vals.iter().zip(s).map(|(v, s)| v * s).sum::<f64>(),
+                vals.iter().zip(s).map(|(v, s)| (v * s).abs()).sum::<f64>(),
+            ),
+        };
+        let tol = (world as f64 + 2.0) * dt.unit_roundoff() * mag;
+        let v = dt.decode(g);
+        if (v - want).abs() <= tol {
+            None
+        } else {
+            Some(Box::new(move || format!("{want} (tol {tol:e}) got {v}")))
+        }
+    } else {
+        let mut buf = [0u64; 64];
+        for (r, v) in buf.iter_mut().enumerate().take(world) {
+            *v = inp.pick(r, e).0;
+        }
+        let bits = &buf[..world];
+        let m = dt.mask();
+        let want: u64 = match op {
+            Op::Builtin(0) | Op::Builtin(4) => {
+                let s = bits.iter().fold(0u64, |a, b| a.wrapping_add(*b)) & m;
+                if let Op::Builtin(4) = op {
+                    ((dt.int(s) / world as i128) as u64) & m
+                } else {
+                    s
+                }
+            }
+            Op::Builtin(1) => bits.iter().fold(1u64, |a, b| a.wrapping_mul(*b)) & m,
+            Op::Builtin(2) => *bits.iter().max_by_key(|b| dt.int(**b)).unwrap_or(&0),
+            Op::Builtin(_) => *bits.iter().min_by_key(|b| dt.int(**b)).unwrap_or(&0),
+            Op::PreMulSum(s) => {
+                bits.iter().zip(s).fold(0u64, |a, (b, s)| {
+                    a.wrapping_add(b.wrapping_mul(*s as i64 as u64))
+                }) & m
+            }
+        };
+        let v = dt.bits(g);
+        if v == want {
+            None
+        } else {
+            Some(Box::new(move || {
+                format!("{} got {}", dt.int(want), dt.int(v))
+            }))
+        }
+    }
 }
 
 /// Byte-exact comparison; (wrong elements, first description).
@@ -397,6 +460,40 @@ mod tests {
         });
         assert_eq!(check_reduction(&inp, &Op::Builtin(2), 4, 0, &mx).0, 0);
         assert!(check_reduction(&inp, &Op::Builtin(3), 4, 0, &mx).0 > 0);
+    }
+
+    #[test]
+    fn a_large_output_checked_in_slices_counts_every_wrong_element_and_names_the_first() {
+        // One rank: the reduction is the input itself. 300,000 elements are more than one
+        // slice wherever the machine has 2 cores or more.
+        let inp = Inputs::new(Dt(7), 9, 3);
+        let n = 300_000;
+        let good = inp.bytes(0, 0, n);
+        assert_eq!(
+            check_reduction(&inp, &Op::Builtin(0), 1, 0, &good),
+            (0, None)
+        );
+        let mut bad = good.clone();
+        for e in [250_000usize, 5, 150_000, 299_999] {
+            bad[e * 4 + 3] ^= 0x40;
+        }
+        let (wrong, first) = check_reduction(&inp, &Op::Builtin(0), 1, 0, &bad);
+        assert_eq!(wrong, 4);
+        assert!(
+            first.as_deref().unwrap_or("").starts_with("element 5:"),
+            "{first:?}"
+        );
+        let mut late = good.clone();
+        late[250_000 * 4 + 3] ^= 0x40;
+        let (wrong, first) = check_reduction(&inp, &Op::Builtin(0), 1, 0, &late);
+        assert_eq!(wrong, 1);
+        assert!(
+            first
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("element 250000:"),
+            "{first:?}"
+        );
     }
 
     #[test]
