@@ -117,6 +117,7 @@ pub fn patterns() -> Vec<Pattern> {
     };
     per("allgather", allgather);
     per("broadcast", broadcast);
+    per("graph.first-calls", first_calls_captured);
     per("sendrecv.self", |r| sendrecv(r, P2p::SelfSend));
     per("sendrecv.ring", |r| sendrecv(r, P2p::Ring));
     per("sendrecv.uneven", |r| sendrecv(r, P2p::Uneven));
@@ -893,6 +894,108 @@ fn broadcast(r: &Rank) -> Verdict {
     }
     destroy(r, comm)?;
     Ok(format!("{calls} calls, every root, 0 wrong"))
+}
+
+// ---------------------------------------------------------------------------------------
+// a fresh communicator's first calls, all captured in one CUDA graph
+
+/// What a serving engine's forward does when it captures before any eager call: a new
+/// communicator's first all-reduce, all-gather, reduce-scatter and broadcast are all made
+/// inside one capture (global mode when the rank is a process of its own, as
+/// `torch.cuda.graph` captures by default). The graph is replayed twice on fresh inputs
+/// and every output checked; then one eager all-reduce shows the communicator still works.
+fn first_calls_captured(r: &Rank) -> Verdict {
+    let n = &r.nccl;
+    let comm = create(r)?;
+    let s = Stream::new(false)?;
+    let w = r.world;
+    let root = w - 1;
+    let (f32t, bf16, i32t) = (Dt(7), Dt(9), Dt(2));
+    let (c_ar, c_ag, c_rs, c_bc) = (4099usize, 1031usize, 515usize, 2053usize);
+    let ar_s = DevBuf::new(c_ar * 4)?;
+    let ar_r = DevBuf::new(c_ar * 4)?;
+    let ag_s = DevBuf::new(c_ag * 2)?;
+    let ag_r = DevBuf::new(c_ag * w * 2)?;
+    let rs_s = DevBuf::new(c_rs * w * 4)?;
+    let rs_r = DevBuf::new(c_rs * 4)?;
+    let bc = DevBuf::new(c_bc * 4)?;
+    progress(r, "first calls, captured");
+    s.begin_capture()?;
+    let calls = [
+        n.all_reduce(Bufs::new(ar_s.ptr, ar_r.ptr, c_ar, 7), 0, comm, s.raw),
+        n.all_gather(Bufs::new(ag_s.ptr, ag_r.ptr, c_ag, 9), comm, s.raw),
+        n.reduce_scatter(Bufs::new(rs_s.ptr, rs_r.ptr, c_rs, 7), 0, comm, s.raw),
+        n.broadcast(Bufs::new(bc.ptr, bc.ptr, c_bc, 2), root as i32, comm, s.raw),
+    ];
+    let g = s.end_capture();
+    for (c, what) in calls.into_iter().zip([
+        "ncclAllReduce (first call, captured)",
+        "ncclAllGather (first call, captured)",
+        "ncclReduceScatter (first call, captured)",
+        "ncclBroadcast (first call, captured)",
+    ]) {
+        ok(n, c, what)?;
+    }
+    let g = g?;
+    for rep in 0..2u64 {
+        let salt = 0xf1c0 + rep * 16;
+        let ar = Inputs::new(f32t, r.seed, salt);
+        let ag = Inputs::new(bf16, r.seed, salt + 1);
+        let rs = Inputs::new(f32t, r.seed, salt + 2);
+        let bi = Inputs::new(i32t, r.seed, salt + 3);
+        s.upload(ar_s.ptr, &ar.bytes(r.rank, 0, c_ar))?;
+        s.memset(ar_r.ptr, 0xff, c_ar * 4)?;
+        s.upload(ag_s.ptr, &ag.bytes(r.rank, 0, c_ag))?;
+        s.memset(ag_r.ptr, 0xff, c_ag * w * 2)?;
+        s.upload(rs_s.ptr, &rs.bytes(r.rank, 0, c_rs * w))?;
+        s.memset(rs_r.ptr, 0xff, c_rs * 4)?;
+        s.upload(bc.ptr, &bi.bytes(r.rank, 0, c_bc))?;
+        g.launch(&s)?;
+        let what = format!("replay {}", rep + 1);
+        let mut out_ar = vec![0u8; c_ar * 4];
+        let mut out_ag = vec![0u8; c_ag * w * 2];
+        let mut out_rs = vec![0u8; c_rs * 4];
+        let mut out_bc = vec![0u8; c_bc * 4];
+        s.download(&mut out_ar, ar_r.ptr)?;
+        s.download(&mut out_ag, ag_r.ptr)?;
+        s.download(&mut out_rs, rs_r.ptr)?;
+        s.download(&mut out_bc, bc.ptr)?;
+        s.sync(r.limit).map_err(|e| format!("{what}: {e}"))?;
+        let (wrong, first) = check_reduction(&ar, &Op::Builtin(0), w, 0, &out_ar);
+        if wrong > 0 {
+            return Err(format!(
+                "{what}: all-reduce {wrong} of {c_ar} wrong; {}",
+                first.unwrap_or_default()
+            ));
+        }
+        let want: Vec<u8> = (0..w).flat_map(|q| ag.bytes(q, 0, c_ag)).collect();
+        exactly(bf16, &want, &out_ag, &format!("{what}: all-gather"), true)?;
+        let (wrong, first) = check_reduction(&rs, &Op::Builtin(0), w, r.rank * c_rs, &out_rs);
+        if wrong > 0 {
+            return Err(format!(
+                "{what}: reduce-scatter {wrong} of {c_rs} wrong; {}",
+                first.unwrap_or_default()
+            ));
+        }
+        exactly(
+            i32t,
+            &bi.bytes(root, 0, c_bc),
+            &out_bc,
+            &format!("{what}: broadcast from {root} (in place)"),
+            true,
+        )?;
+    }
+    drop(g);
+    allreduce_check(n, comm, r.rank, w, r.seed, r.limit, 1025)?;
+    destroy(r, comm)?;
+    Ok(format!(
+        "4 first calls in one graph ({} capture), 2 replays and an eager all-reduce, 0 wrong",
+        if r.own_process {
+            "global"
+        } else {
+            "thread-local"
+        }
+    ))
 }
 
 // ---------------------------------------------------------------------------------------

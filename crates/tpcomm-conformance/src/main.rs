@@ -404,6 +404,8 @@ fn main() -> ExitCode {
             Body::SelfTest(w) => selftest(w),
             _ => match open_for_case(&a) {
                 Ok(n) => {
+                    // A rank of its own: captures in PyTorch's default (global) mode.
+                    sys::set_global_capture(true);
                     let g = Given {
                         world: a.world,
                         seed: a.seed.unwrap_or(1),

@@ -224,15 +224,17 @@ impl Stream {
             )
         }
     }
-    /// Starts capturing this stream into a graph (thread-local mode, as PyTorch does).
+    /// Starts capturing this stream into a graph, in the mode [`set_global_capture`] chose.
     pub fn begin_capture(&self) -> Result<(), String> {
+        let mode = if GLOBAL_CAPTURE.load(std::sync::atomic::Ordering::Relaxed) {
+            cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+        } else {
+            cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        };
         // SAFETY: a live stream.
         unsafe {
             cu_err(
-                cu::cuStreamBeginCapture_v2(
-                    self.cu(),
-                    cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                ),
+                cu::cuStreamBeginCapture_v2(self.cu(), mode),
                 "cuStreamBeginCapture",
             )
         }
@@ -270,6 +272,17 @@ impl Drop for Stream {
             let _ = cu::cuMemFreeHost(self.stage as *mut c_void);
         }
     }
+}
+
+/// Whether captures are in global mode (see [`set_global_capture`]).
+static GLOBAL_CAPTURE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Captures of this process in global mode (`true`: PyTorch's default, `torch.cuda.graph`'s
+/// `capture_error_mode="global"`, where a capture-unsafe CUDA call from any thread of the
+/// process, the drop-in's included, breaks the capture) or thread-local (`false`: a
+/// process whose threads are ranks, each doing its own ordinary CUDA work meanwhile).
+pub fn set_global_capture(global: bool) {
+    GLOBAL_CAPTURE.store(global, std::sync::atomic::Ordering::Relaxed);
 }
 
 pub struct Graph {
