@@ -1,7 +1,8 @@
 #!/bin/bash
 # The drop-in checks on one GPU that had not run (2026-12-07): standalone
-# send/recv pair by pair (conformance sendrecv.* as processes under MPS at 3, 4 and 8 ranks
-# and as threads at 2, 3 and 8), torch.distributed's patterns at 3 ranks
+# send/recv pair by pair and a fresh communicator's first calls captured in one graph
+# (conformance sendrecv.* and graph.* as processes under MPS at 3, 4 and 8 ranks and as
+# threads at 2, 3 and 8), torch.distributed's patterns at 3 ranks
 # (torch_patterns.sh), and syncwork.sweep as threads: 3 runs at 3 ranks (it failed once
 # there at 64 MiB) and one at each of 4 to 7. About 7 minutes. Results under $OUT.
 #
@@ -17,11 +18,11 @@ sum() { grep -E "^(FAIL|HANG|CRASH)" "$1" | cut -c1-600 | head -8; grep -A8 "^pa
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p /tmp/mps /tmp/mpslog; nvidia-cuda-mps-control -d
 export TPCOMM_STANDALONE=1
-timeout 50 stdbuf -oL "$C" --lib "$L" --modes procs --worlds 3,4,8 --only 'sendrecv.*' --case-timeout 25 --budget 40 --json "$OUT/p-sendrecv.json" > "$OUT/p-sendrecv.txt" 2>&1
+timeout 55 stdbuf -oL "$C" --lib "$L" --modes procs --worlds 3,4,8 --only 'sendrecv.*,graph.*' --case-timeout 25 --budget 45 --json "$OUT/p-sendrecv.json" > "$OUT/p-sendrecv.txt" 2>&1
 echo "== procs sendrecv rc=$? at $((SECONDS - T0)) s"; sum "$OUT/p-sendrecv.txt"
 echo quit | nvidia-cuda-mps-control; sleep 1
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-timeout 35 stdbuf -oL "$C" --lib "$L" --modes threads --worlds 2,3,8 --only 'sendrecv.*' --case-timeout 15 --budget 25 --json "$OUT/t-sendrecv.json" > "$OUT/t-sendrecv.txt" 2>&1
+timeout 40 stdbuf -oL "$C" --lib "$L" --modes threads --worlds 2,3,8 --only 'sendrecv.*,graph.*' --case-timeout 15 --budget 30 --json "$OUT/t-sendrecv.json" > "$OUT/t-sendrecv.txt" 2>&1
 echo "== threads sendrecv rc=$? at $((SECONDS - T0)) s"; sum "$OUT/t-sendrecv.txt"
 unset TPCOMM_STANDALONE
 WORLDS=3 T3=60 D="$D" OUT="$OUT/torch" stdbuf -oL bash bench/device/torch_patterns.sh 2>&1 | grep -E "^(ERROR|FAIL|HANG|summary|world)" | cut -c1-300 | head -12
