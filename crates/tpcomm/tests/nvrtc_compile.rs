@@ -72,6 +72,38 @@ fn fingerprint(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Each (family, source, arch) compiled, in the order given, on as many threads as the
+/// machine has cores (NVRTC compiles separate programs concurrently; one at a time this
+/// test took 3 minutes of a 2-core CI machine).
+fn compile_all(
+    jobs: &[(&str, &str, (i32, i32))],
+) -> Vec<tpcomm::Result<tpcomm::cuda::compile::Compiled>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let out: Vec<Mutex<Option<_>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|sc| {
+        for _ in 0..threads.min(jobs.len()) {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(name, src, arch)) = jobs.get(i) else {
+                    break;
+                };
+                let r = compile_uncached(src, name, arch);
+                *out[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
+    });
+    out.into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect("every job ran")
+        })
+        .collect()
+}
+
 #[test]
 fn every_kernel_compiles_for_every_architecture_without_warnings() {
     if let Err(e) = tpcomm::cuda::ensure_nvrtc() {
@@ -90,42 +122,45 @@ fn every_kernel_compiles_for_every_architecture_without_warnings() {
         assert!(families.contains(family), "no family {family} in SOURCES");
     }
     let mut failures = Vec::new();
-    for (name, src) in SOURCES {
-        for &arch in ARCHS {
-            let c = match compile_uncached(src, name, arch) {
-                Ok(c) if c.log.is_empty() => c,
-                Ok(c) => {
-                    failures.push(format!(
-                        "{name} sm_{}{} compiled with warnings:\n{}",
-                        arch.0, arch.1, c.log
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    failures.push(format!("{name} sm_{}{}: {e}", arch.0, arch.1));
-                    continue;
-                }
-            };
-            // The fingerprint lets a refactor of the sources show that the
-            // machine code did not change (run with --nocapture before and
-            // after, and compare).
-            eprintln!(
-                "{name} sm_{}{}: {} bytes of cubin, fingerprint {:016x} (NVRTC {maj}.{min})",
-                arch.0,
-                arch.1,
-                c.cubin.len(),
-                fingerprint(&c.cubin)
-            );
-            for (_, stems, types) in KERNELS.iter().filter(|(f, _, _)| f == name) {
-                for stem in *stems {
-                    for t in *types {
-                        let sym = format!("{stem}_{t}");
-                        if !c.cubin.windows(sym.len()).any(|w| w == sym.as_bytes()) {
-                            failures.push(format!(
-                                "{name} sm_{}{}: kernel {sym} missing from the cubin",
-                                arch.0, arch.1
-                            ));
-                        }
+    let jobs: Vec<(&str, &str, (i32, i32))> = SOURCES
+        .iter()
+        .flat_map(|&(name, src)| ARCHS.iter().map(move |&arch| (name, src, arch)))
+        .collect();
+    let compiled = compile_all(&jobs);
+    for (&(name, _, arch), result) in jobs.iter().zip(compiled) {
+        let c = match result {
+            Ok(c) if c.log.is_empty() => c,
+            Ok(c) => {
+                failures.push(format!(
+                    "{name} sm_{}{} compiled with warnings:\n{}",
+                    arch.0, arch.1, c.log
+                ));
+                continue;
+            }
+            Err(e) => {
+                failures.push(format!("{name} sm_{}{}: {e}", arch.0, arch.1));
+                continue;
+            }
+        };
+        // The fingerprint lets a refactor of the sources show that the
+        // machine code did not change (run with --nocapture before and
+        // after, and compare).
+        eprintln!(
+            "{name} sm_{}{}: {} bytes of cubin, fingerprint {:016x} (NVRTC {maj}.{min})",
+            arch.0,
+            arch.1,
+            c.cubin.len(),
+            fingerprint(&c.cubin)
+        );
+        for (_, stems, types) in KERNELS.iter().filter(|(f, _, _)| *f == name) {
+            for stem in *stems {
+                for t in *types {
+                    let sym = format!("{stem}_{t}");
+                    if !c.cubin.windows(sym.len()).any(|w| w == sym.as_bytes()) {
+                        failures.push(format!(
+                            "{name} sm_{}{}: kernel {sym} missing from the cubin",
+                            arch.0, arch.1
+                        ));
                     }
                 }
             }
