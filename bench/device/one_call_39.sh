@@ -9,8 +9,8 @@
 #   3. conformance sendrecv.* and graph.* as processes under MPS (3, 8) and as threads (2, 3, 8);
 #   4. conformance syncwork.sweep as threads: twice at 3 ranks, once at 4 to 7.
 #
-#   OUT=DIR bash bench/device/one_call_39.sh [BIN] [OLD]   (stage_all.sh's folder; OLD holds
-#                                                          libtpcomm_nccl.so)
+#   OUT=DIR [TOTAL=S] bash bench/device/one_call_39.sh [BIN] [OLD]   (stage_all.sh's folder; OLD holds
+#     libtpcomm_nccl.so; the GPU suites get what is left of TOTAL seconds, default 560)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 D=$(realpath "${1:-.dev/all}"); L=$D/libtpcomm_nccl.so; C=$D/tpcomm-conformance; OLD=${2:-}
@@ -44,7 +44,7 @@ done
 timeout 100 stdbuf -oL "$C" --lib "$L" --modes threads --worlds 4,5,6,7 --only 'syncwork.sweep' --case-timeout 40 --budget 90 --json "$OUT/t-sync47.json" > "$OUT/t-sync47.txt" 2>&1
 echo "== 4 syncwork 4-7 thread ranks: rc=$? at $((SECONDS - T0)) s"; grep -E "^(PASS|FAIL|HANG|CRASH)" "$OUT/t-sync47.txt" | cut -c1-600
 unset TPCOMM_STANDALONE
-left=$((560 - (SECONDS - T0)))
+left=$((${TOTAL:-560} - (SECONDS - T0)))
 [ "$left" -gt 40 ] && stdbuf -oL bash bench/device/suite.sh --only tests --worlds 2,3,8 --budget "$left" --bin "$D" --out "$OUT/suite" \
   --steps 'tests/allreduce,tests/mismatch,tests/host,tests/collectives,tests/fused' 2>&1 | tail -14
 echo "== end at $((SECONDS - T0)) s"
