@@ -4,10 +4,10 @@
 #   1. the mismatch check's cost (percall.py: 2 MPS processes, 1 KiB bf16, 100 calls a graph,
 #      5 rounds in turns): this build with TPCOMM_CHECK_CALLS=1 and =0, and OLD (a build
 #      before the spare-thread checker) the same two ways;
-#   2. the GPU tests of the kernels the checker changed (suite.sh tests/allreduce, host,
-#      mismatch, collectives, fused at worlds 2, 3, 8; ranks as threads);
-#   3. conformance sendrecv.* and graph.* as processes under MPS (3, 8) and as threads (2, 3, 8);
-#   4. conformance syncwork.sweep as threads: twice at 3 ranks, once at 4 to 7.
+#   2. conformance sendrecv.* and graph.* as processes under MPS (3, 8) and as threads (2, 3, 8);
+#   3. conformance syncwork.sweep as threads: twice at 3 ranks, once at 4 to 7;
+#   4. with the time left, the GPU tests of the kernels the checker changed (suite.sh
+#      tests/allreduce, mismatch, host, collectives, fused at worlds 2, 3, 8; thread ranks).
 # A part starts only when its timeout still ends within TOTAL seconds (default 560).
 #
 #   OUT=DIR [TOTAL=S] bash bench/device/one_call_39.sh [BIN] [OLD]   (stage_all.sh's folder; OLD holds
