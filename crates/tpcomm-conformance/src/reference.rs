@@ -292,26 +292,35 @@ fn check_slice(
     let mut first = None;
     for (k, g) in got.chunks_exact(sz).enumerate() {
         let i = at + k;
-        if let Some(why) = check_one(inp, op, world, start + i, g) {
+        if let Some(miss) = check_one(inp, op, world, start + i, g) {
             wrong += 1;
             if first.is_none() {
-                first = Some(format!("element {i}: want {}", why()));
+                first = Some(format!("element {i}: want {miss}"));
             }
         }
     }
     (wrong, first)
 }
 
-/// `None` when `g` is the reduction of input element `e` over `world` ranks; else what was
-/// wanted and got, as a closure (formatting every element's text would cost more than the
-/// check).
-fn check_one<'a>(
-    inp: &'a Inputs,
-    op: &'a Op,
-    world: usize,
-    e: usize,
-    g: &'a [u8],
-) -> Option<Box<dyn FnOnce() -> String + 'a>> {
+/// A wrong element: what was wanted and what came, put into words only for the first
+/// (formatting every element's text would cost more than the check).
+#[derive(Clone, Copy)]
+enum Miss {
+    Float { want: f64, tol: f64, got: f64 },
+    Int { want: i128, got: i128 },
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Miss::Float { want, tol, got } => write!(f, "{want} (tol {tol:e}) got {got}"),
+            Miss::Int { want, got } => write!(f, "{want} got {got}"),
+        }
+    }
+}
+
+/// `None` when `g` is the reduction of input element `e` over `world` ranks; else the miss.
+fn check_one(inp: &Inputs, op: &Op, world: usize, e: usize, g: &[u8]) -> Option<Miss> {
     let dt = inp.dt;
     if dt.is_float() {
         let mut buf = [0f64; 64];
@@ -344,7 +353,7 @@ fn check_one<'a>(
         if (v - want).abs() <= tol {
             None
         } else {
-            Some(Box::new(move || format!("{want} (tol {tol:e}) got {v}")))
+            Some(Miss::Float { want, tol, got: v })
         }
     } else {
         let mut buf = [0u64; 64];
@@ -375,9 +384,10 @@ fn check_one<'a>(
         if v == want {
             None
         } else {
-            Some(Box::new(move || {
-                format!("{} got {}", dt.int(want), dt.int(v))
-            }))
+            Some(Miss::Int {
+                want: dt.int(want),
+                got: dt.int(v),
+            })
         }
     }
 }
