@@ -80,6 +80,9 @@ pub fn patterns() -> Vec<Pattern> {
     v2.push(one("calls.one-thread-group", |n, w, s, d, l| {
         one_thread(n, w, s, d, l, Creation::GroupCalls)
     }));
+    v2.push(one("calls.one-thread-graph", |n, w, s, d, l| {
+        one_thread(n, w, s, d, l, Creation::GroupGraphs)
+    }));
     macro_rules! by_type {
         ($prefix:literal, $coll:expr) => {
             for t in 0..12 {
@@ -516,6 +519,9 @@ enum Creation {
     GroupInitRankConfig,
     InitAll,
     GroupCalls,
+    /// As nccl-tests' `-g N -G K`: every rank's calls of a group captured
+    /// into one graph per rank, then the graphs launched in turn.
+    GroupGraphs,
     /// Outside any group, `blocking = 0`: each creation returns before its
     /// peers exist, then every rank is polled until ready.
     NonBlockingInTurn,
@@ -641,10 +647,220 @@ fn one_thread(
             "created; grouped all-reduces of 1, 1025, 262147 fp32 checked on {world} ranks"
         );
     }
+    if how == Creation::GroupGraphs {
+        for global in [true, false] {
+            detail = one_thread_graphs(n, &gpus, &comms, seed, limit, global)?;
+        }
+        detail = format!("{detail}, in global and thread-local capture");
+    }
     for c in comms {
         ok(n, n.destroy(c), "ncclCommDestroy")?;
     }
     Ok(detail)
+}
+
+/// nccl-tests' `-g N -G K` on one thread: every rank's stream captured at
+/// once (global or thread-local mode), one group holding each rank's
+/// pre-multiplied all-reduce (its op created before the call and destroyed
+/// right after, inside the capture), in-place all-gather and reduce-scatter;
+/// then each rank's graph launched in turn, twice on fresh inputs, each stream
+/// polled with `ncclCommGetAsyncError` as nccl-tests waits, and every output
+/// element checked.
+fn one_thread_graphs(
+    n: &Nccl,
+    gpus: &[Gpu],
+    comms: &[Comm],
+    seed: u64,
+    limit: Duration,
+    global: bool,
+) -> Verdict {
+    let w = gpus.len();
+    let (f32t, bf16) = (Dt(7), Dt(9));
+    let (c_ar, c_ag, c_rs) = (4099usize, 1031usize, 515usize);
+    let scalars: Vec<f64> = (0..w).map(|q| scalar(f32t, q)).collect();
+    struct R {
+        s: Stream,
+        ar_s: DevBuf,
+        ar_r: DevBuf,
+        ag: DevBuf,
+        rs_s: DevBuf,
+        rs_r: DevBuf,
+    }
+    let mut rk = Vec::new();
+    for g in gpus {
+        g.make_current()?;
+        rk.push(R {
+            s: Stream::new(false)?,
+            ar_s: DevBuf::new(c_ar * 4)?,
+            ar_r: DevBuf::new(c_ar * 4)?,
+            ag: DevBuf::new(c_ag * w * 2)?,
+            rs_s: DevBuf::new(c_rs * w * 4)?,
+            rs_r: DevBuf::new(c_rs * 4)?,
+        });
+    }
+    let mode = if global { "global" } else { "thread-local" };
+    for (q, r) in rk.iter().enumerate() {
+        gpus[q].make_current()?;
+        r.s.begin_capture_in(global)?;
+    }
+    ok(n, n.group_start(), "ncclGroupStart (captured)")?;
+    let mut failed = None;
+    for (q, r) in rk.iter().enumerate() {
+        gpus[q].make_current()?;
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&f32t.encode(scalars[q]).to_le_bytes()[..4]);
+        let calls = (|| -> Result<(), String> {
+            let (code, op) = n.premulsum(&mut b, 7, comms[q]).map_err(missing)?;
+            ok(n, Ok(code), "ncclRedOpCreatePreMulSum (captured)")?;
+            let ar = n.all_reduce(
+                Bufs::new(r.ar_s.ptr, r.ar_r.ptr, c_ar, 7),
+                op,
+                comms[q],
+                r.s.raw,
+            );
+            ok(n, ar, "ncclAllReduce (pre-multiplied, captured)")?;
+            ok(
+                n,
+                n.redop_destroy(op, comms[q]),
+                "ncclRedOpDestroy (right after the call)",
+            )?;
+            let mine = r.ag.ptr + (q * c_ag * 2) as u64;
+            let ag = n.all_gather(Bufs::new(mine, r.ag.ptr, c_ag, 9), comms[q], r.s.raw);
+            ok(n, ag, "ncclAllGather (in place, captured)")?;
+            let rs = n.reduce_scatter(
+                Bufs::new(r.rs_s.ptr, r.rs_r.ptr, c_rs, 7),
+                0,
+                comms[q],
+                r.s.raw,
+            );
+            ok(n, rs, "ncclReduceScatter (captured)")
+        })();
+        if let Err(e) = calls {
+            failed = Some(format!("rank {q}: {e}"));
+            break;
+        }
+    }
+    let end = n.group_end();
+    let mut graphs = Vec::new();
+    for (q, r) in rk.iter().enumerate() {
+        gpus[q].make_current()?;
+        graphs.push(r.s.end_capture());
+    }
+    if let Some(f) = failed {
+        return Err(format!("{mode} capture: {f}"));
+    }
+    ok(n, end, "ncclGroupEnd (captured)")?;
+    let graphs: Vec<crate::sys::Graph> = graphs
+        .into_iter()
+        .enumerate()
+        .map(|(q, g)| g.map_err(|e| format!("{mode} capture, rank {q}: {e}")))
+        .collect::<Result<_, _>>()?;
+    for rep in 0..2u64 {
+        let salt = 0x6a00 + rep * 16 + global as u64 * 8;
+        let ar = Inputs::new(f32t, seed, salt);
+        let ag = Inputs::new(bf16, seed, salt + 1);
+        let rs = Inputs::new(f32t, seed, salt + 2);
+        for (q, r) in rk.iter().enumerate() {
+            gpus[q].make_current()?;
+            r.s.upload(r.ar_s.ptr, &ar.bytes(q, 0, c_ar))?;
+            r.s.memset(r.ar_r.ptr, 0xff, c_ar * 4)?;
+            r.s.memset(r.ag.ptr, 0xff, c_ag * w * 2)?;
+            r.s.upload(r.ag.ptr + (q * c_ag * 2) as u64, &ag.bytes(q, 0, c_ag))?;
+            r.s.upload(r.rs_s.ptr, &rs.bytes(q, 0, c_rs * w))?;
+            r.s.memset(r.rs_r.ptr, 0xff, c_rs * 4)?;
+        }
+        for (q, r) in rk.iter().enumerate() {
+            gpus[q].make_current()?;
+            graphs[q].launch(&r.s)?;
+        }
+        let what = format!("{mode} capture, replay {}", rep + 1);
+        poll_streams(
+            n,
+            gpus,
+            comms,
+            &rk.iter().map(|r| &r.s).collect::<Vec<_>>(),
+            limit,
+        )
+        .map_err(|e| format!("{what}: {e}"))?;
+        let want_ag: Vec<u8> = (0..w).flat_map(|q| ag.bytes(q, 0, c_ag)).collect();
+        for (q, r) in rk.iter().enumerate() {
+            gpus[q].make_current()?;
+            let mut out_ar = vec![0u8; c_ar * 4];
+            let mut out_ag = vec![0u8; c_ag * w * 2];
+            let mut out_rs = vec![0u8; c_rs * 4];
+            r.s.download(&mut out_ar, r.ar_r.ptr)?;
+            r.s.download(&mut out_ag, r.ag.ptr)?;
+            r.s.download(&mut out_rs, r.rs_r.ptr)?;
+            r.s.sync(limit)
+                .map_err(|e| format!("{what}, rank {q}: {e}"))?;
+            let (wrong, first) =
+                check_reduction(&ar, &Op::PreMulSum(scalars.clone()), w, 0, &out_ar);
+            if wrong > 0 {
+                return Err(format!(
+                    "{what}, rank {q}: pre-multiplied all-reduce {wrong} of {c_ar} wrong; {}",
+                    first.unwrap_or_default()
+                ));
+            }
+            exactly(
+                bf16,
+                &want_ag,
+                &out_ag,
+                &format!("{what}, rank {q}: all-gather (in place)"),
+                true,
+            )?;
+            let (wrong, first) = check_reduction(&rs, &Op::Builtin(0), w, q * c_rs, &out_rs);
+            if wrong > 0 {
+                return Err(format!(
+                    "{what}, rank {q}: reduce-scatter {wrong} of {c_rs} wrong; {}",
+                    first.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Ok(format!(
+        "{w} ranks' pre-multiplied all-reduce, in-place all-gather and reduce-scatter captured from one thread, 2 replays of each rank's graph in turn, 0 wrong"
+    ))
+}
+
+/// Waits for every stream as nccl-tests does: each polled in turn, with the
+/// communicator's `ncclCommGetAsyncError` between polls, within `limit`.
+fn poll_streams(
+    n: &Nccl,
+    gpus: &[Gpu],
+    comms: &[Comm],
+    streams: &[&Stream],
+    limit: Duration,
+) -> Result<(), String> {
+    let end = std::time::Instant::now() + limit;
+    let mut done = vec![false; streams.len()];
+    while done.iter().any(|d| !d) {
+        for q in 0..streams.len() {
+            if done[q] {
+                continue;
+            }
+            gpus[q].make_current()?;
+            if streams[q].query().map_err(|e| format!("rank {q}: {e}"))? {
+                done[q] = true;
+                continue;
+            }
+            let (code, asy) = n.async_error(comms[q]).map_err(missing)?;
+            if code != 0 || asy != 0 {
+                return Err(format!(
+                    "rank {q}: ncclCommGetAsyncError gave {code}, async error {asy} ({}): {}",
+                    code_name(asy),
+                    last(n)
+                ));
+            }
+        }
+        if std::time::Instant::now() > end {
+            let left: Vec<usize> = (0..done.len()).filter(|&q| !done[q]).collect();
+            return Err(format!(
+                "ranks {left:?}: their graphs did not end within {limit:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

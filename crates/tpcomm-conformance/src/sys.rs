@@ -142,6 +142,15 @@ impl Stream {
     fn cu(&self) -> cu::CUstream {
         self.raw as cu::CUstream
     }
+    /// Whether the stream's work is done (`cuStreamQuery`), or its error.
+    pub fn query(&self) -> Result<bool, String> {
+        // SAFETY: a live stream.
+        match unsafe { cu::cuStreamQuery(self.cu()) } {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(format!("stream: CUDA error {e:?}")),
+        }
+    }
     /// Waits for the stream's work, polling, at most `limit`.
     pub fn sync(&self, limit: Duration) -> Result<(), String> {
         let end = Instant::now() + limit;
@@ -226,7 +235,11 @@ impl Stream {
     }
     /// Starts capturing this stream into a graph, in the mode [`set_global_capture`] chose.
     pub fn begin_capture(&self) -> Result<(), String> {
-        let mode = if GLOBAL_CAPTURE.load(std::sync::atomic::Ordering::Relaxed) {
+        self.begin_capture_in(GLOBAL_CAPTURE.load(std::sync::atomic::Ordering::Relaxed))
+    }
+    /// Starts capturing this stream into a graph, in global mode or thread-local.
+    pub fn begin_capture_in(&self, global: bool) -> Result<(), String> {
+        let mode = if global {
             cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
         } else {
             cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
