@@ -256,7 +256,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
             nranks,
             &comm_id,
             rank,
-            create::Blocking::Yes,
+            create::Blocking::of_config(std::ptr::null_mut()),
             None,
         ) {
             Ok(to_nccl) => to_nccl,

@@ -42,12 +42,24 @@ pub enum Blocking {
 }
 
 impl Blocking {
-    /// From an `ncclConfig_t*` (NULL: blocking).
+    /// As NCCL decides it: `NCCL_COMM_BLOCKING` when it is 0 or 1, else the
+    /// `blocking` field of the `ncclConfig_t*` (NULL or unset: blocking).
     pub fn of_config(config: Opaque) -> Blocking {
-        if config_nonblocking(config) {
-            Blocking::No
-        } else {
-            Blocking::Yes
+        Blocking::decide(
+            std::env::var("NCCL_COMM_BLOCKING").ok().as_deref(),
+            config_nonblocking(config),
+        )
+    }
+
+    /// `env`: NCCL_COMM_BLOCKING's value; `config_says_no`: the config has
+    /// `blocking = 0`. The variable wins when it is 0 or 1 (NCCL reads it
+    /// as an integer and ignores other values).
+    pub(crate) fn decide(env: Option<&str>, config_says_no: bool) -> Blocking {
+        match env.map(str::trim).and_then(|v| v.parse::<i64>().ok()) {
+            Some(0) => Blocking::No,
+            Some(1) => Blocking::Yes,
+            _ if config_says_no => Blocking::No,
+            _ => Blocking::Yes,
         }
     }
 }
@@ -733,8 +745,23 @@ fn ignored_wire(asked: Option<tpcomm::quant::Wire>) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::ignored_wire;
+    use super::{ignored_wire, Blocking};
     use tpcomm::quant::Wire;
+
+    #[test]
+    fn nccl_comm_blocking_overrides_the_config_as_nccl_does() {
+        // Unset or not 0/1: the config decides (NULL or unset: blocking).
+        for env in [None, Some(""), Some("2"), Some("-1"), Some("yes")] {
+            assert_eq!(Blocking::decide(env, false), Blocking::Yes, "{env:?}");
+            assert_eq!(Blocking::decide(env, true), Blocking::No, "{env:?}");
+        }
+        // 0 or 1 wins over the config either way.
+        for cfg in [false, true] {
+            assert_eq!(Blocking::decide(Some("0"), cfg), Blocking::No);
+            assert_eq!(Blocking::decide(Some(" 0 "), cfg), Blocking::No);
+            assert_eq!(Blocking::decide(Some("1"), cfg), Blocking::Yes);
+        }
+    }
 
     #[test]
     fn a_quantized_wire_asked_of_a_standalone_communicator_is_said_to_be_ignored() {
