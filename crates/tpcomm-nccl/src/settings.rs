@@ -36,6 +36,8 @@ pub struct Settings {
     pub standalone: Standalone,
     /// `TPCOMM_STANDALONE_WAIT_S`: how long rank 0's census waits in auto mode.
     pub standalone_wait: Duration,
+    /// `TPCOMM_RUNTIME_DIR`: where standalone ranks meet, when given.
+    pub runtime_dir: Option<std::path::PathBuf>,
     /// `NCCL_COMM_ID` is set: ranks may each make their own unique id, so
     /// auto mode leaves ids unmarked (a census needs one shared id).
     pub nccl_comm_id: bool,
@@ -88,6 +90,7 @@ impl Settings {
         let standalone = take(&mut bad, env::STANDALONE.read_with(&get));
         let standalone_wait = take(&mut bad, env::STANDALONE_WAIT_S.read_with(&get))
             .unwrap_or(DEFAULT_STANDALONE_WAIT);
+        let runtime_dir = take(&mut bad, env::RUNTIME_DIR.read_with(&get));
         // NCCL's variable: any value (even one that is not text) counts as
         // set, and none is an error of tpcomm's.
         let nccl_comm_id = !matches!(env::NCCL_COMM_ID.read_with(&get), Ok(None));
@@ -106,6 +109,7 @@ impl Settings {
                 real_nccl,
                 standalone,
                 standalone_wait,
+                runtime_dir,
                 nccl_comm_id,
             },
             bad,

@@ -303,6 +303,15 @@ pub static REAL_NCCL: Var<Path> = Var {
     kind: Path,
 };
 
+pub static RUNTIME_DIR: Var<Path> = Var {
+    name: "TPCOMM_RUNTIME_DIR",
+    section: Section::DropIn,
+    read_by: "the drop-in (first call)",
+    default: "the first directory of `$XDG_RUNTIME_DIR`, `$TMPDIR`, `/dev/shm`, the system's temporary directory",
+    doc: "where standalone ranks meet (each communicator makes a directory of its own under it, mode 0700): give every rank the same one where they do not share the default, as ranks in separate containers with a shared mount",
+    kind: Path,
+};
+
 pub static MAX_BYTES: Var<Size> = Var {
     name: "TPCOMM_MAX_BYTES",
     section: Section::DropIn,
@@ -579,6 +588,7 @@ pub static ALL: &[&dyn Entry] = &[
     &REAL_NCCL,
     &STANDALONE,
     &STANDALONE_WAIT_S,
+    &RUNTIME_DIR,
     &MAX_BYTES,
     &TIMEOUT_S,
     &P2P_BLOCK,

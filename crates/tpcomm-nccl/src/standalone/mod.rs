@@ -205,6 +205,15 @@ pub fn meeting_dir(base: &Path, secret: &Secret) -> Result<PathBuf> {
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) if !base.is_dir() => {
+            return Err(Error::invalid(
+                "standalone rendezvous",
+                format!(
+                    "{} is not a directory; set TPCOMM_RUNTIME_DIR (or XDG_RUNTIME_DIR) to a directory every rank can reach",
+                    base.display()
+                ),
+            ))
+        }
         Err(e) => return Err(Error::io(format!("create {}", dir.display()), e)),
     }
     let m = std::fs::symlink_metadata(&dir)
@@ -213,7 +222,7 @@ pub fn meeting_dir(base: &Path, secret: &Secret) -> Result<PathBuf> {
         Err(Error::invalid(
             "standalone rendezvous",
             format!(
-                "{} {why}; remove it, or set XDG_RUNTIME_DIR to a directory only you can write",
+                "{} {why}; remove it, or set TPCOMM_RUNTIME_DIR (or XDG_RUNTIME_DIR) to a directory only you can write",
                 dir.display()
             ),
         ))
@@ -246,21 +255,29 @@ pub fn meeting_path(base: &Path, secret: &Secret) -> PathBuf {
 /// send/recv group and split swaps records there, so memory-backed places
 /// come first: on tmpfs an exchange of 2 thread ranks takes about 46 us, on
 /// a disk-backed /tmp of the build machine about 1.5 ms (docs/standalone.md).
+/// `TPCOMM_RUNTIME_DIR`, when set, is taken as it is: the user named the
+/// place, so a missing one is an error of the meeting, not a reason to
+/// meet elsewhere (its peers would not look there).
 pub fn runtime_base() -> PathBuf {
     base_from(
+        crate::settings::get().runtime_dir.clone(),
         std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         std::env::var_os("TMPDIR").map(PathBuf::from),
         |p| p.is_dir(),
     )
 }
 
-/// [`runtime_base`]'s choice from the two variables, `is_dir` saying which
-/// paths are directories.
+/// [`runtime_base`]'s choice from TPCOMM_RUNTIME_DIR (`given`) and the two
+/// variables, `is_dir` saying which paths are directories.
 fn base_from(
+    given: Option<PathBuf>,
     runtime: Option<PathBuf>,
     tmpdir: Option<PathBuf>,
     is_dir: impl Fn(&Path) -> bool,
 ) -> PathBuf {
+    if let Some(g) = given.filter(|g| !g.as_os_str().is_empty()) {
+        return g;
+    }
     [runtime, tmpdir, Some(PathBuf::from("/dev/shm"))]
         .into_iter()
         .flatten()
@@ -633,24 +650,59 @@ mod tests {
         let p = |s: &str| Some(PathBuf::from(s));
         let all = |_: &Path| true;
         assert_eq!(
-            base_from(p("/run/user/7"), p("/scratch"), all),
+            base_from(None, p("/run/user/7"), p("/scratch"), all),
             PathBuf::from("/run/user/7")
         );
         assert_eq!(
-            base_from(None, p("/scratch"), all),
+            base_from(None, None, p("/scratch"), all),
             PathBuf::from("/scratch")
         );
-        assert_eq!(base_from(p(""), None, all), PathBuf::from("/dev/shm"));
+        assert_eq!(base_from(None, p(""), None, all), PathBuf::from("/dev/shm"));
         // Paths that are not directories are passed over.
         let only = |d: &'static str| move |x: &Path| x == Path::new(d);
         assert_eq!(
-            base_from(p("/gone"), p("/scratch"), only("/scratch")),
+            base_from(None, p("/gone"), p("/scratch"), only("/scratch")),
             PathBuf::from("/scratch")
         );
         assert_eq!(
-            base_from(p("/gone"), p("/gone2"), only("/dev/shm")),
+            base_from(None, p("/gone"), p("/gone2"), only("/dev/shm")),
             PathBuf::from("/dev/shm")
         );
-        assert_eq!(base_from(p("/gone"), None, |_| false), std::env::temp_dir());
+        assert_eq!(
+            base_from(None, p("/gone"), None, |_| false),
+            std::env::temp_dir()
+        );
+    }
+
+    #[test]
+    fn tpcomm_runtime_dir_is_taken_as_given_even_when_missing() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        let all = |_: &Path| true;
+        assert_eq!(
+            base_from(p("/shared/meet"), p("/run/user/7"), p("/scratch"), all),
+            PathBuf::from("/shared/meet")
+        );
+        // Named but missing: kept, so the meeting fails naming it rather
+        // than ranks meeting in different places.
+        assert_eq!(
+            base_from(p("/gone"), p("/run/user/7"), None, |x: &Path| x
+                != Path::new("/gone")),
+            PathBuf::from("/gone")
+        );
+        // Empty: as unset.
+        assert_eq!(
+            base_from(p(""), p("/run/user/7"), None, all),
+            PathBuf::from("/run/user/7")
+        );
+    }
+
+    #[test]
+    fn a_missing_base_is_refused_naming_it_and_the_variable() {
+        let secret = Secret::from_bytes([7u8; 16]).expect("a secret");
+        let e = meeting_dir(Path::new("/nonexistent-tpcomm-base"), &secret)
+            .expect_err("no such base")
+            .to_string();
+        assert!(e.contains("/nonexistent-tpcomm-base"), "{e}");
+        assert!(e.contains("TPCOMM_RUNTIME_DIR"), "{e}");
     }
 }
