@@ -1654,8 +1654,41 @@ fn queries(r: &Rank) -> Verdict {
             "ncclCommGetAsyncError on a fresh communicator: {e}"
         ));
     }
+    // NCCL 2.28's device-API host calls, where the library has them: the
+    // world team is every rank in order, whoever serves the communicator.
+    let mut also = String::new();
+    if let Some(t) = n.team_world(comm) {
+        let want = crate::sys::Team {
+            n_ranks: r.world as i32,
+            rank: r.rank as i32,
+            stride: 1,
+        };
+        if t != want {
+            return Err(format!("ncclTeamWorld: {t:?}, expected {want:?}"));
+        }
+        for q in 0..r.world as i32 {
+            match n.team_rank_to_world(comm, t, q) {
+                Some(w) if w == q => {}
+                got => return Err(format!("ncclTeamRankToWorld(world team, {q}): {got:?}")),
+            }
+        }
+        also = ", world team checked".into();
+    }
+    // ncclCommRevoke, where the library has it: success or in progress,
+    // then quiescent (ncclCommGetAsyncError reaches success), then destroyed.
+    if let Ok(code) = n.revoke(comm, 0) {
+        if code != 0 && code != 7 {
+            return Err(format!(
+                "ncclCommRevoke: {code} ({}): {}",
+                code_name(code),
+                last(n)
+            ));
+        }
+        wait_ready(n, comm, r.limit).map_err(|e| format!("after ncclCommRevoke: {e}"))?;
+        also.push_str(", revoked");
+    }
     destroy(r, comm)?;
-    Ok(format!("version {v}"))
+    Ok(format!("version {v}{also}"))
 }
 
 // ---------------------------------------------------------------------------------------

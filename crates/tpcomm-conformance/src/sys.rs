@@ -468,6 +468,18 @@ api! {
     deregister = b"ncclCommDeregister\0": fn(V, V) -> R;
     window_register = b"ncclCommWindowRegister\0": fn(V, V, usize, *mut V, c_int) -> R;
     window_deregister = b"ncclCommWindowDeregister\0": fn(V, V) -> R;
+    team_world = b"ncclTeamWorld\0": fn(V) -> Team;
+    team_rank_to_world = b"ncclTeamRankToWorld\0": fn(V, Team, c_int) -> c_int;
+    revoke = b"ncclCommRevoke\0": fn(V, c_int) -> R;
+}
+
+/// `ncclTeam_t` (nccl_device/core.h, NCCL 2.28): ranks, this rank's index, stride.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Team {
+    pub n_ranks: c_int,
+    pub rank: c_int,
+    pub stride: c_int,
 }
 
 /// The drop-in, opened once and never closed.
@@ -837,6 +849,24 @@ impl Nccl {
         let mut w: V = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; flags 0 (NCCL_WIN_DEFAULT).
         Ok((unsafe { f(c(comm), p(buf), bytes, &mut w, 0) }, w as usize))
+    }
+    /// ncclTeamWorld; `None` when the library lacks it (before NCCL 2.28).
+    pub fn team_world(&self, comm: Comm) -> Option<Team> {
+        // SAFETY: a communicator handle (possibly one the library refuses).
+        self.api.team_world.map(|f| unsafe { f(c(comm)) })
+    }
+    /// ncclTeamRankToWorld; `None` when the library lacks it.
+    pub fn team_rank_to_world(&self, comm: Comm, team: Team, rank: i32) -> Option<i32> {
+        // SAFETY: plain values and a communicator handle.
+        self.api
+            .team_rank_to_world
+            .map(|f| unsafe { f(c(comm), team, rank) })
+    }
+    /// ncclCommRevoke.
+    pub fn revoke(&self, comm: Comm, flags: i32) -> Call {
+        let f = need!(self.revoke, "ncclCommRevoke");
+        // SAFETY: plain values.
+        Ok(unsafe { f(c(comm), flags) })
     }
     pub fn window_deregister(&self, comm: Comm, win: usize) -> Call {
         let f = need!(self.window_deregister, "ncclCommWindowDeregister");

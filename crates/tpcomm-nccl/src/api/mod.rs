@@ -1,7 +1,8 @@
 //! The exported C functions this library does more than forward, grouped as
 //! nccl.h groups them: communicator creation and management (init.rs), group
 //! calls (group.rs), errors and version queries (errors.rs), the
-//! collectives (all_reduce.rs, collectives.rs). The functions forwarded
+//! collectives (all_reduce.rs, collectives.rs), the device API's host side
+//! and ncclCommRevoke (device.rs). The functions forwarded
 //! unchanged are in forward/passthrough.rs.
 
 /// Defines an exported function that takes a communicator (`$comm`, one of
@@ -41,6 +42,7 @@ macro_rules! served_or_forwarded {
 
 pub(crate) mod all_reduce;
 pub(crate) mod collectives;
+pub(crate) mod device;
 pub(crate) mod errors;
 pub(crate) mod group;
 pub(crate) mod init;
@@ -101,4 +103,15 @@ pub const INTERCEPTED: &[&str] = &[
     // redop.rs
     "ncclRedOpCreatePreMulSum",
     "ncclRedOpDestroy",
+    // device.rs
+    "ncclCommRevoke",
+    "ncclDevCommCreate",
+    "ncclDevCommDestroy",
+    "ncclGinBarrierCreateRequirement",
+    "ncclTeamWorld",
+    "ncclTeamLsa",
+    "ncclTeamRail",
+    "ncclTeamRankToWorld",
+    "ncclTeamRankToLsa",
+    "ncclLLA2ACalcSlots",
 ];

@@ -4,6 +4,7 @@
 //! library's `ncclX` with its arguments as given; the compiler holds each
 //! signature to the function it calls.
 
+use crate::api::device::Team;
 use crate::types::*;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -26,7 +27,8 @@ macro_rules! profiling_names {
         )*
         /// The functions that have a `pncclX` name, by their `ncclX` name.
         #[cfg_attr(not(test), allow(dead_code))]
-        pub const ALIASED: &[&str] = &[$(stringify!($name),)* "ncclGroupSimulateEnd", "ncclResetDebugInit"];
+        pub const ALIASED: &[&str] = &[$(stringify!($name),)* "ncclGroupSimulateEnd", "ncclResetDebugInit",
+            "ncclLsaBarrierCreateRequirement", "ncclLLA2ACreateRequirement"];
     };
 }
 
@@ -69,6 +71,16 @@ profiling_names! {
     memory::ncclCommWindowDeregister(comm: NcclComm, win: Opaque) -> NcclResult;
     redop::ncclRedOpCreatePreMulSum(op: *mut NcclRedOp, scalar: *mut c_void, datatype: NcclDataType, residence: c_int, comm: NcclComm) -> NcclResult;
     redop::ncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) -> NcclResult;
+    device::ncclCommRevoke(comm: NcclComm, revoke_flags: c_int) -> NcclResult;
+    device::ncclDevCommCreate(comm: NcclComm, reqs: Opaque, out_dev_comm: Opaque) -> NcclResult;
+    device::ncclDevCommDestroy(comm: NcclComm, dev_comm: Opaque) -> NcclResult;
+    device::ncclGinBarrierCreateRequirement(comm: NcclComm, team: Team, n_barriers: c_int, out_handle: Opaque, out_req: Opaque) -> NcclResult;
+    device::ncclTeamWorld(comm: NcclComm) -> Team;
+    device::ncclTeamLsa(comm: NcclComm) -> Team;
+    device::ncclTeamRail(comm: NcclComm) -> Team;
+    device::ncclTeamRankToWorld(comm: NcclComm, team: Team, rank: c_int) -> c_int;
+    device::ncclTeamRankToLsa(comm: NcclComm, team: Team, rank: c_int) -> c_int;
+    device::ncclLLA2ACalcSlots(max_elts: c_int, max_elt_size: c_int) -> c_int;
 }
 
 /// `pncclGroupSimulateEnd`: `ncclGroupSimulateEnd`, which this library
@@ -91,6 +103,45 @@ pub unsafe extern "C" fn group_simulate_end(sim_info: Opaque) -> NcclResult {
 pub unsafe extern "C" fn reset_debug_init() {
     // SAFETY: the caller's contract is the called function's.
     unsafe { crate::forward::passthrough::ncclResetDebugInit() }
+}
+
+/// `pncclLsaBarrierCreateRequirement`: `ncclLsaBarrierCreateRequirement`,
+/// which this library only forwards (forward/passthrough.rs).
+///
+/// # Safety
+/// nccl_device/lsa_barrier.h's contract for it.
+#[export_name = "pncclLsaBarrierCreateRequirement"]
+pub unsafe extern "C" fn lsa_barrier_create_requirement(
+    team: Team,
+    n_barriers: c_int,
+    out_handle: Opaque,
+    out_req: Opaque,
+) -> NcclResult {
+    // SAFETY: the caller's contract is the called function's.
+    unsafe {
+        crate::forward::passthrough::ncclLsaBarrierCreateRequirement(
+            team, n_barriers, out_handle, out_req,
+        )
+    }
+}
+
+/// `pncclLLA2ACreateRequirement`: `ncclLLA2ACreateRequirement`, forwarded.
+///
+/// # Safety
+/// nccl_device/ll_a2a.h's contract for it.
+#[export_name = "pncclLLA2ACreateRequirement"]
+pub unsafe extern "C" fn lla2a_create_requirement(
+    n_blocks: c_int,
+    n_slots: c_int,
+    out_handle: Opaque,
+    out_req: Opaque,
+) -> NcclResult {
+    // SAFETY: the caller's contract is the called function's.
+    unsafe {
+        crate::forward::passthrough::ncclLLA2ACreateRequirement(
+            n_blocks, n_slots, out_handle, out_req,
+        )
+    }
 }
 
 #[cfg(test)]

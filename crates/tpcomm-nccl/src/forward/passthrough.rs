@@ -7,11 +7,19 @@
 //! api/p2p.rs, the memory calls in api/memory.rs, the pre-multiplied sums'
 //! in api/redop.rs.) nccl.h (2.28) gives each prototype.
 
+use crate::api::device::Team;
 use crate::ffi::forward;
 use crate::types::{NcclResult, Opaque};
+use std::ffi::c_int;
 
 forward! {
     fn ncclGroupSimulateEnd(sim_info: Opaque) -> NcclResult;
+    // The device API's requirement calls that take no communicator
+    // (nccl_device/lsa_barrier.h, ll_a2a.h): NCCL's; without it they fail
+    // (ncclSystemError). ncclLLA2ACalcSlots, which returns a count, is in
+    // api/device.rs.
+    fn ncclLsaBarrierCreateRequirement(team: Team, n_barriers: c_int, out_handle: Opaque, out_req: Opaque) -> NcclResult;
+    fn ncclLLA2ACreateRequirement(n_blocks: c_int, n_slots: c_int, out_handle: Opaque, out_req: Opaque) -> NcclResult;
     // Reloads NCCL's logging variables (deprecated in later NCCLs); without
     // the real NCCL it does nothing, as it returns nothing to fail with.
     fn ncclResetDebugInit() -> ();

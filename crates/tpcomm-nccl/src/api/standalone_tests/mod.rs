@@ -412,6 +412,62 @@ fn exports_refuse_or_answer_a_standalone_handle_and_never_forward_it() {
     assert!(lookup(h).is_none());
 }
 
+/// The device API's host calls and ncclCommRevoke on a standalone handle:
+/// answered or refused here, never handed to the real NCCL (which would
+/// read through a handle that is not its own).
+#[test]
+fn device_api_calls_and_revoke_answer_a_standalone_handle() {
+    use crate::api::device::{self, Team};
+    use std::ffi::CStr;
+    let h = hollow(2, 4);
+    let text = || {
+        // SAFETY: ncclGetLastError returns a NUL-terminated string.
+        unsafe { CStr::from_ptr(crate::api::errors::ncclGetLastError(h)) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let team = |n, r, s| Team {
+        n_ranks: n,
+        rank: r,
+        stride: s,
+    };
+    // SAFETY: the handle is only looked up; the refused calls write nothing.
+    unsafe {
+        assert_eq!(device::ncclTeamWorld(h), team(4, 2, 1));
+        assert_eq!(device::ncclTeamLsa(h), team(1, 0, 1));
+        assert_eq!(device::ncclTeamRail(h), team(4, 2, 1));
+        let world = device::ncclTeamWorld(h);
+        assert_eq!(device::ncclTeamRankToWorld(h, world, 3), 3);
+        assert_eq!(device::ncclTeamRankToWorld(h, world, 4), -1);
+        assert_eq!(device::ncclTeamRankToLsa(h, world, 2), 0);
+        assert_eq!(device::ncclTeamRankToLsa(h, world, 1), -1);
+        let mut out = [0u64; 64];
+        let o = out.as_mut_ptr() as Opaque;
+        assert_eq!(device::ncclDevCommCreate(h, o, o), INVALID_USAGE);
+        assert!(
+            text().contains("ncclDevCommCreate rank 2/4: NCCL's device API is not served"),
+            "{}",
+            text()
+        );
+        assert_eq!(device::ncclDevCommDestroy(h, o), INVALID_USAGE);
+        assert!(text().contains("ncclDevCommDestroy"), "{}", text());
+        assert_eq!(
+            device::ncclGinBarrierCreateRequirement(h, world, 1, o, o),
+            INVALID_USAGE
+        );
+        assert_eq!(device::ncclCommRevoke(h, 1), INVALID_ARGUMENT);
+        assert!(text().contains("revokeFlags 1"), "{}", text());
+        assert_eq!(device::ncclCommRevoke(h, 0), SUCCESS);
+        let mut e: NcclResult = -1;
+        assert_eq!(
+            crate::api::errors::ncclCommGetAsyncError(h, &mut e),
+            SUCCESS
+        );
+        assert_eq!(e, SUCCESS, "quiescent at once");
+        assert_eq!(crate::api::init::ncclCommDestroy(h), SUCCESS);
+    }
+}
+
 #[test]
 fn a_split_orders_each_colour_by_key_then_parent_rank() {
     // Parent ranks 0..5: colours 0,1,0,-1,1 and keys 5,0,5,0,-2.
