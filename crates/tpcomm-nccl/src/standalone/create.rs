@@ -428,13 +428,10 @@ fn create_on(
         settings::get().max_bytes,
     ) {
         Ok(live) => {
-            let r = live.gpu().memory_report();
             warn!(
-                "{tag}: standalone tpcomm communicator (no real NCCL under it), {} transport; took {} of GPU memory plus {} bytes of staging, and {} bytes of pinned host memory",
+                "{tag}: standalone tpcomm communicator (no real NCCL under it), {} transport; {}",
                 live.gpu().transport().name(),
-                r.device_requested(),
-                live.staging().bytes(),
-                r.total_in(tpcomm::Place::PinnedHost).map_or(0, |b| b.bytes())
+                memory_taken(&live)
             );
             *out = insert(StandaloneComm {
                 live: Some(live),
@@ -565,16 +562,27 @@ pub(crate) fn make_pair(parent: &StandaloneComm, peer: usize) -> tpcomm::Result<
     let _restore = SavedContext::save();
     let max = settings::get().max_bytes.min(PAIR_MAX_BYTES);
     let live = make(&tag, &secret, rank, 2, parent.device, max)?;
-    let r = live.gpu().memory_report();
     info!(
-        "{tag}: made the pair's two-rank communicator for its sends and receives; took {} of GPU memory plus {} bytes of staging",
-        r.device_requested(),
-        live.staging().bytes()
+        "{tag}: made the pair's two-rank communicator for its sends and receives; {}",
+        memory_taken(&live)
     );
     Ok(StandaloneComm {
         live: Some(live),
         ..placeholder(rank, 2, parent.device, secret)
     })
+}
+
+/// What a standalone communicator's GPU side took, every byte, as its
+/// creation's log line says it.
+fn memory_taken(live: &StandaloneGpu) -> String {
+    let r = live.gpu().memory_report();
+    format!(
+        "took {} of GPU memory plus {} bytes of staging, and {} bytes of pinned host memory",
+        r.device_requested(),
+        live.staging().bytes(),
+        r.total_in(tpcomm::Place::PinnedHost)
+            .map_or(0, |b| b.bytes())
+    )
 }
 
 /// `NCCL_SPLIT_NOCOLOR`: the ranks that get no communicator from a split.
