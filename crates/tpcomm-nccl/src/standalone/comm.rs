@@ -135,7 +135,11 @@ pub(crate) fn run(
                 )
             }
         },
-        _ => f(),
+        Some(g) => {
+            warn_if_entangled(call, a, g);
+            f()
+        }
+        None => f(),
     };
     match done {
         Ok(()) => SUCCESS,
@@ -143,6 +147,20 @@ pub(crate) fn run(
             INTERNAL_ERROR,
             format!("{call} rank {}/{}: tpcomm failed ({e})", a.rank, a.world),
         ),
+    }
+}
+
+/// Once per process: the launch gate cannot order this layout of threads
+/// and ranks (launch_gate.rs, `Gate::note_grouped`).
+fn warn_if_entangled(call: &str, a: &StandaloneComm, g: &launch_gate::Gate) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    if let Some(why) = g.note_grouped() {
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::settings::warn!("{call} rank {}/{} GPU {}: {why}", a.rank, a.world, a.device);
+        }
     }
 }
 

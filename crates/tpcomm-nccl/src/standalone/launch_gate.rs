@@ -34,6 +34,18 @@ pub struct Shared {
     /// Per rank, the last call it reached; then the last it launched.
     arrived: [AtomicU64; MAX_WORLD],
     launched: [AtomicU64; MAX_WORLD],
+    /// Per rank, the thread (its [`thread_tag`]) that made its last call
+    /// inside a group; 0 before any.
+    drivers: [AtomicU64; MAX_WORLD],
+}
+
+/// A number of the calling thread, never 0, the same for its whole life.
+fn thread_tag() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TAG: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TAG.with(|t| *t)
 }
 
 type Key = ([u8; 16], usize);
@@ -110,6 +122,28 @@ impl Gate {
         self.shared.launched[self.rank].store(n, Ordering::Release);
         self.wait(&self.shared.launched, n, "launch")?;
         Ok(out)
+    }
+
+    /// Notes that this thread is making this rank's call inside a group
+    /// (which passes the gate: one thread may be issuing every rank's
+    /// call). Says so (`Some`, what to tell the user) when the layout is one
+    /// the gate cannot order: this thread drives another rank of this GPU
+    /// in groups too, while a different thread drives a third. Then one
+    /// thread's device-synchronizing call between groups can wait for a
+    /// kernel of another thread's rank that waits for it.
+    pub fn note_grouped(&self) -> Option<String> {
+        let me = thread_tag();
+        self.shared.drivers[self.rank].store(me, Ordering::Release);
+        let drivers: Vec<u64> = self
+            .peers
+            .iter()
+            .map(|&p| self.shared.drivers[p].load(Ordering::Acquire))
+            .collect();
+        let mine_too = drivers.contains(&me);
+        let another = drivers.iter().any(|&d| d != 0 && d != me);
+        (mine_too && another).then(|| {
+            "ranks of this process share this GPU and several threads each drive several of them inside ncclGroupStart/End; calls in a group pass the launch gate, so a device-synchronizing CUDA call (cudaDeviceSynchronize, cudaFree, a pageable copy) on one thread between groups can wait for another thread's kernel that waits for it, and the ranks stall until TPCOMM_TIMEOUT_S: drive every rank of a GPU from one thread, or each from a thread of its own (docs/drop-in.md)".to_string()
+        })
     }
 
     fn wait(&self, marks: &[AtomicU64; MAX_WORLD], n: u64, what: &str) -> Result<(), String> {
@@ -200,6 +234,55 @@ mod tests {
             t.join().expect("rank thread");
         }
         assert!(!bad.load(Ordering::SeqCst), "a rank ran ahead of the gate");
+    }
+
+    #[test]
+    fn several_threads_each_driving_several_ranks_in_groups_are_told_apart() {
+        let gates = |tag: u8| -> Vec<Arc<Gate>> {
+            let shared: Vec<_> = (0..4).map(|r| join(id(tag), 0, r)).collect();
+            shared
+                .into_iter()
+                .enumerate()
+                .map(|(r, s)| Arc::new(Gate::new(s, r, Duration::from_secs(5)).expect("gate")))
+                .collect()
+        };
+        // One thread driving every rank: nothing to say.
+        let g = gates(4);
+        for _ in 0..2 {
+            assert!(g.iter().all(|x| x.note_grouped().is_none()));
+        }
+        // A thread per rank, each call in a group of its own: nothing.
+        let g = gates(5);
+        let said: Vec<bool> = (0..4)
+            .map(|r| {
+                let x = g[r].clone();
+                std::thread::spawn(move || (0..2).any(|_| x.note_grouped().is_some()))
+                    .join()
+                    .expect("rank thread")
+            })
+            .collect();
+        assert_eq!(said, [false; 4]);
+        // Two threads, two ranks each: said, naming the way out.
+        let g = gates(6);
+        let run = |ranks: [usize; 2]| {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                (0..2)
+                    .flat_map(|_| ranks.map(|r| g[r].note_grouped()))
+                    .flatten()
+                    .next()
+            })
+            .join()
+            .expect("driver thread")
+        };
+        let (a, b) = (run([0, 1]), run([2, 3]));
+        assert!(a.is_none(), "the first thread alone saw no other driver");
+        let b = b.expect("the second thread sees the first");
+        assert!(b.contains("several threads each drive several"), "{b}");
+        assert!(
+            b.contains("from one thread, or each from a thread of its own"),
+            "{b}"
+        );
     }
 
     #[test]
