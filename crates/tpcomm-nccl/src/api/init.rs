@@ -391,9 +391,17 @@ pub unsafe extern "C" fn ncclCommInitAll(
     devlist: *const c_int,
 ) -> NcclResult {
     guard("ncclCommInitAll", || {
-        // Standalone mode: the ranks are made here, one thread each; NCCL
-        // would refuse ranks sharing a GPU.
-        if settings::get().standalone == Standalone::Always {
+        // Standalone mode, or auto mode with two ranks on one GPU (all the
+        // ranks are this call's, so no census is needed): the ranks are
+        // made here, one thread each; NCCL would refuse ranks sharing a GPU.
+        let standalone = match settings::get().standalone {
+            Standalone::Always => true,
+            // SAFETY: nccl.h's contract: `devlist`, when non-NULL, holds `ndev` ordinals.
+            Standalone::Auto => unsafe { shares_a_gpu(ndev, devlist) },
+            Standalone::Never => false,
+        };
+        if standalone {
+            info!("ncclCommInitAll: {ndev} ranks, two of them on one GPU: made by tpcomm (standalone), since NCCL refuses ranks that share a GPU");
             return create::create_all(comms, ndev, devlist);
         }
         let r = match call_real!(ncclCommInitAll(comms, ndev, devlist)
@@ -421,6 +429,21 @@ pub unsafe extern "C" fn ncclCommInitAll(
         }
         r
     })
+}
+
+/// Whether `ncclCommInitAll`'s device list puts two ranks on one GPU
+/// (NULL means 0..ndev, which never does; so does a count of 1 or less).
+///
+/// # Safety
+/// `devlist`, when non-NULL, points to `ndev` ints.
+unsafe fn shares_a_gpu(ndev: c_int, devlist: *const c_int) -> bool {
+    if devlist.is_null() || ndev < 2 {
+        return false;
+    }
+    // SAFETY: the caller's contract.
+    let d = unsafe { std::slice::from_raw_parts(devlist, ndev as usize) };
+    let mut seen = std::collections::HashSet::new();
+    d.iter().any(|x| !seen.insert(*x))
 }
 
 #[no_mangle]
@@ -609,4 +632,27 @@ int_query! {
     ncclCommCount => |a| a.world;
     ncclCommUserRank => |a| a.rank;
     ncclCommCuDevice => |a| a.device;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares_a_gpu;
+
+    #[test]
+    fn init_all_is_served_standalone_in_auto_mode_only_when_two_ranks_share_a_gpu() {
+        // SAFETY: each list is read within its length.
+        let yes = |d: &[i32]| unsafe { shares_a_gpu(d.len() as i32, d.as_ptr()) };
+        assert!(yes(&[0, 0]));
+        assert!(yes(&[0, 1, 2, 1]));
+        assert!(yes(&[3, 3, 3, 3, 3, 3, 3, 3]));
+        assert!(!yes(&[0, 1, 2, 3]));
+        assert!(!yes(&[5]));
+        // NULL is 0..ndev; a bad count is NCCL's to refuse.
+        // SAFETY: NULL is not read; counts below 2 read nothing.
+        unsafe {
+            assert!(!shares_a_gpu(4, std::ptr::null()));
+            assert!(!shares_a_gpu(-1, [0, 0].as_ptr()));
+            assert!(!shares_a_gpu(0, [0, 0].as_ptr()));
+        }
+    }
 }
