@@ -62,6 +62,16 @@ fn child_auto() {
                 "init={}",
                 init_config(&mut comm, 2, id, 0, config.as_mut_ptr().cast())
             );
+        } else if std::env::var("AUTO_CHILD_SCALABLE").is_ok_and(|v| v == "1") {
+            // AUTO_CHILD_SCALABLE=1: ncclCommInitRankScalable with the one id.
+            let scalable: libloading::Symbol<
+                unsafe extern "C" fn(*mut Ptr, c_int, c_int, c_int, *mut UniqueId, Ptr) -> c_int,
+            > = lib.get(b"ncclCommInitRankScalable").unwrap();
+            let mut ids = [id];
+            println!(
+                "init={}",
+                scalable(&mut comm, 2, 0, 1, ids.as_mut_ptr(), std::ptr::null_mut())
+            );
         } else {
             println!("init={}", init(&mut comm, 2, id, 0));
         }
@@ -168,6 +178,28 @@ fn unset_the_id_is_marked_and_nccl_gets_it_as_it_made_it_without_waiting() {
     }
     assert!(init_ms(&out) < 10_000, "{out}");
     // NCCL made the communicator: the census left nothing behind.
+    assert!(left.is_empty(), "left in the runtime directory: {left:?}");
+}
+
+#[test]
+fn a_scalable_creation_takes_the_census_under_its_first_id_and_nccl_gets_it_unmarked() {
+    let (out, left) = run_child(&[
+        ("TPCOMM_STANDALONE_WAIT_S", "60"),
+        ("AUTO_CHILD_SCALABLE", "1"),
+    ]);
+    for want in [
+        "uid=0",
+        "tail=\"TPCHYBR1\"",
+        "init=0",
+        "initscalable n=2 rank=0 nid=1",
+        "nccl_head42=true",
+        "nccl_rest_zero=true",
+        "ncclCommInitRankScalable rank 0/2",
+        "this rank cannot name its GPU",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(init_ms(&out) < 10_000, "{out}");
     assert!(left.is_empty(), "left in the runtime directory: {left:?}");
 }
 

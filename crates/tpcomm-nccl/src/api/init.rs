@@ -326,9 +326,12 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     config: Opaque,
 ) -> NcclResult {
     guard("ncclCommInitRankScalable", || {
-        // Auto mode's marks are taken off a copy of the ids (no census:
-        // this creation is always NCCL's).
+        // Auto mode: outside a group, a census under the first id (every
+        // rank is given the same ids) decides, as ncclCommInitRank's does;
+        // the marks are taken off a copy of the ids for NCCL. Inside a group
+        // the creation is NCCL's.
         let mut unmarked: Vec<UniqueId> = Vec::new();
+        let mut after = None;
         if !comm_ids.is_null() && n_id > 0 {
             // SAFETY: non-null, and nccl.h's contract gives `n_id` ids there.
             let ids = unsafe { std::slice::from_raw_parts(comm_ids, n_id as usize) };
@@ -350,6 +353,27 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
                     myrank,
                     create::Blocking::of_config(config),
                 );
+            }
+            const CALL: &str = "ncclCommInitRankScalable";
+            if group::depth() == 0 && auto_mode::read_mark(&ids[0].internal).is_some() {
+                match auto_mode::choose_creator(CALL, &ids[0].internal, nranks, myrank) {
+                    auto_mode::Creator::Standalone(secret) => {
+                        return create::create(
+                            CALL,
+                            comm,
+                            nranks,
+                            secret,
+                            myrank,
+                            create::Blocking::of_config(config),
+                        )
+                    }
+                    auto_mode::Creator::Failed(r) => return r,
+                    auto_mode::Creator::Nccl { after: a, .. } => after = a,
+                    // Only a creation inside a group is left undecided.
+                    auto_mode::Creator::Undecided(c) => {
+                        auto_mode::abandon(c, "a scalable creation decides at the call")
+                    }
+                }
             }
             if ids
                 .iter()
@@ -378,7 +402,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         };
         if !comm.is_null() {
             // SAFETY: non-null, and NCCL wrote the communicator there.
-            created(r, unsafe { *comm }, "ncclCommInitRankScalable", None);
+            created(r, unsafe { *comm }, "ncclCommInitRankScalable", after);
         }
         r
     })

@@ -41,6 +41,16 @@ int ncclCommInitRank(void **comm, int n, ncclUniqueId id, int rank) {
   *comm = (void *)0x1234;
   return 0;
 }
+/* Scalable creation: the first id is recorded as ncclCommInitRank's is. */
+int ncclCommInitRankScalable(void **comm, int n, int rank, int nId, ncclUniqueId *ids, void *config) {
+  char b[128];
+  (void)config;
+  if (nId > 0) last_init_id = ids[0];
+  snprintf(b, sizeof b, "initscalable n=%d rank=%d nid=%d", n, rank, nId);
+  note(b);
+  *comm = (void *)0x1234;
+  return 0;
+}
 /* Non-blocking creation (NCCL's ncclCommInitRankConfig with blocking = 0):
    in progress (ncclInProgress, 7) until ncclCommGetAsyncError has been
    asked FAKE_READY_AFTER times (default 3; 0: never ready). The config is
