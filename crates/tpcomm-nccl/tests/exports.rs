@@ -254,3 +254,22 @@ fn loading_widens_cuda_queues_only_where_it_is_safe() {
     );
     assert_eq!(seen(&[("TPCOMM_DISABLE", "1")]), "unset");
 }
+
+/// Every function the real NCCL 2.28.9 exports is exported here too, but
+/// its internal one: a preloaded program that calls one of them with a
+/// standalone communicator must reach this library, never hand NCCL a
+/// handle that is not NCCL's.
+#[test]
+fn every_function_of_nccl_2_28_9_is_exported_but_its_internal_one() {
+    let ours = symbols();
+    let missing: Vec<&str> = include_str!("nccl_2_28_9_exports.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter(|n| *n != "ncclResetDebugInitInternal" && !ours.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "NCCL 2.28.9 exports these and this library does not: {missing:?}"
+    );
+}
