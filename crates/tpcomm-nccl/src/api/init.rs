@@ -337,14 +337,33 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
             let ids = unsafe { std::slice::from_raw_parts(comm_ids, n_id as usize) };
             // Every rank is given the same ids; standalone ranks meet
             // under the first, as ncclCommInitRank's do under theirs.
-            if let Some(secret) = standalone::parse(&ids[0].internal) {
-                const CALL: &str = "ncclCommInitRankScalable";
+            const CALL: &str = "ncclCommInitRankScalable";
+            let served = if let Some(secret) = standalone::parse(&ids[0].internal) {
                 if let Err(why) = standalone::check_host(&ids[0].internal) {
                     return standalone::fail(
                         standalone::INVALID_USAGE,
                         format!("{CALL} rank {myrank}: {why}"),
                     );
                 }
+                Some(secret)
+            } else if group::depth() == 0 && auto_mode::read_mark(&ids[0].internal).is_some() {
+                match auto_mode::choose_creator(CALL, &ids[0].internal, nranks, myrank) {
+                    auto_mode::Creator::Standalone(secret) => Some(secret),
+                    auto_mode::Creator::Failed(r) => return r,
+                    auto_mode::Creator::Nccl { after: a, .. } => {
+                        after = a;
+                        None
+                    }
+                    // Only a creation inside a group is left undecided.
+                    auto_mode::Creator::Undecided(c) => {
+                        auto_mode::abandon(c, "a scalable creation decides at the call");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(secret) = served {
                 return create::create(
                     CALL,
                     comm,
@@ -353,27 +372,6 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
                     myrank,
                     create::Blocking::of_config(config),
                 );
-            }
-            const CALL: &str = "ncclCommInitRankScalable";
-            if group::depth() == 0 && auto_mode::read_mark(&ids[0].internal).is_some() {
-                match auto_mode::choose_creator(CALL, &ids[0].internal, nranks, myrank) {
-                    auto_mode::Creator::Standalone(secret) => {
-                        return create::create(
-                            CALL,
-                            comm,
-                            nranks,
-                            secret,
-                            myrank,
-                            create::Blocking::of_config(config),
-                        )
-                    }
-                    auto_mode::Creator::Failed(r) => return r,
-                    auto_mode::Creator::Nccl { after: a, .. } => after = a,
-                    // Only a creation inside a group is left undecided.
-                    auto_mode::Creator::Undecided(c) => {
-                        auto_mode::abandon(c, "a scalable creation decides at the call")
-                    }
-                }
             }
             if ids
                 .iter()
