@@ -13,7 +13,8 @@
 #
 #   OUT=DIR [TOTAL=S] [SHIM=libonegpu.so] bash bench/device/nccl_tests.sh SRC BIN [NCCL_HOME] [CASES]
 #     SRC        an nccl-tests source tree (github.com/NVIDIA/nccl-tests), built here into
-#                $OUT/nt unless SRC/build-sm90 already holds the binaries (then those run)
+#                $OUT/nt unless SRC/build-sm90 already holds the binaries (then those run:
+#                copy a call's returned $OUT/nt there to skip the build next time)
 #     BIN        stage_all.sh's folder (libtpcomm_nccl.so)
 #     NCCL_HOME  has include/nccl.h of the NCCL the device runs (2.28); lib/ is made here,
 #                pointing at the device's libnccl.so.2. Default: SRC/../nccl-home
@@ -21,7 +22,13 @@
 # Each case runs under its own timeout (default 60 s, TPCOMM_TIMEOUT_S=20), and only when it
 # still ends within TOTAL seconds (default 560).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-CUDA=${CUDA_HOME:-/usr/local/cuda-13.0}
+# The CUDA toolkit: CUDA_HOME, else the one whose nvcc is on PATH, else the device's 13.0.
+CUDA=${CUDA_HOME:-}
+if [ -z "$CUDA" ]; then
+  if command -v nvcc > /dev/null; then CUDA=$(dirname "$(dirname "$(realpath "$(command -v nvcc)")")")
+  elif [ -x /usr/local/cuda-13.0/bin/nvcc ]; then CUDA=/usr/local/cuda-13.0
+  else CUDA=/usr/local/cuda; fi
+fi
 export LD_LIBRARY_PATH=$CUDA/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 SRC=$(realpath "${1:?nccl-tests source}"); D=$(realpath "${2:-.dev/all}"); L=$D/libtpcomm_nccl.so
 H=${3:-$SRC/../nccl-home}; ONLY=${4:-.}
