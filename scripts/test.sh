@@ -58,6 +58,9 @@ step verdict-self-test check python3 -m unittest discover -s scripts -p 'test_ve
 # supervision of hung or crashed workers, with fake workers): no torch needed.
 step torch-patterns-self-test check python3 bench/dropin/torch_patterns.py --self-test ||
     show_tail torch-patterns-self-test
+# The nccl-tests harness (bench/device/nccl_tests.sh) with fake nccl-tests binaries: no GPU needed.
+step nccl-tests-self-test check bash bench/device/nccl_tests_selftest.sh ||
+    show_tail nccl-tests-self-test
 step fmt check cargo fmt --all -- --check || show_tail fmt
 step clippy check cargo clippy --workspace --all-targets -- -D warnings || show_tail clippy
 

@@ -19,8 +19,9 @@
 #     NCCL_HOME  has include/nccl.h of the NCCL the device runs (2.28); lib/ is made here,
 #                pointing at the device's libnccl.so.2. Default: SRC/../nccl-home
 #     CASES      a regex: only cases whose name matches run (default: all)
-# Each case runs under its own timeout (default 60 s, TPCOMM_TIMEOUT_S=20), and only when it
-# still ends within TOTAL seconds (default 560).
+# Each case runs under its own timeout (60 to 120 s; CASE_T=S sets every one; TPCOMM_TIMEOUT_S=20),
+# and only when it still ends within TOTAL seconds (default 560). The harness itself is tested
+# without a GPU by bench/device/nccl_tests_selftest.sh (fake nccl-tests binaries).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # The CUDA toolkit: CUDA_HOME, else the one whose nvcc is on PATH, else the device's 13.0.
 CUDA=${CUDA_HOME:-}
@@ -35,7 +36,8 @@ H=${3:-$SRC/../nccl-home}; ONLY=${4:-.}
 OUT=${OUT:-/tmp/nccl-tests}; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 TOTAL=${TOTAL:-560}; T0=$SECONDS
 [ -f "$L" ] || { echo "nccl_tests: no $L (bench/device/stage_all.sh)" >&2; exit 2; }
-head -2 "$D/BUILD.txt" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+head -2 "$D/BUILD.txt" 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi here)"
 fits() { [ $((SECONDS - T0 + $1)) -le "$TOTAL" ] && return 0; echo "== skipped (TOTAL $TOTAL s): $2"; return 1; }
 
 B=$SRC/build-sm90
@@ -63,7 +65,7 @@ SHIM=$(realpath "$SHIM")
 pass=0; fail=0; skipped=0
 # run NAME TIMEOUT ENV... -- PROGRAM ARGS...: one case, its output in $OUT/NAME.txt.
 run() {
-  local name=$1 t=$2; shift 2
+  local name=$1 t=${CASE_T:-$2}; shift 2
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   [[ "$name" =~ $ONLY ]] || return 0
   fits "$t" "$name" || { skipped=$((skipped + 1)); return 0; }
@@ -74,8 +76,9 @@ run() {
     pass=$((pass + 1)); printf 'PASS  %-28s %3d s  %s\n' "$name" $((SECONDS - s)) "$(grep -m1 'Avg bus bandwidth' "$f" | sed 's/.*: */busbw avg /')"
   else
     fail=$((fail + 1)); printf 'FAIL  %-28s %3d s  rc=%d oob=%s\n' "$name" $((SECONDS - s)) $rc "${oob:-none}"
-    grep -vE '^#  *[0-9]|^# *$' "$f" | grep -iE 'error|fail|tpcomm:|refus|timeout|abort|wrong|invalid' | head -6 | cut -c1-400
-    tail -3 "$f" | cut -c1-300
+    # Its lines that say why (else its last three).
+    local why; why=$(grep -vE '^#  *[0-9]|^# *$' "$f" | grep -iE 'error|fail|tpcomm:|refus|timeout|abort|wrong|invalid|no such' | head -6 | cut -c1-400)
+    if [ -n "$why" ]; then echo "$why"; else tail -3 "$f" | cut -c1-300; fi
   fi
 }
 S="-b 8 -e 32M -f 8 -n 5 -w 2 -c 1"
@@ -110,3 +113,4 @@ run ar.g4.agg 60 -- all_reduce_perf -g 4 $S -a 4
 run ar.t3 60 -- all_reduce_perf -t 3 -g 1 $S
 run rs.t4.alltypes 120 -- reduce_scatter_perf -t 4 -g 1 -b 8 -e 1M -f 32 -n 2 -w 1 -d all -o all
 echo "== nccl-tests: $pass passed, $fail failed, $skipped skipped (TOTAL) at $((SECONDS - T0)) s"
+[ "$fail" -eq 0 ]
