@@ -55,6 +55,11 @@ if [ ! -x "$B/all_reduce_perf" ]; then
   rm -f "$B"/*.o "$B"/os/*.o "$B"/verifiable/*.o
 fi
 export LD_LIBRARY_PATH=$B/verifiable:$LD_LIBRARY_PATH
+# The shim reaches the CUDA runtime only when the program links it dynamically (nccl-tests'
+# default, CUDARTLIB=cudart).
+if command -v ldd > /dev/null && ! ldd "$B/all_reduce_perf" 2>/dev/null | grep -q libcudart; then
+  echo "nccl_tests: $B/all_reduce_perf does not link libcudart dynamically; the one-GPU shim cannot show it more GPUs, so -g/-t above 1 will be refused" >&2
+fi
 HERE=$(dirname "$(realpath "$0")")
 SHIM=${SHIM:-}
 if [ -z "$SHIM" ]; then
