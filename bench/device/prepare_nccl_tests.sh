@@ -20,7 +20,11 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" download --no-deps -q "nvidia-nccl-cu12==$VER" -d "$tmp/whl"
 mkdir -p .dev/nccl-home/include
-unzip -q -o -j "$tmp"/whl/*.whl 'nvidia/nccl/include/nccl.h' -d .dev/nccl-home/include
+python3 - "$tmp"/whl/*.whl <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, open(".dev/nccl-home/include/nccl.h", "wb") as out:
+    out.write(z.read("nvidia/nccl/include/nccl.h"))
+PY
 grep -m1 'define NCCL_VERSION_CODE' .dev/nccl-home/include/nccl.h
 mkdir -p .dev/shim
 gcc -O2 -Wall -Wextra -shared -fPIC -o .dev/shim/libonegpu.so bench/device/one_gpu_shim.c -ldl
