@@ -38,6 +38,9 @@ pub struct Settings {
     pub standalone_wait: Duration,
     /// `TPCOMM_RUNTIME_DIR`: where standalone ranks meet, when given.
     pub runtime_dir: Option<std::path::PathBuf>,
+    /// `NCCL_COMM_BLOCKING`'s text, when set and text (NCCL's variable:
+    /// create.rs's `Blocking::decide` reads it as NCCL does).
+    pub nccl_comm_blocking: Option<String>,
     /// `NCCL_COMM_ID` is set: ranks may each make their own unique id, so
     /// auto mode leaves ids unmarked (a census needs one shared id).
     pub nccl_comm_id: bool,
@@ -94,6 +97,7 @@ impl Settings {
         // NCCL's variable: any value (even one that is not text) counts as
         // set, and none is an error of tpcomm's.
         let nccl_comm_id = !matches!(env::NCCL_COMM_ID.read_with(&get), Ok(None));
+        let nccl_comm_blocking = env::NCCL_COMM_BLOCKING.read_with(&get).ok().flatten();
         let standalone = match standalone {
             _ if disabled || !bad.is_empty() => Standalone::Never,
             Some(true) => Standalone::Always,
@@ -110,6 +114,7 @@ impl Settings {
                 standalone,
                 standalone_wait,
                 runtime_dir,
+                nccl_comm_blocking,
                 nccl_comm_id,
             },
             bad,

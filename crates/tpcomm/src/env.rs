@@ -572,6 +572,15 @@ pub static NCCL_COMM_ID: Var<Text> = Var {
     kind: Text,
 };
 
+pub static NCCL_COMM_BLOCKING: Var<Text> = Var {
+    name: "NCCL_COMM_BLOCKING",
+    section: Section::Standard,
+    read_by: "the drop-in (first call)",
+    default: "NCCL's (blocking)",
+    doc: "NCCL's own; 0 or 1 overrides a config's `blocking` in the drop-in's standalone creations as it does in NCCL (0: `ncclCommInitRank` is non-blocking too); other values leave the config to decide",
+    kind: Text,
+};
+
 /// Every variable, in the order of the documentation.
 pub static ALL: &[&dyn Entry] = &[
     &NVRTC_LIBRARY,
@@ -612,6 +621,7 @@ pub static ALL: &[&dyn Entry] = &[
     &CONDA_PREFIX,
     &NCCL_P2P_DISABLE,
     &NCCL_COMM_ID,
+    &NCCL_COMM_BLOCKING,
 ];
 
 /// The sections whose variables a communicator's creation checks.

@@ -46,7 +46,7 @@ impl Blocking {
     /// `blocking` field of the `ncclConfig_t*` (NULL or unset: blocking).
     pub fn of_config(config: Opaque) -> Blocking {
         Blocking::decide(
-            std::env::var("NCCL_COMM_BLOCKING").ok().as_deref(),
+            settings::get().nccl_comm_blocking.as_deref(),
             config_nonblocking(config),
         )
     }
